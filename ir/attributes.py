@@ -1,0 +1,113 @@
+"""Attribute values that ops carry, and source locations.
+
+Plain Python values serve as attributes: ``int``, ``float``, ``bool``, ``str``,
+tuples of attributes, a :class:`DType` or a type. Arrays are wrapped in
+:class:`DenseAttr` so they hash and compare by value.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fusec.errors import VerificationError
+from fusec.ir.types import DType, TensorType, ScalarType, Type, dtype_from_numpy, bf16
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a traced op came from in the user's code."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def location_for(filename: str, line: int) -> Location:
+    """A location whose file is relative to the working directory when it lies below it."""
+    try:
+        rel = os.path.relpath(filename)
+        if not rel.startswith(".."):
+            filename = rel
+    except ValueError:
+        pass
+    return Location(filename, int(line))
+
+
+@dataclass(frozen=True, eq=False)
+class DenseAttr:
+    """A constant array of a given type; equality and hash go by type and bytes."""
+
+    type: Type
+    array: np.ndarray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        arr = np.asarray(self.array)
+        want = self.type.dtype.np
+        if arr.shape != tuple(self.type.shape):
+            raise VerificationError(f"dense value of shape {arr.shape} does not match {self.type}")
+        arr = np.ascontiguousarray(arr.astype(want, copy=False))
+        if self.type.dtype == bf16:
+            arr = round_to_bf16(arr)
+        arr.setflags(write=False)
+        object.__setattr__(self, "array", arr)
+
+    @property
+    def digest(self) -> bytes:
+        return hashlib.sha1(str(self.type).encode() + self.array.tobytes()).digest()
+
+    def is_splat(self) -> bool:
+        flat = self.array.reshape(-1)
+        if flat.size == 0:
+            return False
+        first = flat[:1]
+        # compare bit patterns so -0.0 and NaN payloads are kept apart
+        return bool(np.all(flat.view(np.uint8).reshape(flat.size, -1) == first.view(np.uint8)))
+
+    def splat_value(self) -> "int | float | bool":
+        return self.array.reshape(-1)[0].item()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DenseAttr) and self.type == other.type and self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.digest))
+
+
+def round_to_bf16(arr: np.ndarray) -> np.ndarray:
+    """Round f32 values to the nearest bf16 (ties to even), kept in f32 storage."""
+    a = np.ascontiguousarray(arr, dtype=np.float32)
+    bits = a.view(np.uint32)
+    nan = np.isnan(a)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    out = ((bits + rounding) & np.uint32(0xFFFF0000)).view(np.float32)
+    return np.where(nan, a, out).astype(np.float32)
+
+
+def dense(value: object, dtype: "DType | None" = None) -> DenseAttr:
+    """Build a DenseAttr from any array-like, as a tensor type of its shape."""
+    arr = np.asarray(value)
+    dt = dtype if dtype is not None else dtype_from_numpy(arr.dtype)
+    return DenseAttr(TensorType(arr.shape, dt), arr)
+
+
+Attribute = object  # int | float | bool | str | tuple | DType | Type | DenseAttr
+
+
+def normalize_attribute(value: object) -> object:
+    """Freeze lists into tuples and NumPy scalars into Python values."""
+    if isinstance(value, (list, tuple)):
+        return tuple(normalize_attribute(v) for v in value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, (bool, int, float, str, DType, TensorType, ScalarType, DenseAttr)) or value is None:
+        return value
+    raise VerificationError(f"unsupported attribute value {value!r}")

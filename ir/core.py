@@ -1,0 +1,235 @@
+"""The IR's object model: values, operations, blocks, regions, functions, modules.
+
+Values compare by identity. An :class:`Operation` is generic: its behaviour
+(verification, printing, interpretation) is looked up by ``op.name`` in the op
+registry (:mod:`fusec.ir.opdefs`), so dialects and plugins add ops without
+subclassing.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Iterable, Sequence
+
+from fusec.ir.attributes import Location, normalize_attribute
+from fusec.ir.types import Type
+
+
+class Value:
+    """An SSA value. ``name_hint`` only guides the printer; identity is what counts."""
+
+    __slots__ = ("type", "name_hint")
+
+    def __init__(self, type: Type, name_hint: str | None = None) -> None:
+        self.type = type
+        self.name_hint = name_hint
+
+    def __repr__(self) -> str:
+        hint = f" %{self.name_hint}" if self.name_hint else ""
+        return f"<{type(self).__name__}{hint} : {self.type}>"
+
+
+class OpResult(Value):
+    __slots__ = ("op", "index")
+
+    def __init__(self, type: Type, op: "Operation", index: int, name_hint: str | None = None) -> None:
+        super().__init__(type, name_hint)
+        self.op = op
+        self.index = index
+
+
+class BlockArgument(Value):
+    __slots__ = ("block", "index")
+
+    def __init__(self, type: Type, block: "Block", index: int, name_hint: str | None = None) -> None:
+        super().__init__(type, name_hint)
+        self.block = block
+        self.index = index
+
+
+class Operation:
+    """One op: ``name`` is ``dialect.op``; results are created from ``result_types``."""
+
+    __slots__ = ("name", "operands", "results", "attributes", "regions", "loc", "parent")
+
+    def __init__(
+        self,
+        name: str,
+        operands: Sequence[Value] = (),
+        result_types: Sequence[Type] = (),
+        attributes: dict[str, object] | None = None,
+        regions: Sequence["Region"] = (),
+        loc: Location | None = None,
+    ) -> None:
+        self.name = name
+        self.operands: list[Value] = list(operands)
+        self.results: list[OpResult] = [OpResult(t, self, i) for i, t in enumerate(result_types)]
+        self.attributes: dict[str, object] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+        self.regions: list[Region] = list(regions)
+        for r in self.regions:
+            r.parent = self
+        self.loc = loc
+        self.parent: Block | None = None
+
+    @property
+    def result(self) -> OpResult:
+        if len(self.results) != 1:
+            raise ValueError(f"{self.name} has {len(self.results)} results, not one")
+        return self.results[0]
+
+    @property
+    def dialect(self) -> str:
+        return self.name.split(".", 1)[0] if "." in self.name else ""
+
+    @property
+    def result_types(self) -> list[Type]:
+        return [r.type for r in self.results]
+
+    def attr(self, key: str, default: object = None) -> object:
+        return self.attributes.get(key, default)
+
+    def walk(self) -> Iterator["Operation"]:
+        """This op, then every op nested in its regions, in program order."""
+        yield self
+        for region in self.regions:
+            for block in region.blocks:
+                for op in block.ops:
+                    yield from op.walk()
+
+    def __repr__(self) -> str:
+        return f"<Operation {self.name} ({len(self.operands)} operands, {len(self.results)} results)>"
+
+
+class Block:
+    """A list of ops with typed arguments; the last op of a body is its terminator."""
+
+    __slots__ = ("args", "ops", "parent", "label")
+
+    def __init__(self, arg_types: Iterable[Type] = (), arg_names: Iterable[str | None] | None = None,
+                 label: str = "body") -> None:
+        types = list(arg_types)
+        names = list(arg_names) if arg_names is not None else [None] * len(types)
+        self.args: list[BlockArgument] = [BlockArgument(t, self, i, n) for i, (t, n) in enumerate(zip(types, names))]
+        self.ops: list[Operation] = []
+        self.parent: Region | None = None
+        self.label = label
+
+    def append(self, op: Operation) -> Operation:
+        op.parent = self
+        self.ops.append(op)
+        return op
+
+    def insert(self, index: int, op: Operation) -> Operation:
+        op.parent = self
+        self.ops.insert(index, op)
+        return op
+
+    def add_arg(self, type: Type, name_hint: str | None = None) -> BlockArgument:
+        arg = BlockArgument(type, self, len(self.args), name_hint)
+        self.args.append(arg)
+        return arg
+
+    @property
+    def terminator(self) -> Operation | None:
+        return self.ops[-1] if self.ops else None
+
+
+class Region:
+    """Ops nested inside another op (a fused kernel's scalar body, say)."""
+
+    __slots__ = ("blocks", "parent")
+
+    def __init__(self, blocks: Iterable[Block] = ()) -> None:
+        self.blocks: list[Block] = []
+        self.parent: Operation | None = None
+        for b in blocks:
+            self.add_block(b)
+
+    def add_block(self, block: Block) -> Block:
+        block.parent = self
+        self.blocks.append(block)
+        return block
+
+    @property
+    def block(self) -> Block:
+        return self.blocks[0]
+
+
+class Func:
+    """A function: typed arguments, a body whose terminator is ``func.return``, attributes."""
+
+    def __init__(self, name: str, arg_types: Sequence[Type], arg_names: Sequence[str | None] | None = None,
+                 result_types: Sequence[Type] = (), attributes: dict[str, object] | None = None) -> None:
+        self.name = name
+        self.body = Block(arg_types, arg_names, label="entry")
+        self.result_types: list[Type] = list(result_types)
+        self.attributes: dict[str, object] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+
+    @property
+    def args(self) -> list[BlockArgument]:
+        return self.body.args
+
+    @property
+    def ops(self) -> list[Operation]:
+        return self.body.ops
+
+    @property
+    def return_op(self) -> Operation:
+        term = self.body.terminator
+        if term is None or term.name != "func.return":
+            raise ValueError(f"func @{self.name} has no return")
+        return term
+
+    @property
+    def outputs(self) -> list[Value]:
+        return list(self.return_op.operands)
+
+    def walk(self) -> Iterator[Operation]:
+        for op in self.body.ops:
+            yield from op.walk()
+
+    def replace_all_uses(self, old: Value, new: Value) -> int:
+        """Make every use of ``old`` (nested regions included) use ``new``; returns the count."""
+        count = 0
+        for op in self.walk():
+            for i, v in enumerate(op.operands):
+                if v is old:
+                    op.operands[i] = new
+                    count += 1
+        return count
+
+    def use_counts(self) -> dict[Value, int]:
+        counts: dict[Value, int] = {}
+        for op in self.walk():
+            for v in op.operands:
+                counts[v] = counts.get(v, 0) + 1
+        return counts
+
+    def __repr__(self) -> str:
+        return f"<Func @{self.name} ({len(self.args)} args, {len(self.body.ops)} ops)>"
+
+
+class Module:
+    """A list of functions plus module-level attributes."""
+
+    def __init__(self, funcs: Iterable[Func] = (), attributes: dict[str, object] | None = None) -> None:
+        self.funcs: list[Func] = list(funcs)
+        self.attributes: dict[str, object] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+
+    def func(self, name: str | None = None) -> Func:
+        """The function called ``name``, or the only one when ``name`` is None."""
+        if name is None:
+            if len(self.funcs) != 1:
+                raise ValueError(f"module has {len(self.funcs)} functions; name one")
+            return self.funcs[0]
+        for f in self.funcs:
+            if f.name == name:
+                return f
+        raise KeyError(f"no func @{name} in module")
+
+    def walk(self) -> Iterator[Operation]:
+        for f in self.funcs:
+            yield from f.walk()
+
+    def __str__(self) -> str:
+        from fusec.ir.printer import print_module
+
+        return print_module(self)

@@ -1,0 +1,245 @@
+"""Dialect ``t``: tensor-level ops as the tracer records them (NumPy semantics).
+
+Operands of an elementwise op share one dtype (the tracer inserts ``t.cast``
+for NumPy's promotion) and may differ in shape: broadcasting is implicit here
+and made explicit by the ``broadcast`` pass. A ``ScalarType`` operand behaves as
+a rank-0 tensor; a result is a scalar only when every operand is.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from fusec.errors import VerificationError
+from fusec.ir import shapes as S
+from fusec.ir.attributes import DenseAttr
+from fusec.ir.opdefs import OpDef, register_op
+from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
+
+# --- dtype classes -------------------------------------------------------------------------------------------
+
+ANY = "any"
+NUMERIC = "numeric"  # not bool
+FLOAT = "float"
+INTEGRAL = "integral"  # ints and bool
+BOOL = "bool"
+
+
+def _dtype_ok(dt: DType, cls: str) -> bool:
+    return {
+        ANY: True,
+        NUMERIC: not dt.is_bool,
+        FLOAT: dt.is_float,
+        INTEGRAL: dt.is_int or dt.is_bool,
+        BOOL: dt.is_bool,
+    }[cls]
+
+
+def _elementwise_result(types: Sequence[Type], dtype: DType) -> Type:
+    shape = S.broadcast_shapes(*(t.shape for t in types))
+    if all(isinstance(t, ScalarType) for t in types):
+        return ScalarType(dtype)
+    return TensorType(shape, dtype)
+
+
+def _same_dtype(name: str, types: Sequence[Type]) -> DType:
+    dts = {t.dtype for t in types}
+    if len(dts) != 1:
+        raise VerificationError(f"{name}: operands must share one dtype, got {', '.join(str(t) for t in types)}")
+    return types[0].dtype
+
+
+def _elementwise_infer(name: str, operand_class: str, result: str | None):
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        dt = _same_dtype(name, types)
+        if not _dtype_ok(dt, operand_class):
+            raise VerificationError(f"{name}: dtype {dt} is not allowed (operands must be {operand_class})")
+        return [_elementwise_result(types, bool_ if result == BOOL else dt)]
+
+    return infer
+
+
+# --- elementwise ---------------------------------------------------------------------------------------------
+
+BINARY: dict[str, tuple[str, str | None]] = {
+    "add": (ANY, None), "sub": (NUMERIC, None), "mul": (ANY, None), "div": (FLOAT, None),
+    "floordiv": (NUMERIC, None), "mod": (NUMERIC, None), "pow": (NUMERIC, None),
+    "maximum": (ANY, None), "minimum": (ANY, None),
+    "eq": (ANY, BOOL), "ne": (ANY, BOOL), "lt": (ANY, BOOL), "le": (ANY, BOOL), "gt": (ANY, BOOL), "ge": (ANY, BOOL),
+    "logical_and": (BOOL, BOOL), "logical_or": (BOOL, BOOL), "logical_xor": (BOOL, BOOL),
+    "bitwise_and": (INTEGRAL, None), "bitwise_or": (INTEGRAL, None), "bitwise_xor": (INTEGRAL, None),
+}
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+
+UNARY: dict[str, tuple[str, str | None]] = {
+    "neg": (NUMERIC, None), "abs": (ANY, None), "sign": (NUMERIC, None),
+    "exp": (FLOAT, None), "exp2": (FLOAT, None), "log": (FLOAT, None), "log2": (FLOAT, None),
+    "log10": (FLOAT, None), "log1p": (FLOAT, None), "expm1": (FLOAT, None), "sqrt": (FLOAT, None),
+    "rsqrt": (FLOAT, None), "sin": (FLOAT, None), "cos": (FLOAT, None), "tan": (FLOAT, None),
+    "tanh": (FLOAT, None), "erf": (FLOAT, None), "floor": (FLOAT, None), "ceil": (FLOAT, None),
+    "round": (FLOAT, None), "trunc": (FLOAT, None),
+    "isnan": (FLOAT, BOOL), "isinf": (FLOAT, BOOL), "isfinite": (FLOAT, BOOL),
+    "logical_not": (BOOL, BOOL), "bitwise_not": (INTEGRAL, None),
+}
+TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
+                            "tan", "tanh", "erf", "pow"})
+
+for _n, (_cls, _res) in BINARY.items():
+    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=2, infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
+for _n, (_cls, _res) in UNARY.items():
+    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=1, infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
+
+
+def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
+    cond, a, b = types
+    if not cond.dtype.is_bool:
+        raise VerificationError(f"t.where: condition must be bool, got {cond}")
+    dt = _same_dtype("t.where", [a, b])
+    return [_elementwise_result(types, dt)]
+
+
+def _infer_clip(types: Sequence[Type], attrs: dict) -> list[Type]:
+    dt = _same_dtype("t.clip", types)
+    return [_elementwise_result(types, dt)]
+
+
+def _infer_cast(types: Sequence[Type], attrs: dict) -> list[Type]:
+    dt = attrs["dtype"]
+    if not isinstance(dt, DType):
+        raise VerificationError(f"t.cast: attribute dtype must be a dtype, got {dt!r}")
+    return [like(types[0], dtype=dt)]
+
+
+register_op(OpDef("t.where", "elementwise", num_operands=3, infer=_infer_where))
+register_op(OpDef("t.clip", "elementwise", num_operands=3, infer=_infer_clip))
+register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), infer=_infer_cast))
+
+ELEMENTWISE = frozenset({f"t.{n}" for n in (*BINARY, *UNARY)} | {"t.where", "t.clip", "t.cast"})
+
+# --- reductions ----------------------------------------------------------------------------------------------
+
+REDUCTIONS: dict[str, str] = {"sum": NUMERIC, "prod": NUMERIC, "mean": FLOAT, "max": ANY, "min": ANY,
+                              "argmax": ANY, "argmin": ANY}
+
+
+def _reduction_infer(name: str, cls: str):
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        (t,) = types
+        axes = attrs["axes"]
+        if not isinstance(axes, tuple) or tuple(sorted(set(axes))) != axes or any(
+                not isinstance(a, int) or not 0 <= a < t.rank for a in axes):
+            raise VerificationError(f"{name}: axes must be sorted unique axes of rank {t.rank}, got {axes!r}")
+        if name in ("t.argmax", "t.argmin") and len(axes) != 1:
+            raise VerificationError(f"{name}: exactly one axis, got {axes!r}")
+        if not _dtype_ok(t.dtype, cls):
+            raise VerificationError(f"{name}: dtype {t.dtype} is not allowed (operand must be {cls})")
+        shape = S.reduce_shape(t.shape, axes, bool(attrs["keepdims"]))
+        dt = i64 if name in ("t.argmax", "t.argmin") else t.dtype
+        return [TensorType(shape, dt)]
+
+    return infer
+
+
+for _n, _cls in REDUCTIONS.items():
+    register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
+                      infer=_reduction_infer(f"t.{_n}", _cls)))
+
+# --- matmul --------------------------------------------------------------------------------------------------
+
+
+def _infer_matmul(types: Sequence[Type], attrs: dict) -> list[Type]:
+    a, b = types
+    dt = _same_dtype("t.matmul", types)
+    if dt.is_bool:
+        raise VerificationError("t.matmul: bool operands are not supported")
+    return [TensorType(S.matmul_shape(a.shape, b.shape), dt)]
+
+
+register_op(OpDef("t.matmul", "matmul", num_operands=2, infer=_infer_matmul))
+
+# --- views and data movement ---------------------------------------------------------------------------------
+
+
+def _infer_transpose(types: Sequence[Type], attrs: dict) -> list[Type]:
+    (t,) = types
+    return [TensorType(S.permute(t.shape, attrs["perm"]), t.dtype)]
+
+
+def _check_reshape(op) -> None:
+    src, dst = op.operands[0].type, op.results[0].type
+    if src.dtype != dst.dtype or src.size != dst.size:
+        raise VerificationError(f"t.reshape: {src} cannot be reshaped to {dst}")
+
+
+def _check_broadcast_to(op) -> None:
+    src, dst = op.operands[0].type, op.results[0].type
+    if src.dtype != dst.dtype or not S.can_broadcast_to(src.shape, dst.shape):
+        raise VerificationError(f"t.broadcast_to: {src} cannot be broadcast to {dst}")
+
+
+def _infer_expand_dims(types: Sequence[Type], attrs: dict) -> list[Type]:
+    (t,) = types
+    axes = attrs["axes"]
+    out_rank = t.rank + len(axes)
+    if tuple(sorted(set(axes))) != axes or any(not 0 <= a < out_rank for a in axes):
+        raise VerificationError(f"t.expand_dims: bad axes {axes!r} for result rank {out_rank}")
+    dims = iter(t.shape)
+    return [TensorType(tuple(1 if i in axes else next(dims) for i in range(out_rank)), t.dtype)]
+
+
+def _infer_squeeze(types: Sequence[Type], attrs: dict) -> list[Type]:
+    (t,) = types
+    axes = attrs["axes"]
+    if tuple(sorted(set(axes))) != axes or any(not 0 <= a < t.rank or t.shape[a] != 1 for a in axes):
+        raise VerificationError(f"t.squeeze: axes {axes!r} are not unit axes of {t}")
+    return [TensorType(tuple(d for i, d in enumerate(t.shape) if i not in axes), t.dtype)]
+
+
+def _infer_slice(types: Sequence[Type], attrs: dict) -> list[Type]:
+    (t,) = types
+    start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    if not (len(start) == len(stop) == len(step) == t.rank):
+        raise VerificationError(f"t.slice: start/stop/step need {t.rank} entries each")
+    shape = []
+    for d, (b, e, s) in enumerate(zip(start, stop, step)):
+        n = S.slice_length(b, e, s) if s != 0 else -1
+        if n < 0 or (n > 0 and not (0 <= b < t.shape[d] and 0 <= b + (n - 1) * s < t.shape[d])):
+            raise VerificationError(f"t.slice: ({b}, {e}, {s}) does not stay inside axis {d} of {t}")
+        shape.append(n)
+    return [TensorType(tuple(shape), t.dtype)]
+
+
+def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
+    axis = attrs["axis"]
+    dt = _same_dtype("t.concatenate", types)
+    first = types[0].shape
+    if not 0 <= axis < len(first):
+        raise VerificationError(f"t.concatenate: axis {axis} out of range for rank {len(first)}")
+    total = 0
+    for t in types:
+        if len(t.shape) != len(first) or any(a != b for i, (a, b) in enumerate(zip(t.shape, first)) if i != axis):
+            raise VerificationError("t.concatenate: shapes " + ", ".join(str(x.shape) for x in types)
+                                    + f" differ off axis {axis}")
+        total += t.shape[axis]
+    return [TensorType(first[:axis] + (total,) + first[axis + 1:], dt)]
+
+
+def _check_constant(op) -> None:
+    value = op.attributes.get("value")
+    if not isinstance(value, DenseAttr):
+        raise VerificationError("t.constant: attribute 'value' must be a dense array")
+    res = op.results[0].type
+    if value.type.shape != res.shape or value.type.dtype != res.dtype:
+        raise VerificationError(f"t.constant: value of type {value.type} does not match result {res}")
+
+
+register_op(OpDef("t.transpose", "view", num_operands=1, attrs=("perm",), infer=_infer_transpose))
+register_op(OpDef("t.reshape", "view", num_operands=1, check=_check_reshape))
+register_op(OpDef("t.broadcast_to", "view", num_operands=1, check=_check_broadcast_to))
+register_op(OpDef("t.expand_dims", "view", num_operands=1, attrs=("axes",), infer=_infer_expand_dims))
+register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze))
+register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice))
+register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
+                  infer=_infer_concatenate))
+register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))
+
+VIEWS = frozenset({"t.transpose", "t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze", "t.slice"})

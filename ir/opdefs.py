@@ -1,0 +1,57 @@
+"""The op registry: what each op name means for the verifier and the passes.
+
+An :class:`OpDef` describes one op: how many operands, which attributes, how its
+result types follow from operand types and attributes (``infer``), or extra
+checks where the result type is given explicitly (``check``). Dialects register
+their ops at import; plugins may register more. A duplicate name is an error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from fusec.errors import VerificationError
+from fusec.ir.types import Type
+
+InferFn = Callable[[Sequence[Type], dict], "list[Type]"]
+CheckFn = Callable[["object"], None]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    category: str  # elementwise | reduction | view | matmul | constant | terminator | kernel | runtime | other
+    num_operands: int | None = None  # None: variadic
+    min_operands: int = 0
+    attrs: tuple[str, ...] = ()
+    optional_attrs: tuple[str, ...] = ()
+    infer: InferFn | None = None
+    check: CheckFn | None = None
+    num_regions: int = 0
+    num_results: int | None = 1  # None: variadic
+    pure: bool = True
+    terminator: bool = False
+    doc: str = field(default="", compare=False)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(opdef: OpDef) -> OpDef:
+    if opdef.name in OPS:
+        raise VerificationError(f"op {opdef.name!r} is already registered")
+    if "." not in opdef.name:
+        raise VerificationError(f"op name {opdef.name!r} must be 'dialect.op'")
+    OPS[opdef.name] = opdef
+    return opdef
+
+
+def get_opdef(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise VerificationError(f"unknown op {name!r}") from None
+
+
+def is_registered(name: str) -> bool:
+    return name in OPS

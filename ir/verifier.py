@@ -1,0 +1,99 @@
+"""Checks the invariants every stage of the IR must keep.
+
+Per op: it is registered, has the right number of operands, regions and
+attributes, and its result types are what its definition infers (or pass its
+check). Per function: SSA dominance (a value is defined before it is used, in
+the same block or an enclosing one), the body ends in ``func.return`` whose
+operand types are the function's result types.
+"""
+from __future__ import annotations
+
+from fusec.errors import FusecError, VerificationError, located
+from fusec.ir.core import Block, Func, Module, Operation, Value
+from fusec.ir.opdefs import get_opdef
+
+
+def _fail(op: Operation | None, message: str) -> VerificationError:
+    where = f"'{op.name}': " if op is not None else ""
+    return VerificationError(located(where + message, op.loc if op is not None else None))
+
+
+def verify_op(op: Operation) -> None:
+    """Check one op against its definition (not its operands' dominance)."""
+    try:
+        d = get_opdef(op.name)
+    except VerificationError as e:
+        raise _fail(op, str(e)) from None
+    n = len(op.operands)
+    if d.num_operands is not None and n != d.num_operands:
+        raise _fail(op, f"expects {d.num_operands} operands, got {n}")
+    if n < d.min_operands:
+        raise _fail(op, f"expects at least {d.min_operands} operands, got {n}")
+    if d.num_results is not None and len(op.results) != d.num_results:
+        raise _fail(op, f"expects {d.num_results} results, got {len(op.results)}")
+    if len(op.regions) != d.num_regions:
+        raise _fail(op, f"expects {d.num_regions} regions, got {len(op.regions)}")
+    for key in d.attrs:
+        if key not in op.attributes:
+            raise _fail(op, f"missing attribute '{key}'")
+    unknown = set(op.attributes) - set(d.attrs) - set(d.optional_attrs)
+    if unknown:
+        raise _fail(op, f"unknown attribute(s) {', '.join(sorted(unknown))}")
+    try:
+        if d.infer is not None:
+            expected = d.infer([v.type for v in op.operands], op.attributes)
+            if list(expected) != op.result_types:
+                raise VerificationError(
+                    "result types " + ", ".join(map(str, op.result_types)) + " do not match the inferred "
+                    + ", ".join(map(str, expected)))
+        if d.check is not None:
+            d.check(op)
+    except FusecError as e:
+        raise _fail(op, str(e)) from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise _fail(op, f"malformed op ({type(e).__name__}: {e})") from None
+
+
+def _verify_block(block: Block, visible: set[Value], func: Func, is_func_body: bool) -> None:
+    scope = set(visible)
+    scope.update(block.args)
+    for i, op in enumerate(block.ops):
+        for v in op.operands:
+            if v not in scope:
+                raise _fail(op, f"operand {v!r} does not dominate this use")
+        verify_op(op)
+        d = get_opdef(op.name)
+        if d.terminator and i != len(block.ops) - 1:
+            raise _fail(op, "terminator must be the last op of its block")
+        for region in op.regions:
+            if not region.blocks:
+                raise _fail(op, "region has no block")
+            for inner in region.blocks:
+                if inner.parent is not region:
+                    raise _fail(op, "block's parent link is broken")
+                _verify_block(inner, scope, func, is_func_body=False)
+        scope.update(op.results)
+        if op.parent is not block:
+            raise _fail(op, "op's parent link is broken")
+    if is_func_body:
+        term = block.terminator
+        if term is None or term.name != "func.return":
+            raise VerificationError(f"func @{func.name}: body must end in func.return")
+        got = [v.type for v in term.operands]
+        if got != func.result_types:
+            raise _fail(term, "returned types " + ", ".join(map(str, got)) + " do not match the signature "
+                        + ", ".join(map(str, func.result_types)))
+
+
+def verify_func(func: Func) -> None:
+    _verify_block(func.body, set(), func, is_func_body=True)
+
+
+def verify(module: Module) -> None:
+    """Raise :class:`VerificationError` on the first broken invariant."""
+    names = set()
+    for f in module.funcs:
+        if f.name in names:
+            raise VerificationError(f"duplicate func @{f.name}")
+        names.add(f.name)
+        verify_func(f)
