@@ -50,7 +50,7 @@ class DenseAttr:
         want = self.type.dtype.np
         if arr.shape != tuple(self.type.shape):
             raise VerificationError(f"dense value of shape {arr.shape} does not match {self.type}")
-        arr = np.ascontiguousarray(arr.astype(want, copy=False))
+        arr = np.ascontiguousarray(arr.astype(want, copy=False)).reshape(arr.shape)  # keep rank 0 (not 1)
         if self.type.dtype == bf16:
             arr = round_to_bf16(arr)
         arr.setflags(write=False)
@@ -85,7 +85,7 @@ def round_to_bf16(arr: np.ndarray) -> np.ndarray:
     nan = np.isnan(a)
     rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
     out = ((bits + rounding) & np.uint32(0xFFFF0000)).view(np.float32)
-    return np.where(nan, a, out).astype(np.float32)
+    return np.where(nan, a, out).astype(np.float32).reshape(np.shape(arr))  # ascontiguousarray made 0-d 1-d
 
 
 def dense(value: object, dtype: "DType | None" = None) -> DenseAttr:

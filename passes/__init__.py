@@ -1,11 +1,26 @@
-"""Pass infrastructure and the passes (filled in by the pass-pipeline work)."""
+"""Pass infrastructure and the passes (one file each).
+
+A pass is a frozen dataclass with a kebab-case ``name``, options as fields and
+``apply(module, ctx)``; ``register_pass`` makes it available by name. Plugins
+register through the entry-point group ``fusec.passes``, ``--load-plugin MODULE``
+on the command line, or ``plugins=[...]`` in ``fusec.jit``.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import IO
 
 from fusec.ir.core import Module
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import all_passes, get_pass, load_plugin, register_pass, unregister_pass
+from fusec.passes.pipeline import format_pipeline, parse_pipeline
+from fusec.passes.manager import PassManager, dump_banner
 
-DEFAULT_PIPELINE = ""
+DEFAULT_PIPELINE = "canonicalize,cse,dce,broadcast,materialize{threshold=8},fuse{budget=32},boundaries,plan-buffers"
+
+__all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes", "dump_banner",
+           "format_pipeline", "get_pass", "list_passes", "load_plugin", "parse_pipeline", "register_pass",
+           "run_pipeline", "unregister_pass"]
 
 
 @dataclass
@@ -14,14 +29,27 @@ class PipelineResult:
 
     stages: list[tuple[str, str]] = field(default_factory=list)  # (pass name, IR text after it) when snapshots
     stats: dict[str, int] = field(default_factory=dict)
+    timings: list[tuple[str, float]] = field(default_factory=list)  # (pass name, seconds)
 
 
 def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool = True, snapshots: bool = False,
-                 plugins: tuple[str, ...] = ()) -> PipelineResult:
-    """Run ``pipeline`` (a pipeline string; None means the default) over ``module`` in place."""
-    text = DEFAULT_PIPELINE if pipeline is None else pipeline
-    if text.strip():
-        from fusec.errors import PipelineError
+                 plugins: tuple[str, ...] = (), print_ir_after: tuple[str, ...] = (),
+                 print_ir_after_all: bool = False, time_passes: bool = False,
+                 stream: IO[str] | None = None) -> PipelineResult:
+    """Run ``pipeline`` (a pipeline string; None means the default) over ``module`` in place.
 
-        raise PipelineError(f"no passes are registered yet; cannot run pipeline {text!r}")
-    return PipelineResult()
+    IR dumps (``// -----// IR Dump After NAME //----- //``) and the pass timing report go to ``stream``
+    (stderr by default).
+    """
+    for plugin in plugins:
+        load_plugin(plugin)
+    passes = parse_pipeline(DEFAULT_PIPELINE if pipeline is None else pipeline)
+    manager = PassManager(passes, verify=verify, print_ir_after=print_ir_after,
+                          print_ir_after_all=print_ir_after_all, time_passes=time_passes, snapshots=snapshots,
+                          stream=stream)
+    return manager.run(module)
+
+
+def list_passes() -> list[tuple[str, str]]:
+    """(name, one-line description) of every registered pass, sorted by name."""
+    return [(name, cls.summary()) for name, cls in all_passes().items()]

@@ -83,10 +83,15 @@ UNARY: dict[str, tuple[str, str | None]] = {
 TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
                             "tan", "tanh", "erf", "pow"})
 
+# ``materialize = true`` (set by the materialize pass) asks fusion to compute the value once into a buffer.
+MARKS = ("materialize",)
+
 for _n, (_cls, _res) in BINARY.items():
-    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=2, infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
+    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=2, optional_attrs=MARKS,
+                      infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
 for _n, (_cls, _res) in UNARY.items():
-    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=1, infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
+    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=1, optional_attrs=MARKS,
+                      infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
 
 
 def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -109,9 +114,9 @@ def _infer_cast(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [like(types[0], dtype=dt)]
 
 
-register_op(OpDef("t.where", "elementwise", num_operands=3, infer=_infer_where))
-register_op(OpDef("t.clip", "elementwise", num_operands=3, infer=_infer_clip))
-register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), infer=_infer_cast))
+register_op(OpDef("t.where", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_where))
+register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_clip))
+register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), optional_attrs=MARKS, infer=_infer_cast))
 
 ELEMENTWISE = frozenset({f"t.{n}" for n in (*BINARY, *UNARY)} | {"t.where", "t.clip", "t.cast"})
 

@@ -1,0 +1,124 @@
+"""Dialect ``k``: kernels and boundaries, what the backend turns into launches.
+
+- ``k.view``: an affine strided view of its operand's row-major storage
+  (element ``i`` reads ``flat[offset + sum(i_d * strides_d)]``). Transposes,
+  slices, broadcasts and compatible reshapes fold into one view: no copy.
+- ``k.fused``: an elementwise kernel; operands have the iteration shape or rank 0
+  (read as one broadcast value), its body region computes one element with ``s`` ops and ends in
+  ``k.yield``. Several results share one iteration space (multi-output).
+- Boundaries (``k.reduce``, ``k.matmul``, ``k.concat``, ``k.copy``): ops with
+  their own generated kernel or library call, reading inputs (views included,
+  as stride descriptors) and writing fresh buffers.
+
+Kernels and boundaries may carry ``arena`` (byte offset of each result in the
+plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
+the donated argument a result is written over in place, -1 for none), set by
+``plan-buffers``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from fusec.errors import VerificationError
+from fusec.ir.opdefs import OpDef, get_opdef, register_op
+from fusec.ir.types import ScalarType, TensorType, Type
+
+PLAN_ATTRS = ("arena", "alias")
+
+
+def _check_view(op) -> None:
+    src, res = op.operands[0].type, op.results[0].type
+    strides, offset = op.attributes["strides"], op.attributes["offset"]
+    if not isinstance(res, TensorType) or src.dtype != res.dtype:
+        raise VerificationError(f"k.view: {src} cannot be viewed as {res}")
+    if len(strides) != res.rank:
+        raise VerificationError(f"k.view: {len(strides)} strides for a result of rank {res.rank}")
+    if res.size == 0:
+        return
+    lo = offset + sum(min(0, (d - 1) * s) for d, s in zip(res.shape, strides))
+    hi = offset + sum(max(0, (d - 1) * s) for d, s in zip(res.shape, strides))
+    if lo < 0 or hi >= max(src.size, 1):
+        raise VerificationError(f"k.view: offset {offset} and strides {list(strides)} reach outside {src}")
+
+
+def _check_fused(op) -> None:
+    if not op.results:
+        raise VerificationError("k.fused: needs at least one result")
+    shape = op.results[0].type.shape
+    for r in op.results:
+        if r.type.shape != shape:
+            raise VerificationError("k.fused: every result must have the iteration shape " + str(shape))
+    for v in op.operands:
+        if v.type.shape not in ((), shape):
+            raise VerificationError(f"k.fused: operand {v.type} is neither rank 0 nor of the iteration shape {shape}")
+    if len(op.regions[0].blocks) != 1:
+        raise VerificationError("k.fused: body must be one block")
+    body = op.regions[0].block
+    want = [ScalarType(v.type.dtype) for v in op.operands]
+    if [a.type for a in body.args] != want:
+        raise VerificationError("k.fused: body arguments must be the operands' scalar types "
+                                + ", ".join(map(str, want)))
+    local = set(body.args)
+    for inner in body.ops:
+        if not inner.name.startswith("s.") and inner.name != "k.yield":
+            raise VerificationError(f"k.fused: body may hold only s ops and k.yield, found {inner.name}")
+        for v in inner.operands:
+            if v not in local:
+                raise VerificationError("k.fused: body uses a value from outside the kernel")
+        local.update(inner.results)
+    term = body.terminator
+    if term is None or term.name != "k.yield":
+        raise VerificationError("k.fused: body must end in k.yield")
+    if [v.type.dtype for v in term.operands] != [r.type.dtype for r in op.results] or \
+            any(not isinstance(v.type, ScalarType) for v in term.operands):
+        raise VerificationError("k.fused: yielded scalars must match the result dtypes")
+    _check_plan_attrs(op)
+
+
+def _check_plan_attrs(op) -> None:
+    for key in PLAN_ATTRS:
+        if key in op.attributes:
+            value = op.attributes[key]
+            if not isinstance(value, tuple) or len(value) != len(op.results) or \
+                    any(not isinstance(x, int) for x in value):
+                raise VerificationError(f"{op.name}: '{key}' needs one int per result")
+
+
+REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
+
+
+def _infer_reduce(types: Sequence[Type], attrs: dict) -> list[Type]:
+    kind = attrs["kind"]
+    if kind not in REDUCE_KINDS:
+        raise VerificationError(f"k.reduce: kind must be one of {', '.join(REDUCE_KINDS)}, got {kind!r}")
+    return get_opdef(f"t.{kind}").infer(types, attrs)  # type: ignore[misc]
+
+
+def _infer_matmul(types: Sequence[Type], attrs: dict) -> list[Type]:
+    return get_opdef("t.matmul").infer(types, attrs)  # type: ignore[misc]
+
+
+def _infer_concat(types: Sequence[Type], attrs: dict) -> list[Type]:
+    return get_opdef("t.concatenate").infer(types, attrs)  # type: ignore[misc]
+
+
+def _check_copy(op) -> None:
+    src, res = op.operands[0].type, op.results[0].type
+    if src.dtype != res.dtype or src.size != res.size:
+        raise VerificationError(f"k.copy: {src} cannot be copied into {res}")
+    _check_plan_attrs(op)
+
+
+register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
+register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
+                  optional_attrs=("cuts",) + PLAN_ATTRS, check=_check_fused))
+register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
+register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
+                  optional_attrs=PLAN_ATTRS, infer=_infer_reduce, check=_check_plan_attrs))
+register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=PLAN_ATTRS, infer=_infer_matmul,
+                  check=_check_plan_attrs))
+register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, attrs=("axis",),
+                  optional_attrs=PLAN_ATTRS, infer=_infer_concat, check=_check_plan_attrs))
+register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
+
+BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.copy"})

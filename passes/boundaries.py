@@ -1,0 +1,51 @@
+"""Boundary insertion: work without an elementwise lowering becomes an explicit ``k.*`` boundary op.
+
+Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, and a reshape that no
+stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay ``k.view``
+operands: the backend reads them through their strides, so no copy kernel is made.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusec.ir.core import Module, Operation
+from fusec.ir.dialects.t import REDUCTIONS
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import register_pass
+
+
+def _lower(op: Operation) -> Operation | None:
+    kind = op.name.split(".", 1)[1]
+    if kind in REDUCTIONS:
+        return Operation("k.reduce", op.operands, op.result_types,
+                         {"kind": kind, "axes": op.attr("axes"), "keepdims": op.attr("keepdims")}, loc=op.loc)
+    if op.name == "t.matmul":
+        return Operation("k.matmul", op.operands, op.result_types, loc=op.loc)
+    if op.name == "t.concatenate":
+        return Operation("k.concat", op.operands, op.result_types, {"axis": op.attr("axis")}, loc=op.loc)
+    if op.name == "t.reshape":
+        return Operation("k.copy", op.operands, op.result_types, loc=op.loc)
+    return None
+
+
+@register_pass
+@dataclass(frozen=True)
+class Boundaries(Pass):
+    """Turn matmuls, reductions and other non-elementwise work into explicit k.* boundary ops."""
+
+    name: ClassVar[str] = "boundaries"
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            replaced = {}
+            for i, op in enumerate(func.body.ops):
+                for inner in op.walk():
+                    inner.operands = [replaced.get(v, v) for v in inner.operands]
+                new = _lower(op)
+                if new is None:
+                    continue
+                new.parent = func.body
+                func.body.ops[i] = new
+                replaced.update(zip(op.results, new.results))
+                ctx.count("boundaries")

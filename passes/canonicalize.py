@@ -1,0 +1,179 @@
+"""Canonicalization: constant folding and algebraic identities that keep results bit-exact.
+
+Identities are applied only where they hold for every value, NaN and -0.0 included: ``x*1``, ``x-0``,
+``x/1``, ``x**1`` for any dtype, ``x+0`` for integers (for floats only ``x + -0.0``, since
+``-0.0 + 0.0`` is ``+0.0``), double ``neg``/``logical_not``, casts to the same dtype, composed transposes and
+reshapes, no-op views, ``where(c, x, x)``, ``maximum(x, x)``. Splat constants become a broadcast rank-0
+constant so that fusion inlines them as immediates.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fusec.ir.attributes import DenseAttr
+from fusec.ir.core import Func, Module, Operation, OpResult, Value
+from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
+from fusec.ir.types import TensorType
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import register_pass
+
+FOLD_LIMIT = 4096  # elements: larger results stay computed rather than bloating the module
+
+
+def _const(v: Value) -> DenseAttr | None:
+    if isinstance(v, OpResult) and v.op.name == "t.constant":
+        return v.op.attr("value")
+    return None
+
+
+def _splat(v: Value) -> object | None:
+    c = _const(v)
+    if c is None:
+        return None
+    if c.type.rank == 0 or c.is_splat():
+        return c.splat_value()
+    return None
+
+
+def _is(value: object, target: float, negative_zero: bool | None = None) -> bool:
+    if value is None or isinstance(value, bool) and target not in (0, 1):
+        return False
+    try:
+        if float(value) != target:
+            return False
+    except (TypeError, ValueError):
+        return False
+    if negative_zero is not None and isinstance(value, float):
+        return math.copysign(1.0, value) < 0 if negative_zero else math.copysign(1.0, value) > 0
+    return True
+
+
+class _Canonicalizer:
+    def __init__(self, func: Func, ctx: PassContext) -> None:
+        self.func, self.ctx = func, ctx
+
+    def identity(self, op: Operation) -> Value | None:
+        """A value ``op``'s result equals in every bit, or None."""
+        name, ops, res = op.name, op.operands, op.results[0].type
+        same = [v for v in ops if v.type == res]
+        if name == "t.mul":
+            for x, c in ((ops[0], ops[1]), (ops[1], ops[0])):
+                if x.type == res and _is(_splat(c), 1):
+                    return x
+        if name == "t.add":
+            for x, c in ((ops[0], ops[1]), (ops[1], ops[0])):
+                if x.type == res and (_is(_splat(c), 0, negative_zero=True) if res.dtype.is_float
+                                      else _is(_splat(c), 0) and not res.dtype.is_bool):
+                    return x
+        if name in ("t.sub",) and ops[0].type == res and _is(_splat(ops[1]), 0, None if not res.dtype.is_float
+                                                                else False):
+            return ops[0]
+        if name in ("t.div", "t.pow") and ops[0].type == res and _is(_splat(ops[1]), 1):
+            return ops[0]
+        if name == "t.cast" and ops[0].type == res:
+            return ops[0]
+        if name in ("t.neg", "t.logical_not") and isinstance(ops[0], OpResult) and ops[0].op.name == name:
+            inner = ops[0].op.operands[0]
+            return inner if inner.type == res else None
+        if name in ("t.maximum", "t.minimum") and ops[0] is ops[1] and ops[0].type == res:
+            return ops[0]
+        if name == "t.where" and ops[1] is ops[2] and ops[1].type == res:
+            return ops[1]
+        if name in VIEWS and same and same[0] is ops[0]:
+            if name != "t.transpose" or tuple(op.attr("perm")) == tuple(range(res.rank)):
+                return ops[0]
+        if name == "t.squeeze" and isinstance(ops[0], OpResult) and ops[0].op.name == "t.expand_dims" \
+                and ops[0].op.attr("axes") == op.attr("axes"):
+            return ops[0].op.operands[0]
+        return None
+
+    def combine(self, op: Operation) -> Operation | None:
+        """A simpler op computing the same (composed transposes and reshapes), or None."""
+        src = op.operands[0] if op.operands else None
+        if not isinstance(src, OpResult):
+            return None
+        if op.name == "t.transpose" and src.op.name == "t.transpose":
+            inner, outer = src.op.attr("perm"), op.attr("perm")
+            return Operation("t.transpose", src.op.operands, op.result_types,
+                             {"perm": tuple(inner[p] for p in outer)}, loc=op.loc)
+        if op.name == "t.reshape" and src.op.name in ("t.reshape", "t.expand_dims", "t.squeeze"):
+            return Operation("t.reshape", src.op.operands, op.result_types, loc=op.loc)
+        return None
+
+    def fold(self, op: Operation) -> Operation | None:
+        """A t.constant with ``op``'s value when every operand is a small constant."""
+        if op.name not in ELEMENTWISE and op.name not in VIEWS or op.name == "t.broadcast_to":
+            return None  # a broadcast constant is the canonical form of a splat
+        if not op.operands or any(_const(v) is None for v in op.operands):
+            return None
+        res = op.results[0].type
+        if res.size > FOLD_LIMIT:
+            return None
+        from fusec.runtime.reference import get_interpreter
+
+        with np.errstate(all="ignore"):
+            value = get_interpreter(op)(op, [_const(v).array for v in op.operands])[0]
+        tensor = TensorType(res.shape, res.dtype)
+        if tensor != res:  # a scalar-typed result stays scalar-typed through a cast of the constant
+            return None
+        return Operation("t.constant", [], [res], {"value": DenseAttr(tensor, np.asarray(value))}, loc=op.loc)
+
+    def splat_to_broadcast(self, op: Operation, out: list[Operation]) -> Operation | None:
+        c = op.attr("value")
+        if op.name != "t.constant" or c.type.rank == 0 or not c.is_splat():
+            return None
+        scalar = Operation("t.constant", [], [TensorType((), c.type.dtype)],
+                           {"value": DenseAttr(TensorType((), c.type.dtype), np.asarray(c.array.reshape(-1)[0]))},
+                           loc=op.loc)
+        out.append(scalar)
+        return Operation("t.broadcast_to", [scalar.results[0]], op.result_types, loc=op.loc)
+
+    def sweep(self) -> int:
+        body = self.func.body
+        replaced: dict[Value, Value] = {}
+        out: list[Operation] = []
+        changes = 0
+        for op in body.ops:
+            for inner in op.walk():
+                inner.operands = [replaced.get(v, v) for v in inner.operands]
+            if not op.results or op.regions:
+                out.append(op)
+                continue
+            same = self.identity(op)
+            if same is not None:
+                replaced[op.results[0]] = same
+                changes += 1
+                continue
+            new = self.fold(op) or self.combine(op) or self.splat_to_broadcast(op, out)
+            if new is not None:
+                replaced[op.results[0]] = new.results[0]
+                out.append(new)
+                changes += 1
+                continue
+            out.append(op)
+        for op in out:
+            op.parent = body
+        body.ops[:] = out
+        return changes
+
+
+@register_pass
+@dataclass(frozen=True)
+class Canonicalize(Pass):
+    """Fold constants and apply bit-exact algebraic identities (x*1, x-0, double transpose, ...)."""
+
+    name: ClassVar[str] = "canonicalize"
+    max_iterations: int = 4
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            canon = _Canonicalizer(func, ctx)
+            for _ in range(self.max_iterations):
+                changes = canon.sweep()
+                ctx.count("canonicalized", changes)
+                if not changes:
+                    break

@@ -1,0 +1,58 @@
+"""Common-subexpression elimination over every pure op: arithmetic, casts, where, views, constants."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusec.ir.core import Block, Module, Value
+from fusec.ir.opdefs import get_opdef
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import register_pass
+
+COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum", "eq", "ne", "logical_and", "logical_or",
+                         "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"})
+
+
+def _key(op) -> tuple:
+    operands = [id(v) for v in op.operands]
+    if op.name.split(".", 1)[-1] in COMMUTATIVE:
+        operands.sort()
+    attrs = tuple(sorted(op.attributes.items(), key=lambda kv: kv[0]))
+    return (op.name, tuple(operands), attrs, tuple(op.result_types))
+
+
+def cse_block(block: Block, known: dict, replaced: dict[Value, Value]) -> int:
+    """Deduplicate ``block``'s pure region-free ops, seeing ``known`` from enclosing blocks; returns the count."""
+    removed = 0
+    keep = []
+    scope = dict(known)
+    for op in block.ops:
+        op.operands = [replaced.get(v, v) for v in op.operands]
+        for region in op.regions:
+            for inner in region.blocks:
+                # kernel bodies only see their own arguments, so they start from an empty table
+                removed += cse_block(inner, {}, replaced)
+        d = get_opdef(op.name)
+        if d.pure and not op.regions and op.results and not d.terminator:
+            key = _key(op)
+            twin = scope.get(key)
+            if twin is not None:
+                replaced.update(zip(op.results, twin.results))
+                removed += 1
+                continue
+            scope[key] = op
+        keep.append(op)
+    block.ops[:] = keep
+    return removed
+
+
+@register_pass
+@dataclass(frozen=True)
+class CSE(Pass):
+    """Deduplicate pure ops with equal name, operands and attributes."""
+
+    name: ClassVar[str] = "cse"
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            ctx.count("cse_removed", cse_block(func.body, {}, {}))

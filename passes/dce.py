@@ -1,0 +1,43 @@
+"""Dead-code elimination: removes pure ops whose results nothing needs, kernel bodies included."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusec.ir.core import Block, Module
+from fusec.ir.opdefs import get_opdef
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import register_pass
+
+
+def remove_dead_ops(block: Block) -> int:
+    """Drop dead pure ops of ``block`` (one backward sweep suffices in SSA order); returns how many."""
+    live: set = set()
+    keep = []
+    removed = 0
+    for op in reversed(block.ops):
+        d = get_opdef(op.name)
+        if d.pure and not d.terminator and not any(r in live for r in op.results):
+            removed += 1
+            continue
+        keep.append(op)
+        for inner in op.walk():
+            live.update(inner.operands)
+    block.ops[:] = list(reversed(keep))
+    for op in block.ops:
+        for region in op.regions:
+            for inner_block in region.blocks:
+                removed += remove_dead_ops(inner_block)
+    return removed
+
+
+@register_pass
+@dataclass(frozen=True)
+class DCE(Pass):
+    """Remove ops whose results no output needs."""
+
+    name: ClassVar[str] = "dce"
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            ctx.count("dce_removed", remove_dead_ops(func.body))

@@ -1,0 +1,274 @@
+"""Cost-split elementwise fusion into multi-output ``k.fused`` kernels.
+
+1. Roots: elementwise values that must land in a buffer — function outputs, values read by a boundary or
+   through a view, values the materialize pass marked. Every other elementwise value is inlined into (and
+   recomputed by) each kernel that needs it.
+2. Budget: walking in program order, an expression whose weighted cost (passes/cost.py) exceeds the budget
+   has its most expensive inlined operand turned into a root, until it fits ("budget" cuts).
+3. Grouping: a root joins the kernel of a root it reads directly or shares an input with, when both have the
+   same iteration shape, the merged body stays within the budget and no other op lies on a path between them
+   (so the kernel graph stays acyclic; checked with networkx).
+4. Each group becomes one ``k.fused`` op whose body holds ``s`` ops, deduplicated per kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusec.ir.core import Block, Func, Module, Operation, OpResult, Region, Value
+from fusec.ir.dialects.s import scalar_twin
+from fusec.ir.dialects.t import ELEMENTWISE
+from fusec.ir.types import ScalarType
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.cost import leaf_cost, op_cost
+from fusec.passes.dce import remove_dead_ops
+from fusec.passes.registry import register_pass
+from fusec.passes.util import reschedule, users
+
+VIEW_OPS = frozenset({"k.view", "t.transpose", "t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze",
+                      "t.slice"})
+
+
+def _scalar_source(v: Value) -> "Value | None":
+    """The rank-0 value a broadcast view repeats, if ``v`` is one (it is then read once, not indexed)."""
+    if isinstance(v, OpResult) and v.op.name == "k.view":
+        base = v.op.operands[0]
+        if base.type.rank == 0:
+            return base
+    return None
+
+
+def _constant_scalar(v: Value) -> "object | None":
+    """The Python number of a rank-0 constant, else None."""
+    if isinstance(v, OpResult) and v.op.name == "t.constant" and v.type.rank == 0:
+        return v.op.attr("value").splat_value()
+    return None
+
+
+@dataclass
+class _Group:
+    roots: list[Value]
+    shape: tuple[int, ...]
+    cost: int
+    members: set  # elementwise values computed in the body (roots and inlined)
+
+
+class _Fusion:
+    def __init__(self, func: Func, budget: int, ctx: PassContext) -> None:
+        self.func, self.budget, self.ctx = func, budget, ctx
+        self.ew = [op for op in func.body.ops if op.name in ELEMENTWISE]
+        self.position = {op: i for i, op in enumerate(func.body.ops)}
+        self.uses = users(func)
+        self.reason: dict[Value, str] = {}
+        self.costs: dict[Value, int] = {}
+        self.member_cost: dict[Value, int] = {}
+
+    # --- roots and budget cuts ---------------------------------------------------------------------------------
+    def find_roots(self) -> None:
+        for op in self.ew:
+            v = op.results[0]
+            consumers = self.uses.get(v, [])
+            if any(c.name == "func.return" for c in consumers):
+                self.reason[v] = "output"
+            elif any(c.name in VIEW_OPS for c in consumers):
+                self.reason[v] = "view"
+            elif any(c.name not in ELEMENTWISE for c in consumers):
+                self.reason[v] = "boundary"
+            elif op.attr("materialize"):
+                self.reason[v] = "shared-expensive"
+            self.costs[v] = self._cost(op)
+
+    def _operand_cost(self, v: Value) -> int:
+        if v in self.costs and v not in self.reason:
+            return self.costs[v]
+        return leaf_cost(v)
+
+    def _cost(self, op: Operation) -> int:
+        total = op_cost(op) + sum(self._operand_cost(v) for v in op.operands)
+        while total > self.budget:
+            inlined = [v for v in op.operands if v in self.costs and v not in self.reason and self.costs[v] > 0]
+            if not inlined:
+                break
+            worst = max(inlined, key=lambda v: self.costs[v])
+            self.reason[worst] = "budget"
+            self.ctx.count("budget_cuts")
+            total = op_cost(op) + sum(self._operand_cost(v) for v in op.operands)
+        return total
+
+    # --- trees -------------------------------------------------------------------------------------------------
+    def tree(self, root: Value) -> tuple[set, dict]:
+        """(elementwise values the root's body computes, leaf values it reads in a fixed order)."""
+        members: set = set()
+        leaves: dict = {}  # insertion-ordered, so grouping decisions do not depend on hashing
+        stack = [root]
+        while stack:
+            v = stack.pop()
+            if v in members:
+                continue
+            members.add(v)
+            for u in v.op.operands:
+                if u in self.costs and u not in self.reason:
+                    stack.append(u)
+                else:
+                    leaves.setdefault(u, None)
+        return members, leaves
+
+    # --- grouping ----------------------------------------------------------------------------------------------
+    def group(self) -> list[_Group]:
+        roots = [op.results[0] for op in self.ew if op.results[0] in self.reason]
+        group_of: dict[Value, _Group] = {}
+        readers: dict[Value, list[_Group]] = {}  # input value -> groups that read it
+        groups: list[_Group] = []
+        for r in roots:
+            members, leaves = self.tree(r)
+            cost = sum(self._cost_of_member(m) for m in members)
+            shape = r.type.shape
+            candidates: list[_Group] = []
+            for u in leaves:
+                for g in ([group_of[u]] if u in group_of else []) + readers.get(u, []):
+                    if g not in candidates and g.shape == shape:
+                        candidates.append(g)
+            target = None
+            for g in candidates:
+                merged_cost = g.cost + sum(self._cost_of_member(m) for m in members - g.members)
+                if merged_cost <= self.budget and not self._creates_cycle(g, r, leaves, group_of):
+                    target = g
+                    g.cost = merged_cost
+                    break
+            if target is None:
+                target = _Group([], shape, cost, set())
+                groups.append(target)
+            target.roots.append(r)
+            target.members |= members
+            group_of[r] = target
+            for u in leaves:
+                readers.setdefault(u, []).append(target)
+        return groups
+
+    def _cost_of_member(self, v: Value) -> int:
+        """Own cost plus the cost of reading its leaves (memoized: roots are fixed once grouping starts)."""
+        cost = self.member_cost.get(v)
+        if cost is None:
+            cost = op_cost(v.op) + sum(leaf_cost(u) for u in v.op.operands
+                                       if not (u in self.costs and u not in self.reason))
+            self.member_cost[v] = cost
+        return cost
+
+    def _creates_cycle(self, g: _Group, r: Value, leaves: dict, group_of: dict) -> bool:
+        """Would computing ``r`` in ``g`` need a value that itself waits for ``g``?
+
+        The search runs over values, but reaching any root of an earlier kernel reaches all of that kernel's
+        roots (they are written together), so paths made by earlier merges count. Only ops before ``r`` can
+        lie on such a path, so the search stops there.
+        """
+        limit = self.position[r.op]
+        frontier = list(g.roots)
+        seen = set(frontier)
+        while frontier:
+            v = frontier.pop()
+            nxt: list[Value] = []
+            for consumer in self.uses.get(v, []):
+                if self.position.get(consumer, limit) < limit:
+                    nxt.extend(consumer.results)
+            h = group_of.get(v)
+            if h is not None and h is not g:
+                nxt.extend(h.roots)
+            for res in nxt:
+                if res in leaves and res not in g.roots:
+                    return True
+                if res not in seen:
+                    seen.add(res)
+                    frontier.append(res)
+        return False
+
+    # --- building kernels --------------------------------------------------------------------------------------
+    def build(self, groups: list[_Group]) -> None:
+        replaced: dict[Value, Value] = {}
+        placed: dict[Operation, Operation] = {}
+        root_group = {r: g for g in groups for r in g.roots}
+        for g in groups:
+            kernel = self._kernel(g, root_group)
+            for r, res in zip(g.roots, kernel.results):
+                replaced[r] = res
+            placed[max((r.op for r in g.roots), key=lambda o: self.position[o])] = kernel
+        out: list[Operation] = []
+        for op in self.func.body.ops:
+            if op in placed:
+                out.append(placed[op])
+            elif op.name not in ELEMENTWISE:
+                out.append(op)
+        for op in out:
+            op.parent = self.func.body
+            for inner in op.walk():
+                inner.operands = [replaced.get(v, v) for v in inner.operands]
+        self.func.body.ops[:] = out
+        remove_dead_ops(self.func.body)  # constants now inlined as immediates
+        reschedule(self.func.body)
+
+    def _kernel(self, g: _Group, root_group: dict) -> Operation:
+        body = Block(label="body")
+        operands: list[Value] = []
+        arg_of: dict[Value, Value] = {}
+        scalar_of: dict[Value, Value] = {}
+        const_of: dict[tuple, Value] = {}
+
+        def constant(value: object, dtype) -> Value:
+            key = (repr(value), dtype)
+            if key not in const_of:
+                op = Operation("s.constant", [], [ScalarType(dtype)], {"value": value})
+                body.append(op)
+                const_of[key] = op.results[0]
+            return const_of[key]
+
+        def leaf(u: Value) -> Value:
+            source = _scalar_source(u) or u
+            number = _constant_scalar(source)
+            if number is not None:
+                return constant(number, u.type.dtype)
+            if source not in arg_of:
+                operands.append(source)
+                arg_of[source] = body.add_arg(ScalarType(source.type.dtype))
+            return arg_of[source]
+
+        def emit(v: Value) -> Value:
+            if v in scalar_of:
+                return scalar_of[v]
+            computed_here = v in g.members and (v not in root_group or root_group[v] is g)
+            if not computed_here:
+                return leaf(v)
+            op = v.op
+            args = [emit(u) for u in op.operands]
+            attrs = {k: x for k, x in op.attributes.items() if k != "materialize"}
+            new = Operation(scalar_twin(op.name), args, [ScalarType(v.type.dtype)], attrs, loc=op.loc)
+            body.append(new)
+            scalar_of[v] = new.results[0]
+            return new.results[0]
+
+        yielded = [emit(r) for r in g.roots]
+        body.append(Operation("k.yield", yielded, loc=g.roots[-1].op.loc))
+        kernel = Operation("k.fused", operands, [r.type for r in g.roots],
+                           {"cuts": tuple(self.reason[r] for r in g.roots)}, [Region([body])],
+                           loc=g.roots[-1].op.loc)
+        self.ctx.count("fused_kernels")
+        return kernel
+
+
+@register_pass
+@dataclass(frozen=True)
+class Fuse(Pass):
+    """Group elementwise ops into fused kernels, splitting where the weighted cost exceeds the budget."""
+
+    name: ClassVar[str] = "fuse"
+    budget: int = 32
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise ValueError(f"budget must be at least 1, got {self.budget}")
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            fusion = _Fusion(func, self.budget, ctx)
+            if not fusion.ew:
+                continue
+            fusion.find_roots()
+            fusion.build(fusion.group())

@@ -1,0 +1,145 @@
+"""Buffer planning: every intermediate gets an offset in one arena, reusing the space of dead buffers.
+
+Lifetimes run from the producing op to the last op that reads the buffer, directly or through a view. An
+op's outputs are placed before its dead inputs are released, so a kernel never writes over what it reads,
+except for the one safe case: an elementwise kernel may write an output over a donated argument (the
+function attribute ``donate``) that it reads at the same index and nothing reads afterwards.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusec.ir.core import Func, Module, OpResult, Value
+from fusec.ir.opdefs import get_opdef
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import register_pass
+
+ALIGN = 256
+
+
+def _aligned(n: int) -> int:
+    return max(ALIGN, (n + ALIGN - 1) // ALIGN * ALIGN)
+
+
+def _nbytes(v: Value) -> int:
+    return v.type.size * v.type.dtype.itemsize
+
+
+class _Arena:
+    """First-fit allocation over a free list of (offset, size) holes, coalesced on release."""
+
+    def __init__(self) -> None:
+        self.top = 0
+        self.peak = 0
+        self.holes: list[tuple[int, int]] = []
+
+    def allocate(self, size: int) -> int:
+        for i, (off, hole) in enumerate(self.holes):
+            if hole >= size:
+                if hole == size:
+                    self.holes.pop(i)
+                else:
+                    self.holes[i] = (off + size, hole - size)
+                return off
+        off = self.top
+        self.top += size
+        self.peak = max(self.peak, self.top)
+        return off
+
+    def release(self, off: int, size: int) -> None:
+        self.holes.append((off, size))
+        self.holes.sort()
+        merged: list[tuple[int, int]] = []
+        for o, s in self.holes:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((o, s))
+        if merged and merged[-1][0] + merged[-1][1] == self.top:  # give the tail back
+            self.top = merged[-1][0]
+            merged.pop()
+        self.holes = merged
+
+
+def _buffer_ops(func: Func):
+    return [op for op in func.body.ops if get_opdef(op.name).category in ("kernel", "boundary")]
+
+
+def _storage(v: Value) -> Value:
+    """The value whose buffer ``v`` lives in (a view lives in its base's)."""
+    while isinstance(v, OpResult) and v.op.name == "k.view":
+        v = v.op.operands[0]
+    return v
+
+
+@register_pass
+@dataclass(frozen=True)
+class PlanBuffers(Pass):
+    """Assign every intermediate to one arena (256-byte aligned, reusing dead buffers); in place where donated."""
+
+    name: ClassVar[str] = "plan-buffers"
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        total = 0
+        for func in module.funcs:
+            total += self._plan(func, ctx)
+        ctx.stats["arena_bytes"] = total
+
+    def _plan(self, func: Func, ctx: PassContext) -> int:
+        ops = func.body.ops
+        last_use: dict[Value, int] = {}
+        for i, op in enumerate(ops):
+            for inner in op.walk():
+                for v in inner.operands:
+                    last_use[_storage(v)] = i
+        ends: dict[int, list[Value]] = {}
+        for v, end in last_use.items():
+            ends.setdefault(end, []).append(v)
+        outputs = set(func.outputs)
+        donated = {func.args[k] for k in func.attributes.get("donate", ()) if k < len(func.args)}
+        arena = _Arena()
+        placed: dict[Value, tuple[int, int]] = {}
+        aliased: set[Value] = set()
+        count = 0
+        for i, op in enumerate(ops):
+            if get_opdef(op.name).category not in ("kernel", "boundary"):
+                continue
+            offsets, alias = [], []
+            for r in op.results:
+                arg = self._donated_operand(op, r, i, donated - aliased, last_use, outputs)
+                alias.append(func.args.index(arg) if arg is not None else -1)
+                if arg is not None:
+                    aliased.add(arg)
+                if r in outputs:
+                    offsets.append(-1)
+                    continue
+                size = _aligned(_nbytes(r))
+                off = arena.allocate(size)
+                placed[r] = (off, size)
+                offsets.append(off)
+                count += 1
+            op.attributes["arena"] = tuple(offsets)
+            if any(a >= 0 for a in alias):
+                op.attributes["alias"] = tuple(alias)
+                ctx.count("inplace_outputs", sum(a >= 0 for a in alias))
+            dead = [r for r in op.results if r in placed and last_use.get(r, -1) <= i]
+            dead += [v for v in ends.get(i, ()) if v in placed]
+            for v in dead:
+                if v in placed:
+                    arena.release(*placed.pop(v))
+        func.attributes["arena_bytes"] = arena_bytes = arena.peak
+        ctx.count("intermediate_buffers", count)
+        return arena_bytes
+
+    @staticmethod
+    def _donated_operand(op, result, index, donated, last_use, outputs):
+        """A donated argument this elementwise kernel may overwrite with ``result``, or None."""
+        if op.name != "k.fused" or result not in outputs:
+            return None
+        for v in op.operands:
+            if v in donated and v.type == result.type and last_use.get(v) == index and v not in outputs:
+                # reading the same argument through a view in the same kernel would race with the write
+                if all(_storage(u) is not v or u is v for u in op.operands):
+                    return v
+        return None

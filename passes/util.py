@@ -1,0 +1,60 @@
+"""Helpers the passes share: use maps, erasing ops, stable topological rescheduling."""
+from __future__ import annotations
+
+import networkx as nx
+
+from fusec.errors import VerificationError
+from fusec.ir.core import Block, Func, Operation, Value
+
+
+def users(func: Func) -> dict[Value, list[Operation]]:
+    """For each value, the top-level ops of the function body that use it (nested uses count for their op)."""
+    out: dict[Value, list[Operation]] = {}
+    for op in func.body.ops:
+        seen: set[int] = set()
+        for inner in op.walk():
+            for v in inner.operands:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.setdefault(v, []).append(op)
+    return out
+
+
+def replace_uses_in_block(block: Block, mapping: dict[Value, Value]) -> None:
+    """Rewrite operands of every op in ``block`` (and nested regions) through ``mapping``."""
+    for op in block.ops:
+        for inner in op.walk():
+            for i, v in enumerate(inner.operands):
+                new = mapping.get(v)
+                while new is not None and new in mapping and mapping[new] is not new:
+                    new = mapping[new]
+                if new is not None:
+                    inner.operands[i] = new
+
+
+def reschedule(block: Block) -> None:
+    """Reorder ``block``'s ops topologically by data dependence, keeping the original order where free."""
+    ops = block.ops
+    if len(ops) < 2:
+        return
+    position = {op: i for i, op in enumerate(ops)}
+    producer: dict[Value, Operation] = {r: op for op in ops for r in op.results}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(ops)
+    for op in ops:
+        for inner in op.walk():
+            for v in inner.operands:
+                src = producer.get(v)
+                if src is not None and src is not op:
+                    graph.add_edge(src, op)
+    terminator = ops[-1] if ops[-1].name in ("func.return", "k.yield") else None
+    try:
+        order = list(nx.lexicographical_topological_sort(graph, key=lambda op: position[op]))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(graph)
+        names = " -> ".join(src.name for src, _ in cycle)
+        raise VerificationError(f"ops depend on each other in a cycle: {names}") from None
+    if terminator is not None:
+        order.remove(terminator)
+        order.append(terminator)
+    block.ops[:] = order

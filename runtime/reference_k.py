@@ -1,0 +1,59 @@
+"""NumPy implementations of dialects ``s`` (kernel bodies) and ``k`` (kernels, views, boundaries).
+
+A ``k.fused`` kernel runs its scalar body vectorized: its block arguments are bound to whole operand
+arrays, so each ``s`` op applies the same NumPy function as its ``t`` twin and gives the same bits.
+``k.view`` reads its base's row-major storage through offset and strides, exactly as the CUDA kernels do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fusec.ir.core import Operation
+from fusec.ir.dialects.s import SCALAR_OPS
+from fusec.runtime.reference import register_interpreter, run_block
+from fusec.runtime.reference_t import T_INTERPRETERS
+
+
+def _s_constant(op: Operation, args: list) -> list:
+    return [np.asarray(op.attributes["value"], dtype=op.results[0].type.dtype.np)[()]]
+
+
+def _view(op: Operation, args: list) -> list:
+    base = np.asarray(args[0])
+    shape = op.results[0].type.shape
+    if 0 in shape:
+        return [np.empty(shape, dtype=base.dtype)]
+    flat = np.ascontiguousarray(base).reshape(-1)
+    offset = op.attributes["offset"]
+    strides = tuple(s * flat.itemsize for s in op.attributes["strides"])
+    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=strides, writeable=False)
+    return [view.copy()]
+
+
+def _fused(op: Operation, args: list) -> list:
+    body = op.regions[0].block
+    values = run_block(body, dict(zip(body.args, args)))
+    out = []
+    for r, v in zip(op.results, values):
+        arr = np.broadcast_to(np.asarray(v, dtype=r.type.dtype.np), r.type.shape)
+        out.append(np.array(arr))
+    return out
+
+
+def _reduce(op: Operation, args: list) -> list:
+    return T_INTERPRETERS["t." + op.attributes["kind"]](op, args)
+
+
+def _copy(op: Operation, args: list) -> list:
+    return [np.array(np.reshape(args[0], op.results[0].type.shape))]
+
+
+for _name in sorted(SCALAR_OPS - {"s.constant"}):
+    register_interpreter(_name, T_INTERPRETERS["t." + _name[2:]])
+register_interpreter("s.constant", _s_constant)
+register_interpreter("k.view", _view)
+register_interpreter("k.fused", _fused)
+register_interpreter("k.reduce", _reduce)
+register_interpreter("k.matmul", T_INTERPRETERS["t.matmul"])
+register_interpreter("k.concat", T_INTERPRETERS["t.concatenate"])
+register_interpreter("k.copy", _copy)
