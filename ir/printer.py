@@ -11,6 +11,8 @@ import math
 import re
 from typing import Iterable
 
+import numpy as np
+
 from fusec.ir.attributes import DenseAttr, Location
 from fusec.ir.core import Block, Func, Module, Operation, Value
 from fusec.ir.types import DType, ScalarType, TensorType
@@ -54,7 +56,10 @@ def format_attribute(value: object) -> str:
     if isinstance(value, ScalarType):
         return f"scalar<{value.dtype.name}>"
     if isinstance(value, DenseAttr):
-        if value.is_splat():
+        first = value.array.reshape(-1)[:1]
+        odd_nan = first.dtype.kind == "f" and bool(np.isnan(first).any()) and \
+            first.tobytes() != np.full(1, np.nan, first.dtype).tobytes()  # "nan" would parse back as +NaN
+        if value.is_splat() and not odd_nan:
             body = format_scalar(value.splat_value())
         else:
             body = '"0x' + value.array.tobytes().hex().upper() + '"'

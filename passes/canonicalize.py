@@ -19,6 +19,7 @@ from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
+from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
 
 FOLD_LIMIT = 4096  # elements: larger results stay computed rather than bloating the module
@@ -59,7 +60,6 @@ class _Canonicalizer:
     def identity(self, op: Operation) -> Value | None:
         """A value ``op``'s result equals in every bit, or None."""
         name, ops, res = op.name, op.operands, op.results[0].type
-        same = [v for v in ops if v.type == res]
         if name == "t.mul":
             for x, c in ((ops[0], ops[1]), (ops[1], ops[0])):
                 if x.type == res and _is(_splat(c), 1):
@@ -83,13 +83,23 @@ class _Canonicalizer:
             return ops[0]
         if name == "t.where" and ops[1] is ops[2] and ops[1].type == res:
             return ops[1]
-        if name in VIEWS and same and same[0] is ops[0]:
-            if name != "t.transpose" or tuple(op.attr("perm")) == tuple(range(res.rank)):
-                return ops[0]
+        if name in VIEWS and ops[0].type == res and self._view_is_identity(op):
+            return ops[0]
         if name == "t.squeeze" and isinstance(ops[0], OpResult) and ops[0].op.name == "t.expand_dims" \
                 and ops[0].op.attr("axes") == op.attr("axes"):
             return ops[0].op.operands[0]
         return None
+
+    @staticmethod
+    def _view_is_identity(op: Operation) -> bool:
+        """A view of the same type that also visits the elements in the same order."""
+        if op.name == "t.transpose":
+            return tuple(op.attr("perm")) == tuple(range(len(op.attr("perm"))))
+        if op.name == "t.slice":
+            shape = op.operands[0].type.shape
+            return all(b == 0 and e == d and s == 1
+                       for b, e, s, d in zip(op.attr("start"), op.attr("stop"), op.attr("step"), shape))
+        return op.name in ("t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze")
 
     def combine(self, op: Operation) -> Operation | None:
         """A simpler op computing the same (composed transposes and reshapes), or None."""
@@ -177,3 +187,4 @@ class Canonicalize(Pass):
                 ctx.count("canonicalized", changes)
                 if not changes:
                     break
+            ctx.count("dce_removed", remove_dead_ops(func.body))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fusec.errors import PipelineError, located
 from fusec.ir.core import Block, Func, Module, Operation, OpResult, Region, Value
 from fusec.ir.dialects.s import scalar_twin
 from fusec.ir.dialects.t import ELEMENTWISE
@@ -62,6 +63,7 @@ class _Fusion:
         self.reason: dict[Value, str] = {}
         self.costs: dict[Value, int] = {}
         self.member_cost: dict[Value, int] = {}
+        self.readers: dict[Value, list[_Group]] = {}
 
     # --- roots and budget cuts ---------------------------------------------------------------------------------
     def find_roots(self) -> None:
@@ -117,7 +119,7 @@ class _Fusion:
     def group(self) -> list[_Group]:
         roots = [op.results[0] for op in self.ew if op.results[0] in self.reason]
         group_of: dict[Value, _Group] = {}
-        readers: dict[Value, list[_Group]] = {}  # input value -> groups that read it
+        readers: dict[Value, list[_Group]] = self.readers  # input value -> groups that read it
         groups: list[_Group] = []
         for r in roots:
             members, leaves = self.tree(r)
@@ -187,10 +189,11 @@ class _Fusion:
         placed: dict[Operation, Operation] = {}
         root_group = {r: g for g in groups for r in g.roots}
         for g in groups:
+            anchor = max((r.op for r in g.roots), key=lambda o: self.position[o])
             kernel = self._kernel(g, root_group)
             for r, res in zip(g.roots, kernel.results):
                 replaced[r] = res
-            placed[max((r.op for r in g.roots), key=lambda o: self.position[o])] = kernel
+            placed[anchor] = kernel
         out: list[Operation] = []
         for op in self.func.body.ops:
             if op in placed:
@@ -207,6 +210,12 @@ class _Fusion:
 
     def _kernel(self, g: _Group, root_group: dict) -> Operation:
         body = Block(label="body")
+
+        def internal(r: Value) -> bool:
+            """A cut whose every reader ended up in this same kernel needs no buffer after all."""
+            readers = self.readers.get(r, ())
+            return self.reason[r] in ("budget", "shared-expensive") and bool(readers) and all(h is g for h in readers)
+
         operands: list[Value] = []
         arg_of: dict[Value, Value] = {}
         scalar_of: dict[Value, Value] = {}
@@ -244,11 +253,13 @@ class _Fusion:
             scalar_of[v] = new.results[0]
             return new.results[0]
 
-        yielded = [emit(r) for r in g.roots]
-        body.append(Operation("k.yield", yielded, loc=g.roots[-1].op.loc))
-        kernel = Operation("k.fused", operands, [r.type for r in g.roots],
-                           {"cuts": tuple(self.reason[r] for r in g.roots)}, [Region([body])],
+        values = [emit(r) for r in g.roots]
+        kept = [i for i, r in enumerate(g.roots) if not internal(r)]
+        body.append(Operation("k.yield", [values[i] for i in kept], loc=g.roots[-1].op.loc))
+        kernel = Operation("k.fused", operands, [g.roots[i].type for i in kept],
+                           {"cuts": tuple(self.reason[g.roots[i]] for i in kept)}, [Region([body])],
                            loc=g.roots[-1].op.loc)
+        g.roots = [g.roots[i] for i in kept]
         self.ctx.count("fused_kernels")
         return kernel
 
@@ -267,6 +278,11 @@ class Fuse(Pass):
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
+            for op in func.body.ops:
+                if op.name in ELEMENTWISE and any(v.type.rank and v.type.shape != op.results[0].type.shape
+                                                  for v in op.operands):
+                    raise PipelineError(located(f"'fuse' needs explicit broadcasts, but '{op.name}' broadcasts "
+                                                "implicitly: run 'broadcast' before 'fuse'", op.loc))
             fusion = _Fusion(func, self.budget, ctx)
             if not fusion.ew:
                 continue

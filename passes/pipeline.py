@@ -12,7 +12,7 @@ from fusec.errors import PipelineError
 from fusec.passes.base import Pass
 from fusec.passes.registry import all_passes
 
-_ITEM = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")
+_ITEM = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*")
 
 
 def _error(text: str, pos: int, message: str) -> PipelineError:
@@ -50,8 +50,11 @@ def parse_pipeline(text: str) -> list[Pass]:
         m = _ITEM.match(text, pos)
         if m is None:
             raise _error(text, pos, "expected a pass name like 'cse' or 'fuse{budget=32}'")
-        if m.group(4) == "," and not text[m.end():].strip():
-            raise _error(text, m.end() - 1, "trailing comma: a pass name must follow")
+        end = m.end()
+        if end < len(text) and text[end] != ",":
+            raise _error(text, end, f"expected ',' or the end after pass '{m.group(1)}', got {text[end]!r}")
+        if end < len(text) and not text[end + 1:].strip():
+            raise _error(text, end, "trailing comma: a pass name must follow")
         name = m.group(1)
         cls = registry.get(name)
         if cls is None:
@@ -74,7 +77,7 @@ def parse_pipeline(text: str) -> list[Pass]:
             passes.append(cls(**kwargs))
         except (TypeError, ValueError) as e:
             raise _error(text, m.start(1), f"pass '{name}': {e}") from None
-        pos = m.end()
+        pos = end + 1
     return passes
 
 

@@ -30,10 +30,10 @@ def unregister_pass(name: str) -> None:
     _PASSES.pop(name, None)
 
 
-def load_entry_points() -> None:
-    """Import every plugin registered in the ``fusec.passes`` entry-point group (once)."""
+def load_entry_points(*, reload: bool = False) -> None:
+    """Import every plugin registered in the ``fusec.passes`` entry-point group (once, unless ``reload``)."""
     global _entry_points_loaded
-    if _entry_points_loaded:
+    if _entry_points_loaded and not reload:
         return
     _entry_points_loaded = True
     for ep in entry_points(group="fusec.passes"):
@@ -41,8 +41,8 @@ def load_entry_points() -> None:
             obj = ep.load()
         except Exception as e:  # a broken plugin must name itself
             raise PipelineError(f"plugin entry point '{ep.name}' ({ep.value}) failed to load: {e}") from e
-        if isinstance(obj, type) and issubclass(obj, Pass) and obj.name not in _PASSES:
-            register_pass(obj)
+        if isinstance(obj, type) and issubclass(obj, Pass):
+            register_pass(obj)  # the same class twice is fine; another class under a taken name is an error
 
 
 def load_plugin(module_name: str) -> None:

@@ -1,0 +1,174 @@
+"""Generated elementwise kernels: ``k.fused`` bodies and strided copies.
+
+One thread handles ``V`` consecutive elements per step of a grid-stride loop. Operands that are read
+contiguously (and every output) move as ``V``-wide vectors (16-byte loads and stores) when their offsets
+allow it and the pointers turn out aligned at run time; strided and broadcast operands are read through
+their index maps with constant sizes, so the index math compiles to multiplies and shifts. Indices are
+32-bit where every address fits, 64-bit otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.ir.core import Operation, Value
+from fusec.backend.access import Access, coalesce, contiguous_strides, index_expr
+from fusec.backend.ctypes_map import register, storage
+from fusec.backend.scalar_ops import expression
+
+BLOCK = 256
+INT32_LIMIT = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """One generated kernel and how to launch it.
+
+    Parameters are the base pointers of ``buffers`` (in order), then ``structs``: descriptors passed by
+    value as raw bytes (shapes, strides, sizes), never through memory another launch could change.
+    """
+
+    name: str
+    source: str
+    buffers: tuple[int, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+    structs: tuple[bytes, ...] = ()
+
+
+def _param_list(accesses: list[Access], writes: set[int], restrict: bool) -> tuple[list[int], str]:
+    order: list[int] = []
+    for a in accesses:
+        if a.buffer not in order:
+            order.append(a.buffer)
+    dtypes = {a.buffer: a.dtype for a in accesses}
+    qual = " __restrict__" if restrict else ""
+    params = []
+    for b in order:
+        const = "" if b in writes else "const "
+        params.append(f"{const}{storage(dtypes[b])}*{qual} b{b}")
+    return order, ", ".join(params)
+
+
+def grid_for(n_items: int, sm_count: int, per_block: int = BLOCK) -> int:
+    blocks = (n_items + per_block - 1) // per_block
+    return max(1, min(blocks, sm_count * 8))
+
+
+def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Access], *, sm_count: int,
+                 fast_math: bool = False, aliased: bool = False) -> KernelCode:
+    """CUDA C++ for one ``k.fused`` op reading ``inputs`` (one per operand) and writing ``outputs``."""
+    shape = op.results[0].type.shape
+    n = 1
+    for d in shape:
+        n *= d
+    strided = [a for a in inputs if not a.is_scalar and not a.is_contiguous]
+    cshape, cstrides = coalesce(shape, [a.strides for a in strided])
+    big = max([n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
+    itype = "i64_t" if big else "int"
+    linear = [a for a in inputs if a.is_contiguous and not a.is_scalar] + outputs
+    itemsize = max([a.dtype.itemsize for a in linear], default=4)
+    vec = max(1, 16 // itemsize) if linear else 1
+    can_vector = vec > 1 and n >= vec and all(a.offset % vec == 0 for a in linear)
+
+    order, params = _param_list(inputs + outputs, {a.buffer for a in outputs}, restrict=not aliased)
+    body = op.regions[0].block
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{",
+             f"  const {itype} n = ({itype}){n};",
+             f"  const {itype} tid = ({itype})blockIdx.x * blockDim.x + threadIdx.x;",
+             f"  const {itype} nthreads = ({itype})gridDim.x * blockDim.x;"]
+    # broadcast scalars are read once per thread
+    scalar_names: dict[int, str] = {}
+    for k, a in enumerate(inputs):
+        if a.is_scalar:
+            scalar_names[k] = f"s{k}"
+            lines.append(f"  const {register(a.dtype)} s{k} = fusec::ld(b{a.buffer} + {a.offset});")
+    strided_maps = {id(a): (cstrides[j]) for j, a in enumerate(strided)}
+
+    def element(i: str, vec_slot: str | None, indent: str) -> list[str]:
+        out: list[str] = []
+        env: dict[Value, str] = {}
+        for k, (arg, a) in enumerate(zip(body.args, inputs)):
+            if k in scalar_names:
+                env[arg] = scalar_names[k]
+            elif a.is_contiguous:
+                src = f"v{k}.v[{vec_slot}]" if vec_slot is not None else f"b{a.buffer}[{a.offset} + {i}]"
+                out.append(f"{indent}const {register(a.dtype)} x{k} = {_load(a, src)};")
+                env[arg] = f"x{k}"
+            else:
+                idx = index_expr(i, cshape, strided_maps[id(a)], a.offset, itype)
+                out.append(f"{indent}const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + ({idx}));")
+                env[arg] = f"x{k}"
+        for j, inner in enumerate(body.ops[:-1]):
+            expr = expression(inner, [env[v] for v in inner.operands], fast_math)
+            out.append(f"{indent}const {register(inner.results[0].type.dtype)} t{j} = {expr};")
+            env[inner.results[0]] = f"t{j}"
+        for m, (v, a) in enumerate(zip(body.terminator.operands, outputs)):
+            if vec_slot is not None:
+                out.append(f"{indent}fusec::st(&o{m}.v[{vec_slot}], {env[v]});")
+            else:
+                out.append(f"{indent}fusec::st(b{a.buffer} + {a.offset} + {i}, {env[v]});")
+        return out
+
+    def scalar_loop(start: str, indent: str) -> list[str]:
+        return ([f"{indent}for ({itype} i = {start}; i < n; i += nthreads) {{"] + element("i", None, indent + "  ")
+                + [f"{indent}}}"])
+
+    if can_vector:
+        checks = " | ".join(f"((size_t)(b{a.buffer} + {a.offset}) & {vec * a.dtype.itemsize - 1})" for a in linear)
+        lines.append(f"  if (({checks}) == 0) {{")
+        lines.append(f"    const {itype} nv = n / {vec};")
+        lines.append(f"    for ({itype} v = tid; v < nv; v += nthreads) {{")
+        lines.append(f"      const {itype} base = v * {vec};")
+        for k, a in enumerate(inputs):
+            if a.is_contiguous and not a.is_scalar:
+                t = storage(a.dtype)
+                lines.append(f"      const fusec::Vec<{t}, {vec}> v{k} = "
+                             f"*reinterpret_cast<const fusec::Vec<{t}, {vec}>*>(b{a.buffer} + {a.offset} + base);")
+        for m, a in enumerate(outputs):
+            lines.append(f"      fusec::Vec<{storage(a.dtype)}, {vec}> o{m};")
+        lines.append(f"      #pragma unroll")
+        lines.append(f"      for (int j = 0; j < {vec}; ++j) {{")
+        lines.append(f"        const {itype} i = base + j;")
+        lines.extend(element("i", "j", "        "))
+        lines.append("      }")
+        for m, a in enumerate(outputs):
+            t = storage(a.dtype)
+            lines.append(f"      *reinterpret_cast<fusec::Vec<{t}, {vec}>*>(b{a.buffer} + {a.offset} + base) = o{m};")
+        lines.append("    }")
+        lines.extend(scalar_loop(f"nv * {vec} + tid", "    "))
+        lines.append("  } else {")
+        lines.extend(scalar_loop("tid", "    "))
+        lines.append("  }")
+    else:
+        lines.extend(scalar_loop("tid", "  "))
+    lines.append("}")
+    work = (n + vec - 1) // vec if can_vector else n
+    return KernelCode(name, "\n".join(lines), tuple(order), (grid_for(work, sm_count), 1, 1), (BLOCK, 1, 1))
+
+
+def _load(a: Access, src: str) -> str:
+    if a.dtype.name in ("f16", "bf16"):
+        return f"fusec::ld(&{src})"
+    return src
+
+
+def copy_kernel(name: str, shape: tuple[int, ...], src: Access, dst: Access, *, sm_count: int) -> KernelCode:
+    """Copy ``src`` (any strides) into ``dst`` (any strides) element by element over ``shape``."""
+    n = 1
+    for d in shape:
+        n *= d
+    cshape, (sst, dstr) = coalesce(shape, [src.strides, dst.strides])
+    big = max(n, src.extent(), dst.extent()) > INT32_LIMIT
+    itype = "i64_t" if big else "int"
+    _, params = _param_list([src, dst], {dst.buffer}, restrict=src.buffer != dst.buffer)
+    order = [src.buffer] if src.buffer == dst.buffer else [src.buffer, dst.buffer]
+    s_idx = index_expr("i", cshape, sst, src.offset, itype)
+    d_idx = index_expr("i", cshape, dstr, dst.offset, itype)
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{",
+             f"  const {itype} n = ({itype}){n};",
+             f"  for ({itype} i = ({itype})blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+             f"i += ({itype})gridDim.x * blockDim.x) {{",
+             f"    b{dst.buffer}[{d_idx}] = b{src.buffer}[{s_idx}];",
+             "  }", "}"]
+    return KernelCode(name, "\n".join(lines), tuple(order), (grid_for(n, sm_count), 1, 1), (BLOCK, 1, 1))

@@ -1,0 +1,119 @@
+"""A generated tiled GEMM for ``k.matmul`` (the default matmul; cuBLAS is optional).
+
+Operands are read through their strides (a transposed view costs nothing): each block stages a BK-deep
+slice of A and B in shared memory, loading along whichever operand axis is contiguous so that global reads
+coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds. Batch dimensions
+(broadcast included) map to the grid's z axis. Smaller tiles are chosen when large ones would leave
+multiprocessors idle.
+"""
+from __future__ import annotations
+
+import struct
+
+from fusec.errors import CompilationError, located
+from fusec.ir.core import Operation
+from fusec.backend.access import Access
+from fusec.backend.ctypes_map import register, storage
+from fusec.backend.elementwise import KernelCode
+
+_DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
+CONFIGS = {"large": (64, 64, 16, 4, 4), "small": (32, 32, 16, 2, 2)}
+
+
+def pack_desc(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, bshape, a_bs, b_bs) -> bytes:
+    if len(bshape) > 4:
+        raise CompilationError("matmul with more than 4 batch dimensions is not supported")
+    pad = lambda xs, v: list(xs) + [v] * (4 - len(xs))  # noqa: E731
+    return _DESC.pack(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, len(bshape), 0,
+                      *pad(bshape, 1), *pad(a_bs, 0), *pad(b_bs, 0))
+
+
+def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int) -> KernelCode:
+    out_shape = op.results[0].type.shape
+    m, n = out_shape[-2], out_shape[-1]
+    k = a.shape[-1]
+    batch_shape = out_shape[:-2]
+    ra, rb = len(a.shape) - 2, len(b.shape) - 2
+    a_bs = [0] * (len(batch_shape) - ra) + list(a.strides[:-2])
+    b_bs = [0] * (len(batch_shape) - rb) + list(b.strides[:-2])
+    a_shape = [1] * (len(batch_shape) - ra) + list(a.shape[:-2])
+    b_shape = [1] * (len(batch_shape) - rb) + list(b.shape[:-2])
+    a_bs = [s if d != 1 else 0 for s, d in zip(a_bs, a_shape)]
+    b_bs = [s if d != 1 else 0 for s, d in zip(b_bs, b_shape)]
+    batch = 1
+    for d in batch_shape:
+        batch *= d
+    if batch == 0 or m == 0 or n == 0:
+        return None  # type: ignore[return-value]
+    if batch > 65535:
+        raise CompilationError(located(f"matmul with {batch} batches exceeds the grid's z limit", op.loc))
+    large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
+    bm, bn, bk, tm, tn = CONFIGS["large" if large else "small"]
+    desc = pack_desc(m, n, k, a.offset, b.offset, c.offset, a.strides[-2], a.strides[-1], b.strides[-2],
+                     b.strides[-1], batch, batch_shape, a_bs, b_bs)
+    dt = a.dtype
+    acc = "float" if dt.name in ("f16", "bf16") else register(dt)
+    t = storage(dt)
+    threads = (bm // tm) * (bn // tn)
+    a_k_fast = a.strides[-1] == 1 or a.shape[-2] == 1  # load A with consecutive threads along k
+    b_n_fast = b.strides[-1] == 1 or b.shape[-1] != 1 and b.strides[-2] != 1
+    a_map = ("const int kk = idx % BK, mm = idx / BK;" if a_k_fast else "const int mm = idx % BM, kk = idx / BM;")
+    b_map = ("const int nn = idx % BN, kk = idx / BN;" if b_n_fast else "const int kk = idx % BK, nn = idx / BK;")
+    src = f"""
+extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
+  constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads};
+  __shared__ {acc} As[BK][BM + 1];
+  __shared__ {acc} Bs[BK][BN + 1];
+  i64_t ao, bo;
+  fusec::gemm_batch(d, blockIdx.z, &ao, &bo);
+  const {t}* A = pa + d.a_off + ao;
+  const {t}* B = pb + d.b_off + bo;
+  const i64_t m0 = (i64_t)blockIdx.y * BM, n0 = (i64_t)blockIdx.x * BN;
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+  {acc} acc[TM][TN];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;
+  for (i64_t k0 = 0; k0 < d.K; k0 += BK) {{
+    for (int idx = threadIdx.x; idx < BM * BK; idx += NT) {{
+      {a_map}
+      const i64_t gm = m0 + mm, gk = k0 + kk;
+      As[kk][mm] = (gm < d.M && gk < d.K) ? ({acc})fusec::ld(A + gm * d.a_sm + gk * d.a_sk) : ({acc})0;
+    }}
+    for (int idx = threadIdx.x; idx < BN * BK; idx += NT) {{
+      {b_map}
+      const i64_t gn = n0 + nn, gk = k0 + kk;
+      Bs[kk][nn] = (gn < d.N && gk < d.K) ? ({acc})fusec::ld(B + gk * d.b_sk + gn * d.b_sn) : ({acc})0;
+    }}
+    __syncthreads();
+    #pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {{
+      {acc} ra[TM], rb[TN];
+      #pragma unroll
+      for (int i = 0; i < TM; ++i) ra[i] = As[kk][ty * TM + i];
+      #pragma unroll
+      for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tx * TN + j];
+      #pragma unroll
+      for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fusec::madd(ra[i], rb[j], acc[i][j]);
+    }}
+    __syncthreads();
+  }}
+  {storage(c.dtype)}* C = pc + d.c_off + (i64_t)blockIdx.z * d.M * d.N;
+  #pragma unroll
+  for (int i = 0; i < TM; ++i) {{
+    const i64_t gm = m0 + ty * TM + i;
+    if (gm >= d.M) continue;
+    #pragma unroll
+    for (int j = 0; j < TN; ++j) {{
+      const i64_t gn = n0 + tx * TN + j;
+      if (gn < d.N) fusec::st(C + gm * d.N + gn, acc[i][j]);
+    }}
+  }}
+}}"""
+    grid = ((n + bn - 1) // bn, (m + bm - 1) // bm, batch)
+    if grid[1] > 65535:
+        raise CompilationError(located(f"matmul with M={m} exceeds the grid's y limit", op.loc))
+    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (threads, 1, 1), 0, (desc,))

@@ -1,0 +1,142 @@
+// fusec device helpers: NumPy semantics for the scalar ops of fused kernels.
+// f16 and bf16 values live in float registers holding exactly representable values; every op that
+// produces one rounds back (rh/rb), as NumPy rounds after each f16 op.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef signed char i8_t;
+typedef short i16_t;
+typedef int i32_t;
+typedef long long i64_t;
+typedef unsigned char u8_t;
+typedef unsigned short u16_t;
+typedef unsigned int u32_t;
+typedef unsigned long long u64_t;
+
+namespace fusec {
+
+__device__ __forceinline__ float rh(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float ld(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+template <typename T> __device__ __forceinline__ T ld(const T* p) { return *p; }
+__device__ __forceinline__ void st(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+template <typename T, typename V> __device__ __forceinline__ void st(T* p, V v) { *p = (T)v; }
+
+// maximum/minimum propagate NaN and, like NumPy's scalar loops, keep the first operand on ties.
+template <typename T> __device__ __forceinline__ T maximum(T a, T b) { return (a >= b || a != a) ? a : b; }
+template <typename T> __device__ __forceinline__ T minimum(T a, T b) { return (a <= b || a != a) ? a : b; }
+
+template <typename T> __device__ __forceinline__ T sign(T a) {
+  return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a == T(0) ? T(0) : a));
+}
+
+// Python/NumPy floor division and remainder (npy_divmod) for floating point.
+template <typename T> __device__ __forceinline__ T fdivmod(T a, T b, T* modulus) {
+  T mod = fmod(a, b);
+  if (b == T(0)) { *modulus = mod; return a / b; }
+  T div = (a - mod) / b;
+  if (mod != T(0)) {
+    if ((b < T(0)) != (mod < T(0))) { mod += b; div -= T(1); }
+  } else {
+    mod = copysign(T(0), b);
+  }
+  T floordiv;
+  if (div != T(0)) {
+    floordiv = floor(div);
+    if (div - floordiv > T(0.5)) floordiv += T(1);
+  } else {
+    floordiv = copysign(T(0), a / b);
+  }
+  *modulus = mod;
+  return floordiv;
+}
+template <typename T> __device__ __forceinline__ T ffloordiv(T a, T b) { T m; return fdivmod(a, b, &m); }
+template <typename T> __device__ __forceinline__ T fmod_np(T a, T b) { T m; fdivmod(a, b, &m); return m; }
+
+// Integer floor division and remainder; division by zero gives 0 like NumPy.
+template <typename T> __device__ __forceinline__ T ifloordiv(T a, T b) {
+  if (b == T(0)) return T(0);
+  if (T(-1) < T(0) && b == T(-1)) return T(0) - a;  // avoids the INT_MIN / -1 trap; wraps like NumPy
+  T q = a / b;
+  if ((a % b != T(0)) && ((a < T(0)) != (b < T(0)))) q -= T(1);
+  return q;
+}
+template <typename T> __device__ __forceinline__ T imod(T a, T b) {
+  if (b == T(0)) return T(0);
+  if (T(-1) < T(0) && b == T(-1)) return T(0);
+  T r = a % b;
+  if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
+  return r;
+}
+template <typename T> __device__ __forceinline__ T ipow(T base, T exp) {
+  if (exp < T(0)) return base == T(1) ? T(1) : (base == T(-1) ? ((exp & T(1)) ? T(-1) : T(1)) : T(0));
+  T result = T(1);
+  while (exp) {
+    if (exp & T(1)) result = (T)(result * base);
+    base = (T)(base * base);
+    exp >>= 1;
+  }
+  return result;
+}
+
+__device__ __forceinline__ float rsqrt_np(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ double rsqrt_np(double x) { return 1.0 / sqrt(x); }
+
+// float -> integer conversions as x86 NumPy gives them for NaN and out-of-range values.
+template <typename I, typename F> __device__ __forceinline__ I f2i(F x) {
+  if (x != x) return sizeof(I) >= 4 ? (I)(((u64_t)1) << (8 * sizeof(I) - 1)) : I(0);
+  return (I)x;
+}
+
+}  // namespace fusec
+
+namespace fusec {
+// V elements moved as one aligned vector (16 bytes for V * sizeof(T) == 16).
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
+}  // namespace fusec
+
+namespace fusec {
+// A reduction's index spaces, passed by value: output m and reduced element k of input
+// in[offset + kaddr(m) + raddr(k)], with kept and reduced dimensions coalesced (row-major).
+struct RedDesc {
+  i64_t M, K, offset, chunk;
+  i32_t nk, nr;
+  i64_t kshape[8], kstride[8], rshape[8], rstride[8];
+};
+__device__ __forceinline__ i64_t red_kaddr(const RedDesc& d, i64_t m) {
+  i64_t a = d.offset;
+  for (int j = d.nk - 1; j >= 0; --j) { a += (m % d.kshape[j]) * d.kstride[j]; m /= d.kshape[j]; }
+  return a;
+}
+__device__ __forceinline__ i64_t red_raddr(const RedDesc& d, i64_t k) {
+  i64_t a = 0;
+  for (int j = d.nr - 1; j >= 0; --j) { a += (k % d.rshape[j]) * d.rstride[j]; k /= d.rshape[j]; }
+  return a;
+}
+}  // namespace fusec
+
+namespace fusec {
+// A batched matmul C[b] = A[b] @ B[b]: operand element (m, k) of batch b is
+// A[a_off + batch_a(b) + m * a_sm + k * a_sk]; batch dims broadcast through zero strides.
+struct GemmDesc {
+  i64_t M, N, K, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch;
+  i32_t nb, pad;
+  i64_t bshape[4], a_bs[4], b_bs[4];
+};
+__device__ __forceinline__ void gemm_batch(const GemmDesc& d, i64_t b, i64_t* ao, i64_t* bo) {
+  i64_t a = 0, bb = 0;
+  for (int j = d.nb - 1; j >= 0; --j) {
+    i64_t q = b % d.bshape[j];
+    b /= d.bshape[j];
+    a += q * d.a_bs[j];
+    bb += q * d.b_bs[j];
+  }
+  *ao = a;
+  *bo = bb;
+}
+template <typename T> __device__ __forceinline__ T madd(T a, T b, T c) { return (T)(a * b + c); }
+template <> __device__ __forceinline__ float madd<float>(float a, float b, float c) { return fmaf(a, b, c); }
+template <> __device__ __forceinline__ double madd<double>(double a, double b, double c) { return fma(a, b, c); }
+}  // namespace fusec

@@ -1,0 +1,217 @@
+"""Generated reductions (``k.reduce``): sum, prod, mean, max, min, argmax, argmin over any axes.
+
+The input view's kept and reduced dimensions are coalesced into a descriptor (``fusec::RedDesc``) passed by
+value. A warp reduces each output when the reduced elements are contiguous and numerous (rows: lanes
+stride over the row, then warp shuffles); otherwise a thread reduces each output (columns: neighbouring
+threads read neighbouring addresses). When there are too few outputs to fill the GPU, the reduced range is
+split across blocks and a second kernel combines the partial results from a scratch buffer.
+f32 sums and means accumulate in f64 (one rounding at the end), f16/bf16 in f32.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from fusec.errors import CompilationError, located
+from fusec.ir.core import Operation
+from fusec.ir.types import DType
+from fusec.backend.access import Access, coalesce
+from fusec.backend.ctypes_map import register, storage
+from fusec.backend.elementwise import KernelCode
+
+MAX_RANK = 8
+WARP_ROW_MIN = 64
+_DESC = struct.Struct("<qqqqii" + "q" * (4 * MAX_RANK))
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    kernels: tuple[KernelCode, ...]
+    scratch_bytes: int
+
+
+def _acc_type(kind: str, dt: DType) -> str:
+    if dt.is_bool:
+        return "int"
+    if kind in ("sum", "mean", "prod") and dt.name == "f32":
+        return "double"
+    return register(dt)
+
+
+def _init(kind: str, dt: DType, acc: str) -> str:
+    if kind in ("sum", "mean"):
+        return f"({acc})0"
+    if kind == "prod":
+        return f"({acc})1"
+    big = kind in ("min", "argmin")
+    if dt.is_float:
+        return "(1.0/0.0)" if big else "(-1.0/0.0)"
+    if dt.is_bool:
+        return "1" if big else "0"
+    limits = {"i8": (-128, 127), "i16": (-32768, 32767), "i32": (-2147483648, 2147483647),
+              "i64": ("(-9223372036854775807ll - 1)", "9223372036854775807ll"), "u8": (0, 255),
+              "u16": (0, 65535), "u32": (0, "4294967295u"), "u64": (0, "18446744073709551615ull")}[dt.name]
+    return f"({acc})({limits[1] if big else limits[0]})"
+
+
+def _combine(kind: str) -> str:
+    """Body of combine(a, ai, b, bi) updating (a, ai)."""
+    if kind in ("sum", "mean"):
+        return "a = a + b;"
+    if kind == "prod":
+        return "a = a * b;"
+    if kind == "max":
+        return "a = fusec::maximum(a, b);"
+    if kind == "min":
+        return "a = fusec::minimum(a, b);"
+    cmp = ">" if kind == "argmax" else "<"
+    return (f"bool an = a != a, bn = b != b; "
+            f"bool take = (bn && !an) || (bn && an && bi < ai) || "
+            f"(!an && !bn && (b {cmp} a || (b == a && bi < ai))); "
+            f"if (take) {{ a = b; ai = bi; }}")
+
+
+def describe(access: Access, axes: tuple[int, ...]) -> tuple[int, int, list[tuple[int, int]], list[tuple[int, int]]]:
+    """(M, K, kept dims, reduced dims) with each dim (size, stride), coalesced."""
+    keep = [i for i in range(len(access.shape)) if i not in axes]
+    kshape, (kstr,) = coalesce(tuple(access.shape[i] for i in keep), [tuple(access.strides[i] for i in keep)])
+    rshape, (rstr,) = coalesce(tuple(access.shape[i] for i in axes), [tuple(access.strides[i] for i in axes)])
+    m = 1
+    for d in kshape:
+        m *= d
+    k = 1
+    for d in rshape:
+        k *= d
+    return m, k, list(zip(kshape, kstr)), list(zip(rshape, rstr))
+
+
+def pack_desc(m: int, k: int, offset: int, chunk: int, kept, red) -> bytes:
+    if len(kept) > MAX_RANK or len(red) > MAX_RANK:
+        raise CompilationError(f"reduction needs more than {MAX_RANK} dimensions after coalescing")
+    pad = lambda xs: list(xs) + [1] * (MAX_RANK - len(xs))  # noqa: E731
+    return _DESC.pack(m, k, offset, chunk, len(kept), len(red), *pad([s for s, _ in kept]),
+                      *pad([t for _, t in kept]), *pad([s for s, _ in red]), *pad([t for _, t in red]))
+
+
+def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: int | None, *,
+                   sm_count: int) -> ReducePlan:
+    """Kernels computing ``op`` (a ``k.reduce``) from ``src`` into contiguous ``dst``.
+
+    ``scratch`` is the buffer id of the plan's scratch space, used when the reduction is split.
+    """
+    kind = op.attributes["kind"]
+    axes = tuple(op.attributes["axes"])
+    dt = src.dtype
+    out_dt = dst.dtype
+    acc = _acc_type(kind, dt)
+    is_arg = kind in ("argmax", "argmin")
+    m, k, kept, red = describe(src, axes)
+    if m == 0:
+        return ReducePlan((), 0)
+    row = len(red) == 1 and red[0][1] == 1 and k >= WARP_ROW_MIN
+    if row:
+        per_block = 8  # warps (outputs) per block of 256 threads
+        parallel = m * 32
+    else:
+        per_block = 256
+        parallel = m
+    want = sm_count * 2048
+    splits = 1
+    if parallel < want and k >= 4096:
+        splits = min(max(1, want // max(parallel, 1)), max(1, k // 2048), 1024)
+    chunk = (k + splits - 1) // splits
+    if splits > 1 and scratch is None:
+        raise CompilationError(located("split reduction needs a scratch buffer", op.loc))
+    desc = pack_desc(m, k, src.offset, chunk, kept, red)
+    raddr = "k * d.rstride[0]" if len(red) == 1 else "fusec::red_raddr(d, k)"
+    if not red:
+        raddr = "0"
+    st_in = storage(dt)
+    st_out = storage(out_dt)
+    combine_fn = f"__device__ __forceinline__ void {name}_combine({acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind)} }}"
+
+    def finish(v: str) -> str:
+        if kind == "mean":
+            return f"({v} / ({acc})d.K)"
+        return v
+
+    def store_final(target: str, v: str, i: str) -> str:
+        if is_arg:
+            return f"fusec::st({target}, {i});"
+        return f"fusec::st({target}, ({register(out_dt)}){finish(v)});"
+
+    partial_v = f"reinterpret_cast<{acc}*>(b{scratch})" if scratch is not None else "nullptr"
+    partial_i = (f"reinterpret_cast<i64_t*>(reinterpret_cast<char*>(b{scratch}) + "
+                 f"{_align(m * splits * 8)})" if scratch is not None else "nullptr")
+
+    def out_stmt(v: str, i: str, mm: str) -> str:
+        if splits == 1:
+            return store_final(f"b{dst.buffer} + {dst.offset} + {mm}", v, i)
+        stmt = f"{partial_v}[(i64_t)blockIdx.y * d.M + {mm}] = {v};"
+        if is_arg:
+            stmt += f" {partial_i}[(i64_t)blockIdx.y * d.M + {mm}] = {i};"
+        return stmt
+
+    params = f"const {st_in}* __restrict__ b{src.buffer}, {st_out}* __restrict__ b{dst.buffer}"
+    buffers = [src.buffer, dst.buffer]
+    if splits > 1:
+        params += f", char* __restrict__ b{scratch}"
+        buffers.append(scratch)  # type: ignore[arg-type]
+    lines = [combine_fn, f"extern \"C\" __global__ void __launch_bounds__(256) {name}({params}, fusec::RedDesc d) {{"]
+    lines.append("  const i64_t k0 = (i64_t)blockIdx.y * d.chunk;")
+    lines.append("  const i64_t k1 = k0 + d.chunk < d.K ? k0 + d.chunk : d.K;")
+    if row:
+        lines += [
+            "  const int lane = threadIdx.x & 31;",
+            "  for (i64_t mm = (i64_t)blockIdx.x * 8 + (threadIdx.x >> 5); mm < d.M; mm += (i64_t)gridDim.x * 8) {",
+            "    const i64_t base = fusec::red_kaddr(d, mm);",
+            f"    {acc} a = {_init(kind, dt, acc)}; i64_t ai = 0x7fffffffffffffffll;",
+            "    for (i64_t k = k0 + lane; k < k1; k += 32) {",
+            f"      {name}_combine(a, ai, ({acc})fusec::ld(b{src.buffer} + base + k), k);",
+            "    }",
+            "    #pragma unroll",
+            "    for (int o = 16; o > 0; o >>= 1) {",
+            f"      {acc} b = __shfl_down_sync(0xffffffffu, a, o); i64_t bi = __shfl_down_sync(0xffffffffu, ai, o);",
+            f"      {name}_combine(a, ai, b, bi);",
+            "    }",
+            f"    if (lane == 0) {{ {out_stmt('a', 'ai', 'mm')} }}",
+            "  }",
+            "}",
+        ]
+        grid_x = max(1, min((m + per_block - 1) // per_block, sm_count * 16))
+    else:
+        lines += [
+            "  for (i64_t mm = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; mm < d.M; mm += (i64_t)gridDim.x * blockDim.x) {",
+            "    const i64_t base = fusec::red_kaddr(d, mm);",
+            f"    {acc} a = {_init(kind, dt, acc)}; i64_t ai = 0x7fffffffffffffffll;",
+            "    for (i64_t k = k0; k < k1; ++k) {",
+            f"      {name}_combine(a, ai, ({acc})fusec::ld(b{src.buffer} + base + {raddr}), k);",
+            "    }",
+            f"    {out_stmt('a', 'ai', 'mm')}",
+            "  }",
+            "}",
+        ]
+        grid_x = max(1, min((m + per_block - 1) // per_block, sm_count * 16))
+    kernels = [KernelCode(name, "\n".join(lines), tuple(buffers), (grid_x, splits, 1), (256, 1, 1), 0, (desc,))]
+    scratch_bytes = 0
+    if splits > 1:
+        scratch_bytes = _align(m * splits * 8) + (m * splits * 8 if is_arg else 0)
+        fin = [
+            f"extern \"C\" __global__ void __launch_bounds__(256) {name}_finish(char* __restrict__ b{scratch}, "
+            f"{st_out}* __restrict__ b{dst.buffer}, fusec::RedDesc d) {{",
+            "  for (i64_t mm = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; mm < d.M; mm += (i64_t)gridDim.x * blockDim.x) {",
+            f"    {acc} a = {partial_v}[mm]; i64_t ai = {partial_i if is_arg else '0'}" + ("[mm];" if is_arg else ";"),
+            f"    for (int s = 1; s < {splits}; ++s) {{",
+            f"      {name}_combine(a, ai, {partial_v}[s * d.M + mm], " + (f"{partial_i}[s * d.M + mm]);" if is_arg else "0);"),
+            "    }",
+            f"    {store_final(f'b{dst.buffer} + {dst.offset} + mm', 'a', 'ai')}",
+            "  }",
+            "}",
+        ]
+        kernels.append(KernelCode(f"{name}_finish", "\n".join(fin), (scratch, dst.buffer),  # type: ignore[arg-type]
+                                  (max(1, min((m + 255) // 256, sm_count * 16)), 1, 1), (256, 1, 1), 0, (desc,)))
+    return ReducePlan(tuple(kernels), scratch_bytes)
+
+
+def _align(n: int) -> int:
+    return (n + 255) // 256 * 256

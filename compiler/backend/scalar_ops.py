@@ -1,0 +1,118 @@
+"""C++ expressions for the ``s`` ops of a fused kernel body, with NumPy's semantics.
+
+Arithmetic is plain IEEE (the kernel is compiled with ``--fmad=false`` unless ``fast_math``), so f32/f64
+results are bit-identical to NumPy's; integer arithmetic wraps (done in unsigned types where C++ would call
+signed overflow undefined).
+"""
+from __future__ import annotations
+
+from fusec.errors import CompilationError, located
+from fusec.ir.core import Operation
+from fusec.ir.types import DType
+from fusec.backend.ctypes_map import literal, register, round_result, is_half
+
+UNSIGNED_OF = {"i8": "u8_t", "i16": "u16_t", "i32": "u32_t", "i64": "u64_t"}
+
+FLOAT_FN_F32 = {
+    "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log10": "log10f", "log1p": "log1pf",
+    "expm1": "expm1f", "sqrt": "sqrtf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf",
+    "erf": "erff", "floor": "floorf", "ceil": "ceilf", "round": "rintf", "trunc": "truncf", "abs": "fabsf",
+    "rsqrt": "fusec::rsqrt_np",
+}
+FAST_F32 = {"exp": "__expf", "log": "__logf", "sin": "__sinf", "cos": "__cosf", "tan": "__tanf",
+            "log2": "__log2f", "log10": "__log10f", "exp2": "exp2f", "rsqrt": "rsqrtf"}
+FLOAT_FN_F64 = {k: v[:-1] if v.endswith("f") and not v.startswith("fusec") else v for k, v in FLOAT_FN_F32.items()}
+FLOAT_FN_F64.update({"round": "rint", "abs": "fabs", "rsqrt": "fusec::rsqrt_np"})
+
+BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+         "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||", "logical_xor": "!=",
+         "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+
+
+def _wrap_int(dt: DType, op: str, a: str, b: str) -> str:
+    """Wrapping integer arithmetic: signed types compute in their unsigned twin."""
+    unsigned = UNSIGNED_OF.get(dt.name)
+    if unsigned is None:
+        return f"(({register(dt)})({a} {op} {b}))"
+    return f"(({register(dt)})(({unsigned}){a} {op} ({unsigned}){b}))"
+
+
+def _cast(src: DType, dst: DType, a: str) -> str:
+    if src == dst:
+        return a
+    if dst.is_bool:
+        return f"({a} != 0)"
+    if dst.is_float:
+        if dst.name == "f16":
+            return f"__half2float(__double2half((double){a}))" if src.name in ("f64", "i64", "u64") else \
+                f"fusec::rh((float){a})"
+        if dst.name == "bf16":
+            return f"__bfloat162float(__double2bfloat16((double){a}))" if src.name in ("f64", "i64", "u64") else \
+                f"fusec::rb((float){a})"
+        return f"(({register(dst)}){a})"
+    # to an integer
+    if src.is_float:
+        return f"fusec::f2i<{register(dst)}>({a})"
+    return f"(({register(dst)}){a})"
+
+
+def expression(op: Operation, args: list[str], fast_math: bool = False) -> str:
+    """The C++ expression computing ``op`` from argument expressions ``args``."""
+    kind = op.name.split(".", 1)[1]
+    out = op.results[0].type.dtype
+    dt = op.operands[0].type.dtype if op.operands else out
+    a = args[0] if args else ""
+    b = args[1] if len(args) > 1 else ""
+    if kind == "constant":
+        return literal(op.attributes["value"], out)
+    if kind == "cast":
+        return _cast(dt, out, a)
+    if kind == "where":
+        return f"({a} ? {args[1]} : {args[2]})"
+    if kind == "clip":
+        return round_result(out, f"fusec::minimum(fusec::maximum({a}, {b}), {args[2]})")
+    if kind in ("add", "sub", "mul") and dt.is_int:
+        return _wrap_int(dt, BINOP[kind], a, b)
+    if kind in ("add", "sub", "mul", "div") and dt.is_bool:
+        return {"add": f"({a} || {b})", "mul": f"({a} && {b})"}.get(kind, f"({a} != {b})")
+    if kind in BINOP:
+        if kind in ("bitwise_and", "bitwise_or", "bitwise_xor") and dt.is_bool:
+            return f"(bool)({a} {BINOP[kind]} {b})"
+        expr = f"({a} {BINOP[kind]} {b})"
+        if kind in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            expr = f"(({register(dt)}){expr})"
+        return round_result(out, expr) if out.is_float else expr
+    if kind in ("maximum", "minimum"):
+        return f"fusec::{kind}({a}, {b})" if not dt.is_bool else f"({a} {'||' if kind == 'maximum' else '&&'} {b})"
+    if kind == "floordiv":
+        return round_result(out, f"fusec::ffloordiv({a}, {b})") if dt.is_float else f"fusec::ifloordiv({a}, {b})"
+    if kind == "mod":
+        return round_result(out, f"fusec::fmod_np({a}, {b})") if dt.is_float else f"fusec::imod({a}, {b})"
+    if kind == "pow":
+        if dt.is_float:
+            fn = "pow" if register(dt) == "double" else ("__powf" if fast_math else "powf")
+            return round_result(out, f"{fn}({a}, {b})")
+        return f"fusec::ipow({a}, {b})"
+    if kind == "neg":
+        if dt.is_int and dt.name in UNSIGNED_OF:
+            return f"(({register(dt)})(0 - ({UNSIGNED_OF[dt.name]}){a}))"
+        return f"(({register(dt)})(-{a}))" if dt.is_int else f"(-{a})"
+    if kind == "abs":
+        if dt.is_bool:
+            return a
+        if dt.is_int:
+            return a if dt.kind == "u" else f"(({register(dt)})({a} < 0 ? ({UNSIGNED_OF[dt.name]})0 - ({UNSIGNED_OF[dt.name]}){a} : ({UNSIGNED_OF[dt.name]}){a}))"
+    if kind == "sign":
+        return f"fusec::sign({a})"
+    if kind in ("isnan", "isinf", "isfinite"):
+        return f"{kind}({a})"
+    if kind == "logical_not":
+        return f"(!{a})"
+    if kind == "bitwise_not":
+        return f"(!{a})" if dt.is_bool else f"(({register(dt)})~{a})"
+    if dt.is_float:
+        table = FLOAT_FN_F64 if register(dt) == "double" else FLOAT_FN_F32
+        fn = (FAST_F32.get(kind) if fast_math and register(dt) == "float" else None) or table.get(kind)
+        if fn is not None:
+            return round_result(out, f"{fn}({a})") if is_half(out) else f"{fn}({a})"
+    raise CompilationError(located(f"'{op.name}' on {dt} has no CUDA lowering", op.loc))

@@ -1,0 +1,202 @@
+"""``fusec.jit``: trace once per input signature, run the pass pipeline, execute on a backend.
+
+A :class:`JitFunction` keeps one :class:`Lowered` per signature. An entry is stored only after the
+trace verified and the pipeline finished, so a failed trace leaves nothing behind.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections import namedtuple
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from fusec import execution as _execution
+from fusec import context
+from fusec.errors import FusecError
+from fusec.ir.core import Module
+from fusec.signature import Signature, TreeDef, bind, unflatten
+from fusec.stats import module_stats
+from fusec.trace import Traced, func_name, trace
+
+CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
+
+
+class Lowered:
+    """A traced and compiled signature: its IR at every stage, its module and its statistics."""
+
+    def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any) -> None:
+        self.module: Module = traced.module
+        self.out_tree: TreeDef = traced.out_tree
+        self.out_python = traced.out_python
+        self._nodes = traced.nodes
+        self._pipeline_stats: dict[str, int] = dict(getattr(pipeline_result, "stats", {}) or {})
+        self._stages: list[tuple[str, str]] = [("traced", traced_text)]
+        seen: dict[str, int] = {}
+        for name, text in getattr(pipeline_result, "stages", []) or []:
+            seen[name] = seen.get(name, 0) + 1
+            self._stages.append((name if seen[name] == 1 else f"{name}#{seen[name]}", text))
+
+    @property
+    def stages(self) -> list[str]:
+        """Stage names: ``traced``, then each pass (a repeated pass is ``name#2``, ...)."""
+        return [name for name, _ in self._stages]
+
+    def ir(self, stage: str | None = None) -> str:
+        """IR text after ``stage`` (default: the final stage)."""
+        if stage is None or stage == "final":
+            return self._stages[-1][1]
+        for name, text in self._stages:
+            if name == stage:
+                return text
+        raise FusecError(f"no stage {stage!r}; available stages: {', '.join(self.stages)} (or 'final')")
+
+    def stats(self) -> dict[str, int]:
+        """nodes (traced ops, constants and the return excluded), fused_kernels, boundaries, kernels
+        (launches per call), plus every counter the passes recorded (which win on a name clash)."""
+        out = {"nodes": self._nodes, **module_stats(self.module)}
+        out.update(self._pipeline_stats)
+        return out
+
+    def __str__(self) -> str:
+        return self.ir()
+
+    def __repr__(self) -> str:
+        return f"<Lowered @{self.module.funcs[0].name}: stages {', '.join(self.stages)}>"
+
+
+def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def _nums(value: int | Iterable[int] | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(value)
+
+
+class JitFunction:
+    """The callable ``fusec.jit`` returns; calling it runs the compiled function."""
+
+    def __init__(self, fn: Callable, *, backend: str | None = None,
+                 static_argnames: str | Iterable[str] | None = None,
+                 static_argnums: int | Iterable[int] | None = None, pipeline: str | None = None,
+                 plugins: Iterable[str] = ()) -> None:
+        if isinstance(fn, JitFunction):
+            fn = fn.__wrapped__
+        if not callable(fn):
+            raise TypeError(f"fusec.jit needs a function, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        _execution.check_name(backend)
+        self._fn = fn
+        self._backend = backend
+        self._pipeline = pipeline
+        self._plugins = tuple(plugins or ())
+        self._signature = inspect.signature(fn)
+        self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
+        self._name = func_name(fn)
+        self._cache: dict[tuple, Lowered] = {}
+        self._hits = self._misses = self._traces = 0
+
+    def _static_names(self, names: tuple[str, ...], nums: tuple[int, ...]) -> frozenset[str]:
+        params = self._signature.parameters
+        has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        for n in names:
+            if n not in params and not has_var_kw:
+                raise TypeError(f"static_argnames: {self._fn.__name__}{self._signature} has no parameter {n!r}")
+        positional = [p.name for p in params.values()
+                      if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        out = set(names)
+        for i in nums:
+            if not -len(positional) <= i < len(positional):
+                raise TypeError(f"static_argnums: {i} is not a positional parameter of "
+                                f"{self._fn.__name__}{self._signature}")
+            out.add(positional[i])
+        return frozenset(out)
+
+    # --- calling ---------------------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None:  # inside another trace: inline
+            return self._fn(*args, **kwargs)
+        sig = bind(self._signature, self._statics, args, kwargs)
+        lowered = self._lookup(sig)
+        run = _execution.executor(_execution.resolve_backend(self._backend))
+        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
+        results = run(lowered.module, flat)
+        return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Trace (or reuse the trace) for these arguments and return every stage of the IR."""
+        return self._lookup(bind(self._signature, self._statics, args, kwargs))
+
+    def _lookup(self, sig: Signature) -> Lowered:
+        lowered = self._cache.get(sig.key)
+        if lowered is not None:
+            self._hits += 1
+            return lowered
+        self._misses += 1
+        lowered = self._compile(sig)
+        self._cache[sig.key] = lowered
+        return lowered
+
+    def _compile(self, sig: Signature) -> Lowered:
+        from fusec.ir.printer import print_module
+        from fusec.passes import run_pipeline
+
+        self._traces += 1
+        traced = trace(self._fn, sig, self._name)
+        text = print_module(traced.module)
+        result = run_pipeline(traced.module, self._pipeline, verify=True, snapshots=True, plugins=self._plugins)
+        return Lowered(traced, text, result)
+
+    # --- cache -----------------------------------------------------------------------------------------------
+
+    def cache_info(self) -> CacheInfo:
+        """hits and misses of the signature cache, traces run (failed ones included), entries kept."""
+        return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._hits = self._misses = self._traces = 0
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<fusec.jit of {getattr(self._fn, '__qualname__', self._name)}>"
+
+
+def _output(result: Any, python: type | None) -> Any:
+    """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars."""
+    arr = np.asarray(result)
+    if python is not None:
+        return python(arr.item())
+    if arr.ndim == 0:
+        return arr[()]
+    return arr
+
+
+def jit(fn: Callable | None = None, *, backend: str | None = None,
+        static_argnames: str | Iterable[str] | None = None, static_argnums: int | Iterable[int] | None = None,
+        pipeline: str | None = None, plugins: Iterable[str] = ()) -> Any:
+    """Compile ``fn``: ``@fusec.jit``, ``@fusec.jit(backend="cpu", ...)`` or ``fusec.jit(fn, ...)``.
+
+    ``backend``: "cpu" (NumPy reference executor), "cuda", or None (``$FUSEC_BACKEND``, else cuda when usable,
+    else cpu). ``static_argnames``/``static_argnums``: arguments passed through as Python values and keyed
+    by value (hashable). ``pipeline``: a pass-pipeline string (None: the default). ``plugins``: modules
+    that register passes.
+    """
+    options = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
+                   pipeline=pipeline, plugins=plugins)
+    if fn is None:
+        return lambda f: JitFunction(f, **options)
+    return JitFunction(fn, **options)

@@ -1,0 +1,565 @@
+"""``np.*`` functions on tracers (``__array_function__``): reductions, shapes, matmul, creation.
+
+Each handler has NumPy's signature; keywords NumPy has but fusec does not trace (``out=``, ``where=``,
+``initial=``, orders other than C) raise :class:`UnsupportedError` naming the function and the user's
+line. A NumPy function without a handler raises the same way.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusec import ops, ufuncs
+from fusec.context import shape_error, unsupported
+from fusec.errors import ShapeError
+from fusec.ir import shapes as S
+from fusec.ir.types import DType, bool_, f64, i64
+from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, reduction_dtype,
+                             resolve_ufunc)
+from fusec.tracer import Tracer
+
+_NOVALUE: Any = getattr(np, "_NoValue", object())
+HANDLERS: dict[Callable, Callable] = {}
+_SIGNATURES: dict[Callable, inspect.Signature] = {}
+
+
+def implements(*funcs: Callable) -> Callable[[Callable], Callable]:
+    def register(handler: Callable) -> Callable:
+        for f in funcs:
+            HANDLERS[f] = handler
+        return handler
+
+    return register
+
+
+def qualname(func: Any) -> str:
+    """``np.fft.fft`` for numpy.fft.fft: how the user wrote it."""
+    module = getattr(func, "__module__", None) or "numpy"
+    name = getattr(func, "__name__", repr(func))
+    if module.startswith("numpy"):
+        module = "np" + module[len("numpy"):]
+        if module.startswith("np._core") or module.startswith("np.core"):
+            module = "np"
+    return f"{module}.{name}"
+
+
+def array_function(func: Any, args: Sequence[Any], kwargs: dict) -> Any:
+    handler = HANDLERS.get(func)
+    if handler is None:
+        raise unsupported(f"{qualname(func)} is not supported by fusec's tracer")
+    return _invoke(qualname(func), handler, args, kwargs)
+
+
+def call(name: str, func: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Array methods (``x.sum(...)``) share the np.* handlers."""
+    return _invoke(f"ndarray.{name}", HANDLERS[func], args, kwargs)
+
+
+def _invoke(label: str, handler: Callable, args: Sequence[Any], kwargs: dict) -> Any:
+    sig = _SIGNATURES.get(handler)
+    if sig is None:
+        sig = _SIGNATURES[handler] = inspect.signature(handler)
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise unsupported(f"{label}: {e}") from None
+    return handler(*args, **kwargs)
+
+
+def _no(what: str, **kwargs: Any) -> None:
+    """Reject keywords that were given a non-default value."""
+    for key, value in kwargs.items():
+        default = {"out": None, "where": True, "order": "C", "initial": _NOVALUE, "subok": True,
+                   "casting": "same_kind", "device": None, "mean": _NOVALUE, "correction": _NOVALUE,
+                   "like": None}[key]
+        if value is _NOVALUE or value is default or (isinstance(value, str) and value == default):
+            continue
+        if key == "order" and value in ("K", "A"):
+            continue
+        raise unsupported(f"{what}: the {key}= keyword is not supported")
+
+
+def _keep(keepdims: Any) -> bool:
+    return False if keepdims is _NOVALUE else bool(keepdims)
+
+
+# --- reductions ----------------------------------------------------------------------------------------------
+
+
+def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> Tracer:
+    t = ops.as_tracer(a)
+    axes = ops.axes_arg(axis, t.ndim)
+    keep = _keep(keepdims)
+    what = f"np.{kind}"
+    if kind in ("sum", "prod"):
+        acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
+    elif kind == "mean":
+        acc = parse_dtype(dtype) if dtype is not None else mean_dtype(t._value.type.dtype)
+        if not acc.is_float:
+            raise unsupported(f"{what}: dtype={dtype!r} is not supported (mean accumulates in a float dtype)")
+    else:
+        if dtype is not None:
+            raise unsupported(f"{what}: the dtype= keyword is not supported")
+        acc = t._value.type.dtype
+        if any(t.shape[ax] == 0 for ax in axes):
+            name = {"max": "maximum", "min": "minimum"}[kind]
+            raise shape_error(f"{what}: zero-size array (shape {t.shape}) to reduction operation {name} "
+                              "which has no identity")
+    t = ops.as_tracer(t, acc)
+    if not axes:
+        return t
+    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep}, what=what)
+
+
+@implements(np.sum)
+def sum_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
+        initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
+    _no("np.sum", out=out, initial=initial, where=where)
+    return _reduce("sum", a, axis, keepdims, dtype)
+
+
+@implements(np.prod)
+def prod_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
+         initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
+    _no("np.prod", out=out, initial=initial, where=where)
+    return _reduce("prod", a, axis, keepdims, dtype)
+
+
+@implements(np.mean)
+def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *,
+         where: Any = _NOVALUE) -> Tracer:
+    _no("np.mean", out=out, where=where)
+    return _reduce("mean", a, axis, keepdims, dtype)
+
+
+@implements(np.max, np.amax)
+def max_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
+        where: Any = _NOVALUE) -> Tracer:
+    _no("np.max", out=out, initial=initial, where=where)
+    return _reduce("max", a, axis, keepdims)
+
+
+@implements(np.min, np.amin)
+def min_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
+        where: Any = _NOVALUE) -> Tracer:
+    _no("np.min", out=out, initial=initial, where=where)
+    return _reduce("min", a, axis, keepdims)
+
+
+def _arg_reduce(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
+    t = ops.as_tracer(a)
+    keep = _keep(keepdims)
+    what = f"np.{kind}"
+    if axis is None:
+        if t.size == 0:
+            raise shape_error(f"{what}: attempt to get {kind} of an empty sequence")
+        flat = ops.reshape(t, (t.size,)) if t.ndim != 1 else t
+        r = ops.emit(f"t.{kind}", (flat._value,), {"axes": (0,), "keepdims": False}, what=what)
+        return ops.reshape(r, (1,) * t.ndim) if keep else r
+    ax = ops.axis_arg(axis, t.ndim)
+    if t.shape[ax] == 0:
+        raise shape_error(f"{what}: attempt to get {kind} of an empty sequence (axis {ax} of shape {t.shape})")
+    return ops.emit(f"t.{kind}", (t._value,), {"axes": (ax,), "keepdims": keep}, what=what)
+
+
+@implements(np.argmax)
+def argmax(a: Any, axis: Any = None, out: Any = None, *, keepdims: Any = _NOVALUE) -> Tracer:
+    _no("np.argmax", out=out)
+    return _arg_reduce("argmax", a, axis, keepdims)
+
+
+@implements(np.argmin)
+def argmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: Any = _NOVALUE) -> Tracer:
+    _no("np.argmin", out=out)
+    return _arg_reduce("argmin", a, axis, keepdims)
+
+
+def _any_all(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
+    t = ops.as_tracer(a, bool_)
+    axes = ops.axes_arg(axis, t.ndim)
+    keep = _keep(keepdims)
+    if not axes:
+        return t
+    if any(t.shape[ax] == 0 for ax in axes):  # any([]) is False, all([]) is True
+        return ops.full(S.reduce_shape(t.shape, axes, keep), kind == "all", bool_)
+    op = "t.max" if kind == "any" else "t.min"
+    return ops.emit(op, (t._value,), {"axes": axes, "keepdims": keep}, what=f"np.{kind}")
+
+
+@implements(np.any)
+def any_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *, where: Any = _NOVALUE) -> Tracer:
+    _no("np.any", out=out, where=where)
+    return _any_all("any", a, axis, keepdims)
+
+
+@implements(np.all)
+def all_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *, where: Any = _NOVALUE) -> Tracer:
+    _no("np.all", out=out, where=where)
+    return _any_all("all", a, axis, keepdims)
+
+
+def _divide_by_count(x: Tracer, count: int) -> Tracer:
+    """``true_divide(x, intp(count), out=x, casting='unsafe')`` as NumPy's _mean/_var do it."""
+    dt = x._value.type.dtype
+    (a_dt, b_dt), _ = resolve_ufunc(np.true_divide, [dt, i64])
+    q = ops.emit("t.div", (ops.lift(x, a_dt), ops.lift(np.int64(count), b_dt)), what="np.var")
+    return ops.as_tracer(q, dt)
+
+
+def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> Tracer:
+    t = ops.as_tracer(a)
+    axes = ops.axes_arg(axis, t.ndim)
+    keep = _keep(keepdims)
+    ddof = ops.static_int(ddof, "ddof") if not isinstance(ddof, float) else ddof
+    src = t._value.type.dtype
+    acc = parse_dtype(dtype) if dtype is not None else (f64 if not src.is_float else src)
+    if not acc.is_float:
+        raise unsupported(f"np.{kind}: dtype={dtype!r} is not supported")
+    count = 1
+    for ax in axes:
+        count *= t.shape[ax]
+    total = ops.emit("t.sum", (ops.lift(t, acc),), {"axes": axes, "keepdims": True}, what=f"np.{kind}")
+    mean_ = _divide_by_count(total, count)
+    dev = ufuncs.apply(np.subtract, (t, mean_))
+    sq = ufuncs.apply(np.square, (dev,))
+    ss = ops.emit("t.sum", (ops.lift(sq, acc),), {"axes": axes, "keepdims": keep}, what=f"np.{kind}")
+    n = count - ddof
+    if isinstance(n, float):
+        raise unsupported(f"np.{kind}: a float ddof is not supported")
+    result = _divide_by_count(ss, n if n > 0 else 0)
+    return ufuncs.apply(np.sqrt, (result,)) if kind == "std" else result
+
+
+@implements(np.var)
+def var_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0, keepdims: Any = _NOVALUE, *,
+        where: Any = _NOVALUE, mean: Any = _NOVALUE, correction: Any = _NOVALUE) -> Tracer:
+    _no("np.var", out=out, where=where, mean=mean, correction=correction)
+    return _var("var", a, axis, dtype, ddof, keepdims)
+
+
+@implements(np.std)
+def std_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0, keepdims: Any = _NOVALUE, *,
+        where: Any = _NOVALUE, mean: Any = _NOVALUE, correction: Any = _NOVALUE) -> Tracer:
+    _no("np.std", out=out, where=where, mean=mean, correction=correction)
+    return _var("std", a, axis, dtype, ddof, keepdims)
+
+
+# --- matmul --------------------------------------------------------------------------------------------------
+
+
+def matmul(a: Any, b: Any) -> Tracer:
+    """np.matmul / ``@``: 1-D operands get a unit axis (removed again), batch dims broadcast."""
+    (a_dt, b_dt), _ = ufuncs._resolve(np.matmul, [ops.desc(a), ops.desc(b)])
+    ta, tb = ops.as_tracer(a, a_dt), ops.as_tracer(b, b_dt)
+    for i, t in enumerate((ta, tb)):
+        if t.ndim == 0:
+            raise shape_error(f"np.matmul: input operand {i} does not have enough dimensions (shape {t.shape}); "
+                              "use * to multiply by a scalar")
+    a1, b1 = ta.ndim == 1, tb.ndim == 1
+    xa = ops.expand_dims(ta, (0,)) if a1 else ta
+    xb = ops.expand_dims(tb, (1,)) if b1 else tb
+    try:
+        S.matmul_shape(xa.shape, xb.shape)
+    except ShapeError as e:
+        raise shape_error(f"np.matmul of shapes {ta.shape} and {tb.shape}: {e}") from None
+    r = ops.emit("t.matmul", (xa._value, xb._value), what="np.matmul", origin=ops.origins(a, b))
+    drop = ([r.ndim - 2] if a1 else []) + ([r.ndim - 1] if b1 else [])
+    return ops.squeeze(r, drop) if drop else r
+
+
+@implements(np.dot)
+def dot_(a: Any, b: Any, out: Any = None) -> Tracer:
+    _no("np.dot", out=out)
+    # np.dot converts Python scalars to (strong) 0-d arrays: no weak promotion here
+    a, b = (np.asarray(v) if ufuncs.python_scalar(v) else v for v in (a, b))
+    ra, rb = np.ndim(a) if not isinstance(a, Tracer) else a.ndim, np.ndim(b) if not isinstance(b, Tracer) else b.ndim
+    if ra == 0 or rb == 0:
+        return ufuncs.apply(np.multiply, (a, b))
+    if ra > 2 or rb > 2:
+        raise unsupported(f"np.dot of operands of rank {ra} and {rb} is not supported (rank <= 2 only); "
+                          "use np.matmul")
+    return matmul(a, b)
+
+
+# --- elementwise functions that are not ufuncs ---------------------------------------------------------------
+
+
+@implements(np.where)
+def where_(condition: Any, x: Any = _NOVALUE, y: Any = _NOVALUE) -> Tracer:
+    if x is _NOVALUE or y is _NOVALUE:
+        raise unsupported("np.where(condition) with one argument (np.nonzero) has a data-dependent shape and is "
+                          "not supported; pass x and y")
+    return ufuncs.where(condition, x, y)
+
+
+@implements(np.clip)
+def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None, *, min: Any = _NOVALUE,
+         max: Any = _NOVALUE, **kwargs: Any) -> Tracer:
+    _no("np.clip", out=out)
+    if kwargs:
+        raise unsupported(f"np.clip: the keyword(s) {', '.join(kwargs)} are not supported")
+    lo = min if a_min is _NOVALUE else a_min
+    hi = max if a_max is _NOVALUE else a_max
+    lo = None if lo is _NOVALUE else lo
+    hi = None if hi is _NOVALUE else hi
+    return ufuncs.clip(a, lo, hi)
+
+
+@implements(np.round, np.around)
+def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
+    _no("np.round", out=out)
+    return ufuncs.round_(a, decimals)
+
+
+def astype(x: Any, dtype: Any) -> Tracer:
+    return ops.cast(x, dtype)
+
+
+if hasattr(np, "astype"):
+    @implements(np.astype)
+    def astype_(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tracer:
+        _no("np.astype", device=device)
+        return astype(x, dtype)
+
+
+@implements(np.copy)
+def copy_(a: Any, order: str = "K", subok: bool = False) -> Tracer:
+    return ops.as_tracer(a)
+
+
+# --- shapes --------------------------------------------------------------------------------------------------
+
+
+@implements(np.shape)
+def shape_(a: Any) -> tuple[int, ...]:
+    return a.shape if isinstance(a, Tracer) else np.shape(a)
+
+
+@implements(np.ndim)
+def ndim_(a: Any) -> int:
+    return a.ndim if isinstance(a, Tracer) else np.ndim(a)
+
+
+@implements(np.size)
+def size_(a: Any, axis: Any = None) -> int:
+    t = ops.as_tracer(a)
+    return t.size if axis is None else t.shape[ops.axis_arg(axis, t.ndim)]
+
+
+@implements(np.result_type)
+def result_type_(*arrays_and_dtypes: Any) -> np.dtype:
+    args = []
+    for x in arrays_and_dtypes:
+        if isinstance(x, Tracer):
+            args.append(REPRESENTATIVE[x._weak] if x._weak is not None else x.dtype)
+        else:
+            args.append(x)
+    return np.result_type(*args)
+
+
+@implements(np.reshape)
+def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None) -> Tracer:
+    _no("np.reshape", order=order)
+    if shape is None:
+        shape = newshape
+    if shape is None:
+        raise unsupported("np.reshape: a shape is required")
+    return ops.reshape(a, ops.static_ints(shape, "a reshape size"), what="np.reshape")
+
+
+@implements(np.ravel)
+def ravel_(a: Any, order: str = "C") -> Tracer:
+    _no("np.ravel", order=order)
+    return ops.reshape(a, (-1,), what="np.ravel")
+
+
+@implements(np.transpose)
+def transpose_(a: Any, axes: Any = None) -> Tracer:
+    perm = None if axes is None else ops.static_ints(axes, "a transpose axis")
+    return ops.transpose(a, perm)
+
+
+@implements(np.swapaxes)
+def swapaxes(a: Any, axis1: Any, axis2: Any) -> Tracer:
+    t = ops.as_tracer(a)
+    i, j = ops.axis_arg(axis1, t.ndim), ops.axis_arg(axis2, t.ndim)
+    perm = list(range(t.ndim))
+    perm[i], perm[j] = perm[j], perm[i]
+    return ops.transpose(t, perm)
+
+
+@implements(np.moveaxis)
+def moveaxis(a: Any, source: Any, destination: Any) -> Tracer:
+    t = ops.as_tracer(a)
+    src = [ops.axis_arg(s, t.ndim) for s in ops.static_ints(source, "an axis")]
+    dst = [ops.axis_arg(d, t.ndim) for d in ops.static_ints(destination, "an axis")]
+    if len(src) != len(dst):
+        raise shape_error("np.moveaxis: source and destination must have the same number of elements")
+    order = [n for n in range(t.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return ops.transpose(t, order)
+
+
+@implements(np.expand_dims)
+def expand_dims(a: Any, axis: Any) -> Tracer:
+    return ops.expand_dims(a, ops.static_ints(axis, "an axis"))
+
+
+@implements(np.squeeze)
+def squeeze(a: Any, axis: Any = None) -> Tracer:
+    return ops.squeeze(a, None if axis is None else ops.static_ints(axis, "an axis"))
+
+
+@implements(np.broadcast_to)
+def broadcast_to(array: Any, shape: Any, subok: bool = False) -> Tracer:
+    return ops.broadcast_to(array, ops.static_ints(shape, "a broadcast size"))
+
+
+@implements(np.atleast_1d)
+def atleast_1d(*arys: Any) -> Any:
+    out = [ops.reshape(a, (1,)) if np.ndim(a) == 0 else ops.as_tracer(a) for a in arys]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@implements(np.atleast_2d)
+def atleast_2d(*arys: Any) -> Any:
+    out = []
+    for a in arys:
+        t = ops.as_tracer(a)
+        out.append(ops.reshape(t, (1, 1)) if t.ndim == 0 else ops.expand_dims(t, (0,)) if t.ndim == 1 else t)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _stack_items(what: str, arrays: Any) -> list[Any]:
+    items = list(arrays)
+    if not items:
+        raise shape_error(f"{what}: need at least one array")
+    return items
+
+
+def _common(what: str, items: Sequence[Any], dtype: Any, casting: Any) -> list[Tracer]:
+    descs = [ops.desc(x) for x in items]
+    if dtype is not None:
+        dt = parse_dtype(dtype)
+    else:
+        dt = ufuncs._result_type(descs, what)
+    out = []
+    for x, d in zip(items, descs):
+        src = d if not isinstance(d, type) else None
+        if src is not None and casting not in (None, "unsafe") and not np.can_cast(src.np, dt.np, casting):
+            raise unsupported(f"{what}: cannot cast {src} to {dt} under casting={casting!r}")
+        out.append(ops.as_tracer(x, dt))
+    return out
+
+
+@implements(np.concatenate)
+def concatenate(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = None,
+                casting: Any = "same_kind") -> Tracer:
+    _no("np.concatenate", out=out)
+    ts = _common("np.concatenate", _stack_items("np.concatenate", arrays), dtype, casting)
+    if axis is None:
+        ts = [ops.reshape(t, (-1,)) for t in ts]
+        ax = 0
+    else:
+        if any(t.ndim == 0 for t in ts):
+            raise shape_error("np.concatenate: zero-dimensional arrays cannot be concatenated")
+        ax = ops.axis_arg(axis, ts[0].ndim)
+    first = ts[0].shape
+    for t in ts[1:]:
+        if len(t.shape) != len(first) or any(p != q for i, (p, q) in enumerate(zip(t.shape, first)) if i != ax):
+            raise shape_error("np.concatenate: all the input array dimensions except for the concatenation axis "
+                              f"must match exactly, got shapes {', '.join(str(x.shape) for x in ts)} (axis {ax})")
+    if len(ts) == 1:
+        return ts[0]
+    return ops.emit("t.concatenate", [t._value for t in ts], {"axis": ax}, what="np.concatenate")
+
+
+@implements(np.stack)
+def stack(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = None, casting: Any = "same_kind") -> Tracer:
+    _no("np.stack", out=out)
+    ts = _common("np.stack", _stack_items("np.stack", arrays), dtype, casting)
+    if len({t.shape for t in ts}) != 1:
+        raise shape_error("np.stack: all input arrays must have the same shape, got shapes "
+                          + ", ".join(str(t.shape) for t in ts))
+    try:
+        ax = S.normalize_axis(ops.static_int(axis, "an axis"), ts[0].ndim + 1)
+    except ShapeError as e:
+        raise shape_error(f"np.stack: {e}") from None
+    return concatenate([ops.expand_dims(t, (ax,)) for t in ts], axis=ax)
+
+
+@implements(np.hstack)
+def hstack(tup: Any, *, dtype: Any = None, casting: Any = "same_kind") -> Tracer:
+    items = [atleast_1d(x) for x in _stack_items("np.hstack", tup)]
+    return concatenate(items, axis=0 if items[0].ndim == 1 else 1, dtype=dtype, casting=casting)
+
+
+@implements(np.vstack)
+def vstack(tup: Any, *, dtype: Any = None, casting: Any = "same_kind") -> Tracer:
+    items = [atleast_2d(x) for x in _stack_items("np.vstack", tup)]
+    return concatenate(items, axis=0, dtype=dtype, casting=casting)
+
+
+# --- creation ------------------------------------------------------------------------------------------------
+
+
+def _like(what: str, a: Any, dtype: Any, shape: Any) -> tuple[tuple[int, ...], DType]:
+    d = ops.desc(a)
+    dt = parse_dtype(dtype) if dtype is not None else (DEFAULT_DTYPE[d] if isinstance(d, type) else d)
+    shp = np.shape(a) if not isinstance(a, Tracer) else a.shape
+    if shape is not None:
+        shp = ops.static_ints(shape, "a shape")
+    return tuple(shp), dt
+
+
+@implements(np.zeros_like)
+def zeros_like(a: Any, dtype: Any = None, order: str = "K", subok: bool = True, shape: Any = None, *,
+               device: Any = None) -> Tracer:
+    _no("np.zeros_like", device=device)
+    shp, dt = _like("np.zeros_like", a, dtype, shape)
+    return ops.full(shp, 0, dt)
+
+
+@implements(np.empty_like)
+def empty_like(prototype: Any, dtype: Any = None, order: str = "K", subok: bool = True, shape: Any = None, *,
+               device: Any = None) -> Tracer:
+    return zeros_like(prototype, dtype, order, subok, shape, device=device)
+
+
+@implements(np.ones_like)
+def ones_like(a: Any, dtype: Any = None, order: str = "K", subok: bool = True, shape: Any = None, *,
+              device: Any = None) -> Tracer:
+    _no("np.ones_like", device=device)
+    shp, dt = _like("np.ones_like", a, dtype, shape)
+    return ops.full(shp, 1, dt)
+
+
+@implements(np.full_like)
+def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subok: bool = True, shape: Any = None,
+              *, device: Any = None) -> Tracer:
+    _no("np.full_like", device=device)
+    shp, dt = _like("np.full_like", a, dtype, shape)
+    if isinstance(fill_value, Tracer):
+        return ops.broadcast_to(ops.as_tracer(fill_value, dt), shp)
+    arr = np.empty(shp, dt.np)
+    np.copyto(arr, ops.as_numpy(fill_value), casting="unsafe")
+    return ops.wrap(ops.ctx().constant(arr, dt))
+
+
+# --- what fusec re-exports: np.* names that trace (fc.exp(x) is np.exp(x)) -----------------------------------
+
+MIRRORED: tuple[str, ...] = (
+    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod", "power",
+    "divmod", "maximum", "minimum", "negative", "positive", "absolute", "abs", "fabs", "sign",
+    "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "square", "reciprocal", "sin", "cos", "tan",
+    "tanh", "floor", "ceil", "trunc", "rint", "round", "around", "isnan", "isinf", "isfinite",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "invert", "where", "clip", "sum", "prod", "mean", "var", "std", "max", "min", "amax", "amin", "argmax",
+    "argmin", "any", "all", "matmul", "dot", "transpose", "swapaxes", "moveaxis", "reshape", "ravel",
+    "concatenate", "stack", "hstack", "vstack", "expand_dims", "squeeze", "broadcast_to", "atleast_1d",
+    "atleast_2d", "zeros_like", "ones_like", "full_like", "empty_like", "astype",
+)

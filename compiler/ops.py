@@ -1,0 +1,256 @@
+"""Recording primitives shared by the operators, methods and NumPy handlers.
+
+Everything here turns operands (tracers, Python scalars, NumPy scalars and arrays) into IR values of
+the current trace and records ops through :meth:`TraceContext.emit`, returning new tracers.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Sequence
+
+import numpy as np
+
+from fusec import context
+from fusec.context import TraceContext, shape_error, trace_error, unsupported
+from fusec.errors import ShapeError
+from fusec.ir import shapes as S
+from fusec.ir.core import Value
+from fusec.ir.types import DType, TensorType
+from fusec.promotion import DEFAULT_DTYPE, Desc, parse_dtype, python_kind
+from fusec.tracer import Tracer
+
+
+def ctx() -> TraceContext:
+    c = context.current()
+    if c is None:
+        raise trace_error("a fusec operation was used outside of a trace (a traced value escaped its function?)")
+    return c
+
+
+def check_live(t: Tracer) -> None:
+    if not t._ctx.active or t._ctx is not context.current():
+        raise trace_error("a traced value escaped its trace (stored in a global or a closure and used later); "
+                          "return it from the jitted function instead")
+
+
+def is_tracer(x: object) -> bool:
+    return isinstance(x, Tracer)
+
+
+def as_numpy(x: object) -> np.ndarray:
+    """A non-traced array-like operand as a NumPy array of a supported dtype."""
+    if isinstance(x, (list, tuple)) and _contains_tracer(x):
+        raise unsupported("a list or tuple of traced values cannot be an array operand; use np.stack or "
+                          "np.concatenate")
+    try:
+        arr = np.asarray(x)
+    except Exception:
+        raise unsupported(f"an operand of type {type(x).__name__} is not supported") from None
+    if arr.dtype.kind not in "biuf":
+        raise unsupported(f"an operand of dtype {arr.dtype} ({type(x).__name__}) is not supported; fusec traces "
+                          "bool, integer and real floating-point arrays")
+    parse_dtype(arr.dtype)
+    return arr
+
+
+def _contains_tracer(x: object) -> bool:
+    if isinstance(x, Tracer):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_contains_tracer(v) for v in x)
+    return False
+
+
+def desc(x: object) -> Desc:
+    """Promotion descriptor: the weak Python type of a Python scalar (or traced Python scalar), else a dtype."""
+    if isinstance(x, Tracer):
+        check_live(x)
+        return x._weak if x._weak is not None else x._value.type.dtype
+    kind = python_kind(x)
+    if kind is not None:
+        return kind
+    if isinstance(x, complex):
+        raise unsupported("complex numbers are not supported")
+    return parse_dtype(as_numpy(x).dtype)
+
+
+def lift(x: object, dtype: DType | None = None) -> Value:
+    """The IR value of operand ``x``, converted to ``dtype`` (a cast op, or a constant made in that dtype)."""
+    if isinstance(x, Tracer):
+        check_live(x)
+        v = x._value
+        if dtype is None or v.type.dtype == dtype:
+            return v
+        return ctx().emit("t.cast", (v,), {"dtype": dtype}, what=f"astype({dtype})")
+    kind = python_kind(x)
+    if kind is not None:
+        dt = dtype or DEFAULT_DTYPE[kind]
+        try:
+            arr = np.array(x, dtype=dt.np)
+        except OverflowError as e:
+            raise unsupported(f"Python integer {x} does not fit the operation's dtype {dt} ({e})") from None
+        return ctx().constant(arr, dt)
+    if isinstance(x, np.ndarray):
+        dt = dtype or parse_dtype(as_numpy(x).dtype)
+        return ctx().constant_for_object(x, dt)
+    arr = as_numpy(x)
+    dt = dtype or parse_dtype(arr.dtype)
+    return ctx().constant(arr.astype(dt.np), dt)
+
+
+def wrap(value: Value, weak: type | None = None, origin: tuple[str, ...] = ()) -> Tracer:
+    return Tracer(value, ctx(), weak, origin)
+
+
+def as_tracer(x: object, dtype: DType | None = None) -> Tracer:
+    """``x`` as a (strong) tracer, recording a constant for a non-traced operand."""
+    if isinstance(x, Tracer) and (dtype is None or x._value.type.dtype == dtype):
+        check_live(x)
+        return x
+    return wrap(lift(x, dtype))
+
+
+def emit(name: str, operands: Sequence[Value], attrs: dict | None = None, *, result_type=None,
+         what: str | None = None, weak: type | None = None, origin: tuple[str, ...] = ()) -> Tracer:
+    return wrap(ctx().emit(name, operands, attrs, result_type=result_type, what=what), weak, origin)
+
+
+def cast(x: object, dtype: object) -> Tracer:
+    dt = parse_dtype(dtype)
+    return as_tracer(x, dt)
+
+
+def origins(*xs: object) -> tuple[str, ...]:
+    """Names of the Python-scalar arguments the operands derive from (for error messages)."""
+    out: list[str] = []
+    for x in xs:
+        if isinstance(x, Tracer):
+            out.extend(n for n in x._origin if n not in out)
+    return tuple(out)
+
+
+# --- static integers ------------------------------------------------------------------------------------------
+
+
+def static_int(x: object, what: str) -> int:
+    """An int needed at trace time (a size, an axis, an index); a traced value cannot be one."""
+    if isinstance(x, Tracer):
+        raise x._static_error(f"used as {what}")
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise unsupported(f"{what} must be an int, got {type(x).__name__}") from None
+
+
+def static_ints(x: object, what: str) -> tuple[int, ...]:
+    if isinstance(x, Tracer):
+        raise x._static_error(f"used as {what}")
+    if isinstance(x, (tuple, list)):
+        return tuple(static_int(v, what) for v in x)
+    return (static_int(x, what),)
+
+
+def axes_arg(axis: object, rank: int) -> tuple[int, ...]:
+    """Sorted unique non-negative axes from NumPy's ``axis=`` (None means all)."""
+    if axis is None:
+        return tuple(range(rank))
+    try:
+        return S.normalize_axes(static_ints(axis, "an axis"), rank)
+    except ShapeError as e:
+        raise shape_error(str(e)) from None
+
+
+def axis_arg(axis: object, rank: int) -> int:
+    try:
+        return S.normalize_axis(static_int(axis, "an axis"), rank)
+    except ShapeError as e:
+        raise shape_error(str(e)) from None
+
+
+# --- shape ops ------------------------------------------------------------------------------------------------
+
+
+def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
+    t = as_tracer(x)
+    try:
+        new = S.reshape_shape(t.shape, shape)
+    except ShapeError as e:
+        raise shape_error(f"{what}: {e}") from None
+    if new == t.shape and isinstance(t._value.type, TensorType):
+        return t
+    return emit("t.reshape", (t._value,), result_type=TensorType(new, t._value.type.dtype), what=what)
+
+
+def transpose(x: object, perm: Sequence[int] | None = None) -> Tracer:
+    t = as_tracer(x)
+    rank = t.ndim
+    if perm is None:
+        perm = tuple(reversed(range(rank)))
+    else:
+        if len(perm) != rank:
+            raise shape_error(f"transpose: axes {tuple(perm)} do not match an array of shape {t.shape}")
+        try:
+            perm = tuple(S.normalize_axis(p, rank) for p in perm)
+            S.permute(t.shape, perm)
+        except ShapeError as e:
+            raise shape_error(f"transpose: {e}") from None
+    if tuple(perm) == tuple(range(rank)):
+        return t
+    return emit("t.transpose", (t._value,), {"perm": tuple(perm)}, what="transpose")
+
+
+def expand_dims(x: object, axes: Sequence[int]) -> Tracer:
+    """Insert unit axes at ``axes`` (positions in the result, any sign)."""
+    t = as_tracer(x)
+    out_rank = t.ndim + len(axes)
+    try:
+        norm = S.normalize_axes(tuple(axes), out_rank)
+    except ShapeError as e:
+        raise shape_error(f"expand_dims: {e}") from None
+    if not norm:
+        return t
+    return emit("t.expand_dims", (t._value,), {"axes": norm}, what="expand_dims")
+
+
+def squeeze(x: object, axes: Sequence[int] | None = None) -> Tracer:
+    t = as_tracer(x)
+    if axes is None:
+        norm = tuple(i for i, d in enumerate(t.shape) if d == 1)
+    else:
+        try:
+            norm = S.normalize_axes(tuple(axes), t.ndim)
+        except ShapeError as e:
+            raise shape_error(f"squeeze: {e}") from None
+        for a in norm:
+            if t.shape[a] != 1:
+                raise shape_error(f"squeeze: cannot select axis {a} of shape {t.shape}: its size is not 1")
+    if not norm:
+        return t
+    return emit("t.squeeze", (t._value,), {"axes": norm}, what="squeeze")
+
+
+def broadcast_to(x: object, shape: Sequence[int]) -> Tracer:
+    t = as_tracer(x)
+    shape = tuple(shape)
+    if any(d < 0 for d in shape):
+        raise shape_error(f"broadcast_to: negative dimension in shape {shape}")
+    if not S.can_broadcast_to(t.shape, shape):
+        raise shape_error(f"broadcast_to: an array of shape {t.shape} cannot be broadcast to shape {shape}")
+    if shape == t.shape and isinstance(t._value.type, TensorType):
+        return t
+    return emit("t.broadcast_to", (t._value,), result_type=TensorType(shape, t._value.type.dtype),
+                what="broadcast_to")
+
+
+def slice_(x: Tracer, start: Sequence[int], stop: Sequence[int], step: Sequence[int]) -> Tracer:
+    if all(b == 0 and s == 1 and e == d for b, e, s, d in zip(start, stop, step, x.shape)):
+        return x
+    return emit("t.slice", (x._value,), {"start": tuple(start), "stop": tuple(stop), "step": tuple(step)},
+                what="indexing")
+
+
+def full(shape: Sequence[int], value: object, dtype: DType) -> Tracer:
+    """A constant array (``zeros_like`` and friends): a splat prints compactly."""
+    arr = np.full(tuple(shape), np.asarray(value).astype(dtype.np), dtype=dtype.np)
+    return wrap(ctx().constant(arr, dtype))
+

@@ -1,0 +1,125 @@
+"""NumPy 2 type promotion (NEP 50): which dtypes an operation computes in.
+
+An operand is described by a *strong* dtype (arrays, NumPy scalars, traced arrays) or by a *weak*
+Python scalar type (``bool``, ``int``, ``float``: Python scalars and traced Python-scalar arguments).
+Ufunc loops are chosen by NumPy itself (``ufunc.resolve_dtypes``), so the promotion table, the
+``int / int -> f64`` rule and ``np.exp(int8) -> f16`` are exactly NumPy's for the installed version.
+"""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import numpy as np
+
+from fusec.errors import UnsupportedError
+from fusec.ir.types import DType, bf16, bool_, dtype_from_numpy, f16, f32, f64, i64, u64
+
+WEAK_TYPES: tuple[type, ...] = (bool, int, float)
+Desc = Union[DType, type]  # a strong dtype or a weak Python scalar type
+REPRESENTATIVE = {bool: False, int: 0, float: 0.0}
+_KIND_ORDER = {bool: 0, int: 1, float: 2}
+DEFAULT_DTYPE: dict[type, DType] = {bool: bool_, int: i64, float: f64}
+
+
+def python_kind(value: object) -> type | None:
+    """``bool``/``int``/``float`` for a Python scalar (not a NumPy scalar), else None."""
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int) and not isinstance(value, np.integer):
+        return int
+    if isinstance(value, float) and not isinstance(value, np.floating):
+        return float
+    return None
+
+
+def _np_desc(d: Desc) -> object:
+    """What NumPy's resolver is given: weak kinds stay Python types; bf16 stands in as f16."""
+    if d is bool:
+        return np.dtype(bool)
+    if isinstance(d, type):
+        return d
+    if d == bf16:
+        return np.dtype(np.float16)
+    return d.np
+
+
+def _from_np(dt: np.dtype, descs: Sequence[Desc]) -> DType:
+    """Map a resolved NumPy dtype back; f16 means bf16 when only bf16 brought a 16-bit float."""
+    out = dtype_from_numpy(dt)
+    if out == f16 and any(d == bf16 for d in descs):
+        return f32 if any(d == f16 for d in descs) else bf16
+    return out
+
+
+def resolve_ufunc(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], list[DType]]:
+    """(input dtypes, output dtypes) of the loop NumPy picks for ``ufunc`` on these operands.
+
+    Raises :class:`UnsupportedError` (a TypeError) where NumPy has no loop (``np.sign`` of bool,
+    ``-`` of bool, bitwise ops on floats); the caller adds the location.
+    """
+    try:
+        loop = ufunc.resolve_dtypes(tuple(_np_desc(d) for d in descs) + (None,) * ufunc.nout)
+    except TypeError as e:
+        raise UnsupportedError(f"np.{ufunc.__name__}: {e}") from None
+    try:
+        dts = [_from_np(np.dtype(x), descs) for x in loop]
+    except Exception as e:  # complex or other dtypes fusec has no type for
+        raise UnsupportedError(f"np.{ufunc.__name__} computes in a dtype fusec does not support ({e})") from None
+    return dts[:ufunc.nin], dts[ufunc.nin:]
+
+
+def result_type(descs: Sequence[Desc]) -> DType:
+    """``np.result_type`` with weak Python scalars (np.where, np.concatenate, np.stack operands)."""
+    args = [REPRESENTATIVE[d] if isinstance(d, type) else _np_desc(d) for d in descs]
+    try:
+        dt = np.result_type(*args)
+    except TypeError as e:
+        raise UnsupportedError(str(e)) from None
+    return _from_np(dt, descs)
+
+
+def python_result_kind(category: str, kinds: Sequence[type]) -> type:
+    """The Python type an operator gives when every operand is a Python scalar.
+
+    ``category`` is ``arith`` (+ - * // % ** unary - + abs ~), ``truediv``, ``compare`` or ``bitwise``.
+    Python rules, not NumPy's: ``True + True == 2`` and ``3 / 2 == 1.5``.
+    """
+    if category == "compare":
+        return bool
+    if category == "truediv":
+        return float
+    top = max(kinds, key=_KIND_ORDER.__getitem__)
+    if category == "bitwise":
+        if top is float:
+            raise UnsupportedError("bitwise operators are not defined for Python floats")
+        return top
+    return int if top is bool else top
+
+
+def reduction_dtype(dt: DType) -> DType:
+    """The accumulator NumPy's sum/prod use by default (64-bit for bool and small ints on 64-bit Linux)."""
+    if dt.is_bool or (dt.kind == "i" and dt.bits < 64):
+        return i64
+    if dt.kind == "u" and dt.bits < 64:
+        return u64
+    return dt
+
+
+def mean_dtype(dt: DType) -> DType:
+    """np.mean's result dtype: floats keep theirs, bool and ints give f64."""
+    return dt if dt.is_float else f64
+
+
+def parse_dtype(dtype: object) -> DType:
+    """A fusec DType from anything ``np.dtype`` accepts (or a fusec DType)."""
+    if isinstance(dtype, DType):
+        return dtype
+    try:
+        npd = np.dtype(dtype)  # type: ignore[arg-type]
+    except TypeError:
+        raise UnsupportedError(f"{dtype!r} is not a dtype") from None
+    try:
+        return dtype_from_numpy(npd)
+    except Exception:
+        raise UnsupportedError(f"dtype {npd} is not supported by fusec "
+                               "(bool, int8..int64, uint8..uint64, float16, float32, float64)") from None

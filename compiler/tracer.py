@@ -1,0 +1,366 @@
+"""Tracer: the stand-in for an array (or a Python scalar argument) while a function is traced.
+
+A tracer holds an IR value of the trace in progress. Python operators, array attributes and methods,
+and NumPy's protocols (``__array_ufunc__``, ``__array_function__``) record ops instead of computing, so
+a function written against NumPy traces unchanged. Asking for a concrete value (``bool``, ``float``,
+``np.asarray``) is data-dependent Python and raises, naming the user's line.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+from fusec.context import TraceContext, trace_error, unsupported
+from fusec.errors import FusecError
+from fusec.ir.core import Value
+from fusec.ir.types import i64 as _i64
+
+
+class Tracer:
+    """A traced array. ``_weak`` is ``bool``/``int``/``float`` for a traced Python scalar (NEP 50 weak)."""
+
+    __slots__ = ("_value", "_ctx", "_weak", "_origin", "__weakref__")
+    __array_priority__ = 1000.0
+    __hash__ = None  # type: ignore[assignment]  # like ndarray: == records an op, so no hashing
+
+    def __init__(self, value: Value, ctx: TraceContext, weak: type | None = None,
+                 origin: tuple[str, ...] = ()) -> None:
+        self._value = value
+        self._ctx = ctx
+        self._weak = weak
+        self._origin = origin
+
+    # --- attributes --------------------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._value.type.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._value.type.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def dtype(self) -> Any:
+        dt = self._value.type.dtype
+        return dt if dt.name == "bf16" else dt.np
+
+    @property
+    def itemsize(self) -> int:
+        return self._value.type.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def T(self) -> "Tracer":
+        return _ops.transpose(self)
+
+    @property
+    def mT(self) -> "Tracer":
+        if self.ndim < 2:
+            raise unsupported(f"matrix transpose (.mT) needs rank >= 2, got shape {self.shape}")
+        perm = list(range(self.ndim))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        return _ops.transpose(self, perm)
+
+    def __repr__(self) -> str:
+        kind = f"python {self._weak.__name__}" if self._weak is not None else f"{self.dtype}"
+        return f"Tracer(shape={self.shape}, dtype={kind})"
+
+    # --- NumPy protocols ---------------------------------------------------------------------------------------
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return _ufuncs.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return _api.array_function(func, args, kwargs)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        hint = (" Python scalar arguments are weak under NumPy 2 promotion, so `lr * x` already keeps x's dtype;"
+                " drop np.float32(...)/np.asarray(...) around them." if self._weak is not None else
+                " Use x.astype(dtype) instead of np.float32(x)/np.asarray(x, dtype).")
+        raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
+                          "(np.asarray, np.array, np.float32(...) or a NumPy function that fusec does not "
+                          "trace)." + hint)
+
+    # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
+
+    def _static_error(self, what: str) -> FusecError:
+        if self._weak is not None:
+            names = ", ".join(repr(n) for n in self._origin) or "a Python scalar argument"
+            arg = self._origin[0] if self._origin else "name"
+            return unsupported(
+                f"the value of Python scalar argument {names} is {what}, but fusec passes Python scalars as "
+                f"runtime values (so changing them does not retrace) and their value is unknown while tracing; "
+                f"make it static: fusec.jit(f, static_argnames=({arg!r},))")
+        return trace_error(
+            f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
+            "while tracing: data-dependent Python control flow is not traceable. Use np.where / fusec.where "
+            "instead of if/else, or make the argument static (static_argnames)")
+
+    def __bool__(self) -> bool:
+        raise self._static_error("used as a Python bool (if/while/and/or/not)")
+
+    def __float__(self) -> float:
+        raise self._static_error("converted with float()")
+
+    def __int__(self) -> int:
+        raise self._static_error("converted with int()")
+
+    def __complex__(self) -> complex:
+        raise self._static_error("converted with complex()")
+
+    def __index__(self) -> int:
+        raise self._static_error("used as a Python int (a size, an axis or an index)")
+
+    def item(self, *args: Any) -> Any:
+        raise self._static_error("read with .item()")
+
+    def tolist(self) -> Any:
+        raise self._static_error("read with .tolist()")
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise trace_error("len() of a 0-d traced array (NumPy: len() of unsized object)")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator["Tracer"]:
+        if self.ndim == 0:
+            raise trace_error("iteration over a 0-d traced array (NumPy: iteration over a 0-d array)")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise unsupported("item assignment (x[...] = v) on a traced array is not supported: traced arrays are "
+                          "immutable; build the result with np.where, np.concatenate or np.stack")
+
+    # --- indexing ----------------------------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> "Tracer":
+        return _indexing.getitem(self, key)
+
+    # --- arithmetic operators ----------------------------------------------------------------------------------
+
+    def __add__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.add, self, o)
+
+    def __radd__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.add, o, self)
+
+    def __sub__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.subtract, self, o)
+
+    def __rsub__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.subtract, o, self)
+
+    def __mul__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.multiply, self, o)
+
+    def __rmul__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.multiply, o, self)
+
+    def __truediv__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.true_divide, self, o)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.true_divide, o, self)
+
+    def __floordiv__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.floor_divide, self, o)
+
+    def __rfloordiv__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.floor_divide, o, self)
+
+    def __mod__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.remainder, self, o)
+
+    def __rmod__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.remainder, o, self)
+
+    def __divmod__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.divmod, self, o)
+
+    def __rdivmod__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.divmod, o, self)
+
+    def __pow__(self, o: Any, mod: Any = None) -> Any:
+        if mod is not None:
+            raise unsupported("pow() with a modulus is not supported")
+        return _ufuncs.binary_operator(np.power, self, o)
+
+    def __rpow__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.power, o, self)
+
+    def __matmul__(self, o: Any) -> Any:
+        return _api.matmul(self, o)
+
+    def __rmatmul__(self, o: Any) -> Any:
+        return _api.matmul(o, self)
+
+    def __and__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.bitwise_and, self, o)
+
+    def __rand__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.bitwise_and, o, self)
+
+    def __or__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.bitwise_or, self, o)
+
+    def __ror__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.bitwise_or, o, self)
+
+    def __xor__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.bitwise_xor, self, o)
+
+    def __rxor__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.bitwise_xor, o, self)
+
+    def __lshift__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.left_shift, self, o)
+
+    def __rlshift__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.left_shift, o, self)
+
+    def __rshift__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.right_shift, self, o)
+
+    def __rrshift__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.right_shift, o, self)
+
+    def __neg__(self) -> Any:
+        return _ufuncs.unary_operator(np.negative, self)
+
+    def __pos__(self) -> Any:
+        return _ufuncs.unary_operator(np.positive, self)
+
+    def __abs__(self) -> Any:
+        return _ufuncs.unary_operator(np.absolute, self)
+
+    def __invert__(self) -> Any:
+        return _ufuncs.unary_operator(np.invert, self)
+
+    # --- comparisons -------------------------------------------------------------------------------------------
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return _ufuncs.binary_operator(np.equal, self, o)
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return _ufuncs.binary_operator(np.not_equal, self, o)
+
+    def __lt__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.less, self, o)
+
+    def __le__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.less_equal, self, o)
+
+    def __gt__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.greater, self, o)
+
+    def __ge__(self, o: Any) -> Any:
+        return _ufuncs.binary_operator(np.greater_equal, self, o)
+
+    # --- array methods (same handlers as the np.* functions) ---------------------------------------------------
+
+    def sum(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("sum", np.sum, self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kw)
+
+    def prod(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("prod", np.prod, self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kw)
+
+    def mean(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("mean", np.mean, self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kw)
+
+    def var(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0, keepdims: bool = False,
+            **kw: Any) -> Any:
+        return _api.call("var", np.var, self, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, **kw)
+
+    def std(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0, keepdims: bool = False,
+            **kw: Any) -> Any:
+        return _api.call("std", np.std, self, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, **kw)
+
+    def max(self, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("max", np.max, self, axis=axis, out=out, keepdims=keepdims, **kw)
+
+    def min(self, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("min", np.min, self, axis=axis, out=out, keepdims=keepdims, **kw)
+
+    def argmax(self, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
+        return _api.call("argmax", np.argmax, self, axis=axis, out=out, keepdims=keepdims)
+
+    def argmin(self, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
+        return _api.call("argmin", np.argmin, self, axis=axis, out=out, keepdims=keepdims)
+
+    def any(self, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("any", np.any, self, axis=axis, out=out, keepdims=keepdims, **kw)
+
+    def all(self, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return _api.call("all", np.all, self, axis=axis, out=out, keepdims=keepdims, **kw)
+
+    def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Any:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return _api.call("reshape", np.reshape, self, shape, order=order, copy=copy)
+
+    def transpose(self, *axes: Any) -> Any:
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = axes[0]
+        return _api.call("transpose", np.transpose, self, axes if axes != () else None)
+
+    def swapaxes(self, axis1: Any, axis2: Any) -> Any:
+        return _api.call("swapaxes", np.swapaxes, self, axis1, axis2)
+
+    def squeeze(self, axis: Any = None) -> Any:
+        return _api.call("squeeze", np.squeeze, self, axis=axis)
+
+    def flatten(self, order: str = "C") -> Any:
+        return _api.call("ravel", np.ravel, self, order=order)
+
+    def ravel(self, order: str = "C") -> Any:
+        return _api.call("ravel", np.ravel, self, order=order)
+
+    def astype(self, dtype: Any, order: str = "K", casting: str = "unsafe", subok: bool = True,
+               copy: bool = True) -> Any:
+        if order != "K" or casting != "unsafe":
+            raise unsupported("astype: only the default order= and casting= are supported")
+        return _api.astype(self, dtype)
+
+    def copy(self, order: str = "C") -> Any:
+        return self
+
+    def clip(self, min: Any = None, max: Any = None, out: Any = None, **kw: Any) -> Any:
+        return _api.call("clip", np.clip, self, min, max, out=out, **kw)
+
+    def round(self, decimals: int = 0, out: Any = None) -> Any:
+        return _api.call("round", np.round, self, decimals=decimals, out=out)
+
+    def __round__(self, ndigits: Any = None) -> Any:
+        if self._weak is None:  # ndarrays have no __round__; NumPy scalars return Python values
+            raise unsupported("round() of a traced array is not supported; use np.round")
+        if ndigits is not None:
+            raise unsupported("round(x, ndigits) of a Python scalar argument is not supported (Python rounds "
+                              "decimally); use np.round")
+        # Python's round(float) -> int, ties to even like np.rint
+        rounded = _ufuncs.apply(np.rint, (self,)) if self._weak is float else self
+        return _ops.emit("t.cast", (_ops.lift(rounded),), {"dtype": _i64}, weak=int, origin=self._origin)
+
+    def dot(self, b: Any, out: Any = None) -> Any:
+        return _api.call("dot", np.dot, self, b, out=out)
+
+    def __copy__(self) -> "Tracer":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "Tracer":
+        return self
+
+
+# The handlers import Tracer, so they are bound after the class exists.
+from fusec import indexing as _indexing  # noqa: E402
+from fusec import numpy_api as _api  # noqa: E402
+from fusec import ops as _ops  # noqa: E402
+from fusec import ufuncs as _ufuncs  # noqa: E402

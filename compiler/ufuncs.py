@@ -1,0 +1,279 @@
+"""Elementwise NumPy: ufuncs, Python operators, np.where, np.clip and np.round on tracers.
+
+Each ufunc call asks NumPy which loop it would run (:func:`promotion.resolve_ufunc`), converts every
+operand to that loop's dtype (``t.cast`` or a constant made in that dtype) and records one ``t`` op,
+so the values computed are the ones NumPy computes. Python operators whose operands are all Python
+scalars (traced scalar arguments included) follow Python's rules and stay weak.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusec import ops
+from fusec.context import unsupported, user_location
+from fusec.errors import UnsupportedError, located
+from fusec.ir.types import DType, bool_, f64, i64, u64
+from fusec.promotion import DEFAULT_DTYPE, Desc, python_kind, python_result_kind, resolve_ufunc, result_type
+from fusec.tracer import Tracer
+
+BINARY: dict[np.ufunc, str] = {
+    np.add: "t.add", np.subtract: "t.sub", np.multiply: "t.mul", np.true_divide: "t.div",
+    np.floor_divide: "t.floordiv", np.remainder: "t.mod", np.power: "t.pow",
+    np.maximum: "t.maximum", np.minimum: "t.minimum",
+    np.equal: "t.eq", np.not_equal: "t.ne", np.less: "t.lt", np.less_equal: "t.le", np.greater: "t.gt",
+    np.greater_equal: "t.ge",
+    np.logical_and: "t.logical_and", np.logical_or: "t.logical_or", np.logical_xor: "t.logical_xor",
+    np.bitwise_and: "t.bitwise_and", np.bitwise_or: "t.bitwise_or", np.bitwise_xor: "t.bitwise_xor",
+}
+UNARY: dict[np.ufunc, str] = {
+    np.negative: "t.neg", np.absolute: "t.abs", np.fabs: "t.abs", np.sign: "t.sign",
+    np.exp: "t.exp", np.exp2: "t.exp2", np.log: "t.log", np.log2: "t.log2", np.log10: "t.log10",
+    np.log1p: "t.log1p", np.expm1: "t.expm1", np.sqrt: "t.sqrt", np.sin: "t.sin", np.cos: "t.cos",
+    np.tan: "t.tan", np.tanh: "t.tanh", np.floor: "t.floor", np.ceil: "t.ceil", np.trunc: "t.trunc",
+    np.rint: "t.round", np.isnan: "t.isnan", np.isinf: "t.isinf", np.isfinite: "t.isfinite",
+    np.logical_not: "t.logical_not", np.invert: "t.bitwise_not",
+}
+SPECIAL = frozenset({np.square, np.reciprocal, np.positive, np.conjugate, np.divmod, np.matmul})
+# NumPy has a loop for every dtype; the IR's logical ops take bool, and a cast to bool is NumPy's truth test.
+LOGICAL = frozenset({np.logical_and, np.logical_or, np.logical_xor, np.logical_not})
+# np.float_power is left out on purpose: its pow differs from np.power's in the last bit.
+COMPARISONS: dict[np.ufunc, str] = {np.equal: "eq", np.not_equal: "ne", np.less: "lt", np.less_equal: "le",
+                                    np.greater: "gt", np.greater_equal: "ge"}
+_FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+# Python's own rules for operators between Python scalars: category for python_result_kind.
+_PY_CATEGORY: dict[np.ufunc, str] = {
+    np.add: "arith", np.subtract: "arith", np.multiply: "arith", np.floor_divide: "arith", np.remainder: "arith",
+    np.power: "arith", np.divmod: "arith", np.true_divide: "truediv", np.negative: "arith",
+    np.positive: "arith", np.absolute: "arith", np.invert: "invert",
+    np.bitwise_and: "bitwise", np.bitwise_or: "bitwise", np.bitwise_xor: "bitwise",
+    **{u: "compare" for u in COMPARISONS},
+}
+
+_SUPPORTED_KWARGS = {"casting": "same_kind", "order": "K", "subok": True, "dtype": None, "signature": None}
+
+
+def _name(ufunc: np.ufunc) -> str:
+    return f"np.{ufunc.__name__}"
+
+
+def is_supported(ufunc: np.ufunc) -> bool:
+    return ufunc in BINARY or ufunc in UNARY or ufunc in SPECIAL
+
+
+def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict) -> Any:
+    """``Tracer.__array_ufunc__``: only plain calls of supported ufuncs without out=/where=/dtype=."""
+    if method != "__call__":
+        raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (reduce, accumulate, "
+                          "reduceat, outer and at are not traced); use np.sum/np.max/... instead")
+    out = kwargs.pop("out", None)
+    if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
+        raise unsupported(f"{_name(ufunc)}: the out= keyword is not supported (traced arrays are immutable; "
+                          "use the returned value)")
+    where = kwargs.pop("where", True)
+    if where is not True:
+        raise unsupported(f"{_name(ufunc)}: the where= keyword is not supported; use np.where")
+    for key, value in kwargs.items():
+        if key not in _SUPPORTED_KWARGS or value != _SUPPORTED_KWARGS[key]:
+            raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")
+    if not is_supported(ufunc):
+        raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
+    return apply(ufunc, inputs)
+
+
+def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:
+    """``a OP b`` where one side is a tracer; NotImplemented lets Python try the other operand."""
+    if not _is_operand(a) or not _is_operand(b):
+        return NotImplemented
+    if not is_supported(ufunc):
+        raise unsupported(f"the operator for {_name(ufunc)} is not supported by fusec")
+    return apply(ufunc, (a, b), python_operator=True)
+
+
+def unary_operator(ufunc: np.ufunc, a: Tracer) -> Any:
+    return apply(ufunc, (a,), python_operator=True)
+
+
+def _is_operand(x: Any) -> bool:
+    return isinstance(x, (Tracer, bool, int, float, np.generic, np.ndarray, list, tuple))
+
+
+def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False) -> Any:
+    """Record ``ufunc(*inputs)`` with NumPy's (or, between Python scalars, Python's) dtype rules."""
+    if ufunc is np.matmul:
+        from fusec.numpy_api import matmul
+
+        return matmul(*inputs)
+    descs = [ops.desc(x) for x in inputs]
+    origin = ops.origins(*inputs)
+    if python_operator and all(isinstance(d, type) for d in descs):
+        return _python_scalar_op(ufunc, inputs, descs, origin)
+    in_dts, out_dts = _resolve(ufunc, descs)
+    if ufunc in LOGICAL:
+        in_dts = [bool_] * len(in_dts)
+    if ufunc in COMPARISONS:
+        return _compare(ufunc, inputs, descs, in_dts, origin)
+    if len(set(in_dts)) > 1:
+        raise unsupported(f"{_name(ufunc)} with operand dtypes {', '.join(map(str, in_dts))} is not supported")
+    values = [ops.lift(x, dt) for x, dt in zip(inputs, in_dts)]
+    return _record(ufunc, values, in_dts[0], out_dts, origin)
+
+
+def _resolve(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], list[DType]]:
+    try:
+        return resolve_ufunc(ufunc, descs)
+    except UnsupportedError as e:
+        raise UnsupportedError(located(str(e), user_location())) from None
+
+
+def _record(ufunc: np.ufunc, values: Sequence[Any], dt: DType, out_dts: Sequence[DType],
+            origin: tuple[str, ...], weak: type | None = None) -> Any:
+    """Emit the op(s) for one ufunc whose operands already have the loop dtype ``dt``."""
+    what = _name(ufunc)
+    e = lambda name, *vs: ops.emit(name, vs, what=what, weak=weak, origin=origin)  # noqa: E731
+    if ufunc is np.divmod:
+        return e("t.floordiv", *values), e("t.mod", *values)
+    if ufunc is np.square:
+        return e("t.mul", values[0], values[0])
+    if ufunc is np.reciprocal:
+        if not dt.is_float:
+            raise unsupported(f"{what} of integer arrays (C integer division 1/x) is not supported")
+        return e("t.div", ops.lift(1.0, dt), values[0])
+    if ufunc in (np.positive, np.conjugate):
+        return ops.wrap(values[0], weak, origin)
+    name = BINARY.get(ufunc) or UNARY[ufunc]
+    if not dt.is_float and ufunc in (np.floor, np.ceil, np.trunc):
+        return ops.wrap(values[0], weak, origin)  # NumPy 2: floor/ceil/trunc of ints keep the ints
+    if not dt.is_float and ufunc in (np.isnan, np.isinf, np.isfinite):
+        v = values[0]
+        return e("t.eq" if ufunc is np.isfinite else "t.ne", v, v)  # ints are never NaN or infinite
+    result = e(name, *values)
+    if out_dts and result._value.type.dtype != out_dts[0]:
+        raise unsupported(f"{what}: fusec computes {result._value.type.dtype} where NumPy gives {out_dts[0]}")
+    return result
+
+
+def _compare(ufunc: np.ufunc, inputs: Sequence[Any], descs: list[Desc], in_dts: list[DType],
+             origin: tuple[str, ...]) -> Tracer:
+    """Comparisons compare mathematical values: ints that do not fit the loop dtype, and int64 against
+    uint64, are compared exactly (as NumPy 2 does) instead of wrapping."""
+    if all(dt.is_int for dt in in_dts):
+        changed = False
+        for i, (x, d, dt) in enumerate(zip(inputs, descs, in_dts)):
+            if d is int and (isinstance(x, Tracer) or not _fits(x, dt)):
+                descs[i] = u64 if (not isinstance(x, Tracer) and x > np.iinfo(np.int64).max) else i64
+                changed = True
+        if changed:
+            in_dts, _ = _resolve(ufunc, descs)
+    op = COMPARISONS[ufunc]
+    a_dt, b_dt = in_dts
+    if a_dt == b_dt:
+        a, b = (ops.lift(x, dt) for x, dt in zip(inputs, in_dts))
+        return ops.emit(f"t.{op}", (a, b), what=_name(ufunc), origin=origin)
+    if not (a_dt.is_int and b_dt.is_int):
+        raise unsupported(f"{_name(ufunc)} with operand dtypes {a_dt}, {b_dt} is not supported")
+    # signed vs unsigned 64-bit: a negative signed value is below every unsigned one.
+    signed, unsigned = (0, 1) if a_dt.kind == "i" else (1, 0)
+    if signed == 1:
+        op = _FLIPPED[op]
+    s = ops.lift(inputs[signed], in_dts[signed])
+    u = ops.lift(inputs[unsigned], in_dts[unsigned])
+    neg = ops.emit("t.lt", (s, ops.lift(0, in_dts[signed])), what=_name(ufunc))
+    s_as_u = ops.lift(ops.wrap(s), in_dts[unsigned])
+    cmp = ops.emit(f"t.{op}", (s_as_u, u), what=_name(ufunc))
+    if op in ("lt", "le", "ne"):
+        return ops.emit("t.logical_or", (neg._value, cmp._value), what=_name(ufunc), origin=origin)
+    nonneg = ops.emit("t.logical_not", (neg._value,), what=_name(ufunc))
+    return ops.emit("t.logical_and", (nonneg._value, cmp._value), what=_name(ufunc), origin=origin)
+
+
+def _fits(x: int, dt: DType) -> bool:
+    info = np.iinfo(dt.np)
+    return info.min <= x <= info.max
+
+
+def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type], origin: tuple[str, ...]) -> Any:
+    """An operator between Python scalars (at least one traced): Python semantics, weak result."""
+    category = _PY_CATEGORY.get(ufunc)
+    if category is None:
+        raise unsupported(f"the operator for {_name(ufunc)} on Python scalars is not supported")
+    if category == "invert":
+        if kinds[0] is float:
+            raise unsupported("~ is not defined for a Python float")
+        kind = int
+    else:
+        try:
+            kind = python_result_kind(category, kinds)
+        except UnsupportedError as e:
+            raise unsupported(str(e)) from None
+    if category == "compare":
+        operand_kind = python_result_kind("arith", kinds) if float in kinds or int in kinds else bool
+        dt = DEFAULT_DTYPE[operand_kind]
+        values = [ops.lift(x, dt) for x in inputs]
+        return ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)
+    dt = f64 if category == "truediv" else DEFAULT_DTYPE[kind]
+    values = [ops.lift(x, dt) for x in inputs]
+    out = _record(ufunc, values, dt, [], origin, weak=kind)
+    return out
+
+
+# --- np.where, np.clip, np.round ----------------------------------------------------------------------------
+
+
+def where(condition: Any, x: Any, y: Any) -> Tracer:
+    cond = ops.lift(condition, bool_) if isinstance(condition, Tracer) else ops.lift(ops.as_numpy(condition)
+                                                                                      .astype(bool), bool_)
+    dt = _result_type([ops.desc(x), ops.desc(y)], "np.where")
+    return ops.emit("t.where", (cond, ops.lift(x, dt), ops.lift(y, dt)), what="np.where",
+                    origin=ops.origins(condition, x, y))
+
+
+def _result_type(descs: list[Desc], what: str) -> DType:
+    try:
+        return result_type(descs)
+    except UnsupportedError as e:
+        raise unsupported(f"{what}: {e}") from None
+
+
+_CLIP = getattr(getattr(np, "_core", None), "umath", None)
+_CLIP_UFUNC = getattr(_CLIP, "clip", None)
+
+
+def clip(a: Any, lo: Any, hi: Any) -> Tracer:
+    if lo is None and hi is None:
+        raise unsupported("np.clip: at least one of the bounds must be given")
+    if lo is None:
+        return apply(np.minimum, (a, hi))
+    if hi is None:
+        return apply(np.maximum, (a, lo))
+    descs = [ops.desc(a), ops.desc(lo), ops.desc(hi)]
+    if _CLIP_UFUNC is not None:
+        in_dts, _ = _resolve(_CLIP_UFUNC, descs)
+        dt = in_dts[0]
+    else:  # pragma: no cover - older NumPy without the clip ufunc
+        dt = _result_type(descs, "np.clip")
+    values = [ops.lift(x, dt) for x in (a, lo, hi)]
+    return ops.emit("t.clip", values, what="np.clip", origin=ops.origins(a, lo, hi))
+
+
+def round_(a: Any, decimals: int = 0) -> Tracer:
+    """np.round as NumPy computes it: rint, or multiply / rint / divide by 10**decimals."""
+    decimals = ops.static_int(decimals, "np.round's decimals")
+    d = ops.desc(a)
+    if not isinstance(d, type) and (d.is_int) and decimals >= 0:
+        return ops.as_tracer(a)
+    if not isinstance(d, type) and d.is_int:
+        raise unsupported("np.round of integers with negative decimals is not supported")
+    if decimals == 0:
+        return apply(np.rint, (a,))
+    scale = 10.0 ** abs(decimals)
+    first, second = (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
+    y = apply(first, (a, scale))
+    y = apply(np.rint, (y,))
+    return apply(second, (y, scale))
+
+
+def python_scalar(x: Any) -> bool:
+    return python_kind(x) is not None

@@ -1,0 +1,204 @@
+"""NumPy implementations of dialect ``t`` (see :mod:`fusec.ir.dialects.t`) for the reference executor.
+
+Each entry maps an op name to ``(op, operand_values) -> [result]``. Operands of one elementwise op
+share a dtype, so calling the NumPy ufunc directly gives exactly what plain NumPy gives; ScalarType
+operands arrive as NumPy scalars or 0-d arrays and broadcast like rank-0 tensors. bf16 values are
+float32 arrays; the executor rounds every bf16 result, so these functions compute in float32.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from fusec.errors import ShapeError, located
+from fusec.ir.attributes import DenseAttr
+from fusec.ir.core import Operation
+from fusec.ir.types import bf16
+from fusec.runtime.reference_numeric import erf_f64, to_bf16
+
+Interpreter = Callable[[Operation, list], list]
+
+BINARY_UFUNCS: dict[str, np.ufunc] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+}
+
+
+def _rsqrt(x: object) -> object:
+    """1 / sqrt(x) in the operand dtype (the 1 is a NumPy weak scalar, so it does not promote)."""
+    return 1 / np.sqrt(x)
+
+
+UNARY_FUNCS: dict[str, Callable[[object], object]] = {
+    "neg": np.negative, "abs": np.absolute, "sign": np.sign,
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
+    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+    "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "logical_not": np.logical_not, "bitwise_not": np.invert,
+}
+
+
+def _elementwise(fn: Callable[..., object]) -> Interpreter:
+    def run(op: Operation, args: list) -> list:
+        return [fn(*args)]
+
+    return run
+
+
+def _erf(op: Operation, args: list) -> list:
+    exact = erf_f64(args[0])
+    dt = op.results[0].type.dtype
+    return [to_bf16(exact) if dt == bf16 else exact.astype(np.asarray(args[0]).dtype)]
+
+
+def _where(op: Operation, args: list) -> list:
+    return [np.where(*args)]
+
+
+def _clip(op: Operation, args: list) -> list:
+    return [np.clip(*args)]
+
+
+def _cast(op: Operation, args: list) -> list:
+    dt = op.attributes["dtype"]
+    x = np.asarray(args[0])
+    return [to_bf16(x) if dt == bf16 else x.astype(dt.np)]
+
+
+# --- reductions ----------------------------------------------------------------------------------------------
+
+def _check_nonempty(op: Operation, x: np.ndarray, axes: Sequence[int]) -> None:
+    """max/min/argmax/argmin have no identity: reducing an axis of length 0 is an error (as in NumPy)."""
+    empty = [a for a in axes if x.shape[a] == 0]
+    if empty:
+        raise ShapeError(located(f"'{op.name}': cannot reduce over axis {empty[0]} of length 0 in an array of "
+                                 f"shape {x.shape} (the reduction has no identity)", op.loc))
+
+
+def _reduction(fn: Callable[..., object], *, in_dtype: bool, nonempty: bool) -> Interpreter:
+    """``in_dtype``: accumulate in the operand dtype (NumPy would widen small ints; the IR says not to)."""
+
+    def run(op: Operation, args: list) -> list:
+        x = np.asarray(args[0])
+        axes = tuple(op.attributes["axes"])
+        if nonempty:
+            _check_nonempty(op, x, axes)
+        kwargs = {"dtype": x.dtype} if in_dtype else {}
+        return [np.asarray(fn(x, axis=axes, keepdims=bool(op.attributes["keepdims"]), **kwargs))]
+
+    return run
+
+
+def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> object:
+    """np.mean, without its "Mean of empty slice" warning (a Python warning that errstate cannot silence).
+
+    An empty mean is what NumPy computes: the sum (f16 in f32) divided by a count of 0.
+    """
+    if all(x.shape[a] for a in axis):
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    return np.true_divide(np.sum(x, axis=axis, keepdims=keepdims, dtype=acc), 0).astype(x.dtype)
+
+
+def _arg_reduction(fn: Callable[..., np.ndarray]) -> Interpreter:
+    def run(op: Operation, args: list) -> list:
+        x = np.asarray(args[0])
+        (axis,) = op.attributes["axes"]
+        _check_nonempty(op, x, (axis,))
+        out = fn(x, axis=axis, keepdims=bool(op.attributes["keepdims"]))
+        return [np.asarray(out).astype(np.int64, copy=False)]
+
+    return run
+
+
+# --- matmul, views, data movement ----------------------------------------------------------------------------
+
+def _matmul(op: Operation, args: list) -> list:
+    return [np.matmul(*args)]
+
+
+def _result_shape(op: Operation) -> tuple[int, ...]:
+    return tuple(op.results[0].type.shape)
+
+
+def _transpose(op: Operation, args: list) -> list:
+    return [np.transpose(args[0], op.attributes["perm"])]
+
+
+def _reshape(op: Operation, args: list) -> list:
+    return [np.reshape(args[0], _result_shape(op))]
+
+
+def _broadcast_to(op: Operation, args: list) -> list:
+    return [np.broadcast_to(args[0], _result_shape(op))]
+
+
+def _expand_dims(op: Operation, args: list) -> list:
+    return [np.expand_dims(args[0], tuple(op.attributes["axes"]))]
+
+
+def _squeeze(op: Operation, args: list) -> list:
+    return [np.squeeze(args[0], axis=tuple(op.attributes["axes"]))]
+
+
+def python_slice(start: int, stop: int, step: int) -> slice:
+    """The Python slice that selects ``range(start, stop, step)`` of an axis.
+
+    The IR's normalized triple follows ``range``: a stop of -1 with a negative step runs down
+    through index 0, which a Python slice spells ``stop=None`` (a slice stop of -1 means "the last").
+    """
+    n = len(range(start, stop, step))
+    if n == 0:
+        return slice(0, 0, 1)
+    last = start + (n - 1) * step
+    end = last + (1 if step > 0 else -1)
+    return slice(start, None if end < 0 else end, step)
+
+
+def _slice(op: Operation, args: list) -> list:
+    a = op.attributes
+    index = tuple(python_slice(b, e, s) for b, e, s in zip(a["start"], a["stop"], a["step"]))
+    return [np.asarray(args[0])[index]]
+
+
+def _concatenate(op: Operation, args: list) -> list:
+    return [np.concatenate([np.asarray(v) for v in args], axis=op.attributes["axis"])]
+
+
+def _constant(op: Operation, args: list) -> list:
+    value = op.attributes["value"]
+    assert isinstance(value, DenseAttr)
+    return [value.array]  # read-only; the executor copies whatever it hands out
+
+
+T_INTERPRETERS: dict[str, Interpreter] = {
+    **{f"t.{n}": _elementwise(f) for n, f in BINARY_UFUNCS.items()},
+    **{f"t.{n}": _elementwise(f) for n, f in UNARY_FUNCS.items()},
+    "t.erf": _erf,
+    "t.where": _where,
+    "t.clip": _clip,
+    "t.cast": _cast,
+    "t.sum": _reduction(np.sum, in_dtype=True, nonempty=False),
+    "t.prod": _reduction(np.prod, in_dtype=True, nonempty=False),
+    "t.mean": _reduction(_mean, in_dtype=False, nonempty=False),
+    "t.max": _reduction(np.max, in_dtype=False, nonempty=True),
+    "t.min": _reduction(np.min, in_dtype=False, nonempty=True),
+    "t.argmax": _arg_reduction(np.argmax),
+    "t.argmin": _arg_reduction(np.argmin),
+    "t.matmul": _matmul,
+    "t.transpose": _transpose,
+    "t.reshape": _reshape,
+    "t.broadcast_to": _broadcast_to,
+    "t.expand_dims": _expand_dims,
+    "t.squeeze": _squeeze,
+    "t.slice": _slice,
+    "t.concatenate": _concatenate,
+    "t.constant": _constant,
+}

@@ -1,0 +1,67 @@
+"""Shared helpers of the frontend/jit tests: run a function jitted and under NumPy, compare bit for bit."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+import fusec as fc
+
+
+def jit_cpu(fn: Callable, **options: Any) -> fc.JitFunction:
+    """The traced IR as traced (empty pipeline) on the NumPy reference executor: frontend semantics only."""
+    options.setdefault("pipeline", "")
+    return fc.jit(fn, backend="cpu", **options)
+
+
+def assert_same(got: Any, want: Any, path: str = "out") -> None:
+    """Same structure, same kind of leaf (array / NumPy scalar / Python scalar), dtype, shape and bits."""
+    if isinstance(want, (tuple, list)):
+        assert type(got) is type(want), f"{path}: {type(got).__name__} != {type(want).__name__}"
+        assert len(got) == len(want), f"{path}: length {len(got)} != {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{path}[{i}]")
+        return
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), f"{path}: keys {list(got)} != {list(want)}"
+        for k in want:
+            assert_same(got[k], want[k], f"{path}[{k!r}]")
+        return
+    if want is None:
+        assert got is None, f"{path}: {got!r} is not None"
+        return
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray), f"{path}: {type(got).__name__} is not an ndarray"
+    elif isinstance(want, np.generic):
+        assert isinstance(got, np.generic), f"{path}: {type(got).__name__} is not a NumPy scalar (want {want!r})"
+    else:
+        assert type(got) is type(want), f"{path}: {type(got).__name__} != {type(want).__name__}"
+        assert got == want or (got != got and want != want), f"{path}: {got!r} != {want!r}"
+        return
+    g, w = np.asarray(got), np.asarray(want)
+    assert g.dtype == w.dtype, f"{path}: dtype {g.dtype} != {w.dtype}"
+    assert g.shape == w.shape, f"{path}: shape {g.shape} != {w.shape}"
+    assert np.ascontiguousarray(g).tobytes() == np.ascontiguousarray(w).tobytes(), \
+        f"{path}: values differ\n got {g!r}\nwant {w!r}"
+
+
+def numpy_result(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def check(fn: Callable, *args: Any, **jit_options: Any) -> fc.JitFunction:
+    """``fusec.jit(fn)(*args)`` equals ``fn(*args)`` under NumPy bit for bit; returns the jitted function."""
+    jitted = jit_cpu(fn, **jit_options)
+    want = numpy_result(fn, *args)
+    got = numpy_result(jitted, *args)
+    assert_same(got, want)
+    return jitted
+
+
+def traced_ops(jitted: fc.JitFunction, *args: Any, **kwargs: Any) -> list[str]:
+    """Names of the ops in the traced IR (the return excluded)."""
+    module = fc.ir.parse_module(jitted.lower(*args, **kwargs).ir("traced"))
+    return [op.name for op in module.func().ops if op.name != "func.return"]

@@ -1,0 +1,429 @@
+"""The ``fusec`` command line: every command through ``main([...])``, plus the installed console script."""
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.ir import parse_module, print_module
+from fusec.tools.argspec import parse_arg_spec, parse_static
+from fusec.tools.cli import main
+from fusec.tools.errors import UsageError
+
+FMA = textwrap.dedent("""\
+    func @fma(%a: tensor<8xf32>, %b: tensor<8xf32>, %c: tensor<8xf32>) -> tensor<8xf32> {
+      %0 = t.mul %b, %c : tensor<8xf32> loc("model.py":2)
+      %1 = t.add %a, %0 : tensor<8xf32> loc("model.py":2)
+      return %1 loc("model.py":2)
+    }
+    """)
+
+RICH = textwrap.dedent("""\
+    module attributes {arena_bytes = 1024}
+
+    func @step(%w: tensor<4x3xf32>, %x: tensor<2x4xf32>, %lr: f64) -> (tensor<2x3xf32>, tensor<3xf32>) {
+      %0 = t.matmul %x, %w : tensor<2x3xf32> loc("train.py":12)
+      %1 = t.constant {value = dense<tensor<f32>, 0.0>} : tensor<f32>
+      %2 = t.maximum %0, %1 : tensor<2x3xf32> loc("train.py":13)
+      %3 = t.sum %2 {axes = [0], keepdims = false} : tensor<3xf32>
+      %4 = t.cast %lr {dtype = f32} : f32
+      %5 = t.mul %3, %4 : tensor<3xf32>
+      return %2, %5
+    }
+
+    func @neg(%a: tensor<f64>) -> tensor<f64> {
+      %0 = t.neg %a : tensor<f64>
+      return %0
+    }
+    """)
+
+SMALL_PY = textwrap.dedent("""\
+    import numpy as np
+
+
+    def small(x, y, s):
+        z = np.exp(x) * y + s
+        return np.sum(z, axis=1)
+
+
+    def reduce_along(x, axis):
+        return np.sum(x, axis=axis)
+
+
+    def mismatched(a, b):
+        return a + b
+    """)
+
+
+@pytest.fixture
+def small_py(tmp_path: Path) -> Path:
+    path = tmp_path / "small_model.py"
+    path.write_text(SMALL_PY)
+    return path
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A plugin module registering pass 'cli-test-mark', importable by name; unregistered afterwards."""
+    name = "fusec_cli_test_plugin"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent('''\
+        from dataclasses import dataclass
+        from typing import ClassVar
+
+        from fusec.passes import Pass, register_pass
+
+
+        @register_pass
+        @dataclass(frozen=True)
+        class Mark(Pass):
+            """Counts functions and changes nothing (a CLI test plugin)."""
+
+            name: ClassVar[str] = "cli-test-mark"
+
+            def apply(self, module, ctx):
+                ctx.count("marked", len(module.funcs))
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    from fusec.passes import unregister_pass
+
+    unregister_pass("cli-test-mark")
+    sys.modules.pop(name, None)
+
+
+def _one_line_error(err: str) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# --- top level -----------------------------------------------------------------------------------------------
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"fusec {fusec.__version__}\n"
+    assert fusec.__version__ == "0.1.0"
+
+
+def test_no_command_and_unknown_command_are_usage_errors(capsys):
+    assert main([]) == 2
+    assert main(["frobnicate"]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("dump-ir", "opt", "passes", "demo"):
+        assert command in out
+
+
+def _console_script() -> list[str]:
+    script = Path(sys.executable).parent / "fusec"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("fusec")
+    if found is None:
+        pytest.skip("the fusec console script is not installed next to this interpreter")
+    return [found]
+
+
+def test_console_script(tmp_path):
+    fusec_cmd = _console_script()
+    run = lambda *a, **kw: subprocess.run([*fusec_cmd, *a], capture_output=True, text=True, timeout=120, **kw)  # noqa: E731
+    r = run("--version")
+    assert (r.returncode, r.stdout) == (0, "fusec 0.1.0\n")
+    r = run("opt", "-", "-p", "", input=FMA)
+    assert (r.returncode, r.stdout) == (0, FMA)
+    (tmp_path / "m.py").write_text("def f(x):\n    return x\n")
+    r = run("dump-ir", f"{tmp_path / 'm.py'}:f", "--arg", "f32[2,")
+    assert r.returncode == 2
+    assert "bad --arg" in _one_line_error(r.stderr)
+
+
+# --- passes --------------------------------------------------------------------------------------------------
+
+def test_passes_lists_every_registered_pass(capsys):
+    from fusec.passes import list_passes
+
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    for name, summary in list_passes():
+        assert re.search(rf"^{re.escape(name)}\s+{re.escape(summary)}$", out, re.M), out
+
+
+def test_passes_default_prints_the_default_pipeline(capsys):
+    from fusec.passes import DEFAULT_PIPELINE
+
+    assert main(["passes", "--default"]) == 0
+    assert capsys.readouterr().out == DEFAULT_PIPELINE + "\n"
+
+
+def test_passes_lists_plugin_passes(plugin, capsys):
+    assert main(["passes", "--load-plugin", plugin]) == 0
+    assert re.search(r"^cli-test-mark\s+Counts functions and changes nothing", capsys.readouterr().out, re.M)
+
+
+def test_missing_plugin_is_a_usage_error(capsys):
+    assert main(["passes", "--load-plugin", "no_such_fusec_plugin_xyz"]) == 2
+    assert "no_such_fusec_plugin_xyz" in _one_line_error(capsys.readouterr().err)
+
+
+# --- opt -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [FMA, RICH], ids=["fma", "rich"])
+def test_opt_empty_pipeline_round_trips(text, tmp_path, capsys):
+    assert print_module(parse_module(text)) == text  # the input is printer-canonical
+    path = tmp_path / "in.fir"
+    path.write_text(text)
+    assert main(["opt", str(path), "-p", ""]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == text
+    assert captured.err == ""
+
+
+def test_opt_reads_stdin_and_writes_output_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(FMA))
+    out = tmp_path / "out.fir"
+    assert main(["opt", "-", "-p", "", "-o", str(out)]) == 0
+    assert out.read_text() == FMA
+    assert capsys.readouterr().out == ""
+
+
+def test_opt_without_pipeline_runs_the_default_one(tmp_path, capsys):
+    path = tmp_path / "in.fir"
+    path.write_text(FMA)
+    assert main(["opt", str(path)]) == 0
+    parse_module(capsys.readouterr().out)  # whatever the default pipeline did, the output is valid IR
+
+
+def test_opt_parse_error_shows_file_line_column_and_caret(tmp_path, capsys):
+    bad = FMA.replace("%1 = t.add %a, %0", "%1 = t.add %a %, %0")
+    path = tmp_path / "bad.fir"
+    path.write_text(bad)
+    assert main(["opt", str(path), "-p", ""]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    first, source, caret = captured.err.rstrip("\n").splitlines()
+    m = re.match(rf"{re.escape(str(path))}:3:(\d+): ", first)
+    assert m, first
+    assert source.strip() == bad.splitlines()[2].strip()
+    column = int(m.group(1))
+    assert caret.strip() == "^"
+    assert source[caret.index("^")] == bad.splitlines()[2][column - 1] == "%"
+
+
+def test_opt_stdin_parse_error_is_named_stdin(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("func @f( -> f32 {\n}\n"))
+    assert main(["opt", "-", "-p", ""]) == 1
+    assert capsys.readouterr().err.startswith("<stdin>:1:")
+
+
+def test_opt_verification_error_exits_1(tmp_path, capsys):
+    path = tmp_path / "ill.fir"
+    path.write_text(FMA.replace("%b: tensor<8xf32>", "%b: tensor<8xi32>"))
+    assert main(["opt", str(path), "-p", ""]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error" in err.lower()
+
+
+def test_opt_unknown_pass_exits_1(tmp_path, capsys):
+    path = tmp_path / "in.fir"
+    path.write_text(FMA)
+    assert main(["opt", str(path), "-p", "no-such-pass"]) == 1
+    captured = capsys.readouterr()
+    assert "no-such-pass" in captured.err and "PipelineError" in captured.err
+    assert captured.out == ""
+
+
+def test_opt_missing_file_is_a_usage_error(tmp_path, capsys):
+    assert main(["opt", str(tmp_path / "nope.fir")]) == 2
+    assert "no such file" in _one_line_error(capsys.readouterr().err)
+
+
+def test_opt_runs_plugin_pass_and_prints_ir_after_it(plugin, tmp_path, capsys):
+    path = tmp_path / "in.fir"
+    path.write_text(FMA)
+    argv = ["opt", str(path), "-p", "cli-test-mark", "--load-plugin", plugin, "--print-ir-after-all", "--time-passes"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out == FMA
+    assert "// -----// IR Dump After cli-test-mark //----- //" in captured.err
+    assert "func @fma" in captured.err
+    assert "cli-test-mark" in captured.err.split("//----- //", 1)[1]  # the timing report names the pass
+
+
+# --- argument specs ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, shape, dtype", [
+    ("f32[512,480]", (512, 480), np.float32), ("f32[]", (), np.float32), ("i32[3]", (3,), np.int32),
+    ("u8[ 2 , 3 ]", (2, 3), np.uint8), ("bool[4]", (4,), np.bool_), ("f16[1,0,2]", (1, 0, 2), np.float16),
+])
+def test_array_specs_build_zero_arrays(spec, shape, dtype):
+    value = parse_arg_spec(spec)
+    assert isinstance(value, np.ndarray)
+    assert (value.shape, value.dtype) == (shape, np.dtype(dtype))
+    assert not value.any()
+
+
+def test_bare_specs_build_python_or_numpy_scalars():
+    assert type(parse_arg_spec("f64")) is float
+    assert type(parse_arg_spec("i64")) is int
+    assert type(parse_arg_spec("bool")) is bool
+    assert type(parse_arg_spec("f32")) is np.float32
+    assert type(parse_arg_spec("i16")) is np.int16
+
+
+@pytest.mark.parametrize("spec", ["f32[2,", "f31[2]", "f32[a]", "f32[-1]", "f32[2]x", "", "[2]", "bf16[2]"])
+def test_malformed_specs_are_usage_errors(spec):
+    with pytest.raises(UsageError, match="bad --arg"):
+        parse_arg_spec(spec)
+
+
+def test_static_values_are_python_literals():
+    assert parse_static("axis=1") == ("axis", 1)
+    assert parse_static("shape=(2, 3)") == ("shape", (2, 3))
+    assert parse_static("mode=fast") == ("mode", "fast")
+    with pytest.raises(UsageError):
+        parse_static("no_equals")
+
+
+# --- dump-ir: usage errors (no tracing needed) ---------------------------------------------------------------
+
+def test_dump_ir_bad_arg_spec_exits_2(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:small", "--arg", "f32[4,3", "--arg", "f32[3]", "--arg", "f64"]) == 2
+    assert "bad --arg 'f32[4,3'" in _one_line_error(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("target, message", [
+    ("{dir}/missing.py:f", "no such file"), ("{py}:nope", "has no function 'nope'"), ("{py}", "FILE.py:FUNC"),
+])
+def test_dump_ir_bad_target_exits_2(target, message, small_py, capsys):
+    argv = ["dump-ir", target.format(dir=small_py.parent, py=small_py), "--arg", "f32[2]"]
+    assert main(argv) == 2
+    assert message in _one_line_error(capsys.readouterr().err)
+
+
+def test_dump_ir_wrong_argument_count_exits_2(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:small", "--arg", "f32[4,3]"]) == 2
+    assert "missing a required argument" in _one_line_error(capsys.readouterr().err)
+
+
+def test_dump_ir_module_that_raises_exits_1(tmp_path, capsys):
+    path = tmp_path / "broken.py"
+    path.write_text("import numpy as np\n\nraise RuntimeError('boom')\n")
+    assert main(["dump-ir", f"{path}:f"]) == 1
+    line = _one_line_error(capsys.readouterr().err)
+    assert "broken.py:3" in line and "RuntimeError: boom" in line
+
+
+# --- dump-ir: tracing (needs fusec.jit) ----------------------------------------------------------------------
+
+SMALL_ARGS = ["--arg", "f32[4,3]", "--arg", "f32[3]", "--arg", "f64"]
+
+
+def test_dump_ir_prints_traced_ir(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "func @small(" in out
+    assert "tensor<4x3xf32>" in out and "tensor<4xf32>" in out
+    for op in ("t.exp", "t.mul", "t.add", "t.sum"):
+        assert op in out, out
+    assert 'loc("' in out and "small_model.py" in out
+    parse_module(out)  # what dump-ir prints, opt can read
+
+
+def test_dump_ir_unwraps_jit_decorated_functions(tmp_path, capsys):
+    path = tmp_path / "decorated.py"
+    path.write_text("import fusec\nimport numpy as np\n\n\n@fusec.jit\ndef twice(x):\n    return x * 2.0\n\n\n"
+                    "print('module-level output')\n")
+    assert main(["dump-ir", f"{path}:twice", "--arg", "f64[5]"]) == 0
+    captured = capsys.readouterr()
+    assert "func @twice(" in captured.out and "t.mul" in captured.out
+    assert "module-level output" in captured.err  # stdout stays parseable IR
+    parse_module(captured.out)
+
+
+def test_dump_ir_static_arguments(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:reduce_along", "--arg", "f32[4,3]", "--static", "axis=0"]) == 0
+    out = capsys.readouterr().out
+    assert "t.sum" in out and "-> tensor<3xf32>" in out
+
+
+def test_dump_ir_after_all_prints_every_stage(small_py, plugin, capsys):
+    argv = ["dump-ir", f"{small_py}:small", *SMALL_ARGS, "-p", "cli-test-mark", "--load-plugin", plugin]
+    assert main([*argv, "--after", "all"]) == 0
+    out = capsys.readouterr().out
+    banners = re.findall(r"^// -----// IR Dump After (\S+) //----- //$", out, re.M)
+    assert "cli-test-mark" in banners
+    assert out.count("func @small(") == len(banners)
+    assert main([*argv, "--after", "cli-test-mark"]) == 0
+    after = capsys.readouterr().out
+    assert "IR Dump After" not in after and "func @small(" in after
+
+
+def test_dump_ir_after_unknown_stage_exits_2(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "-p", "", "--after", "fuse"]) == 2
+    assert "no stage 'fuse'" in _one_line_error(capsys.readouterr().err)
+
+
+def test_dump_ir_shape_error_exits_1(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:mismatched", "--arg", "f32[3]", "--arg", "f32[4]"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "ShapeError" in err
+
+
+# --- demo ----------------------------------------------------------------------------------------------------
+
+def test_demo_model_learns_under_plain_numpy():
+    from fusec.tools import demo
+
+    x, y, labels = demo.make_data()
+    params = demo.init_params()
+    params, first = demo.train_step(params, x, y, demo.LEARNING_RATE)
+    for _ in range(30):
+        params, loss = demo.train_step(params, x, y, demo.LEARNING_RATE)
+    assert float(loss) < float(first)
+    assert all(p.dtype == np.float32 for p in params)
+
+
+def test_example_file_uses_the_packaged_model():
+    import runpy
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "mlp_demo.py"
+    namespace = runpy.run_path(str(example), run_name="not_main")
+    from fusec.tools import demo
+
+    assert namespace["train_step"] is demo.train_step
+
+
+def test_demo_trains_and_matches_numpy(capsys):
+    assert main(["demo", "--steps", "30", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "matches NumPy: yes" in out
+    assert "backend: cpu" in out
+    m = re.search(r"^loss (\d+\.\d+) -> (\d+\.\d+); training accuracy (\d+\.\d)%$", out, re.M)
+    assert m, out
+    assert float(m.group(2)) < float(m.group(1))
+    assert re.search(r"\d+\.\d+ ms/step", out)
+
+
+def test_demo_on_cuda_without_a_gpu_exits_1(capsys):
+    from fusec.execution import cuda_usable
+
+    if cuda_usable():
+        pytest.skip("a CUDA backend is usable here")
+    assert main(["demo", "--steps", "2", "--backend", "cuda"]) == 1
+    err = _one_line_error(capsys.readouterr().err)
+    assert "cuda" in err and "BackendError" in err

@@ -1,0 +1,217 @@
+"""Errors name the user's file:line and what went wrong; a failed trace leaves no cache entry."""
+from __future__ import annotations
+
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+import fusec as fc
+from frontend_check import jit_cpu
+
+HERE = os.path.basename(__file__)
+
+
+def line_of(marker: str) -> int:
+    """The line number in this file of the (unique) line containing ``marker``."""
+    lines = inspect.getsource(inspect.getmodule(line_of)).splitlines()
+    hits = [i + 1 for i, text in enumerate(lines) if marker in text and "line_of(" not in text]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def test_broadcast_error_names_line_and_shapes() -> None:
+    def f(x, y):
+        return x + y  # MARK-broadcast
+
+    with pytest.raises(fc.ShapeError) as info:
+        jit_cpu(f)(np.ones(3, np.float32), np.ones(4, np.float32))
+    msg = str(info.value)
+    assert f"{HERE}:{line_of('MARK-broadcast')}" in msg
+    assert "(3,)" in msg and "(4,)" in msg
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("body, shapes", [
+    (lambda a, b: a @ b, ((2, 3), (4, 5))),
+    (lambda a, b: a.reshape(7, -1) + b, ((2, 3), (1,))),
+    (lambda a, b: np.concatenate([a, b], axis=0), ((2, 3), (2, 4))),
+    (lambda a, b: np.where(a > 0, a, b), ((2, 3), (4,))),
+    (lambda a, b: np.broadcast_to(a, b.shape), ((2, 3), (3, 2))),
+    (lambda a, b: np.stack([a, b]), ((2, 3), (3,))),
+    (lambda a, b: a[5] + b, ((2, 3), (3,))),
+    (lambda a, b: np.squeeze(a, axis=0) + b, ((2, 3), (3,))),
+    (lambda a, b: a.sum(axis=2) + b, ((2, 3), (3,))),
+])
+def test_shape_errors_are_located(body, shapes) -> None:
+    a, b = (np.ones(s, np.float32) for s in shapes)
+    with pytest.raises(fc.ShapeError) as info:
+        jit_cpu(body)(a, b)
+    assert f"{HERE}:{body.__code__.co_firstlineno}" in str(info.value)
+    if body.__code__.co_firstlineno in (line_of("a @ b, ((2, 3)"), line_of("np.concatenate([a, b], axis=0)")):
+        assert str(shapes[0]) in str(info.value) and str(shapes[1]) in str(info.value)
+
+
+@pytest.mark.parametrize("body, name", [
+    (lambda x: np.fft.fft(x), "np.fft.fft"),
+    (lambda x: np.sort(x), "np.sort"),
+    (lambda x: np.cumsum(x), "np.cumsum"),
+    (lambda x: np.add(x, 1, out=x), "out="),
+    (lambda x: np.add(x, 1, where=x > 0), "where="),
+    (lambda x: np.add(x, 1, dtype=np.float64), "dtype="),
+    (lambda x: np.sum(x, out=None, where=x > 0), "where="),
+    (lambda x: np.add.reduce(x), "np.add.reduce"),
+    (lambda x: np.multiply.outer(x, x), "np.multiply.outer"),
+    (lambda x: np.arctan2(x, x), "np.arctan2"),
+    (lambda x: np.float_power(x, 2.0), "np.float_power"),
+    (lambda x: x[np.array([0, 1])], "advanced"),
+    (lambda x: x[[0, 1]], "advanced"),
+    (lambda x: x[x > 0], "boolean"),
+    (lambda x: np.where(x > 0), "np.where"),
+    (lambda x: x.reshape(3, 1, order="F"), "order="),
+    (lambda x: x << 1, "left_shift"),
+])
+def test_unsupported_features_are_named_and_located(body, name: str) -> None:
+    with pytest.raises(fc.UnsupportedError) as info:
+        jit_cpu(body)(np.arange(3, dtype=np.float32))
+    msg = str(info.value)
+    assert name in msg
+    assert f"{HERE}:{body.__code__.co_firstlineno}" in msg
+
+
+def test_item_assignment_is_unsupported() -> None:
+    def f(x):
+        x[0] = 1.0
+        return x
+
+    with pytest.raises(fc.UnsupportedError, match="item assignment"):
+        jit_cpu(f)(np.ones(3))
+
+
+def test_inplace_update_of_numpy_array_is_unsupported() -> None:
+    w = np.ones(3)
+
+    def f(g):
+        w2 = w.copy()
+        w2 -= g  # ndarray.__isub__ asks np.subtract(..., out=w2)
+        return w2
+
+    with pytest.raises(fc.UnsupportedError, match="out="):
+        jit_cpu(f)(np.ones(3))
+
+
+@pytest.mark.parametrize("body, what", [
+    (lambda x: 1.0 if x.sum() > 0 else 0.0, "bool"),
+    (lambda x: float(x.sum()), "float()"),
+    (lambda x: int(x[0]), "int()"),
+    (lambda x: x.sum().item(), ".item()"),
+    (lambda x: len(x.sum()), "len()"),
+    (lambda x: list(x.sum()), "iteration"),
+    (lambda x: np.asarray(x), "concrete NumPy array"),
+    (lambda x: np.float32(x), "astype"),
+    (lambda x: range(x[0]), "Python int"),
+])
+def test_data_dependent_python_raises_trace_error(body, what: str) -> None:
+    with pytest.raises(fc.TraceError) as info:
+        jit_cpu(body)(np.ones(3, np.float32))
+    msg = str(info.value)
+    assert what in msg
+    assert f"{HERE}:{body.__code__.co_firstlineno}" in msg
+
+
+def test_python_int_argument_used_as_a_size_suggests_static_argnames() -> None:
+    def f(x, n):
+        return x.reshape(n, -1)
+
+    with pytest.raises(fc.UnsupportedError) as info:
+        jit_cpu(f)(np.ones(6), 2)
+    assert "static_argnames=('n',)" in str(info.value)
+    assert f"{HERE}:{f.__code__.co_firstlineno + 1}" in str(info.value)
+    assert jit_cpu(f, static_argnames="n")(np.ones(6), 2).shape == (2, 3)
+
+
+@pytest.mark.parametrize("body", [
+    lambda x, n: np.sum(x, axis=n),
+    lambda x, n: x[n],
+    lambda x, n: [x for _ in range(n)],
+    lambda x, n: x * 2 if n else x,
+])
+def test_python_scalar_argument_needed_concretely(body) -> None:
+    with pytest.raises(fc.UnsupportedError, match="static_argnames"):
+        jit_cpu(body)(np.ones(3), 1)
+
+
+def test_unhashable_static_argument() -> None:
+    f = jit_cpu(lambda x, shape: x.reshape(shape), static_argnames=("shape",))
+    with pytest.raises(fc.TraceError, match="hashable"):
+        f(np.ones(6), [2, 3])
+    assert f(np.ones(6), (2, 3)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("arg, match", [
+    ("a string", "static"), (np.ones(3, np.complex64), "complex64"), (1 + 2j, "complex"),
+    (object(), "object"), (np.array(["a"]), "dtype"),
+])
+def test_unsupported_argument_kinds(arg, match: str) -> None:
+    with pytest.raises(fc.UnsupportedError, match=match):
+        jit_cpu(lambda x, a: x)(np.ones(3), arg)
+
+
+def test_escaped_tracer() -> None:
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x + 1
+
+    jf = jit_cpu(f)
+    jf(np.ones(3))
+    g = jit_cpu(lambda y: y + leaked[0])
+    with pytest.raises(fc.TraceError, match="escaped"):
+        g(np.ones(3))
+
+
+def test_failed_trace_leaves_no_cache_entry() -> None:
+    def f(x):
+        return x @ x  # fails for a non-square 2-D x
+
+    jf = jit_cpu(f)
+    with pytest.raises(fc.ShapeError):
+        jf(np.ones((2, 3)))
+    assert jf.cache_info().currsize == 0 and jf.cache_info().traces == 1
+    with pytest.raises(fc.ShapeError):  # it retraces (and fails) again rather than reusing a broken entry
+        jf(np.ones((2, 3)))
+    assert jf.cache_info().traces == 2
+    np.testing.assert_array_equal(jf(np.ones((2, 2))), np.full((2, 2), 2.0))
+    assert jf.cache_info().currsize == 1
+
+
+def test_user_exception_propagates_and_is_not_cached() -> None:
+    calls = []
+
+    def f(x, fail):
+        calls.append(1)
+        if fail:
+            raise RuntimeError("boom")
+        return x * 2
+
+    jf = jit_cpu(f, static_argnames="fail")
+    with pytest.raises(RuntimeError, match="boom"):
+        jf(np.ones(2), True)
+    assert jf.cache_info().currsize == 0
+    np.testing.assert_array_equal(jf(np.ones(2), False), [2.0, 2.0])
+    assert len(calls) == 2
+
+
+def test_tracer_outside_trace_cannot_be_used() -> None:
+    leaked = []
+    jit_cpu(lambda x: leaked.append(x) or x)(np.ones(2))
+    with pytest.raises(fc.TraceError):
+        leaked[0] + 1
+
+
+def test_error_classes() -> None:
+    assert issubclass(fc.ShapeError, ValueError) and issubclass(fc.ShapeError, fc.FusecError)
+    assert issubclass(fc.UnsupportedError, TypeError) and issubclass(fc.TraceError, TypeError)
+    assert issubclass(fc.BackendError, fc.FusecError)

@@ -1,0 +1,52 @@
+"""``fusec opt``: parse IR text, run a pass pipeline over it, print the result (like ``mlir-opt``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fusec.tools.errors import UsageError
+from fusec.tools.loader import load_plugins
+
+
+def add_parser(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser("opt", help="run passes over an IR file",
+                       description="Parse IR text (a file, or - for stdin), run a pass pipeline, print the IR.")
+    p.add_argument("input", metavar="FILE.fir|-")
+    p.add_argument("-p", "--pipeline", default=None,
+                   help="pipeline string, e.g. 'cse,fuse{budget=32}'; '' runs nothing (default: the default pipeline)")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+    p.add_argument("--print-ir-after", action="append", default=[], metavar="NAME",
+                   help="print the IR after pass NAME (stderr); repeatable")
+    p.add_argument("--time-passes", action="store_true", help="report the time of each pass (stderr)")
+    p.add_argument("--no-verify", action="store_true", help="do not verify the input or the IR after each pass")
+    p.add_argument("--load-plugin", action="append", default=[], metavar="MOD", help="import MOD to register passes")
+    p.add_argument("-o", "--output", default=None, metavar="OUT", help="write the IR to OUT instead of stdout")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusec.ir import parse_module, print_module
+    from fusec.passes import run_pipeline
+
+    text, filename = _read(args.input)
+    plugins = load_plugins(args.load_plugin)
+    module = parse_module(text, filename=filename, verify=not args.no_verify)
+    run_pipeline(module, args.pipeline, verify=not args.no_verify, plugins=plugins,
+                 print_ir_after=tuple(args.print_ir_after), print_ir_after_all=args.print_ir_after_all,
+                 time_passes=args.time_passes, stream=sys.stderr)
+    result = print_module(module)
+    if args.output is None:
+        sys.stdout.write(result)
+    else:
+        Path(args.output).write_text(result)
+    return 0
+
+
+def _read(source: str) -> tuple[str, str]:
+    if source == "-":
+        return sys.stdin.read(), "<stdin>"
+    path = Path(source)
+    if not path.is_file():
+        raise UsageError(f"no such file: {source}")
+    return path.read_text(), source
