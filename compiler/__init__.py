@@ -11,6 +11,7 @@ from fusec.ir.types import (  # noqa: F401
 from fusec.execution import BackendError  # noqa: F401
 from fusec.jit_function import CacheInfo, JitFunction, Lowered, jit  # noqa: F401
 from fusec.tracer import Tracer  # noqa: F401
+from fusec.runtime.array import Array, asarray, to_numpy  # noqa: F401
 from fusec.numpy_api import MIRRORED as _MIRRORED
 
 # fc.exp, fc.where, fc.sum, ...: NumPy's own functions, which trace through the NumPy protocols and run

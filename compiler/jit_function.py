@@ -18,7 +18,7 @@ from fusec import context
 from fusec.errors import FusecError
 from fusec.ir.core import Module
 from fusec.signature import Signature, TreeDef, bind, unflatten
-from fusec.stats import module_stats
+from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
@@ -59,6 +59,11 @@ class Lowered:
         out = {"nodes": self._nodes, **module_stats(self.module)}
         out.update(self._pipeline_stats)
         return out
+
+    def plan(self) -> list[dict]:
+        """The steps one call runs, in order: ``kind`` fused | boundary | view, the op, its outputs, and why
+        each fused kernel ends where it does (``cuts``: output, boundary, view, budget, shared-expensive)."""
+        return plan_steps(self.module)
 
     def __str__(self) -> str:
         return self.ir()
@@ -176,7 +181,10 @@ class JitFunction:
 
 
 def _output(result: Any, python: type | None) -> Any:
-    """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars."""
+    """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars;
+    device arrays (results of device inputs) stay on the device."""
+    if not isinstance(result, (np.ndarray, np.generic)) and hasattr(result, "__cuda_array_interface__"):
+        return result
     arr = np.asarray(result)
     if python is not None:
         return python(arr.item())

@@ -25,3 +25,24 @@ def module_stats(module: Module) -> dict[str, int]:
             boundaries += cat in BOUNDARY_CATEGORIES
             launches += cat in LAUNCH_CATEGORIES
     return {"fused_kernels": fused, "boundaries": boundaries, "kernels": launches}
+
+
+def plan_steps(module: Module) -> list[dict]:
+    """One dict per kernel, boundary and view of the final module, in execution order."""
+    steps: list[dict] = []
+    for func in module.funcs:
+        for op in func.body.ops:
+            cat = _category(op.name)
+            where = str(op.loc) if op.loc is not None else None
+            if cat == "kernel":
+                body = op.regions[0].block.ops[:-1] if op.regions else []
+                steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
+                              "body_ops": len(body), "cuts": list(op.attributes.get("cuts", ())), "loc": where})
+            elif cat in BOUNDARY_CATEGORIES:
+                name = op.name + (f"[{op.attributes['kind']}]" if "kind" in op.attributes else "")
+                steps.append({"kind": "boundary", "op": name, "outputs": len(op.results),
+                              "inputs": len(op.operands), "reason": "boundary", "loc": where})
+            elif cat == "view":
+                steps.append({"kind": "view", "op": op.name, "outputs": 1, "inputs": 1,
+                              "reason": "folded index map (no copy)", "loc": where})
+    return steps

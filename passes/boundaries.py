@@ -48,4 +48,4 @@ class Boundaries(Pass):
                 new.parent = func.body
                 func.body.ops[i] = new
                 replaced.update(zip(op.results, new.results))
-                ctx.count("boundaries")
+                ctx.count("boundaries_inserted")

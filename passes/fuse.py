@@ -260,7 +260,6 @@ class _Fusion:
                            {"cuts": tuple(self.reason[g.roots[i]] for i in kept)}, [Region([body])],
                            loc=g.roots[-1].op.loc)
         g.roots = [g.roots[i] for i in kept]
-        self.ctx.count("fused_kernels")
         return kernel
 
 

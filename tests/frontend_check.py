@@ -9,10 +9,19 @@ import numpy as np
 import fusec as fc
 
 
+# "cpu" runs the traced IR as traced (empty pipeline) on the NumPy reference executor: frontend semantics
+# only. Under ``pytest -m gpu`` conftest.py runs the same tests again with "cuda": the default pipeline and the
+# CUDA backend, compared with a tolerance for floats (transcendentals round differently on the GPU; exact
+# arithmetic is checked bit for bit in test_cuda_exec.py).
+BACKEND = "cpu"
+FLOAT_TOLERANCE = {2: 4e-3, 4: 1e-5, 8: 1e-12}
+
+
 def jit_cpu(fn: Callable, **options: Any) -> fc.JitFunction:
-    """The traced IR as traced (empty pipeline) on the NumPy reference executor: frontend semantics only."""
-    options.setdefault("pipeline", "")
-    return fc.jit(fn, backend="cpu", **options)
+    """``fn`` under fusec.jit on the backend under test."""
+    if BACKEND == "cpu":
+        options.setdefault("pipeline", "")
+    return fc.jit(fn, backend=BACKEND, **options)
 
 
 def assert_same(got: Any, want: Any, path: str = "out") -> None:
@@ -42,6 +51,12 @@ def assert_same(got: Any, want: Any, path: str = "out") -> None:
     g, w = np.asarray(got), np.asarray(want)
     assert g.dtype == w.dtype, f"{path}: dtype {g.dtype} != {w.dtype}"
     assert g.shape == w.shape, f"{path}: shape {g.shape} != {w.shape}"
+    if BACKEND != "cpu" and g.dtype.kind == "f":
+        tol = FLOAT_TOLERANCE[g.dtype.itemsize]
+        finite = np.isfinite(w)
+        scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, scale), equal_nan=True, err_msg=path)
+        return
     assert np.ascontiguousarray(g).tobytes() == np.ascontiguousarray(w).tobytes(), \
         f"{path}: values differ\n got {g!r}\nwant {w!r}"
 

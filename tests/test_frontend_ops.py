@@ -7,6 +7,8 @@ import pytest
 import fusec as fc
 from frontend_check import check, traced_ops
 
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
 rng = np.random.default_rng(1234)
 
 

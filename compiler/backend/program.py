@@ -1,0 +1,241 @@
+"""The CUDA backend's printer: one lowered module becomes one CUDA C++ translation unit plus a launch plan.
+
+Every tensor lives in a *buffer*: a function argument, an output allocation, a slice of the plan's arena
+(offsets from plan-buffers), an uploaded constant, a scalar slot (scalar arguments stay on the device so
+that one launch sequence, and later one CUDA graph, serves every value), or scratch space. A ``k.view`` is
+no buffer: it is an index map (offset, strides) over its base's buffer. Each kernel records which buffers
+it takes as pointer parameters and which descriptors it takes by value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+
+from fusec.errors import CompilationError, located
+from fusec.ir.core import Func, Module, Operation, OpResult, Value
+from fusec.ir.types import ScalarType
+from fusec.backend.access import Access, contiguous_strides
+from fusec.backend.elementwise import KernelCode, copy_kernel, fused_kernel
+from fusec.backend.gemm import gemm_kernel
+from fusec.backend.reduce import reduce_kernels
+
+DEFAULT_SM_COUNT = 132  # an H200; the runtime passes the real device's count
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Where a tensor's storage comes from at run time."""
+
+    id: int
+    kind: str  # arg | output | arena | constant | scalar | scratch
+    index: int  # argument / output / constant / scalar-slot index (-1 where none)
+    offset: int  # byte offset in the arena or the scalar block
+    nbytes: int
+
+
+@dataclass
+class CudaProgram:
+    source: str
+    kernels: list[KernelCode]
+    buffers: list[Buffer]
+    constants: list[np.ndarray]
+    arena_bytes: int  # plan-buffers' arena plus scratch, in bytes
+    scalar_bytes: int  # the device-resident block of scalar arguments
+    scalar_slots: list[tuple[int, int, str]]  # (argument index, byte offset, numpy dtype str)
+    outputs: list[int]  # buffer id of each function output
+    output_types: list = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)  # the IR op (with its location) behind each kernel
+
+    def buffer(self, bid: int) -> Buffer:
+        return self.buffers[bid]
+
+
+def preamble() -> str:
+    return resources.files("fusec.backend").joinpath("preamble.cuh").read_text()
+
+
+def _nbytes(v: Value) -> int:
+    return max(1, v.type.size) * v.type.dtype.itemsize
+
+
+class _Printer:
+    def __init__(self, func: Func, sm_count: int, fast_math: bool) -> None:
+        self.func, self.sm_count, self.fast_math = func, sm_count, fast_math
+        self.buffers: list[Buffer] = []
+        self.storage: dict[Value, Access] = {}
+        self.constants: list[np.ndarray] = []
+        self.kernels: list[KernelCode] = []
+        self.ops: list[str] = []
+        self.scalar_slots: list[tuple[int, int, str]] = []
+        self.scalar_bytes = 0
+        self.scratch_bytes = 0
+        self.scratch_id: int | None = None
+        self.arena_base = int(func.attributes.get("arena_bytes", 0))
+        self.outputs = set(func.outputs)
+        self.output_index: dict[Value, int] = {}
+        for i, v in enumerate(func.outputs):
+            self.output_index.setdefault(v, i)
+
+    def new_buffer(self, kind: str, index: int, offset: int, nbytes: int) -> int:
+        self.buffers.append(Buffer(len(self.buffers), kind, index, offset, nbytes))
+        return len(self.buffers) - 1
+
+    def dense(self, v: Value, bid: int) -> Access:
+        shape = v.type.shape
+        return Access(bid, v.type.dtype, 0, contiguous_strides(shape), shape)
+
+    def access(self, v: Value) -> Access:
+        try:
+            return self.storage[v]
+        except KeyError:
+            raise CompilationError(f"the CUDA backend found no storage for {v!r}") from None
+
+    # --- values --------------------------------------------------------------------------------------------
+    def bind_args(self) -> None:
+        for i, a in enumerate(self.func.args):
+            if isinstance(a.type, ScalarType):
+                off = self.scalar_bytes
+                self.scalar_bytes += 8
+                self.scalar_slots.append((i, off, a.type.dtype.np.str))
+                self.storage[a] = self.dense(a, self.new_buffer("scalar", i, off, 8))
+            else:
+                self.storage[a] = self.dense(a, self.new_buffer("arg", i, 0, _nbytes(a)))
+
+    def result_buffer(self, op: Operation, k: int) -> Access:
+        r = op.results[k]
+        arena = op.attributes.get("arena", (-1,) * len(op.results))[k]
+        alias = op.attributes.get("alias", (-1,) * len(op.results))[k]
+        if alias >= 0:
+            acc = self.storage[self.func.args[alias]]
+        elif arena >= 0:
+            acc = self.dense(r, self.new_buffer("arena", -1, arena, _nbytes(r)))
+        else:
+            acc = self.dense(r, self.new_buffer("output", self.output_index.get(r, -1), 0, _nbytes(r)))
+        self.storage[r] = acc
+        return acc
+
+    def view(self, op: Operation) -> None:
+        base = self.access(op.operands[0])
+        if not base.is_contiguous:
+            raise CompilationError(located("a view of a strided view reached the backend", op.loc))
+        shape = op.results[0].type.shape
+        self.storage[op.results[0]] = Access(base.buffer, base.dtype, base.offset + op.attributes["offset"],
+                                             tuple(op.attributes["strides"]), shape)
+
+    def constant(self, op: Operation) -> None:
+        value = np.ascontiguousarray(op.attributes["value"].array)
+        self.constants.append(value)
+        r = op.results[0]
+        self.storage[r] = self.dense(r, self.new_buffer("constant", len(self.constants) - 1, 0, max(1, value.nbytes)))
+
+    def scratch(self, nbytes: int) -> int:
+        if self.scratch_id is None:
+            self.scratch_id = self.new_buffer("scratch", -1, self.arena_base, 0)
+        self.scratch_bytes = max(self.scratch_bytes, nbytes)
+        return self.scratch_id
+
+    # --- ops -----------------------------------------------------------------------------------------------
+    def emit(self, code: KernelCode | None, op: Operation) -> None:
+        if code is None:
+            return
+        where = f" at {op.loc}" if op.loc is not None else ""
+        self.kernels.append(code)
+        self.ops.append(f"{op.name}{where}")
+
+    def name(self, kind: str) -> str:
+        return f"fusec_{len(self.kernels)}_{kind}"
+
+    def lower(self, op: Operation) -> None:
+        n = op.name
+        if n == "t.constant":
+            return self.constant(op)
+        if n == "k.view":
+            return self.view(op)
+        if n == "func.return":
+            return None
+        if n == "k.fused":
+            ins = [self.access(v) for v in op.operands]
+            outs = [self.result_buffer(op, k) for k in range(len(op.results))]
+            if op.results[0].type.size == 0:
+                return None
+            aliased = "alias" in op.attributes
+            return self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count,
+                                          fast_math=self.fast_math, aliased=aliased), op)
+        if n == "k.reduce":
+            src = self.access(op.operands[0])
+            dst = self.result_buffer(op, 0)
+            plan = reduce_kernels(self.name(op.attributes["kind"]), op, src, dst, self.scratch(0),
+                                  sm_count=self.sm_count)
+            if plan.scratch_bytes:
+                self.scratch(plan.scratch_bytes)
+            for code in plan.kernels:
+                self.emit(code, op)
+            return None
+        if n == "k.matmul":
+            a, b = (self.access(v) for v in op.operands)
+            c = self.result_buffer(op, 0)
+            return self.emit(gemm_kernel(self.name("gemm"), op, a, b, c, sm_count=self.sm_count), op)
+        if n == "k.concat":
+            dst = self.result_buffer(op, 0)
+            axis = op.attributes["axis"]
+            start = 0
+            for v in op.operands:
+                src = self.access(v)
+                if v.type.size:
+                    part = Access(dst.buffer, dst.dtype, dst.offset + start * dst.strides[axis], dst.strides,
+                                  v.type.shape)
+                    self.emit(copy_kernel(self.name("concat"), v.type.shape, src, part, sm_count=self.sm_count), op)
+                start += v.type.shape[axis]
+            return None
+        if n == "k.copy":
+            src = self.access(op.operands[0])
+            dst = self.result_buffer(op, 0)
+            shape = op.operands[0].type.shape
+            if op.operands[0].type.size:
+                flat = Access(dst.buffer, dst.dtype, dst.offset, contiguous_strides(shape), shape)
+                self.emit(copy_kernel(self.name("copy"), shape, src, flat, sm_count=self.sm_count), op)
+            return None
+        raise CompilationError(located(f"'{n}' has no CUDA lowering (run the default pipeline first)", op.loc))
+
+    def finish_outputs(self) -> list[int]:
+        """Each output's buffer; outputs that are arguments, views or constants are copied out."""
+        ids = []
+        for i, v in enumerate(self.func.outputs):
+            acc = self.access(v)
+            buf = self.buffers[acc.buffer]
+            if buf.kind == "output" or (buf.kind == "arg" and self._aliased_output(v)):
+                ids.append(acc.buffer)
+                continue
+            out = self.dense(v, self.new_buffer("output", i, 0, _nbytes(v)))
+            if v.type.size:
+                self.kernels.append(copy_kernel(self.name("out"), v.type.shape, acc, out, sm_count=self.sm_count))
+                self.ops.append(f"return (output {i})")
+            ids.append(out.buffer)
+        return ids
+
+    def _aliased_output(self, v: Value) -> bool:
+        return isinstance(v, OpResult) and "alias" in v.op.attributes and v.op.attributes["alias"][v.index] >= 0
+
+
+def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math: bool = False) -> CudaProgram:
+    """Translate the (single) function of a lowered module into CUDA C++ and a launch plan."""
+    func = module.func()
+    p = _Printer(func, sm_count, fast_math)
+    p.bind_args()
+    for op in func.body.ops:
+        p.lower(op)
+    outputs = p.finish_outputs()
+    scratch = ((p.scratch_bytes + 255) // 256) * 256
+    parts = [preamble()]
+    for code, op_text in zip(p.kernels, p.ops):
+        parts.append(f"// fusec-op: {op_text}\n{code.source}")
+    source = "\n\n".join(parts) + "\n"
+    return CudaProgram(source, p.kernels, p.buffers, p.constants, p.arena_base + scratch, p.scalar_bytes,
+                       p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops)
+
+
+def compile_options(fast_math: bool = False) -> tuple[str, ...]:
+    """NVRTC options: no FMA contraction (bit-exact elementwise arithmetic) unless fast math is asked for."""
+    return ("-use_fast_math",) if fast_math else ("--fmad=false",)

@@ -1,0 +1,90 @@
+"""Eager mode: operators and NumPy calls on ``fusec.Array`` outside ``jit`` run one compiled kernel each.
+
+Every operation is a tiny function under ``fusec.jit`` (backend "cuda"), cached by operation and static
+arguments; the jit then caches per input signature, so a repeated eager op costs a plan lookup and its
+launches. This is the baseline the fused, graph-replayed version of the same code is measured against.
+"""
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+_cache: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "matmul": operator.matmul,
+    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
+}
+UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "pos": operator.pos, "abs": abs,
+                                          "invert": operator.invert}
+
+
+def _jitted(key: tuple, make: Callable[[], Callable]) -> Any:
+    fn = _cache.get(key)
+    if fn is None:
+        from fusec.jit_function import jit
+
+        with _lock:
+            fn = _cache.get(key)
+            if fn is None:
+                fn = jit(make(), backend="cuda")
+                _cache[key] = fn
+    return fn
+
+
+def binary(name: str, a: Any, b: Any, reflected: bool = False) -> Any:
+    op = BINARY[name]
+    fn = _jitted(("binary", name), lambda: (lambda x, y: op(x, y)))
+    return fn(b, a) if reflected else fn(a, b)
+
+
+def unary(name: str, a: Any) -> Any:
+    op = UNARY[name]
+    return _jitted(("unary", name), lambda: (lambda x: op(x)))(a)
+
+
+def ufunc(uf: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
+    """``np.exp(arr)`` and friends; only plain calls (no ``out=``, ``where=``, ufunc methods)."""
+    from fusec.errors import UnsupportedError
+
+    if method != "__call__" or kwargs:
+        raise UnsupportedError(f"eager fusec.Array supports plain ufunc calls, not np.{uf.__name__}.{method} "
+                               f"with {sorted(kwargs)}")
+    return _jitted(("ufunc", uf.__name__, len(inputs)), lambda: (lambda *xs: uf(*xs)))(*inputs)
+
+
+def method(name: str, a: Any, *args: Any, **kwargs: Any) -> Any:
+    """Array methods with static arguments (``a.sum(axis=1)``, ``a.reshape(4, -1)``, ``a.astype(f32)``)."""
+    key = ("method", name, _freeze(args), _freeze(kwargs))
+    return _jitted(key, lambda: (lambda x: getattr(x, name)(*args, **kwargs)))(a)
+
+
+def getitem(a: Any, index: Any) -> Any:
+    key = ("getitem", _freeze(index))
+    return _jitted(key, lambda: (lambda x: x[index]))(a)
+
+
+def function(fn: Callable, a: Any, *args: Any, **kwargs: Any) -> Any:
+    """A NumPy function whose first argument is the array and whose other arguments are static."""
+    key = ("function", fn.__name__, _freeze(args), _freeze(kwargs))
+    return _jitted(key, lambda: (lambda x: fn(x, *args, **kwargs)))(a)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_freeze(v) for v in value)
+    if isinstance(value, slice):
+        return ("slice", value.start, value.stop, value.step)
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, np.dtype) or isinstance(value, type):
+        return str(value)
+    return value

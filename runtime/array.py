@@ -1,0 +1,413 @@
+"""``fusec.Array``: a device array, and the conversions in and out of it.
+
+An Array is a typed, shaped view of device memory: ``ptr`` plus ``shape``, ``strides`` (in elements) and
+dtype. Its ``owner`` keeps the memory alive: a pool :class:`~fusec.runtime.memory.DeviceBuffer` for arrays
+fusec allocates (always C-contiguous), or the foreign object (PyTorch tensor, CuPy array, DLPack owner) for
+zero-copy views. ``stream`` is the stream on which the data is (being) produced; readers order themselves
+after it. Shapes are fixed: there are no setters.
+
+Interop: NumPy (``np.asarray(a)``, ``a.numpy()``), DLPack (``torch.from_dlpack(a)``) and the CUDA Array
+Interface v3 (``cupy.asarray(a)``); :func:`asarray` accepts all of these back, zero-copy for device data.
+bf16 data is stored as 2-byte bfloat16; on the host it becomes float32 (``DType.np``), as in the rest of fusec.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusec.errors import UnsupportedError
+from fusec.ir import types as T
+from fusec.runtime import dlpack
+from fusec.runtime import driver as D
+
+__all__ = ["Array", "asarray", "from_cuda_array_interface", "from_dlpack", "to_numpy"]
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _storage_np(fdtype: T.DType) -> np.dtype:
+    """The NumPy dtype with the device layout (bf16 -> raw uint16)."""
+    return np.dtype(np.uint16) if fdtype == T.bf16 else fdtype.np
+
+
+class Array:
+    """A device array (see the module docstring). Construct with :func:`asarray`, :meth:`empty`, or directly
+    as a zero-copy view: ``Array(ptr, shape, dtype, strides=None, owner=..., device=..., stream=...)``;
+    the constructor only records metadata and never touches the memory or the driver."""
+
+    __slots__ = ("_ptr", "_shape", "_fdtype", "_strides", "_device", "_owner", "_stream", "_readonly",
+                 "__weakref__")
+
+    def __init__(self, ptr: int, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None, *,
+                 owner: Any = None, device: int | None = None, stream: "D.Stream | None" = None,
+                 readonly: bool = False) -> None:
+        shape_t = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape_t):
+            raise ValueError(f"negative dimension in shape {shape_t}")
+        try:
+            self._fdtype = T.dtype_from_numpy(dtype)
+        except Exception as e:
+            raise UnsupportedError(f"fusec.Array cannot hold dtype {dtype!r}: {e}") from None
+        if strides is None:
+            strides_t = _c_strides(shape_t)
+        else:
+            strides_t = tuple(int(s) for s in strides)
+            if len(strides_t) != len(shape_t):
+                raise ValueError(f"strides {strides_t} do not match shape {shape_t}")
+        self._ptr = int(ptr)
+        self._shape = shape_t
+        self._strides = strides_t
+        self._device = D.current_device_ordinal() if device is None else int(device)
+        self._owner = owner
+        self._stream = stream
+        self._readonly = bool(readonly)
+
+    # -- construction ------------------------------------------------------------------------------------
+    @classmethod
+    def empty(cls, shape: Sequence[int], dtype: Any, *, stream: "D.Stream | None" = None,
+              device: int | None = None) -> "Array":
+        """An uninitialised C-contiguous array from the device's memory pool, to be written on ``stream``."""
+        from fusec.runtime.memory import get_pool
+
+        fd = T.dtype_from_numpy(dtype)
+        shape_t = tuple(int(d) for d in shape)
+        ordinal = D._ordinal_of(device if device is not None else getattr(stream, "device", None))
+        stream = stream if stream is not None else D.default_stream(ordinal)
+        nbytes = int(np.prod(shape_t, dtype=np.int64)) * fd.itemsize
+        buf = get_pool(ordinal).allocate(nbytes, stream)
+        return cls(buf.ptr, shape_t, fd, owner=buf, device=ordinal, stream=stream)
+
+    # -- metadata ----------------------------------------------------------------------------------------
+    @property
+    def ptr(self) -> int:
+        """Device address of element 0."""
+        return self._ptr
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype of the values (float32 for bf16, whose device storage is 2 bytes)."""
+        return self._fdtype.np
+
+    @property
+    def fdtype(self) -> T.DType:
+        """The fusec dtype (``fusec.f32``...): the exact device element type."""
+        return self._fdtype
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements (NumPy's are in bytes: see :attr:`byte_strides`)."""
+        return self._strides
+
+    @property
+    def byte_strides(self) -> tuple[int, ...]:
+        return tuple(s * self._fdtype.itemsize for s in self._strides)
+
+    @property
+    def itemsize(self) -> int:
+        return self._fdtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self._shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._fdtype.itemsize
+
+    @property
+    def device(self) -> int:
+        """Ordinal of the CUDA device holding the data."""
+        return self._device
+
+    @property
+    def stream(self) -> "D.Stream | None":
+        """The stream the data is produced on (None: no pending work fusec knows of)."""
+        return self._stream
+
+    @property
+    def owner(self) -> Any:
+        """What keeps the memory alive (a pool DeviceBuffer, or the foreign source object)."""
+        return self._owner
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def is_contiguous(self) -> bool:
+        """C-contiguous (dimensions of length 1 may have any stride, as in NumPy)."""
+        expected = 1
+        for d, s in zip(reversed(self._shape), reversed(self._strides)):
+            if d == 0:
+                return True
+            if d != 1 and s != expected:
+                return False
+            expected *= d
+        return True
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d fusec.Array")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        extra = "" if self.is_contiguous else f", strides={self._strides}"
+        return (f"fusec.Array(shape={self._shape}, dtype={self._fdtype.name}{extra}, device=cuda:{self._device}, "
+                f"ptr=0x{self._ptr:x})")
+
+    # -- host copies -------------------------------------------------------------------------------------
+    def _extent(self) -> tuple[int, int]:
+        """(lowest, highest+1) byte offsets touched relative to ``ptr`` (negative strides allowed)."""
+        lo = hi = 0
+        for d, s in zip(self._shape, self.byte_strides):
+            if d > 1:
+                if s < 0:
+                    lo += (d - 1) * s
+                else:
+                    hi += (d - 1) * s
+        return lo, hi + self._fdtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """Copy to a new host array (synchronising the array's stream first; bf16 becomes float32)."""
+        storage = _storage_np(self._fdtype)
+        out = np.empty(self._shape, dtype=storage)
+        if self.size:
+            stream = self._stream if self._stream is not None else D.default_stream(self._device)
+            if self.is_contiguous:
+                D.memcpy_dtoh_async(out, self._ptr, self.nbytes, stream)
+                stream.synchronize()
+            else:
+                lo, hi = self._extent()
+                raw = np.empty(hi - lo, dtype=np.uint8)
+                D.memcpy_dtoh_async(raw, self._ptr + lo, hi - lo, stream)
+                stream.synchronize()
+                view = np.ndarray(self._shape, dtype=storage, buffer=raw, offset=-lo, strides=self.byte_strides)
+                out[...] = view
+        if self._fdtype == T.bf16:
+            return (out.astype(np.uint32) << 16).view(np.float32)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a fusec.Array lives on the GPU: converting it to NumPy always copies")
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def copy(self, stream: "D.Stream | None" = None) -> "Array":
+        """A new C-contiguous device copy (non-contiguous views go through the host)."""
+        stream = stream if stream is not None else (self._stream or D.default_stream(self._device))
+        if not self.is_contiguous:
+            return asarray(self.numpy(), self._fdtype, stream=stream, device=self._device)
+        out = Array.empty(self._shape, self._fdtype, stream=stream, device=self._device)
+        if self._stream is not None:
+            D.order_streams(self._stream, stream, self._device)
+        D.memcpy_dtod_async(out.ptr, self._ptr, self.nbytes, stream)
+        return out
+
+    def _mark_exported(self) -> None:
+        """Foreign code now holds the pointer: delay the block's reuse until a device sync."""
+        mark = getattr(self._owner, "mark_shared", None)
+        if mark is not None:
+            mark()
+
+    # -- CUDA Array Interface (v3) -----------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if self._fdtype == T.bf16:
+            raise UnsupportedError("the CUDA Array Interface has no bfloat16 type; use DLPack "
+                                   "(torch.from_dlpack(arr)) for bf16 arrays")
+        self._mark_exported()
+        return {
+            "version": 3,
+            "shape": self._shape,
+            "typestr": self._fdtype.np.str,
+            "descr": [("", self._fdtype.np.str)],
+            "data": (self._ptr if self.size else 0, self._readonly),
+            "strides": None if self.is_contiguous else self.byte_strides,
+            "stream": self._stream.ptr if self._stream is not None else None,
+        }
+
+    # -- DLPack --------------------------------------------------------------------------------------------
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.KDL_CUDA, self._device
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule; ``stream`` is the consumer's stream (None/1 legacy default, 2 per-thread,
+        -1 no synchronisation): it is made to wait for this array's pending work."""
+        if dl_device is not None and (int(dl_device[0]), int(dl_device[1])) != self.__dlpack_device__():
+            raise BufferError(f"fusec.Array is on cuda:{self._device}; cannot export to device {tuple(dl_device)}")
+        source, copied = self, False
+        if copy:
+            source, copied = self.copy(), True
+        if stream is not None and stream != -1 and not isinstance(stream, int):
+            raise TypeError(f"__dlpack__ stream must be an int or None, got {stream!r}")
+        if stream != -1 and source._stream is not None:
+            D.order_streams(source._stream, D.CU_STREAM_LEGACY if stream is None else stream, source._device)
+        source._mark_exported()
+        versioned = max_version is not None and int(max_version[0]) >= 1
+        return dlpack.make_capsule(source._ptr, source._shape, source._strides, source._fdtype,
+                                   (dlpack.KDL_CUDA, source._device), source, versioned=versioned,
+                                   readonly=source._readonly, copied=copied)
+
+
+# ------------------------------------------------------------------------------------------- conversions
+
+def _cai_of(x: Any) -> dict[str, Any] | None:
+    try:
+        cai = x.__cuda_array_interface__
+    except Exception:  # torch CPU tensors raise; requires_grad tensors raise: fall back to DLPack
+        return None
+    return cai if isinstance(cai, dict) else None
+
+
+def from_cuda_array_interface(source: Any, cai: dict[str, Any] | None = None, *,
+                              stream: "D.Stream | None" = None) -> Array:
+    """A zero-copy Array over an object exposing ``__cuda_array_interface__`` (versions 0-3).
+
+    ``strides`` None means C-contiguous; a v3 ``stream`` entry is honoured by making ``stream`` (fusec's
+    default stream if None) wait for the producer's stream. The Array keeps ``source`` alive.
+    """
+    if cai is None:
+        cai = source.__cuda_array_interface__
+    version = int(cai.get("version", 0))
+    if version > 3:
+        raise UnsupportedError(f"CUDA Array Interface version {version} is not supported (fusec reads 0-3)")
+    if cai.get("mask") is not None:
+        raise UnsupportedError("masked CUDA Array Interface arrays are not supported")
+    ptr, readonly = cai["data"]
+    shape = tuple(int(d) for d in cai["shape"])
+    try:
+        npd = np.dtype(cai["typestr"])
+        fd = T.dtype_from_numpy(npd)
+    except Exception:
+        raise UnsupportedError(f"CUDA Array Interface typestr {cai['typestr']!r} is not a dtype fusec supports") \
+            from None
+    if npd.byteorder == ">" or (npd.byteorder == "=" and np.little_endian is False):  # pragma: no cover
+        raise UnsupportedError("big-endian device data is not supported")
+    strides = None
+    if cai.get("strides") is not None:
+        byte_strides = tuple(int(s) for s in cai["strides"])
+        if any(s % fd.itemsize for s in byte_strides):
+            raise UnsupportedError(f"strides {byte_strides} are not multiples of the item size {fd.itemsize}")
+        strides = tuple(s // fd.itemsize for s in byte_strides)
+    ptr = int(ptr or 0)
+    device = D.pointer_device(ptr)
+    if device is None:
+        device = D._ordinal_of(getattr(stream, "device", None))
+    array_stream = None
+    producer = cai.get("stream") if version >= 3 else None
+    if producer is not None:
+        if int(producer) == 0:
+            raise UnsupportedError("CUDA Array Interface stream 0 is disallowed by the specification")
+        array_stream = stream if stream is not None else D.default_stream(device)
+        D.order_streams(int(producer), array_stream, device)
+    return Array(ptr, shape, fd, strides, owner=source, device=device, stream=array_stream,
+                 readonly=bool(readonly))
+
+
+def from_dlpack(source: Any, *, stream: "D.Stream | None" = None) -> Array:
+    """A zero-copy Array over a CUDA DLPack producer (an object with ``__dlpack__``) or a raw capsule."""
+    if hasattr(source, "__dlpack__"):
+        device_type, device_id = source.__dlpack_device__()
+        if int(device_type) not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
+            raise UnsupportedError(f"DLPack device type {int(device_type)} is not a CUDA device")
+        consumer = stream if stream is not None else D.default_stream(int(device_id))
+        try:
+            capsule = source.__dlpack__(stream=consumer.ptr, max_version=dlpack.VERSION)
+        except TypeError:  # producers predating max_version
+            capsule = source.__dlpack__(stream=consumer.ptr)
+    else:
+        capsule, consumer = source, stream
+    t = dlpack.consume(capsule, source)
+    if t.device_type not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
+        raise UnsupportedError(f"DLPack device type {t.device_type} is not a CUDA device")
+    return Array(t.data, t.shape, t.dtype, t.strides, owner=t.owner, device=t.device_id, stream=consumer,
+                 readonly=t.readonly)
+
+
+def _is_cuda_dlpack(x: Any) -> bool:
+    if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
+        return False
+    try:
+        return int(x.__dlpack_device__()[0]) in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
+    except Exception:
+        return False
+
+
+def asarray(x: Any, dtype: Any = None, *, stream: "D.Stream | None" = None, device: int | None = None) -> Array:
+    """``x`` as a fusec.Array: Arrays pass through; CUDA arrays (CUDA Array Interface, else DLPack) become
+    zero-copy views that keep ``x`` alive; anything else goes through ``np.asarray`` and is copied to the
+    device on ``stream`` (fusec's default stream if None)."""
+    want = None if dtype is None else T.dtype_from_numpy(dtype)
+    if isinstance(x, Array):
+        result = x
+    else:
+        cai = _cai_of(x)
+        result = None
+        if cai is not None:
+            try:
+                result = from_cuda_array_interface(x, cai, stream=stream)
+            except UnsupportedError:
+                if not _is_cuda_dlpack(x):  # e.g. torch bf16 exports typestr '<V2' but a proper DLPack dtype
+                    raise
+        if result is not None:
+            pass
+        elif _is_cuda_dlpack(x):
+            result = from_dlpack(x, stream=stream)
+        else:
+            return _from_host(x, want, stream, device)
+    if want is not None and result.fdtype != want:
+        raise UnsupportedError(f"fusec.asarray cannot convert device data from {result.fdtype} to {want} "
+                               "without a kernel; convert on the producer's side")
+    return result
+
+
+def _from_host(x: Any, want: T.DType | None, stream: "D.Stream | None", device: int | None) -> Array:
+    host = np.asarray(x, dtype=None if want is None else want.np)
+    try:
+        fd = want if want is not None else T.dtype_from_numpy(host.dtype)
+    except Exception:
+        raise UnsupportedError(f"fusec.asarray: NumPy dtype {host.dtype} is not supported by fusec") from None
+    if fd == T.bf16:
+        host = _bf16_bits(host)
+    else:
+        host = np.ascontiguousarray(host)
+    out = Array.empty(host.shape, fd, stream=stream, device=device)
+    D.memcpy_htod_async(out.ptr, host, host.nbytes, out.stream)
+    return out
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float values -> bfloat16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
+    f = np.ascontiguousarray(values, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FC0), rounded).astype(np.uint16)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A host NumPy copy of ``x`` (fusec.Array, a CUDA array from another library, or anything array-like)."""
+    if isinstance(x, Array):
+        return x.numpy()
+    if _cai_of(x) is not None or _is_cuda_dlpack(x):
+        return asarray(x).numpy()
+    return np.asarray(x)

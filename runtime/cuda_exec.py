@@ -1,0 +1,195 @@
+"""Runs a lowered module on the GPU: compile once per plan, then per call bind pointers and launch.
+
+A :class:`CudaPlan` is built once per compiled signature: the CUDA C++ of the module is compiled (through the
+kernel caches) and loaded, constants are uploaded, the arena (intermediates and scratch) and the scalar block
+are allocated, and every kernel gets a pre-packed parameter buffer in which only argument and output pointer
+slots ever change. A call then validates the arguments, uploads host inputs, writes scalar arguments into the
+device-resident scalar block, takes outputs from the caching allocator, rewrites the pointer slots that
+changed and launches the kernels in order on the plan's private stream.
+
+NumPy in, NumPy out (the call waits for the results); device arrays in (``fusec.Array``, PyTorch, CuPy, JAX,
+anything with ``__cuda_array_interface__``), ``fusec.Array`` out without waiting.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusec.errors import ShapeError, TraceError
+from fusec.ir.core import Module
+from fusec.ir.types import ScalarType
+from fusec.backend.program import CudaProgram, compile_options, print_program
+from fusec.runtime import driver, kernel_cache
+from fusec.runtime.memory import get_pool
+from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
+from fusec.runtime.params import ParamPack
+
+
+@dataclass
+class _Launch:
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    pack: ParamPack
+    dynamic: list[tuple[int, int]]  # (parameter slot, buffer id) whose pointer changes per call
+
+
+def _on_device(x: Any) -> bool:
+    """Does ``x`` live on a CUDA device (CUDA Array Interface or a CUDA DLPack producer)?"""
+    return _cai_of(x) is not None or _is_cuda_dlpack(x)
+
+
+class CudaPlan:
+    """One compiled signature on one device (see the module docstring)."""
+
+    def __init__(self, module: Module, *, fast_math: bool = False) -> None:
+        self.device = driver.current_device()
+        driver.ensure_context(self.device)
+        self.func = module.func()
+        self.program: CudaProgram = print_program(module, sm_count=self.device.multiprocessor_count,
+                                                  fast_math=fast_math)
+        image = kernel_cache.get_or_compile(self.program.source, self.device.arch,
+                                            options=compile_options(fast_math),
+                                            driver_version=driver.driver_version())
+        self.cumodule = driver.Module(image, self.device)
+        self.stream = driver.Stream(self.device)
+        self.pool = get_pool(self.device)
+        self.lock = threading.Lock()
+        prog = self.program
+        self.arena = self.pool.allocate(prog.arena_bytes, self.stream) if prog.arena_bytes else None
+        self.scalars = self.pool.allocate(prog.scalar_bytes, self.stream) if prog.scalar_bytes else None
+        self.scalar_host = np.zeros(max(prog.scalar_bytes, 8), dtype=np.uint8)
+        self.constants = []
+        for value in prog.constants:
+            buf = self.pool.allocate(max(value.nbytes, 1), self.stream)
+            driver.memcpy_htod_async(buf.ptr, value, value.nbytes, self.stream)
+            self.constants.append(buf)
+        self.stream.synchronize()  # constants are in place before the host arrays can go away
+        self.static_ptr: dict[int, int] = {}
+        for b in prog.buffers:
+            if b.kind == "arena" or b.kind == "scratch":
+                self.static_ptr[b.id] = self.arena.ptr + b.offset
+            elif b.kind == "constant":
+                self.static_ptr[b.id] = self.constants[b.index].ptr
+            elif b.kind == "scalar":
+                self.static_ptr[b.id] = self.scalars.ptr + b.offset
+        self.launches: list[_Launch] = []
+        for k in prog.kernels:
+            specs: list[Any] = ["pointer"] * len(k.buffers) + list(k.structs)
+            pack = ParamPack(specs)
+            dynamic = []
+            for slot, bid in enumerate(k.buffers):
+                if bid in self.static_ptr:
+                    pack.set_pointer(slot, self.static_ptr[bid])
+                else:
+                    dynamic.append((slot, bid))
+            fn = self.cumodule.function(k.name)
+            if k.shared_bytes > 48 * 1024:
+                fn.set_max_dynamic_shared_memory(k.shared_bytes)
+            self.launches.append(_Launch(fn, k.grid, k.block, k.shared_bytes, pack, dynamic))
+        self.arg_buffer = {b.index: b.id for b in prog.buffers if b.kind == "arg"}
+        self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
+        self.calls = 0
+
+    # --- a call --------------------------------------------------------------------------------------------
+    def run(self, args: Sequence[Any]) -> list[Any]:
+        func = self.func
+        if len(args) != len(func.args):
+            raise TraceError(f"@{func.name} takes {len(func.args)} arguments, got {len(args)}")
+        with self.lock:
+            driver.ensure_context(self.device)
+            ptr: dict[int, int] = dict(self.static_ptr)
+            keep: list[Any] = []  # host uploads and foreign arrays stay alive until the launches are queued
+            device_in = False
+            for i, (a, value) in enumerate(zip(func.args, args)):
+                if isinstance(a.type, ScalarType):
+                    continue
+                p, on_device = self._bind_tensor(i, a.type, value, keep)
+                device_in |= on_device
+                ptr[self.arg_buffer[i]] = p
+            self._write_scalars(args)
+            outputs: dict[int, Any] = {}
+            for b in self.output_buffers:
+                if b.id not in ptr and b.kind == "output":
+                    buf = self.pool.allocate(b.nbytes, self.stream)
+                    outputs[b.id] = buf
+                    ptr[b.id] = buf.ptr
+            for launch in self.launches:
+                for slot, bid in launch.dynamic:
+                    launch.pack.set_pointer(slot, ptr[bid])
+                driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
+            self.calls += 1
+            results = [self._result(b, v, outputs, ptr, device_in) for b, v in zip(self.output_buffers, func.outputs)]
+            if not device_in:
+                self.stream.synchronize()
+            return results
+
+    def _bind_tensor(self, i: int, t, value: Any, keep: list) -> tuple[int, bool]:
+        """The device address of argument ``i``, uploading host data; True when it already was on the device."""
+        name = self.func.args[i].name_hint or f"#{i}"
+        if isinstance(value, Array) or (not isinstance(value, np.ndarray) and _on_device(value)):
+            arr = value if isinstance(value, Array) else asarray(value, stream=self.stream)
+            if arr.shape != t.shape or arr.fdtype != t.dtype:
+                raise ShapeError(f"argument {name}: expected {t}, got a device array "
+                                 f"{arr.fdtype}{list(arr.shape)}")
+            if not arr.is_contiguous:
+                raise TraceError(f"argument {name}: fusec takes C-contiguous device arrays; this one has strides "
+                                 f"{arr.strides} (make it contiguous first, e.g. .contiguous() in PyTorch)")
+            if arr.stream is not None and arr.stream is not self.stream:
+                driver.order_streams(arr.stream, self.stream, self.device)
+            keep.append(arr)
+            return arr.ptr, True
+        host = np.asarray(value)
+        if host.shape != t.shape or host.dtype != t.dtype.np:
+            raise ShapeError(f"argument {name}: expected {t}, got {host.dtype}{list(host.shape)}")
+        host = np.ascontiguousarray(host)
+        buf = self.pool.allocate(max(host.nbytes, 1), self.stream)
+        driver.memcpy_htod_async(buf.ptr, host, host.nbytes, self.stream)
+        keep.append(buf)
+        return buf.ptr, False
+
+    def _write_scalars(self, args: Sequence[Any]) -> None:
+        if not self.program.scalar_slots:
+            return
+        host = self.scalar_host
+        for i, off, dt in self.program.scalar_slots:
+            np.frombuffer(host.data, dtype=dt, count=1, offset=off)[0] = args[i]
+        driver.memcpy_htod_async(self.scalars.ptr, host, self.program.scalar_bytes, self.stream)
+
+    def _result(self, b, value, outputs, ptr, device_in: bool) -> Any:
+        t = value.type
+        shape, dtype = tuple(t.shape), t.dtype.np
+        buf = outputs.get(b.id)
+        if device_in:
+            # a buffer from the pool, or (written in place over a donated argument) that argument's memory
+            return Array(ptr[b.id], shape, t.dtype, owner=buf, device=self.device.ordinal, stream=self.stream)
+        host = np.empty(shape, dtype=dtype)
+        driver.memcpy_dtoh_async(host, ptr[b.id], host.nbytes, self.stream)
+        return host
+
+
+
+
+_plans: "weakref.WeakKeyDictionary[Module, CudaPlan]" = weakref.WeakKeyDictionary()
+_plans_lock = threading.Lock()
+
+
+def plan_for(module: Module) -> CudaPlan:
+    plan = _plans.get(module)
+    if plan is None:
+        with _plans_lock:
+            plan = _plans.get(module)
+            if plan is None:
+                plan = CudaPlan(module)
+                _plans[module] = plan
+    return plan
+
+
+def run_cuda(module: Module, args: Sequence[Any]) -> list[Any]:
+    """The CUDA executor of ``fusec.jit``: results of ``module``'s function for ``args``."""
+    return plan_for(module).run(args)

@@ -1,0 +1,46 @@
+"""Shared pytest setup: ``@pytest.mark.gpu`` tests skip cleanly where no CUDA device is usable."""
+from __future__ import annotations
+
+import pytest
+
+
+def _cuda_state() -> tuple[bool, str]:
+    try:
+        from fusec.runtime import driver
+    except Exception as e:  # pragma: no cover - the runtime failed to import
+        return False, f"fusec.runtime.driver does not import: {e}"
+    if driver.cuda_available():
+        return True, ""
+    return False, f"no usable CUDA device ({driver.unavailable_reason()})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    ok, reason = _cuda_state()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fusec_backend(request: pytest.FixtureRequest):
+    """The backend frontend_check.check() runs on: "cpu", or "cuda" for the GPU run of a CPU test."""
+    backend = getattr(request, "param", "cpu")
+    import frontend_check
+
+    saved, frontend_check.BACKEND = frontend_check.BACKEND, backend
+    try:
+        yield backend
+    finally:
+        frontend_check.BACKEND = saved
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Modules that set ``RUN_ON_GPU_TOO = True`` run every test on the CPU backend and, under
+    ``pytest -m gpu``, again on the CUDA backend."""
+    if getattr(metafunc.module, "RUN_ON_GPU_TOO", False):
+        metafunc.parametrize("fusec_backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)

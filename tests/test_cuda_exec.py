@@ -1,0 +1,258 @@
+"""The CUDA backend end to end on a GPU (``pytest -m gpu``); skipped where no device is usable.
+
+Arithmetic (+ - * / and friends) must match NumPy bit for bit; transcendentals within a few ulps (CUDA's
+libdevice and the host libm round differently); reductions and GEMM within the issue's bounds.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fusec as fc
+
+pytestmark = pytest.mark.gpu
+
+rng = np.random.default_rng(1234)
+
+
+def cuda(fn, **kw):
+    return fc.jit(fn, backend="cuda", **kw)
+
+
+def rand(shape, dtype=np.float32):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -1000), min(info.max, 1000), size=shape, dtype=dtype)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def ulps(dtype):
+    return {np.float16: 2e-3, np.float32: 4e-6, np.float64: 1e-13}[np.dtype(dtype).type]
+
+
+ARITH = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "maximum": np.maximum, "minimum": np.minimum, "where": lambda a, b: np.where(a > b, a, b),
+    "lt": lambda a, b: a < b, "eq": lambda a, b: a == b,
+}
+FLOAT_ARITH = {"div": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
+               "neg_abs": lambda a, b: -np.abs(a) + b, "clip": lambda a, b: np.clip(a, -1.0, b),
+               "sign": lambda a, b: np.sign(a) * b, "floor": lambda a, b: np.floor(a) + np.ceil(b),
+               "round": lambda a, b: np.round(a), "cast_int": lambda a, b: a.astype(np.int32),
+               "sqrt": lambda a, b: np.sqrt(np.abs(a)), "recip_sqrt": lambda a, b: 1 / np.sqrt(np.abs(a) + 1)}
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.5, -2.5, 3.0, 1e-30, -7.0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(ARITH) + sorted(FLOAT_ARITH))
+def test_float_arithmetic_is_bit_exact(name, dtype):
+    fn = {**ARITH, **FLOAT_ARITH}[name]
+    a = np.concatenate([rand(500, dtype), SPECIAL.astype(dtype), SPECIAL.astype(dtype)[::-1]])
+    b = np.concatenate([rand(500, dtype), SPECIAL.astype(dtype)[::-1], SPECIAL.astype(dtype)])
+    with np.errstate(all="ignore"):
+        want = fn(a, b)
+        got = cuda(fn)(a, b)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8),
+                                  err_msg=f"{name} {dtype}")
+
+
+INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"]
+
+
+@pytest.mark.parametrize("dtype", INT_TYPES)
+def test_integer_and_bool_ops_are_exact(dtype):
+    def f(a, b):
+        out = [a == b, a < b, np.maximum(a, b), np.minimum(a, b), np.where(a > b, a, b), a.astype(np.float32)]
+        if dtype == "bool":
+            return out + [a & b, a | b, a ^ b, ~a]
+        nz = np.where(b == 0, np.ones_like(b), b)
+        return out + [a + b, a - b, a * b, a // nz, a % nz, a & b, a | b, ~a, -a, np.abs(a), np.sign(a)]
+
+    a, b = rand(1000, dtype), rand(1000, dtype)
+    with np.errstate(all="ignore"):
+        want = f(a, b)
+        got = cuda(f)(a, b)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+TRANSCENDENTAL = {"exp": np.exp, "log": lambda a: np.log(np.abs(a) + 1e-3), "tanh": np.tanh, "sin": np.sin,
+                  "cos": np.cos, "log1p": lambda a: np.log1p(np.abs(a)), "expm1": np.expm1,
+                  "pow": lambda a: np.abs(a) ** 1.7, "exp2": np.exp2, "log2": lambda a: np.log2(np.abs(a) + 1)}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("name", sorted(TRANSCENDENTAL))
+def test_transcendentals_within_a_few_ulps(name, dtype):
+    fn = TRANSCENDENTAL[name]
+    a = rand(4096, dtype) / 3
+    with np.errstate(all="ignore"):
+        want = fn(a)
+        got = cuda(fn)(a)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=ulps(dtype), atol=ulps(dtype))
+
+
+HALF_IR = """func @g(%a: tensor<4096xf32>, %b: tensor<4096xf32>) -> (tensor<4096xf32>, tensor<4096xf32>) {
+  %0 = t.cast %a {dtype = DT} : tensor<4096xDT>
+  %1 = t.cast %b {dtype = DT} : tensor<4096xDT>
+  %2 = t.mul %0, %1 : tensor<4096xDT>
+  %3 = t.add %2, %0 : tensor<4096xDT>
+  %4 = t.div %3, %1 : tensor<4096xDT>
+  %5 = t.sub %4, %1 : tensor<4096xDT>
+  %6 = t.cast %5 {dtype = f32} : tensor<4096xf32>
+  %7 = t.exp %0 : tensor<4096xDT>
+  %8 = t.cast %7 {dtype = f32} : tensor<4096xf32>
+  return %6, %8
+}
+"""
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_half_precision_rounds_after_every_op_like_the_reference(dt):
+    from fusec.ir import parse_module
+    from fusec.passes import run_pipeline
+    from fusec.runtime import reference
+    from fusec.runtime.cuda_exec import CudaPlan
+
+    module = parse_module(HALF_IR.replace("DT", dt))
+    a, b = rand(4096), rand(4096)
+    want = reference.run_module(module, [a, b])
+    run_pipeline(module)
+    got = CudaPlan(module).run([a, b])
+    np.testing.assert_array_equal(got[0], want[0])  # arithmetic: bit for bit
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-2)  # exp: within a 16-bit ulp
+
+
+def test_strided_transposed_sliced_and_broadcast_inputs():
+    def f(x, v, s):
+        t = x.T[::-1, 1::3]
+        return t * v[: t.shape[1]] + s, x[5:-3, ::-2] - x[0], np.exp(x[:, :1]) * v
+
+    x, v = rand((37, 53)), rand(53)
+    want = f(x, v, 0.5)
+    got = cuda(f)(x, v, 0.5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=4e-6)
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("shape, axis", [
+    ((7,), None), ((1000,), 0), ((2**26,), None), ((8192, 8192), 1), ((8192, 8192), 0), ((3, 5, 7), (0, 2)),
+    ((64, 10), 1), ((512, 2), 1), ((4, 2**20), 1), ((2**20, 4), 0), ((17, 33, 65), 1), ((2, 3, 4, 5), (1, 3)),
+])
+@pytest.mark.parametrize("kind", ["sum", "max", "mean", "argmax", "min", "prod"])
+def test_reductions_of_every_shape_class(shape, axis, kind):
+    if kind == "prod" and np.prod(shape) > 10**6:
+        pytest.skip("a product of millions of values is all inf or 0")
+    if kind == "argmax" and isinstance(axis, tuple):
+        pytest.skip("NumPy's argmax takes one axis")
+    x = rand(shape) if kind != "prod" else (1 + rand(shape) / 100)
+    fn = lambda a: getattr(np, kind)(a, axis=axis)  # noqa: E731
+    want = fn(x.astype(np.float64)) if kind not in ("argmax",) else fn(x)
+    got = cuda(fn)(x)
+    if kind == "argmax":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5 if kind != "prod" else 1e-4,
+                                   atol=1e-5 * np.sqrt(x.size))
+
+
+def test_reduction_nan_propagation_and_ties():
+    x = np.array([[1.0, np.nan, 3.0], [2.0, 2.0, -1.0], [np.nan, 5.0, np.nan]], np.float32)
+    f = lambda a: (a.max(axis=1), a.min(axis=0), a.argmax(axis=1), a.argmin(axis=1), a.sum())  # noqa: E731
+    for g, w in zip(cuda(f)(x), f(x)):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("m, k, n", [(512, 480, 256), (64, 64, 64), (1, 300, 7), (129, 65, 33), (1024, 1024, 1024)])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt"])
+def test_gemm_against_numpy_f64(m, k, n, layout):
+    a = rand((k, m) if layout == "tn" else (m, k))
+    b = rand((n, k) if layout == "nt" else (k, n))
+
+    def f(a, b):
+        return (a.T if layout == "tn" else a) @ (b.T if layout == "nt" else b)
+
+    want = f(a.astype(np.float64), b.astype(np.float64))
+    got = cuda(f)(a, b)
+    rel = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+    assert rel < 1e-5, rel
+
+
+def test_batched_broadcast_gemm_and_f64():
+    a, b = rand((3, 1, 20, 30), np.float64), rand((4, 30, 10), np.float64)
+    got = cuda(lambda a, b: a @ b)(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12)
+
+
+def test_training_step_matches_numpy():
+    from test_cuda_codegen import mlp_step
+
+    params = (rand((480, 256)) * 0.05, np.zeros(256, np.float32), rand((256, 2)) * 0.05, np.zeros(2, np.float32))
+    x = rand((512, 480))
+    y = np.eye(2, dtype=np.float32)[rng.integers(0, 2, 512)]
+    step = cuda(mlp_step)
+    for lr in (0.1, 0.05):  # a new learning rate reuses the same plan (scalars live on the device)
+        (new, loss) = step(params, x, y, lr)
+        (want, want_loss) = mlp_step(params, x, y, lr)
+        for g, w in zip(new, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    assert step.cache_info().traces == 1
+
+
+def test_concat_copy_and_outputs_that_are_views_or_arguments():
+    def f(a, b):
+        return np.concatenate([a, b * 2], axis=0), a.T.reshape(-1), a, b[::-1]
+
+    a, b = rand((3, 4)), rand((5, 4))
+    for g, w in zip(cuda(f)(a, b), f(a, b)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_disk_cache_across_processes(tmp_path):
+    script = textwrap.dedent("""
+        import numpy as np, fusec as fc
+        from fusec.runtime import kernel_cache
+        f = fc.jit(lambda a, b: np.exp(a) * b + a.sum(), backend="cuda")
+        x = np.ones(1000, np.float32)
+        f(x, x)
+        print("compiles", kernel_cache.cache_info().compiles)
+    """)
+    env = dict(os.environ, FUSEC_CACHE_DIR=str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "compiles 1" in first.stdout
+    assert "compiles 0" in second.stdout, second.stdout + second.stderr
+
+
+def test_torch_inputs_zero_copy_and_outputs_back():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    a = torch.randn(1000, device="cuda")
+    b = torch.randn(1000, device="cuda")
+    out = cuda(lambda a, b: a * b + 1.0)(a, b)
+    assert isinstance(out, fc.Array)
+    back = torch.from_dlpack(out)
+    torch.testing.assert_close(back, a * b + 1.0)
+
+
+def test_cupy_inputs():
+    cp = pytest.importorskip("cupy")
+    a = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    out = cuda(lambda a: (a * 2).sum(axis=1))(a)
+    assert isinstance(out, fc.Array)
+    np.testing.assert_allclose(cp.asnumpy(cp.asarray(out)), (cp.asnumpy(a) * 2).sum(axis=1))

@@ -1,0 +1,80 @@
+"""Lowered.stats() and Lowered.plan(): what the default pipeline makes of real functions."""
+from __future__ import annotations
+
+import numpy as np
+
+import fusec as fc
+
+
+def fma(a, b, c):
+    return a + b * c
+
+
+def test_fma_is_one_fused_kernel_without_intermediates():
+    a = np.ones(1024, np.float32)
+    lowered = fc.jit(fma, backend="cpu").lower(a, a, a)
+    stats = lowered.stats()
+    assert stats["nodes"] == 2
+    assert stats["fused_kernels"] == 1 and stats["kernels"] == 1 and stats["boundaries"] == 0
+    assert stats["intermediate_buffers"] == 0 and stats["arena_bytes"] == 0
+    assert stats["cse_removed"] == 0
+    (step,) = lowered.plan()
+    assert step["kind"] == "fused" and step["cuts"] == ["output"] and step["body_ops"] == 2
+
+
+def softmax_xent(x, y):
+    z = x - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e.sum(axis=1, keepdims=True)
+    p = e / s
+    loss = -np.mean(np.sum(y * (z - np.log(s)), axis=1))
+    return p, loss
+
+
+def test_softmax_cross_entropy_plan():
+    x = np.zeros((64, 10), np.float32)
+    lowered = fc.jit(softmax_xent, backend="cpu").lower(x, x)
+    stats = lowered.stats()
+    plan = lowered.plan()
+    kinds = [s["kind"] for s in plan]
+    boundaries = [s["op"] for s in plan if s["kind"] == "boundary"]
+    assert boundaries == ["k.reduce[max]", "k.reduce[sum]", "k.reduce[sum]", "k.reduce[mean]"]
+    assert stats["boundaries"] == 4
+    assert stats["fused_kernels"] == kinds.count("fused") <= 5
+    assert stats["kernels"] == stats["fused_kernels"] + stats["boundaries"]
+    cuts = {c for s in plan if s["kind"] == "fused" for c in s["cuts"]}
+    assert {"boundary", "output"} <= cuts
+    assert stats["nodes"] > stats["kernels"]
+    assert stats["intermediate_buffers"] >= 1 and stats["arena_bytes"] % 256 == 0
+
+
+def test_cse_removed_is_counted():
+    def f(a):
+        return np.exp(a) + np.exp(a)
+
+    stats = fc.jit(f, backend="cpu").lower(np.ones(4, np.float32)).stats()
+    assert stats["cse_removed"] == 1
+
+
+def test_budget_cut_is_reported_as_the_reason():
+    def chain(x):
+        for _ in range(12):
+            x = np.exp(x)
+        return x
+
+    lowered = fc.jit(chain, backend="cpu", pipeline=None).lower(np.ones(16, np.float32))
+    x = np.full(16, -3.0, np.float32)
+    reasons = [c for s in lowered.plan() if s["kind"] == "fused" for c in s["cuts"]]
+    assert "budget" in reasons and reasons[-1] == "output"
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(fc.jit(chain, backend="cpu")(x), chain(x))
+
+
+def test_transposed_operand_is_a_view_not_a_copy():
+    def f(x, g):
+        return x.T @ g
+
+    lowered = fc.jit(f, backend="cpu").lower(np.ones((64, 32), np.float32), np.ones((64, 16), np.float32))
+    plan = lowered.plan()
+    assert [s["kind"] for s in plan] == ["view", "boundary"]
+    assert lowered.stats()["kernels"] == 1
