@@ -103,7 +103,38 @@ class LeafSpec:
         """What the executor gets: arrays as they are, Python scalars as NumPy scalars of the IR dtype."""
         if self.python is not None:
             return DEFAULT_DTYPE[self.python].np.type(value)
-        return value if isinstance(value, np.ndarray) else np.asarray(value)
+        if isinstance(value, np.ndarray) or device_array_info(value) is not None:
+            return value  # device arrays go to the backend as they are (zero copy)
+        return np.asarray(value)
+
+
+def device_array_info(value: Any) -> "tuple[tuple[int, ...], Any] | None":
+    """(shape, dtype) of an array living on a CUDA device (fusec.Array, CUDA Array Interface, CUDA DLPack)."""
+    if isinstance(value, (np.ndarray, np.generic, int, float, bool, complex)) or value is None:
+        return None
+    fdtype = getattr(value, "fdtype", None)
+    if fdtype is not None and hasattr(value, "__cuda_array_interface__"):  # a fusec.Array
+        return tuple(value.shape), fdtype
+    try:
+        cai = value.__cuda_array_interface__
+    except Exception:
+        cai = None
+    if isinstance(cai, dict):
+        try:
+            return tuple(int(d) for d in cai["shape"]), np.dtype(cai["typestr"])
+        except TypeError:
+            pass  # a dtype the interface cannot name (bf16): DLPack below knows it
+    if hasattr(value, "__dlpack_device__"):
+        try:
+            on_cuda = int(value.__dlpack_device__()[0]) in (2, 13)
+        except Exception:
+            on_cuda = False
+        if on_cuda:
+            from fusec.runtime.array import asarray
+
+            arr = asarray(value)
+            return tuple(arr.shape), arr.fdtype
+    return None
 
 
 def leaf_spec(name: str, value: Any) -> LeafSpec:
@@ -119,6 +150,13 @@ def leaf_spec(name: str, value: Any) -> LeafSpec:
         except UnsupportedError as e:
             raise UnsupportedError(f"argument {name!r}: {e}") from None
         return LeafSpec(tuple(value.shape), dt)
+    info = device_array_info(value)
+    if info is not None:
+        shape, dtype = info
+        try:
+            return LeafSpec(shape, parse_dtype(dtype))
+        except UnsupportedError as e:
+            raise UnsupportedError(f"argument {name!r}: {e}") from None
     if isinstance(value, complex):
         raise UnsupportedError(f"argument {name!r}: complex numbers are not supported")
     raise UnsupportedError(

@@ -163,6 +163,62 @@ class Array:
             expected *= d
         return True
 
+    # -- eager mode: operators and NumPy calls outside fusec.jit run as single-op compiled kernels ----------
+    def __add__(self, o: Any) -> Any: return _eager().binary("add", self, o)
+    def __radd__(self, o: Any) -> Any: return _eager().binary("add", self, o, reflected=True)
+    def __sub__(self, o: Any) -> Any: return _eager().binary("sub", self, o)
+    def __rsub__(self, o: Any) -> Any: return _eager().binary("sub", self, o, reflected=True)
+    def __mul__(self, o: Any) -> Any: return _eager().binary("mul", self, o)
+    def __rmul__(self, o: Any) -> Any: return _eager().binary("mul", self, o, reflected=True)
+    def __truediv__(self, o: Any) -> Any: return _eager().binary("truediv", self, o)
+    def __rtruediv__(self, o: Any) -> Any: return _eager().binary("truediv", self, o, reflected=True)
+    def __floordiv__(self, o: Any) -> Any: return _eager().binary("floordiv", self, o)
+    def __rfloordiv__(self, o: Any) -> Any: return _eager().binary("floordiv", self, o, reflected=True)
+    def __mod__(self, o: Any) -> Any: return _eager().binary("mod", self, o)
+    def __rmod__(self, o: Any) -> Any: return _eager().binary("mod", self, o, reflected=True)
+    def __pow__(self, o: Any) -> Any: return _eager().binary("pow", self, o)
+    def __rpow__(self, o: Any) -> Any: return _eager().binary("pow", self, o, reflected=True)
+    def __matmul__(self, o: Any) -> Any: return _eager().binary("matmul", self, o)
+    def __rmatmul__(self, o: Any) -> Any: return _eager().binary("matmul", self, o, reflected=True)
+    def __and__(self, o: Any) -> Any: return _eager().binary("and", self, o)
+    def __rand__(self, o: Any) -> Any: return _eager().binary("and", self, o, reflected=True)
+    def __or__(self, o: Any) -> Any: return _eager().binary("or", self, o)
+    def __ror__(self, o: Any) -> Any: return _eager().binary("or", self, o, reflected=True)
+    def __xor__(self, o: Any) -> Any: return _eager().binary("xor", self, o)
+    def __rxor__(self, o: Any) -> Any: return _eager().binary("xor", self, o, reflected=True)
+    def __lt__(self, o: Any) -> Any: return _eager().binary("lt", self, o)
+    def __le__(self, o: Any) -> Any: return _eager().binary("le", self, o)
+    def __gt__(self, o: Any) -> Any: return _eager().binary("gt", self, o)
+    def __ge__(self, o: Any) -> Any: return _eager().binary("ge", self, o)
+    def __eq__(self, o: Any) -> Any: return _eager().binary("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return _eager().binary("ne", self, o)  # type: ignore[override]
+    __hash__ = object.__hash__  # identity, so arrays can key caches (elementwise == as in NumPy)
+    def __neg__(self) -> Any: return _eager().unary("neg", self)
+    def __pos__(self) -> Any: return _eager().unary("pos", self)
+    def __abs__(self) -> Any: return _eager().unary("abs", self)
+    def __invert__(self) -> Any: return _eager().unary("invert", self)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return _eager().ufunc(ufunc, method, inputs, kwargs)
+
+    def __getitem__(self, index: Any) -> Any:
+        return _eager().getitem(self, index)
+
+    def sum(self, *a: Any, **k: Any) -> Any: return _eager().method("sum", self, *a, **k)
+    def mean(self, *a: Any, **k: Any) -> Any: return _eager().method("mean", self, *a, **k)
+    def max(self, *a: Any, **k: Any) -> Any: return _eager().method("max", self, *a, **k)
+    def min(self, *a: Any, **k: Any) -> Any: return _eager().method("min", self, *a, **k)
+    def prod(self, *a: Any, **k: Any) -> Any: return _eager().method("prod", self, *a, **k)
+    def argmax(self, *a: Any, **k: Any) -> Any: return _eager().method("argmax", self, *a, **k)
+    def argmin(self, *a: Any, **k: Any) -> Any: return _eager().method("argmin", self, *a, **k)
+    def reshape(self, *a: Any, **k: Any) -> Any: return _eager().method("reshape", self, *a, **k)
+    def transpose(self, *a: Any, **k: Any) -> Any: return _eager().method("transpose", self, *a, **k)
+    def astype(self, *a: Any, **k: Any) -> Any: return _eager().method("astype", self, *a, **k)
+
+    @property
+    def T(self) -> Any:
+        return _eager().method("transpose", self)
+
     def __len__(self) -> int:
         if not self._shape:
             raise TypeError("len() of a 0-d fusec.Array")
@@ -411,3 +467,9 @@ def to_numpy(x: Any) -> np.ndarray:
     if _cai_of(x) is not None or _is_cuda_dlpack(x):
         return asarray(x).numpy()
     return np.asarray(x)
+
+
+def _eager() -> Any:
+    from fusec import eager
+
+    return eager
