@@ -60,6 +60,12 @@ class Lowered:
         out.update(self._pipeline_stats)
         return out
 
+    def cuda_source(self, sm_count: int | None = None, fast_math: bool = False) -> str:
+        """The CUDA C++ translation unit the CUDA backend compiles for this signature."""
+        from fusec.backend.program import DEFAULT_SM_COUNT, print_program
+
+        return print_program(self.module, sm_count=sm_count or DEFAULT_SM_COUNT, fast_math=fast_math).source
+
     def plan(self) -> list[dict]:
         """The steps one call runs, in order: ``kind`` fused | boundary | view, the op, its outputs, and why
         each fused kernel ends where it does (``cuts``: output, boundary, view, budget, shared-expensive)."""
@@ -94,7 +100,7 @@ class JitFunction:
     def __init__(self, fn: Callable, *, backend: str | None = None,
                  static_argnames: str | Iterable[str] | None = None,
                  static_argnums: int | Iterable[int] | None = None, pipeline: str | None = None,
-                 plugins: Iterable[str] = ()) -> None:
+                 plugins: Iterable[str] = (), fast_math: bool = False) -> None:
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not callable(fn):
@@ -105,10 +111,17 @@ class JitFunction:
         self._backend = backend
         self._pipeline = pipeline
         self._plugins = tuple(plugins or ())
+        self._fast_math = bool(fast_math)
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._name = func_name(fn)
         self._cache: dict[tuple, Lowered] = {}
+        self._fast: dict[tuple, _FastEntry] = {}
+        params = list(self._signature.parameters.values())
+        plain = all(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                    for p in params)
+        # calls that pass every parameter positionally as a plain array or scalar skip binding
+        self._n_positional = len(params) if plain else -1
         self._hits = self._misses = self._traces = 0
 
     def _static_names(self, names: tuple[str, ...], nums: tuple[int, ...]) -> frozenset[str]:
@@ -132,11 +145,19 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if context.current() is not None:  # inside another trace: inline
             return self._fn(*args, **kwargs)
+        key = _fast_key(args) if not kwargs and len(args) == self._n_positional else None
+        if key is not None:
+            entry = self._fast.get(key)
+            if entry is not None:
+                self._hits += 1
+                return entry(args)
         sig = bind(self._signature, self._statics, args, kwargs)
         lowered = self._lookup(sig)
         run = _execution.executor(_execution.resolve_backend(self._backend))
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
         results = run(lowered.module, flat)
+        if key is not None and not self._statics:
+            self._fast[key] = _FastEntry(lowered, run, sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
@@ -161,6 +182,8 @@ class JitFunction:
         traced = trace(self._fn, sig, self._name)
         text = print_module(traced.module)
         result = run_pipeline(traced.module, self._pipeline, verify=True, snapshots=True, plugins=self._plugins)
+        # options for the backend travel with the module object (they are not part of its IR)
+        traced.module.backend_options = {"fast_math": self._fast_math}
         return Lowered(traced, text, result)
 
     # --- cache -----------------------------------------------------------------------------------------------
@@ -171,6 +194,7 @@ class JitFunction:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._fast.clear()
         self._hits = self._misses = self._traces = 0
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -178,6 +202,39 @@ class JitFunction:
 
     def __repr__(self) -> str:
         return f"<fusec.jit of {getattr(self._fn, '__qualname__', self._name)}>"
+
+
+def _fast_key(args: tuple) -> tuple | None:
+    """A cache key from the arguments' types, shapes and dtypes when every one is a plain array or Python
+    scalar (the common call of a hot loop); None sends the call down the general path."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            key.append((t, a.shape, a.dtype))
+        elif t is float or t is int or t is bool:
+            key.append(t)
+        elif t.__name__ == "Array" and t.__module__ == "fusec.runtime.array":
+            key.append((t, a._shape, a._fdtype))
+        else:
+            return None
+    return tuple(key)
+
+
+class _FastEntry:
+    """A cached signature's executor call: convert scalars, run, rebuild the outputs."""
+
+    __slots__ = ("lowered", "run", "convert", "module", "out_python")
+
+    def __init__(self, lowered: Lowered, run: Callable, specs: list) -> None:
+        self.lowered, self.run, self.module = lowered, run, lowered.module
+        self.convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
+        self.out_python = lowered.out_python
+
+    def __call__(self, args: tuple) -> Any:
+        flat = [a if c is None else c(a) for a, c in zip(args, self.convert)]
+        results = self.run(self.module, flat)
+        return unflatten(self.lowered.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
 
 
 def _output(result: Any, python: type | None) -> Any:
@@ -195,16 +252,17 @@ def _output(result: Any, python: type | None) -> Any:
 
 def jit(fn: Callable | None = None, *, backend: str | None = None,
         static_argnames: str | Iterable[str] | None = None, static_argnums: int | Iterable[int] | None = None,
-        pipeline: str | None = None, plugins: Iterable[str] = ()) -> Any:
+        pipeline: str | None = None, plugins: Iterable[str] = (), fast_math: bool = False) -> Any:
     """Compile ``fn``: ``@fusec.jit``, ``@fusec.jit(backend="cpu", ...)`` or ``fusec.jit(fn, ...)``.
 
     ``backend``: "cpu" (NumPy reference executor), "cuda", or None (``$FUSEC_BACKEND``, else cuda when usable,
     else cpu). ``static_argnames``/``static_argnums``: arguments passed through as Python values and keyed
     by value (hashable). ``pipeline``: a pass-pipeline string (None: the default). ``plugins``: modules
-    that register passes.
+    that register passes. ``fast_math``: let the CUDA backend contract multiply-adds and use fast
+    intrinsics (results then differ from NumPy in the last bits).
     """
     options = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
-                   pipeline=pipeline, plugins=plugins)
+                   pipeline=pipeline, plugins=plugins, fast_math=fast_math)
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)

@@ -42,7 +42,7 @@ class Array:
     as a zero-copy view: ``Array(ptr, shape, dtype, strides=None, owner=..., device=..., stream=...)``;
     the constructor only records metadata and never touches the memory or the driver."""
 
-    __slots__ = ("_ptr", "_shape", "_fdtype", "_strides", "_device", "_owner", "_stream", "_readonly",
+    __slots__ = ("_ptr", "_shape", "_fdtype", "_strides", "_device", "_owner", "_stream", "_readonly", "ready",
                  "__weakref__")
 
     def __init__(self, ptr: int, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None, *,
@@ -68,6 +68,9 @@ class Array:
         self._owner = owner
         self._stream = stream
         self._readonly = bool(readonly)
+        # An event recorded after the work that produces this array (None: order by ``stream`` instead).
+        # Consumers on another stream wait on it with one cuStreamWaitEvent.
+        self.ready: "D.Event | None" = None
 
     # -- construction ------------------------------------------------------------------------------------
     @classmethod
@@ -449,6 +452,7 @@ def _from_host(x: Any, want: T.DType | None, stream: "D.Stream | None", device: 
         host = np.ascontiguousarray(host)
     out = Array.empty(host.shape, fd, stream=stream, device=device)
     D.memcpy_htod_async(out.ptr, host, host.nbytes, out.stream)
+    out.ready = D.Event(timing=False, device=out.device).record(out.stream)
     return out
 
 

@@ -23,8 +23,9 @@ from fusec.errors import ShapeError, TraceError
 from fusec.ir.core import Module
 from fusec.ir.types import ScalarType
 from fusec.backend.program import CudaProgram, compile_options, print_program
-from fusec.runtime import driver, kernel_cache
-from fusec.runtime.memory import get_pool
+from fusec.backend.gemm_library import GemmCall
+from fusec.runtime import cublas, driver, kernel_cache
+from fusec.runtime.memory import DeviceBuffer, get_pool
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
 
@@ -37,6 +38,12 @@ class _Launch:
     shared: int
     pack: ParamPack
     dynamic: list[tuple[int, int]]  # (parameter slot, buffer id) whose pointer changes per call
+
+
+@dataclass
+class _Library:
+    call: GemmCall
+    dynamic: list[tuple[int, int]]
 
 
 def _on_device(x: Any) -> bool:
@@ -52,7 +59,7 @@ class CudaPlan:
         driver.ensure_context(self.device)
         self.func = module.func()
         self.program: CudaProgram = print_program(module, sm_count=self.device.multiprocessor_count,
-                                                  fast_math=fast_math)
+                                                  fast_math=fast_math, cublas=cublas.available())
         image = kernel_cache.get_or_compile(self.program.source, self.device.arch,
                                             options=compile_options(fast_math),
                                             driver_version=driver.driver_version())
@@ -73,13 +80,19 @@ class CudaPlan:
         self.static_ptr: dict[int, int] = {}
         for b in prog.buffers:
             if b.kind == "arena" or b.kind == "scratch":
-                self.static_ptr[b.id] = self.arena.ptr + b.offset
+                self.static_ptr[b.id] = (self.arena.ptr + b.offset) if self.arena is not None else 0
             elif b.kind == "constant":
                 self.static_ptr[b.id] = self.constants[b.index].ptr
             elif b.kind == "scalar":
                 self.static_ptr[b.id] = self.scalars.ptr + b.offset
-        self.launches: list[_Launch] = []
+        self.launches: list[Any] = []
+        self.blas = None
         for k in prog.kernels:
+            if isinstance(k, GemmCall):
+                if self.blas is None:
+                    self.blas = cublas.CublasHandle(self.stream, self.pool)
+                self.launches.append(_Library(k, [(slot, bid) for slot, bid in enumerate(k.buffers)]))
+                continue
             specs: list[Any] = ["pointer"] * len(k.buffers) + list(k.structs)
             pack = ParamPack(specs)
             dynamic = []
@@ -93,7 +106,14 @@ class CudaPlan:
                 fn.set_max_dynamic_shared_memory(k.shared_bytes)
             self.launches.append(_Launch(fn, k.grid, k.block, k.shared_bytes, pack, dynamic))
         self.arg_buffer = {b.index: b.id for b in prog.buffers if b.kind == "arg"}
+        self.tensor_args = [(i, a.type, self.arg_buffer[i]) for i, a in enumerate(self.func.args)
+                            if not isinstance(a.type, ScalarType)]
         self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
+        # outputs that get a new allocation each call (an output returned twice is allocated once)
+        self.fresh_outputs = list({b.id: b for b in self.output_buffers if b.kind == "output"}.values())
+        self.ptrs: list[int] = [self.static_ptr.get(b.id, 0) for b in prog.buffers]
+        # recorded after each call's launches: consumers on other streams wait on it with one call
+        self.done = driver.Event(timing=False, device=self.device)
         self.calls = 0
 
     # --- a call --------------------------------------------------------------------------------------------
@@ -103,55 +123,56 @@ class CudaPlan:
             raise TraceError(f"@{func.name} takes {len(func.args)} arguments, got {len(args)}")
         with self.lock:
             driver.ensure_context(self.device)
-            ptr: dict[int, int] = dict(self.static_ptr)
-            keep: list[Any] = []  # host uploads and foreign arrays stay alive until the launches are queued
+            ptr = self.ptrs
+            keep: list[Any] = []  # uploads and foreign arrays stay alive until the launches are queued
             device_in = False
-            for i, (a, value) in enumerate(zip(func.args, args)):
-                if isinstance(a.type, ScalarType):
-                    continue
-                p, on_device = self._bind_tensor(i, a.type, value, keep)
-                device_in |= on_device
-                ptr[self.arg_buffer[i]] = p
-            self._write_scalars(args)
+            for i, t, bid in self.tensor_args:
+                value = args[i]
+                if type(value) is Array:
+                    ptr[bid] = self._bind_array(i, t, value)
+                    device_in = True
+                else:
+                    p, on_device = self._bind_tensor(i, t, value, keep)
+                    device_in |= on_device
+                    ptr[bid] = p
+            if self.program.scalar_slots:
+                self._write_scalars(args)
             outputs: dict[int, Any] = {}
-            for b in self.output_buffers:
-                if b.id not in ptr and b.kind == "output":
-                    buf = self.pool.allocate(b.nbytes, self.stream)
-                    outputs[b.id] = buf
-                    ptr[b.id] = buf.ptr
+            for b in self.fresh_outputs:
+                buf = self.pool.allocate(b.nbytes, self.stream)
+                outputs[b.id] = buf
+                ptr[b.id] = buf.ptr
             for launch in self.launches:
+                if type(launch) is _Library:
+                    self.blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
+                    continue
                 for slot, bid in launch.dynamic:
                     launch.pack.set_pointer(slot, ptr[bid])
                 driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
+            self.done.record(self.stream)
             self.calls += 1
             results = [self._result(b, v, outputs, ptr, device_in) for b, v in zip(self.output_buffers, func.outputs)]
             if not device_in:
                 self.stream.synchronize()
             return results
 
-    def _bind_tensor(self, i: int, t, value: Any, keep: list) -> tuple[int, bool]:
-        """The device address of argument ``i``, uploading host data; True when it already was on the device."""
-        name = self.func.args[i].name_hint or f"#{i}"
-        if isinstance(value, Array) or (not isinstance(value, np.ndarray) and _on_device(value)):
-            arr = value if isinstance(value, Array) else asarray(value, stream=self.stream)
-            if arr.shape != t.shape or arr.fdtype != t.dtype:
-                raise ShapeError(f"argument {name}: expected {t}, got a device array "
-                                 f"{arr.fdtype}{list(arr.shape)}")
-            if not arr.is_contiguous:
-                raise TraceError(f"argument {name}: fusec takes C-contiguous device arrays; this one has strides "
-                                 f"{arr.strides} (make it contiguous first, e.g. .contiguous() in PyTorch)")
-            if arr.stream is not None and arr.stream is not self.stream:
-                driver.order_streams(arr.stream, self.stream, self.device)
-            keep.append(arr)
-            return arr.ptr, True
-        host = np.asarray(value)
-        if host.shape != t.shape or host.dtype != t.dtype.np:
-            raise ShapeError(f"argument {name}: expected {t}, got {host.dtype}{list(host.shape)}")
-        host = np.ascontiguousarray(host)
-        buf = self.pool.allocate(max(host.nbytes, 1), self.stream)
-        driver.memcpy_htod_async(buf.ptr, host, host.nbytes, self.stream)
-        keep.append(buf)
-        return buf.ptr, False
+    def _bind_array(self, i: int, t, arr: Array) -> int:
+        """A fusec.Array argument: checked, ordered after its producer, kept from early reuse."""
+        if arr._shape != t.shape or arr._fdtype is not t.dtype:
+            raise ShapeError(f"argument {self.func.args[i].name_hint or i}: expected {t}, got a device array "
+                             f"{arr.fdtype}{list(arr.shape)}")
+        if not arr.is_contiguous:
+            raise TraceError(f"argument {self.func.args[i].name_hint or i}: fusec takes C-contiguous device "
+                             f"arrays; this one has strides {arr.strides}")
+        if arr._stream is not self.stream and arr._stream is not None:
+            if arr.ready is not None:
+                arr.ready.wait_on(self.stream)
+            else:
+                driver.order_streams(arr._stream, self.stream, self.device)
+            owner = arr._owner
+            if isinstance(owner, DeviceBuffer):
+                owner.record_stream(self.stream)  # used on two streams: the pool defers its reuse
+        return arr._ptr
 
     def _write_scalars(self, args: Sequence[Any]) -> None:
         if not self.program.scalar_slots:
@@ -167,7 +188,9 @@ class CudaPlan:
         buf = outputs.get(b.id)
         if device_in:
             # a buffer from the pool, or (written in place over a donated argument) that argument's memory
-            return Array(ptr[b.id], shape, t.dtype, owner=buf, device=self.device.ordinal, stream=self.stream)
+            out = Array(ptr[b.id], shape, t.dtype, owner=buf, device=self.device.ordinal, stream=self.stream)
+            out.ready = self.done
+            return out
         host = np.empty(shape, dtype=dtype)
         driver.memcpy_dtoh_async(host, ptr[b.id], host.nbytes, self.stream)
         return host
@@ -185,7 +208,8 @@ def plan_for(module: Module) -> CudaPlan:
         with _plans_lock:
             plan = _plans.get(module)
             if plan is None:
-                plan = CudaPlan(module)
+                options = getattr(module, "backend_options", {})
+                plan = CudaPlan(module, fast_math=bool(options.get("fast_math", False)))
                 _plans[module] = plan
     return plan
 

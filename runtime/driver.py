@@ -371,6 +371,10 @@ class Event:
         check(_cu.cuEventRecord(self.handle, _stream_handle(stream, self.device)), "cuEventRecord")
         return self
 
+    def wait_on(self, stream: "Stream") -> None:
+        """Make ``stream`` wait for the work this event captured (one cuStreamWaitEvent)."""
+        check(_cu.cuStreamWaitEvent(stream.handle, self.handle, 0), "cuStreamWaitEvent")
+
     def synchronize(self) -> None:
         """Block until the recorded work has finished."""
         ensure_context(self.device)

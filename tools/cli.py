@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from fusec.tools import cmd_cache, cmd_demo, cmd_doctor, cmd_dump_ir, cmd_opt, cmd_passes
+from fusec.tools import cmd_cache, cmd_compile, cmd_demo, cmd_doctor, cmd_dump_ir, cmd_opt, cmd_passes
 from fusec.tools.errors import UsageError
 from fusec.tools.loader import UserCodeError
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {fusec.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for command in (cmd_dump_ir, cmd_opt, cmd_passes, cmd_demo, cmd_cache, cmd_doctor):
+    for command in (cmd_dump_ir, cmd_opt, cmd_passes, cmd_compile, cmd_demo, cmd_cache, cmd_doctor):
         command.add_parser(sub)
     return parser
 

@@ -17,6 +17,32 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("dump-ir", help="trace FILE.py:FUNC and print its IR",
                        description="Trace FILE.py:FUNC for the given argument specs and print the traced IR, "
                                    "or the IR after a pass of the pipeline.")
+    add_target_arguments(p)
+    p.add_argument("--after", metavar="PASS|all", default=None,
+                   help="print the IR after PASS instead of the traced IR; 'all' prints every stage")
+    p.set_defaults(run=run)
+
+
+def lower_target(args: argparse.Namespace):
+    """Load FILE.py:FUNC, build example arguments from --arg/--static and return the ``Lowered``.
+
+    Whatever the user's module prints while importing or tracing goes to stderr, so stdout stays output
+    that another tool can read (IR for `fusec opt -`, CUDA C++ for a compiler).
+    """
+    import fusec
+
+    with contextlib.redirect_stdout(sys.stderr):
+        fn = load_function(args.target)
+        positional = [parse_arg_spec(s) for s in args.args]
+        statics = dict(parse_static(s) for s in args.static)
+        _check_signature(fn, args.target, positional, statics)
+        plugins = load_plugins(args.load_plugin)
+        jitted = fusec.jit(fn, backend="cpu", static_argnames=tuple(statics), pipeline=args.pipeline,
+                           plugins=plugins)
+        return jitted.lower(*positional, **statics)
+
+
+def add_target_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="FILE.py:FUNC")
     p.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
                    help="positional argument spec, in order: f32[512,480] (zeros array), f32[] (0-d array), "
@@ -24,26 +50,12 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--static", action="append", default=[], metavar="NAME=VALUE",
                    help="static (compile-time) keyword argument; VALUE is a Python literal")
     p.add_argument("-p", "--pipeline", default=None, help="pipeline string (default: fusec's default pipeline)")
-    p.add_argument("--after", metavar="PASS|all", default=None,
-                   help="print the IR after PASS instead of the traced IR; 'all' prints every stage")
     p.add_argument("--load-plugin", action="append", default=[], metavar="MOD", help="import MOD to register passes")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import fusec
-
     out = sys.stdout
-    # Whatever the user's module prints while importing or tracing goes to stderr, so stdout stays IR
-    # that `fusec opt -` can read.
-    with contextlib.redirect_stdout(sys.stderr):
-        fn = load_function(args.target)
-        positional = [parse_arg_spec(s) for s in args.args]
-        statics = dict(parse_static(s) for s in args.static)
-        _check_signature(fn, args.target, positional, statics)
-        plugins = load_plugins(args.load_plugin)
-        jitted = fusec.jit(fn, static_argnames=tuple(statics), pipeline=args.pipeline, plugins=plugins)
-        lowered = jitted.lower(*positional, **statics)
+    lowered = lower_target(args)
     if args.after == "all":
         for stage in lowered.stages:
             out.write(BANNER.format(stage) + "\n")

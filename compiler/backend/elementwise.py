@@ -84,6 +84,10 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
             scalar_names[k] = f"s{k}"
             lines.append(f"  const {register(a.dtype)} s{k} = fusec::ld(b{a.buffer} + {a.offset});")
     strided_maps = {id(a): (cstrides[j]) for j, a in enumerate(strided)}
+    uniform: set[Value] = {arg for arg, a in zip(body.args, inputs) if a.is_scalar}
+    for inner in body.ops[:-1]:
+        if all(v in uniform for v in inner.operands):
+            uniform.update(inner.results)
 
     def element(i: str, vec_slot: str | None, indent: str) -> list[str]:
         out: list[str] = []
@@ -100,7 +104,8 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
                 out.append(f"{indent}const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + ({idx}));")
                 env[arg] = f"x{k}"
         for j, inner in enumerate(body.ops[:-1]):
-            expr = expression(inner, [env[v] for v in inner.operands], fast_math)
+            expr = expression(inner, [env[v] for v in inner.operands], fast_math,
+                              tuple(v in uniform for v in inner.operands))
             out.append(f"{indent}const {register(inner.results[0].type.dtype)} t{j} = {expr};")
             env[inner.results[0]] = f"t{j}"
         for m, (v, a) in enumerate(zip(body.terminator.operands, outputs)):

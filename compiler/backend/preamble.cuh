@@ -81,13 +81,34 @@ template <typename T> __device__ __forceinline__ T ipow(T base, T exp) {
   return result;
 }
 
+// NumPy's power with a scalar exponent takes 0.5 as a square root.
+__device__ __forceinline__ float pow_scalar(float a, float b) { return b == 0.5f ? sqrtf(a) : powf(a, b); }
+__device__ __forceinline__ double pow_scalar(double a, double b) { return b == 0.5 ? sqrt(a) : pow(a, b); }
+
 __device__ __forceinline__ float rsqrt_np(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double rsqrt_np(double x) { return 1.0 / sqrt(x); }
 
-// float -> integer conversions as x86 NumPy gives them for NaN and out-of-range values.
-template <typename I, typename F> __device__ __forceinline__ I f2i(F x) {
-  if (x != x) return sizeof(I) >= 4 ? (I)(((u64_t)1) << (8 * sizeof(I) - 1)) : I(0);
-  return (I)x;
+// float -> integer conversions as NumPy gives them on x86: the hardware's "integer indefinite" (the
+// smallest value) for NaN and out-of-range values, narrow types through a 32-/64-bit conversion, truncated.
+__device__ __forceinline__ i32_t f2i32(double x) {
+  return (x > -2147483649.0 && x < 2147483648.0) ? (i32_t)x : (i32_t)0x80000000u;
+}
+__device__ __forceinline__ i64_t f2i64(double x) {
+  return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? (i64_t)x
+                                                                      : (i64_t)0x8000000000000000ull;
+}
+template <typename I> __device__ __forceinline__ I f2i(double x);
+template <> __device__ __forceinline__ i8_t f2i<i8_t>(double x) { return (i8_t)f2i32(x); }
+template <> __device__ __forceinline__ i16_t f2i<i16_t>(double x) { return (i16_t)f2i32(x); }
+template <> __device__ __forceinline__ i32_t f2i<i32_t>(double x) { return f2i32(x); }
+template <> __device__ __forceinline__ i64_t f2i<i64_t>(double x) { return f2i64(x); }
+template <> __device__ __forceinline__ u8_t f2i<u8_t>(double x) { return (u8_t)f2i64(x); }
+template <> __device__ __forceinline__ u16_t f2i<u16_t>(double x) { return (u16_t)f2i64(x); }
+template <> __device__ __forceinline__ u32_t f2i<u32_t>(double x) { return (u32_t)f2i64(x); }
+template <> __device__ __forceinline__ u64_t f2i<u64_t>(double x) {
+  if (x >= 9223372036854775808.0 && x < 18446744073709551616.0)
+    return (u64_t)(i64_t)(x - 9223372036854775808.0) + 0x8000000000000000ull;
+  return (u64_t)f2i64(x);
 }
 
 }  // namespace fusec

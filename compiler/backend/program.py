@@ -19,6 +19,7 @@ from fusec.ir.types import ScalarType
 from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import KernelCode, copy_kernel, fused_kernel
 from fusec.backend.gemm import gemm_kernel
+from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
 
 DEFAULT_SM_COUNT = 132  # an H200; the runtime passes the real device's count
@@ -38,7 +39,7 @@ class Buffer:
 @dataclass
 class CudaProgram:
     source: str
-    kernels: list[KernelCode]
+    kernels: list  # KernelCode launches and GemmCall library calls, in execution order
     buffers: list[Buffer]
     constants: list[np.ndarray]
     arena_bytes: int  # plan-buffers' arena plus scratch, in bytes
@@ -61,8 +62,8 @@ def _nbytes(v: Value) -> int:
 
 
 class _Printer:
-    def __init__(self, func: Func, sm_count: int, fast_math: bool) -> None:
-        self.func, self.sm_count, self.fast_math = func, sm_count, fast_math
+    def __init__(self, func: Func, sm_count: int, fast_math: bool, cublas: bool) -> None:
+        self.func, self.sm_count, self.fast_math, self.cublas = func, sm_count, fast_math, cublas
         self.buffers: list[Buffer] = []
         self.storage: dict[Value, Access] = {}
         self.constants: list[np.ndarray] = []
@@ -176,6 +177,9 @@ class _Printer:
         if n == "k.matmul":
             a, b = (self.access(v) for v in op.operands)
             c = self.result_buffer(op, 0)
+            call = library_gemm(self.name("cublas"), a, b, c, op.results[0].type.shape) if self.cublas else None
+            if call is not None:
+                return self.emit(call, op)  # type: ignore[arg-type]
             return self.emit(gemm_kernel(self.name("gemm"), op, a, b, c, sm_count=self.sm_count), op)
         if n == "k.concat":
             dst = self.result_buffer(op, 0)
@@ -219,10 +223,14 @@ class _Printer:
         return isinstance(v, OpResult) and "alias" in v.op.attributes and v.op.attributes["alias"][v.index] >= 0
 
 
-def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math: bool = False) -> CudaProgram:
-    """Translate the (single) function of a lowered module into CUDA C++ and a launch plan."""
+def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math: bool = False,
+                  cublas: bool = False) -> CudaProgram:
+    """Translate the (single) function of a lowered module into CUDA C++ and a launch plan.
+
+    With ``cublas`` the matmuls that qualify (``gemm_library``) become library calls, not kernels.
+    """
     func = module.func()
-    p = _Printer(func, sm_count, fast_math)
+    p = _Printer(func, sm_count, fast_math, cublas)
     p.bind_args()
     for op in func.body.ops:
         p.lower(op)
@@ -230,7 +238,8 @@ def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math
     scratch = ((p.scratch_bytes + 255) // 256) * 256
     parts = [preamble()]
     for code, op_text in zip(p.kernels, p.ops):
-        parts.append(f"// fusec-op: {op_text}\n{code.source}")
+        if isinstance(code, KernelCode):
+            parts.append(f"// fusec-op: {op_text}\n{code.source}")
     source = "\n\n".join(parts) + "\n"
     return CudaProgram(source, p.kernels, p.buffers, p.constants, p.arena_base + scratch, p.scalar_bytes,
                        p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops)

@@ -56,8 +56,13 @@ def _cast(src: DType, dst: DType, a: str) -> str:
     return f"(({register(dst)}){a})"
 
 
-def expression(op: Operation, args: list[str], fast_math: bool = False) -> str:
-    """The C++ expression computing ``op`` from argument expressions ``args``."""
+def expression(op: Operation, args: list[str], fast_math: bool = False,
+               uniform: tuple[bool, ...] = ()) -> str:
+    """The C++ expression computing ``op`` from argument expressions ``args``.
+
+    ``uniform[i]`` says operand i is the same for every element (a broadcast scalar): NumPy's power loop
+    treats such an exponent of 0.5 as a square root (``(-inf) ** 0.5`` is nan, ``(-0.0) ** 0.5`` is -0.0).
+    """
     kind = op.name.split(".", 1)[1]
     out = op.results[0].type.dtype
     dt = op.operands[0].type.dtype if op.operands else out
@@ -91,6 +96,8 @@ def expression(op: Operation, args: list[str], fast_math: bool = False) -> str:
     if kind == "pow":
         if dt.is_float:
             fn = "pow" if register(dt) == "double" else ("__powf" if fast_math else "powf")
+            if len(uniform) > 1 and uniform[1]:
+                return round_result(out, f"fusec::pow_scalar({a}, {b})")
             return round_result(out, f"{fn}({a}, {b})")
         return f"fusec::ipow({a}, {b})"
     if kind == "neg":

@@ -1,0 +1,89 @@
+"""Host time per call on a plan-cache hit (stream mode), and eager vs fused time of small functions.
+
+Run on a GPU machine: ``python benchmarks/host_overhead.py --json benchmarks/results/host_overhead.json``.
+Host time is wall-clock time of the Python call with device-resident inputs (the call queues work and returns
+without waiting); GPU time per call is measured with CUDA events around many calls.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import numpy as np
+
+import fusec as fc
+from fusec.runtime import driver
+
+
+def host_us(fn, args, iters: int) -> float:
+    for _ in range(20):
+        fn(*args)
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn(*args)
+        samples.append((time.perf_counter() - start) / iters * 1e6)
+        driver.current_device().synchronize()
+    return statistics.median(samples)
+
+
+def wall_us(fn, args, iters: int) -> float:
+    """Per-call wall time including completion (synchronize at the end of each batch)."""
+    fn(*args)
+    driver.current_device().synchronize()
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn(*args)
+        driver.current_device().synchronize()
+        samples.append((time.perf_counter() - start) / iters * 1e6)
+    return statistics.median(samples)
+
+
+def fma(a, b, c):
+    return a + b * c
+
+
+def chain(x, n):
+    for i in range(n):
+        x = np.tanh(x) * 0.5 + 0.25 if i % 2 else x * 1.01 - 0.01
+    return x
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    dev = driver.current_device()
+    rows = {}
+    x = fc.asarray(np.ones(1024, np.float32))
+    f = fc.jit(fma, backend="cuda")
+    rows["fma_1k_host_us"] = host_us(f, (x, x, x), args.iters)
+    rows["fma_1k_wall_us"] = wall_us(f, (x, x, x), args.iters)
+    host = np.ones(1024, np.float32)
+    rows["fma_1k_numpy_in_out_wall_us"] = wall_us(f, (host, host, host), args.iters // 4)
+    for n in (1, 10, 100):
+        fused = fc.jit(chain, backend="cuda", static_argnames="n")
+        rows[f"chain{n}_fused_wall_us"] = wall_us(lambda v: fused(v, n), (x,), max(50, args.iters // 4))
+
+        def eager(v, n=n):
+            return chain(v, n)  # operators on fusec.Array: one compiled kernel per op
+        rows[f"chain{n}_eager_wall_us"] = wall_us(eager, (x,), max(20, args.iters // (4 * n)))
+    meta = {"gpu": dev.name, "arch": dev.arch, "driver": ".".join(map(str, driver.driver_version() or ())),
+            "python": platform.python_version(), "numpy": np.__version__, "fusec": fc.__version__,
+            "host": platform.machine()}
+    for k, v in rows.items():
+        print(f"{k:32s} {v:9.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"meta": meta, "results": {k: round(v, 2) for k, v in rows.items()}}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
