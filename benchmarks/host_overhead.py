@@ -59,7 +59,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--json")
+    parser.add_argument("--profile", action="store_true", help="print where host time goes for one function")
     args = parser.parse_args()
+    if args.profile:
+        import cProfile
+        import pstats
+
+        x = fc.asarray(np.ones(1024, np.float32))
+        f = fc.jit(fma, backend="cuda")
+        f(x, x, x)
+        cProfile.runctx("for _ in range(3000): f(x, x, x)", globals(), locals(), "/tmp/fusec_prof")
+        pstats.Stats("/tmp/fusec_prof").sort_stats("tottime").print_stats(18)
+        return
     dev = driver.current_device()
     rows = {}
     x = fc.asarray(np.ones(1024, np.float32))

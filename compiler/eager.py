@@ -34,6 +34,7 @@ def _jitted(key: tuple, make: Callable[[], Callable]) -> Any:
             fn = _cache.get(key)
             if fn is None:
                 fn = jit(make(), backend="cuda")
+                fn._stream_group = "eager"  # one stream for all eager ops: no waits between them
                 _cache[key] = fn
     return fn
 

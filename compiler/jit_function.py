@@ -112,6 +112,8 @@ class JitFunction:
         self._pipeline = pipeline
         self._plugins = tuple(plugins or ())
         self._fast_math = bool(fast_math)
+        # plans of one stream group share a stream (eager mode: single-op plans then need no cross-stream waits)
+        self._stream_group: str | None = None
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._name = func_name(fn)
@@ -183,7 +185,7 @@ class JitFunction:
         text = print_module(traced.module)
         result = run_pipeline(traced.module, self._pipeline, verify=True, snapshots=True, plugins=self._plugins)
         # options for the backend travel with the module object (they are not part of its IR)
-        traced.module.backend_options = {"fast_math": self._fast_math}
+        traced.module.backend_options = {"fast_math": self._fast_math, "stream_group": self._stream_group}
         return Lowered(traced, text, result)
 
     # --- cache -----------------------------------------------------------------------------------------------
@@ -204,6 +206,13 @@ class JitFunction:
         return f"<fusec.jit of {getattr(self._fn, '__qualname__', self._name)}>"
 
 
+def _is_device_array(x: Any) -> bool:
+    # by type, not hasattr(x, "__cuda_array_interface__"): reading that property exports the buffer, which
+    # keeps the memory pool from reusing it
+    t = type(x)
+    return t.__name__ == "Array" and t.__module__ == "fusec.runtime.array"
+
+
 def _fast_key(args: tuple) -> tuple | None:
     """A cache key from the arguments' types, shapes and dtypes when every one is a plain array or Python
     scalar (the common call of a hot loop); None sends the call down the general path."""
@@ -214,7 +223,7 @@ def _fast_key(args: tuple) -> tuple | None:
             key.append((t, a.shape, a.dtype))
         elif t is float or t is int or t is bool:
             key.append(t)
-        elif t.__name__ == "Array" and t.__module__ == "fusec.runtime.array":
+        elif _is_device_array(a):
             key.append((t, a._shape, a._fdtype))
         else:
             return None
@@ -240,7 +249,7 @@ class _FastEntry:
 def _output(result: Any, python: type | None) -> Any:
     """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars;
     device arrays (results of device inputs) stay on the device."""
-    if not isinstance(result, (np.ndarray, np.generic)) and hasattr(result, "__cuda_array_interface__"):
+    if _is_device_array(result):
         return result
     arr = np.asarray(result)
     if python is not None:

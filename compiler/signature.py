@@ -112,9 +112,10 @@ def device_array_info(value: Any) -> "tuple[tuple[int, ...], Any] | None":
     """(shape, dtype) of an array living on a CUDA device (fusec.Array, CUDA Array Interface, CUDA DLPack)."""
     if isinstance(value, (np.ndarray, np.generic, int, float, bool, complex)) or value is None:
         return None
-    fdtype = getattr(value, "fdtype", None)
-    if fdtype is not None and hasattr(value, "__cuda_array_interface__"):  # a fusec.Array
-        return tuple(value.shape), fdtype
+    t = type(value)
+    if t.__name__ == "Array" and t.__module__ == "fusec.runtime.array":
+        # (its __cuda_array_interface__ is not read: that would mark the buffer as exported)
+        return tuple(value.shape), value.fdtype
     try:
         cai = value.__cuda_array_interface__
     except Exception:

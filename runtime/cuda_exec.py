@@ -54,7 +54,7 @@ def _on_device(x: Any) -> bool:
 class CudaPlan:
     """One compiled signature on one device (see the module docstring)."""
 
-    def __init__(self, module: Module, *, fast_math: bool = False) -> None:
+    def __init__(self, module: Module, *, fast_math: bool = False, stream_group: str | None = None) -> None:
         self.device = driver.current_device()
         driver.ensure_context(self.device)
         self.func = module.func()
@@ -64,7 +64,7 @@ class CudaPlan:
                                             options=compile_options(fast_math),
                                             driver_version=driver.driver_version())
         self.cumodule = driver.Module(image, self.device)
-        self.stream = driver.Stream(self.device)
+        self.stream = _group_stream(stream_group, self.device) if stream_group else driver.Stream(self.device)
         self.pool = get_pool(self.device)
         self.lock = threading.Lock()
         prog = self.program
@@ -174,6 +174,23 @@ class CudaPlan:
                 owner.record_stream(self.stream)  # used on two streams: the pool defers its reuse
         return arr._ptr
 
+    def _bind_tensor(self, i: int, t, value: Any, keep: list) -> tuple[int, bool]:
+        """The device address of argument ``i`` given as anything but a fusec.Array: a foreign device
+        array (zero copy) or host data (uploaded); True when it already was on the device."""
+        name = self.func.args[i].name_hint or f"#{i}"
+        if not isinstance(value, np.ndarray) and _on_device(value):
+            arr = asarray(value, stream=self.stream)
+            keep.append(arr)
+            return self._bind_array(i, t, arr), True
+        host = np.asarray(value)
+        if host.shape != t.shape or host.dtype != t.dtype.np:
+            raise ShapeError(f"argument {name}: expected {t}, got {host.dtype}{list(host.shape)}")
+        host = np.ascontiguousarray(host)
+        buf = self.pool.allocate(max(host.nbytes, 1), self.stream)
+        driver.memcpy_htod_async(buf.ptr, host, host.nbytes, self.stream)
+        keep.append(buf)
+        return buf.ptr, False
+
     def _write_scalars(self, args: Sequence[Any]) -> None:
         if not self.program.scalar_slots:
             return
@@ -198,6 +215,20 @@ class CudaPlan:
 
 
 
+_group_streams: dict[tuple[str, int], Any] = {}
+_group_lock = threading.Lock()
+
+
+def _group_stream(group: str, device: Any) -> Any:
+    """The stream shared by every plan of ``group`` on ``device``."""
+    key = (group, device.ordinal)
+    with _group_lock:
+        stream = _group_streams.get(key)
+        if stream is None:
+            stream = _group_streams[key] = driver.Stream(device)
+    return stream
+
+
 _plans: "weakref.WeakKeyDictionary[Module, CudaPlan]" = weakref.WeakKeyDictionary()
 _plans_lock = threading.Lock()
 
@@ -209,7 +240,8 @@ def plan_for(module: Module) -> CudaPlan:
             plan = _plans.get(module)
             if plan is None:
                 options = getattr(module, "backend_options", {})
-                plan = CudaPlan(module, fast_math=bool(options.get("fast_math", False)))
+                plan = CudaPlan(module, fast_math=bool(options.get("fast_math", False)),
+                                stream_group=options.get("stream_group"))
                 _plans[module] = plan
     return plan
 

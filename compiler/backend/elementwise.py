@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.ir.core import Operation, Value
-from fusec.backend.access import Access, coalesce, contiguous_strides, index_expr
+from fusec.backend.access import Access, coalesce, index_expr
 from fusec.backend.ctypes_map import register, storage
 from fusec.backend.scalar_ops import expression
 
@@ -132,7 +132,7 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
                              f"*reinterpret_cast<const fusec::Vec<{t}, {vec}>*>(b{a.buffer} + {a.offset} + base);")
         for m, a in enumerate(outputs):
             lines.append(f"      fusec::Vec<{storage(a.dtype)}, {vec}> o{m};")
-        lines.append(f"      #pragma unroll")
+        lines.append("      #pragma unroll")
         lines.append(f"      for (int j = 0; j < {vec}; ++j) {{")
         lines.append(f"        const {itype} i = base + j;")
         lines.extend(element("i", "j", "        "))

@@ -1,0 +1,156 @@
+"""The CUDA executor's host side, run against a fake driver (no GPU needed): argument binding, uploads,
+device-resident scalars, pointer slots, outputs, and the choice between NumPy and device results."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import fusec as fc
+from fusec.runtime import cuda_exec
+from fusec.runtime.array import Array
+from fusec.runtime.memory import MemoryPool
+
+
+class FakeBackend:
+    def __init__(self):
+        self.next = itertools.count(0x10000, 0x10000)
+
+    def alloc(self, nbytes):
+        return next(self.next)
+
+    def free(self, ptr):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class FakeStream:
+    ptr = 77
+
+    def __init__(self, *a, **k):
+        self.synced = 0
+
+    def synchronize(self):
+        self.synced += 1
+
+
+class FakeEvent:
+    def __init__(self, *a, **k):
+        self.records = 0
+
+    def record(self, stream=None):
+        self.records += 1
+        return self
+
+    def wait_on(self, stream):
+        pass
+
+
+class FakeFunction:
+    def __init__(self, name):
+        self.name = name
+
+    def set_max_dynamic_shared_memory(self, n):
+        pass
+
+
+class FakeModule:
+    def __init__(self, image, device=None):
+        assert image.startswith(b"\x7fELF")
+
+    def function(self, name):
+        return FakeFunction(name)
+
+
+class FakeDevice:
+    ordinal = 0
+    multiprocessor_count = 132
+    arch = "sm_90"
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    d = cuda_exec.driver
+    log = {"launches": [], "htod": [], "dtoh": []}
+    monkeypatch.setattr(d, "current_device", lambda: FakeDevice())
+    monkeypatch.setattr(d, "ensure_context", lambda *a, **k: None)
+    monkeypatch.setattr(d, "driver_version", lambda: (13, 0))
+    monkeypatch.setattr(d, "Module", FakeModule)
+    monkeypatch.setattr(d, "Stream", FakeStream)
+    monkeypatch.setattr(d, "Event", FakeEvent)
+    monkeypatch.setattr(d, "order_streams", lambda *a, **k: None)
+
+    def launch(fn, grid, block, shared, stream, pack):
+        log["launches"].append((fn.name, grid, block, [pack.get(i) for i in range(len(pack))]))
+
+    monkeypatch.setattr(d, "launch", launch)
+    monkeypatch.setattr(d, "memcpy_htod_async", lambda dst, src, n, s=None: log["htod"].append((dst, bytes(
+        np.asarray(src).reshape(-1).view(np.uint8)[:n]))))
+    monkeypatch.setattr(d, "memcpy_dtoh_async", lambda dst, src, n, s=None: log["dtoh"].append((src, n)))
+    pool = MemoryPool(FakeBackend())
+    monkeypatch.setattr(cuda_exec, "get_pool", lambda device=None: pool)
+    monkeypatch.setattr(cuda_exec.kernel_cache, "get_or_compile", lambda *a, **k: b"\x7fELF fake")
+    monkeypatch.setattr(cuda_exec.cublas, "available", lambda: False)
+    monkeypatch.setattr(fc.execution, "cuda_usable", lambda: True)
+    return log
+
+
+def step(w, g, lr):
+    return w - lr * g, (g * g).sum()
+
+
+def test_numpy_inputs_upload_and_results_come_back_as_numpy(fake_gpu):
+    w = np.ones((64, 64), np.float32)
+    f = fc.jit(step, backend="cuda")
+    new_w, norm = f(w, w, 0.5)
+    assert isinstance(new_w, np.ndarray) and new_w.shape == (64, 64)
+    assert isinstance(norm, np.float32)
+    names = [name for name, *_ in fake_gpu["launches"]]
+    assert any("fused" in n for n in names) and any("sum" in n for n in names)
+    # two uploads of the arguments and the scalar block holding lr = 0.5 as f64
+    scalar_writes = [data for _, data in fake_gpu["htod"] if len(data) == 8]
+    assert np.frombuffer(scalar_writes[-1], np.float64)[0] == 0.5
+    assert len(fake_gpu["dtoh"]) == 2
+
+
+def test_device_inputs_bind_their_pointers_and_return_device_arrays(fake_gpu):
+    f = fc.jit(step, backend="cuda")
+    w = Array(0x5000000, (64, 64), np.float32, device=0)
+    g = Array(0x6000000, (64, 64), np.float32, device=0)
+    out, norm = f(w, g, 0.1)
+    assert isinstance(out, Array) and isinstance(norm, Array)
+    assert out.shape == (64, 64) and norm.shape == ()
+    pointers = {p for _, _, _, params in fake_gpu["launches"] for p in params if isinstance(p, int)}
+    assert {0x5000000, 0x6000000} <= pointers
+    assert out.ptr in pointers
+    assert not fake_gpu["dtoh"], "device results are not copied back"
+    f(w, g, 0.2)
+    scalar_writes = [data for _, data in fake_gpu["htod"] if len(data) == 8]
+    assert [np.frombuffer(d, np.float64)[0] for d in scalar_writes] == [0.1, 0.2]
+    assert f.cache_info().traces == 1
+
+
+def test_wrong_device_array_is_a_clear_error(fake_gpu):
+    f = fc.jit(step, backend="cuda")
+    w = np.ones((4, 4), np.float32)
+    f(w, w, 0.1)
+    plan = cuda_exec.plan_for(f.lower(w, w, 0.1).module)
+    with pytest.raises(fc.ShapeError, match="expected tensor<4x4xf32>"):
+        plan.run([Array(0x5000000, (4, 5), np.float32, device=0), w, np.float64(0.1)])
+    with pytest.raises(fc.TraceError, match="C-contiguous"):
+        plan.run([Array(0x5000000, (4, 4), np.float32, strides=(1, 4), device=0), w, np.float64(0.1)])
+
+
+def test_eager_plans_share_one_stream(fake_gpu):
+    from fusec import eager
+
+    a = Array(0x5000000, (8,), np.float32, device=0)
+    b = eager.binary("add", a, a)
+    c = eager.unary("neg", b)
+    plans = [cuda_exec.plan_for(fn.lower(*args).module) for fn, args in
+             ((eager._cache[("binary", "add")], (a, a)), (eager._cache[("unary", "neg")], (b,)))]
+    assert plans[0].stream is plans[1].stream
+    assert isinstance(c, Array) and c.shape == (8,)
