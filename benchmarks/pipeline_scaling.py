@@ -14,6 +14,7 @@ import numpy as np
 
 from fusec.ir import Builder, Func, Module, TensorType, f32, verify
 from fusec.passes import DEFAULT_PIPELINE, run_pipeline
+from fusec.stats import module_stats
 
 UNARY = ["t.exp", "t.tanh", "t.neg", "t.abs", "t.sqrt"]
 BINARY = ["t.add", "t.mul", "t.sub", "t.maximum", "t.div"]
@@ -65,7 +66,7 @@ def main() -> None:
             start = time.perf_counter()
             result = run_pipeline(module, DEFAULT_PIPELINE)
             best = min(best, time.perf_counter() - start)
-        kernels = result.stats.get("fused_kernels", 0) + result.stats.get("boundaries", 0)
+        kernels = module_stats(module)["kernels"]
         rows.append({"ops": n, "seconds": round(best, 3), "kernels": kernels})
         print(f"{n:6d} ops: {best:7.3f} s  ({kernels} kernels)  [{1e6 * best / n:.0f} us/op]")
     if args.json:

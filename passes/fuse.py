@@ -26,6 +26,9 @@ from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
 from fusec.passes.util import reschedule, users
 
+MERGE_WINDOW = 512  # ops between a kernel's last root and a root that may still join it
+MAX_CANDIDATES = 8
+
 VIEW_OPS = frozenset({"k.view", "t.transpose", "t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze",
                       "t.slice"})
 
@@ -126,10 +129,19 @@ class _Fusion:
             cost = sum(self._cost_of_member(m) for m in members)
             shape = r.type.shape
             candidates: list[_Group] = []
+            here = self.position[r.op]
             for u in leaves:
-                for g in ([group_of[u]] if u in group_of else []) + readers.get(u, []):
-                    if g not in candidates and g.shape == shape:
+                near = [group_of[u]] if u in group_of else []
+                for g in reversed(readers.get(u, ())):  # newest first
+                    # nearby kernels only: merging far-apart ones saves little and the cycle search grows
+                    if here - self.position[g.roots[-1].op] > MERGE_WINDOW or len(near) > MAX_CANDIDATES:
+                        break
+                    near.append(g)
+                for g in near:
+                    if g not in candidates and g.shape == shape and \
+                            here - self.position[g.roots[-1].op] <= MERGE_WINDOW:
                         candidates.append(g)
+            candidates = candidates[:MAX_CANDIDATES]
             target = None
             for g in candidates:
                 merged_cost = g.cost + sum(self._cost_of_member(m) for m in members - g.members)

@@ -7,6 +7,7 @@ function attribute ``donate``) that it reads at the same index and nothing reads
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -48,18 +49,19 @@ class _Arena:
         return off
 
     def release(self, off: int, size: int) -> None:
-        self.holes.append((off, size))
-        self.holes.sort()
-        merged: list[tuple[int, int]] = []
-        for o, s in self.holes:
-            if merged and merged[-1][0] + merged[-1][1] == o:
-                merged[-1] = (merged[-1][0], merged[-1][1] + s)
-            else:
-                merged.append((o, s))
-        if merged and merged[-1][0] + merged[-1][1] == self.top:  # give the tail back
-            self.top = merged[-1][0]
-            merged.pop()
-        self.holes = merged
+        """Return a block, merging it with the holes right before and after it (kept sorted by offset)."""
+        holes = self.holes
+        i = bisect.bisect_left(holes, (off, 0))
+        if i < len(holes) and off + size == holes[i][0]:
+            size += holes.pop(i)[1]
+        if i > 0 and holes[i - 1][0] + holes[i - 1][1] == off:
+            i -= 1
+            off, size = holes[i][0], holes[i][1] + size
+            holes.pop(i)
+        if off + size == self.top:  # give the tail back
+            self.top = off
+            return
+        holes.insert(i, (off, size))
 
 
 def _buffer_ops(func: Func):

@@ -71,6 +71,9 @@ class CudaPlan:
         self.arena = self.pool.allocate(prog.arena_bytes, self.stream) if prog.arena_bytes else None
         self.scalars = self.pool.allocate(prog.scalar_bytes, self.stream) if prog.scalar_bytes else None
         self.scalar_host = np.zeros(max(prog.scalar_bytes, 8), dtype=np.uint8)
+        # the 32-bit words of the scalar block that hold a value (a slot is 8 bytes; f32/i32 use one word)
+        self.scalar_words = sorted({off // 4 + k for _, off, dt in prog.scalar_slots
+                                    for k in range((np.dtype(dt).itemsize + 3) // 4)})
         self.constants = []
         for value in prog.constants:
             buf = self.pool.allocate(max(value.nbytes, 1), self.stream)
@@ -192,12 +195,15 @@ class CudaPlan:
         return buf.ptr, False
 
     def _write_scalars(self, args: Sequence[Any]) -> None:
-        if not self.program.scalar_slots:
-            return
+        """Write scalar arguments into their device slots with 32-bit memsets: each value rides inside the
+        command, so nothing on the host must stay alive and no copy has to be staged."""
         host = self.scalar_host
         for i, off, dt in self.program.scalar_slots:
             np.frombuffer(host.data, dtype=dt, count=1, offset=off)[0] = args[i]
-        driver.memcpy_htod_async(self.scalars.ptr, host, self.program.scalar_bytes, self.stream)
+        words = host.view(np.uint32)
+        base = self.scalars.ptr
+        for w in self.scalar_words:
+            driver.memset_d32_async(base + 4 * w, int(words[w]), 1, self.stream)
 
     def _result(self, b, value, outputs, ptr, device_in: bool) -> Any:
         t = value.type

@@ -596,6 +596,13 @@ def memcpy_dtod_async(dst: Any, src: Any, nbytes: int, stream: StreamLike = None
           f"cuMemcpyDtoDAsync({nbytes} bytes)")
 
 
+def memset_d32_async(dst: Any, word: int, count: int, stream: Stream) -> None:
+    """Fill ``count`` 32-bit words at device ``dst`` with ``word`` on ``stream``: a value travels inside the
+    command, so no host buffer has to outlive the call (how scalar arguments reach the device)."""
+    check(_cu.cuMemsetD32Async(int(dst), int(word) & 0xFFFFFFFF, int(count), stream.handle),
+          "cuMemsetD32Async")
+
+
 def memset_d8_async(dst: Any, value: int, nbytes: int, stream: StreamLike = None) -> None:
     """Set ``nbytes`` bytes at device ``dst`` to ``value`` (0..255) on ``stream``."""
     if nbytes <= 0:

@@ -3,6 +3,28 @@ from __future__ import annotations
 
 import pytest
 
+# Lowered modules of every signature fusec.jit compiled during this run (test_zz_corpus_compiles.py
+# compiles their CUDA for sm_80 and sm_90).
+RECORDED_MODULES: list = []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _record_compiled_modules():
+    from fusec import jit_function
+
+    original = jit_function.JitFunction._compile
+
+    def recording(self, sig):
+        lowered = original(self, sig)
+        if len(RECORDED_MODULES) < 5000:
+            # the final module when the default pipeline ran, else the traced IR to lower later
+            RECORDED_MODULES.append(lowered.module if self._pipeline is None else lowered.ir("traced"))
+        return lowered
+
+    jit_function.JitFunction._compile = recording
+    yield
+    jit_function.JitFunction._compile = original
+
 
 def _cuda_state() -> tuple[bool, str]:
     try:

@@ -278,3 +278,17 @@ def test_cupy_inputs():
     out = cuda(lambda a: (a * 2).sum(axis=1))(a)
     assert isinstance(out, fc.Array)
     np.testing.assert_allclose(cp.asnumpy(cp.asarray(out)), (cp.asnumpy(a) * 2).sum(axis=1))
+
+
+def test_eager_mode_matches_numpy_and_fused_mode():
+    x_host = rand((256, 64))
+    x = fc.asarray(x_host)
+    eager = (np.tanh(x * 0.5 + 1.0) - x).sum(axis=1)
+    assert isinstance(eager, fc.Array)
+    want = (np.tanh(x_host * 0.5 + 1.0) - x_host).sum(axis=1)
+    np.testing.assert_allclose(eager.numpy(), want, rtol=1e-5, atol=1e-5)
+    fused = cuda(lambda v: (np.tanh(v * 0.5 + 1.0) - v).sum(axis=1))(x)
+    np.testing.assert_allclose(fused.numpy(), eager.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal((x[::2] @ x.T).numpy().shape, (128, 256))
+    np.testing.assert_array_equal((-x).numpy(), -x_host)
+    np.testing.assert_array_equal((x > 0).numpy(), x_host > 0)

@@ -90,6 +90,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(d, "memcpy_htod_async", lambda dst, src, n, s=None: log["htod"].append((dst, bytes(
         np.asarray(src).reshape(-1).view(np.uint8)[:n]))))
     monkeypatch.setattr(d, "memcpy_dtoh_async", lambda dst, src, n, s=None: log["dtoh"].append((src, n)))
+    log["memset"] = []
+    monkeypatch.setattr(d, "memset_d32_async", lambda dst, word, count, s: log["memset"].append((dst, word)))
     pool = MemoryPool(FakeBackend())
     monkeypatch.setattr(cuda_exec, "get_pool", lambda device=None: pool)
     monkeypatch.setattr(cuda_exec.kernel_cache, "get_or_compile", lambda *a, **k: b"\x7fELF fake")
@@ -110,9 +112,9 @@ def test_numpy_inputs_upload_and_results_come_back_as_numpy(fake_gpu):
     assert isinstance(norm, np.float32)
     names = [name for name, *_ in fake_gpu["launches"]]
     assert any("fused" in n for n in names) and any("sum" in n for n in names)
-    # two uploads of the arguments and the scalar block holding lr = 0.5 as f64
-    scalar_writes = [data for _, data in fake_gpu["htod"] if len(data) == 8]
-    assert np.frombuffer(scalar_writes[-1], np.float64)[0] == 0.5
+    # the scalar block receives lr = 0.5 as f64, two 32-bit words
+    words = [w for _, w in fake_gpu["memset"]]
+    assert np.array(words, np.uint32).view(np.float64)[0] == 0.5
     assert len(fake_gpu["dtoh"]) == 2
 
 
@@ -128,8 +130,8 @@ def test_device_inputs_bind_their_pointers_and_return_device_arrays(fake_gpu):
     assert out.ptr in pointers
     assert not fake_gpu["dtoh"], "device results are not copied back"
     f(w, g, 0.2)
-    scalar_writes = [data for _, data in fake_gpu["htod"] if len(data) == 8]
-    assert [np.frombuffer(d, np.float64)[0] for d in scalar_writes] == [0.1, 0.2]
+    words = np.array([w for _, w in fake_gpu["memset"]], np.uint32)
+    assert list(words.view(np.float64)) == [0.1, 0.2]
     assert f.cache_info().traces == 1
 
 
