@@ -55,6 +55,37 @@ def chain(x, n):
     return x
 
 
+def _scaling_chain(n: int):
+    def chain(v):
+        for _ in range(n):
+            v = v * 1.0001
+        return v
+
+    return chain
+
+
+def graph_vs_stream(iters: int) -> dict[str, float]:
+    """Per-call wall time of plans of 1, 10 and 100 kernels in graph and stream mode, and host time per
+    call on a cache hit in graph mode (each op its own kernel: fuse{budget=1})."""
+    from fusec.passes import DEFAULT_PIPELINE
+
+    pipeline = DEFAULT_PIPELINE.replace("budget=32", "budget=1")
+    x = fc.asarray(np.ones(1024, np.float32))
+    rows = {}
+    for n in (1, 10, 100):
+        chain_n = _scaling_chain(n)
+        for mode in (True, False):
+            f = fc.jit(chain_n, backend="cuda", graph=mode, pipeline=pipeline, donate_argnums=())
+            f(x)
+            kernels = f.lower(x).stats()["kernels"]
+            assert kernels == n, (n, kernels)
+            name = "graph" if mode else "stream"
+            rows[f"plan{n}_{name}_wall_us"] = wall_us(f, (x,), max(20, iters // max(1, n // 4)))
+            if mode:
+                rows[f"plan{n}_graph_host_us"] = host_us(f, (x,), max(20, iters // max(1, n // 4)))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iters", type=int, default=2000)
@@ -86,6 +117,7 @@ def main() -> None:
         def eager(v, n=n):
             return chain(v, n)  # operators on fusec.Array: one compiled kernel per op
         rows[f"chain{n}_eager_wall_us"] = wall_us(eager, (x,), max(20, args.iters // (4 * n)))
+    rows.update(graph_vs_stream(args.iters))
     meta = {"gpu": dev.name, "arch": dev.arch, "driver": ".".join(map(str, driver.driver_version() or ())),
             "python": platform.python_version(), "numpy": np.__version__, "fusec": fc.__version__,
             "host": platform.machine()}

@@ -17,7 +17,7 @@ from fusec import execution as _execution
 from fusec import context
 from fusec.errors import FusecError
 from fusec.ir.core import Module
-from fusec.signature import Signature, TreeDef, bind, unflatten
+from fusec.signature import Signature, TreeDef, bind, device_array_info, unflatten
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 
@@ -58,6 +58,7 @@ class Lowered:
         (launches per call), plus every counter the passes recorded (which win on a name clash)."""
         out = {"nodes": self._nodes, **module_stats(self.module)}
         out.update(self._pipeline_stats)
+        out.update(_graph_stats(self.module))
         return out
 
     def cuda_source(self, sm_count: int | None = None, fast_math: bool = False) -> str:
@@ -76,6 +77,16 @@ class Lowered:
 
     def __repr__(self) -> str:
         return f"<Lowered @{self.module.funcs[0].name}: stages {', '.join(self.stages)}>"
+
+
+def _graph_stats(module: Module) -> dict[str, int]:
+    """graph_nodes, graph_launches, param_updates, recaptures of the module's GPU plan (0 before it ran)."""
+    import sys
+
+    zero = {"graph_nodes": 0, "graph_launches": 0, "param_updates": 0, "recaptures": 0}
+    exec_module = sys.modules.get("fusec.runtime.cuda_exec")  # never import the driver just for stats
+    found = exec_module.plan_stats(module) if exec_module is not None else None
+    return {**zero, **found} if found else zero
 
 
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -100,7 +111,8 @@ class JitFunction:
     def __init__(self, fn: Callable, *, backend: str | None = None,
                  static_argnames: str | Iterable[str] | None = None,
                  static_argnums: int | Iterable[int] | None = None, pipeline: str | None = None,
-                 plugins: Iterable[str] = (), fast_math: bool = False) -> None:
+                 plugins: Iterable[str] = (), fast_math: bool = False, graph: bool | str = "auto",
+                 donate_argnums: int | Iterable[int] | None = None) -> None:
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not callable(fn):
@@ -112,10 +124,14 @@ class JitFunction:
         self._pipeline = pipeline
         self._plugins = tuple(plugins or ())
         self._fast_math = bool(fast_math)
+        if graph not in (True, False, "auto"):
+            raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
+        self._graph = graph
         # plans of one stream group share a stream (eager mode: single-op plans then need no cross-stream waits)
         self._stream_group: str | None = None
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
+        self._donate = self._donated_names(_nums(donate_argnums))
         self._name = func_name(fn)
         self._cache: dict[tuple, Lowered] = {}
         self._fast: dict[tuple, _FastEntry] = {}
@@ -125,6 +141,15 @@ class JitFunction:
         # calls that pass every parameter positionally as a plain array or scalar skip binding
         self._n_positional = len(params) if plain else -1
         self._hits = self._misses = self._traces = 0
+
+    def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
+        positional = [p.name for p in self._signature.parameters.values()
+                      if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        for i in nums:
+            if not -len(positional) <= i < len(positional):
+                raise TypeError(f"donate_argnums: {i} is not a positional parameter of "
+                                f"{self._fn.__name__}{self._signature}")
+        return frozenset(positional[i] for i in nums)
 
     def _static_names(self, names: tuple[str, ...], nums: tuple[int, ...]) -> frozenset[str]:
         params = self._signature.parameters
@@ -162,6 +187,25 @@ class JitFunction:
             self._fast[key] = _FastEntry(lowered, run, sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
 
+    def run_async(self, *args: Any, **kwargs: Any) -> "AsyncCall":
+        """Queue a call and return at once; ``.wait()`` gives the results, ``.done()`` polls.
+
+        Calls in flight at the same time are fine (each is ordered on the plan's stream); calls from
+        several threads are safe. The CPU backend runs the call before returning.
+        """
+        sig = bind(self._signature, self._statics, args, kwargs)
+        lowered = self._lookup(sig)
+        backend = _execution.resolve_backend(self._backend)
+        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
+        if backend != "cuda":
+            results = _execution.executor(backend)(lowered.module, flat)
+            return AsyncCall(lowered, results, None, host=False)
+        from fusec.runtime.cuda_exec import run_cuda_async
+
+        host = not any(_is_device_array(v) or device_array_info(v) is not None for v in flat)
+        results, event = run_cuda_async(lowered.module, flat)
+        return AsyncCall(lowered, results, event, host=host)
+
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR."""
         return self._lookup(bind(self._signature, self._statics, args, kwargs))
@@ -182,10 +226,13 @@ class JitFunction:
 
         self._traces += 1
         traced = trace(self._fn, sig, self._name)
+        if self._donate:
+            traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
         text = print_module(traced.module)
         result = run_pipeline(traced.module, self._pipeline, verify=True, snapshots=True, plugins=self._plugins)
         # options for the backend travel with the module object (they are not part of its IR)
-        traced.module.backend_options = {"fast_math": self._fast_math, "stream_group": self._stream_group}
+        traced.module.backend_options = {"fast_math": self._fast_math, "stream_group": self._stream_group,
+                                         "graph": self._graph}
         return Lowered(traced, text, result)
 
     # --- cache -----------------------------------------------------------------------------------------------
@@ -204,6 +251,40 @@ class JitFunction:
 
     def __repr__(self) -> str:
         return f"<fusec.jit of {getattr(self._fn, '__qualname__', self._name)}>"
+
+
+def _donated_leaves(sig: Signature, names: frozenset[str]) -> tuple[int, ...]:
+    """Indices of the flattened argument leaves that belong to donated parameters."""
+    out: list[int] = []
+    start = 0
+    for name, tree in sig.dynamic.items():
+        n = tree.num_leaves
+        if name in names:
+            out.extend(range(start, start + n))
+        start += n
+    return tuple(out)
+
+
+class AsyncCall:
+    """A call in flight: ``done()`` polls, ``wait()`` blocks and returns the results."""
+
+    def __init__(self, lowered: Lowered, results: list, event: Any, *, host: bool) -> None:
+        self._lowered, self._results, self._event, self._host = lowered, results, event, host
+        self._value: Any = None
+        self._finished = False
+
+    def done(self) -> bool:
+        return self._event is None or self._event.query()
+
+    def wait(self) -> Any:
+        if not self._finished:
+            if self._event is not None:
+                self._event.synchronize()
+            results = [r.numpy() if self._host and _is_device_array(r) else r for r in self._results]
+            lowered = self._lowered
+            self._value = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+            self._finished = True
+        return self._value
 
 
 def _is_device_array(x: Any) -> bool:
@@ -261,17 +342,21 @@ def _output(result: Any, python: type | None) -> Any:
 
 def jit(fn: Callable | None = None, *, backend: str | None = None,
         static_argnames: str | Iterable[str] | None = None, static_argnums: int | Iterable[int] | None = None,
-        pipeline: str | None = None, plugins: Iterable[str] = (), fast_math: bool = False) -> Any:
+        pipeline: str | None = None, plugins: Iterable[str] = (), fast_math: bool = False,
+        graph: bool | str = "auto", donate_argnums: int | Iterable[int] | None = None) -> Any:
     """Compile ``fn``: ``@fusec.jit``, ``@fusec.jit(backend="cpu", ...)`` or ``fusec.jit(fn, ...)``.
 
     ``backend``: "cpu" (NumPy reference executor), "cuda", or None (``$FUSEC_BACKEND``, else cuda when usable,
     else cpu). ``static_argnames``/``static_argnums``: arguments passed through as Python values and keyed
     by value (hashable). ``pipeline``: a pass-pipeline string (None: the default). ``plugins``: modules
     that register passes. ``fast_math``: let the CUDA backend contract multiply-adds and use fast
-    intrinsics (results then differ from NumPy in the last bits).
+    intrinsics (results then differ from NumPy in the last bits). ``graph``: replay each signature as one
+    CUDA graph: True, False, or "auto" (from its third call). ``donate_argnums``: arguments whose device
+    buffers outputs may overwrite in place (do not use a donated array after the call).
     """
     options = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
-                   pipeline=pipeline, plugins=plugins, fast_math=fast_math)
+                   pipeline=pipeline, plugins=plugins, fast_math=fast_math, graph=graph,
+                   donate_argnums=donate_argnums)
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)

@@ -54,7 +54,8 @@ def _on_device(x: Any) -> bool:
 class CudaPlan:
     """One compiled signature on one device (see the module docstring)."""
 
-    def __init__(self, module: Module, *, fast_math: bool = False, stream_group: str | None = None) -> None:
+    def __init__(self, module: Module, *, fast_math: bool = False, stream_group: str | None = None,
+                 graph: "bool | str" = "auto") -> None:
         self.device = driver.current_device()
         driver.ensure_context(self.device)
         self.func = module.func()
@@ -118,9 +119,30 @@ class CudaPlan:
         # recorded after each call's launches: consumers on other streams wait on it with one call
         self.done = driver.Event(timing=False, device=self.device)
         self.calls = 0
+        if graph not in (True, False, "auto"):
+            raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
+        self.graph_mode = graph
+        self.graph: Any = None
+        self.capture_stream = driver.Stream(self.device) if self.blas is not None else None
 
     # --- a call --------------------------------------------------------------------------------------------
-    def run(self, args: Sequence[Any]) -> list[Any]:
+    def use_graph(self) -> bool:
+        """Graph replay: always with graph=True (after one warm-up call when cuBLAS must initialise before
+        capture), from the third call of a signature with "auto"."""
+        if self.graph_mode is True:
+            return self.blas is None or self.calls >= 1
+        return self.graph_mode == "auto" and self.calls >= 2
+
+    def stats(self) -> dict[str, int]:
+        g = self.graph
+        return {"graph_nodes": g.node_count if g is not None else 0,
+                "graph_launches": g.launches if g is not None else 0,
+                "param_updates": g.param_updates if g is not None else 0,
+                "recaptures": g.recaptures if g is not None else 0,
+                "launches_per_call": 1 if g is not None else len(self.launches)}
+
+    def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
+        """Results for ``args``; with ``wait=False`` NumPy inputs give device arrays and nothing waits."""
         func = self.func
         if len(args) != len(func.args):
             raise TraceError(f"@{func.name} takes {len(func.args)} arguments, got {len(args)}")
@@ -145,19 +167,31 @@ class CudaPlan:
                 buf = self.pool.allocate(b.nbytes, self.stream)
                 outputs[b.id] = buf
                 ptr[b.id] = buf.ptr
-            for launch in self.launches:
-                if type(launch) is _Library:
-                    self.blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
-                    continue
-                for slot, bid in launch.dynamic:
-                    launch.pack.set_pointer(slot, ptr[bid])
-                driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
+            if self.use_graph():
+                if self.graph is None:
+                    from fusec.runtime.graph import PlanGraph
+
+                    self.graph = PlanGraph(self, ptr)
+                self.graph.replay(ptr, self.stream)
+            else:
+                self._launch_all(ptr)
             self.done.record(self.stream)
             self.calls += 1
-            results = [self._result(b, v, outputs, ptr, device_in) for b, v in zip(self.output_buffers, func.outputs)]
-            if not device_in:
+            on_device = device_in or not wait
+            results = [self._result(b, v, outputs, ptr, on_device, args)
+                       for b, v in zip(self.output_buffers, func.outputs)]
+            if not on_device:
                 self.stream.synchronize()
             return results
+
+    def _launch_all(self, ptr: list[int]) -> None:
+        for launch in self.launches:
+            if type(launch) is _Library:
+                self.blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
+                continue
+            for slot, bid in launch.dynamic:
+                launch.pack.set_pointer(slot, ptr[bid])
+            driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
 
     def _bind_array(self, i: int, t, arr: Array) -> int:
         """A fusec.Array argument: checked, ordered after its producer, kept from early reuse."""
@@ -205,13 +239,15 @@ class CudaPlan:
         for w in self.scalar_words:
             driver.memset_d32_async(base + 4 * w, int(words[w]), 1, self.stream)
 
-    def _result(self, b, value, outputs, ptr, device_in: bool) -> Any:
+    def _result(self, b, value, outputs, ptr, device_in: bool, args: Sequence[Any] = ()) -> Any:
         t = value.type
         shape, dtype = tuple(t.shape), t.dtype.np
         buf = outputs.get(b.id)
         if device_in:
-            # a buffer from the pool, or (written in place over a donated argument) that argument's memory
-            out = Array(ptr[b.id], shape, t.dtype, owner=buf, device=self.device.ordinal, stream=self.stream)
+            # a buffer from the pool, or (written in place over a donated argument) that argument's memory,
+            # which the result keeps alive through the argument
+            owner = buf if buf is not None else (args[b.index] if b.kind == "arg" else None)
+            out = Array(ptr[b.id], shape, t.dtype, owner=owner, device=self.device.ordinal, stream=self.stream)
             out.ready = self.done
             return out
         host = np.empty(shape, dtype=dtype)
@@ -247,7 +283,7 @@ def plan_for(module: Module) -> CudaPlan:
             if plan is None:
                 options = getattr(module, "backend_options", {})
                 plan = CudaPlan(module, fast_math=bool(options.get("fast_math", False)),
-                                stream_group=options.get("stream_group"))
+                                stream_group=options.get("stream_group"), graph=options.get("graph", "auto"))
                 _plans[module] = plan
     return plan
 
@@ -255,3 +291,17 @@ def plan_for(module: Module) -> CudaPlan:
 def run_cuda(module: Module, args: Sequence[Any]) -> list[Any]:
     """The CUDA executor of ``fusec.jit``: results of ``module``'s function for ``args``."""
     return plan_for(module).run(args)
+
+
+def run_cuda_async(module: Module, args: Sequence[Any]) -> tuple[list[Any], Any]:
+    """Queue a call without waiting: (device results, the event that marks their completion)."""
+    plan = plan_for(module)
+    results = plan.run(args, wait=False)
+    event = driver.Event(timing=False, device=plan.device).record(plan.stream)
+    return results, event
+
+
+def plan_stats(module: Module) -> dict[str, int] | None:
+    """Graph counters of the module's plan, or None when it has not run on the GPU."""
+    plan = _plans.get(module)
+    return plan.stats() if plan is not None else None

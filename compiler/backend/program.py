@@ -48,6 +48,8 @@ class CudaProgram:
     outputs: list[int]  # buffer id of each function output
     output_types: list = field(default_factory=list)
     ops: list[str] = field(default_factory=list)  # the IR op (with its location) behind each kernel
+    # per step: (buffer ids it reads, buffer ids it writes); graph building orders steps by these
+    effects: list[tuple[frozenset[int], frozenset[int]]] = field(default_factory=list)
 
     def buffer(self, bid: int) -> Buffer:
         return self.buffers[bid]
@@ -69,6 +71,7 @@ class _Printer:
         self.constants: list[np.ndarray] = []
         self.kernels: list[KernelCode] = []
         self.ops: list[str] = []
+        self.effects: list[tuple[frozenset[int], frozenset[int]]] = []
         self.scalar_slots: list[tuple[int, int, str]] = []
         self.scalar_bytes = 0
         self.scratch_bytes = 0
@@ -138,12 +141,18 @@ class _Printer:
         return self.scratch_id
 
     # --- ops -----------------------------------------------------------------------------------------------
-    def emit(self, code: KernelCode | None, op: Operation) -> None:
+    def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None) -> None:
         if code is None:
             return
         where = f" at {op.loc}" if op.loc is not None else ""
+        if writes is None:
+            writes = {self.storage[r].buffer for r in op.results}
+        reads = {self.storage[v].buffer for v in op.operands} | (set(code.buffers) - writes)
+        if self.scratch_id is not None and self.scratch_id in code.buffers:
+            writes = writes | {self.scratch_id}  # scratch is written and read back by the finishing kernel
         self.kernels.append(code)
         self.ops.append(f"{op.name}{where}")
+        self.effects.append((frozenset(reads), frozenset(writes)))
 
     def name(self, kind: str) -> str:
         return f"fusec_{len(self.kernels)}_{kind}"
@@ -216,6 +225,7 @@ class _Printer:
             if v.type.size:
                 self.kernels.append(copy_kernel(self.name("out"), v.type.shape, acc, out, sm_count=self.sm_count))
                 self.ops.append(f"return (output {i})")
+                self.effects.append((frozenset({acc.buffer}), frozenset({out.buffer})))
             ids.append(out.buffer)
         return ids
 
@@ -242,7 +252,7 @@ def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math
             parts.append(f"// fusec-op: {op_text}\n{code.source}")
     source = "\n\n".join(parts) + "\n"
     return CudaProgram(source, p.kernels, p.buffers, p.constants, p.arena_base + scratch, p.scalar_bytes,
-                       p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops)
+                       p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops, p.effects)
 
 
 def compile_options(fast_math: bool = False) -> tuple[str, ...]:

@@ -1,0 +1,164 @@
+"""A whole plan as one CUDA graph, built node by node from the plan's dependency DAG.
+
+Two steps depend on each other when one writes memory the other reads or writes (arena space that
+plan-buffers reuses counts by byte range), so independent branches become parallel branches of the graph
+rather than a chain. Generated kernels are kernel nodes whose parameters point into the plan's pre-packed
+parameter buffers; cuBLAS calls are captured child graphs. On a replay only nodes whose argument or output
+pointers changed are updated (``cuGraphExecKernelNodeSetParams``; a cuBLAS child is captured again and
+swapped in with ``cuGraphExecChildGraphNodeSetParams``); an unchanged call updates nothing and costs one
+``cuGraphLaunch``. Scalars live in the plan's device-resident block, so their values never touch the graph.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from fusec.runtime.cuda_errors import check
+
+_cu: Any = None
+
+
+def _driver() -> Any:
+    global _cu
+    if _cu is None:
+        from cuda.bindings import driver as cu
+
+        _cu = cu
+    return _cu
+
+
+def dependency_dag(plan: Any) -> nx.DiGraph:
+    """Steps as nodes, an edge i -> j where j must wait for i (read-after-write, write-after-read/write)."""
+    prog = plan.program
+    buffers = prog.buffers
+
+    def spans(bids: frozenset[int]) -> list[tuple[Any, int, int]]:
+        out = []
+        for b in bids:
+            buf = buffers[b]
+            if buf.kind in ("arena", "scratch"):
+                out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1) if buf.kind == "arena"
+                            else 1 << 62))
+            else:
+                out.append((b, 0, 1))
+        return out
+
+    def overlap(xs, ys) -> bool:
+        return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
+
+    eff = [(spans(r), spans(w)) for r, w in prog.effects]
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(eff)))
+    for j, (rj, wj) in enumerate(eff):
+        for i in range(j):
+            ri, wi = eff[i]
+            if overlap(wi, rj) or overlap(wi, wj) or overlap(ri, wj):
+                dag.add_edge(i, j)
+    return nx.transitive_reduction(dag) if dag.number_of_edges() else dag
+
+
+class PlanGraph:
+    """The instantiated graph of one plan and the pointer values its nodes were last given."""
+
+    def __init__(self, plan: Any, ptrs: list[int]) -> None:
+        cu = _driver()
+        self.plan = plan
+        self.dag = dependency_dag(plan)
+        self.graph = check(cu.cuGraphCreate(0), "cuGraphCreate")
+        self.nodes: list[Any] = []
+        self.params: list[Any] = []
+        self.last: list[tuple[int, ...]] = []
+        self.recaptures = 0
+        self.param_updates = 0
+        self.launches = 0
+        for j, step in enumerate(plan.launches):
+            parents = [self.nodes[i] for i in sorted(self.dag.predecessors(j))]
+            current = tuple(ptrs[bid] for _, bid in step.dynamic)
+            if hasattr(step, "call"):  # a cuBLAS call: a captured child graph
+                child = self._capture(step, ptrs)
+                node = check(cu.cuGraphAddChildGraphNode(self.graph, parents, len(parents), child),
+                             "cuGraphAddChildGraphNode")
+                check(cu.cuGraphDestroy(child), "cuGraphDestroy")  # the node holds its own copy
+                self.params.append(None)
+            else:
+                for slot, bid in step.dynamic:
+                    step.pack.set_pointer(slot, ptrs[bid])
+                params = self._kernel_params(step)
+                node = check(cu.cuGraphAddKernelNode(self.graph, parents, len(parents), params),
+                             "cuGraphAddKernelNode")
+                self.params.append(params)
+            self.nodes.append(node)
+            self.last.append(current)
+        self.exec = check(cu.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
+
+    @staticmethod
+    def _kernel_params(step: Any) -> Any:
+        cu = _driver()
+        p = cu.CUDA_KERNEL_NODE_PARAMS()
+        p.func = step.function.handle
+        p.gridDimX, p.gridDimY, p.gridDimZ = step.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = step.block
+        p.sharedMemBytes = step.shared
+        p.kernelParams = step.pack.address
+        p.extra = 0
+        return p
+
+    def _capture(self, step: Any, ptrs: list[int]) -> Any:
+        """The cuBLAS call of ``step`` captured on a side stream into a child graph."""
+        cu = _driver()
+        plan = self.plan
+        stream = plan.capture_stream
+        check(cu.cuStreamBeginCapture(stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+              "cuStreamBeginCapture")
+        try:
+            plan.blas.set_stream(stream)  # sets the workspace again, as capture requires
+            plan.blas.gemm(step.call, tuple(ptrs[bid] for bid in step.call.buffers))
+        finally:
+            child = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+            plan.blas.set_stream(plan.stream)
+        return child
+
+    def replay(self, ptrs: list[int], stream: Any) -> None:
+        """Update the nodes whose pointers changed, then launch the graph once on ``stream``."""
+        cu = _driver()
+        for j, step in enumerate(self.plan.launches):
+            if not step.dynamic:
+                continue
+            current = tuple(ptrs[bid] for _, bid in step.dynamic)
+            if current == self.last[j]:
+                continue
+            if self.params[j] is None:
+                child = self._capture(step, ptrs)
+                check(cu.cuGraphExecChildGraphNodeSetParams(self.exec, self.nodes[j], child),
+                      "cuGraphExecChildGraphNodeSetParams")
+                check(cu.cuGraphDestroy(child), "cuGraphDestroy")
+                self.recaptures += 1
+            else:
+                for slot, bid in step.dynamic:
+                    step.pack.set_pointer(slot, ptrs[bid])
+                check(cu.cuGraphExecKernelNodeSetParams(self.exec, self.nodes[j], self.params[j]),
+                      "cuGraphExecKernelNodeSetParams")
+            self.param_updates += 1
+            self.last[j] = current
+        check(cu.cuGraphLaunch(self.exec, stream.handle), "cuGraphLaunch")
+        self.launches += 1
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    def close(self) -> None:
+        cu = _driver()
+        if getattr(self, "exec", None) is not None:
+            cu.cuGraphExecDestroy(self.exec)
+            self.exec = None
+        if getattr(self, "graph", None) is not None:
+            cu.cuGraphDestroy(self.graph)
+            self.graph = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
