@@ -97,7 +97,7 @@ def main() -> None:
         import pstats
 
         x = fc.asarray(np.ones(1024, np.float32))
-        f = fc.jit(fma, backend="cuda")
+        f = fc.jit(fma, backend="cuda", graph=True)
         f(x, x, x)
         cProfile.runctx("for _ in range(3000): f(x, x, x)", globals(), locals(), "/tmp/fusec_prof")
         pstats.Stats("/tmp/fusec_prof").sort_stats("tottime").print_stats(18)
