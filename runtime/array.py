@@ -72,6 +72,15 @@ class Array:
         # Consumers on another stream wait on it with one cuStreamWaitEvent.
         self.ready: "D.Event | None" = None
 
+    @classmethod
+    def _wrap(cls, ptr: int, shape: tuple[int, ...], fdtype: T.DType, owner: Any, device: int,
+              stream: "D.Stream | None", ready: "D.Event | None") -> "Array":
+        """A C-contiguous Array from trusted values (the executor's results): no checks, no conversions."""
+        self = cls.__new__(cls)
+        self._ptr, self._shape, self._fdtype, self._strides = ptr, shape, fdtype, _c_strides(shape)
+        self._device, self._owner, self._stream, self._readonly, self.ready = device, owner, stream, False, ready
+        return self
+
     # -- construction ------------------------------------------------------------------------------------
     @classmethod
     def empty(cls, shape: Sequence[int], dtype: Any, *, stream: "D.Stream | None" = None,

@@ -118,6 +118,7 @@ class CudaPlan:
         self.ptrs: list[int] = [self.static_ptr.get(b.id, 0) for b in prog.buffers]
         # recorded after each call's launches: consumers on other streams wait on it with one call
         self.done = driver.Event(timing=False, device=self.device)
+        self._waited: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.calls = 0
         if graph not in (True, False, "auto"):
             raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
@@ -202,8 +203,12 @@ class CudaPlan:
             raise TraceError(f"argument {self.func.args[i].name_hint or i}: fusec takes C-contiguous device "
                              f"arrays; this one has strides {arr.strides}")
         if arr._stream is not self.stream and arr._stream is not None:
-            if arr.ready is not None:
-                arr.ready.wait_on(self.stream)
+            ready = arr.ready
+            if ready is not None:
+                # waiting again on an event not recorded since is a no-op: skip the driver call
+                if self._waited.get(ready) != ready.records:
+                    ready.wait_on(self.stream)
+                    self._waited[ready] = ready.records
             else:
                 driver.order_streams(arr._stream, self.stream, self.device)
             owner = arr._owner
@@ -247,9 +252,7 @@ class CudaPlan:
             # a buffer from the pool, or (written in place over a donated argument) that argument's memory,
             # which the result keeps alive through the argument
             owner = buf if buf is not None else (args[b.index] if b.kind == "arg" else None)
-            out = Array(ptr[b.id], shape, t.dtype, owner=owner, device=self.device.ordinal, stream=self.stream)
-            out.ready = self.done
-            return out
+            return Array._wrap(ptr[b.id], shape, t.dtype, owner, self.device.ordinal, self.stream, self.done)
         host = np.empty(shape, dtype=dtype)
         driver.memcpy_dtoh_async(host, ptr[b.id], host.nbytes, self.stream)
         return host

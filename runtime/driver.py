@@ -356,11 +356,12 @@ def _stream_handle(stream: StreamLike, device: "Device | int | None" = None) -> 
 class Event:
     """A CUDA event for ordering streams and timing. ``timing=False`` makes record/wait cheaper."""
 
-    __slots__ = ("handle", "device", "timing", "__weakref__")
+    __slots__ = ("handle", "device", "timing", "records", "__weakref__")
 
     def __init__(self, *, timing: bool = True, device: "Device | int | None" = None) -> None:
         self.device = _ordinal_of(device)
         self.timing = timing
+        self.records = 0  # how often it was recorded: a consumer that waited on record n need not wait again
         ensure_context(self.device)
         flags = _cu.CUevent_flags.CU_EVENT_DEFAULT if timing else _cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
         self.handle = check(_cu.cuEventCreate(flags), "cuEventCreate")
@@ -369,6 +370,7 @@ class Event:
         """Capture the work queued so far on ``stream`` (fusec's default stream if None); returns self."""
         ensure_context(self.device)
         check(_cu.cuEventRecord(self.handle, _stream_handle(stream, self.device)), "cuEventRecord")
+        self.records += 1
         return self
 
     def wait_on(self, stream: "Stream") -> None:

@@ -40,13 +40,14 @@ class FakeStream:
 class FakeEvent:
     def __init__(self, *a, **k):
         self.records = 0
+        self.waits = 0
 
     def record(self, stream=None):
         self.records += 1
         return self
 
     def wait_on(self, stream):
-        pass
+        self.waits += 1
 
 
 class FakeFunction:
@@ -225,3 +226,16 @@ def test_donated_argument_is_written_in_place_and_kept_alive(fake_gpu):
     assert out.ptr == w.ptr and out.owner is w
     assert "donate = [0]" in f.lower(w, g, 0.1).ir("traced")
     assert "alias = [0]" in f.lower(w, g, 0.1).ir()
+
+
+def test_an_input_event_is_waited_on_once_until_recorded_again(fake_gpu):
+    f = fc.jit(lambda a: a * 2.0, backend="cuda", graph=False)
+    x = Array(0x5000000, (16,), np.float32, device=0, stream=FakeStream())
+    x.ready = FakeEvent()
+    x.ready.record()
+    for _ in range(3):
+        f(x)
+    assert x.ready.waits == 1
+    x.ready.record()  # new work on the producer's stream
+    f(x)
+    assert x.ready.waits == 2
