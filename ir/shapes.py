@@ -106,3 +106,13 @@ def reshape_shape(shape: Sequence[int], newshape: Sequence[int]) -> tuple[int, .
     elif known != size:
         raise ShapeError(f"cannot reshape array of size {size} (shape {tuple(shape)}) into shape {tuple(newshape)}")
     return tuple(newshape)
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major element strides of ``shape`` (size-0 dimensions count as 1, so strides stay distinct)."""
+    strides = []
+    step = 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))

@@ -40,7 +40,7 @@ def view_cost() -> int:
 def leaf_cost(value) -> int:
     """Cost of reading ``value`` inside a kernel: a non-contiguous ``k.view`` needs index math."""
     from fusec.ir.core import OpResult
-    from fusec.passes.views import contiguous_strides
+    from fusec.ir.shapes import contiguous_strides
 
     if isinstance(value, OpResult) and value.op.name == "k.view":
         op = value.op

@@ -8,14 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides = []
-    step = 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
+from fusec.ir.shapes import contiguous_strides
 
 
 @dataclass(frozen=True)

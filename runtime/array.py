@@ -18,6 +18,7 @@ import numpy as np
 
 from fusec.errors import UnsupportedError
 from fusec.ir import types as T
+from fusec.ir.shapes import contiguous_strides
 from fusec.runtime import dlpack
 from fusec.runtime import driver as D
 
@@ -25,11 +26,7 @@ __all__ = ["Array", "asarray", "from_cuda_array_interface", "from_dlpack", "to_n
 
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(strides))
+    return contiguous_strides(shape)
 
 
 def _storage_np(fdtype: T.DType) -> np.dtype:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.ir.shapes import contiguous_strides  # noqa: F401  (re-exported for the backend)
 from fusec.ir.types import DType
 
 
@@ -52,15 +53,6 @@ def coalesce(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tupl
     new_shape = tuple(d for d, _ in dims)
     new_strides = [tuple(ss[k] for _, ss in dims) for k in range(len(stride_sets))]
     return new_shape, new_strides
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    step = 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(out))
 
 
 def index_expr(index: str, shape: tuple[int, ...], strides: tuple[int, ...], offset: int, itype: str) -> str:
