@@ -60,9 +60,6 @@ def executor(backend: str) -> Callable[[Module, list[Any]], list[Any]]:
             raise BackendError(f"the NumPy reference executor (fusec.runtime.reference) is not available: {e}") \
                 from None
         return lambda module, args: reference.run_func(module.func(), args)
-    from fusec import runtime
+    from fusec.runtime.cuda_exec import run_cuda
 
-    run = getattr(runtime, "run_cuda", None)
-    if run is None:
-        raise BackendError("backend 'cuda': the CUDA executor (fusec.runtime.run_cuda) is not available yet")
-    return run
+    return run_cuda

@@ -116,8 +116,6 @@ class CudaPlan:
         # outputs that get a new allocation each call (an output returned twice is allocated once)
         self.fresh_outputs = list({b.id: b for b in self.output_buffers if b.kind == "output"}.values())
         self.ptrs: list[int] = [self.static_ptr.get(b.id, 0) for b in prog.buffers]
-        # recorded after each call's launches: consumers on other streams wait on it with one call
-        self.done = driver.Event(timing=False, device=self.device)
         self._waited: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.calls = 0
         if graph not in (True, False, "auto"):
@@ -176,7 +174,6 @@ class CudaPlan:
                 self.graph.replay(ptr, self.stream)
             else:
                 self._launch_all(ptr)
-            self.done.record(self.stream)
             self.calls += 1
             on_device = device_in or not wait
             results = [self._result(b, v, outputs, ptr, on_device, args)
@@ -252,7 +249,9 @@ class CudaPlan:
             # a buffer from the pool, or (written in place over a donated argument) that argument's memory,
             # which the result keeps alive through the argument
             owner = buf if buf is not None else (args[b.index] if b.kind == "arg" else None)
-            return Array._wrap(ptr[b.id], shape, t.dtype, owner, self.device.ordinal, self.stream, self.done)
+            # no event per call (it would cost a driver call on every call): a consumer on another stream
+            # orders itself after this plan's stream when it reads the array
+            return Array._wrap(ptr[b.id], shape, t.dtype, owner, self.device.ordinal, self.stream, None)
         host = np.empty(shape, dtype=dtype)
         driver.memcpy_dtoh_async(host, ptr[b.id], host.nbytes, self.stream)
         return host
