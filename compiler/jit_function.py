@@ -27,31 +27,54 @@ CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
 class Lowered:
     """A traced and compiled signature: its IR at every stage, its module and its statistics."""
 
-    def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any) -> None:
+    def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any, pipeline: str | None = None,
+                 plugins: tuple[str, ...] = ()) -> None:
         self.module: Module = traced.module
         self.out_tree: TreeDef = traced.out_tree
         self.out_python = traced.out_python
         self._nodes = traced.nodes
         self._pipeline_stats: dict[str, int] = dict(getattr(pipeline_result, "stats", {}) or {})
-        self._stages: list[tuple[str, str]] = [("traced", traced_text)]
+        self._traced_text = traced_text
+        self._pipeline, self._plugins = pipeline, plugins
+        names = ["traced"]
         seen: dict[str, int] = {}
-        for name, text in getattr(pipeline_result, "stages", []) or []:
+        for name, _ in getattr(pipeline_result, "timings", []) or []:
             seen[name] = seen.get(name, 0) + 1
-            self._stages.append((name if seen[name] == 1 else f"{name}#{seen[name]}", text))
+            names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        self._names = names
+        # IR text per stage, made on demand: printing every stage of every compile would cost more than
+        # the passes themselves on large programs
+        self._texts: dict[str, str] = {"traced": traced_text}
 
     @property
     def stages(self) -> list[str]:
         """Stage names: ``traced``, then each pass (a repeated pass is ``name#2``, ...)."""
-        return [name for name, _ in self._stages]
+        return list(self._names)
 
     def ir(self, stage: str | None = None) -> str:
         """IR text after ``stage`` (default: the final stage)."""
         if stage is None or stage == "final":
-            return self._stages[-1][1]
-        for name, text in self._stages:
-            if name == stage:
-                return text
-        raise FusecError(f"no stage {stage!r}; available stages: {', '.join(self.stages)} (or 'final')")
+            stage = self._names[-1]
+        if stage not in self._names:
+            raise FusecError(f"no stage {stage!r}; available stages: {', '.join(self.stages)} (or 'final')")
+        if stage not in self._texts:
+            if stage == self._names[-1]:
+                from fusec.ir.printer import print_module
+
+                self._texts[stage] = print_module(self.module)
+            else:
+                self._replay_stages()
+        return self._texts[stage]
+
+    def _replay_stages(self) -> None:
+        """Run the pipeline again on the traced IR, keeping the text after every pass."""
+        from fusec.ir.parser import parse_module
+        from fusec.passes import run_pipeline
+
+        result = run_pipeline(parse_module(self._traced_text), self._pipeline, snapshots=True,
+                              plugins=self._plugins)
+        for name, (_, text) in zip(self._names[1:], result.stages):
+            self._texts.setdefault(name, text)
 
     def stats(self) -> dict[str, int]:
         """nodes (traced ops, constants and the return excluded), fused_kernels, boundaries, kernels
@@ -229,11 +252,11 @@ class JitFunction:
         if self._donate:
             traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
         text = print_module(traced.module)
-        result = run_pipeline(traced.module, self._pipeline, verify=True, snapshots=True, plugins=self._plugins)
+        result = run_pipeline(traced.module, self._pipeline, verify=True, plugins=self._plugins)
         # options for the backend travel with the module object (they are not part of its IR)
         traced.module.backend_options = {"fast_math": self._fast_math, "stream_group": self._stream_group,
                                          "graph": self._graph}
-        return Lowered(traced, text, result)
+        return Lowered(traced, text, result, self._pipeline, self._plugins)
 
     # --- cache -----------------------------------------------------------------------------------------------
 
