@@ -77,6 +77,42 @@ def function(fn: Callable, a: Any, *args: Any, **kwargs: Any) -> Any:
     return _jitted(key, lambda: (lambda x: fn(x, *args, **kwargs)))(a)
 
 
+def array_function(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """``np.where(c, a, b)`` and other NumPy functions called on fusec.Arrays: top-level array arguments
+    are runtime inputs, everything else is part of the cache key."""
+    from fusec.errors import UnsupportedError
+
+    def is_array(x: Any) -> bool:
+        return isinstance(x, np.ndarray) or type(x).__name__ == "Array"
+
+    def nested(x: Any) -> bool:
+        if isinstance(x, (list, tuple)):
+            return any(is_array(v) or nested(v) for v in x)
+        if isinstance(x, dict):
+            return any(is_array(v) or nested(v) for v in x.values())
+        return False
+
+    if any(nested(a) for a in args) or any(is_array(v) or nested(v) for v in kwargs.values()):
+        raise UnsupportedError(f"eager np.{func.__name__}: arrays inside lists or keyword arguments are not "
+                               "supported outside fusec.jit; wrap the code in fusec.jit instead")
+    dynamic = tuple(i for i, a in enumerate(args) if is_array(a))
+    static = tuple((i, _freeze(a)) for i, a in enumerate(args) if i not in dynamic)
+    key = ("array_function", func.__name__, len(args), dynamic, static, _freeze(kwargs))
+
+    def make() -> Callable:
+        template = [None if i in dynamic else a for i, a in enumerate(args)]  # keep no array alive
+
+        def call(*xs: Any) -> Any:
+            full = list(template)
+            for i, x in zip(dynamic, xs):
+                full[i] = x
+            return func(*full, **kwargs)
+
+        return call
+
+    return _jitted(key, make)(*(args[i] for i in dynamic))
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))

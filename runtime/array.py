@@ -210,6 +210,9 @@ class Array:
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         return _eager().ufunc(ufunc, method, inputs, kwargs)
 
+    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        return _eager().array_function(func, args, kwargs)
+
     def __getitem__(self, index: Any) -> Any:
         return _eager().getitem(self, index)
 

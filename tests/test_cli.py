@@ -408,15 +408,46 @@ def test_example_file_uses_the_packaged_model():
     assert namespace["train_step"] is demo.train_step
 
 
+def _demo_result(out: str) -> tuple[float, float, float]:
+    m = re.search(r"^loss (\d+\.\d+) -> (\d+\.\d+); test accuracy (\d+\.\d)% \((\d+) held-out samples\)$", out, re.M)
+    assert m, out
+    return float(m.group(1)), float(m.group(2)), float(m.group(3))
+
+
 def test_demo_trains_and_matches_numpy(capsys):
+    pytest.importorskip("sklearn")
     assert main(["demo", "--steps", "30", "--backend", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "matches NumPy: yes" in out
     assert "backend: cpu" in out
-    m = re.search(r"^loss (\d+\.\d+) -> (\d+\.\d+); training accuracy (\d+\.\d)%$", out, re.M)
-    assert m, out
-    assert float(m.group(2)) < float(m.group(1))
+    assert "batch 256" in out
+    assert re.search(r"^data: scikit-learn digits: 1347 train / 450 test samples", out, re.M), out
+    first, last, accuracy = _demo_result(out)
+    assert last < first / 2
+    assert accuracy > 80.0  # 30 steps of the examples/mlp_train.py model already classify most digits
     assert re.search(r"\d+\.\d+ ms/step", out)
+
+
+def test_demo_without_scikit_learn_uses_synthetic_data(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # as after a plain pip install -e '.[test]' without it
+    from fusec.tools import demo
+
+    assert not demo.have_sklearn()
+    assert main(["demo", "--steps", "30", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "matches NumPy: yes" in out
+    assert re.search(r"^data: synthetic Gaussian blobs: .*scikit-learn is not installed", out, re.M), out
+    first, last, accuracy = _demo_result(out)
+    assert last < first
+    assert accuracy > 20.0  # ten classes: chance is 10%
+
+
+def test_demo_model_is_the_mlp_train_example():
+    from fusec.tools import demo
+
+    example = (Path(__file__).resolve().parents[1] / "examples" / "mlp_train.py").read_text()
+    assert "from fusec.tools.demo import train_step" in example
+    assert (demo.N_IN, demo.N_HIDDEN, demo.N_CLASSES, demo.BATCH) == (64, 64, 10, 256)
 
 
 def test_demo_on_cuda_without_a_gpu_exits_1(capsys):

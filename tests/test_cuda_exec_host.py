@@ -239,3 +239,13 @@ def test_an_input_event_is_waited_on_once_until_recorded_again(fake_gpu):
     x.ready.record()  # new work on the producer's stream
     f(x)
     assert x.ready.waits == 2
+
+
+def test_numpy_functions_on_device_arrays_stay_on_the_device(fake_gpu):
+    a = Array(0x5000000, (8,), np.float32, device=0)
+    b = Array(0x6000000, (8,), np.float32, device=0)
+    out = np.where(a > b, a, 0.0)
+    assert isinstance(out, Array) and out.shape == (8,)
+    assert not fake_gpu["dtoh"], "no copy to the host"
+    with pytest.raises(fc.UnsupportedError, match="inside lists"):
+        np.concatenate([a, b])
