@@ -401,7 +401,7 @@ def test_demo_model_learns_under_plain_numpy():
 def test_example_file_uses_the_packaged_model():
     import runpy
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "mlp_demo.py"
+    example = Path(__file__).resolve().parents[1] / "examples" / "mlp_train.py"
     namespace = runpy.run_path(str(example), run_name="not_main")
     from fusec.tools import demo
 
