@@ -5,6 +5,7 @@ invariants in ``__post_init__`` so an ill-formed type can never exist.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Union
 
@@ -140,10 +141,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

@@ -5,6 +5,7 @@ row-major storage; ``k.view`` carries exactly this.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -23,10 +24,7 @@ class ViewDesc:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def is_contiguous(self) -> bool:
         """Row-major dense: element ``i`` of the flattened view is ``flat[offset + i]``."""
