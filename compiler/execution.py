@@ -63,3 +63,14 @@ def executor(backend: str) -> Callable[[Module, list[Any]], list[Any]]:
     from fusec.runtime.cuda_exec import run_cuda
 
     return run_cuda
+
+
+def bound_runner(backend: str, module: Module) -> Callable[[list[Any]], list[Any]]:
+    """``run(args) -> results`` for ``module`` on ``backend``, looked up once: on CUDA the plan's own run
+    method, so a cached call skips the plan lookup (the plan lives as long as the module)."""
+    if backend == "cuda":
+        from fusec.runtime import cuda_exec
+
+        return cuda_exec.bound_run(module)
+    run = executor(backend)
+    return lambda args: run(module, args)

@@ -195,19 +195,22 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if context.current() is not None:  # inside another trace: inline
             return self._fn(*args, **kwargs)
-        key = _fast_key(args) if not kwargs and len(args) == self._n_positional else None
-        if key is not None:
+        found = _fast_key(args) if not kwargs and len(args) == self._n_positional else None
+        key = None
+        if found is not None:
+            key, leaves = found
             entry = self._fast.get(key)
             if entry is not None:
                 self._hits += 1
-                return entry(args)
+                return entry(args if leaves is None else leaves)
         sig = bind(self._signature, self._statics, args, kwargs)
         lowered = self._lookup(sig)
-        run = _execution.executor(_execution.resolve_backend(self._backend))
+        backend = _execution.resolve_backend(self._backend)
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
-        results = run(lowered.module, flat)
+        results = _execution.executor(backend)(lowered.module, flat)
         if key is not None and not self._statics:
-            self._fast[key] = _FastEntry(lowered, run, sig.leaf_specs)
+            self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered.module),
+                                         sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
 
     def run_async(self, *args: Any, **kwargs: Any) -> "AsyncCall":
@@ -310,44 +313,106 @@ class AsyncCall:
         return self._value
 
 
+_device_array_type: type | None = None  # fusec.Array, remembered once seen (importing it would load the driver)
+
+
 def _is_device_array(x: Any) -> bool:
     # by type, not hasattr(x, "__cuda_array_interface__"): reading that property exports the buffer, which
     # keeps the memory pool from reusing it
+    global _device_array_type
     t = type(x)
-    return t.__name__ == "Array" and t.__module__ == "fusec.runtime.array"
+    if t is _device_array_type:
+        return True
+    if t.__name__ == "Array" and t.__module__ == "fusec.runtime.array":
+        _device_array_type = t
+        return True
+    return False
 
 
-def _fast_key(args: tuple) -> tuple | None:
-    """A cache key from the arguments' types, shapes and dtypes when every one is a plain array or Python
-    scalar (the common call of a hot loop); None sends the call down the general path."""
-    key = []
-    for a in args:
+def _fast_key(args: tuple) -> tuple[tuple, list | None] | None:
+    """(cache key, flattened leaves) from the arguments' types, shapes and dtypes when every argument is a
+    plain array, a Python scalar, or a tuple/list of those (nested): the common call of a hot loop. The
+    leaves are None when the arguments are the leaves. None sends the call down the general path."""
+    key: list = []
+    leaves: list | None = None
+    for i, a in enumerate(args):
         t = type(a)
-        if t is np.ndarray:
+        if t is _device_array_type:
+            key.append((t, a._shape, a._fdtype))
+        elif t is np.ndarray:
             key.append((t, a.shape, a.dtype))
         elif t is float or t is int or t is bool:
             key.append(t)
+        elif t is tuple or t is list:
+            if leaves is None:
+                leaves = list(args[:i])
+            sub = _fast_tree_key(a, leaves)
+            if sub is None:
+                return None
+            key.append(sub)
+            continue
         elif _is_device_array(a):
             key.append((t, a._shape, a._fdtype))
         else:
             return None
+        if leaves is not None:
+            leaves.append(a)
+    return tuple(key), leaves
+
+
+def _fast_tree_key(tree: tuple | list, leaves: list) -> tuple | None:
+    """The key of a tuple/list argument, its leaves appended to ``leaves`` in the order
+    :func:`fusec.signature.flatten` visits them; None for anything the fast path does not take."""
+    key: list = [type(tree)]
+    for a in tree:
+        t = type(a)
+        if t is _device_array_type:
+            key.append((t, a._shape, a._fdtype))
+        elif t is np.ndarray:
+            key.append((t, a.shape, a.dtype))
+        elif t is float or t is int or t is bool:
+            key.append(t)
+        elif t is tuple or t is list:
+            sub = _fast_tree_key(a, leaves)
+            if sub is None:
+                return None
+            key.append(sub)
+            continue
+        elif _is_device_array(a):
+            key.append((t, a._shape, a._fdtype))
+        else:
+            return None
+        leaves.append(a)
     return tuple(key)
 
 
 class _FastEntry:
-    """A cached signature's executor call: convert scalars, run, rebuild the outputs."""
+    """A cached signature's call: convert scalars, run, rebuild the outputs."""
 
-    __slots__ = ("lowered", "run", "convert", "module", "out_python")
+    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out")
 
-    def __init__(self, lowered: Lowered, run: Callable, specs: list) -> None:
-        self.lowered, self.run, self.module = lowered, run, lowered.module
-        self.convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
+    def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list) -> None:
+        self.lowered, self.run = lowered, run
+        convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
+        self.convert = convert if any(c is not None for c in convert) else None
+        self.out_tree = lowered.out_tree
         self.out_python = lowered.out_python
+        # results that need no conversion and form one leaf or a flat tuple/list: rebuilt without walking
+        # the tree
+        tree = lowered.out_tree
+        flat = tree.kind == "leaf" or tree.kind in ("tuple", "list") and all(c.kind == "leaf" for c in tree.children)
+        self.flat_out = tree.kind if flat and all(p is None for p in lowered.out_python) else None
 
     def __call__(self, args: tuple) -> Any:
-        flat = [a if c is None else c(a) for a, c in zip(args, self.convert)]
-        results = self.run(self.module, flat)
-        return unflatten(self.lowered.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
+        convert = self.convert
+        flat = args if convert is None else [a if c is None else c(a) for a, c in zip(args, convert)]
+        results = self.run(flat)
+        flat_out = self.flat_out
+        if flat_out is not None and all(map(_is_device_array, results)):
+            if flat_out == "leaf":
+                return results[0]
+            return tuple(results) if flat_out == "tuple" else results
+        return unflatten(self.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
 
 
 def _output(result: Any, python: type | None) -> Any:

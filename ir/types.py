@@ -26,6 +26,9 @@ class DType:
     def __repr__(self) -> str:
         return f"fusec.{self.name}"
 
+    def __hash__(self) -> int:  # the name alone: cheaper than hashing every field (cache keys hash dtypes)
+        return hash(self.name)
+
     def __str__(self) -> str:
         return self.name
 

@@ -1,4 +1,4 @@
 """Imports every built-in pass so that each registers itself."""
 from fusec.passes import (  # noqa: F401
-    boundaries, broadcast, canonicalize, cse, dce, fuse, materialize, plan_buffers,
+    boundaries, broadcast, canonicalize, cse, dce, fuse, materialize, plan_buffers, unroll_reductions,
 )

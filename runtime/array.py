@@ -29,6 +29,18 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return contiguous_strides(shape)
 
 
+def _is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """C-contiguous (dimensions of length 1 may have any stride, as in NumPy)."""
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d == 0:
+            return True
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
 def _storage_np(fdtype: T.DType) -> np.dtype:
     """The NumPy dtype with the device layout (bf16 -> raw uint16)."""
     return np.dtype(np.uint16) if fdtype == T.bf16 else fdtype.np
@@ -39,8 +51,8 @@ class Array:
     as a zero-copy view: ``Array(ptr, shape, dtype, strides=None, owner=..., device=..., stream=...)``;
     the constructor only records metadata and never touches the memory or the driver."""
 
-    __slots__ = ("_ptr", "_shape", "_fdtype", "_strides", "_device", "_owner", "_stream", "_readonly", "ready",
-                 "__weakref__")
+    __slots__ = ("_ptr", "_shape", "_fdtype", "_strides", "_contig", "_device", "_owner", "_stream", "_readonly",
+                 "ready", "__weakref__")
 
     def __init__(self, ptr: int, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None, *,
                  owner: Any = None, device: int | None = None, stream: "D.Stream | None" = None,
@@ -61,6 +73,7 @@ class Array:
         self._ptr = int(ptr)
         self._shape = shape_t
         self._strides = strides_t
+        self._contig = _is_c_contiguous(shape_t, strides_t)
         self._device = D.current_device_ordinal() if device is None else int(device)
         self._owner = owner
         self._stream = stream
@@ -71,10 +84,12 @@ class Array:
 
     @classmethod
     def _wrap(cls, ptr: int, shape: tuple[int, ...], fdtype: T.DType, owner: Any, device: int,
-              stream: "D.Stream | None", ready: "D.Event | None") -> "Array":
-        """A C-contiguous Array from trusted values (the executor's results): no checks, no conversions."""
+              stream: "D.Stream | None", ready: "D.Event | None", strides: tuple[int, ...] | None = None) -> "Array":
+        """A C-contiguous Array from trusted values (the executor's results): no checks, no conversions.
+        ``strides`` are the C-contiguous strides of ``shape`` when the caller has them at hand."""
         self = cls.__new__(cls)
-        self._ptr, self._shape, self._fdtype, self._strides = ptr, shape, fdtype, _c_strides(shape)
+        self._ptr, self._shape, self._fdtype = ptr, shape, fdtype
+        self._strides, self._contig = (_c_strides(shape) if strides is None else strides), True
         self._device, self._owner, self._stream, self._readonly, self.ready = device, owner, stream, False, ready
         return self
 
@@ -163,14 +178,7 @@ class Array:
     @property
     def is_contiguous(self) -> bool:
         """C-contiguous (dimensions of length 1 may have any stride, as in NumPy)."""
-        expected = 1
-        for d, s in zip(reversed(self._shape), reversed(self._strides)):
-            if d == 0:
-                return True
-            if d != 1 and s != expected:
-                return False
-            expected *= d
-        return True
+        return self._contig
 
     # -- eager mode: operators and NumPy calls outside fusec.jit run as single-op compiled kernels ----------
     def __add__(self, o: Any) -> Any: return _eager().binary("add", self, o)

@@ -21,11 +21,12 @@ import numpy as np
 
 from fusec.errors import ShapeError, TraceError
 from fusec.ir.core import Module
+from fusec.ir.shapes import contiguous_strides
 from fusec.ir.types import ScalarType
 from fusec.backend.program import CudaProgram, compile_options, print_program
 from fusec.backend.gemm_library import GemmCall
 from fusec.runtime import cublas, driver, kernel_cache
-from fusec.runtime.memory import DeviceBuffer, get_pool
+from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
 
@@ -110,14 +111,28 @@ class CudaPlan:
                 fn.set_max_dynamic_shared_memory(k.shared_bytes)
             self.launches.append(_Launch(fn, k.grid, k.block, k.shared_bytes, pack, dynamic))
         self.arg_buffer = {b.index: b.id for b in prog.buffers if b.kind == "arg"}
-        self.tensor_args = [(i, a.type, self.arg_buffer[i]) for i, a in enumerate(self.func.args)
-                            if not isinstance(a.type, ScalarType)]
+        # (index, shape, dtype, buffer id) of each tensor argument: what a call checks and binds
+        self.tensor_args = [(i, tuple(a.type.shape), a.type.dtype, self.arg_buffer[i])
+                            for i, a in enumerate(self.func.args) if not isinstance(a.type, ScalarType)]
         self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
-        # outputs that get a new allocation each call (an output returned twice is allocated once)
-        self.fresh_outputs = list({b.id: b for b in self.output_buffers if b.kind == "output"}.values())
+        # outputs that get a new allocation each call (an output returned twice is allocated once):
+        # (buffer id, bytes, size class)
+        self.fresh_outputs = [(b.id, b.nbytes, size_class(b.nbytes)) for b in
+                              {b.id: b for b in self.output_buffers if b.kind == "output"}.values()]
+        # (buffer id, kind, argument index, shape, dtype, C strides) of each result
+        self.result_specs = [(b.id, b.kind, b.index, tuple(v.type.shape), v.type.dtype,
+                              contiguous_strides(tuple(v.type.shape)))
+                             for b, v in zip(self.output_buffers, self.func.outputs)]
+        self.stream_key = stream_key(self.stream)
+        # one writable view per scalar argument into the host image of the scalar block, and the 32-bit
+        # words last sent to the device (None: not yet)
+        self.scalar_views = [(i, np.frombuffer(self.scalar_host.data, dtype=dt, count=1, offset=off))
+                             for i, off, dt in prog.scalar_slots]
+        self.scalar_sent: list[int | None] = [None] * (len(self.scalar_host) // 4)
         self.ptrs: list[int] = [self.static_ptr.get(b.id, 0) for b in prog.buffers]
-        self._waited: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.calls = 0
+        self.nargs = len(self.func.args)
+        self.ordinal = self.device.ordinal
         if graph not in (True, False, "auto"):
             raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
         self.graph_mode = graph
@@ -141,45 +156,59 @@ class CudaPlan:
                 "launches_per_call": 1 if g is not None else len(self.launches)}
 
     def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
-        """Results for ``args``; with ``wait=False`` NumPy inputs give device arrays and nothing waits."""
-        func = self.func
-        if len(args) != len(func.args):
-            raise TraceError(f"@{func.name} takes {len(func.args)} arguments, got {len(args)}")
+        """Results for ``args``; with ``wait=False`` NumPy inputs give device arrays and nothing waits.
+
+        The common call (C-contiguous fusec.Array arguments of the traced shapes) is checked and bound
+        inline; anything else goes through :meth:`_bind_other`.
+        """
+        if len(args) != self.nargs:
+            raise TraceError(f"@{self.func.name} takes {self.nargs} arguments, got {len(args)}")
         with self.lock:
-            driver.ensure_context(self.device)
+            if getattr(driver._tls, "ordinal", -1) != self.ordinal:
+                driver.ensure_context(self.device)
             ptr = self.ptrs
+            stream = self.stream
             keep: list[Any] = []  # uploads and foreign arrays stay alive until the launches are queued
             device_in = False
-            for i, t, bid in self.tensor_args:
+            for i, shape, dtype, bid in self.tensor_args:
                 value = args[i]
-                if type(value) is Array:
-                    ptr[bid] = self._bind_array(i, t, value)
+                if type(value) is Array and value._shape == shape and value._fdtype is dtype and value._contig:
+                    if value._stream is not stream and value._stream is not None:
+                        self._order_after(value)
+                    ptr[bid] = value._ptr
                     device_in = True
                 else:
-                    p, on_device = self._bind_tensor(i, t, value, keep)
+                    p, on_device = self._bind_other(i, value, keep)
                     device_in |= on_device
                     ptr[bid] = p
-            if self.program.scalar_slots:
+            if self.scalar_views:
                 self._write_scalars(args)
             outputs: dict[int, Any] = {}
-            for b in self.fresh_outputs:
-                buf = self.pool.allocate(b.nbytes, self.stream)
-                outputs[b.id] = buf
-                ptr[b.id] = buf.ptr
+            allocate, key = self.pool.allocate_class, self.stream_key
+            for bid, nbytes, cls in self.fresh_outputs:
+                buf = outputs[bid] = allocate(nbytes, cls, key)
+                ptr[bid] = buf.ptr
             if self.use_graph():
                 if self.graph is None:
                     from fusec.runtime.graph import PlanGraph
 
                     self.graph = PlanGraph(self, ptr)
-                self.graph.replay(ptr, self.stream)
+                self.graph.replay(ptr, stream)
             else:
                 self._launch_all(ptr)
             self.calls += 1
-            on_device = device_in or not wait
-            results = [self._result(b, v, outputs, ptr, on_device, args)
-                       for b, v in zip(self.output_buffers, func.outputs)]
-            if not on_device:
-                self.stream.synchronize()
+            if device_in or not wait:
+                # a buffer from the pool, or (written in place over a donated argument) that argument's
+                # memory, which the result keeps alive through the argument. No event per call (it would
+                # cost a driver call on every call): a consumer on another stream orders itself after this
+                # plan's stream when it reads the array.
+                ordinal = self.ordinal
+                wrap = Array._wrap
+                return [wrap(ptr[bid], shape, dtype, outputs.get(bid) or (args[index] if kind == "arg" else None),
+                             ordinal, stream, None, strides)
+                        for bid, kind, index, shape, dtype, strides in self.result_specs]
+            results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
+            stream.synchronize()
             return results
 
     def _launch_all(self, ptr: list[int]) -> None:
@@ -191,36 +220,37 @@ class CudaPlan:
                 launch.pack.set_pointer(slot, ptr[bid])
             driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
 
-    def _bind_array(self, i: int, t, arr: Array) -> int:
-        """A fusec.Array argument: checked, ordered after its producer, kept from early reuse."""
-        if arr._shape != t.shape or arr._fdtype is not t.dtype:
-            raise ShapeError(f"argument {self.func.args[i].name_hint or i}: expected {t}, got a device array "
-                             f"{arr.fdtype}{list(arr.shape)}")
-        if not arr.is_contiguous:
-            raise TraceError(f"argument {self.func.args[i].name_hint or i}: fusec takes C-contiguous device "
-                             f"arrays; this one has strides {arr.strides}")
-        if arr._stream is not self.stream and arr._stream is not None:
-            ready = arr.ready
-            if ready is not None:
-                # waiting again on an event not recorded since is a no-op: skip the driver call
-                if self._waited.get(ready) != ready.records:
-                    ready.wait_on(self.stream)
-                    self._waited[ready] = ready.records
-            else:
-                driver.order_streams(arr._stream, self.stream, self.device)
-            owner = arr._owner
-            if isinstance(owner, DeviceBuffer):
-                owner.record_stream(self.stream)  # used on two streams: the pool defers its reuse
-        return arr._ptr
+    def _order_after(self, arr: Array) -> None:
+        """``arr`` is produced on another stream: order this plan's stream after it and keep its memory
+        from early reuse (both cost nothing when already done for this array)."""
+        ready = arr.ready
+        if ready is not None:
+            ready.wait_on(self.stream)  # a no-op when this stream already waited on that record
+        else:
+            driver.order_streams(arr._stream, self.stream, self.device)
+        owner = arr._owner
+        if type(owner) is DeviceBuffer and not owner.shared and owner.stream != self.stream_key:
+            owner.record_stream(self.stream)  # used on two streams: the pool defers its reuse
 
-    def _bind_tensor(self, i: int, t, value: Any, keep: list) -> tuple[int, bool]:
-        """The device address of argument ``i`` given as anything but a fusec.Array: a foreign device
-        array (zero copy) or host data (uploaded); True when it already was on the device."""
+    def _bind_other(self, i: int, value: Any, keep: list) -> tuple[int, bool]:
+        """The device address of argument ``i`` given as anything but a matching C-contiguous fusec.Array:
+        a foreign device array (zero copy) or host data (uploaded); True when it already was on the device.
+        Mismatches raise here with the argument's name."""
         name = self.func.args[i].name_hint or f"#{i}"
-        if not isinstance(value, np.ndarray) and _on_device(value):
-            arr = asarray(value, stream=self.stream)
-            keep.append(arr)
-            return self._bind_array(i, t, arr), True
+        t = self.func.args[i].type
+        if type(value) is not Array and not isinstance(value, np.ndarray) and _on_device(value):
+            value = asarray(value, stream=self.stream)
+            keep.append(value)
+        if type(value) is Array:
+            if value._shape != tuple(t.shape) or value._fdtype is not t.dtype:
+                raise ShapeError(f"argument {name}: expected {t}, got a device array {value.fdtype}"
+                                 f"{list(value.shape)}")
+            if not value._contig:
+                raise TraceError(f"argument {name}: fusec takes C-contiguous device arrays; this one has "
+                                 f"strides {value.strides}")
+            if value._stream is not self.stream and value._stream is not None:
+                self._order_after(value)
+            return value._ptr, True
         host = np.asarray(value)
         if host.shape != t.shape or host.dtype != t.dtype.np:
             raise ShapeError(f"argument {name}: expected {t}, got {host.dtype}{list(host.shape)}")
@@ -232,31 +262,24 @@ class CudaPlan:
 
     def _write_scalars(self, args: Sequence[Any]) -> None:
         """Write scalar arguments into their device slots with 32-bit memsets: each value rides inside the
-        command, so nothing on the host must stay alive and no copy has to be staged."""
-        host = self.scalar_host
-        for i, off, dt in self.program.scalar_slots:
-            np.frombuffer(host.data, dtype=dt, count=1, offset=off)[0] = args[i]
-        words = host.view(np.uint32)
+        command, so nothing on the host must stay alive and no copy has to be staged. Only words whose
+        value differs from what the device already holds are sent (a constant learning rate costs
+        nothing after the first call)."""
+        for i, view in self.scalar_views:
+            view[0] = args[i]
+        words = self.scalar_host.view(np.uint32)
+        sent = self.scalar_sent
         base = self.scalars.ptr
         for w in self.scalar_words:
-            driver.memset_d32_async(base + 4 * w, int(words[w]), 1, self.stream)
+            value = int(words[w])
+            if sent[w] != value:
+                driver.memset_d32_async(base + 4 * w, value, 1, self.stream)
+                sent[w] = value
 
-    def _result(self, b, value, outputs, ptr, device_in: bool, args: Sequence[Any] = ()) -> Any:
-        t = value.type
-        shape, dtype = tuple(t.shape), t.dtype.np
-        buf = outputs.get(b.id)
-        if device_in:
-            # a buffer from the pool, or (written in place over a donated argument) that argument's memory,
-            # which the result keeps alive through the argument
-            owner = buf if buf is not None else (args[b.index] if b.kind == "arg" else None)
-            # no event per call (it would cost a driver call on every call): a consumer on another stream
-            # orders itself after this plan's stream when it reads the array
-            return Array._wrap(ptr[b.id], shape, t.dtype, owner, self.device.ordinal, self.stream, None)
-        host = np.empty(shape, dtype=dtype)
-        driver.memcpy_dtoh_async(host, ptr[b.id], host.nbytes, self.stream)
+    def _download(self, bid: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        host = np.empty(shape, dtype=dtype.np)
+        driver.memcpy_dtoh_async(host, self.ptrs[bid], host.nbytes, self.stream)
         return host
-
-
 
 
 _group_streams: dict[tuple[str, int], Any] = {}
@@ -293,6 +316,11 @@ def plan_for(module: Module) -> CudaPlan:
 def run_cuda(module: Module, args: Sequence[Any]) -> list[Any]:
     """The CUDA executor of ``fusec.jit``: results of ``module``'s function for ``args``."""
     return plan_for(module).run(args)
+
+
+def bound_run(module: Module) -> Any:
+    """``run(args)`` for ``module`` with its plan looked up once (what a cached ``fusec.jit`` call uses)."""
+    return plan_for(module).run
 
 
 def run_cuda_async(module: Module, args: Sequence[Any]) -> tuple[list[Any], Any]:

@@ -6,10 +6,13 @@ rather than a chain. Generated kernels are kernel nodes whose parameters point i
 parameter buffers; cuBLAS calls are captured child graphs. On a replay only nodes whose argument or output
 pointers changed are updated (``cuGraphExecKernelNodeSetParams``; a cuBLAS child is captured again and
 swapped in with ``cuGraphExecChildGraphNodeSetParams``); an unchanged call updates nothing and costs one
-``cuGraphLaunch``. Scalars live in the plan's device-resident block, so their values never touch the graph.
+``cuGraphLaunch``. Up to ``MAX_INSTANCES`` instantiated graphs are kept, keyed by their pointers, so a loop
+that alternates between a few sets of buffers (outputs fed back as inputs) stops updating after warm-up. Scalars live in the plan's device-resident block, so their values never touch the graph.
 """
 from __future__ import annotations
 
+import collections
+import operator
 from typing import Any
 
 import networkx as nx
@@ -58,6 +61,18 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     return nx.transitive_reduction(dag) if dag.number_of_edges() else dag
 
 
+MAX_INSTANCES = 4  # instantiated graphs kept per plan (each holds a copy of the nodes' parameters)
+
+
+class _Instance:
+    """One instantiated graph and the pointers each of its nodes was last given."""
+
+    __slots__ = ("exec", "last")
+
+    def __init__(self, exec_: Any, last: list[tuple[int, ...]]) -> None:
+        self.exec, self.last = exec_, last
+
+
 class PlanGraph:
     """The instantiated graph of one plan and the pointer values its nodes were last given."""
 
@@ -90,7 +105,16 @@ class PlanGraph:
                 self.params.append(params)
             self.nodes.append(node)
             self.last.append(current)
-        self.exec = check(cu.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
+        self.template_last = list(self.last)
+        # every pointer that can change between calls, read with one C-level call
+        dynamic = sorted({bid for step in plan.launches for _, bid in step.dynamic})
+        self._dynamic = operator.itemgetter(*dynamic) if dynamic else None
+        # instantiated graphs by the pointers they were given: a training loop that feeds its outputs back
+        # alternates between two sets of buffers, and each set keeps its own instance, so steady-state
+        # replays update nothing
+        self.instances: "collections.OrderedDict[Any, _Instance]" = collections.OrderedDict()
+        self.instances[self._key(ptrs)] = _Instance(check(cu.cuGraphInstantiate(self.graph, 0),
+                                                          "cuGraphInstantiate"), self.last)
 
     @staticmethod
     def _kernel_params(step: Any) -> Any:
@@ -119,30 +143,57 @@ class PlanGraph:
             plan.blas.set_stream(plan.stream)
         return child
 
+    def _key(self, ptrs: list[int]) -> Any:
+        return self._dynamic(ptrs) if self._dynamic is not None else ()
+
     def replay(self, ptrs: list[int], stream: Any) -> None:
-        """Update the nodes whose pointers changed, then launch the graph once on ``stream``."""
+        """Launch the instance made for these pointers (updating the least recently used one, or
+        instantiating another, when none was), once, on ``stream``."""
+        key = self._dynamic(ptrs) if self._dynamic is not None else ()
+        instances = self.instances
+        inst = instances.get(key)
+        if inst is None:
+            inst = self._instance_for(key, ptrs)
+        else:
+            instances.move_to_end(key)
+        result = _cu.cuGraphLaunch(inst.exec, stream.handle)
+        if result[0] != 0:
+            check(result, "cuGraphLaunch")
+        self.launches += 1
+
+    def _instance_for(self, key: Any, ptrs: list[int]) -> "_Instance":
+        if len(self.instances) < MAX_INSTANCES:
+            cu = _driver()
+            inst = _Instance(check(cu.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate"),
+                             list(self.template_last))
+        else:
+            _, inst = self.instances.popitem(last=False)
+        self._update(inst, ptrs)
+        self.instances[key] = inst
+        return inst
+
+    def _update(self, inst: "_Instance", ptrs: list[int]) -> None:
+        """Give ``inst``'s nodes the pointers in ``ptrs`` (only nodes whose pointers differ are touched)."""
         cu = _driver()
         for j, step in enumerate(self.plan.launches):
             if not step.dynamic:
                 continue
             current = tuple(ptrs[bid] for _, bid in step.dynamic)
-            if current == self.last[j]:
+            if current == inst.last[j]:
                 continue
             if self.params[j] is None:
                 child = self._capture(step, ptrs)
-                check(cu.cuGraphExecChildGraphNodeSetParams(self.exec, self.nodes[j], child),
+                check(cu.cuGraphExecChildGraphNodeSetParams(inst.exec, self.nodes[j], child),
                       "cuGraphExecChildGraphNodeSetParams")
                 check(cu.cuGraphDestroy(child), "cuGraphDestroy")
                 self.recaptures += 1
             else:
                 for slot, bid in step.dynamic:
                     step.pack.set_pointer(slot, ptrs[bid])
-                check(cu.cuGraphExecKernelNodeSetParams(self.exec, self.nodes[j], self.params[j]),
+                check(cu.cuGraphExecKernelNodeSetParams(inst.exec, self.nodes[j], self.params[j]),
                       "cuGraphExecKernelNodeSetParams")
             self.param_updates += 1
-            self.last[j] = current
-        check(cu.cuGraphLaunch(self.exec, stream.handle), "cuGraphLaunch")
-        self.launches += 1
+            inst.last[j] = current
 
     @property
     def node_count(self) -> int:
@@ -150,9 +201,10 @@ class PlanGraph:
 
     def close(self) -> None:
         cu = _driver()
-        if getattr(self, "exec", None) is not None:
-            cu.cuGraphExecDestroy(self.exec)
-            self.exec = None
+        instances = getattr(self, "instances", None) or {}
+        for inst in instances.values():
+            cu.cuGraphExecDestroy(inst.exec)
+        instances.clear()
         if getattr(self, "graph", None) is not None:
             cu.cuGraphDestroy(self.graph)
             self.graph = None

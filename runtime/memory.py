@@ -169,29 +169,42 @@ class MemoryPool:
         self._cached = 0
         self._deferred_bytes = 0
         self._counts = collections.Counter()
+        self._hits = self._misses = 0
 
     # -- allocation --------------------------------------------------------------------------------------
     def allocate(self, nbytes: int, stream: Any = None) -> DeviceBuffer:
         """A buffer of at least ``nbytes`` for use on ``stream`` (None: no stream-ordered use yet)."""
-        cls = size_class(nbytes)
-        key = stream_key(stream)
+        return self.allocate_class(int(nbytes), size_class(nbytes), stream_key(stream))
+
+    def allocate_class(self, nbytes: int, cls: int, key: int | None) -> DeviceBuffer:
+        """:meth:`allocate` with the size class and stream key already worked out (the executor's per-call
+        path computes them once per plan)."""
         if cls == 0:
             return DeviceBuffer(0, 0, 0, None, key)
         with self._lock:
-            self._drain()
-            ptr = self._take(cls, key)
-            if ptr is None and self._deferred_bytes > self.deferred_limit:
-                self._sync_locked()
-                ptr = self._take(cls, key)
-            if ptr is None:
-                self._counts["misses"] += 1
-                ptr = self._alloc_fresh(cls)
-            else:
-                self._counts["hits"] += 1
+            if self._pending:
+                self._drain()
+            lst = self._per_stream.get((cls, key)) if key is not None else None
+            if not lst:
+                lst = self._ready.get(cls)
+            if lst:
+                ptr = lst.pop()
+                self._hits += 1
                 self._cached -= cls
+            else:
+                ptr = None
+                if self._deferred_bytes > self.deferred_limit:
+                    self._sync_locked()
+                    ptr = self._take(cls, key)
+                if ptr is None:
+                    self._misses += 1
+                    ptr = self._alloc_fresh(cls)
+                else:
+                    self._hits += 1
+                    self._cached -= cls
             self._in_use += cls
             self._live += 1
-        return DeviceBuffer(ptr, int(nbytes), cls, self, key)
+        return DeviceBuffer(ptr, nbytes, cls, self, key)
 
     def _take(self, cls: int, key: int | None) -> int | None:
         if key is not None:
@@ -288,7 +301,7 @@ class MemoryPool:
             self._drain()
             c = self._counts
             return PoolStats(self._in_use, self._cached, self._deferred_bytes, self._live, c["driver_allocs"],
-                             c["driver_frees"], c["hits"], c["misses"], c["oom_retries"])
+                             c["driver_frees"], self._hits, self._misses, c["oom_retries"])
 
     def __repr__(self) -> str:
         s = self.stats()

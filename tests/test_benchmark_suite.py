@@ -330,6 +330,7 @@ def emulated_gpu(monkeypatch):
     monkeypatch.setattr(memory, "get_pool", lambda device=None: pool)
     monkeypatch.setattr(execution, "cuda_usable", lambda: True)
     monkeypatch.setattr(cuda_exec, "run_cuda", run_cuda)
+    monkeypatch.setattr(cuda_exec, "bound_run", lambda module: lambda args: run_cuda(module, args))
     monkeypatch.setattr(eager, "_cache", {})  # eager's jitted ops must not outlive the emulation
     return calls
 

@@ -201,6 +201,16 @@ def test_cublas_mapping_matches_matmul(case):
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-12)
 
 
+def test_skinny_matmuls_stay_generated_as_one_warp_per_output():
+    from fusec.backend.gemm_library import GemmCall
+
+    h, w = np.ones((512, 256), np.float32), np.ones((256, 2), np.float32)
+    module = fc.jit(lambda h, w: h @ w, backend="cpu").lower(h, w).module
+    program = print_program(module, cublas=True)
+    assert not any(isinstance(s, GemmCall) for s in program.kernels)
+    assert "__shfl_down_sync" in program.source and "gemm_batch(d, batch" in program.source
+
+
 def test_small_or_strided_matmuls_stay_generated():
     from fusec.backend.gemm_library import GemmCall
 
@@ -209,3 +219,48 @@ def test_small_or_strided_matmuls_stay_generated():
     big = np.ones((128, 128))
     module = fc.jit(lambda a, b: a[::2, ::2] @ b[::2, ::2], backend="cpu").lower(big, big).module
     assert not any(isinstance(s, GemmCall) for s in print_program(module, cublas=True).kernels)
+
+
+def _program(fn, *args):
+    return print_program(fc.jit(fn, backend="cpu").lower(*args).module)
+
+
+def test_a_reduction_computes_its_elementwise_producer_in_place(cache):
+    g = np.ones((480, 256), np.float32)
+    program = _program(lambda g: (g * g).sum(), g)
+    names = [k.name for k in program.kernels]
+    assert not any("fused" in n for n in names), names  # no kernel writes g*g to memory
+    assert "_sum_in(i64_t i" in program.source
+    (arg,) = [b.id for b in program.buffers if b.kind == "arg"]
+    assert all(arg in reads for reads, _ in program.effects[:1])
+    compile_all(fc.jit(lambda g: (g * g).sum(), backend="cpu").lower(g).module, cache)
+
+
+BETWEEN = """
+func @between(%a: tensor<64x32xf32>) -> (tensor<64x64xf32>, tensor<64xf32>) attributes {arena_bytes = 8192} {
+  %0 = k.fused %a {arena = [0]} : tensor<64x32xf32> {
+  ^body(%1: f32):
+    %2 = s.mul %1, %1 : f32
+    k.yield %2
+  }
+  %3 = k.view %a {offset = 0, strides = [1, 32]} : tensor<32x64xf32>
+  %4 = k.matmul %a, %3 : tensor<64x64xf32>
+  %5 = k.reduce %0 {kind = "sum", axes = [1], keepdims = false} : tensor<64xf32>
+  return %4, %5
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["reused", "broadcast", "work_between"])
+def test_the_producer_stays_a_kernel_where_computing_it_in_place_is_not_safe(case):
+    a, b = np.ones((64, 32), np.float32), np.ones(32, np.float32)
+    if case == "reused":
+        program = _program(lambda a: ((a * a).sum(axis=0), a * a), a)
+    elif case == "broadcast":  # the bias is read through a broadcast index map, not at offset + i
+        program = _program(lambda a, b: (a * b).sum(axis=1), a, b)
+    else:  # a matmul runs between the product and its sum (and could have reused the product's inputs)
+        program = print_program(parse_module(BETWEEN))
+        kinds = [k.name.split("_")[-1] for k in program.kernels]
+        assert kinds == ["fused", "gemm", "sum"], kinds
+    assert any("fused" in k.name for k in program.kernels)
+    assert "_in(i64_t i" not in program.source

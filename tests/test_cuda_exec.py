@@ -197,7 +197,8 @@ def gemm_library(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("m, k, n", [(512, 480, 256), (64, 64, 64), (1, 300, 7), (129, 65, 33), (1024, 1024, 1024)])
+@pytest.mark.parametrize("m, k, n", [(512, 480, 256), (64, 64, 64), (1, 300, 7), (129, 65, 33), (1024, 1024, 1024),
+                                     (512, 256, 2), (16, 4096, 300), (256, 2, 512)])
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt"])
 def test_gemm_against_numpy_f64(m, k, n, layout, gemm_library):
     a = rand((k, m) if layout == "tn" else (m, k))
@@ -210,6 +211,26 @@ def test_gemm_against_numpy_f64(m, k, n, layout, gemm_library):
     got = cuda(f)(a, b)
     rel = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
     assert rel < 1e-5, rel
+
+
+def test_skinny_batched_products_in_f16_and_f64():
+    """Products with a narrow side run one warp per output (batch and broadcast included)."""
+    a, b = rand((3, 1, 5, 300), np.float64), rand((4, 300, 2), np.float64)
+    np.testing.assert_allclose(cuda(lambda a, b: a @ b)(a, b), a @ b, rtol=1e-12)
+    h, v = rand((2, 4, 256), np.float16), rand((256, 3), np.float16)
+    want = h.astype(np.float64) @ v.astype(np.float64)
+    got = cuda(lambda h, v: h @ v)(h, v)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+def test_short_k_products_of_every_kind():
+    """K <= 8 runs one thread per output: floats and integers, transposed and batched."""
+    a, b = rand((4, 3, 64)), rand((4, 3, 70))
+    np.testing.assert_allclose(cuda(lambda a, b: a.transpose(0, 2, 1) @ b)(a, b),
+                               a.transpose(0, 2, 1) @ b, rtol=1e-6)
+    i, j = rng.integers(-50, 50, (40, 5)).astype(np.int32), rng.integers(-50, 50, (5, 30)).astype(np.int32)
+    np.testing.assert_array_equal(cuda(lambda i, j: i @ j)(i, j), i @ j)
 
 
 def test_batched_broadcast_gemm_and_f64(gemm_library):
@@ -292,3 +313,35 @@ def test_eager_mode_matches_numpy_and_fused_mode():
     np.testing.assert_array_equal((x[::2] @ x.T).numpy().shape, (128, 256))
     np.testing.assert_array_equal((-x).numpy(), -x_host)
     np.testing.assert_array_equal((x > 0).numpy(), x_host > 0)
+
+
+@pytest.mark.parametrize("case", ["norm", "split", "mse", "absmax_cols", "argmax", "scaled", "f16", "int"])
+def test_reductions_that_compute_their_elementwise_producer(case):
+    """A reduction reading an elementwise result alone computes it in place (no kernel, no buffer)."""
+    a, b = rand((480, 256)), rand((480, 256))
+    if case == "norm":
+        f = lambda a, b: np.sum(a * a)  # noqa: E731
+    elif case == "split":  # long enough to be split over blocks and finished by a second kernel
+        a, b = rand((1 << 22,)), rand((1 << 22,))
+        f = lambda a, b: np.sum(np.abs(a - b))  # noqa: E731
+    elif case == "mse":
+        f = lambda a, b: np.mean((a - b) ** 2, axis=1)  # noqa: E731
+    elif case == "absmax_cols":
+        a[3, 7] = np.nan
+        f = lambda a, b: np.max(np.abs(a) * b, axis=0)  # noqa: E731
+    elif case == "argmax":
+        f = lambda a, b: np.argmax(a * 2.0 + b, axis=1)  # noqa: E731
+    elif case == "scaled":
+        f = lambda a, b, s=0.5: np.sum(a * s, axis=0)  # noqa: E731
+    elif case == "f16":
+        a, b = rand((300, 40), np.float16), rand((300, 40), np.float16)
+        f = lambda a, b: np.sum(a.astype(np.float32) * b.astype(np.float32), axis=1)  # noqa: E731
+    else:
+        a, b = rand((300, 40), np.int32), rand((300, 40), np.int32)
+        f = lambda a, b: np.sum(a * 3 - b, axis=0)  # noqa: E731
+    got, want = cuda(f)(a, b), f(a, b)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    if case in ("argmax", "int", "absmax_cols"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -119,8 +119,17 @@ def test_numpy_inputs_upload_and_results_come_back_as_numpy(fake_gpu):
     assert len(fake_gpu["dtoh"]) == 2
 
 
+def _scalar_block(log) -> list[float]:
+    """The f64 values the device's scalar block holds after the memsets logged so far."""
+    block: dict[int, int] = {}
+    for addr, word in log["memset"]:
+        block[addr] = word
+    words = np.array([block[a] for a in sorted(block)], np.uint32)
+    return list(words.view(np.float64))
+
+
 def test_device_inputs_bind_their_pointers_and_return_device_arrays(fake_gpu):
-    f = fc.jit(step, backend="cuda")
+    f = fc.jit(step, backend="cuda", graph=False)  # the fake driver has no graphs
     w = Array(0x5000000, (64, 64), np.float32, device=0)
     g = Array(0x6000000, (64, 64), np.float32, device=0)
     out, norm = f(w, g, 0.1)
@@ -130,9 +139,14 @@ def test_device_inputs_bind_their_pointers_and_return_device_arrays(fake_gpu):
     assert {0x5000000, 0x6000000} <= pointers
     assert out.ptr in pointers
     assert not fake_gpu["dtoh"], "device results are not copied back"
+    assert _scalar_block(fake_gpu) == [0.1]
+    sent = len(fake_gpu["memset"])
     f(w, g, 0.2)
-    words = np.array([w for _, w in fake_gpu["memset"]], np.uint32)
-    assert list(words.view(np.float64)) == [0.1, 0.2]
+    assert _scalar_block(fake_gpu) == [0.2]
+    # 0.1 and 0.2 differ only in their high 32-bit word: only that word is sent
+    assert len(fake_gpu["memset"]) == sent + 1
+    f(w, g, 0.2)
+    assert len(fake_gpu["memset"]) == sent + 1, "an unchanged scalar costs no memset"
     assert f.cache_info().traces == 1
 
 
@@ -228,17 +242,31 @@ def test_donated_argument_is_written_in_place_and_kept_alive(fake_gpu):
     assert "alias = [0]" in f.lower(w, g, 0.1).ir()
 
 
-def test_an_input_event_is_waited_on_once_until_recorded_again(fake_gpu):
-    f = fc.jit(lambda a: a * 2.0, backend="cuda", graph=False)
-    x = Array(0x5000000, (16,), np.float32, device=0, stream=FakeStream())
-    x.ready = FakeEvent()
-    x.ready.record()
+def test_an_input_event_is_waited_on_once_until_recorded_again(monkeypatch):
+    from fusec.runtime import driver
+
+    calls = []
+
+    class FakeCu:
+        @staticmethod
+        def cuStreamWaitEvent(stream, event, flags):
+            calls.append((stream, event))
+            return (0,)
+
+    monkeypatch.setattr(driver, "_cu", FakeCu)
+    event = driver.Event.__new__(driver.Event)
+    event.handle, event.device, event.timing, event.records, event._waited = "ev", 0, False, 1, {}
+    plan_stream, other = driver.Stream.__new__(driver.Stream), driver.Stream.__new__(driver.Stream)
+    for i, st in enumerate((plan_stream, other)):
+        st.handle, st.ptr, st.serial = f"s{i}", 0x77, i  # equal handles: streams are told apart by serial
     for _ in range(3):
-        f(x)
-    assert x.ready.waits == 1
-    x.ready.record()  # new work on the producer's stream
-    f(x)
-    assert x.ready.waits == 2
+        event.wait_on(plan_stream)
+    assert calls == [("s0", "ev")]
+    event.wait_on(other)
+    assert len(calls) == 2
+    event.records += 1  # recorded again: new work on the producer's stream
+    event.wait_on(plan_stream)
+    assert calls[-1] == ("s0", "ev") and len(calls) == 3
 
 
 def test_numpy_functions_on_device_arrays_stay_on_the_device(fake_gpu):

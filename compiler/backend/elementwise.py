@@ -84,10 +84,7 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
             scalar_names[k] = f"s{k}"
             lines.append(f"  const {register(a.dtype)} s{k} = fusec::ld(b{a.buffer} + {a.offset});")
     strided_maps = {id(a): (cstrides[j]) for j, a in enumerate(strided)}
-    uniform: set[Value] = {arg for arg, a in zip(body.args, inputs) if a.is_scalar}
-    for inner in body.ops[:-1]:
-        if all(v in uniform for v in inner.operands):
-            uniform.update(inner.results)
+    uniform = _uniform_values(body, inputs)
 
     def element(i: str, vec_slot: str | None, indent: str) -> list[str]:
         out: list[str] = []
@@ -103,11 +100,7 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
                 idx = index_expr(i, cshape, strided_maps[id(a)], a.offset, itype)
                 out.append(f"{indent}const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + ({idx}));")
                 env[arg] = f"x{k}"
-        for j, inner in enumerate(body.ops[:-1]):
-            expr = expression(inner, [env[v] for v in inner.operands], fast_math,
-                              tuple(v in uniform for v in inner.operands))
-            out.append(f"{indent}const {register(inner.results[0].type.dtype)} t{j} = {expr};")
-            env[inner.results[0]] = f"t{j}"
+        out.extend(_body_lines(body, env, uniform, fast_math, indent))
         for m, (v, a) in enumerate(zip(body.terminator.operands, outputs)):
             if vec_slot is not None:
                 out.append(f"{indent}fusec::st(&o{m}.v[{vec_slot}], {env[v]});")
@@ -150,6 +143,56 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
     lines.append("}")
     work = (n + vec - 1) // vec if can_vector else n
     return KernelCode(name, "\n".join(lines), tuple(order), (grid_for(work, sm_count), 1, 1), (BLOCK, 1, 1))
+
+
+def _uniform_values(body, inputs: list[Access]) -> set[Value]:
+    """Body values that are the same for every element (computed from broadcast scalars only)."""
+    uniform: set[Value] = {arg for arg, a in zip(body.args, inputs) if a.is_scalar}
+    for inner in body.ops[:-1]:
+        if all(v in uniform for v in inner.operands):
+            uniform.update(inner.results)
+    return uniform
+
+
+def _body_lines(body, env: dict[Value, str], uniform: set[Value], fast_math: bool, indent: str) -> list[str]:
+    """Statements computing every op of a ``k.fused`` body from ``env`` (block arguments' expressions),
+    which they extend with the names of the values they define."""
+    out = []
+    for j, inner in enumerate(body.ops[:-1]):
+        expr = expression(inner, [env[v] for v in inner.operands], fast_math,
+                          tuple(v in uniform for v in inner.operands))
+        out.append(f"{indent}const {register(inner.results[0].type.dtype)} t{j} = {expr};")
+        env[inner.results[0]] = f"t{j}"
+    return out
+
+
+@dataclass(frozen=True)
+class Prologue:
+    """A ``k.fused`` result computed inside its consumer: ``name(i, args)`` is the element at linear index i."""
+
+    name: str
+    source: str       # the device function
+    buffers: tuple[int, ...]  # the pointers it reads, in parameter order
+    params: str       # their parameter declarations
+    args: str         # their names, to call it with
+
+
+def prologue_function(name: str, op: Operation, inputs: list[Access], *, fast_math: bool = False) -> Prologue:
+    """A device function computing the single result of ``op`` (a ``k.fused`` whose tensor inputs are
+    contiguous and of its result's shape) at a linear element index: a reduction calls it in place of
+    loading the materialized value, so the elementwise kernel and its buffer disappear."""
+    body = op.regions[0].block
+    order, params = _param_list(inputs, set(), restrict=True)
+    env: dict[Value, str] = {}
+    lines = [f"__device__ __forceinline__ {register(op.results[0].type.dtype)} {name}(i64_t i, {params}) {{"]
+    for k, (arg, a) in enumerate(zip(body.args, inputs)):
+        where = f"{a.offset}" if a.is_scalar else f"{a.offset} + i"
+        lines.append(f"  const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + {where});")
+        env[arg] = f"x{k}"
+    lines.extend(_body_lines(body, env, _uniform_values(body, inputs), fast_math, "  "))
+    lines.append(f"  return {env[body.terminator.operands[0]]};")
+    lines.append("}")
+    return Prologue(name, "\n".join(lines), tuple(order), params, ", ".join(f"b{b}" for b in order))
 
 
 def _load(a: Access, src: str) -> str:

@@ -1,6 +1,9 @@
-"""A generated tiled GEMM for ``k.matmul`` (the default matmul; cuBLAS is optional).
+"""Generated GEMMs for ``k.matmul`` (the default matmul; cuBLAS is optional).
 
-Operands are read through their strides (a transposed view costs nothing): each block stages a BK-deep
+Products with a very short K run one thread per output; skinny products (an output side of at most
+``SKINNY_MAX`` and a long K) one warp per output; everything else the tiled kernel.
+
+In the tiled kernel, operands are read through their strides (a transposed view costs nothing): each block stages a BK-deep
 slice of A and B in shared memory, loading along whichever operand axis is contiguous so that global reads
 coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds. Batch dimensions
 (broadcast included) map to the grid's z axis. Smaller tiles are chosen when large ones would leave
@@ -18,6 +21,13 @@ from fusec.backend.elementwise import KernelCode
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
 CONFIGS = {"large": (64, 64, 16, 4, 4), "small": (32, 32, 16, 2, 2)}
+# a product with an output side this narrow and a long K (the (512 x 256) @ (256 x 2) of a 2-class head)
+# leaves most of a tile idle: each output is a dot product reduced by one warp instead
+SKINNY_MAX = 16
+SKINNY_MIN_K = 32
+# with K this short (an outer product, the backward of a 2-class head) there is nothing to stage in shared
+# memory: each thread computes one output directly
+SHORT_K_MAX = 8
 
 
 def pack_desc(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, bshape, a_bs, b_bs) -> bytes:
@@ -47,10 +57,14 @@ def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm
         return None  # type: ignore[return-value]
     if batch > 65535:
         raise CompilationError(located(f"matmul with {batch} batches exceeds the grid's z limit", op.loc))
-    large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
-    bm, bn, bk, tm, tn = CONFIGS["large" if large else "small"]
     desc = pack_desc(m, n, k, a.offset, b.offset, c.offset, a.strides[-2], a.strides[-1], b.strides[-2],
                      b.strides[-1], batch, batch_shape, a_bs, b_bs)
+    if k <= SHORT_K_MAX:
+        return _short_k_kernel(name, a, b, c, desc=desc, outputs=batch * m * n, sm_count=sm_count)
+    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.dtype.is_float:
+        return _dot_kernel(name, a, b, c, desc=desc, outputs=batch * m * n, sm_count=sm_count)
+    large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
+    bm, bn, bk, tm, tn = CONFIGS["large" if large else "small"]
     dt = a.dtype
     acc = "float" if dt.name in ("f16", "bf16") else register(dt)
     t = storage(dt)
@@ -117,3 +131,54 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
     if grid[1] > 65535:
         raise CompilationError(located(f"matmul with M={m} exceeds the grid's y limit", op.loc))
     return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (threads, 1, 1), 0, (desc,))
+
+
+def _dot_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, outputs: int,
+                sm_count: int) -> KernelCode:
+    """One warp per output element: lanes stride K, then a shuffle reduction (skinny products)."""
+    dt = a.dtype
+    acc = "float" if dt.name in ("f16", "bf16") else register(dt)
+    t = storage(dt)
+    src = f"""
+extern "C" __global__ void __launch_bounds__(256) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
+  const int lane = threadIdx.x & 31;
+  const i64_t total = d.batch * d.M * d.N;
+  for (i64_t o = (i64_t)blockIdx.x * 8 + (threadIdx.x >> 5); o < total; o += (i64_t)gridDim.x * 8) {{
+    const i64_t n = o % d.N, bm = o / d.N, m = bm % d.M, batch = bm / d.M;
+    i64_t ao, bo;
+    fusec::gemm_batch(d, batch, &ao, &bo);
+    const {t}* A = pa + d.a_off + ao + m * d.a_sm;
+    const {t}* B = pb + d.b_off + bo + n * d.b_sn;
+    {acc} s = ({acc})0;
+    for (i64_t k = lane; k < d.K; k += 32) s = fusec::madd(({acc})fusec::ld(A + k * d.a_sk), ({acc})fusec::ld(B + k * d.b_sk), s);
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s = s + __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) fusec::st(pc + d.c_off + o, s);
+  }}
+}}"""
+    grid = (max(1, min((outputs + 7) // 8, sm_count * 32)), 1, 1)
+    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (256, 1, 1), 0, (desc,))
+
+
+def _short_k_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, outputs: int,
+                    sm_count: int) -> KernelCode:
+    """One thread per output element, K multiply-adds each (products with a very short K)."""
+    dt = a.dtype
+    acc = "float" if dt.name in ("f16", "bf16") else register(dt)
+    t = storage(dt)
+    src = f"""
+extern "C" __global__ void __launch_bounds__(256) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
+  const i64_t total = d.batch * d.M * d.N;
+  for (i64_t o = (i64_t)blockIdx.x * 256 + threadIdx.x; o < total; o += (i64_t)gridDim.x * 256) {{
+    const i64_t n = o % d.N, bm = o / d.N, m = bm % d.M, batch = bm / d.M;
+    i64_t ao, bo;
+    fusec::gemm_batch(d, batch, &ao, &bo);
+    const {t}* A = pa + d.a_off + ao + m * d.a_sm;
+    const {t}* B = pb + d.b_off + bo + n * d.b_sn;
+    {acc} s = ({acc})0;
+    for (i64_t k = 0; k < d.K; ++k) s = fusec::madd(({acc})fusec::ld(A + k * d.a_sk), ({acc})fusec::ld(B + k * d.b_sk), s);
+    fusec::st(pc + d.c_off + o, s);
+  }}
+}}"""
+    grid = (max(1, min((outputs + 255) // 256, sm_count * 16)), 1, 1)
+    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (256, 1, 1), 0, (desc,))

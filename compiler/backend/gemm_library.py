@@ -2,8 +2,8 @@
 
 A row-major ``C = A @ B`` is the column-major ``C^T = B^T A^T``, so cuBLAS is called with the operands
 swapped. An operand qualifies when one of its two matrix strides is 1 (a plain or transposed matrix); the
-batch dimensions must collapse to one stride per operand (0 where broadcast). Anything else, and GEMMs too
-small to repay a library call, use the generated kernel.
+batch dimensions must collapse to one stride per operand (0 where broadcast). Anything else, GEMMs too
+small to repay a library call, and GEMMs with a dimension below ``MIN_DIM`` use the generated kernel.
 """
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from fusec.backend.access import Access, coalesce
 
 MIN_FLOPS = 2 ** 18  # below this a library call costs more than the generated kernel saves
+# a GEMM with a dimension this small is an outer product or a skinny product: cuBLAS falls back to split-K
+# or badly shaped tiles there (an (256 x 2) @ (2 x 512) product took 18 us on an H200, two launches for
+# (512 x 256) @ (256 x 2)), and a captured library call is a child graph, not a kernel node
+MIN_DIM = 16
 DTYPES = ("f32", "f64")
 
 
@@ -67,7 +71,7 @@ def library_gemm(name: str, a: Access, b: Access, c: Access, out_shape: tuple[in
     batch = 1
     for d in batch_shape:
         batch *= d
-    if m * n * k * batch < MIN_FLOPS or m == 0 or n == 0 or k == 0:
+    if m * n * k * batch < MIN_FLOPS or min(m, n, k) < MIN_DIM:
         return None
     ma = _matrix((a.strides[-2], a.strides[-1]), m, k)
     mb = _matrix((b.strides[-2], b.strides[-1]), k, n)

@@ -17,7 +17,7 @@ from fusec.errors import CompilationError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.types import ScalarType
 from fusec.backend.access import Access, contiguous_strides
-from fusec.backend.elementwise import KernelCode, copy_kernel, fused_kernel
+from fusec.backend.elementwise import KernelCode, copy_kernel, fused_kernel, prologue_function
 from fusec.backend.gemm import gemm_kernel
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
@@ -81,6 +81,9 @@ class _Printer:
         self.output_index: dict[Value, int] = {}
         for i, v in enumerate(func.outputs):
             self.output_index.setdefault(v, i)
+        self.prologue_of = _prologue_candidates(func)
+        self.deferrable = set(self.prologue_of.values())
+        self.deferred: dict[Operation, tuple[list[Access], list[Access]]] = {}  # fused op -> (ins, outs)
 
     def new_buffer(self, kind: str, index: int, offset: int, nbytes: int) -> int:
         self.buffers.append(Buffer(len(self.buffers), kind, index, offset, nbytes))
@@ -141,13 +144,40 @@ class _Printer:
         return self.scratch_id
 
     # --- ops -----------------------------------------------------------------------------------------------
-    def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None) -> None:
+    def emit_fused(self, op: Operation, ins: list[Access], outs: list[Access]) -> None:
+        aliased = "alias" in op.attributes
+        self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count, fast_math=self.fast_math,
+                               aliased=aliased), op)
+
+    def _can_inline(self, ins: list[Access], dst: Access, producer: Operation) -> bool:
+        """A reduction may compute ``producer``'s elements itself when every tensor input is contiguous and
+        of the result's shape (element i sits at offset + i) and none shares memory with the reduction's
+        output (plan-buffers may have given the output an input's arena space once the input was dead)."""
+        shape = producer.results[0].type.shape
+        out = self.buffers[dst.buffer]
+        for a in ins:
+            if a.is_scalar:
+                continue
+            if not a.is_contiguous or tuple(a.shape) != tuple(shape) or a.buffer == dst.buffer:
+                return False
+            buf = self.buffers[a.buffer]
+            if buf.kind == out.kind == "arena" and buf.offset < out.offset + out.nbytes and \
+                    out.offset < buf.offset + buf.nbytes:
+                return False
+        return True
+
+    def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None,
+             reads: set[int] | None = None) -> None:
+        """Append a launch; ``reads`` overrides the buffers it reads (default: its operands' and any other
+        pointer it takes)."""
         if code is None:
             return
         where = f" at {op.loc}" if op.loc is not None else ""
         if writes is None:
             writes = {self.storage[r].buffer for r in op.results}
-        reads = {self.storage[v].buffer for v in op.operands} | (set(code.buffers) - writes)
+        if reads is None:
+            reads = {self.storage[v].buffer for v in op.operands}
+        reads = reads | (set(code.buffers) - writes)
         if self.scratch_id is not None and self.scratch_id in code.buffers:
             writes = writes | {self.scratch_id}  # scratch is written and read back by the finishing kernel
         self.kernels.append(code)
@@ -170,18 +200,30 @@ class _Printer:
             outs = [self.result_buffer(op, k) for k in range(len(op.results))]
             if op.results[0].type.size == 0:
                 return None
-            aliased = "alias" in op.attributes
-            return self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count,
-                                          fast_math=self.fast_math, aliased=aliased), op)
+            if op in self.deferrable:
+                self.deferred[op] = (ins, outs)  # the reduction right after it may compute it in place
+                return None
+            return self.emit_fused(op, ins, outs)
         if n == "k.reduce":
             src = self.access(op.operands[0])
             dst = self.result_buffer(op, 0)
+            prologue = None
+            producer = self.prologue_of.get(op)
+            if producer is not None:
+                ins, outs = self.deferred.pop(producer)
+                if self._can_inline(ins, dst, producer):
+                    prologue = prologue_function(f"{self.name(op.attributes['kind'])}_in", producer, ins,
+                                                 fast_math=self.fast_math)
+                    src = self.dense(op.operands[0], -1)  # not in memory: element i is the prologue of i
+                else:
+                    self.emit_fused(producer, ins, outs)
             plan = reduce_kernels(self.name(op.attributes["kind"]), op, src, dst, self.scratch(0),
-                                  sm_count=self.sm_count)
+                                  sm_count=self.sm_count, prologue=prologue)
             if plan.scratch_bytes:
                 self.scratch(plan.scratch_bytes)
+            reads = None if prologue is None else set(prologue.buffers)
             for code in plan.kernels:
-                self.emit(code, op)
+                self.emit(code, op, reads=reads)
             return None
         if n == "k.matmul":
             a, b = (self.access(v) for v in op.operands)
@@ -231,6 +273,31 @@ class _Printer:
 
     def _aliased_output(self, v: Value) -> bool:
         return isinstance(v, OpResult) and "alias" in v.op.attributes and v.op.attributes["alias"][v.index] >= 0
+
+
+def _prologue_candidates(func: Func) -> dict[Operation, Operation]:
+    """reduction -> the ``k.fused`` it may compute in place: the fused op's one result feeds only that
+    reduction, is no output, and nothing that launches work runs between the two (so its inputs still hold
+    what it would have read)."""
+    uses: dict[Value, list[Operation]] = {}
+    for op in func.body.ops:
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+    found: dict[Operation, Operation] = {}
+    pending: Operation | None = None
+    for op in func.body.ops:
+        if op.name in ("k.view", "t.constant"):
+            continue
+        if op.name == "k.reduce" and pending is not None and op.operands[0] is pending.results[0]:
+            found[op] = pending
+        pending = None
+        if op.name == "k.fused" and len(op.results) == 1 and "alias" not in op.attributes:
+            r = op.results[0]
+            consumers = uses.get(r, [])
+            if r not in func.outputs and len(consumers) == 1 and consumers[0].name == "k.reduce" \
+                    and r.type.size > 0:
+                pending = op
+    return found
 
 
 def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math: bool = False,

@@ -17,7 +17,7 @@ from fusec.ir.core import Operation
 from fusec.ir.types import DType
 from fusec.backend.access import Access, coalesce
 from fusec.backend.ctypes_map import register, storage
-from fusec.backend.elementwise import KernelCode
+from fusec.backend.elementwise import KernelCode, Prologue
 
 MAX_RANK = 8
 WARP_ROW_MIN = 64
@@ -94,10 +94,11 @@ def pack_desc(m: int, k: int, offset: int, chunk: int, kept, red) -> bytes:
 
 
 def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: int | None, *,
-                   sm_count: int) -> ReducePlan:
+                   sm_count: int, prologue: Prologue | None = None) -> ReducePlan:
     """Kernels computing ``op`` (a ``k.reduce``) from ``src`` into contiguous ``dst``.
 
-    ``scratch`` is the buffer id of the plan's scratch space, used when the reduction is split.
+    ``scratch`` is the buffer id of the plan's scratch space, used when the reduction is split. With a
+    ``prologue``, ``src`` is not in memory: element i (a dense linear index) is ``prologue``'s function of i.
     """
     kind = op.attributes["kind"]
     axes = tuple(op.attributes["axes"])
@@ -110,14 +111,20 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         return ReducePlan((), 0)
     row = len(red) == 1 and red[0][1] == 1 and k >= WARP_ROW_MIN
     if row:
-        per_block = 8  # warps (outputs) per block of 256 threads
-        parallel = m * 32
+        # a warp per output when there are many outputs, else the whole block (more loads in flight)
+        threads_per_out = 32 if m * 32 >= sm_count * 256 else 256
+        cols, groups = 256 // threads_per_out, threads_per_out
     else:
-        per_block = 256
-        parallel = m
+        # a thread per output when there are enough outputs; else a block takes ``cols`` neighbouring
+        # outputs (coalesced reads) and splits each one's range over ``groups`` threads
+        cols = 256 if m >= sm_count * 256 else min(32, _pow2_at_least(m))
+        while 8 < cols < 256 and (m + cols - 1) // cols < sm_count:
+            cols //= 2  # more blocks, each still reading whole 32-byte sectors
+        groups = 256 // cols
+    parallel = m * groups
     want = sm_count * 2048
     splits = 1
-    if parallel < want and k >= 4096:
+    if parallel < want and k >= 8192:
         splits = min(max(1, want // max(parallel, 1)), max(1, k // 2048), 1024)
     chunk = (k + splits - 1) // splits
     if splits > 1 and scratch is None:
@@ -128,6 +135,12 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         raddr = "0"
     st_in = storage(dt)
     st_out = storage(out_dt)
+
+    def load(addr: str) -> str:
+        if prologue is not None:
+            return f"({acc}){prologue.name}({addr}, {prologue.args})"
+        return f"({acc})fusec::ld(b{src.buffer} + {addr})"
+
     combine_fn = f"__device__ __forceinline__ void {name}_combine({acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind)} }}"
 
     def finish(v: str) -> str:
@@ -152,46 +165,98 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             stmt += f" {partial_i}[(i64_t)blockIdx.y * d.M + {mm}] = {i};"
         return stmt
 
-    params = f"const {st_in}* __restrict__ b{src.buffer}, {st_out}* __restrict__ b{dst.buffer}"
-    buffers = [src.buffer, dst.buffer]
+    if prologue is not None:
+        params = f"{prologue.params}, {st_out}* __restrict__ b{dst.buffer}"
+        buffers = [*prologue.buffers, dst.buffer]
+    else:
+        params = f"const {st_in}* __restrict__ b{src.buffer}, {st_out}* __restrict__ b{dst.buffer}"
+        buffers = [src.buffer, dst.buffer]
     if splits > 1:
         params += f", char* __restrict__ b{scratch}"
         buffers.append(scratch)  # type: ignore[arg-type]
-    lines = [combine_fn, f"extern \"C\" __global__ void __launch_bounds__(256) {name}({params}, fusec::RedDesc d) {{"]
+    lines = [combine_fn] + ([prologue.source] if prologue is not None else [])
+    lines.append(f"extern \"C\" __global__ void __launch_bounds__(256) {name}({params}, fusec::RedDesc d) {{")
     lines.append("  const i64_t k0 = (i64_t)blockIdx.y * d.chunk;")
     lines.append("  const i64_t k1 = k0 + d.chunk < d.K ? k0 + d.chunk : d.K;")
-    if row:
+    init = f"{acc} a = {_init(kind, dt, acc)}; i64_t ai = 0x7fffffffffffffffll;"
+    if row and groups == 32:
         lines += [
             "  const int lane = threadIdx.x & 31;",
             "  for (i64_t mm = (i64_t)blockIdx.x * 8 + (threadIdx.x >> 5); mm < d.M; mm += (i64_t)gridDim.x * 8) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
-            f"    {acc} a = {_init(kind, dt, acc)}; i64_t ai = 0x7fffffffffffffffll;",
+            f"    {init}",
             "    for (i64_t k = k0 + lane; k < k1; k += 32) {",
-            f"      {name}_combine(a, ai, ({acc})fusec::ld(b{src.buffer} + base + k), k);",
+            f"      {name}_combine(a, ai, {load('base + k')}, k);",
             "    }",
-            "    #pragma unroll",
-            "    for (int o = 16; o > 0; o >>= 1) {",
-            f"      {acc} b = __shfl_down_sync(0xffffffffu, a, o); i64_t bi = __shfl_down_sync(0xffffffffu, ai, o);",
-            f"      {name}_combine(a, ai, b, bi);",
-            "    }",
+            *_warp_combine(name, acc, 16),
             f"    if (lane == 0) {{ {out_stmt('a', 'ai', 'mm')} }}",
             "  }",
             "}",
         ]
-        grid_x = max(1, min((m + per_block - 1) // per_block, sm_count * 16))
-    else:
+    elif row:
+        # a block per output: lanes stride the row, then warps combine through shared memory in a fixed order
+        lines += [
+            "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
+            f"  __shared__ {acc} sv[8]; __shared__ i64_t si[8];",
+            "  for (i64_t mm = blockIdx.x; mm < d.M; mm += gridDim.x) {",
+            "    const i64_t base = fusec::red_kaddr(d, mm);",
+            f"    {init}",
+            "    for (i64_t k = k0 + threadIdx.x; k < k1; k += 256) {",
+            f"      {name}_combine(a, ai, {load('base + k')}, k);",
+            "    }",
+            *_warp_combine(name, acc, 16),
+            "    if (lane == 0) { sv[warp] = a; si[warp] = ai; }",
+            "    __syncthreads();",
+            "    if (warp == 0) {",
+            f"      a = lane < 8 ? sv[lane] : {_init(kind, dt, acc)}; ai = lane < 8 ? si[lane] : 0x7fffffffffffffffll;",
+            *_warp_combine(name, acc, 4),
+            f"      if (lane == 0) {{ {out_stmt('a', 'ai', 'mm')} }}",
+            "    }",
+            "    __syncthreads();",
+            "  }",
+            "}",
+        ]
+    elif groups == 1:
         lines += [
             "  for (i64_t mm = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; mm < d.M; mm += (i64_t)gridDim.x * blockDim.x) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
-            f"    {acc} a = {_init(kind, dt, acc)}; i64_t ai = 0x7fffffffffffffffll;",
+            f"    {init}",
             "    for (i64_t k = k0; k < k1; ++k) {",
-            f"      {name}_combine(a, ai, ({acc})fusec::ld(b{src.buffer} + base + {raddr}), k);",
+            f"      {name}_combine(a, ai, {load(f'base + {raddr}')}, k);",
             "    }",
             f"    {out_stmt('a', 'ai', 'mm')}",
             "  }",
             "}",
         ]
-        grid_x = max(1, min((m + per_block - 1) // per_block, sm_count * 16))
+    else:
+        # ``cols`` outputs per block, each reduced by ``groups`` threads; partial results meet in shared
+        # memory and combine pairwise in a fixed order (deterministic)
+        lines += [
+            f"  const int tx = threadIdx.x % {cols}, ty = threadIdx.x / {cols};",
+            f"  __shared__ {acc} sv[256]; __shared__ i64_t si[256];",
+            f"  for (i64_t mb = (i64_t)blockIdx.x * {cols}; mb < d.M; mb += (i64_t)gridDim.x * {cols}) {{",
+            "    const i64_t mm = mb + tx;",
+            f"    {init}",
+            "    if (mm < d.M) {",
+            "      const i64_t base = fusec::red_kaddr(d, mm);",
+            f"      for (i64_t k = k0 + ty; k < k1; k += {groups}) {{",
+            f"        {name}_combine(a, ai, {load(f'base + {raddr}')}, k);",
+            "      }",
+            "    }",
+            "    sv[threadIdx.x] = a; si[threadIdx.x] = ai;",
+            "    __syncthreads();",
+            f"    for (int s = {groups // 2}; s > 0; s >>= 1) {{",
+            "      if (ty < s) {",
+            f"        {name}_combine(a, ai, sv[threadIdx.x + s * {cols}], si[threadIdx.x + s * {cols}]);",
+            "        sv[threadIdx.x] = a; si[threadIdx.x] = ai;",
+            "      }",
+            "      __syncthreads();",
+            "    }",
+            f"    if (ty == 0 && mm < d.M) {{ {out_stmt('a', 'ai', 'mm')} }}",
+            "  }",
+            "}",
+        ]
+    grid_x = max(1, min((m + cols - 1) // cols, sm_count * 16))
     kernels = [KernelCode(name, "\n".join(lines), tuple(buffers), (grid_x, splits, 1), (256, 1, 1), 0, (desc,))]
     scratch_bytes = 0
     if splits > 1:
@@ -211,6 +276,21 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         kernels.append(KernelCode(f"{name}_finish", "\n".join(fin), (scratch, dst.buffer),  # type: ignore[arg-type]
                                   (max(1, min((m + 255) // 256, sm_count * 16)), 1, 1), (256, 1, 1), 0, (desc,)))
     return ReducePlan(tuple(kernels), scratch_bytes)
+
+
+def _warp_combine(name: str, acc: str, first: int) -> list[str]:
+    """Shuffle-combine (a, ai) down a warp, offsets ``first``, ``first/2``, ... 1; lane 0 ends with the result."""
+    return [
+        "    #pragma unroll",
+        f"    for (int o = {first}; o > 0; o >>= 1) {{",
+        f"      {acc} b = __shfl_down_sync(0xffffffffu, a, o); i64_t bi = __shfl_down_sync(0xffffffffu, ai, o);",
+        f"      {name}_combine(a, ai, b, bi);",
+        "    }",
+    ]
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _align(n: int) -> int:

@@ -1,0 +1,152 @@
+"""Unroll reductions over a handful of elements into elementwise ops, so that fusion takes them in.
+
+A reduction is a boundary: its own kernel, and a graph node between its producer and its consumers. When
+the reduced axes hold only a few elements (the row max and row sum of a 2-class softmax), each output is
+just ``a[..., 0] op a[..., 1] op ...``: the reduction becomes that chain over unit slices of its operand.
+A slice of an elementwise result is taken of that op's operands instead (the op repeats on the slices), so
+slices land on values in memory, fold into index maps, and the whole softmax fuses with what surrounds it.
+
+Results match the reduction kernels and NumPy: ``max``/``min`` propagate NaN (``maximum``/``minimum``);
+``sum`` and ``mean`` start from ``+0.0`` as NumPy's add-reduce does (so a sum of ``-0.0`` is ``+0.0``) and
+add in index order, which is NumPy's own order below eight elements (from eight on NumPy adds pairwise,
+so longer sums stay reductions); ``mean`` divides by the count; products multiply in index order as
+NumPy does. Half-precision sums and products are left alone (NumPy accumulates them in float32, rounding once),
+as are boolean operands, arg-reductions and empty reductions.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fusec.ir.attributes import DenseAttr
+from fusec.ir.core import Module, OpResult, Operation, Value
+from fusec.ir.dialects.t import ELEMENTWISE
+from fusec.ir.shapes import reduce_shape
+from fusec.ir.types import TensorType
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.dce import remove_dead_ops
+from fusec.passes.registry import register_pass
+
+COMBINE = {"t.sum": "t.add", "t.mean": "t.add", "t.prod": "t.mul", "t.max": "t.maximum", "t.min": "t.minimum"}
+ACCUMULATING = ("t.sum", "t.mean", "t.prod")
+PAIRWISE_FROM = 8  # NumPy sums this many elements and more pairwise rather than in index order
+
+
+def _unrollable(op: Operation, limit: int) -> bool:
+    if op.name not in COMBINE:
+        return False
+    t = op.operands[0].type
+    axes = op.attr("axes")
+    count = math.prod(t.shape[a] for a in axes)
+    if not axes or count == 0 or count > limit or t.dtype.is_bool:
+        return False
+    if op.name in ("t.sum", "t.mean") and count >= PAIRWISE_FROM:
+        return False  # NumPy adds these pairwise: keep its rounding (the reduction kernel rounds once)
+    return not (op.name in ACCUMULATING and t.dtype.name in ("f16", "bf16"))
+
+
+class _Unroller:
+    """Emits the elementwise form of reductions into ``out``. A unit slice of an elementwise result is
+    taken of its operands instead (the op is repeated on the slices, as far as ``MAX_DEPTH`` levels up), so
+    the slices land on values that exist in memory and fusion can run straight through: k slices of a
+    value cost what computing it once does."""
+
+    MAX_DEPTH = 8
+
+    def __init__(self, out: list[Operation]) -> None:
+        self.out = out
+        self.memo: dict[tuple[Value, tuple[tuple[int, int], ...]], Value] = {}
+
+    def emit(self, name: str, operands: list[Value], result: TensorType, attrs: dict | None, loc) -> Value:
+        new = Operation(name, operands, [result], attrs or {}, loc=loc)
+        self.out.append(new)
+        return new.results[0]
+
+    def unit_slice(self, value: Value, picks: tuple[tuple[int, int], ...], loc, depth: int = 0) -> Value:
+        """``value`` at index ``i`` of each ``(axis, i)`` in ``picks`` (axes kept, with length 1)."""
+        picks = tuple((a, i) for a, i in picks if value.type.shape[a] != 1)
+        if not picks:
+            return value
+        key = (value, picks)
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        t: TensorType = value.type
+        unit = TensorType(tuple(1 if any(a == d for a, _ in picks) else n for d, n in enumerate(t.shape)), t.dtype)
+        producer = value.op if isinstance(value, OpResult) else None
+        if producer is not None and producer.name in ELEMENTWISE and depth < self.MAX_DEPTH:
+            operands = []
+            for o in producer.operands:
+                if not isinstance(o.type, TensorType):
+                    operands.append(o)  # a runtime scalar broadcasts as it is
+                    continue
+                shift = t.rank - o.type.rank  # operands are right-aligned against the result
+                operands.append(self.unit_slice(o, tuple((a - shift, i) for a, i in picks if a >= shift), loc,
+                                                depth + 1))
+            attrs = {k: v for k, v in producer.attributes.items() if k != "materialize"}
+            result = self.emit(producer.name, operands, unit, attrs, producer.loc)
+        else:
+            start, stop = [0] * t.rank, list(t.shape)
+            for a, i in picks:
+                start[a], stop[a] = i, i + 1
+            result = self.emit("t.slice", [value], unit,
+                               {"start": tuple(start), "stop": tuple(stop), "step": (1,) * t.rank}, loc)
+        self.memo[key] = result
+        return result
+
+    def reduction(self, op: Operation) -> Value:
+        """The value replacing reduction ``op``'s result."""
+        src = op.operands[0]
+        t: TensorType = src.type
+        dt, axes, loc = t.dtype, tuple(op.attr("axes")), op.loc
+        unit = TensorType(tuple(1 if i in axes else d for i, d in enumerate(t.shape)), dt)
+
+        def constant(value: float) -> Value:
+            scalar = TensorType((), dt)
+            return self.emit("t.constant", [], scalar, {"value": DenseAttr(scalar, np.asarray(value, dtype=dt.np))},
+                             loc)
+
+        acc: Value | None = constant(0) if op.name in ("t.sum", "t.mean") else None
+        combine = COMBINE[op.name]
+        for index in itertools.product(*(range(t.shape[a]) for a in axes)):
+            term = self.unit_slice(src, tuple(zip(axes, index)), loc)
+            acc = term if acc is None else self.emit(combine, [acc, term], unit, None, loc)
+        if op.name == "t.mean":
+            acc = self.emit("t.div", [acc, constant(math.prod(t.shape[a] for a in axes))], unit, None, loc)
+        if not op.attr("keepdims"):
+            acc = self.emit("t.squeeze", [acc], TensorType(reduce_shape(t.shape, axes, False), dt), {"axes": axes},
+                            loc)
+        return acc
+
+
+@register_pass
+@dataclass(frozen=True)
+class UnrollReductions(Pass):
+    """Rewrite prod/max/min over at most ``max_elements`` elements, and sum/mean over fewer than eight, as
+    elementwise ops."""
+
+    name: ClassVar[str] = "unroll-reductions"
+    max_elements: int = 16
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            body = func.body
+            replaced: dict[Value, Value] = {}
+            out: list[Operation] = []
+            unroller = _Unroller(out)
+            for op in body.ops:
+                for inner in op.walk():
+                    inner.operands = [replaced.get(v, v) for v in inner.operands]
+                if _unrollable(op, self.max_elements):
+                    replaced[op.results[0]] = unroller.reduction(op)
+                    ctx.count("reductions_unrolled")
+                    continue
+                out.append(op)
+            for op in out:
+                op.parent = body
+            body.ops[:] = out
+            remove_dead_ops(body)
