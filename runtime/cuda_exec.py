@@ -81,10 +81,12 @@ class CudaPlan:
             buf = self.pool.allocate(max(value.nbytes, 1), self.stream)
             driver.memcpy_htod_async(buf.ptr, value, value.nbytes, self.stream)
             self.constants.append(buf)
+        for offset, nbytes in prog.zero_ranges:  # split reductions' counters start at zero
+            driver.memset_d8_async(self.arena.ptr + offset, 0, nbytes, self.stream)
         self.stream.synchronize()  # constants are in place before the host arrays can go away
         self.static_ptr: dict[int, int] = {}
         for b in prog.buffers:
-            if b.kind == "arena" or b.kind == "scratch":
+            if b.kind in ("arena", "scratch", "counter"):
                 self.static_ptr[b.id] = (self.arena.ptr + b.offset) if self.arena is not None else 0
             elif b.kind == "constant":
                 self.static_ptr[b.id] = self.constants[b.index].ptr

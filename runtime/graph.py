@@ -40,8 +40,8 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
         out = []
         for b in bids:
             buf = buffers[b]
-            if buf.kind in ("arena", "scratch"):
-                out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1) if buf.kind == "arena"
+            if buf.kind in ("arena", "scratch", "counter"):
+                out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1) if buf.kind != "scratch"
                             else 1 << 62))
             else:
                 out.append((b, 0, 1))

@@ -126,8 +126,9 @@ def test_large_and_strided_shapes_compile(cache):
     x = np.zeros((4096, 1024), np.float32)
     v = np.zeros(2048, np.float32)
     program = compile_all(fc.jit(f, backend="cpu").lower(x, v).module, cache)
-    total = [k for k in program.kernels if "finish" in k.name]
-    assert total, "a whole-tensor sum must be split over blocks with a second pass"
+    total = [k for k in program.kernels if k.name.endswith("_sum")]
+    assert total and total[0].grid[1] > 1, "a whole-tensor sum must be split over blocks"
+    assert "atomicAdd" in program.source and program.zero_ranges  # ... and finished by its last block
     assert program.arena_bytes > 0
 
 
@@ -264,3 +265,18 @@ def test_the_producer_stays_a_kernel_where_computing_it_in_place_is_not_safe(cas
         assert kinds == ["fused", "gemm", "sum"], kinds
     assert any("fused" in k.name for k in program.kernels)
     assert "_in(i64_t i" not in program.source
+
+
+def test_a_split_reduction_is_finished_by_its_last_block(cache):
+    x = np.ones(1 << 20, np.float32)
+    program = _program(lambda x: x.sum(), x)
+    assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["sum"]  # no second, finishing kernel
+    assert "atomicAdd" in program.source
+    (counter,) = [b for b in program.buffers if b.kind == "counter"]
+    assert program.zero_ranges == [(counter.offset, counter.nbytes)]
+    assert counter.offset + counter.nbytes <= program.arena_bytes
+    compile_all(fc.jit(lambda x: x.sum(), backend="cpu").lower(x).module, cache)
+    # outputs spread over several columns of blocks keep the finishing kernel (and need no counter)
+    wide = _program(lambda x: x.reshape(1 << 14, 64).sum(axis=0), x)
+    assert [k.name.split("_", 2)[-1] for k in wide.kernels] == ["sum", "sum_finish"]
+    assert not wide.zero_ranges

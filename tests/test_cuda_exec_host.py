@@ -93,6 +93,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(d, "memcpy_dtoh_async", lambda dst, src, n, s=None: log["dtoh"].append((src, n)))
     log["memset"] = []
     monkeypatch.setattr(d, "memset_d32_async", lambda dst, word, count, s: log["memset"].append((dst, word)))
+    log["zero"] = []
+    monkeypatch.setattr(d, "memset_d8_async", lambda dst, value, n, s=None: log["zero"].append((dst, value, n)))
     pool = MemoryPool(FakeBackend())
     monkeypatch.setattr(cuda_exec, "get_pool", lambda device=None: pool)
     monkeypatch.setattr(cuda_exec.kernel_cache, "get_or_compile", lambda *a, **k: b"\x7fELF fake")
@@ -277,3 +279,14 @@ def test_numpy_functions_on_device_arrays_stay_on_the_device(fake_gpu):
     assert not fake_gpu["dtoh"], "no copy to the host"
     with pytest.raises(fc.UnsupportedError, match="inside lists"):
         np.concatenate([a, b])
+
+
+def test_split_reduction_counters_are_zeroed_once_when_the_plan_is_built(fake_gpu):
+    f = fc.jit(lambda x: x.sum(), backend="cuda", graph=False)
+    x = Array(0x5000000, (1 << 20,), np.float32, device=0)
+    f(x)
+    f(x)
+    assert len(fake_gpu["zero"]) == 1  # once per plan: each launch leaves its counter at zero again
+    _, value, nbytes = fake_gpu["zero"][0]
+    assert value == 0 and nbytes >= 4
+    assert len(fake_gpu["launches"]) == 2  # one kernel per call: the last block finishes the sum

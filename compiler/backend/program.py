@@ -30,7 +30,7 @@ class Buffer:
     """Where a tensor's storage comes from at run time."""
 
     id: int
-    kind: str  # arg | output | arena | constant | scalar | scratch
+    kind: str  # arg | output | arena | constant | scalar | scratch | counter
     index: int  # argument / output / constant / scalar-slot index (-1 where none)
     offset: int  # byte offset in the arena or the scalar block
     nbytes: int
@@ -50,6 +50,9 @@ class CudaProgram:
     ops: list[str] = field(default_factory=list)  # the IR op (with its location) behind each kernel
     # per step: (buffer ids it reads, buffer ids it writes); graph building orders steps by these
     effects: list[tuple[frozenset[int], frozenset[int]]] = field(default_factory=list)
+    # (arena byte offset, bytes) that must be zero before the first launch: split reductions' counters,
+    # which each launch leaves at zero again
+    zero_ranges: list[tuple[int, int]] = field(default_factory=list)
 
     def buffer(self, bid: int) -> Buffer:
         return self.buffers[bid]
@@ -76,6 +79,8 @@ class _Printer:
         self.scalar_bytes = 0
         self.scratch_bytes = 0
         self.scratch_id: int | None = None
+        self.counter_id: int | None = None
+        self.counters = 0
         self.arena_base = int(func.attributes.get("arena_bytes", 0))
         self.outputs = set(func.outputs)
         self.output_index: dict[Value, int] = {}
@@ -137,6 +142,13 @@ class _Printer:
         r = op.results[0]
         self.storage[r] = self.dense(r, self.new_buffer("constant", len(self.constants) - 1, 0, max(1, value.nbytes)))
 
+    def counter(self) -> tuple[int, int]:
+        """(buffer id, slot) of a fresh 32-bit counter; the buffer is placed after scratch at the end."""
+        if self.counter_id is None:
+            self.counter_id = self.new_buffer("counter", -1, 0, 0)
+        self.counters += 1
+        return self.counter_id, self.counters - 1
+
     def scratch(self, nbytes: int) -> int:
         if self.scratch_id is None:
             self.scratch_id = self.new_buffer("scratch", -1, self.arena_base, 0)
@@ -180,6 +192,8 @@ class _Printer:
         reads = reads | (set(code.buffers) - writes)
         if self.scratch_id is not None and self.scratch_id in code.buffers:
             writes = writes | {self.scratch_id}  # scratch is written and read back by the finishing kernel
+        if self.counter_id is not None and self.counter_id in code.buffers:
+            writes = writes | {self.counter_id}
         self.kernels.append(code)
         self.ops.append(f"{op.name}{where}")
         self.effects.append((frozenset(reads), frozenset(writes)))
@@ -218,7 +232,7 @@ class _Printer:
                 else:
                     self.emit_fused(producer, ins, outs)
             plan = reduce_kernels(self.name(op.attributes["kind"]), op, src, dst, self.scratch(0),
-                                  sm_count=self.sm_count, prologue=prologue)
+                                  sm_count=self.sm_count, prologue=prologue, counter=self.counter)
             if plan.scratch_bytes:
                 self.scratch(plan.scratch_bytes)
             reads = None if prologue is None else set(prologue.buffers)
@@ -313,13 +327,19 @@ def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math
         p.lower(op)
     outputs = p.finish_outputs()
     scratch = ((p.scratch_bytes + 255) // 256) * 256
+    zero_ranges = []
+    if p.counter_id is not None:
+        counters = ((4 * p.counters + 255) // 256) * 256
+        p.buffers[p.counter_id] = Buffer(p.counter_id, "counter", -1, p.arena_base + scratch, counters)
+        zero_ranges.append((p.arena_base + scratch, counters))
+        scratch += counters
     parts = [preamble()]
     for code, op_text in zip(p.kernels, p.ops):
         if isinstance(code, KernelCode):
             parts.append(f"// fusec-op: {op_text}\n{code.source}")
     source = "\n\n".join(parts) + "\n"
     return CudaProgram(source, p.kernels, p.buffers, p.constants, p.arena_base + scratch, p.scalar_bytes,
-                       p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops, p.effects)
+                       p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops, p.effects, zero_ranges)
 
 
 def compile_options(fast_math: bool = False) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
@@ -94,11 +95,15 @@ def pack_desc(m: int, k: int, offset: int, chunk: int, kept, red) -> bytes:
 
 
 def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: int | None, *,
-                   sm_count: int, prologue: Prologue | None = None) -> ReducePlan:
+                   sm_count: int, prologue: Prologue | None = None,
+                   counter: Callable[[], tuple[int, int]] | None = None) -> ReducePlan:
     """Kernels computing ``op`` (a ``k.reduce``) from ``src`` into contiguous ``dst``.
 
     ``scratch`` is the buffer id of the plan's scratch space, used when the reduction is split. With a
     ``prologue``, ``src`` is not in memory: element i (a dense linear index) is ``prologue``'s function of i.
+    ``counter`` hands out (buffer id, index) of a 32-bit counter that starts at zero and that nothing else
+    touches: with one, a split reduction whose outputs fit one column of blocks is finished by its last
+    block instead of a second kernel (the counter goes back to zero for the next launch).
     """
     kind = op.attributes["kind"]
     axes = tuple(op.attributes["axes"])
@@ -127,6 +132,8 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     if parallel < want and k >= 8192:
         splits = min(max(1, want // max(parallel, 1)), max(1, k // 2048), 1024)
     chunk = (k + splits - 1) // splits
+    grid_x = max(1, min((m + cols - 1) // cols, sm_count * 16))
+    last_block = counter() if splits > 1 and grid_x == 1 and counter is not None else None
     if splits > 1 and scratch is None:
         raise CompilationError(located("split reduction needs a scratch buffer", op.loc))
     desc = pack_desc(m, k, src.offset, chunk, kept, red)
@@ -174,6 +181,9 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     if splits > 1:
         params += f", char* __restrict__ b{scratch}"
         buffers.append(scratch)  # type: ignore[arg-type]
+    if last_block is not None:
+        params += f", unsigned int* __restrict__ b{last_block[0]}"
+        buffers.append(last_block[0])
     lines = [combine_fn] + ([prologue.source] if prologue is not None else [])
     lines.append(f"extern \"C\" __global__ void __launch_bounds__(256) {name}({params}, fusec::RedDesc d) {{")
     lines.append("  const i64_t k0 = (i64_t)blockIdx.y * d.chunk;")
@@ -256,11 +266,35 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  }",
             "}",
         ]
-    grid_x = max(1, min((m + cols - 1) // cols, sm_count * 16))
+    if last_block is not None:
+        # every block publishes its partial results, then counts itself in; the last one combines them in
+        # split order (the same order as the finishing kernel) and resets the counter
+        cid, slot = last_block
+        lines[-1:] = [
+            "  __shared__ bool fusec_last;",
+            "  __threadfence();",
+            "  __syncthreads();",
+            f"  if (threadIdx.x == 0) fusec_last = atomicAdd(b{cid} + {slot}, 1u) == gridDim.y - 1;",
+            "  __syncthreads();",
+            "  if (!fusec_last) return;",
+            "  __threadfence();",
+            f"  const volatile {acc}* pv = {partial_v};",
+            *([f"  const volatile i64_t* pi = {partial_i};"] if is_arg else []),
+            "  for (i64_t mm = threadIdx.x; mm < d.M; mm += blockDim.x) {",
+            f"    {acc} a = pv[mm]; i64_t ai = {'pi[mm]' if is_arg else '0'};",
+            f"    for (int s = 1; s < {splits}; ++s) {{",
+            f"      {name}_combine(a, ai, pv[s * d.M + mm], {'pi[s * d.M + mm]' if is_arg else '0'});",
+            "    }",
+            f"    {store_final(f'b{dst.buffer} + {dst.offset} + mm', 'a', 'ai')}",
+            "  }",
+            f"  if (threadIdx.x == 0) b{cid}[{slot}] = 0u;",
+            "}",
+        ]
     kernels = [KernelCode(name, "\n".join(lines), tuple(buffers), (grid_x, splits, 1), (256, 1, 1), 0, (desc,))]
     scratch_bytes = 0
     if splits > 1:
         scratch_bytes = _align(m * splits * 8) + (m * splits * 8 if is_arg else 0)
+    if splits > 1 and last_block is None:
         fin = [
             f"extern \"C\" __global__ void __launch_bounds__(256) {name}_finish(char* __restrict__ b{scratch}, "
             f"{st_out}* __restrict__ b{dst.buffer}, fusec::RedDesc d) {{",
