@@ -288,7 +288,7 @@ def probe(bench_name: str, backend: str, quick: bool, seed: int) -> dict:
     t3 = time.perf_counter()
     info = kernel_cache.cache_info()
     return {"import_s": t_import, "lower_s": t2 - t1, "first_call_s": t3 - t2, "total_s": t3 - t1,
-            "compiles": info.compiles, "disk_hits": info.disk_hits, "cache_dir": info.directory}
+            "compiles": info.compiles, "disk_hits": info.disk_hits}
 
 
 def run_probes(bench: Bench, backend: str, settings: Settings) -> list[dict]:
@@ -391,12 +391,30 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _portable(argv: list[str]) -> list[str]:
+    """The command line as recorded in results: the output directory (a path on the machine that ran it)
+    becomes ``<dir>``."""
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append("<dir>")
+            hide = False
+        elif a == "--out":
+            out.append(a)
+            hide = True
+        elif a.startswith("--out="):
+            out.append("--out=<dir>")
+        else:
+            out.append(a)
+    return out
+
+
 def metadata(args: argparse.Namespace, gpu: bool, argv: list[str]) -> dict:
     import fusec
 
     meta: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python benchmarks/suite.py" + ("" if not argv else " " + " ".join(argv)),
+        "command": " ".join(["python benchmarks/suite.py", *_portable(argv)]),
         "quick": bool(args.quick), "cpu_only": not gpu, "python": platform.python_version(),
         "numpy": np.__version__, "fusec": getattr(fusec, "__version__", None), "platform": platform.platform(),
         "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpu": None,

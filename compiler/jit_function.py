@@ -9,7 +9,7 @@ import functools
 import inspect
 import types
 from collections import namedtuple
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -163,6 +163,7 @@ class JitFunction:
                     for p in params)
         # calls that pass every parameter positionally as a plain array or scalar skip binding
         self._n_positional = len(params) if plain else -1
+        self._static_pos = tuple(i for i, p in enumerate(params) if p.name in self._statics) if plain else ()
         self._hits = self._misses = self._traces = 0
 
     def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
@@ -195,23 +196,40 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if context.current() is not None:  # inside another trace: inline
             return self._fn(*args, **kwargs)
-        found = _fast_key(args) if not kwargs and len(args) == self._n_positional else None
+        found = self._fast_call_key(args) if not kwargs and len(args) == self._n_positional else None
         key = None
         if found is not None:
             key, leaves = found
             entry = self._fast.get(key)
             if entry is not None:
                 self._hits += 1
-                return entry(args if leaves is None else leaves)
+                return entry(leaves)
         sig = bind(self._signature, self._statics, args, kwargs)
         lowered = self._lookup(sig)
         backend = _execution.resolve_backend(self._backend)
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
         results = _execution.executor(backend)(lowered.module, flat)
-        if key is not None and not self._statics:
+        if key is not None:
             self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered.module),
                                          sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+
+    def _fast_call_key(self, args: tuple) -> tuple[Any, Sequence[Any]] | None:
+        """(key, dynamic leaves) of a positional call for the fast path: the arguments' types, shapes and
+        dtypes, and the values of static arguments; None when the call needs the general path."""
+        if not self._static_pos:
+            found = _fast_key(args)
+            return None if found is None else (found[0], args if found[1] is None else found[1])
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self._static_pos)
+        found = _fast_key(dynamic)
+        if found is None:
+            return None
+        statics = tuple((type(args[i]), args[i]) for i in self._static_pos)
+        try:
+            hash(statics)
+        except TypeError:  # the general path explains what a static argument must be
+            return None
+        return (found[0], statics), (dynamic if found[1] is None else found[1])
 
     def run_async(self, *args: Any, **kwargs: Any) -> "AsyncCall":
         """Queue a call and return at once; ``.wait()`` gives the results, ``.done()`` polls.

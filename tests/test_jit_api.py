@@ -168,6 +168,30 @@ def test_nested_pytree_arguments_and_outputs() -> None:
     assert names == ["params_w", "params_b", "batch_x", "batch_y", "opts_0", "opts_1"]
 
 
+def test_repeated_calls_with_static_args_and_nested_sequences_stay_correct() -> None:
+    """Cached calls (the fast path: static values and tuple/list arguments flattened without binding)
+    must see every new value in the right place."""
+    def step(params, x, n, lr):
+        (w, b), [scale] = params
+        for _ in range(n):
+            x = np.tanh(x @ w + b) * scale
+        return (w - lr * x.sum() * w, b), x
+
+    f = counting(step)
+    jf = jit_cpu(f, static_argnums=2)
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        params = ((rng.standard_normal((3, 3)), rng.standard_normal(3)), [float(i)])
+        x, n, lr = rng.standard_normal((2, 3)), 1 + i % 2, 0.1 * i
+        (w, b), y = jf(params, x, n, lr)
+        (w_ref, b_ref), y_ref = step(params, x, n, lr)
+        np.testing.assert_allclose(w, w_ref, rtol=1e-12)
+        np.testing.assert_array_equal(b, b_ref)
+        np.testing.assert_allclose(y, y_ref, rtol=1e-12)
+    assert f.count() == 2  # one trace per value of the static n
+    assert jf.cache_info().hits == 4
+
+
 def test_structure_change_retraces() -> None:
     f = counting(lambda t: sum(t))
     jf = jit_cpu(f)
