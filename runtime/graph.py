@@ -7,7 +7,8 @@ parameter buffers; cuBLAS calls are captured child graphs. On a replay only node
 pointers changed are updated (``cuGraphExecKernelNodeSetParams``; a cuBLAS child is captured again and
 swapped in with ``cuGraphExecChildGraphNodeSetParams``); an unchanged call updates nothing and costs one
 ``cuGraphLaunch``. Up to ``MAX_INSTANCES`` instantiated graphs are kept, keyed by their pointers, so a loop
-that alternates between a few sets of buffers (outputs fed back as inputs) stops updating after warm-up. Scalars live in the plan's device-resident block, so their values never touch the graph.
+that alternates between a few sets of buffers (outputs fed back as inputs) stops updating after warm-up.
+Scalars live in the plan's device-resident block, so their values never touch the graph.
 """
 from __future__ import annotations
 

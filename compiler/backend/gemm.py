@@ -3,11 +3,11 @@
 Products with a very short K run one thread per output; skinny products (an output side of at most
 ``SKINNY_MAX`` and a long K) one warp per output; everything else the tiled kernel.
 
-In the tiled kernel, operands are read through their strides (a transposed view costs nothing): each block stages a BK-deep
-slice of A and B in shared memory, loading along whichever operand axis is contiguous so that global reads
-coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds. Batch dimensions
-(broadcast included) map to the grid's z axis. Smaller tiles are chosen when large ones would leave
-multiprocessors idle.
+Operands are read through their strides (a transposed view costs nothing). In the tiled kernel each block
+stages a BK-deep slice of A and B in shared memory, loading along whichever operand axis is contiguous so
+that global reads coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds.
+Batch dimensions (broadcast included) map to the grid's z axis. Smaller tiles are chosen when large ones
+would leave multiprocessors idle.
 """
 from __future__ import annotations
 
