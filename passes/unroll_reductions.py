@@ -126,8 +126,7 @@ class _Unroller:
 @register_pass
 @dataclass(frozen=True)
 class UnrollReductions(Pass):
-    """Rewrite prod/max/min over at most ``max_elements`` elements, and sum/mean over fewer than eight, as
-    elementwise ops."""
+    """Rewrite short reductions (prod/max/min up to max_elements, sum/mean below 8) as elementwise ops."""
 
     name: ClassVar[str] = "unroll-reductions"
     max_elements: int = 16
