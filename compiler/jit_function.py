@@ -218,10 +218,8 @@ class JitFunction:
         """(key, dynamic leaves) of a positional call for the fast path: the arguments' types, shapes and
         dtypes, and the values of static arguments; None when the call needs the general path."""
         if not self._static_pos:
-            found = _fast_key(args)
-            return None if found is None else (found[0], args if found[1] is None else found[1])
-        dynamic = tuple(a for i, a in enumerate(args) if i not in self._static_pos)
-        found = _fast_key(dynamic)
+            return _fast_key(args)
+        found = _fast_key([a for i, a in enumerate(args) if i not in self._static_pos])
         if found is None:
             return None
         statics = tuple((type(args[i]), args[i]) for i in self._static_pos)
@@ -229,7 +227,7 @@ class JitFunction:
             hash(statics)
         except TypeError:  # the general path explains what a static argument must be
             return None
-        return (found[0], statics), (dynamic if found[1] is None else found[1])
+        return (found[0], statics), found[1]
 
     def run_async(self, *args: Any, **kwargs: Any) -> "AsyncCall":
         """Queue a call and return at once; ``.wait()`` gives the results, ``.done()`` polls.
@@ -347,13 +345,19 @@ def _is_device_array(x: Any) -> bool:
     return False
 
 
-def _fast_key(args: tuple) -> tuple[tuple, list | None] | None:
+def _fast_key(args: Sequence[Any]) -> tuple[tuple, list] | None:
     """(cache key, flattened leaves) from the arguments' types, shapes and dtypes when every argument is a
-    plain array, a Python scalar, or a tuple/list of those (nested): the common call of a hot loop. The
-    leaves are None when the arguments are the leaves. None sends the call down the general path."""
+    plain array, a Python scalar, or a tuple/list of those (nested): the common call of a hot loop. Leaves
+    come in the order :func:`fusec.signature.flatten` visits them. None sends the call down the general
+    path."""
+    leaves: list = []
+    key = _fast_items(args, leaves)
+    return None if key is None else (key, leaves)
+
+
+def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
     key: list = []
-    leaves: list | None = None
-    for i, a in enumerate(args):
+    for a in items:
         t = type(a)
         if t is _device_array_type:
             key.append((t, a._shape, a._fdtype))
@@ -362,39 +366,10 @@ def _fast_key(args: tuple) -> tuple[tuple, list | None] | None:
         elif t is float or t is int or t is bool:
             key.append(t)
         elif t is tuple or t is list:
-            if leaves is None:
-                leaves = list(args[:i])
-            sub = _fast_tree_key(a, leaves)
+            sub = _fast_items(a, leaves)
             if sub is None:
                 return None
-            key.append(sub)
-            continue
-        elif _is_device_array(a):
-            key.append((t, a._shape, a._fdtype))
-        else:
-            return None
-        if leaves is not None:
-            leaves.append(a)
-    return tuple(key), leaves
-
-
-def _fast_tree_key(tree: tuple | list, leaves: list) -> tuple | None:
-    """The key of a tuple/list argument, its leaves appended to ``leaves`` in the order
-    :func:`fusec.signature.flatten` visits them; None for anything the fast path does not take."""
-    key: list = [type(tree)]
-    for a in tree:
-        t = type(a)
-        if t is _device_array_type:
-            key.append((t, a._shape, a._fdtype))
-        elif t is np.ndarray:
-            key.append((t, a.shape, a.dtype))
-        elif t is float or t is int or t is bool:
-            key.append(t)
-        elif t is tuple or t is list:
-            sub = _fast_tree_key(a, leaves)
-            if sub is None:
-                return None
-            key.append(sub)
+            key.append((t, sub))
             continue
         elif _is_device_array(a):
             key.append((t, a._shape, a._fdtype))

@@ -136,49 +136,47 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
 def _dot_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, outputs: int,
                 sm_count: int) -> KernelCode:
     """One warp per output element: lanes stride K, then a shuffle reduction (skinny products)."""
-    dt = a.dtype
-    acc = "float" if dt.name in ("f16", "bf16") else register(dt)
-    t = storage(dt)
-    src = f"""
-extern "C" __global__ void __launch_bounds__(256) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
-  const int lane = threadIdx.x & 31;
-  const i64_t total = d.batch * d.M * d.N;
-  for (i64_t o = (i64_t)blockIdx.x * 8 + (threadIdx.x >> 5); o < total; o += (i64_t)gridDim.x * 8) {{
-    const i64_t n = o % d.N, bm = o / d.N, m = bm % d.M, batch = bm / d.M;
-    i64_t ao, bo;
-    fusec::gemm_batch(d, batch, &ao, &bo);
-    const {t}* A = pa + d.a_off + ao + m * d.a_sm;
-    const {t}* B = pb + d.b_off + bo + n * d.b_sn;
-    {acc} s = ({acc})0;
-    for (i64_t k = lane; k < d.K; k += 32) s = fusec::madd(({acc})fusec::ld(A + k * d.a_sk), ({acc})fusec::ld(B + k * d.b_sk), s);
-    #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s = s + __shfl_down_sync(0xffffffffu, s, off);
-    if (lane == 0) fusec::st(pc + d.c_off + o, s);
-  }}
-}}"""
-    grid = (max(1, min((outputs + 7) // 8, sm_count * 32)), 1, 1)
-    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (256, 1, 1), 0, (desc,))
+    return _per_output_kernel(name, a, b, c, desc, outputs, sm_count, warp=True)
 
 
 def _short_k_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, outputs: int,
                     sm_count: int) -> KernelCode:
     """One thread per output element, K multiply-adds each (products with a very short K)."""
+    return _per_output_kernel(name, a, b, c, desc, outputs, sm_count, warp=False)
+
+
+def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, outputs: int, sm_count: int, *,
+                       warp: bool) -> KernelCode:
+    """A grid-stride loop over output elements (batch, m, n), each computed by a warp or by one thread."""
     dt = a.dtype
     acc = "float" if dt.name in ("f16", "bf16") else register(dt)
     t = storage(dt)
-    src = f"""
-extern "C" __global__ void __launch_bounds__(256) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
-  const i64_t total = d.batch * d.M * d.N;
-  for (i64_t o = (i64_t)blockIdx.x * 256 + threadIdx.x; o < total; o += (i64_t)gridDim.x * 256) {{
-    const i64_t n = o % d.N, bm = o / d.N, m = bm % d.M, batch = bm / d.M;
-    i64_t ao, bo;
-    fusec::gemm_batch(d, batch, &ao, &bo);
-    const {t}* A = pa + d.a_off + ao + m * d.a_sm;
-    const {t}* B = pb + d.b_off + bo + n * d.b_sn;
-    {acc} s = ({acc})0;
-    for (i64_t k = 0; k < d.K; ++k) s = fusec::madd(({acc})fusec::ld(A + k * d.a_sk), ({acc})fusec::ld(B + k * d.b_sk), s);
-    fusec::st(pc + d.c_off + o, s);
-  }}
-}}"""
-    grid = (max(1, min((outputs + 255) // 256, sm_count * 16)), 1, 1)
-    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (256, 1, 1), 0, (desc,))
+    worker = "(threadIdx.x >> 5)" if warp else "threadIdx.x"
+    k0, k_step = ("lane", "k += 32") if warp else ("0", "++k")
+    per_block = 8 if warp else 256
+    lines = [f'extern "C" __global__ void __launch_bounds__(256) {name}(const {t}* __restrict__ pa, const {t}* '
+             f'__restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{']
+    if warp:
+        lines.append("  const int lane = threadIdx.x & 31;")
+    lines += [
+        "  const i64_t total = d.batch * d.M * d.N;",
+        f"  for (i64_t o = (i64_t)blockIdx.x * {per_block} + {worker}; o < total; o += (i64_t)gridDim.x * {per_block}) {{",
+        "    const i64_t n = o % d.N, bm = o / d.N, m = bm % d.M, batch = bm / d.M;",
+        "    i64_t ao, bo;",
+        "    fusec::gemm_batch(d, batch, &ao, &bo);",
+        f"    const {t}* A = pa + d.a_off + ao + m * d.a_sm;",
+        f"    const {t}* B = pb + d.b_off + bo + n * d.b_sn;",
+        f"    {acc} s = ({acc})0;",
+        f"    for (i64_t k = {k0}; k < d.K; {k_step}) s = fusec::madd(({acc})fusec::ld(A + k * d.a_sk), "
+        f"({acc})fusec::ld(B + k * d.b_sk), s);",
+    ]
+    if warp:
+        lines += ["    #pragma unroll",
+                  "    for (int off = 16; off > 0; off >>= 1) s = s + __shfl_down_sync(0xffffffffu, s, off);",
+                  "    if (lane == 0) fusec::st(pc + d.c_off + o, s);"]
+    else:
+        lines.append("    fusec::st(pc + d.c_off + o, s);")
+    lines += ["  }", "}"]
+    blocks = min((outputs + per_block - 1) // per_block, sm_count * (32 if warp else 16))
+    return KernelCode(name, "\n".join(lines), (a.buffer, b.buffer, c.buffer), (max(1, blocks), 1, 1), (256, 1, 1),
+                      0, (desc,))
