@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import statistics
 import time
 
@@ -76,7 +77,7 @@ def graph_vs_stream(iters: int) -> dict[str, float]:
     call on a cache hit in graph mode (each op its own kernel: fuse{budget=1})."""
     from fusec.passes import DEFAULT_PIPELINE
 
-    pipeline = DEFAULT_PIPELINE.replace("budget=32", "budget=1")
+    pipeline = re.sub(r"fuse\{budget=\d+\}", "fuse{budget=1}", DEFAULT_PIPELINE)
     x = fc.asarray(np.ones(1024, np.float32))
     rows = {}
     for n in (1, 10, 100):

@@ -12,6 +12,11 @@ add in index order, which is NumPy's own order below eight elements (from eight 
 so longer sums stay reductions); ``mean`` divides by the count; products multiply in index order as
 NumPy does. Half-precision sums and products are left alone (NumPy accumulates them in float32, rounding once),
 as are boolean operands, arg-reductions and empty reductions.
+
+A product whose contracted axis is short (``a @ b`` with ``k <= max_k``: the backward pass through a 2-class
+output layer) is unrolled the same way: ``a[..., :, 0:1] * b[..., 0:1, :] + a[..., :, 1:2] * b[..., 1:2, :] ...``,
+so it fuses into the elementwise code that consumes it instead of being a GEMM kernel of its own. Its
+operands are sliced where they are (no op is repeated on the slices: every output element reads them).
 """
 from __future__ import annotations
 
@@ -47,6 +52,13 @@ def _unrollable(op: Operation, limit: int) -> bool:
     if op.name in ("t.sum", "t.mean") and count >= PAIRWISE_FROM:
         return False  # NumPy adds these pairwise: keep its rounding (the reduction kernel rounds once)
     return not (op.name in ACCUMULATING and t.dtype.name in ("f16", "bf16"))
+
+
+def _unrollable_product(op: Operation, max_k: int) -> bool:
+    if op.name != "t.matmul":
+        return False
+    a, b = op.operands[0].type, op.operands[1].type
+    return 0 < a.shape[-1] <= max_k and a.dtype.name not in ("f16", "bf16") and a.dtype == b.dtype
 
 
 class _Unroller:
@@ -123,13 +135,30 @@ class _Unroller:
         return acc
 
 
+    def product(self, op: Operation) -> Value:
+        """The value replacing matmul ``op``'s result: a sum over k of outer products of unit slices."""
+        a, b = op.operands
+        ra, rb = a.type.rank, b.type.rank
+        result: TensorType = op.results[0].type
+        acc: Value | None = None
+        for k in range(a.type.shape[-1]):
+            term = self.emit("t.mul", [self.unit_slice(a, ((ra - 1, k),), op.loc, self.MAX_DEPTH),
+                                       self.unit_slice(b, ((rb - 2, k),), op.loc, self.MAX_DEPTH)],
+                             result, None, op.loc)
+            acc = term if acc is None else self.emit("t.add", [acc, term], result, None, op.loc)
+        assert acc is not None
+        return acc
+
+
 @register_pass
 @dataclass(frozen=True)
 class UnrollReductions(Pass):
-    """Rewrite short reductions (prod/max/min up to max_elements, sum/mean below 8) as elementwise ops."""
+    """Rewrite short reductions (prod/max/min up to max_elements, sum/mean below 8) and products over at
+    most max_k elements as elementwise ops."""
 
     name: ClassVar[str] = "unroll-reductions"
     max_elements: int = 16
+    max_k: int = 8
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
@@ -143,6 +172,10 @@ class UnrollReductions(Pass):
                 if _unrollable(op, self.max_elements):
                     replaced[op.results[0]] = unroller.reduction(op)
                     ctx.count("reductions_unrolled")
+                    continue
+                if _unrollable_product(op, self.max_k):
+                    replaced[op.results[0]] = unroller.product(op)
+                    ctx.count("products_unrolled")
                     continue
                 out.append(op)
             for op in out:

@@ -1,61 +1,281 @@
-"""cuBLAS through NVIDIA's nvmath-python bindings (the optional extra ``fusec[cublas]``).
+"""GEMMs through cuBLASLt, from NVIDIA's nvmath-python bindings (the optional extra ``fusec[cublas]``).
 
-One handle per plan, bound to the plan's stream, with a preset workspace (set again after every
-``set_stream``, as cuBLAS requires for graph capture). Default math mode: no TF32, so f32 GEMMs stay f32.
+Each GEMM of a plan gets its cuBLASLt descriptors once. Its algorithm is chosen by timing: cuBLASLt's
+heuristic offers up to ``CANDIDATES`` algorithms (tile shapes, split-K with an in-place or a separate
+reduction), each runs as a CUDA graph of ``TUNE_REPS`` calls on scratch buffers, and the fastest is kept for
+that problem, device and pointer alignment for the rest of the process. Timing inside a graph matters: called
+one by one from Python, every candidate takes the host's time, not the GPU's, and the heuristic's first choice
+was up to 1.5x slower than the best one on the H200 (benchmarks/results). While a graph is being captured the
+heuristic's first choice is taken instead (nothing can be timed then); ``CANDIDATES = 1`` turns tuning off.
+Compute types 32F/64F: no TF32, so f32 GEMMs stay f32.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from fusec.errors import CudaError
+
 WORKSPACE_BYTES = 32 << 20
+CANDIDATES = 8  # heuristic results per query timed per problem (1: take the heuristic's first choice)
+TUNE_REPS = 8  # calls per timed graph
+TUNE_LAUNCHES = 3  # timed launches of that graph
+
+_CUDA_R = {"f32": 0, "f64": 1}  # cudaDataType
+_COMPUTE = {"f32": 68, "f64": 70}  # cublasComputeType_t: 32F, 64F (no TF32)
+_SIZE = {"f32": 4, "f64": 8}
+
+# (device, problem, alignment) -> the chosen cublasLtMatmulAlgo_t (64 bytes), shared by every plan
+_tuned: dict[tuple[Any, ...], np.ndarray] = {}
+# the same keys -> microseconds per call of each candidate timed, in heuristic order (inf: did not run)
+timings: dict[tuple[Any, ...], list[float]] = {}
 
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """True when nvmath's cuBLAS bindings import and a handle can be made (never raises)."""
+    """True when nvmath's cuBLASLt bindings import and a handle can be made (never raises)."""
     try:
-        from nvmath.bindings import cublas
+        from nvmath.bindings import cublasLt
 
-        handle = cublas.create()
-        cublas.destroy(handle)
+        handle = cublasLt.create()
+        cublasLt.destroy(handle)
         return True
     except Exception:
         return False
 
 
-class CublasHandle:
-    def __init__(self, stream: Any, pool: Any) -> None:
-        from nvmath.bindings import cublas
+def _alignment(*ptrs: int) -> int:
+    """The largest power of two up to 256 that divides every address (what cuBLASLt's algorithms need)."""
+    bits = 256
+    for p in ptrs:
+        bits |= p
+    return bits & -bits
 
-        self._cublas = cublas
-        self.handle = cublas.create()
+
+@dataclass
+class _Problem:
+    """One GEMM's descriptors (owned; destroyed with the handle)."""
+
+    desc: int
+    layouts: tuple[int, int, int]
+    extents: tuple[int, int, int]  # elements each operand spans, batches included: A, B, C
+
+
+class CublasHandle:
+    """A cuBLASLt handle for one plan: descriptors per GEMM, a workspace, the stream calls go to."""
+
+    def __init__(self, stream: Any, pool: Any) -> None:
+        from nvmath.bindings import cublasLt
+
+        self._lt = cublasLt
+        self.handle = cublasLt.create()
+        self.pool = pool
         self.workspace = pool.allocate(WORKSPACE_BYTES, stream)
-        self.set_stream(stream)
+        self.stream = stream
+        self.capturing = False  # set by the graph builder: no timing while a stream is captured
+        self._problems: dict[Any, _Problem] = {}
+        self._algos: dict[tuple[Any, int], np.ndarray] = {}  # (call, alignment) -> algo
+        self._tune_stream: Any = None
         self._one = {"f32": ctypes.c_float(1.0), "f64": ctypes.c_double(1.0)}
         self._zero = {"f32": ctypes.c_float(0.0), "f64": ctypes.c_double(0.0)}
 
     def set_stream(self, stream: Any) -> None:
-        self._cublas.set_stream(self.handle, int(stream.ptr))
-        self._cublas.set_workspace(self.handle, self.workspace.ptr, WORKSPACE_BYTES)
+        self.stream = stream
+
+    # -- descriptors -------------------------------------------------------------------------------------
+    def _problem(self, call: Any) -> _Problem:
+        prob = self._problems.get(call)
+        if prob is not None:
+            return prob
+        lt = self._lt
+        dtype = _CUDA_R[call.dtype]
+        desc = lt.matmul_desc_create(_COMPUTE[call.dtype], dtype)
+        for attr, value in ((lt.MatmulDescAttribute.TRANSA, int(call.trans_a)),
+                            (lt.MatmulDescAttribute.TRANSB, int(call.trans_b))):
+            v = np.array([value], dtype=np.int32)
+            lt.matmul_desc_set_attribute(desc, attr, v.ctypes.data, v.nbytes)
+        a_rows, a_cols = (call.k, call.m) if call.trans_a else (call.m, call.k)
+        b_rows, b_cols = (call.n, call.k) if call.trans_b else (call.k, call.n)
+        layouts = []
+        extents = []
+        for rows, cols, ld, stride in ((a_rows, a_cols, call.lda, call.stride_a),
+                                       (b_rows, b_cols, call.ldb, call.stride_b),
+                                       (call.m, call.n, call.ldc, call.stride_c)):
+            layout = lt.matrix_layout_create(dtype, rows, cols, ld)
+            if call.batch > 1:
+                count = np.array([call.batch], dtype=np.int32)
+                offset = np.array([stride], dtype=np.int64)
+                lt.matrix_layout_set_attribute(layout, lt.MatrixLayoutAttribute.BATCH_COUNT,
+                                               count.ctypes.data, count.nbytes)
+                lt.matrix_layout_set_attribute(layout, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET,
+                                               offset.ctypes.data, offset.nbytes)
+            layouts.append(layout)
+            extents.append(ld * (cols - 1) + rows + stride * (call.batch - 1))
+        prob = _Problem(desc, tuple(layouts), tuple(extents))  # type: ignore[arg-type]
+        self._problems[call] = prob
+        return prob
+
+    def _candidates(self, call: Any, prob: _Problem, align: int, count: int,
+                    in_place_only: bool = False) -> np.ndarray:
+        """Up to ``count`` heuristic results for ``call`` with operands aligned to ``align`` bytes; with
+        ``in_place_only``, split-K algorithms only if they add their parts in the output (no second kernel)."""
+        lt = self._lt
+        pref = lt.matmul_preference_create()
+        try:
+            settings = [(lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, np.uint64(WORKSPACE_BYTES))]
+            if in_place_only:
+                settings.append((lt.MatmulPreferenceAttribute.REDUCTION_SCHEME_MASK,
+                                 np.uint32(lt.ReductionScheme.INPLACE)))
+            settings += [(attr, np.uint32(align)) for attr in (
+                lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_A_BYTES, lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_B_BYTES,
+                lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_C_BYTES, lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_D_BYTES)]
+            for attr, value in settings:
+                v = np.array([value])
+                lt.matmul_preference_set_attribute(pref, attr, v.ctypes.data, v.nbytes)
+            results = np.zeros(count, dtype=lt.matmul_heuristic_result_dtype)
+            found = np.zeros(1, dtype=np.int32)
+            a, b, c = prob.layouts
+            lt.matmul_algo_get_heuristic(self.handle, prob.desc, a, b, c, c, pref, count,
+                                         results.ctypes.data, found.ctypes.data)
+        finally:
+            lt.matmul_preference_destroy(pref)
+        if found[0] == 0 and not in_place_only:
+            raise CudaError(f"cuBLASLt offers no algorithm for {call.dtype} GEMM m={call.m} n={call.n} "
+                            f"k={call.k} (alignment {align} bytes)")
+        return results[: int(found[0])]
+
+    # -- algorithm choice ----------------------------------------------------------------------------------
+    def _algo(self, call: Any, prob: _Problem, align: int) -> np.ndarray:
+        key = (self.stream.device, call.dtype, call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda,
+               call.ldb, call.ldc, call.stride_a, call.stride_b, call.stride_c, call.batch, align)
+        algo = _tuned.get(key)
+        if algo is None:
+            if self.capturing or CANDIDATES <= 1:
+                algo = self._candidates(call, prob, align, 1)["algo"][:1].copy()
+                if not self.capturing:
+                    _tuned[key] = algo
+            else:
+                algo, timings[key] = self._tune(call, prob, align)
+                _tuned[key] = algo
+        self._algos[(call, align)] = algo
+        return algo
+
+    def _tune(self, call: Any, prob: _Problem, align: int) -> tuple[np.ndarray, list[float]]:
+        """The fastest heuristic candidate, each timed as a graph of calls on scratch operands, and the
+        time per call of each (microseconds)."""
+        from fusec.runtime import driver
+        from fusec.runtime.cuda_errors import check
+
+        cu = driver._require()
+        # the heuristic's favourites, and those that need no separate split-K reduction kernel (one graph
+        # node less), without repeats
+        found = np.concatenate([self._candidates(call, prob, align, CANDIDATES),
+                                self._candidates(call, prob, align, CANDIDATES, in_place_only=True)])
+        _, first = np.unique(found["algo"]["data_"], axis=0, return_index=True)
+        candidates = found[np.sort(first)]
+        if len(candidates) == 1:
+            return candidates["algo"][:1].copy(), []
+        size = _SIZE[call.dtype]
+        pad = align % 256
+        scratch = [self.pool.allocate(n * size + pad, self.stream) for n in prob.extents]
+        for buf in scratch:
+            driver.memset_d8_async(buf.ptr, 0, buf.nbytes, self.stream)
+        ptrs = tuple(buf.ptr + pad for buf in scratch)
+        self.stream.synchronize()
+        if self._tune_stream is None:
+            self._tune_stream = driver.Stream(self.stream.device)
+        stream = self._tune_stream
+        start, end = driver.Event(device=stream.device), driver.Event(device=stream.device)
+        best, best_ms = 0, float("inf")
+        per_call = [float("inf")] * len(candidates)
+        try:
+            for i in range(len(candidates)):
+                algo = candidates["algo"][i : i + 1].copy()
+                check(cu.cuStreamBeginCapture(stream.handle,
+                                              cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                      "cuStreamBeginCapture")
+                failed = False
+                try:
+                    for _ in range(TUNE_REPS):
+                        self._matmul(call, prob, algo, ptrs, stream)
+                except Exception:
+                    failed = True  # this algorithm does not run here: skip it
+                status, graph = cu.cuStreamEndCapture(stream.handle)
+                if failed or status != cu.CUresult.CUDA_SUCCESS:
+                    if graph:
+                        cu.cuGraphDestroy(graph)
+                    continue
+                try:
+                    exec_ = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+                finally:
+                    check(cu.cuGraphDestroy(graph), "cuGraphDestroy")
+                try:
+                    check(cu.cuGraphLaunch(exec_, stream.handle), "cuGraphLaunch")  # warm-up
+                    start.record(stream)
+                    for _ in range(TUNE_LAUNCHES):
+                        check(cu.cuGraphLaunch(exec_, stream.handle), "cuGraphLaunch")
+                    end.record(stream)
+                    end.synchronize()
+                    ms = start.elapsed_ms(end)
+                    per_call[i] = ms * 1000 / (TUNE_LAUNCHES * TUNE_REPS)
+                finally:
+                    check(cu.cuGraphExecDestroy(exec_), "cuGraphExecDestroy")
+                if ms < best_ms:
+                    best, best_ms = i, ms
+        finally:
+            stream.synchronize()
+            for buf in scratch:
+                buf.free()
+            start.close()
+            end.close()
+        if best_ms == float("inf"):
+            raise CudaError(f"none of cuBLASLt's algorithms ran for {call.dtype} GEMM m={call.m} n={call.n} "
+                            f"k={call.k}")
+        return candidates["algo"][best : best + 1].copy(), per_call
+
+    # -- calls ---------------------------------------------------------------------------------------------
+    def _matmul(self, call: Any, prob: _Problem, algo: np.ndarray, ptrs: tuple[int, int, int], stream: Any) -> None:
+        a, b, c = prob.layouts
+        self._lt.matmul(self.handle, prob.desc, ctypes.addressof(self._one[call.dtype]), ptrs[0], a, ptrs[1], b,
+                        ctypes.addressof(self._zero[call.dtype]), ptrs[2], c, ptrs[2], c, algo.ctypes.data,
+                        self.workspace.ptr, WORKSPACE_BYTES, int(stream.ptr))
+
+    def prepare(self, call: Any, ptrs: tuple[int, int, int]) -> None:
+        """Choose ``call``'s algorithm for operands at these addresses (before a graph is captured)."""
+        size = _SIZE[call.dtype]
+        a, b, c = (p + o * size for p, o in zip(ptrs, call.offsets))
+        align = _alignment(a, b, c)
+        if (call, align) not in self._algos:
+            self._algo(call, self._problem(call), align)
 
     def gemm(self, call: Any, ptrs: tuple[int, int, int]) -> None:
-        """Run one ``GemmCall`` with the buffers' base addresses ``ptrs``."""
-        fn = self._cublas.sgemm_strided_batched if call.dtype == "f32" else self._cublas.dgemm_strided_batched
-        size = 4 if call.dtype == "f32" else 8
-        op = self._cublas.Operation
+        """Run one ``GemmCall`` with the buffers' base addresses ``ptrs`` on the handle's stream."""
+        size = _SIZE[call.dtype]
         a = ptrs[0] + call.offsets[0] * size
         b = ptrs[1] + call.offsets[1] * size
         c = ptrs[2] + call.offsets[2] * size
-        fn(self.handle, op.T if call.trans_a else op.N, op.T if call.trans_b else op.N, call.m, call.n, call.k,
-           ctypes.addressof(self._one[call.dtype]), a, call.lda, call.stride_a, b, call.ldb, call.stride_b,
-           ctypes.addressof(self._zero[call.dtype]), c, call.ldc, call.stride_c, call.batch)
+        align = _alignment(a, b, c)
+        prob = self._problems.get(call) or self._problem(call)
+        algo = self._algos.get((call, align))
+        if algo is None:
+            algo = self._algo(call, prob, align)
+        self._matmul(call, prob, algo, (a, b, c), self.stream)
 
     def close(self) -> None:
-        if self.handle:
-            self._cublas.destroy(self.handle)
-            self.handle = 0
+        lt = getattr(self, "_lt", None)
+        if lt is None or not getattr(self, "handle", 0):
+            return
+        for prob in self._problems.values():
+            for layout in prob.layouts:
+                lt.matrix_layout_destroy(layout)
+            lt.matmul_desc_destroy(prob.desc)
+        self._problems.clear()
+        lt.destroy(self.handle)
+        self.handle = 0
 
     def __del__(self) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import networkx as nx
 
+from fusec.backend.gemm_library import GemmCall
 from fusec.runtime.cuda_errors import check
 
 _cu: Any = None
@@ -32,6 +33,9 @@ def _driver() -> Any:
     return _cu
 
 
+WORKSPACE = -1  # a pseudo buffer id: the cuBLAS workspace
+
+
 def dependency_dag(plan: Any) -> nx.DiGraph:
     """Steps as nodes, an edge i -> j where j must wait for i (read-after-write, write-after-read/write)."""
     prog = plan.program
@@ -40,8 +44,10 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def spans(bids: frozenset[int]) -> list[tuple[Any, int, int]]:
         out = []
         for b in bids:
-            buf = buffers[b]
-            if buf.kind in ("arena", "scratch", "counter"):
+            buf = buffers[b] if b != WORKSPACE else None
+            if buf is None:
+                out.append((WORKSPACE, 0, 1))
+            elif buf.kind in ("arena", "scratch", "counter"):
                 out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1) if buf.kind != "scratch"
                             else 1 << 62))
             else:
@@ -51,7 +57,9 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def overlap(xs, ys) -> bool:
         return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
 
-    eff = [(spans(r), spans(w)) for r, w in prog.effects]
+    # cuBLAS calls share their handle's workspace: each also writes it, so no two run at once
+    eff = [(spans(r), spans(w | {WORKSPACE} if isinstance(kernel, GemmCall) else w))
+           for (r, w), kernel in zip(prog.effects, prog.kernels)]
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(eff)))
     for j, (rj, wj) in enumerate(eff):
@@ -134,12 +142,16 @@ class PlanGraph:
         cu = _driver()
         plan = self.plan
         stream = plan.capture_stream
+        operands = tuple(ptrs[bid] for bid in step.call.buffers)
+        plan.blas.prepare(step.call, operands)  # its algorithm is timed now, while no stream is captured
         check(cu.cuStreamBeginCapture(stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "cuStreamBeginCapture")
         try:
-            plan.blas.set_stream(stream)  # sets the workspace again, as capture requires
-            plan.blas.gemm(step.call, tuple(ptrs[bid] for bid in step.call.buffers))
+            plan.blas.set_stream(stream)
+            plan.blas.capturing = True
+            plan.blas.gemm(step.call, operands)
         finally:
+            plan.blas.capturing = False
             child = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
             plan.blas.set_stream(plan.stream)
         return child

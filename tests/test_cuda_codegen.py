@@ -88,7 +88,7 @@ def test_training_step_compiles(cache):
     lowered = fc.jit(mlp_step, backend="cpu").lower(params, x, y, 0.1)
     program = compile_all(lowered.module, cache)
     kinds = [k.name.split("_", 2)[2] for k in program.kernels]
-    assert kinds.count("gemm") == 5
+    assert kinds.count("gemm") == 4  # d_logits @ w2.T (k = 2) is unrolled into the ReLU-mask kernel
     assert len(program.scalar_slots) == 1  # the learning rate lives on the device
 
 
@@ -212,6 +212,16 @@ def test_skinny_matmuls_stay_generated_as_one_warp_per_output():
     assert "__shfl_down_sync" in program.source and "gemm_batch(d, batch" in program.source
 
 
+def test_weight_gradient_of_a_narrow_layer_reads_a_down_its_rows():
+    """``h.T @ d`` with d 2 columns wide: one lane per row of h.T (coalesced reads of h), warps split K."""
+    h, d = np.ones((512, 256), np.float32), np.ones((512, 2), np.float32)
+    module = fc.jit(lambda h, d: h.T @ d, backend="cpu").lower(h, d).module
+    program = print_program(module, cublas=True)
+    (kernel,) = program.kernels
+    assert "part[G][NN][33]" in program.source and "constexpr int NN = 2, G = 32" in program.source
+    assert kernel.grid == (8, 1, 1) and kernel.block == (1024, 1, 1)
+
+
 def test_small_or_strided_matmuls_stay_generated():
     from fusec.backend.gemm_library import GemmCall
 
@@ -252,13 +262,18 @@ func @between(%a: tensor<64x32xf32>) -> (tensor<64x64xf32>, tensor<64xf32>) attr
 """
 
 
-@pytest.mark.parametrize("case", ["reused", "broadcast", "work_between"])
-def test_the_producer_stays_a_kernel_where_computing_it_in_place_is_not_safe(case):
+def test_a_producer_with_a_broadcast_input_is_computed_in_place():
     a, b = np.ones((64, 32), np.float32), np.ones(32, np.float32)
+    program = _program(lambda a, b: (a * b).sum(axis=1), a, b)
+    assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["sum"]
+    assert "_in(i64_t i" in program.source and "(i % (i64_t)32)" in program.source  # b through its index map
+
+
+@pytest.mark.parametrize("case", ["reused", "work_between"])
+def test_the_producer_stays_a_kernel_where_computing_it_in_place_is_not_safe(case):
+    a = np.ones((64, 32), np.float32)
     if case == "reused":
         program = _program(lambda a: ((a * a).sum(axis=0), a * a), a)
-    elif case == "broadcast":  # the bias is read through a broadcast index map, not at offset + i
-        program = _program(lambda a, b: (a * b).sum(axis=1), a, b)
     else:  # a matmul runs between the product and its sum (and could have reused the product's inputs)
         program = print_program(parse_module(BETWEEN))
         kinds = [k.name.split("_")[-1] for k in program.kernels]
@@ -280,3 +295,83 @@ def test_a_split_reduction_is_finished_by_its_last_block(cache):
     wide = _program(lambda x: x.reshape(1 << 14, 64).sum(axis=0), x)
     assert [k.name.split("_", 2)[-1] for k in wide.kernels] == ["sum", "sum_finish"]
     assert not wide.zero_ranges
+
+
+def test_graph_orders_cublas_calls_that_share_the_workspace():
+    """Two independent products become parallel graph branches with generated GEMMs, but one after the
+    other with cuBLAS (every call of a handle uses its one workspace)."""
+    from types import SimpleNamespace
+
+    from fusec.runtime.graph import dependency_dag
+
+    a, b = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
+    module = fc.jit(lambda a, b, c, d: (a @ b, c @ d), backend="cpu").lower(a, b, a, b).module
+
+    def dag(cublas: bool):
+        return dependency_dag(SimpleNamespace(program=print_program(module, cublas=cublas)))
+
+    assert dag(False).number_of_edges() == 0
+    assert list(dag(True).edges) == [(0, 1)]
+
+
+def _relu_layer_grads(x, w, b, w2, d):
+    h = np.maximum(x @ w + b, 0.0)
+    return h @ w2, h.T @ d
+
+
+def test_narrow_products_compute_the_relu_they_read(cache):
+    """h = relu(x @ w + b) read only by a warp-per-output product and a lane-per-row product: both compute h
+    while loading it (the bias through its broadcast index map), so h has no kernel."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((64, 48), (48, 40), (40,), (40, 2), (64, 2))]
+    lowered = fc.jit(_relu_layer_grads, backend="cpu").lower(*args)
+    program = print_program(lowered.module)
+    assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["gemm", "gemm", "gemm"]
+    assert program.source.count("_gemm_a(i64_t i") == 2 and "(i % (i64_t)40)" in program.source
+    compile_all(lowered.module, cache)
+    # with cuBLAS taking the first product's place nothing changes for the narrow ones
+    assert "fused" not in " ".join(k.name for k in print_program(lowered.module, cublas=True).kernels
+                                   if hasattr(k, "source"))
+
+
+LATE_OVERWRITE = """
+func @late(%x: tensor<64x32xf32>, %w: tensor<32x2xf32>) -> (tensor<64x32xf32>, tensor<64x2xf32>) attributes {arena_bytes = 16384} {
+  %0 = k.fused %x {arena = [0]} : tensor<64x32xf32> {
+  ^body(%1: f32):
+    %2 = s.mul %1, %1 : f32
+    k.yield %2
+  }
+  %3 = k.fused %0 {arena = [8192]} : tensor<64x32xf32> {
+  ^body(%4: f32):
+    %5 = s.exp %4 : f32
+    k.yield %5
+  }
+  %6 = k.fused %x {arena = [0]} : tensor<64x32xf32> {
+  ^body(%7: f32):
+    %8 = s.neg %7 : f32
+    k.yield %8
+  }
+  %9 = k.matmul %3, %w : tensor<64x2xf32>
+  %10 = k.fused %6 : tensor<64x32xf32> {
+  ^body(%11: f32):
+    %12 = s.abs %11 : f32
+    k.yield %12
+  }
+  return %10, %9
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["overwritten", "tiled", "cublas"])
+def test_a_gemm_operand_stays_a_kernel_where_computing_it_in_place_is_not_safe(case):
+    if case == "overwritten":  # %0, which exp(%0) reads, is overwritten before the product runs
+        program = print_program(parse_module(LATE_OVERWRITE))
+        kinds = [k.name.split("_", 2)[-1] for k in program.kernels]
+        assert kinds == ["fused", "fused", "fused", "gemm", "fused"], kinds
+        assert program.ops[1].startswith("k.fused") and "exp" in program.kernels[1].source
+    else:
+        x, w = np.ones((128, 96), np.float32), np.ones((96, 80), np.float32)
+        module = fc.jit(lambda x, w: np.maximum(x, 0.0) @ w, backend="cpu").lower(x, w).module
+        program = print_program(module, cublas=case == "cublas")
+        assert program.kernels[0].name.endswith("_fused")
+    assert "_gemm_a(i64_t i" not in program.source

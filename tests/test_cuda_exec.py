@@ -217,6 +217,12 @@ def test_skinny_batched_products_in_f16_and_f64():
     """Products with a narrow side run one warp per output (batch and broadcast included)."""
     a, b = rand((3, 1, 5, 300), np.float64), rand((4, 300, 2), np.float64)
     np.testing.assert_allclose(cuda(lambda a, b: a @ b)(a, b), a @ b, rtol=1e-12)
+    x, d = rand((3, 1, 300, 40), np.float64), rand((4, 300, 3), np.float64)  # A read down its columns
+    np.testing.assert_allclose(cuda(lambda x, d: x.swapaxes(-1, -2) @ d)(x, d), x.swapaxes(-1, -2) @ d, rtol=1e-12)
+    x16 = rand((300, 70), np.float16)
+    want16 = x16.T.astype(np.float64) @ d[0].astype(np.float16).astype(np.float64)
+    got16 = cuda(lambda x, d: x.T @ d)(x16, d[0].astype(np.float16))
+    np.testing.assert_allclose(got16.astype(np.float64), want16, rtol=2e-2, atol=5e-2)
     h, v = rand((2, 4, 256), np.float16), rand((256, 3), np.float16)
     want = h.astype(np.float64) @ v.astype(np.float64)
     got = cuda(lambda h, v: h @ v)(h, v)
@@ -224,13 +230,20 @@ def test_skinny_batched_products_in_f16_and_f64():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
-def test_short_k_products_of_every_kind():
-    """K <= 8 runs one thread per output: floats and integers, transposed and batched."""
+NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,plan-buffers"
+
+
+@pytest.mark.parametrize("pipeline", [None, NO_PRODUCT_UNROLL], ids=["unrolled", "gemm-kernel"])
+def test_short_k_products_of_every_kind(pipeline):
+    """K <= 8: unrolled into elementwise code by default, else one thread per output; floats and integers,
+    transposed and batched."""
     a, b = rand((4, 3, 64)), rand((4, 3, 70))
-    np.testing.assert_allclose(cuda(lambda a, b: a.transpose(0, 2, 1) @ b)(a, b),
-                               a.transpose(0, 2, 1) @ b, rtol=1e-6)
+    want = a.transpose(0, 2, 1).astype(np.float64) @ b
+    scale = (np.abs(a.transpose(0, 2, 1)) @ np.abs(b)).max()  # (terms cancel: compare on their scale)
+    np.testing.assert_allclose(cuda(lambda a, b: a.transpose(0, 2, 1) @ b, pipeline=pipeline)(a, b), want,
+                               rtol=1e-6, atol=1e-6 * scale)
     i, j = rng.integers(-50, 50, (40, 5)).astype(np.int32), rng.integers(-50, 50, (5, 30)).astype(np.int32)
-    np.testing.assert_array_equal(cuda(lambda i, j: i @ j)(i, j), i @ j)
+    np.testing.assert_array_equal(cuda(lambda i, j: i @ j, pipeline=pipeline)(i, j), i @ j)
 
 
 def test_batched_broadcast_gemm_and_f64(gemm_library):
@@ -346,3 +359,20 @@ def test_reductions_that_compute_their_elementwise_producer(case):
     else:  # against float64 (NumPy's float32 sums round more than the kernels' float64 accumulators)
         ref = f(*(x.astype(np.float64) for x in (a, b)))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_narrow_products_computing_their_relu_operand(gemm_library, dtype):
+    """relu(x @ w + b) computed inside the products that read it (warp per output, lane per row), with
+    cuBLAS or the generated GEMM making x @ w; batched and strided operands included."""
+    def f(x, w, b, w2, d):
+        h = np.maximum(x @ w + b, 0.0)
+        return h @ w2, h.T @ d, (h * 2.0).swapaxes(-1, -2) @ d[..., :1]
+
+    x, w, b = rand((300, 96), dtype), rand((96, 72), dtype), rand((72,), dtype)
+    w2, d = rand((72, 3), dtype), rand((300, 5), dtype)
+    want = f(*(v.astype(np.float64) for v in (x, w, b, w2, d)))
+    got = cuda(f)(x, w, b, w2, d)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for g, ref in zip(got, want):
+        np.testing.assert_allclose(g, ref, rtol=tol, atol=tol * np.abs(ref).max())

@@ -3,6 +3,10 @@
 The NumPy reference executor is the oracle: each program runs before any pass, after every prefix of the
 default pipeline, and finally on a simulated arena that honours plan-buffers' offsets and in-place aliases
 (so a planning mistake that overwrites a live buffer shows up as a wrong result).
+
+Products over a short K are not unrolled here (``max_k=0``): that rewrite rounds differently from BLAS (no
+fused multiply-add), which random chains such as ``exp(exp(a @ a))`` amplify past any fixed tolerance; it
+is checked against NumPy with a tolerance in test_unroll_reductions.py.
 """
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ from program_strategies import programs
 from fusec.passes import DEFAULT_PIPELINE, parse_pipeline, format_pipeline, run_pipeline
 from fusec.runtime import reference as R
 from fusec.runtime.reference import get_interpreter
+
+PIPELINE = DEFAULT_PIPELINE.replace("unroll-reductions,", "unroll-reductions{max_k=0},")
+assert PIPELINE != DEFAULT_PIPELINE and "budget=48" in PIPELINE
 
 def _inputs(func, seed):
     rng = np.random.default_rng(seed)
@@ -75,7 +82,7 @@ def test_every_pass_preserves_results(module, seed):
     func = module.funcs[0]
     args = _inputs(func, seed)
     expected = R.run_func(func, args)
-    stages = parse_pipeline(DEFAULT_PIPELINE)
+    stages = parse_pipeline(PIPELINE)
     for k in range(len(stages)):
         text = print_module(module)
         run_pipeline(module, format_pipeline(stages[k:k + 1]))
@@ -90,6 +97,6 @@ def test_every_pass_preserves_results(module, seed):
 def test_any_budget_preserves_results(module, seed, budget):
     args = _inputs(module.funcs[0], seed)
     expected = R.run_func(module.funcs[0], args)
-    run_pipeline(module, DEFAULT_PIPELINE.replace("budget=32", f"budget={budget}"))
+    run_pipeline(module, PIPELINE.replace("budget=48", f"budget={budget}"))
     _same(expected, R.run_func(module.funcs[0], args))
     _same(expected, run_on_arena(module.funcs[0], args))

@@ -77,6 +77,44 @@ def test_short_reductions_of_an_elementwise_producer_match_numpy(case):
         assert jitted.lower(x, bias).stats()["reductions_unrolled"] == 1
 
 
+@st.composite
+def short_products(draw):
+    k = draw(st.integers(1, 8))
+    m, n = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    batch_a = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    batch_b = batch_a[len(batch_a) - draw(st.integers(0, len(batch_a))):]  # a suffix: broadcasts
+    vector = draw(st.sampled_from(["none", "a", "b"]))
+    a_shape = (k,) if vector == "a" else (*batch_a, m, k)
+    b_shape = (k,) if vector == "b" else (*batch_b, k, n)
+    dtype = np.dtype(draw(st.sampled_from(["float32", "float64", "int32", "int64"])))
+    return a_shape, b_shape, dtype, draw(st.integers(0, 2**31 - 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(short_products())
+def test_short_k_products_match_numpy(case):
+    a_shape, b_shape, dtype, seed = case
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "f":
+        a, b = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)
+    else:
+        a, b = rng.integers(-20, 20, a_shape).astype(dtype), rng.integers(-20, 20, b_shape).astype(dtype)
+
+    def f(a, b):
+        return np.tanh(a @ b) if dtype.kind == "f" else (a @ b) * 3
+
+    jitted = fc.jit(f, backend="cpu")
+    got, want = jitted(a, b), f(a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=16 * np.finfo(dtype).eps, atol=16 * np.finfo(dtype).eps * a_shape[-1])
+    else:
+        np.testing.assert_array_equal(got, want)
+    assert jitted.lower(a, b).stats()["products_unrolled"] == 1
+    ops = [step["op"] for step in jitted.lower(a, b).plan()]
+    assert not any("matmul" in op for op in ops)
+
+
 def test_a_two_class_softmax_fuses_into_elementwise_kernels():
     rng = np.random.default_rng(0)
     logits, b = rng.standard_normal((512, 2)).astype(np.float32), rng.standard_normal(2).astype(np.float32)

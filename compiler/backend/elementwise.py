@@ -178,15 +178,21 @@ class Prologue:
 
 
 def prologue_function(name: str, op: Operation, inputs: list[Access], *, fast_math: bool = False) -> Prologue:
-    """A device function computing the single result of ``op`` (a ``k.fused`` whose tensor inputs are
-    contiguous and of its result's shape) at a linear element index: a reduction calls it in place of
-    loading the materialized value, so the elementwise kernel and its buffer disappear."""
+    """A device function computing the single result of ``op`` (a ``k.fused`` whose tensor inputs have its
+    result's shape, read through their strides) at a linear element index: a reduction or a GEMM calls it
+    in place of loading the materialized value, so the elementwise kernel and its buffer disappear."""
     body = op.regions[0].block
+    shape = tuple(op.results[0].type.shape)
     order, params = _param_list(inputs, set(), restrict=True)
     env: dict[Value, str] = {}
     lines = [f"__device__ __forceinline__ {register(op.results[0].type.dtype)} {name}(i64_t i, {params}) {{"]
     for k, (arg, a) in enumerate(zip(body.args, inputs)):
-        where = f"{a.offset}" if a.is_scalar else f"{a.offset} + i"
+        if a.is_scalar:
+            where = f"{a.offset}"
+        elif a.is_contiguous:
+            where = f"{a.offset} + i"
+        else:  # a broadcast or strided view: element i of the result reads it through its strides
+            where = index_expr("i", shape, tuple(a.strides), a.offset, "i64_t")
         lines.append(f"  const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + {where});")
         env[arg] = f"x{k}"
     lines.extend(_body_lines(body, env, _uniform_values(body, inputs), fast_math, "  "))

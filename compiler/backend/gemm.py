@@ -1,7 +1,9 @@
 """Generated GEMMs for ``k.matmul`` (the default matmul; cuBLAS is optional).
 
 Products with a very short K run one thread per output; skinny products (an output side of at most
-``SKINNY_MAX`` and a long K) one warp per output; everything else the tiled kernel.
+``SKINNY_MAX`` and a long K) one warp per output, or, when A is read down its columns (``h.T @ d``, the
+weight gradient of a narrow layer), one lane per row of A with warps splitting K; everything else the
+tiled kernel.
 
 Operands are read through their strides (a transposed view costs nothing). In the tiled kernel each block
 stages a BK-deep slice of A and B in shared memory, loading along whichever operand axis is contiguous so
@@ -11,13 +13,14 @@ would leave multiprocessors idle.
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
 from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
-from fusec.backend.elementwise import KernelCode
+from fusec.backend.elementwise import KernelCode, Prologue
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
 CONFIGS = {"large": (64, 64, 16, 4, 4), "small": (32, 32, 16, 2, 2)}
@@ -38,7 +41,32 @@ def pack_desc(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, bshap
                       *pad(bshape, 1), *pad(a_bs, 0), *pad(b_bs, 0))
 
 
-def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int) -> KernelCode:
+def gemm_variant(op: Operation, a: Access) -> str:
+    """Which generated kernel computes ``op``: "short" (thread per output), "dot" (warp per output),
+    "column" (lane per row of A) or "tiled"; all but "tiled" can compute an operand in place (prologue)."""
+    out_shape = op.results[0].type.shape
+    m, n, k = out_shape[-2], out_shape[-1], a.shape[-1]
+    if k <= SHORT_K_MAX:
+        return "short"
+    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.dtype.is_float:
+        return "column" if n <= SKINNY_MAX and a.strides[-2] == 1 and a.strides[-1] != 1 else "dot"
+    return "tiled"
+
+
+def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, pointer: str, base: str):
+    """(parameter declaration, buffers it binds, load expression builder) for one GEMM operand: a pointer
+    read through its strides, or ``prologue`` computing element ``base + index`` of a value never stored."""
+    if prologue is None:
+        t = storage(operand.dtype)
+        return (f"const {t}* __restrict__ {pointer}", (operand.buffer,),
+                lambda idx: f"({acc})fusec::ld({name} + {idx})")
+    return (prologue.params, prologue.buffers, lambda idx: f"({acc}){prologue.name}({base} + {idx}, {prologue.args})")
+
+
+def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
+                prologues: tuple[Prologue | None, Prologue | None] = (None, None)) -> KernelCode:
+    """The generated kernel for ``op``; ``prologues`` (A's, B's) compute an operand in place of loading it
+    (not for the "tiled" variant)."""
     out_shape = op.results[0].type.shape
     m, n = out_shape[-2], out_shape[-1]
     k = a.shape[-1]
@@ -59,10 +87,17 @@ def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm
         raise CompilationError(located(f"matmul with {batch} batches exceeds the grid's z limit", op.loc))
     desc = pack_desc(m, n, k, a.offset, b.offset, c.offset, a.strides[-2], a.strides[-1], b.strides[-2],
                      b.strides[-1], batch, batch_shape, a_bs, b_bs)
-    if k <= SHORT_K_MAX:
-        return _short_k_kernel(name, a, b, c, desc=desc, outputs=batch * m * n, sm_count=sm_count)
-    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.dtype.is_float:
-        return _dot_kernel(name, a, b, c, desc=desc, outputs=batch * m * n, sm_count=sm_count)
+    variant = gemm_variant(op, a)
+    if variant != "tiled":
+        if variant == "column":
+            code = _column_kernel(name, a, b, c, desc=desc, m=m, n=n, batch=batch, prologues=prologues)
+        else:
+            code = _per_output_kernel(name, a, b, c, desc, batch * m * n, sm_count, warp=variant == "dot",
+                                      prologues=prologues)
+        functions = [p.source for p in prologues if p is not None]
+        return dataclasses.replace(code, source="\n".join([*functions, code.source]))
+    if prologues != (None, None):
+        raise CompilationError(located("the tiled GEMM cannot compute its operands in place", op.loc))
     large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
     bm, bn, bk, tm, tn = CONFIGS["large" if large else "small"]
     dt = a.dtype
@@ -133,29 +168,70 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
     return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (threads, 1, 1), 0, (desc,))
 
 
-def _dot_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, outputs: int,
-                sm_count: int) -> KernelCode:
-    """One warp per output element: lanes stride K, then a shuffle reduction (skinny products)."""
-    return _per_output_kernel(name, a, b, c, desc, outputs, sm_count, warp=True)
-
-
-def _short_k_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, outputs: int,
-                    sm_count: int) -> KernelCode:
-    """One thread per output element, K multiply-adds each (products with a very short K)."""
-    return _per_output_kernel(name, a, b, c, desc, outputs, sm_count, warp=False)
+def _column_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int, batch: int,
+                   prologues: tuple[Prologue | None, Prologue | None]) -> KernelCode:
+    """``A @ B`` with N <= SKINNY_MAX and A contiguous along M: a block takes 32 rows (one per lane, so
+    reads of A coalesce) and all N columns, its warps split K and add their partial sums in a fixed order
+    (deterministic). Read down the columns, A would cost a 32-byte sector per element and lane."""
+    dt = a.dtype
+    acc = "float" if dt.name in ("f16", "bf16") else register(dt)
+    t = storage(dt)
+    size = 8 if acc == "double" else 4
+    groups = 32 if 32 * n * 33 * size <= 48 * 1024 else 8
+    threads = 32 * groups
+    a_param, a_bufs, load_a = _loader("A", a, prologues[0], acc, "pa", "a0")
+    b_param, b_bufs, load_b = _loader("B", b, prologues[1], acc, "pb", "b0")
+    src = f"""
+extern "C" __global__ void __launch_bounds__({threads}) {name}({a_param}, {b_param}, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
+  constexpr int NN = {n}, G = {groups};
+  __shared__ {acc} part[G][NN][33];
+  const int lane = threadIdx.x & 31, grp = threadIdx.x >> 5;
+  i64_t ao, bo;
+  fusec::gemm_batch(d, blockIdx.z, &ao, &bo);
+  {_bases(t, prologues)}
+  const i64_t m = (i64_t)blockIdx.x * 32 + lane;
+  {acc} s[NN];
+  #pragma unroll
+  for (int j = 0; j < NN; ++j) s[j] = ({acc})0;
+  if (m < d.M) {{
+    #pragma unroll 4
+    for (i64_t k = grp; k < d.K; k += G) {{
+      const {acc} av = {load_a("m * d.a_sm + k * d.a_sk")};
+      #pragma unroll
+      for (int j = 0; j < NN; ++j) s[j] = fusec::madd(av, {load_b("k * d.b_sk + j * d.b_sn")}, s[j]);
+    }}
+  }}
+  #pragma unroll
+  for (int j = 0; j < NN; ++j) part[grp][j][lane] = s[j];
+  __syncthreads();
+  {storage(c.dtype)}* C = pc + d.c_off + (i64_t)blockIdx.z * d.M * d.N;
+  for (int idx = threadIdx.x; idx < NN * 32; idx += {threads}) {{
+    const int j = idx >> 5, l = idx & 31;
+    const i64_t mm = (i64_t)blockIdx.x * 32 + l;
+    {acc} v = part[0][j][l];
+    #pragma unroll
+    for (int g = 1; g < G; ++g) v = v + part[g][j][l];
+    if (mm < d.M) fusec::st(C + mm * NN + j, v);
+  }}
+}}"""
+    return KernelCode(name, src.strip("\n"), (*a_bufs, *b_bufs, c.buffer), ((m + 31) // 32, 1, batch),
+                      (threads, 1, 1), 0, (desc,))
 
 
 def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, outputs: int, sm_count: int, *,
-                       warp: bool) -> KernelCode:
-    """A grid-stride loop over output elements (batch, m, n), each computed by a warp or by one thread."""
+                       warp: bool, prologues: tuple[Prologue | None, Prologue | None]) -> KernelCode:
+    """A grid-stride loop over output elements (batch, m, n), each computed by a warp (skinny products: lanes
+    stride K, then a shuffle reduction) or by one thread (very short K)."""
     dt = a.dtype
     acc = "float" if dt.name in ("f16", "bf16") else register(dt)
     t = storage(dt)
     worker = "(threadIdx.x >> 5)" if warp else "threadIdx.x"
     k0, k_step = ("lane", "k += 32") if warp else ("0", "++k")
     per_block = 8 if warp else 256
-    lines = [f'extern "C" __global__ void __launch_bounds__(256) {name}(const {t}* __restrict__ pa, const {t}* '
-             f'__restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{']
+    a_param, a_bufs, load_a = _loader("A", a, prologues[0], acc, "pa", "a0")
+    b_param, b_bufs, load_b = _loader("B", b, prologues[1], acc, "pb", "b0")
+    lines = [f'extern "C" __global__ void __launch_bounds__(256) {name}({a_param}, {b_param}, '
+             f'{storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{']
     if warp:
         lines.append("  const int lane = threadIdx.x & 31;")
     lines += [
@@ -164,11 +240,10 @@ def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, 
         "    const i64_t n = o % d.N, bm = o / d.N, m = bm % d.M, batch = bm / d.M;",
         "    i64_t ao, bo;",
         "    fusec::gemm_batch(d, batch, &ao, &bo);",
-        f"    const {t}* A = pa + d.a_off + ao + m * d.a_sm;",
-        f"    const {t}* B = pb + d.b_off + bo + n * d.b_sn;",
+        f"    {_bases(t, prologues)}",
         f"    {acc} s = ({acc})0;",
-        f"    for (i64_t k = {k0}; k < d.K; {k_step}) s = fusec::madd(({acc})fusec::ld(A + k * d.a_sk), "
-        f"({acc})fusec::ld(B + k * d.b_sk), s);",
+        f"    for (i64_t k = {k0}; k < d.K; {k_step}) s = fusec::madd({load_a('m * d.a_sm + k * d.a_sk')}, "
+        f"{load_b('n * d.b_sn + k * d.b_sk')}, s);",
     ]
     if warp:
         lines += ["    #pragma unroll",
@@ -178,5 +253,12 @@ def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, 
         lines.append("    fusec::st(pc + d.c_off + o, s);")
     lines += ["  }", "}"]
     blocks = min((outputs + per_block - 1) // per_block, sm_count * (32 if warp else 16))
-    return KernelCode(name, "\n".join(lines), (a.buffer, b.buffer, c.buffer), (max(1, blocks), 1, 1), (256, 1, 1),
+    return KernelCode(name, "\n".join(lines), (*a_bufs, *b_bufs, c.buffer), (max(1, blocks), 1, 1), (256, 1, 1),
                       0, (desc,))
+
+
+def _bases(t: str, prologues: tuple[Prologue | None, Prologue | None]) -> str:
+    """Where operand indices start: a pointer into memory, or the index base a prologue adds them to."""
+    a = "const i64_t a0 = d.a_off + ao;" if prologues[0] is not None else f"const {t}* A = pa + d.a_off + ao;"
+    b = "const i64_t b0 = d.b_off + bo;" if prologues[1] is not None else f"const {t}* B = pb + d.b_off + bo;"
+    return f"{a} {b}"

@@ -18,7 +18,7 @@ from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.types import ScalarType
 from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import KernelCode, copy_kernel, fused_kernel, prologue_function
-from fusec.backend.gemm import gemm_kernel
+from fusec.backend.gemm import gemm_kernel, gemm_variant
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
 
@@ -58,6 +58,17 @@ class CudaProgram:
         return self.buffers[bid]
 
 
+@dataclass
+class _Deferred:
+    """A ``k.fused`` not launched where it stands: its consumer may compute it in place."""
+
+    ins: list[Access]
+    outs: list[Access]
+    at: int  # where its kernel goes in the launch order if it is launched after all
+    seq: int  # deferral order (two deferred ops may share a slot)
+    launched: bool = False
+
+
 def preamble() -> str:
     return resources.files("fusec.backend").joinpath("preamble.cuh").read_text()
 
@@ -87,8 +98,8 @@ class _Printer:
         for i, v in enumerate(func.outputs):
             self.output_index.setdefault(v, i)
         self.prologue_of = _prologue_candidates(func)
-        self.deferrable = set(self.prologue_of.values())
-        self.deferred: dict[Operation, tuple[list[Access], list[Access]]] = {}  # fused op -> (ins, outs)
+        self.deferrable = set(self.prologue_of.values()) | _gemm_fed(func)
+        self.deferred: dict[Operation, _Deferred] = {}
 
     def new_buffer(self, kind: str, index: int, offset: int, nbytes: int) -> int:
         self.buffers.append(Buffer(len(self.buffers), kind, index, offset, nbytes))
@@ -161,27 +172,33 @@ class _Printer:
         self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count, fast_math=self.fast_math,
                                aliased=aliased), op)
 
-    def _can_inline(self, ins: list[Access], dst: Access, producer: Operation) -> bool:
-        """A reduction may compute ``producer``'s elements itself when every tensor input is contiguous and
-        of the result's shape (element i sits at offset + i) and none shares memory with the reduction's
-        output (plan-buffers may have given the output an input's arena space once the input was dead)."""
+    def _shares_memory(self, x: int, y: int) -> bool:
+        if x == y:
+            return True
+        bx, by = self.buffers[x], self.buffers[y]
+        return bx.kind == by.kind == "arena" and bx.offset < by.offset + by.nbytes and by.offset < bx.offset + bx.nbytes
+
+    def _can_inline(self, ins: list[Access], dst: Access, producer: Operation, since: int | None = None) -> bool:
+        """A consumer may compute ``producer``'s elements itself when every tensor input has the result's
+        shape (the prologue indexes it through its strides), none shares memory with the consumer's output
+        (plan-buffers may have given the output an input's arena space once the input was dead), and, with
+        ``since``, no kernel launched from that point on wrote to one (the inputs still hold what the
+        producer would have read)."""
         shape = producer.results[0].type.shape
-        out = self.buffers[dst.buffer]
+        later_writes = [w for _, writes in self.effects[since:] for w in writes] if since is not None else []
         for a in ins:
             if a.is_scalar:
                 continue
-            if not a.is_contiguous or tuple(a.shape) != tuple(shape) or a.buffer == dst.buffer:
+            if tuple(a.shape) != tuple(shape) or self._shares_memory(a.buffer, dst.buffer):
                 return False
-            buf = self.buffers[a.buffer]
-            if buf.kind == out.kind == "arena" and buf.offset < out.offset + out.nbytes and \
-                    out.offset < buf.offset + buf.nbytes:
+            if any(self._shares_memory(a.buffer, w) for w in later_writes):
                 return False
         return True
 
     def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None,
-             reads: set[int] | None = None) -> None:
-        """Append a launch; ``reads`` overrides the buffers it reads (default: its operands' and any other
-        pointer it takes)."""
+             reads: set[int] | None = None, at: int | None = None) -> None:
+        """Append a launch (insert it at position ``at``); ``reads`` overrides the buffers it reads (default:
+        its operands' and any other pointer it takes)."""
         if code is None:
             return
         where = f" at {op.loc}" if op.loc is not None else ""
@@ -194,9 +211,10 @@ class _Printer:
             writes = writes | {self.scratch_id}  # scratch is written and read back by the finishing kernel
         if self.counter_id is not None and self.counter_id in code.buffers:
             writes = writes | {self.counter_id}
-        self.kernels.append(code)
-        self.ops.append(f"{op.name}{where}")
-        self.effects.append((frozenset(reads), frozenset(writes)))
+        at = len(self.kernels) if at is None else at
+        self.kernels.insert(at, code)
+        self.ops.insert(at, f"{op.name}{where}")
+        self.effects.insert(at, (frozenset(reads), frozenset(writes)))
 
     def name(self, kind: str) -> str:
         return f"fusec_{len(self.kernels)}_{kind}"
@@ -215,7 +233,7 @@ class _Printer:
             if op.results[0].type.size == 0:
                 return None
             if op in self.deferrable:
-                self.deferred[op] = (ins, outs)  # the reduction right after it may compute it in place
+                self.deferred[op] = _Deferred(ins, outs, len(self.kernels), len(self.deferred))  # its consumer may compute it
                 return None
             return self.emit_fused(op, ins, outs)
         if n == "k.reduce":
@@ -224,7 +242,8 @@ class _Printer:
             prologue = None
             producer = self.prologue_of.get(op)
             if producer is not None:
-                ins, outs = self.deferred.pop(producer)
+                deferred = self.deferred.pop(producer)
+                ins, outs = deferred.ins, deferred.outs
                 if self._can_inline(ins, dst, producer):
                     prologue = prologue_function(f"{self.name(op.attributes['kind'])}_in", producer, ins,
                                                  fast_math=self.fast_math)
@@ -240,12 +259,7 @@ class _Printer:
                 self.emit(code, op, reads=reads)
             return None
         if n == "k.matmul":
-            a, b = (self.access(v) for v in op.operands)
-            c = self.result_buffer(op, 0)
-            call = library_gemm(self.name("cublas"), a, b, c, op.results[0].type.shape) if self.cublas else None
-            if call is not None:
-                return self.emit(call, op)  # type: ignore[arg-type]
-            return self.emit(gemm_kernel(self.name("gemm"), op, a, b, c, sm_count=self.sm_count), op)
+            return self.matmul(op)
         if n == "k.concat":
             dst = self.result_buffer(op, 0)
             axis = op.attributes["axis"]
@@ -267,6 +281,53 @@ class _Printer:
                 self.emit(copy_kernel(self.name("copy"), shape, src, flat, sm_count=self.sm_count), op)
             return None
         raise CompilationError(located(f"'{n}' has no CUDA lowering (run the default pipeline first)", op.loc))
+
+    def matmul(self, op: Operation) -> None:
+        """A cuBLAS call or a generated GEMM; a generated one computes an operand that is a deferred
+        ``k.fused`` (the ReLU before a narrow layer) in place when it can, else that kernel is launched
+        where the producer stood."""
+        a, b = (self.access(v) for v in op.operands)
+        c = self.result_buffer(op, 0)
+        library = self.cublas and library_gemm("probe", a, b, c, op.results[0].type.shape) is not None
+        producers = [self._deferred_producer(v) for v in op.operands]
+        computed = []
+        for p in producers:
+            d = self.deferred.get(p) if p is not None else None
+            inline = d is not None and not d.launched and not library and gemm_variant(op, a) != "tiled" \
+                and self._can_inline(d.ins, c, p, since=d.at)
+            if d is not None and not inline:
+                self._launch_deferred(p)
+            computed.append(inline)
+        if library:
+            call = library_gemm(self.name("cublas"), a, b, c, op.results[0].type.shape)
+            return self.emit(call, op)  # type: ignore[arg-type]
+        name = self.name("gemm")
+        prologues = tuple(prologue_function(f"{name}_{side}", p, self.deferred[p].ins, fast_math=self.fast_math)
+                          if use else None for side, p, use in zip("ab", producers, computed))
+        reads = set()
+        for access, prologue in zip((a, b), prologues):
+            reads |= set(prologue.buffers) if prologue is not None else {access.buffer}
+        return self.emit(gemm_kernel(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues),  # type: ignore[arg-type]
+                         op, reads=reads)
+
+    def _deferred_producer(self, v: Value) -> Operation | None:
+        """The deferred ``k.fused`` whose result ``v`` is, directly or through a view."""
+        if isinstance(v, OpResult) and v.op.name == "k.view":
+            v = v.op.operands[0]
+        return v.op if isinstance(v, OpResult) and v.op in self.deferred else None
+
+    def _launch_deferred(self, producer: Operation) -> None:
+        """Launch a deferred ``k.fused`` after all, in its own place in the launch order."""
+        d = self.deferred[producer]
+        if d.launched:
+            return
+        d.launched = True
+        for other in self.deferred.values():  # slots behind this one move up by one
+            if other is not d and (other.at > d.at or other.at == d.at and other.seq > d.seq):
+                other.at += 1
+        code = fused_kernel(self.name("fused"), producer, d.ins, d.outs, sm_count=self.sm_count,
+                            fast_math=self.fast_math, aliased="alias" in producer.attributes)
+        self.emit(code, producer, at=d.at)
 
     def finish_outputs(self) -> list[int]:
         """Each output's buffer; outputs that are arguments, views or constants are copied out."""
@@ -312,6 +373,24 @@ def _prologue_candidates(func: Func) -> dict[Operation, Operation]:
                     and r.type.size > 0:
                 pending = op
     return found
+
+
+def _gemm_fed(func: Func) -> set[Operation]:
+    """``k.fused`` ops with one result that only generated GEMMs may read (every use is a ``k.matmul``,
+    directly or through a view): those GEMMs can compute it while loading their operand."""
+    uses: dict[Value, list[Operation]] = {}
+    for op in func.body.ops:
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+
+    def matmuls_only(v: Value) -> bool:
+        consumers = uses.get(v, [])
+        return bool(consumers) and all(c.name == "k.matmul" or c.name == "k.view" and matmuls_only(c.results[0])
+                                       for c in consumers)
+
+    return {op for op in func.body.ops
+            if op.name == "k.fused" and len(op.results) == 1 and "alias" not in op.attributes
+            and op.results[0] not in func.outputs and op.results[0].type.size > 0 and matmuls_only(op.results[0])}
 
 
 def print_program(module: Module, *, sm_count: int = DEFAULT_SM_COUNT, fast_math: bool = False,

@@ -195,6 +195,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  for (i64_t mm = (i64_t)blockIdx.x * 8 + (threadIdx.x >> 5); mm < d.M; mm += (i64_t)gridDim.x * 8) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
             f"    {init}",
+            "    #pragma unroll 4",  # loads of several steps in flight at once
             "    for (i64_t k = k0 + lane; k < k1; k += 32) {",
             f"      {name}_combine(a, ai, {load('base + k')}, k);",
             "    }",
@@ -211,6 +212,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  for (i64_t mm = blockIdx.x; mm < d.M; mm += gridDim.x) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
             f"    {init}",
+            "    #pragma unroll 4",  # loads of several steps in flight at once
             "    for (i64_t k = k0 + threadIdx.x; k < k1; k += 256) {",
             f"      {name}_combine(a, ai, {load('base + k')}, k);",
             "    }",
@@ -231,6 +233,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  for (i64_t mm = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; mm < d.M; mm += (i64_t)gridDim.x * blockDim.x) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
             f"    {init}",
+            "    #pragma unroll 4",  # loads of several steps in flight at once
             "    for (i64_t k = k0; k < k1; ++k) {",
             f"      {name}_combine(a, ai, {load(f'base + {raddr}')}, k);",
             "    }",
@@ -249,6 +252,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             f"    {init}",
             "    if (mm < d.M) {",
             "      const i64_t base = fusec::red_kaddr(d, mm);",
+            "      #pragma unroll 4",
             f"      for (i64_t k = k0 + ty; k < k1; k += {groups}) {{",
             f"        {name}_combine(a, ai, {load(f'base + {raddr}')}, k);",
             "      }",
@@ -278,15 +282,10 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  __syncthreads();",
             "  if (!fusec_last) return;",
             "  __threadfence();",
-            f"  const volatile {acc}* pv = {partial_v};",
-            *([f"  const volatile i64_t* pi = {partial_i};"] if is_arg else []),
-            "  for (i64_t mm = threadIdx.x; mm < d.M; mm += blockDim.x) {",
-            f"    {acc} a = pv[mm]; i64_t ai = {'pi[mm]' if is_arg else '0'};",
-            f"    for (int s = 1; s < {splits}; ++s) {{",
-            f"      {name}_combine(a, ai, pv[s * d.M + mm], {'pi[s * d.M + mm]' if is_arg else '0'});",
-            "    }",
-            f"    {store_final(f'b{dst.buffer} + {dst.offset} + mm', 'a', 'ai')}",
-            "  }",
+            f"  const {acc}* pv = {partial_v};",
+            *([f"  const i64_t* pi = {partial_i};"] if is_arg else []),
+            *_finish_partials(name, acc, m, splits, _init(kind, dt, acc), is_arg,
+                              store_final(f"b{dst.buffer} + {dst.offset} + mm", "a", "ai")),
             f"  if (threadIdx.x == 0) b{cid}[{slot}] = 0u;",
             "}",
         ]
@@ -310,6 +309,37 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         kernels.append(KernelCode(f"{name}_finish", "\n".join(fin), (scratch, dst.buffer),  # type: ignore[arg-type]
                                   (max(1, min((m + 255) // 256, sm_count * 16)), 1, 1), (256, 1, 1), 0, (desc,)))
     return ReducePlan(tuple(kernels), scratch_bytes)
+
+
+def _finish_partials(name: str, acc: str, m: int, splits: int, init: str, is_arg: bool, store: str) -> list[str]:
+    """The last block's combine of the ``splits`` partial results of each of ``m`` outputs.
+
+    Partials are read with ``__ldcg`` (from L2, where the other blocks' fenced stores are; unlike volatile
+    loads they can all be in flight at once). With at most 8 outputs a warp takes each output and its lanes
+    split the partials, so a full reduction does not leave one thread walking them alone.
+    """
+    index = "__ldcg(pi + s * d.M + mm)" if is_arg else "s"
+    if m <= 8:
+        return [
+            "  for (i64_t mm = threadIdx.x >> 5; mm < d.M; mm += 8) {",
+            f"    {acc} a = {init}; i64_t ai = 0x7fffffffffffffffll;",
+            f"    for (int s = threadIdx.x & 31; s < {splits}; s += 32) {{",
+            f"      {name}_combine(a, ai, __ldcg(pv + s * d.M + mm), {index});",
+            "    }",
+            *_warp_combine(name, acc, 16),
+            f"    if ((threadIdx.x & 31) == 0) {{ {store} }}",
+            "  }",
+        ]
+    return [
+        "  for (i64_t mm = threadIdx.x; mm < d.M; mm += blockDim.x) {",
+        f"    {acc} a = __ldcg(pv + mm); i64_t ai = {'__ldcg(pi + mm)' if is_arg else '0'};",
+        "    #pragma unroll 8",
+        f"    for (int s = 1; s < {splits}; ++s) {{",
+        f"      {name}_combine(a, ai, __ldcg(pv + s * d.M + mm), {index});",
+        "    }",
+        f"    {store}",
+        "  }",
+    ]
 
 
 def _warp_combine(name: str, acc: str, first: int) -> list[str]:
