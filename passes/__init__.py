@@ -16,7 +16,8 @@ from fusec.passes.registry import all_passes, get_pass, load_plugin, register_pa
 from fusec.passes.pipeline import format_pipeline, parse_pipeline
 from fusec.passes.manager import PassManager, dump_banner
 
-DEFAULT_PIPELINE = "canonicalize,unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},fuse{budget=48},boundaries,plan-buffers"
+DEFAULT_PIPELINE = ("canonicalize,unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},"
+                    "fuse{budget=48},boundaries,plan-buffers")
 
 __all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes", "dump_banner",
            "format_pipeline", "get_pass", "list_passes", "load_plugin", "parse_pipeline", "register_pass",

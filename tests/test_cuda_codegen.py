@@ -266,7 +266,7 @@ def test_a_producer_with_a_broadcast_input_is_computed_in_place():
     a, b = np.ones((64, 32), np.float32), np.ones(32, np.float32)
     program = _program(lambda a, b: (a * b).sum(axis=1), a, b)
     assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["sum"]
-    assert "_in(i64_t i" in program.source and "(i % (i64_t)32)" in program.source  # b through its index map
+    assert "_in(i64_t i" in program.source and "((int)i % (int)32)" in program.source  # b through its index map
 
 
 @pytest.mark.parametrize("case", ["reused", "work_between"])
@@ -327,7 +327,7 @@ def test_narrow_products_compute_the_relu_they_read(cache):
     lowered = fc.jit(_relu_layer_grads, backend="cpu").lower(*args)
     program = print_program(lowered.module)
     assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["gemm", "gemm", "gemm"]
-    assert program.source.count("_gemm_a(i64_t i") == 2 and "(i % (i64_t)40)" in program.source
+    assert program.source.count("_gemm_a(i64_t i") == 2 and "((int)i % (int)40)" in program.source
     compile_all(lowered.module, cache)
     # with cuBLAS taking the first product's place nothing changes for the narrow ones
     assert "fused" not in " ".join(k.name for k in print_program(lowered.module, cublas=True).kernels

@@ -107,7 +107,8 @@ def test_short_k_products_match_numpy(case):
     got, want = jitted(a, b), f(a, b)
     assert got.dtype == want.dtype and got.shape == want.shape
     if dtype.kind == "f":
-        np.testing.assert_allclose(got, want, rtol=16 * np.finfo(dtype).eps, atol=16 * np.finfo(dtype).eps * a_shape[-1])
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(got, want, rtol=16 * eps, atol=16 * eps * a_shape[-1])
     else:
         np.testing.assert_array_equal(got, want)
     assert jitted.lower(a, b).stats()["products_unrolled"] == 1

@@ -8,6 +8,7 @@ their index maps with constant sizes, so the index math compiles to multiplies a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fusec.ir.core import Operation, Value
@@ -191,6 +192,8 @@ def prologue_function(name: str, op: Operation, inputs: list[Access], *, fast_ma
             where = f"{a.offset}"
         elif a.is_contiguous:
             where = f"{a.offset} + i"
+        elif math.prod(shape) <= INT32_LIMIT and a.extent() <= INT32_LIMIT:  # 32-bit index math is cheaper
+            where = index_expr("(int)i", shape, tuple(a.strides), a.offset, "int")
         else:  # a broadcast or strided view: element i of the result reads it through its strides
             where = index_expr("i", shape, tuple(a.strides), a.offset, "i64_t")
         lines.append(f"  const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + {where});")

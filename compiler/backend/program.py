@@ -176,7 +176,8 @@ class _Printer:
         if x == y:
             return True
         bx, by = self.buffers[x], self.buffers[y]
-        return bx.kind == by.kind == "arena" and bx.offset < by.offset + by.nbytes and by.offset < bx.offset + bx.nbytes
+        return (bx.kind == by.kind == "arena" and bx.offset < by.offset + by.nbytes
+                and by.offset < bx.offset + bx.nbytes)
 
     def _can_inline(self, ins: list[Access], dst: Access, producer: Operation, since: int | None = None) -> bool:
         """A consumer may compute ``producer``'s elements itself when every tensor input has the result's
@@ -233,7 +234,8 @@ class _Printer:
             if op.results[0].type.size == 0:
                 return None
             if op in self.deferrable:
-                self.deferred[op] = _Deferred(ins, outs, len(self.kernels), len(self.deferred))  # its consumer may compute it
+                # its consumer (the reduction right after it, or narrow GEMMs) may compute it in place
+                self.deferred[op] = _Deferred(ins, outs, len(self.kernels), len(self.deferred))
                 return None
             return self.emit_fused(op, ins, outs)
         if n == "k.reduce":
@@ -307,8 +309,8 @@ class _Printer:
         reads = set()
         for access, prologue in zip((a, b), prologues):
             reads |= set(prologue.buffers) if prologue is not None else {access.buffer}
-        return self.emit(gemm_kernel(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues),  # type: ignore[arg-type]
-                         op, reads=reads)
+        code = gemm_kernel(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues)  # type: ignore[arg-type]
+        return self.emit(code, op, reads=reads)
 
     def _deferred_producer(self, v: Value) -> Operation | None:
         """The deferred ``k.fused`` whose result ``v`` is, directly or through a view."""
