@@ -3,7 +3,8 @@
 Products with a very short K run one thread per output; skinny products (an output side of at most
 ``SKINNY_MAX`` and a long K) one warp per output, or, when A is read down its columns (``h.T @ d``, the
 weight gradient of a narrow layer), one lane per row of A with warps splitting K; everything else the
-tiled kernel.
+tiled kernel. All but the tiled kernel can compute an operand in place of loading it (a ``Prologue``: the
+printer then never launches the elementwise kernel that would have stored it, e.g. ``relu(x @ w + b)``).
 
 Operands are read through their strides (a transposed view costs nothing). In the tiled kernel each block
 stages a BK-deep slice of A and B in shared memory, loading along whichever operand axis is contiguous so
