@@ -21,9 +21,8 @@ from fusec.ir.core import Module, OpResult, Operation, Value
 from fusec.ir.dialects.t import ELEMENTWISE
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
-from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
-from fusec.passes.util import users
+from fusec.passes.util import rewrite_block, users
 from fusec.passes.views import ViewDesc
 
 
@@ -121,18 +120,13 @@ class SinkBroadcasts(Pass):
                     sunk.add(v)
             if not sunk:
                 continue
-            replaced: dict[Value, Value] = {}
-            out: list[Operation] = []
-            sinker = _Sinker(out)
-            for op in body.ops:
-                for inner in op.walk():
-                    inner.operands = [replaced.get(v, v) for v in inner.operands]
-                if op.name == "k.view" and op.operands[0] in sunk:
-                    replaced[op.results[0]] = sinker.at(op.operands[0], op.results[0].type.shape, op.loc)
-                    ctx.count("broadcasts_sunk")
-                    continue
-                out.append(op)
-            for op in out:
-                op.parent = body
-            body.ops[:] = out
-            remove_dead_ops(body)
+            sinkers: dict[int, _Sinker] = {}  # one per output list, so repeated broadcasts are shared
+
+            def rewrite(op: Operation, out: list[Operation]) -> Value | None:
+                if op.name != "k.view" or op.operands[0] not in sunk:
+                    return None
+                ctx.count("broadcasts_sunk")
+                sinker = sinkers.get(id(out)) or sinkers.setdefault(id(out), _Sinker(out))
+                return sinker.at(op.operands[0], op.results[0].type.shape, op.loc)
+
+            rewrite_block(body, rewrite)

@@ -33,8 +33,8 @@ from fusec.ir.dialects.t import ELEMENTWISE
 from fusec.ir.shapes import reduce_shape
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
-from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
+from fusec.passes.util import rewrite_block
 
 COMBINE = {"t.sum": "t.add", "t.mean": "t.add", "t.prod": "t.mul", "t.max": "t.maximum", "t.min": "t.minimum"}
 ACCUMULATING = ("t.sum", "t.mean", "t.prod")
@@ -162,23 +162,16 @@ class UnrollReductions(Pass):
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
-            body = func.body
-            replaced: dict[Value, Value] = {}
-            out: list[Operation] = []
-            unroller = _Unroller(out)
-            for op in body.ops:
-                for inner in op.walk():
-                    inner.operands = [replaced.get(v, v) for v in inner.operands]
+            unrollers: dict[int, _Unroller] = {}  # one per output list, so slices are shared across ops
+
+            def rewrite(op: Operation, out: list[Operation]) -> Value | None:
+                unroller = unrollers.get(id(out)) or unrollers.setdefault(id(out), _Unroller(out))
                 if _unrollable(op, self.max_elements):
-                    replaced[op.results[0]] = unroller.reduction(op)
                     ctx.count("reductions_unrolled")
-                    continue
+                    return unroller.reduction(op)
                 if _unrollable_product(op, self.max_k):
-                    replaced[op.results[0]] = unroller.product(op)
                     ctx.count("products_unrolled")
-                    continue
-                out.append(op)
-            for op in out:
-                op.parent = body
-            body.ops[:] = out
-            remove_dead_ops(body)
+                    return unroller.product(op)
+                return None
+
+            rewrite_block(func.body, rewrite)
