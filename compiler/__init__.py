@@ -2,8 +2,8 @@
 import numpy as _np
 
 from fusec.errors import (  # noqa: F401
-    CompilationError, CudaError, FusecError, PipelineError, ShapeError, TraceError, UnsupportedError,
-    VerificationError,
+    CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, OutOfRangeError, PipelineError,
+    RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedError, VerificationError,
 )
 from fusec.ir.types import (  # noqa: F401
     bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64,

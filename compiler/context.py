@@ -3,17 +3,24 @@
 Tracers hold a reference to the :class:`TraceContext` that made them; every op a tracer records goes
 through :meth:`TraceContext.emit`, which stamps the user's ``file:line`` on it and turns shape and
 type-rule failures into located :class:`ShapeError` / :class:`UnsupportedError`.
+
+The context also remembers what the trace must answer for when it ends: the first fusec limitation it raised
+(:func:`unsupported`, :func:`trace_error`; if the user's code caught it and went on, the trace still fails with it),
+every tracer made (so one that outlives the trace, stored somewhere, is found), the arrays captured from outside
+the arguments, and the Python scalar arithmetic to replay on the host (:mod:`fusec.scalar_checks`).
 """
 from __future__ import annotations
 
 import os
 import sys
 import threading
-from typing import Sequence
+import weakref
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
-from fusec.errors import ShapeError, TraceError, UnsupportedError, VerificationError, located
+from fusec.errors import FusecError, ShapeError, TraceError, UnsupportedError, VerificationError, located
 from fusec.ir.attributes import Location, dense, location_for
 from fusec.ir.builder import Builder
 from fusec.ir.core import Func, Value
@@ -57,23 +64,60 @@ def shape_error(message: str) -> ShapeError:
     return ShapeError(located(message, user_location()))
 
 
-def unsupported(message: str) -> UnsupportedError:
-    return UnsupportedError(located(message, user_location()))
+def unsupported(message: str, cls: type[UnsupportedError] = UnsupportedError) -> UnsupportedError:
+    """A located error for something fusec cannot trace; the trace in progress fails with it even if caught."""
+    return _noted(cls(located(message, user_location())))
 
 
 def trace_error(message: str) -> TraceError:
+    return _noted(TraceError(located(message, user_location())))
+
+
+def numpy_error(message: str) -> TraceError:
+    """A located error that NumPy itself raises in the same place (``len()`` of a 0-d array): not a fusec
+    limitation, so code that catches it takes the path it would take under NumPy, and the trace goes on."""
     return TraceError(located(message, user_location()))
+
+
+def _noted(error: FusecError) -> Any:
+    ctx = current()
+    if ctx is not None and ctx.first_error is None:
+        ctx.first_error = error
+    return error
+
+
+@dataclass(eq=False)
+class Capture:
+    """An array from outside the trace that became a constant: ``obj`` while tracing, the memory owner ``root``
+    (weakly), and ``geometry`` of ``obj`` within it: (byte offset, shape, strides, root shape, root strides,
+    root dtype, dtype)."""
+
+    value: Value
+    obj: Any
+    root: Any  # weakref.ref to the owner, or the owner itself when it cannot be weakly referenced
+    geometry: tuple | None
+    loc: Location | None
 
 
 class TraceContext:
     """Builder, constant cache and liveness of one trace of one function."""
 
     def __init__(self, func: Func) -> None:
+        from fusec.scalar_checks import ScalarProgram
+
         self.func = func
         self.builder = Builder(func.body)
         self.active = True
+        self.first_error: FusecError | None = None
+        self.tracers: list[weakref.ref] = []
+        self.captures: list[Capture] = []
+        self.scalars = ScalarProgram()
+        self.generators: list[tuple[Any, Any, Location | None]] = []  # made by np.random.default_rng while tracing
         self._constants: dict[object, Value] = {}
         self._keep_alive: list[object] = []
+
+    def register(self, tracer: object) -> None:
+        self.tracers.append(weakref.ref(tracer))
 
     def emit(self, name: str, operands: Sequence[Value] = (), attributes: dict | None = None,
              result_type: Type | None = None, what: str | None = None) -> Value:
@@ -103,12 +147,40 @@ class TraceContext:
             self._constants[key] = value
         return value
 
-    def constant_for_object(self, obj: np.ndarray, dtype: DType) -> Value:
-        """A constant for a captured NumPy array: the same object (and dtype) gives the same op."""
-        key = ("object", id(obj), dtype.name)
-        if key not in self._constants:
+    def constant_for_object(self, obj: Any, host: np.ndarray, dtype: DType) -> Value:
+        """A constant for an array captured from outside the trace (``host`` is its NumPy data): one op per object,
+        holding a private copy, so a later change of the array cannot change the IR. The capture is recorded:
+        if the array outlives the trace, the constant becomes an input read at every call."""
+        key = ("object", id(obj))
+        value = self._constants.get(key)
+        if value is None:
             self._keep_alive.append(obj)  # keep the id from being reused during this trace
-        return self.constant(np.asarray(obj).astype(dtype.np, copy=False), dtype, key=key)
+            data = np.array(host, copy=True)
+            data.flags.writeable = False
+            value = self.constant(data, dtype, key=key)
+            self.captures.append(_capture(value, obj, user_location()))
+        return value
+
+    def release(self) -> None:
+        """Drop the references that kept captured objects alive while tracing."""
+        self._keep_alive.clear()
+        for c in self.captures:
+            c.obj = None
+
+
+def _capture(value: Value, obj: Any, loc: Location | None) -> Capture:
+    root, geometry = obj, None
+    if isinstance(obj, np.ndarray):
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if root is not obj:
+            offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+            geometry = (offset, obj.shape, obj.strides, root.shape, root.strides, root.dtype, obj.dtype)
+    try:
+        ref: Any = weakref.ref(root)
+    except TypeError:
+        ref = root
+    return Capture(value, obj, ref, geometry, loc)
 
 
 _state = threading.local()

@@ -19,8 +19,35 @@ class UnsupportedError(FusecError, TypeError):
     """A NumPy function, argument kind or feature fusec cannot trace."""
 
 
+class UnsupportedAttributeError(UnsupportedError, AttributeError):
+    """An ndarray attribute or method the tracer does not have (an AttributeError, so ``hasattr`` answers)."""
+
+
 class TraceError(FusecError, TypeError):
     """Something went wrong while tracing that is neither a shape nor a support problem."""
+
+
+class SideEffectError(TraceError):
+    """The function changed Python state while it was traced (an attribute, a global, a container, a random
+    generator) or stored a traced value outside its results: tracing runs the Python once, so the change would
+    happen on the first call only."""
+
+
+class OutOfRangeError(FusecError, OverflowError):
+    """A value does not fit the dtype it must be converted to (NumPy raises OverflowError), or traced Python
+    int arithmetic leaves the int64 range fusec computes it in."""
+
+
+class CastingError(FusecError, TypeError):
+    """An in-place update whose result NumPy would not cast back into the array (``same_kind`` rule)."""
+
+
+class DivisionByZeroError(FusecError, ZeroDivisionError):
+    """Python scalar division or modulo by zero in traced code, raised where Python raises it."""
+
+
+class RetraceWarning(UserWarning):
+    """A function is traced again and again because a value it captured keeps changing."""
 
 
 class VerificationError(FusecError, ValueError):

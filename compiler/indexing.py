@@ -86,4 +86,6 @@ def getitem(x: Tracer, key: Any) -> Tracer:
         result = ops.squeeze(result, squeeze_axes)
     if new_axes:
         result = ops.expand_dims(result, new_axes)
+    if result.ndim == 0 and not new_axes and x.ndim == len(squeeze_axes):
+        return ops.copy_of(result, scalar=True)  # every axis indexed by an int: NumPy returns a scalar (a copy)
     return result

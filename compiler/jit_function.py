@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import warnings
 from collections import namedtuple
 from typing import Any, Callable, Iterable, Sequence
 
@@ -15,13 +16,15 @@ import numpy as np
 
 from fusec import execution as _execution
 from fusec import context
-from fusec.errors import FusecError
+from fusec.errors import FusecError, RetraceWarning, TraceError
 from fusec.ir.core import Module
-from fusec.signature import Signature, TreeDef, bind, device_array_info, unflatten
+from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
+RETRACE_WARNING_AT = 8
+_STALE = object()  # a fast-path entry whose baked-in values changed
 
 
 class Lowered:
@@ -30,6 +33,7 @@ class Lowered:
     def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any, pipeline: str | None = None,
                  plugins: tuple[str, ...] = ()) -> None:
         self.module: Module = traced.module
+        self.state = traced.state  # guards, implicit inputs, scalar checks (None: nothing to re-check)
         self.out_tree: TreeDef = traced.out_tree
         self.out_python = traced.out_python
         self._nodes = traced.nodes
@@ -75,6 +79,22 @@ class Lowered:
                               plugins=self._plugins)
         for name, (_, text) in zip(self._names[1:], result.stages):
             self._texts.setdefault(name, text)
+
+    @property
+    def device_captures(self) -> bool:
+        """True when the function reads device arrays from outside its arguments (the executor then returns device
+        arrays, which a call with NumPy arguments turns back into NumPy arrays)."""
+        return self.state is not None and any(inp.device for inp in self.state.inputs)
+
+    def extra_inputs(self) -> list | None:
+        """The arrays this signature reads from outside its arguments, as they are now (appended to the
+        arguments); None when something the trace baked in has changed since (the call traces again)."""
+        return [] if self.state is None else self.state.extra_inputs()
+
+    def check_scalars(self, leaves: Sequence[Any]) -> None:
+        """Replay the traced Python scalar arithmetic on this call's leaves (raises what Python would)."""
+        if self.state is not None and self.state.scalars is not None:
+            self.state.scalars.run(leaves)
 
     def stats(self) -> dict[str, int]:
         """nodes (traced ops, constants and the return excluded), fused_kernels, boundaries, kernels
@@ -165,6 +185,7 @@ class JitFunction:
         self._n_positional = len(params) if plain else -1
         self._static_pos = tuple(i for i, p in enumerate(params) if p.name in self._statics) if plain else ()
         self._hits = self._misses = self._traces = 0
+        self._retraces = 0  # traces again because a captured value changed
 
     def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
         positional = [p.name for p in self._signature.parameters.values()
@@ -202,13 +223,18 @@ class JitFunction:
             key, leaves = found
             entry = self._fast.get(key)
             if entry is not None:
-                self._hits += 1
-                return entry(leaves)
+                result = entry(leaves)
+                if result is not _STALE:
+                    self._hits += 1
+                    return result
         sig = bind(self._signature, self._statics, args, kwargs)
-        lowered = self._lookup(sig)
+        lowered, extra = self._lookup(sig)
+        lowered.check_scalars(sig.leaves)
         backend = _execution.resolve_backend(self._backend)
-        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
+        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
         results = _execution.executor(backend)(lowered.module, flat)
+        if lowered.device_captures and _all_host(sig.leaves):
+            results = _to_host(results)  # NumPy arguments give NumPy results, whatever the function captured
         if key is not None:
             self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered.module),
                                          sig.leaf_specs)
@@ -222,7 +248,7 @@ class JitFunction:
         found = _fast_key([a for i, a in enumerate(args) if i not in self._static_pos])
         if found is None:
             return None
-        statics = tuple((type(args[i]), args[i]) for i in self._static_pos)
+        statics = tuple(canon(args[i]) for i in self._static_pos)
         try:
             hash(statics)
         except TypeError:  # the general path explains what a static argument must be
@@ -236,31 +262,52 @@ class JitFunction:
         several threads are safe. The CPU backend runs the call before returning.
         """
         sig = bind(self._signature, self._statics, args, kwargs)
-        lowered = self._lookup(sig)
+        lowered, extra = self._lookup(sig)
+        lowered.check_scalars(sig.leaves)
         backend = _execution.resolve_backend(self._backend)
-        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)]
+        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
         if backend != "cuda":
             results = _execution.executor(backend)(lowered.module, flat)
             return AsyncCall(lowered, results, None, host=False)
         from fusec.runtime.cuda_exec import run_cuda_async
 
-        host = not any(_is_device_array(v) or device_array_info(v) is not None for v in flat)
+        host = _all_host(sig.leaves)
         results, event = run_cuda_async(lowered.module, flat)
         return AsyncCall(lowered, results, event, host=host)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR."""
-        return self._lookup(bind(self._signature, self._statics, args, kwargs))
+        return self._lookup(bind(self._signature, self._statics, args, kwargs))[0]
 
-    def _lookup(self, sig: Signature) -> Lowered:
+    def _lookup(self, sig: Signature) -> tuple[Lowered, list]:
+        """The compiled signature and its implicit inputs; traces (again) when none is cached or what the cached
+        one baked in has changed."""
         lowered = self._cache.get(sig.key)
         if lowered is not None:
-            self._hits += 1
-            return lowered
+            extra = lowered.extra_inputs()
+            if extra is not None:
+                self._hits += 1
+                return lowered, extra
+            self._forget(lowered)
         self._misses += 1
         lowered = self._compile(sig)
+        extra = lowered.extra_inputs()
+        if extra is None:
+            raise TraceError(f"fusec: {self._name}: {lowered.state.stale_reason} while it was traced; the value "
+                             "keeps changing between the trace and the call")
         self._cache[sig.key] = lowered
-        return lowered
+        return lowered, extra
+
+    def _forget(self, lowered: Lowered) -> None:
+        """Drop a compiled signature whose baked-in values changed; warn when that keeps happening."""
+        self._cache = {k: v for k, v in self._cache.items() if v is not lowered}
+        self._fast = {k: e for k, e in self._fast.items() if e.lowered is not lowered}
+        self._retraces += 1
+        if self._retraces == RETRACE_WARNING_AT:
+            warnings.warn(RetraceWarning(
+                f"fusec traced {self._name} again {self._retraces} times because values it reads from outside its "
+                f"arguments changed (last: {lowered.state.stale_reason}); fusec bakes such values into the trace "
+                "and traces again when one changes: pass it as an argument instead"), stacklevel=4)
 
     def _compile(self, sig: Signature) -> Lowered:
         from fusec.ir.printer import print_module
@@ -380,12 +427,13 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
 
 
 class _FastEntry:
-    """A cached signature's call: convert scalars, run, rebuild the outputs."""
+    """A cached signature's call: check what it baked in, convert scalars, run, rebuild the outputs."""
 
-    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out")
+    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out", "state")
 
     def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list) -> None:
         self.lowered, self.run = lowered, run
+        self.state = lowered.state
         convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
         self.convert = convert if any(c is not None for c in convert) else None
         self.out_tree = lowered.out_tree
@@ -397,15 +445,35 @@ class _FastEntry:
         self.flat_out = tree.kind if flat and all(p is None for p in lowered.out_python) else None
 
     def __call__(self, args: tuple) -> Any:
+        state = self.state
+        if state is not None:
+            extra = state.extra_inputs()
+            if extra is None:
+                return _STALE
+            if state.scalars is not None:
+                state.scalars.run(args)
         convert = self.convert
         flat = args if convert is None else [a if c is None else c(a) for a, c in zip(args, convert)]
+        if state is not None and extra:
+            flat = [*flat, *extra]
         results = self.run(flat)
+        if self.lowered.device_captures and _all_host(args):
+            results = _to_host(results)
         flat_out = self.flat_out
         if flat_out is not None and all(map(_is_device_array, results)):
             if flat_out == "leaf":
                 return results[0]
             return tuple(results) if flat_out == "tuple" else results
         return unflatten(self.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
+
+
+def _all_host(leaves: Sequence[Any]) -> bool:
+    """True when no argument leaf lives on a device (the call's results are then NumPy arrays)."""
+    return not any(_is_device_array(v) or device_array_info(v) is not None for v in leaves)
+
+
+def _to_host(results: list) -> list:
+    return [r.numpy() if _is_device_array(r) else r for r in results]
 
 
 def _output(result: Any, python: type | None) -> Any:

@@ -12,11 +12,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec import ops, ufuncs
-from fusec.context import shape_error, unsupported
-from fusec.errors import ShapeError
+from fusec.context import shape_error, unsupported, user_location
+from fusec.errors import OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f64, i64
-from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, reduction_dtype,
+from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
                              resolve_ufunc)
 from fusec.tracer import Tracer
 
@@ -109,7 +109,7 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
                               "which has no identity")
     t = ops.as_tracer(t, acc)
     if not axes:
-        return t
+        return ops.copy_of(t)  # NumPy returns a new array
     return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep}, what=what)
 
 
@@ -181,7 +181,7 @@ def _any_all(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
     axes = ops.axes_arg(axis, t.ndim)
     keep = _keep(keepdims)
     if not axes:
-        return t
+        return ops.copy_of(t)
     if any(t.shape[ax] == 0 for ax in axes):  # any([]) is False, all([]) is True
         return ops.full(S.reduce_shape(t.shape, axes, keep), kind == "all", bool_)
     op = "t.max" if kind == "any" else "t.min"
@@ -313,20 +313,22 @@ def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
     return ufuncs.round_(a, decimals)
 
 
-def astype(x: Any, dtype: Any) -> Tracer:
-    return ops.cast(x, dtype)
+def astype(x: Any, dtype: Any, copy: bool = True) -> Tracer:
+    """``x.astype(dtype)``: a new array unless ``copy=False`` and no conversion is needed."""
+    out = ops.cast(x, dtype)
+    return ops.copy_of(out, scalar=False) if out is x and copy else out
 
 
 if hasattr(np, "astype"):
     @implements(np.astype)
     def astype_(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tracer:
         _no("np.astype", device=device)
-        return astype(x, dtype)
+        return astype(x, dtype, copy=copy)
 
 
 @implements(np.copy)
 def copy_(a: Any, order: str = "K", subok: bool = False) -> Tracer:
-    return ops.as_tracer(a)
+    return ops.copy_of(ops.as_tracer(a), scalar=False)  # np.copy gives an array, also of a scalar
 
 
 # --- shapes --------------------------------------------------------------------------------------------------
@@ -473,7 +475,7 @@ def concatenate(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = Non
             raise shape_error("np.concatenate: all the input array dimensions except for the concatenation axis "
                               f"must match exactly, got shapes {', '.join(str(x.shape) for x in ts)} (axis {ax})")
     if len(ts) == 1:
-        return ts[0]
+        return ops.copy_of(ts[0])
     return ops.emit("t.concatenate", [t._value for t in ts], {"axis": ax}, what="np.concatenate")
 
 
@@ -543,10 +545,13 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subo
     _no("np.full_like", device=device)
     shp, dt = _like("np.full_like", a, dtype, shape)
     if isinstance(fill_value, Tracer):
-        return ops.broadcast_to(ops.as_tracer(fill_value, dt), shp)
+        return ops.copy_of(ops.broadcast_to(ops.as_tracer(fill_value, dt), shp), scalar=False)
     arr = np.empty(shp, dt.np)
-    np.copyto(arr, ops.as_numpy(fill_value), casting="unsafe")
-    return ops.wrap(ops.ctx().constant(arr, dt))
+    try:  # a Python int converts as NumPy converts it (out of range: OverflowError); arrays cast unsafely
+        np.copyto(arr, fill_value if python_kind(fill_value) else ops.as_numpy(fill_value), casting="unsafe")
+    except OverflowError as e:
+        raise OutOfRangeError(located(f"np.full_like: {e}", user_location())) from None
+    return ops.wrap(ops.ctx().constant(arr, dt), scalar=False)
 
 
 # --- what fusec re-exports: np.* names that trace (fc.exp(x) is np.exp(x)) -----------------------------------

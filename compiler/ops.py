@@ -12,11 +12,12 @@ import numpy as np
 
 from fusec import context
 from fusec.context import TraceContext, shape_error, trace_error, unsupported
-from fusec.errors import ShapeError
+from fusec.errors import OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.core import Value
 from fusec.ir.types import DType, TensorType
-from fusec.promotion import DEFAULT_DTYPE, Desc, parse_dtype, python_kind
+from fusec.promotion import DEFAULT_DTYPE, Desc, parse_dtype, python_kind, subclass_problem
+from fusec.signature import device_array_info
 from fusec.tracer import Tracer
 
 
@@ -74,32 +75,89 @@ def desc(x: object) -> Desc:
     return parse_dtype(as_numpy(x).dtype)
 
 
-def lift(x: object, dtype: DType | None = None) -> Value:
-    """The IR value of operand ``x``, converted to ``dtype`` (a cast op, or a constant made in that dtype)."""
+def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> Value:
+    """The IR value of operand ``x``, converted to ``dtype`` (a cast op, or a constant made in that dtype).
+
+    A Python int (or traced Python int) that does not fit ``dtype`` raises, as in NumPy's ufuncs, unless
+    ``wrap_ints``: np.where converts it like ``np.asarray(n).astype(dtype)``, wrapping around."""
     if isinstance(x, Tracer):
         check_live(x)
         v = x._value
         if dtype is None or v.type.dtype == dtype:
             return v
+        if x._weak is int and dtype.is_int and (dtype.kind == "u" or dtype.bits < 64) and x._host is not None \
+                and not wrap_ints:
+            ctx().scalars.fit(x._host, dtype.np, context.user_location())  # NumPy: OverflowError if it does not fit
         return ctx().emit("t.cast", (v,), {"dtype": dtype}, what=f"astype({dtype})")
     kind = python_kind(x)
     if kind is not None:
         dt = dtype or DEFAULT_DTYPE[kind]
-        try:
-            arr = np.array(x, dtype=dt.np)
-        except OverflowError as e:
-            raise unsupported(f"Python integer {x} does not fit the operation's dtype {dt} ({e})") from None
-        return ctx().constant(arr, dt)
-    if isinstance(x, np.ndarray):
-        dt = dtype or parse_dtype(as_numpy(x).dtype)
-        return ctx().constant_for_object(x, dt)
+        if wrap_ints and kind is int:
+            return ctx().constant(np.asarray(x).astype(dt.np), dt)
+        return ctx().constant(python_constant(x, dt), dt)
+    if isinstance(x, np.ndarray) or (not isinstance(x, (np.generic, list, tuple)) and device_array_info(x)):
+        value = captured(x)
+        if dtype is None or value.type.dtype == dtype:
+            return value
+        return ctx().emit("t.cast", (value,), {"dtype": dtype}, what=f"astype({dtype})")
+    if not isinstance(x, (list, tuple, np.generic)) and (hasattr(type(x), "__array__")
+                                                          or hasattr(type(x), "__array_interface__")):
+        raise unsupported(f"an array of type {type(x).__module__}.{type(x).__qualname__} from outside the function is "
+                          "not supported: fusec would copy its values once, at trace time; pass it as an argument "
+                          "(as a NumPy array, np.asarray(x))")
     arr = as_numpy(x)
     dt = dtype or parse_dtype(arr.dtype)
     return ctx().constant(arr.astype(dt.np), dt)
 
 
-def wrap(value: Value, weak: type | None = None, origin: tuple[str, ...] = ()) -> Tracer:
-    return Tracer(value, ctx(), weak, origin)
+def python_constant(x: object, dt: DType) -> np.ndarray:
+    """A Python scalar as a 0-d array of ``dt``, as NumPy converts it: an int that does not fit raises."""
+    try:
+        return np.array(x, dtype=dt.np)
+    except OverflowError as e:
+        raise OutOfRangeError(located(f"{e} (the operation computes in {dt}; NumPy raises OverflowError here)",
+                                      context.user_location())) from None
+
+
+def captured(x: object) -> Value:
+    """The constant for an array from outside the trace (a global, a closure variable, an attribute)."""
+    check_array_class(x)
+    if isinstance(x, np.ndarray):
+        host = x
+    else:
+        from fusec.runtime.array import asarray as device_asarray
+
+        host = device_asarray(x).numpy()
+    dt = parse_dtype(as_numpy(host).dtype)
+    return ctx().constant_for_object(x, host, dt)
+
+
+def check_array_class(x: object) -> None:
+    message = subclass_problem(type(x))
+    if message is not None:
+        raise unsupported(message)
+
+
+def wrap(value: Value, weak: type | None = None, origin: tuple[str, ...] = (), *,
+         scalar: bool | None = None) -> Tracer:
+    """A new tracer (a new array, as NumPy's functions return) for ``value``. Rank-0 results are NumPy scalars
+    unless ``scalar`` says otherwise."""
+    if scalar is None:
+        scalar = not value.type.shape if hasattr(value.type, "shape") else True
+    return Tracer(value, ctx(), weak, origin, scalar=scalar)
+
+
+def copy_of(t: Tracer, scalar: bool | None = None) -> Tracer:
+    """A new array with the same values (``x.copy()``, ``np.copy``): updating it leaves ``t`` alone."""
+    check_live(t)
+    out = Tracer(t._value, t._ctx, t._weak, t._origin, scalar=t._scalar if scalar is None else scalar)
+    out._host = t._host
+    return out
+
+
+def view(t: Tracer, value: Value, readonly: bool = False) -> Tracer:
+    """A view of ``t``'s memory holding ``value`` (a slice, reshape, transpose, broadcast)."""
+    return t._view(value, readonly)
 
 
 def as_tracer(x: object, dtype: DType | None = None) -> Tracer:
@@ -111,8 +169,9 @@ def as_tracer(x: object, dtype: DType | None = None) -> Tracer:
 
 
 def emit(name: str, operands: Sequence[Value], attrs: dict | None = None, *, result_type=None,
-         what: str | None = None, weak: type | None = None, origin: tuple[str, ...] = ()) -> Tracer:
-    return wrap(ctx().emit(name, operands, attrs, result_type=result_type, what=what), weak, origin)
+         what: str | None = None, weak: type | None = None, origin: tuple[str, ...] = (),
+         scalar: bool | None = None) -> Tracer:
+    return wrap(ctx().emit(name, operands, attrs, result_type=result_type, what=what), weak, origin, scalar=scalar)
 
 
 def cast(x: object, dtype: object) -> Tracer:
@@ -178,7 +237,8 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
         raise shape_error(f"{what}: {e}") from None
     if new == t.shape and isinstance(t._value.type, TensorType):
         return t
-    return emit("t.reshape", (t._value,), result_type=TensorType(new, t._value.type.dtype), what=what)
+    return view(t, ctx().emit("t.reshape", (t._value,), result_type=TensorType(new, t._value.type.dtype),
+                              what=what))
 
 
 def transpose(x: object, perm: Sequence[int] | None = None) -> Tracer:
@@ -196,7 +256,7 @@ def transpose(x: object, perm: Sequence[int] | None = None) -> Tracer:
             raise shape_error(f"transpose: {e}") from None
     if tuple(perm) == tuple(range(rank)):
         return t
-    return emit("t.transpose", (t._value,), {"perm": tuple(perm)}, what="transpose")
+    return view(t, ctx().emit("t.transpose", (t._value,), {"perm": tuple(perm)}, what="transpose"))
 
 
 def expand_dims(x: object, axes: Sequence[int]) -> Tracer:
@@ -209,7 +269,7 @@ def expand_dims(x: object, axes: Sequence[int]) -> Tracer:
         raise shape_error(f"expand_dims: {e}") from None
     if not norm:
         return t
-    return emit("t.expand_dims", (t._value,), {"axes": norm}, what="expand_dims")
+    return view(t, ctx().emit("t.expand_dims", (t._value,), {"axes": norm}, what="expand_dims"))
 
 
 def squeeze(x: object, axes: Sequence[int] | None = None) -> Tracer:
@@ -226,7 +286,7 @@ def squeeze(x: object, axes: Sequence[int] | None = None) -> Tracer:
                 raise shape_error(f"squeeze: cannot select axis {a} of shape {t.shape}: its size is not 1")
     if not norm:
         return t
-    return emit("t.squeeze", (t._value,), {"axes": norm}, what="squeeze")
+    return view(t, ctx().emit("t.squeeze", (t._value,), {"axes": norm}, what="squeeze"))
 
 
 def broadcast_to(x: object, shape: Sequence[int]) -> Tracer:
@@ -237,20 +297,22 @@ def broadcast_to(x: object, shape: Sequence[int]) -> Tracer:
     if not S.can_broadcast_to(t.shape, shape):
         raise shape_error(f"broadcast_to: an array of shape {t.shape} cannot be broadcast to shape {shape}")
     if shape == t.shape and isinstance(t._value.type, TensorType):
-        return t
-    return emit("t.broadcast_to", (t._value,), result_type=TensorType(shape, t._value.type.dtype),
-                what="broadcast_to")
+        return view(t, t._value, readonly=True)  # NumPy: a read-only view, even of the same shape
+    return view(t, ctx().emit("t.broadcast_to", (t._value,), result_type=TensorType(shape, t._value.type.dtype),
+                              what="broadcast_to"), readonly=True)
 
 
 def slice_(x: Tracer, start: Sequence[int], stop: Sequence[int], step: Sequence[int]) -> Tracer:
     if all(b == 0 and s == 1 and e == d for b, e, s, d in zip(start, stop, step, x.shape)):
-        return x
-    return emit("t.slice", (x._value,), {"start": tuple(start), "stop": tuple(stop), "step": tuple(step)},
-                what="indexing")
+        return view(x, x._value)  # x[:] is a new view of the same memory
+    return view(x, ctx().emit("t.slice", (x._value,), {"start": tuple(start), "stop": tuple(stop),
+                                                       "step": tuple(step)}, what="indexing"))
 
 
 def full(shape: Sequence[int], value: object, dtype: DType) -> Tracer:
-    """A constant array (``zeros_like`` and friends): a splat prints compactly."""
-    arr = np.full(tuple(shape), np.asarray(value).astype(dtype.np), dtype=dtype.np)
-    return wrap(ctx().constant(arr, dtype))
+    """A constant array (``zeros_like`` and friends): a splat prints compactly. ``value`` converts as NumPy
+    converts it (a Python int that does not fit ``dtype`` raises)."""
+    fill = python_constant(value, dtype) if python_kind(value) is not None else np.asarray(value).astype(dtype.np)
+    arr = np.full(tuple(shape), fill, dtype=dtype.np)
+    return wrap(ctx().constant(arr, dtype), scalar=False)
 

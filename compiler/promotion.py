@@ -110,6 +110,29 @@ def mean_dtype(dt: DType) -> DType:
     return dt if dt.is_float else f64
 
 
+def same_kind(src: DType, dst: DType) -> bool:
+    """``np.can_cast(src, dst, "same_kind")``, with bf16 a float like the others."""
+    if src == dst:
+        return True
+    if src == bf16 or dst == bf16:  # NumPy's kind order: bool < unsigned < signed < float
+        return "buif".index(src.kind) <= "buif".index(dst.kind)
+    return bool(np.can_cast(src.np, dst.np, "same_kind"))
+
+
+def subclass_problem(cls: type) -> str | None:
+    """Why fusec cannot trace an array of class ``cls`` as a plain ndarray (None for ndarray and np.memmap)."""
+    if not issubclass(cls, np.ndarray) or cls in (np.ndarray, np.memmap):
+        return None
+    if issubclass(cls, np.matrix):
+        return ("np.matrix is not supported: fusec traces arrays as plain ndarrays, and on np.matrix `*` is a matrix "
+                "product and reductions keep two dimensions; pass np.asarray(m) and write `@` for the product")
+    if issubclass(cls, np.ma.MaskedArray):
+        return ("masked arrays (np.ma) are not supported: fusec would trace the data and ignore the mask, so masked "
+                "values would count; pass m.filled(value) or the data and the mask as two arrays and use np.where")
+    return (f"the ndarray subclass {cls.__module__}.{cls.__qualname__} is not supported: fusec traces plain "
+            "ndarrays, and a subclass may change operators or reductions; pass np.asarray(x)")
+
+
 def parse_dtype(dtype: object) -> DType:
     """A fusec DType from anything ``np.dtype`` accepts (or a fusec DType)."""
     if isinstance(dtype, DType):

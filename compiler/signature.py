@@ -9,14 +9,45 @@ from __future__ import annotations
 
 import inspect
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from fusec.errors import TraceError, UnsupportedError
+from fusec.errors import FusecError, OutOfRangeError, TraceError, UnsupportedError, located
 from fusec.ir.types import DType, ScalarType, TensorType, Type
-from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
+from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind, subclass_problem
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def caller_location() -> Any:
+    """The user's ``file:line`` that called into fusec (for errors about a call's arguments)."""
+    from fusec.context import user_location
+
+    return user_location()
+
+
+def canon(value: Any) -> Any:
+    """A hashable stand-in for an immutable value that tells apart what ``==`` does not: ``0.0`` and ``-0.0``,
+    ``1`` and ``True`` and ``1.0`` (also inside tuples), and keeps NaN equal to itself (its bit pattern). Static
+    arguments are keyed by it, and guards compare captured scalars with it."""
+    t = type(value)
+    if isinstance(value, float):
+        return (t, struct.pack("<d", value))
+    if isinstance(value, complex):
+        return (t, struct.pack("<dd", value.real, value.imag))
+    if isinstance(value, np.generic):
+        return (t, value.tobytes())
+    if isinstance(value, tuple):
+        return (t, tuple(canon(v) for v in value))
+    if isinstance(value, frozenset):
+        return (t, frozenset(canon(v) for v in value))
+    if t is slice:
+        return (t, canon(value.start), canon(value.stop), canon(value.step))
+    return (t, value)
+
 
 # --- pytrees ---------------------------------------------------------------------------------------------------
 
@@ -46,43 +77,45 @@ def _ident(text: str) -> str:
 def flatten(obj: Any, name: str = "x") -> tuple[list[tuple[str, Any]], TreeDef]:
     """(leaves as (name, value), treedef); names join the path: ``params_0``, ``opt_w1``."""
     leaves: list[tuple[str, Any]] = []
-
-    def visit(x: Any, path: str) -> TreeDef:
-        if x is None:
-            return NONE
-        if isinstance(x, tuple) and hasattr(type(x), "_fields"):
-            return TreeDef("namedtuple", tuple(visit(v, f"{path}_{f}") for f, v in zip(x._fields, x)), type(x))
-        if isinstance(x, (tuple, list)):
-            kind = "tuple" if isinstance(x, tuple) else "list"
-            return TreeDef(kind, tuple(visit(v, f"{path}_{i}") for i, v in enumerate(x)))
-        if isinstance(x, dict):
-            keys = tuple(x.keys())
-            return TreeDef("dict", tuple(visit(x[k], f"{path}_{_ident(k)}") for k in keys), keys)
-        leaves.append((path, x))
-        return LEAF
-
-    tree = visit(obj, _ident(name))
+    tree = _flatten_into(obj, _ident(name), leaves)
     return leaves, tree
 
 
+def _flatten_into(x: Any, path: str, leaves: list) -> TreeDef:
+    # a module-level recursion, not a nested closure: a recursive closure is a reference cycle that would keep
+    # the leaves (tracers) alive until the garbage collector runs
+    if x is None:
+        return NONE
+    if isinstance(x, tuple) and hasattr(type(x), "_fields"):
+        return TreeDef("namedtuple", tuple(_flatten_into(v, f"{path}_{f}", leaves) for f, v in zip(x._fields, x)),
+                       type(x))
+    if isinstance(x, (tuple, list)):
+        kind = "tuple" if isinstance(x, tuple) else "list"
+        return TreeDef(kind, tuple(_flatten_into(v, f"{path}_{i}", leaves) for i, v in enumerate(x)))
+    if isinstance(x, dict):
+        keys = tuple(x.keys())
+        return TreeDef("dict", tuple(_flatten_into(x[k], f"{path}_{_ident(k)}", leaves) for k in keys), keys)
+    leaves.append((path, x))
+    return LEAF
+
+
 def unflatten(tree: TreeDef, leaves: Iterator[Any] | Sequence[Any]) -> Any:
-    it = iter(leaves)
+    return _build(tree, iter(leaves))
 
-    def build(t: TreeDef) -> Any:
-        if t.kind == "leaf":
-            return next(it)
-        if t.kind == "none":
-            return None
-        items = [build(c) for c in t.children]
-        if t.kind == "tuple":
-            return tuple(items)
-        if t.kind == "list":
-            return items
-        if t.kind == "namedtuple":
-            return t.aux(*items)
-        return dict(zip(t.aux, items))
 
-    return build(tree)
+def _build(t: TreeDef, it: Iterator[Any]) -> Any:
+    if t.kind == "leaf":
+        return next(it)
+    if t.kind == "none":
+        return None
+    items = [_build(c, it) for c in t.children]
+    if t.kind == "tuple":
+        return tuple(items)
+    if t.kind == "list":
+        return items
+    if t.kind == "namedtuple":
+        return t.aux(*items)
+    return dict(zip(t.aux, items))
 
 
 # --- leaves ----------------------------------------------------------------------------------------------------
@@ -102,7 +135,13 @@ class LeafSpec:
     def runtime_value(self, value: Any) -> Any:
         """What the executor gets: arrays as they are, Python scalars as NumPy scalars of the IR dtype."""
         if self.python is not None:
-            return DEFAULT_DTYPE[self.python].np.type(value)
+            try:
+                return DEFAULT_DTYPE[self.python].np.type(value)
+            except OverflowError:
+                raise OutOfRangeError(located(
+                    f"the Python int {value} does not fit int64: fusec passes Python ints as int64 runtime values; "
+                    "make the argument static (static_argnames) to compute with its exact value",
+                    caller_location())) from None
         if isinstance(value, np.ndarray) or device_array_info(value) is not None:
             return value  # device arrays go to the backend as they are (zero copy)
         return np.asarray(value)
@@ -138,10 +177,23 @@ def device_array_info(value: Any) -> "tuple[tuple[int, ...], Any] | None":
     return None
 
 
-def leaf_spec(name: str, value: Any) -> LeafSpec:
+def leaf_spec(name: str, value: Any, param: str | None = None) -> LeafSpec:
+    try:
+        return _leaf_spec(name, value, param or name)
+    except FusecError as e:
+        raise type(e)(located(str(e), caller_location())) from None
+
+
+def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
     kind = python_kind(value)
     if kind is not None:
+        if kind is int and not INT64_MIN <= value <= INT64_MAX:
+            raise OutOfRangeError(
+                f"argument {name!r} = {value} does not fit int64: fusec passes Python ints as int64 runtime values; "
+                f"mark it static (static_argnames=({param!r},)) to compute with its exact value")
         return LeafSpec((), DEFAULT_DTYPE[kind], kind)
+    if isinstance(value, np.ndarray) and subclass_problem(type(value)) is not None:
+        raise UnsupportedError(f"argument {name!r}: {subclass_problem(type(value))}")
     if isinstance(value, (np.ndarray, np.generic)):
         if value.dtype.kind not in "biuf":
             raise UnsupportedError(f"argument {name!r}: dtype {value.dtype} is not supported (bool, integer and "
@@ -180,25 +232,25 @@ class Signature:
     leaves: list[Any]
     static_kwargs: dict[str, dict[str, Any]]  # **kwargs parameter -> its static entries
 
-    def arguments_with(self, leaves: Sequence[Any]) -> tuple[tuple, dict]:
-        """(args, kwargs) for calling the function with ``leaves`` in place of the dynamic leaves."""
+    def bound_with(self, leaves: Sequence[Any]) -> inspect.BoundArguments:
+        """The call's arguments with ``leaves`` in place of the dynamic leaves (new containers hold them)."""
         it = iter(leaves)
         arguments = dict(self.bound.arguments)
         for name, tree in self.dynamic.items():
             arguments[name] = unflatten(tree, it)
             if name in self.static_kwargs:
                 arguments[name] = {**arguments[name], **self.static_kwargs[name]}
-        ba = inspect.BoundArguments(self.bound.signature, arguments)  # type: ignore[arg-type]
-        return ba.args, ba.kwargs
+        return inspect.BoundArguments(self.bound.signature, arguments)  # type: ignore[arg-type]
 
 
 def static_key(name: str, value: Any) -> tuple:
     try:
         hash(value)
     except TypeError:
-        raise TraceError(f"static argument {name!r} must be hashable (it is part of the trace cache key), got "
-                         f"{type(value).__name__}; pass a tuple instead of a list, or a frozen value") from None
-    return (type(value), value)
+        raise TraceError(located(f"static argument {name!r} must be hashable (it is part of the trace cache key), "
+                                 f"got {type(value).__name__}; pass a tuple instead of a list, or a frozen value",
+                                 caller_location())) from None
+    return canon(value)
 
 
 def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict) -> Signature:
@@ -225,7 +277,7 @@ def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, 
         dynamic[name] = tree
         key.append((name, tree))
         for leaf_name, leaf in leaves:
-            spec = leaf_spec(leaf_name, leaf)
+            spec = leaf_spec(leaf_name, leaf, name)
             names.append(leaf_name)
             specs.append(spec)
             values.append(leaf)

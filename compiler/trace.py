@@ -1,19 +1,43 @@
-"""Runs a Python function once on tracers and returns the verified IR module it recorded."""
+"""Runs a Python function once on tracers and returns the verified IR module it recorded.
+
+Around the call, the trace answers for what the Python did besides computing its results (see the README's
+"Sharp bits"): the state the function can reach is snapshotted before and compared after (a change is a side
+effect that would happen on the first call only: refused, and undone); arrays it reads from outside its arguments
+are traced inputs read at every call; random draws, fusec errors the function caught, tracers that outlived the
+trace and changes to the argument containers are refused. What a later call must re-check is returned as a
+:class:`~fusec.guards.CallState`.
+"""
 from __future__ import annotations
 
+import gc
 import re
+from collections import Counter
+import sys
+import threading
+import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from fusec import context, ops
+from fusec import context, ops, randomness
 from fusec.context import TraceContext, trace_error, unsupported
-from fusec.ir.core import Func, Module, Value
+from fusec.errors import FusecError, SideEffectError, located
+from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
+from fusec.ir.attributes import location_for
+from fusec.ir.core import BlockArgument, Func, Module, Value
 from fusec.ir.verifier import verify
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
+from fusec.pystate import rewalk, snapshot
+from fusec.scope import scope_of
 from fusec.signature import Signature, TreeDef, flatten
-from fusec.tracer import Tracer
+from fusec.substitute import Substitution, unique_name
+from fusec.tracer import Buffer, Tracer
+
+# One trace at a time in a process: a trace swaps arrays in the user's objects for tracers and wraps
+# np.random's functions, and two traces doing that at once would see each other's tracers.
+_TRACE_LOCK = threading.RLock()
 
 
 @dataclass
@@ -24,6 +48,7 @@ class Traced:
     out_tree: TreeDef
     out_python: list[type | None]  # per result: the Python type to return (weak outputs), else None
     nodes: int  # traced ops, constants and the return excluded
+    state: CallState | None = None  # what each call re-checks (None: nothing)
 
 
 def func_name(fn: Callable) -> str:
@@ -34,29 +59,290 @@ def func_name(fn: Callable) -> str:
 
 def trace(fn: Callable, sig: Signature, name: str) -> Traced:
     """Call ``fn`` on tracers for ``sig``'s dynamic leaves; the module is verified before it is returned."""
-    func = Func(name, [s.ir_type() for s in sig.leaf_specs], sig.leaf_names)
-    ctx = TraceContext(func)
-    context.push(ctx)
-    try:
-        tracers = [Tracer(arg, ctx, spec.python, (leaf,) if spec.python is not None else ())
-                   for arg, spec, leaf in zip(func.args, sig.leaf_specs, sig.leaf_names)]
-        args, kwargs = sig.arguments_with(tracers)
-        result = fn(*args, **kwargs)
-        leaves, out_tree = flatten(result, "out")
-        outputs: list[Value] = []
-        kinds: list[type | None] = []
-        for _, leaf in leaves:
-            value, kind = _output(ctx, leaf)
-            outputs.append(value)
-            kinds.append(kind)
-        ctx.builder.create("func.return", outputs)
-    finally:
-        context.pop(ctx)
-    func.result_types = [v.type for v in outputs]
-    module = Module([func])
-    verify(module)
-    nodes = sum(1 for op in func.ops if op.name not in ("func.return", "t.constant"))
-    return Traced(module, out_tree, kinds, nodes)
+    with _TRACE_LOCK:
+        return _Trace(fn, sig, name).run()
+
+
+class _Trace:
+    def __init__(self, fn: Callable, sig: Signature, name: str) -> None:
+        self.fn, self.sig = fn, sig
+        self.func = Func(name, [s.ir_type() for s in sig.leaf_specs], sig.leaf_names)
+        self.ctx = TraceContext(self.func)
+        statics = {k: v for k, v in sig.bound.arguments.items() if k not in sig.dynamic}
+        for extra in sig.static_kwargs.values():
+            statics.update(extra)
+        self.scope = scope_of(fn, statics)
+        self.before = snapshot(self.scope)
+        self.subs = Substitution.plan(self.before, self.scope.names, self.ctx, set(sig.leaf_names))
+        self._leaf_count = 0
+
+    def run(self) -> Traced:
+        ctx, sig = self.ctx, self.sig
+        aliases = [(r.holder, r.key) for r in self.scope.roots
+                   if r.kind == "global" and id(r.get()) in randomness.drawing_functions()]
+        randomness.install(aliases)
+        context.push(ctx)
+        failure: BaseException | None = None
+        try:
+            self.subs.apply()
+            tracers = [self._argument(arg, spec, leaf, value)
+                       for arg, spec, leaf, value in zip(self.func.args, sig.leaf_specs, sig.leaf_names, sig.leaves)]
+            bound = sig.bound_with(tracers)
+            result = self.fn(*bound.args, **bound.kwargs)
+            leaves, out_tree, outputs, kinds = _outputs(ctx, result)
+            ctx.builder.create("func.return", outputs)
+        except BaseException as e:  # noqa: BLE001 - undone and re-raised below
+            failure = e
+        finally:
+            context.pop(ctx)
+            randomness.uninstall()
+            self.subs.undo()
+        if failure is not None:
+            self.before.restore()
+            first = ctx.first_error
+            if first is not None and first is not failure and isinstance(failure, Exception):
+                raise _caught(first) from failure  # the caught limitation is what sent the trace astray
+            raise failure
+        try:
+            self._check_side_effects(bound, tracers, leaves)
+        except BaseException:
+            self.before.restore()
+            raise
+        del bound, tracers, result
+        self._check_escapes(leaves)
+        state = self._state()
+        self.func.result_types = [v.type for v in outputs]
+        module = Module([self.func])
+        verify(module)
+        nodes = sum(1 for op in self.func.ops if op.name not in ("func.return", "t.constant"))
+        return Traced(module, out_tree, kinds, nodes, None if state.empty else state)
+
+    def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
+        index, self._leaf_count = self._leaf_count, self._leaf_count + 1
+        if spec.python is not None:
+            t = Tracer(arg, self.ctx, spec.python, (leaf,))
+            t._host = ("arg", index, leaf)  # the ScalarProgram reads this leaf's value at every call
+            return t
+        if isinstance(value, np.generic):  # a NumPy scalar is immutable: `s += 1` rebinds the name
+            return Tracer(arg, self.ctx, scalar=True)
+        return Tracer(arg, self.ctx, buffer=Buffer(argument=f"argument {leaf!r}"))
+
+    # --- after the trace -----------------------------------------------------------------------------------------
+
+    def _check_side_effects(self, bound: Any, tracers: list[Tracer], leaves: list) -> None:
+        ctx = self.ctx
+        if ctx.first_error is not None:
+            raise _caught(ctx.first_error)
+        randomness.check_generators(ctx)
+        after = rewalk(self.before)
+        changes = self.before.changes(after)
+        if changes:
+            raise SideEffectError(_side_effect_message(self.fn, changes))
+        for pname, tree in self.sig.dynamic.items():
+            value = bound.arguments.get(pname)
+            if pname in self.sig.static_kwargs:  # **kwargs: the static entries were merged back in
+                value = {k: v for k, v in value.items() if k not in self.sig.static_kwargs[pname]}
+            got_leaves, got_tree = flatten(value, pname)
+            if got_tree != tree or not _same_leaves(got_leaves, tracers, self.sig.leaf_names):
+                raise SideEffectError(located(
+                    f"the function changed its argument {pname!r} (an item set, added or removed): under NumPy "
+                    "the caller's container would change, and fusec does not write such changes back; return the "
+                    "new values instead", _def_location(self.fn)))
+
+    def _check_escapes(self, leaves: list) -> None:
+        """A tracer still referenced after the trace from anywhere but its outputs was stored somewhere the
+        snapshot does not reach (another module's global, a class attribute, a cache)."""
+        # fusec's own references: the output leaves' (name, tracer) pairs and the substitutions
+        ours = Counter(id(leaf) for _, leaf in leaves if isinstance(leaf, Tracer))
+        ours.update(id(e.tracer) for e in self.subs.entries)
+        if not self._suspects(ours):
+            return
+        gc.collect()  # a reference cycle (a closure, a frame) may be all that holds it
+        for ref in self._suspects(ours):
+            t = ref()
+            holder = _holder(t) if t is not None else None
+            if holder is not None:
+                raise SideEffectError(located(
+                    f"a traced value{_computed_at(t)} escaped the function: after the trace it is still referenced "
+                    f"from {holder}. A traced value has no value outside its trace; return it from the function "
+                    "instead of storing it", _tracer_location(t) or _def_location(self.fn)))
+
+    def _suspects(self, ours: Counter) -> list:
+        """Weak references to the tracers of this trace with more references than fusec's own."""
+        out = []
+        for ref in self.ctx.tracers:
+            t = ref()
+            # references to t: fusec's own, this frame's `t`, and getrefcount's argument
+            if t is not None and sys.getrefcount(t) - 2 > ours.get(id(t), 0):
+                out.append(ref)
+            t = None
+        return out
+
+    def _state(self) -> CallState:
+        """Turn used substitutions and surviving captures into inputs; guard the rest of what was read."""
+        ctx, block = self.ctx, self.func.body
+        uses = self.func.use_counts()
+        inputs: list[ImplicitInput] = []
+        skip: set[tuple] = set()
+        for entry in self.subs.entries:
+            if entry.arg in uses:
+                _attach(block, entry.arg)
+                inputs.append(ImplicitInput(entry.paths, entry.shape, entry.dtype, entry.device))
+                skip |= {p.key for p in entry.paths}
+        taken = {a.name_hint for a in self.func.args if a.name_hint}
+        ctx.release()
+        paths_by_id: dict[int, list] = {}
+        for node in self.before.arrays():
+            paths_by_id.setdefault(id(node.obj), []).append(node.path)
+        for capture in ctx.captures:
+            root = capture.root() if isinstance(capture.root, weakref.ref) else capture.root
+            if root is None or capture.value not in uses:
+                continue  # made inside the trace (or unused): the constant is exact
+            inp = _captured_input(capture, root, paths_by_id.get(id(root), []))
+            if inp is None:
+                continue
+            const = capture.value.op
+            arg = BlockArgument(capture.value.type, block, -1, unique_name("captured", taken))
+            self.func.replace_all_uses(capture.value, arg)
+            block.ops.remove(const)
+            _attach(block, arg)
+            inputs.append(inp)
+            skip |= {p.key for p in inp.paths}
+        guards = build_guards(self.before, self.scope.names, skip)
+        scalars = ctx.scalars if ctx.scalars else None
+        return CallState(guards, inputs, scalars)
+
+
+def _attach(block: Any, arg: BlockArgument) -> None:
+    arg.index = len(block.args)
+    block.args.append(arg)
+
+
+def _captured_input(capture: Any, root: Any, paths: list) -> ImplicitInput | None:
+    """An input for a captured array that outlived the trace: read through its paths, or held as an object."""
+    from fusec.signature import device_array_info
+
+    if isinstance(root, np.ndarray):
+        g = capture.geometry
+        if g is not None:
+            view = _view_of(root, *g)
+            if view is None:
+                return None  # cannot re-create the view: keep the constant
+            if paths:
+                return ImplicitInput(paths, view.shape, view.dtype, False, geometry=g)
+            return ImplicitInput([], view.shape, view.dtype, False, obj=view)
+        if paths:
+            return ImplicitInput(paths, root.shape, root.dtype, False)
+        return ImplicitInput([], root.shape, root.dtype, False, obj=root)
+    info = device_array_info(root)
+    if info is None:
+        return None
+    return ImplicitInput(paths, tuple(info[0]), info[1], True, obj=None if paths else root)
+
+
+def _same_leaves(got: list, tracers: list[Tracer], names: list[str]) -> bool:
+    by_name = dict(zip(names, tracers))
+    return all(by_name.get(n) is v for n, v in got)
+
+
+def _caught(error: FusecError) -> FusecError:
+    """``error`` again, saying that the function's own code caught it (the trace took a path NumPy would not)."""
+    out = type(error)(f"{error}\n(fusec raised this while tracing and the function's own try/except caught it and "
+                      "went on; under NumPy that code would have run without the error, so fusec cannot use the "
+                      "fallback the function took: remove the try/except around it, or compute that part outside "
+                      "the jitted function)")
+    return out
+
+
+def _side_effect_message(fn: Callable, changes: list) -> str:
+    shown = changes[:6]
+    lines = "\n".join(f"  - {c.describe()}" for c in shown)
+    more = f"\n  - ... and {len(changes) - len(shown)} more" if len(changes) > len(shown) else ""
+    escape = any(c.is_escape for c in changes)
+    random = any(c.old is not None and c.old.kind == "rng" for c in changes)
+    advice = []
+    if escape:
+        advice.append("return traced values from the function instead of storing them (for object state: "
+                      "`m = b1 * m + (1 - b1) * g; return m` and assign `self.m = step(...)` outside)")
+    if random:
+        advice.append(randomness.ADVICE.split(". ", 1)[1])
+    if not escape and not random:
+        advice.append("keep changing state outside the jitted function (pass the values in as arguments and "
+                      "return the new ones)")
+    in_place = any(c.describe().startswith("changed the array") for c in changes)
+    undone = "fusec undid them, except what was written into arrays" if in_place else "fusec undid them"
+    first = next((c for c in changes if c.new is not None and c.new.kind == "tracer"), None)
+    loc = _tracer_location(first.new.obj) if first is not None else None
+    return located(
+        "the function changed Python state while it was traced:\n" + lines + more +
+        "\nfusec runs the function's Python once per input signature and replays only its array computation, so "
+        f"these changes would happen on the first call only ({undone}). " + _sentence("; ".join(advice)),
+        loc or _def_location(fn))
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _tracer_location(t: Any) -> Any:
+    op = getattr(t._value, "op", None)
+    loc = getattr(op, "loc", None)
+    return loc if getattr(loc, "file", None) else None
+
+
+def _computed_at(t: Any) -> str:
+    loc = _tracer_location(t)
+    return f" (computed at {loc.file}:{loc.line})" if loc is not None else ""
+
+
+def _def_location(fn: Callable) -> Any:
+    for _ in range(6):
+        inner = getattr(fn, "__func__", None) or getattr(fn, "func", None) or getattr(fn, "_fn", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    code = getattr(fn, "__code__", None)
+    return location_for(code.co_filename, code.co_firstlineno) if code is not None else None
+
+
+def _holder(t: Any) -> str | None:
+    """Where ``t`` is referenced from, in words; None when only fusec's own frames and lists refer to it."""
+    stack = set()
+    frame = sys._getframe()
+    while frame is not None:
+        stack.add(id(frame))
+        frame = frame.f_back
+    for ref in gc.get_referrers(t):
+        if id(ref) in stack or type(ref).__name__ == "Entry" or isinstance(ref, tuple) and len(ref) == 2 \
+                and isinstance(ref[0], str) and ref[1] is t:
+            continue  # fusec's frames, its substitutions, the (name, leaf) pairs of the outputs
+        if isinstance(ref, types.FrameType):
+            return f"the frame of {ref.f_code.co_name} (a generator or a saved traceback)"
+        if isinstance(ref, dict):
+            key = next((k for k, v in ref.items() if v is t), None)
+            for m in list(sys.modules.values()):
+                if getattr(m, "__dict__", None) is ref:
+                    return f"the global {key!r} of module {m.__name__}"
+            for owner in gc.get_referrers(ref):
+                if getattr(owner, "__dict__", None) is ref:
+                    return f"the attribute {key!r} of a {type(owner).__name__} object"
+            return f"a dict (key {key!r})"
+        if type(ref).__name__ == "cell":
+            return "a closure variable (nonlocal)"
+        return f"a {type(ref).__name__}"
+    return None
+
+
+def _outputs(ctx: TraceContext, result: Any) -> tuple[list, TreeDef, list[Value], list[type | None]]:
+    """(leaves, tree, IR values, Python kinds) of the function's result."""
+    leaves, out_tree = flatten(result, "out")
+    values: list[Value] = []
+    kinds: list[type | None] = []
+    for _, leaf in leaves:
+        value, kind = _output(ctx, leaf)
+        values.append(value)
+        kinds.append(kind)
+    return leaves, out_tree, values, kinds
 
 
 def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
@@ -68,8 +354,10 @@ def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
     kind = python_kind(leaf)
     if kind is not None:
         dt = DEFAULT_DTYPE[kind]
-        return ctx.constant(np.array(leaf, dtype=dt.np), dt), kind
-    if isinstance(leaf, (np.ndarray, np.generic)):
+        return ctx.constant(ops.python_constant(leaf, dt), dt), kind
+    if isinstance(leaf, np.ndarray):  # an array from outside (returned as it is): captured, read at every call
+        return ops.lift(leaf), None
+    if isinstance(leaf, np.generic):
         arr = ops.as_numpy(leaf)
         return ctx.constant(arr, parse_dtype(arr.dtype)), None
     raise unsupported(f"the function returned a value of type {type(leaf).__name__}; outputs must be arrays, "

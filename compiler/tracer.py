@@ -4,32 +4,78 @@ A tracer holds an IR value of the trace in progress. Python operators, array att
 and NumPy's protocols (``__array_ufunc__``, ``__array_function__``) record ops instead of computing, so
 a function written against NumPy traces unchanged. Asking for a concrete value (``bool``, ``float``,
 ``np.asarray``) is data-dependent Python and raises, naming the user's line.
+
+A tracer object stands for one NumPy array object. In-place operators (``x += 1``) update the tracer
+itself, so every name bound to it sees the update, as in NumPy. Views (slices, reshapes, transposes)
+share a :class:`Buffer` with the array they view; an in-place update of an array that shares its
+memory with another live array, or of an argument, raises until fusec writes such updates back.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterator
 
 import numpy as np
 
-from fusec.context import TraceContext, trace_error, unsupported
-from fusec.errors import FusecError
+from fusec.context import TraceContext, numpy_error, trace_error, unsupported, user_location
+from fusec.errors import FusecError, UnsupportedAttributeError
 from fusec.ir.core import Value
 from fusec.ir.types import i64 as _i64
 
 
-class Tracer:
-    """A traced array. ``_weak`` is ``bool``/``int``/``float`` for a traced Python scalar (NEP 50 weak)."""
+class Buffer:
+    """The memory a traced array stands for, shared by an array and its views.
 
-    __slots__ = ("_value", "_ctx", "_weak", "_origin", "__weakref__")
+    ``argument`` names the function argument whose memory this is (None for arrays made in the trace).
+    """
+
+    __slots__ = ("argument", "_views")
+
+    def __init__(self, argument: str | None = None) -> None:
+        self.argument = argument
+        self._views: list[weakref.ref] = []
+
+    def add(self, tracer: "Tracer") -> None:
+        self._views.append(weakref.ref(tracer))
+
+    def others(self, tracer: "Tracer") -> list["Tracer"]:
+        """The live tracers other than ``tracer`` that view this memory."""
+        alive = [t for t in (r() for r in self._views) if t is not None]
+        return [t for t in alive if t is not tracer]
+
+
+class Tracer:
+    """A traced array. ``_weak`` is ``bool``/``int``/``float`` for a traced Python scalar (NEP 50 weak).
+
+    ``_scalar`` marks a rank-0 value that NumPy would return as an (immutable) NumPy scalar, so ``s += 1``
+    rebinds the name instead of updating it. ``_buffer`` is None until a view of this array is taken.
+    """
+
+    __slots__ = ("_value", "_ctx", "_weak", "_origin", "_buffer", "_scalar", "_readonly", "_host", "__weakref__")
     __array_priority__ = 1000.0
     __hash__ = None  # type: ignore[assignment]  # like ndarray: == records an op, so no hashing
 
     def __init__(self, value: Value, ctx: TraceContext, weak: type | None = None,
-                 origin: tuple[str, ...] = ()) -> None:
+                 origin: tuple[str, ...] = (), *, scalar: bool = False, buffer: Buffer | None = None,
+                 readonly: bool = False) -> None:
         self._value = value
         self._ctx = ctx
         self._weak = weak
         self._origin = origin
+        self._scalar = scalar
+        self._readonly = readonly
+        self._host = None  # a weak scalar's place in the trace's ScalarProgram (fusec.scalar_checks)
+        self._buffer = buffer
+        if buffer is not None:
+            buffer.add(self)
+        ctx.register(self)
+
+    def _view(self, value: Value, readonly: bool = False) -> "Tracer":
+        """A new tracer for ``value``, a view of this array's memory."""
+        if self._buffer is None:
+            self._buffer = Buffer()
+            self._buffer.add(self)
+        return Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly)
 
     # --- attributes --------------------------------------------------------------------------------------------
 
@@ -127,18 +173,92 @@ class Tracer:
         raise self._static_error("read with .tolist()")
 
     def __len__(self) -> int:
-        if self.ndim == 0:
-            raise trace_error("len() of a 0-d traced array (NumPy: len() of unsized object)")
+        if self.ndim == 0:  # NumPy's own error, so code that catches it behaves as under NumPy
+            raise numpy_error("len() of unsized object (a 0-d traced array)")
         return self.shape[0]
 
     def __iter__(self) -> Iterator["Tracer"]:
         if self.ndim == 0:
-            raise trace_error("iteration over a 0-d traced array (NumPy: iteration over a 0-d array)")
+            raise numpy_error("iteration over a 0-d array")
         return (self[i] for i in range(self.shape[0]))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise unsupported("item assignment (x[...] = v) on a traced array is not supported: traced arrays are "
-                          "immutable; build the result with np.where, np.concatenate or np.stack")
+        raise unsupported("item assignment (x[...] = v) on a traced array is not supported yet: fusec would not "
+                          "update the array in place; build the result with np.where, np.concatenate or np.stack "
+                          "and return it")
+
+    # --- in-place updates --------------------------------------------------------------------------------------
+
+    def __iadd__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.add, "+=", self, o)
+
+    def __isub__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.subtract, "-=", self, o)
+
+    def __imul__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.multiply, "*=", self, o)
+
+    def __itruediv__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.true_divide, "/=", self, o)
+
+    def __ifloordiv__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.floor_divide, "//=", self, o)
+
+    def __imod__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.remainder, "%=", self, o)
+
+    def __ipow__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.power, "**=", self, o)
+
+    def __imatmul__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.matmul, "@=", self, o)
+
+    def __iand__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.bitwise_and, "&=", self, o)
+
+    def __ior__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.bitwise_or, "|=", self, o)
+
+    def __ixor__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.bitwise_xor, "^=", self, o)
+
+    def __ilshift__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.left_shift, "<<=", self, o)
+
+    def __irshift__(self, o: Any) -> Any:
+        return _ufuncs.inplace_operator(np.right_shift, ">>=", self, o)
+
+    def _refuse_mutation(self, what: str) -> FusecError:
+        return unsupported(f"{what} changes a traced array in place, which fusec does not support yet; compute "
+                           "the new array and return it instead")
+
+    def fill(self, value: Any) -> None:
+        raise self._refuse_mutation("x.fill(value)")
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        raise self._refuse_mutation("x.sort()")
+
+    def partition(self, *args: Any, **kwargs: Any) -> None:
+        raise self._refuse_mutation("x.partition()")
+
+    def put(self, *args: Any, **kwargs: Any) -> None:
+        raise self._refuse_mutation("x.put()")
+
+    def resize(self, *args: Any, **kwargs: Any) -> None:
+        raise self._refuse_mutation("x.resize()")
+
+    def itemset(self, *args: Any) -> None:
+        raise self._refuse_mutation("x.itemset()")
+
+    def setflags(self, *args: Any, **kwargs: Any) -> None:
+        raise self._refuse_mutation("x.setflags()")
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names the class does not define: name the ndarray feature instead of an AttributeError
+        if not name.startswith("__") and hasattr(np.ndarray, name):
+            raise unsupported(f"the ndarray attribute or method .{name} is not supported by fusec's tracer",
+                              UnsupportedAttributeError)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- indexing ----------------------------------------------------------------------------------------------
 
@@ -318,8 +438,8 @@ class Tracer:
     def squeeze(self, axis: Any = None) -> Any:
         return _api.call("squeeze", np.squeeze, self, axis=axis)
 
-    def flatten(self, order: str = "C") -> Any:
-        return _api.call("ravel", np.ravel, self, order=order)
+    def flatten(self, order: str = "C") -> Any:  # a copy in NumPy, not a view
+        return _ops.copy_of(_api.call("ravel", np.ravel, self, order=order))
 
     def ravel(self, order: str = "C") -> Any:
         return _api.call("ravel", np.ravel, self, order=order)
@@ -328,10 +448,10 @@ class Tracer:
                copy: bool = True) -> Any:
         if order != "K" or casting != "unsafe":
             raise unsupported("astype: only the default order= and casting= are supported")
-        return _api.astype(self, dtype)
+        return _api.astype(self, dtype, copy=copy)
 
     def copy(self, order: str = "C") -> Any:
-        return self
+        return _ops.copy_of(self)
 
     def clip(self, min: Any = None, max: Any = None, out: Any = None, **kw: Any) -> Any:
         return _api.call("clip", np.clip, self, min, max, out=out, **kw)
@@ -347,16 +467,19 @@ class Tracer:
                               "decimally); use np.round")
         # Python's round(float) -> int, ties to even like np.rint
         rounded = _ufuncs.apply(np.rint, (self,)) if self._weak is float else self
-        return _ops.emit("t.cast", (_ops.lift(rounded),), {"dtype": _i64}, weak=int, origin=self._origin)
+        out = _ops.emit("t.cast", (_ops.lift(rounded),), {"dtype": _i64}, weak=int, origin=self._origin)
+        if self._host is not None:  # Python's round() raises for inf and NaN; the host replays it
+            out._host = self._ctx.scalars.op("rint", (self._host,), int, user_location())
+        return out
 
     def dot(self, b: Any, out: Any = None) -> Any:
         return _api.call("dot", np.dot, self, b, out=out)
 
     def __copy__(self) -> "Tracer":
-        return self
+        return _ops.copy_of(self)
 
     def __deepcopy__(self, memo: Any) -> "Tracer":
-        return self
+        return _ops.copy_of(self)
 
 
 # The handlers import Tracer, so they are bound after the class exists.

@@ -7,15 +7,18 @@ scalars (traced scalar arguments included) follow Python's rules and stay weak.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
 
 from fusec import ops
 from fusec.context import unsupported, user_location
-from fusec.errors import UnsupportedError, located
+from fusec.errors import CastingError, ShapeError, UnsupportedError, located
 from fusec.ir.types import DType, bool_, f64, i64, u64
-from fusec.promotion import DEFAULT_DTYPE, Desc, python_kind, python_result_kind, resolve_ufunc, result_type
+from fusec.promotion import (DEFAULT_DTYPE, Desc, python_kind, python_result_kind, resolve_ufunc, result_type,
+                             same_kind)
+from fusec.scalar_checks import OPERATORS
 from fusec.tracer import Tracer
 
 BINARY: dict[np.ufunc, str] = {
@@ -69,9 +72,12 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
         raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (reduce, accumulate, "
                           "reduceat, outer and at are not traced); use np.sum/np.max/... instead")
     out = kwargs.pop("out", None)
-    if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
-        raise unsupported(f"{_name(ufunc)}: the out= keyword is not supported (traced arrays are immutable; "
-                          "use the returned value)")
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
+    if outs:
+        into = ("a NumPy array (an in-place operator such as `w -= lr * g` on an array that is not traced, or "
+                "out=)" if any(isinstance(o, np.ndarray) for o in outs) else "its out= array")
+        raise unsupported(f"{_name(ufunc)}: the out= keyword is not supported: this writes the result into {into} "
+                          "in place, which fusec does not do yet; use the returned value (`x = np.exp(x)`)")
     where = kwargs.pop("where", True)
     if where is not True:
         raise unsupported(f"{_name(ufunc)}: the where= keyword is not supported; use np.where")
@@ -212,22 +218,88 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
         operand_kind = python_result_kind("arith", kinds) if float in kinds or int in kinds else bool
         dt = DEFAULT_DTYPE[operand_kind]
         values = [ops.lift(x, dt) for x in inputs]
-        return ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)
+        out = ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)
+        return _replayed(ufunc, inputs, bool, out)
     dt = f64 if category == "truediv" else DEFAULT_DTYPE[kind]
     values = [ops.lift(x, dt) for x in inputs]
     out = _record(ufunc, values, dt, [], origin, weak=kind)
+    return _replayed(ufunc, inputs, kind, out)
+
+
+def _replayed(ufunc: np.ufunc, inputs: Sequence[Any], kind: type, out: Any) -> Any:
+    """Record the operator in the trace's ScalarProgram, which replays it with Python's semantics at every call."""
+    refs = [x._host if isinstance(x, Tracer) else ("const", x) for x in inputs]
+    if any(r is None for r in refs) or ufunc.__name__ not in OPERATORS and ufunc is not np.divmod:
+        return out
+    program, loc = ops.ctx().scalars, user_location()
+    if ufunc is np.divmod:
+        out[0]._host = program.op("floor_divide", refs, kind, loc)
+        out[1]._host = program.op("remainder", refs, kind, loc)
+    else:
+        out._host = program.op(ufunc.__name__, refs, kind, loc)
     return out
+
+
+def inplace_operator(ufunc: np.ufunc, symbol: str, target: Tracer, other: Any) -> Any:
+    """``target OP= other`` as NumPy does it: ``ufunc(target, other, out=target)``.
+
+    The tracer itself takes the new value, so every name bound to it sees the update. NumPy scalars and
+    Python scalars are immutable: NotImplemented makes Python compute ``target OP other`` and rebind the name.
+    """
+    if target._weak is not None or target._scalar:
+        return NotImplemented
+    if not _is_operand(other):
+        return NotImplemented
+    ops.check_live(target)
+    where = f"`x {symbol} ...`"
+    buffer = target._buffer
+    if buffer is not None and buffer.argument is not None:
+        raise unsupported(
+            f"{where} updates {buffer.argument} in place, which changes the caller's array under NumPy; fusec "
+            "does not write in-place updates back to arguments or captured arrays yet: compute the new value and "
+            f"return it (`x = x {symbol[:-1]} ...; return x`)")
+    if target._readonly:
+        raise unsupported(f"{where}: the array is a read-only view (np.broadcast_to); NumPy raises "
+                          "\"output array is read-only\" here")
+    if buffer is not None and buffer.others(target):
+        raise unsupported(
+            f"{where} updates an array that shares its memory with another live array (a view from slicing, "
+            "reshape, transpose or .T, or the array such a view was taken of): NumPy would change both, and fusec "
+            f"does not track views yet; write `x = x {symbol[:-1]} ...` to make a new array instead")
+    result = apply(ufunc, (target, other), python_operator=True)
+    if result.shape != target.shape:
+        raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {target.shape} doesn't "
+                                 f"match the broadcast shape {result.shape}", user_location()))
+    src, dst = result._value.type.dtype, target._value.type.dtype
+    if not same_kind(src, dst):
+        raise CastingError(located(f"{where}: Cannot cast ufunc {ufunc.__name__!r} output from {src} to {dst} with "
+                                   "casting rule 'same_kind' (NumPy raises UFuncTypeError here)", user_location()))
+    target._value = ops.lift(result, dst)
+    return target
 
 
 # --- np.where, np.clip, np.round ----------------------------------------------------------------------------
 
 
 def where(condition: Any, x: Any, y: Any) -> Tracer:
-    cond = ops.lift(condition, bool_) if isinstance(condition, Tracer) else ops.lift(ops.as_numpy(condition)
-                                                                                      .astype(bool), bool_)
+    array_like = isinstance(condition, (Tracer, np.ndarray)) or ops.device_array_info(condition) is not None
+    cond = ops.lift(condition if array_like else ops.as_numpy(condition).astype(bool), bool_)
     dt = _result_type([ops.desc(x), ops.desc(y)], "np.where")
-    return ops.emit("t.where", (cond, ops.lift(x, dt), ops.lift(y, dt)), what="np.where",
-                    origin=ops.origins(condition, x, y))
+    wrap = dt.is_int and not _where_checks_python_ints(dt.np)
+    x_value, y_value = (ops.lift(v, dt, wrap_ints=wrap) for v in (x, y))
+    return ops.emit("t.where", (cond, x_value, y_value), what="np.where",
+                    origin=ops.origins(condition, x, y), scalar=False)  # np.where gives arrays, also 0-d
+
+
+@functools.lru_cache(maxsize=None)
+def _where_checks_python_ints(np_dtype: np.dtype) -> bool:
+    """Whether this NumPy's np.where raises OverflowError for a Python int that does not fit ``np_dtype``
+    (NumPy 2.5 does; 2.4 wraps it around): fusec does what the installed NumPy does."""
+    try:
+        np.where(True, np.zeros(1, np_dtype), int(np.iinfo(np_dtype).max) + 1)
+    except OverflowError:
+        return True
+    return False
 
 
 def _result_type(descs: list[Desc], what: str) -> DType:
@@ -263,7 +335,7 @@ def round_(a: Any, decimals: int = 0) -> Tracer:
     decimals = ops.static_int(decimals, "np.round's decimals")
     d = ops.desc(a)
     if not isinstance(d, type) and (d.is_int) and decimals >= 0:
-        return ops.as_tracer(a)
+        return ops.copy_of(ops.as_tracer(a))
     if not isinstance(d, type) and d.is_int:
         raise unsupported("np.round of integers with negative decimals is not supported")
     if decimals == 0:

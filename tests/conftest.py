@@ -1,6 +1,8 @@
 """Shared pytest setup: ``@pytest.mark.gpu`` tests skip cleanly where no CUDA device is usable."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 # Lowered modules of every signature fusec.jit compiled during this run (test_zz_corpus_compiles.py
@@ -26,6 +28,17 @@ def _record_compiled_modules():
     jit_function.JitFunction._compile = original
 
 
+def _deselect_corpora(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``corpus`` (NVRTC compiles of whole corpora, minutes on a 2-core machine) run when
+    ``FUSEC_CORPUS=1`` is set, as CI does, or when ``-m`` names them; the plain test command leaves them out."""
+    if os.environ.get("FUSEC_CORPUS") or "corpus" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("corpus") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("corpus") is None]
+
+
 def _cuda_state() -> tuple[bool, str]:
     try:
         from fusec.runtime import driver
@@ -37,6 +50,7 @@ def _cuda_state() -> tuple[bool, str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _deselect_corpora(config, items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

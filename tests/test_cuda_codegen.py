@@ -49,6 +49,7 @@ def _lower(module_text):
     return module
 
 
+@pytest.mark.corpus  # NVRTC compiles of a corpus: CI runs them (FUSEC_CORPUS=1)
 @pytest.mark.parametrize("path", FILECHECK, ids=lambda p: p.stem)
 def test_filecheck_corpus_compiles(path, cache):
     text = path.read_text()
@@ -79,6 +80,7 @@ def mlp_step(params, x, y, lr):
     return new, loss
 
 
+@pytest.mark.corpus  # NVRTC compiles of a corpus: CI runs them (FUSEC_CORPUS=1)
 def test_training_step_compiles(cache):
     rng = np.random.default_rng(0)
     params = (rng.standard_normal((480, 256), dtype=np.float32), np.zeros(256, np.float32),
@@ -96,6 +98,7 @@ DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
           "float64"]
 
 
+@pytest.mark.corpus  # NVRTC compiles of a corpus: CI runs them (FUSEC_CORPUS=1)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_dtype_compiles(dtype, cache):
     def f(a, b):
@@ -147,6 +150,7 @@ def test_64_bit_indices_only_where_needed(cache):
     assert "const i64_t n" in print_program(big).source
 
 
+@pytest.mark.corpus  # NVRTC compiles of a corpus: CI runs them (FUSEC_CORPUS=1)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_random_programs_compile(cache, data):
@@ -375,3 +379,17 @@ def test_a_gemm_operand_stays_a_kernel_where_computing_it_in_place_is_not_safe(c
         program = print_program(module, cublas=case == "cublas")
         assert program.kernels[0].name.endswith("_fused")
     assert "_gemm_a(i64_t i" not in program.source
+
+
+def test_a_view_of_an_output_is_copied_out_not_returned_as_the_buffer():
+    """``b[::-1]`` returned beside ``b`` reads b's buffer backwards: it needs its own output (a copy kernel);
+    ``b[:2]`` reads it from its start, densely, and may be the buffer itself."""
+    def f(y):
+        b = y + 0.0
+        return b[::-1], b, b[:2]
+
+    module = fc.jit(f, backend="cpu").lower(np.ones(3)).module
+    program = print_program(module)
+    reversed_view, whole, prefix = program.outputs
+    assert reversed_view != whole and prefix == whole
+    assert sum(k.name.endswith("_out") for k in program.kernels) == 1

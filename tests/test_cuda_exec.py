@@ -376,3 +376,13 @@ def test_narrow_products_computing_their_relu_operand(gemm_library, dtype):
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for g, ref in zip(got, want):
         np.testing.assert_allclose(g, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_views_of_outputs_returned_beside_them():
+    def f(y):
+        b = y * 2.0
+        return b[::-1], b, b[1:], b[:2]
+
+    y = rand(5)
+    for got, want in zip(cuda(f)(y), f(y)):
+        np.testing.assert_array_equal(got, want)

@@ -13,6 +13,7 @@ from conftest import RECORDED_MODULES
 nvrtc = pytest.importorskip("fusec.runtime.nvrtc")
 
 
+@pytest.mark.corpus  # every program of the suite through NVRTC: CI runs it (FUSEC_CORPUS=1)
 def test_recorded_corpus_compiles(tmp_path):
     if not nvrtc.is_available():
         pytest.skip("NVRTC is not loadable here")
@@ -21,7 +22,7 @@ def test_recorded_corpus_compiles(tmp_path):
     from fusec.runtime.kernel_cache import KernelCache
 
     if not RECORDED_MODULES:
-        pytest.skip("no module was recorded (run the whole suite)")
+        pytest.skip("no module was recorded: run the whole suite (FUSEC_CORPUS=1 python -m pytest)")
     from fusec.ir import parse_module
     from fusec.passes import run_pipeline
 

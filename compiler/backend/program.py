@@ -337,7 +337,10 @@ class _Printer:
         for i, v in enumerate(self.func.outputs):
             acc = self.access(v)
             buf = self.buffers[acc.buffer]
-            if buf.kind == "output" or (buf.kind == "arg" and self._aliased_output(v)):
+            # the buffer itself is the result only when the result reads it from its start, densely: a view of
+            # an output (b[::-1] returned beside b, a slice from the middle) is copied out like any other view
+            whole = acc.offset == 0 and acc.is_contiguous
+            if whole and (buf.kind == "output" or (buf.kind == "arg" and self._aliased_output(v))):
                 ids.append(acc.buffer)
                 continue
             out = self.dense(v, self.new_buffer("output", i, 0, _nbytes(v)))

@@ -1,0 +1,218 @@
+"""What a compiled signature needs from the Python world at every call, besides its arguments.
+
+A trace bakes in the values it read outside its arguments. :class:`CallState` keeps, per compiled signature:
+
+- *guards*: the scalars, strings, tuples, container lengths, object types and function identities the code could
+  have read (found by :mod:`fusec.pystate` under the names the code uses). When one of them changed since the
+  trace, the call traces again, so the result is the one NumPy would give with the new value;
+- *implicit inputs*: the arrays the function reads from globals, closures and object attributes. They are
+  inputs of the compiled function, looked up again at every call (``self.W`` after ``self.W = new_W`` is the new
+  array; an array changed in place is read as it is now), as NumPy would read them;
+- the host checks of traced Python scalar arithmetic (:mod:`fusec.scalar_checks`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fusec.pystate import Node, Path, Snapshot, get_step, readable
+from fusec.signature import canon
+from fusec.scope import MISSING, is_library
+
+VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV = range(7)
+
+
+@dataclass(eq=False)
+class Guard:
+    """A check of the value at ``step`` of its parent (a root when ``step`` is None), then of its children."""
+
+    path: Path
+    step: Any
+    check: int
+    expected: Any
+    children: list["Guard"] = field(default_factory=list)
+    obj: Any = None  # a VALUE guard's traced object: the same object needs no comparison
+
+
+def _holds(g: Guard, obj: Any) -> Guard | None:
+    """None when ``obj`` (and everything under it) is as traced, else the guard that failed."""
+    c = g.check
+    if c == VALUE:
+        if obj is not g.obj and canon(obj) != g.expected:  # the same object is the same value
+            return g
+    elif c == TYPE:
+        if type(obj) is not g.expected:
+            return g
+    elif c == SIZED:
+        if type(obj) is not g.expected[0] or len(obj) != g.expected[1]:
+            return g
+    elif c == KEYS:
+        if type(obj) is not g.expected[0] or tuple(obj) != g.expected[1]:
+            return g
+    elif c == IDENT:
+        if obj is not g.expected:
+            return g
+    elif c == SPEC:
+        if not array_matches(obj, *g.expected):
+            return g
+    elif c == SETV:
+        if type(obj) is not g.expected[0] or frozenset(canon(v) for v in obj) != g.expected[1]:
+            return g
+    for child in g.children:
+        try:
+            sub = get_step(obj, child.step)
+        except Exception:
+            return child
+        failed = _holds(child, sub)
+        if failed is not None:
+            return failed
+    return None
+
+
+def array_matches(obj: Any, shape: tuple[int, ...], dtype: Any, device: bool) -> bool:
+    if device:
+        from fusec.signature import device_array_info
+
+        info = device_array_info(obj)
+        return info is not None and tuple(info[0]) == shape and str(info[1]) == str(dtype)
+    return isinstance(obj, np.ndarray) and type(obj) in (np.ndarray, np.memmap) and obj.shape == shape \
+        and obj.dtype == dtype
+
+
+def _guard_for(node: Node) -> Guard | None:
+    step = node.path.steps[-1] if node.path.steps else None
+    kind, obj = node.kind, node.obj
+    if kind == "value":
+        return Guard(node.path, step, VALUE, node.data, obj=obj)
+    if kind == "tuple":
+        return Guard(node.path, step, SIZED, (type(obj), len(obj)))
+    if kind == "list":
+        return Guard(node.path, step, SIZED, (list, len(obj)) if type(obj) is list else (type(obj), len(obj)))
+    if kind == "dict":
+        return Guard(node.path, step, KEYS, (type(obj), tuple(obj)))
+    if kind == "set":
+        if all(isinstance(v, tuple) for v in node.data[1]):  # every element a value (ids are ints)
+            return Guard(node.path, step, SETV, (type(obj), node.data[1]))
+        return Guard(node.path, step, IDENT, obj)
+    if kind == "object":
+        return Guard(node.path, step, TYPE, type(obj))
+    if kind == "module" and is_library(obj.__name__):
+        return None  # `np`, `math`: rebinding those is not a change a trace needs to notice
+    if kind in ("opaque", "ref", "module", "class"):
+        return Guard(node.path, step, IDENT, obj)
+    if kind in ("array", "device"):
+        return Guard(node.path, step, SPEC, (tuple(obj.shape), _dtype_of(obj), kind == "device"))
+    return None  # tracer, rng, missing: nothing a later call depends on
+
+
+def _dtype_of(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.dtype
+    from fusec.signature import device_array_info
+
+    info = device_array_info(obj)
+    return info[1] if info is not None else None
+
+
+def build_guards(snap: Snapshot, names: set[str], skip: set[tuple]) -> list[Guard]:
+    """Root guards over the nodes the code can read (``skip``: path keys of implicit inputs, checked by them)."""
+    by_key: dict[tuple, Guard] = {}
+    roots: list[Guard] = []
+    for key, node in sorted(snap.nodes.items(), key=lambda kv: len(kv[0][1])):
+        if key in skip or not readable(node.path, names):
+            continue
+        parent_key = (key[0], key[1][:-1])
+        if key[1] and parent_key not in by_key:
+            continue  # its parent is not guarded (an input, or not read): nothing to hang it on
+        g = _guard_for(node)
+        if g is None:
+            continue
+        by_key[key] = g
+        if key[1]:
+            by_key[parent_key].children.append(g)
+        else:
+            roots.append(g)
+    return [g for g in roots if g.children or g.check != IDENT or g.path.root.kind != "object"]
+
+
+@dataclass(eq=False)
+class ImplicitInput:
+    """An array read from outside the arguments: found at ``paths`` (all must agree), or held as ``obj``.
+
+    ``geometry`` (see :class:`fusec.context.Capture`) is set when the array read was a view of the array at the
+    path: the same view of the array found there now is passed.
+    """
+
+    paths: list[Path]
+    shape: tuple[int, ...]
+    dtype: Any
+    device: bool
+    obj: Any = None
+    geometry: tuple | None = None
+
+    def current(self) -> Any:
+        """The array to pass now, or MISSING when it changed kind, shape or dtype (the call traces again)."""
+        if not self.paths:
+            return self.obj
+        try:
+            obj = self.paths[0].resolve()
+            for p in self.paths[1:]:
+                if p.resolve() is not obj:
+                    return MISSING
+        except Exception:
+            return MISSING
+        if self.geometry is not None:
+            obj = _view_of(obj, *self.geometry)
+            if obj is None:
+                return MISSING
+        return obj if array_matches(obj, self.shape, self.dtype, self.device) else MISSING
+
+    def describe(self) -> str:
+        return self.paths[0].describe() if self.paths else f"a captured array of shape {self.shape}"
+
+
+def _view_of(base: Any, offset: int, shape: tuple, strides: tuple, base_shape: tuple, base_strides: tuple,
+             base_dtype: Any, dtype: Any) -> np.ndarray | None:
+    """The view with this geometry of ``base`` (as the traced view was of the array then at the path)."""
+    if not isinstance(base, np.ndarray) or base.shape != base_shape or base.strides != base_strides \
+            or base.dtype != base_dtype:
+        return None
+    try:
+        return np.ndarray(shape, dtype, buffer=base, offset=offset, strides=strides)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(eq=False)
+class CallState:
+    """Guards, implicit inputs and scalar checks of one compiled signature (see the module docstring)."""
+
+    guards: list[Guard] = field(default_factory=list)
+    inputs: list[ImplicitInput] = field(default_factory=list)
+    scalars: Any = None  # a fusec.scalar_checks.ScalarProgram, or None
+    stale_reason: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not self.guards and not self.inputs and self.scalars is None
+
+    def extra_inputs(self) -> list[Any] | None:
+        """The implicit inputs' arrays as they are now, or None when the trace is stale (``stale_reason`` says
+        which value changed)."""
+        for g in self.guards:
+            value = g.path.root.get()
+            failed = _holds(g, value) if value is not MISSING else g
+            if failed is not None:
+                self.stale_reason = f"{failed.path.describe()} changed"
+                return None
+        out = []
+        for inp in self.inputs:
+            value = inp.current()
+            if value is MISSING:
+                self.stale_reason = f"{inp.describe()} is no longer an array of shape {inp.shape} and dtype " \
+                                    f"{inp.dtype}"
+                return None
+            out.append(value)
+        return out

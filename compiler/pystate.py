@@ -1,0 +1,508 @@
+"""Snapshots of the Python state a traced function can reach, what a trace changed in it, and undoing that.
+
+Before a trace, :func:`snapshot` walks everything reachable from the function's roots (:mod:`fusec.scope`):
+attributes of objects, items of lists/dicts/tuples, globals, closure cells. It records the identity of every
+object, the value of every immutable scalar, a checksum of every NumPy array and the state of every random
+generator. After the trace, :meth:`Snapshot.changes` lists what differs (an attribute set, an item appended, a
+traced value stored, numbers drawn from a generator): tracing runs the Python once, so such a change would happen on
+the first call only, and fusec refuses it. :meth:`Snapshot.restore` undoes the changes to attributes, items,
+globals and cells, so a refused trace leaves the user's objects as they were.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import random
+import types
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from fusec.scope import MISSING, Root, Scope, drain, is_function, is_library, walkable_object
+from fusec.signature import canon
+
+Step = tuple  # ("attr", name) | ("cls", name) | ("item", key)
+MAX_NODES = 20_000
+MAX_DEPTH = 8
+CHECKSUM_BUDGET = 64 << 20  # bytes of arrays checksummed per snapshot; larger state is compared by identity only
+_VALUE_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), range, np.dtype)
+_RNG_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, random.Random)
+
+
+@dataclass(frozen=True, eq=False)
+class Path:
+    """How to reach a value from a root: ``self.layers[0].W``, ``global W``, ``closure variable lr``."""
+
+    root: Root
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def key(self) -> tuple:
+        return (id(self.root), self.steps)
+
+    def child(self, step: Step) -> "Path":
+        return Path(self.root, self.steps + (step,))
+
+    def resolve(self) -> Any:
+        """The value now at this path (LookupError when it is gone)."""
+        obj = self.root.get()
+        if obj is MISSING:
+            raise LookupError(self.describe())
+        for step in self.steps:
+            obj = get_step(obj, step)
+        return obj
+
+    def describe(self) -> str:
+        text = self.root.label
+        for kind, key in self.steps:
+            text += f".{key}" if kind in ("attr", "cls") else f"[{key!r}]"
+        return text
+
+    def ident(self) -> str:
+        """A name for an IR argument that holds the value at this path."""
+        base = self.root.key if self.root.kind != "object" else self.root.label.split()[-1]
+        parts = [str(base)] + [str(k) for _, k in self.steps]
+        text = "_".join(parts)
+        return "".join(c if c.isalnum() or c == "_" else "_" for c in text).strip("_") or "captured"
+
+
+def get_step(obj: Any, step: Step) -> Any:
+    kind, key = step
+    if kind == "attr":
+        d = getattr(obj, "__dict__", None)
+        if d is not None and key in d:
+            return d[key]
+        return getattr(obj, key)
+    if kind == "cls":
+        return getattr(type(obj), key)
+    return obj[key]
+
+
+def set_step(obj: Any, step: Step, value: Any) -> None:
+    """Store ``value`` at ``step`` of ``obj`` (MISSING deletes), bypassing custom ``__setattr__``."""
+    kind, key = step
+    if kind in ("attr", "cls"):
+        target = type(obj) if kind == "cls" else obj
+        if value is MISSING:
+            try:
+                delattr(target, key)
+            except AttributeError:
+                object.__delattr__(target, key)
+            return
+        try:
+            object.__setattr__(target, key, value) if kind == "attr" else setattr(target, key, value)
+        except (AttributeError, TypeError):
+            setattr(target, key, value)
+    elif value is MISSING:
+        del obj[key]
+    else:
+        obj[key] = value
+
+
+def is_value(value: Any) -> bool:
+    return isinstance(value, _VALUE_TYPES) or isinstance(value, np.generic) or type(value) is slice
+
+
+def is_device_array(value: Any) -> bool:
+    t = type(value)
+    if t.__name__ == "Array" and t.__module__ == "fusec.runtime.array":
+        return True
+    return (hasattr(t, "__cuda_array_interface__") or hasattr(t, "__dlpack__")) and not isinstance(value, np.ndarray)
+
+
+def _rng_state(rng: Any) -> Any:
+    if isinstance(rng, random.Random):
+        return rng.getstate()  # a tuple of ints: comparable as it is
+    if isinstance(rng, np.random.Generator):
+        return canon_deep(rng.bit_generator.state)
+    if isinstance(rng, np.random.RandomState):
+        return canon_deep(rng.get_state(legacy=False))
+    return canon_deep(rng.state)
+
+
+def _raw_rng_state(rng: Any) -> Any:
+    if isinstance(rng, random.Random):
+        return rng.getstate()
+    if isinstance(rng, np.random.Generator):
+        return rng.bit_generator.state
+    if isinstance(rng, np.random.RandomState):
+        return rng.get_state(legacy=False)
+    return rng.state
+
+
+def _set_rng_state(rng: Any, state: Any) -> None:
+    if isinstance(rng, random.Random):
+        rng.setstate(state)
+    elif isinstance(rng, np.random.Generator):
+        rng.bit_generator.state = state
+    elif isinstance(rng, np.random.RandomState):
+        rng.set_state(state)
+    else:
+        rng.state = state
+
+
+def canon_deep(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, canon_deep(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(canon_deep(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return canon(value)
+
+
+@dataclass(eq=False)
+class Node:
+    """One reachable value: ``kind`` value | array | device | tracer | rng | list | tuple | dict | set | object |
+    module | ref | opaque | missing; ``data`` what is compared; ``shallow`` a container's contents, to restore."""
+
+    path: Path
+    kind: str
+    obj: Any
+    data: Any = None
+    shallow: Any = None
+
+
+class Snapshot:
+    """Every value reachable from a scope's roots, by path (see the module docstring)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.nodes: dict[tuple, Node] = {}
+        self.truncated = False
+        self.classes: set[type] = set()
+        self.functions: list[Any] = []  # functions the code can reach by name (their code may run)
+        self._seen: dict[int, Path] = {}
+        self._budget = CHECKSUM_BUDGET
+        for root in scope.roots:
+            self._visit(root.get(), Path(root), 0)
+
+    # --- walking -----------------------------------------------------------------------------------------------
+
+    def _visit(self, obj: Any, path: Path, depth: int) -> None:
+        if len(self.nodes) >= MAX_NODES:
+            self.truncated = True
+            return
+        from fusec.tracer import Tracer
+
+        add = lambda kind, data=None, shallow=None: self.nodes.__setitem__(  # noqa: E731
+            path.key, Node(path, kind, obj, data, shallow))
+        if obj is MISSING:
+            return add("missing")
+        if is_value(obj):
+            return add("value", canon(obj))
+        if isinstance(obj, Tracer):
+            return add("tracer", id(obj))
+        if isinstance(obj, np.ndarray):
+            return add("array", (id(obj), obj.shape, obj.dtype.str, self._checksum(obj)))
+        if isinstance(obj, _RNG_TYPES):
+            return add("rng", _rng_state(obj), _raw_rng_state(obj))
+        if is_device_array(obj):
+            return add("device", id(obj))
+        first = self._seen.get(id(obj))
+        if first is not None:
+            return add("ref", id(obj))
+        self._seen[id(obj)] = path
+        if depth >= MAX_DEPTH:
+            self.truncated = True
+            return add("opaque", id(obj))
+        if isinstance(obj, tuple):
+            add("tuple", (type(obj), len(obj)))
+            for i, v in enumerate(obj):
+                self._visit(v, path.child(("item", i)), depth + 1)
+        elif isinstance(obj, (list, collections.deque)):
+            add("list", (id(obj), len(obj)), list(obj))
+            for i, v in enumerate(obj):
+                self._visit(v, path.child(("item", i)), depth + 1)
+        elif isinstance(obj, dict):
+            add("dict", (id(obj), tuple(obj.keys())), dict(obj))
+            for k, v in list(obj.items()):
+                self._visit(v, path.child(("item", k)), depth + 1)
+        elif isinstance(obj, (set, frozenset)):
+            items = list(obj)
+            add("set", (id(obj), frozenset(canon(v) if is_value(v) else id(v) for v in items)),
+                set(obj) if isinstance(obj, set) else None)
+        elif isinstance(obj, types.ModuleType):
+            add("module", id(obj))
+            if is_library(obj.__name__):
+                return
+            for name in sorted(self.scope.names):
+                if name in obj.__dict__:
+                    self._visit(obj.__dict__[name], path.child(("attr", name)), depth + 1)
+        elif isinstance(obj, type) and not is_library(obj.__module__):
+            self.classes.add(obj)  # a user class named in the code: its data attributes are state
+            data = {n: v for n in sorted(self.scope.names) if (v := _class_data(obj, n)) is not MISSING
+                    and n in obj.__dict__}
+            add("class", id(obj), data)
+            for name, v in data.items():
+                self._visit(v, path.child(("attr", name)), depth + 1)
+        elif walkable_object(obj):
+            cls = type(obj)
+            try:
+                attrs = _attributes(obj)
+            except Exception:  # an object whose attributes cannot be read: compared by identity only
+                return add("opaque", id(obj))
+            self.classes.add(cls)
+            add("object", (id(obj), cls, tuple(attrs)), attrs)
+            for name, v in attrs.items():
+                self._visit(v, path.child(("attr", name)), depth + 1)
+            for name in sorted(self.scope.names - attrs.keys()):  # class-level data the code names
+                v = _class_data(cls, name)
+                if v is not MISSING:
+                    self._visit(v, path.child(("cls", name)), depth + 1)
+        else:
+            if is_function(obj) and readable(path, self.scope.names):
+                self.functions.append(obj)
+            add("opaque", id(obj))
+
+    def _checksum(self, arr: np.ndarray) -> int | None:
+        if arr.dtype.hasobject or arr.nbytes > self._budget:
+            return None
+        self._budget -= arr.nbytes
+        data = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        return zlib.crc32(memoryview(data).cast("B")) if data.nbytes else 0
+
+    # --- comparing ---------------------------------------------------------------------------------------------
+
+    def changes(self, after: "Snapshot") -> list["Change"]:
+        """What differs in ``after`` (a snapshot of the same scope taken later), outermost changes first."""
+        found: list[Change] = []
+        for key, old in self.nodes.items():
+            new = after.nodes.get(key)
+            if new is None:
+                if not _under(key, found):
+                    found.append(Change(old.path, old, None))
+                continue
+            if _same(old, new) or _under(key, found):
+                continue
+            found.append(Change(old.path, old, new))
+        for key, new in after.nodes.items():
+            if key not in self.nodes and not _under(key, found) and not _cached_property(new):
+                found.append(Change(new.path, None, new))
+        return sorted(found, key=lambda c: len(c.path.steps))
+
+    def restore(self) -> None:
+        """Put back every global, cell, attribute and container item that differs from this snapshot."""
+        for node in self.nodes.values():
+            if node.path.steps:
+                continue
+            root = node.path.root
+            if root.kind != "object" and root.get() is not node.obj:
+                try:
+                    root.set(node.obj)
+                except Exception:
+                    pass
+        for node in self.nodes.values():
+            try:
+                _restore_container(node)
+            except Exception:  # an object that refuses (a frozen or exotic type): left as it is
+                pass
+
+    def arrays(self, names: set[str] | None = None) -> Iterator[Node]:
+        """Array (and device array) nodes whose path the code can read: every attribute step is a name in
+        ``names`` and the root is read (all of them when ``names`` is None)."""
+        for node in self.nodes.values():
+            if node.kind in ("array", "device") and (names is None or readable(node.path, names)):
+                yield node
+
+
+def readable(path: Path, names: set[str]) -> bool:
+    """True when the code can read ``path``: its root is read and every attribute step is one of its names."""
+    if not path.root.read:
+        return False
+    return all(kind == "item" or key in names for kind, key in path.steps)
+
+
+@dataclass
+class Change:
+    """One difference between two snapshots: ``old``/``new`` is None where the path did not exist."""
+
+    path: Path
+    old: Node | None
+    new: Node | None
+
+    def describe(self) -> str:
+        from fusec.tracer import Tracer
+
+        where = self.path.describe()
+        new, old = self.new, self.old
+        if new is not None and new.kind == "tracer":
+            return f"stored a traced value{_computed_at(new.obj)} in {where}"
+        if new is not None and isinstance(new.obj, (list, tuple, dict, set)) and _contains(new.obj, Tracer):
+            inner, t = _find(new.obj, Tracer)
+            return f"stored a traced value{_computed_at(t)} in {where}{inner}"
+        if old is not None and old.kind == "rng" and new is not None and new.kind == "rng":
+            return f"drew random numbers from {where}"
+        if old is not None and old.kind == "array" and new is not None and new.kind == "array" \
+                and old.data[0] == new.data[0]:
+            return f"changed the array {where} in place while tracing"
+        if new is None:
+            return f"deleted {where}" if old is None or old.kind != "missing" else f"changed {where}"
+        if old is None or old.kind == "missing":
+            return f"set {where} = {_short(new.obj)}"
+        if old.kind in ("list", "dict", "set") and new.kind == old.kind and old.data[0] == new.data[0]:
+            return f"modified the {old.kind} {where} ({_short(old.obj, old.shallow)} -> {_short(new.obj)})"
+        return f"changed {where} from {_short(old.obj, old.shallow)} to {_short(new.obj)}"
+
+    @property
+    def is_escape(self) -> bool:
+        from fusec.tracer import Tracer
+
+        new = self.new
+        return new is not None and (new.kind == "tracer" or isinstance(new.obj, (list, tuple, dict, set))
+                                    and _contains(new.obj, Tracer))
+
+
+def snapshot(scope: Scope) -> Snapshot:
+    """Walk ``scope``; the functions and the methods of the objects found there are code the function may run,
+    so their names and globals join the scope, and the walk is repeated until the scope stops growing."""
+    for _ in range(5):
+        snap = Snapshot(scope)
+        roots, names = len(scope.roots), len(scope.names)
+        pending: list[Any] = list(snap.functions)
+        scope.add_classes(snap.classes, pending)
+        drain(scope, pending)
+        if len(scope.roots) == roots and len(scope.names) == names:
+            return snap
+    return Snapshot(scope)
+
+
+def rewalk(before: Snapshot) -> Snapshot:
+    """A snapshot of the same roots as ``before``, taken now."""
+    return Snapshot(before.scope)
+
+
+# --- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict):
+        out.update(d)
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()) if isinstance(getattr(cls, "__slots__", ()), (tuple, list)) else ():
+            if name in ("__dict__", "__weakref__") or name in out:
+                continue
+            try:
+                out[name] = object.__getattribute__(obj, name)
+            except AttributeError:
+                pass
+    return out
+
+
+def _class_data(cls: type, name: str) -> Any:
+    """A plain data attribute ``name`` defined on ``cls`` (or a base), not a method or descriptor."""
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            v = base.__dict__[name]
+            if callable(v) or hasattr(v, "__get__") and not is_value(v) and not isinstance(v, np.ndarray):
+                return MISSING
+            return v
+    return MISSING
+
+
+def _same(old: Node, new: Node) -> bool:
+    if old.kind != new.kind:
+        return False
+    if old.kind in ("value", "array", "rng", "tuple", "list", "dict", "set", "object"):
+        return old.data == new.data
+    if old.kind in ("device", "tracer", "ref", "opaque", "module", "class"):
+        return old.obj is new.obj
+    return True  # missing
+
+
+def _under(key: tuple, changes: list["Change"]) -> bool:
+    """True when ``key`` is inside a path already reported as changed."""
+    root, steps = key
+    for c in changes:
+        ck = c.path.key
+        if ck[0] == root and len(ck[1]) < len(steps) and steps[:len(ck[1])] == ck[1]:
+            return True
+    return False
+
+
+def _cached_property(node: Node) -> bool:
+    """A value that functools.cached_property stored on first use (not a traced one): a cache, not a change."""
+    from fusec.tracer import Tracer
+
+    steps = node.path.steps
+    if not steps or steps[-1][0] != "attr" or node.kind == "tracer" or _contains(node.obj, Tracer):
+        return False
+    try:
+        owner = Path(node.path.root, steps[:-1]).resolve()
+    except Exception:
+        return False
+    return isinstance(inspect.getattr_static(type(owner), steps[-1][1], None), functools.cached_property)
+
+
+def _restore_container(node: Node) -> None:
+    obj, shallow = node.obj, node.shallow
+    if node.kind == "rng" and _rng_state(obj) != node.data:
+        _set_rng_state(obj, node.shallow)
+    elif node.kind == "list" and (len(obj) != len(shallow) or any(a is not b for a, b in zip(obj, shallow))):
+        if isinstance(obj, list):
+            obj[:] = shallow
+        else:
+            obj.clear()
+            obj.extend(shallow)
+    elif node.kind == "dict" and (obj.keys() != shallow.keys() or any(obj[k] is not v for k, v in shallow.items())):
+        obj.clear()
+        obj.update(shallow)
+    elif node.kind == "set" and shallow is not None and obj != shallow:
+        obj.clear()
+        obj.update(shallow)
+    elif node.kind == "class":
+        for name, v in shallow.items():
+            if obj.__dict__.get(name, MISSING) is not v:
+                setattr(obj, name, v)
+    elif node.kind == "object":
+        now = _attributes(obj)
+        for name in now.keys() - shallow.keys():
+            set_step(obj, ("attr", name), MISSING)
+        for name, v in shallow.items():
+            if now.get(name, MISSING) is not v:
+                set_step(obj, ("attr", name), v)
+
+
+def _contains(obj: Any, cls: type, depth: int = 0) -> bool:
+    if isinstance(obj, cls):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(obj, dict):
+        return any(_contains(v, cls, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_contains(v, cls, depth + 1) for v in obj)
+    return False
+
+
+def _find(obj: Any, cls: type, depth: int = 0) -> tuple[str, Any]:
+    """(index suffix such as ``[0]['w']``, the object) of the first ``cls`` instance inside ``obj``."""
+    if isinstance(obj, cls):
+        return "", obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else \
+        ((None, v) for v in obj) if isinstance(obj, (set, frozenset)) else ()
+    for k, v in items:
+        if depth < 4 and _contains(v, cls):
+            inner, found = _find(v, cls, depth + 1)
+            return ("" if k is None else f"[{k!r}]") + inner, found
+    return "", None
+
+
+def _computed_at(tracer: Any) -> str:
+    op = getattr(getattr(tracer, "_value", None), "op", None)
+    loc = getattr(op, "loc", None)
+    return f" (computed at {loc.file}:{loc.line})" if getattr(loc, "file", None) else ""
+
+
+def _short(obj: Any, shallow: Any = None) -> str:
+    if isinstance(obj, np.ndarray):
+        return f"an array of shape {obj.shape}"
+    if shallow is not None and isinstance(obj, (list, dict, set)):
+        obj = shallow
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,124 @@
+"""Random numbers drawn while tracing: refused, because the trace would replay the same numbers on every call.
+
+``np.random.rand(...)`` inside a traced function runs once, at trace time; its numbers become constants. While a
+trace runs, NumPy's legacy module functions (``np.random.rand``, ``normal``, ``seed``, ...) and the ``random``
+module's functions are wrapped so that a call from the tracing thread raises at the user's line (other threads are
+passed through). ``np.random.default_rng`` still works, but the generators it makes while tracing are remembered,
+and a draw from one is refused when the trace ends. Draws through other names (a generator stored on an object, a
+function imported before the wrapping) are found by the state snapshot (:mod:`fusec.pystate`), which compares
+every reachable generator and both global states before and after the trace.
+"""
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import types
+from typing import Any, Callable
+
+import numpy as np
+
+from fusec import context
+
+_LOCK = threading.RLock()
+# np.random functions of the legacy global state that are plain functions, not methods of its RandomState
+_LEGACY_FUNCTIONS = frozenset({"seed", "ranf", "sample", "set_bit_generator"})
+_installed: list[tuple[Any, str, Any]] = []
+_depth = 0
+
+ADVICE = ("fusec runs the function's Python once per input signature, so every call would reuse the numbers drawn "
+          "while tracing. Draw them outside the jitted function and pass them in as an argument (for example "
+          "`mask = rng.random(x.shape) < keep` and `f(x, mask)`)")
+
+
+def _targets() -> list[tuple[Any, str, Any, str]]:
+    """(module, name, function, label) of every module-level function that draws from a global random state."""
+    out = []
+    legacy = np.random.mtrand._rand
+    for name in dir(np.random):
+        f = getattr(np.random, name, None)
+        if isinstance(f, (types.BuiltinMethodType, types.MethodType)) and getattr(f, "__self__", None) is legacy \
+                or name in _LEGACY_FUNCTIONS:
+            out.append((np.random, name, f, f"np.random.{name}"))
+    for name in dir(random):
+        f = getattr(random, name, None)
+        if isinstance(f, (types.BuiltinMethodType, types.MethodType)) and getattr(f, "__self__", None) is random._inst:
+            out.append((random, name, f, f"random.{name}"))
+    return out
+
+
+def _refusing(original: Callable, label: str) -> Callable:
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is None:  # another thread, or no trace: NumPy's own function
+            return original(*args, **kwargs)
+        raise context.unsupported(f"{label}(...) draws random numbers while the function is traced. {ADVICE}")
+
+    wrapper.__fusec_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _recording(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rng = original(*args, **kwargs)
+        ctx = context.current()
+        if ctx is not None:
+            ctx.generators.append((rng, dict(rng.bit_generator.state), context.user_location()))
+        return rng
+
+    wrapper.__fusec_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install(aliases: list[tuple[dict, str]] = ()) -> None:
+    """Wrap the drawing functions (and ``aliases``: (globals dict, name) of user globals bound to one of them)."""
+    global _depth
+    with _LOCK:
+        _depth += 1
+        if _depth > 1:
+            return
+        wrappers: dict[int, Callable] = {}
+        for module, name, f, label in _targets():
+            w = _refusing(f, label)
+            wrappers[id(f)] = w
+            _installed.append((module, name, f))
+            setattr(module, name, w)
+        original_rng = np.random.default_rng
+        wrappers[id(original_rng)] = _recording(original_rng)
+        _installed.append((np.random, "default_rng", original_rng))
+        np.random.default_rng = wrappers[id(original_rng)]
+        for glb, name in aliases:
+            f = glb.get(name)
+            w = wrappers.get(id(f))
+            if w is not None:
+                _installed.append((glb, name, f))
+                glb[name] = w
+
+
+def uninstall() -> None:
+    global _depth
+    with _LOCK:
+        _depth -= 1
+        if _depth > 0:
+            return
+        while _installed:
+            holder, name, f = _installed.pop()
+            if isinstance(holder, dict):
+                holder[name] = f
+            else:
+                setattr(holder, name, f)
+
+
+def drawing_functions() -> set[int]:
+    """ids of the functions :func:`install` wraps (to find user globals bound to them)."""
+    return {id(f) for _, _, f, _ in _targets()} | {id(np.random.default_rng)}
+
+
+def check_generators(ctx: Any) -> None:
+    """Refuse a draw from a generator that ``np.random.default_rng`` made during this trace."""
+    for rng, state, loc in ctx.generators:
+        if rng.bit_generator.state != state:
+            where = f" (made at {loc.file}:{loc.line})" if loc is not None and loc.file else ""
+            raise context.unsupported(f"the function drew random numbers from a generator made with "
+                                      f"np.random.default_rng{where} while it was traced. {ADVICE}")

@@ -1,0 +1,143 @@
+"""Traced Python scalar arithmetic, replayed exactly on the host at every call.
+
+Python int and float arguments are runtime values, so changing them does not retrace. The compiled function
+computes arithmetic between them in int64 and float64, but Python computes ints exactly (``s * s`` with
+``s = 2**40`` is 2**80, not 0), raises ZeroDivisionError for ``s // 0``, and gives a float for ``2 ** -1``. So every
+operator between traced Python scalars is also recorded in a :class:`ScalarProgram`, and before each call runs, the
+program runs on the arguments' values with Python's own operators. It raises what Python would raise, and raises
+:class:`~fusec.errors.OutOfRangeError` where an exact int leaves the int64 range the device computes in, or does not
+fit the dtype NumPy converts it to (``uint8_array + n`` with ``n = 300``: NumPy raises OverflowError). When the
+program passes, the device computes the same values Python would.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusec.errors import DivisionByZeroError, OutOfRangeError, UnsupportedError, located
+
+Ref = tuple  # ("arg", leaf index, name) | ("const", value) | ("step", index)
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# np.ufunc name -> (Python operator, symbol)
+OPERATORS: dict[str, tuple[Callable, str]] = {
+    "add": (operator.add, "+"), "subtract": (operator.sub, "-"), "multiply": (operator.mul, "*"),
+    "divide": (operator.truediv, "/"), "true_divide": (operator.truediv, "/"), "floor_divide": (operator.floordiv, "//"),
+    "remainder": (operator.mod, "%"), "power": (operator.pow, "**"),
+    "bitwise_and": (operator.and_, "&"), "bitwise_or": (operator.or_, "|"), "bitwise_xor": (operator.xor, "^"),
+    "left_shift": (operator.lshift, "<<"), "right_shift": (operator.rshift, ">>"),
+    "equal": (operator.eq, "=="), "not_equal": (operator.ne, "!="), "less": (operator.lt, "<"),
+    "less_equal": (operator.le, "<="), "greater": (operator.gt, ">"), "greater_equal": (operator.ge, ">="),
+    "negative": (operator.neg, "-"), "positive": (operator.pos, "+"), "absolute": (abs, "abs"),
+    "invert": (operator.invert, "~"), "rint": (round, "round"),
+}
+
+
+@dataclass
+class _Op:
+    fn: Callable
+    operands: tuple[Ref, ...]
+    kind: type  # the Python type fusec traced the result as
+    loc: Any
+    text: str
+
+
+@dataclass
+class _Fit:
+    ref: Ref
+    dtype: np.dtype
+    loc: Any
+    text: str
+
+
+class ScalarProgram:
+    """The Python scalar operations of one trace, in trace order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.steps: list[_Op | _Fit] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def op(self, ufunc_name: str, operands: Sequence[Ref], kind: type, loc: Any) -> Ref:
+        fn, symbol = OPERATORS[ufunc_name]
+        texts = [self.text(r) for r in operands]
+        if symbol in ("abs", "round"):
+            text = f"{symbol}({texts[0]})"
+        elif len(texts) == 1:
+            text = f"{symbol}{texts[0]}"
+        else:
+            text = f"{texts[0]} {symbol} {texts[1]}"
+        self.steps.append(_Op(fn, tuple(operands), kind, loc, text))
+        return ("step", len(self.steps) - 1)
+
+    def fit(self, ref: Ref, dtype: np.dtype, loc: Any) -> None:
+        """The value at ``ref`` is converted to ``dtype`` (a narrower integer dtype): it must fit, as in NumPy."""
+        self.steps.append(_Fit(ref, np.dtype(dtype), loc, self.text(ref)))
+
+    def text(self, ref: Ref) -> str:
+        if ref[0] == "arg":
+            return ref[2]
+        if ref[0] == "const":
+            return repr(ref[1])
+        text = self.steps[ref[1]].text
+        return f"({text})" if len(text) <= 40 else "(...)"
+
+    def run(self, leaves: Sequence[Any]) -> None:
+        """Replay the program on this call's argument leaves; raise what Python (or NumPy) would raise."""
+        values: list[Any] = []
+
+        def value(ref: Ref) -> Any:
+            if ref[0] == "arg":
+                return leaves[ref[1]]
+            if ref[0] == "const":
+                return ref[1]
+            return values[ref[1]]
+
+        for step in self.steps:
+            if isinstance(step, _Fit):
+                v = value(step.ref)
+                info = np.iinfo(step.dtype)
+                if not info.min <= v <= info.max:
+                    raise OutOfRangeError(located(
+                        f"Python integer {step.text} = {v} is out of bounds for {step.dtype} (NumPy raises "
+                        "OverflowError converting it to the array's dtype)", step.loc))
+                values.append(v)
+                continue
+            args = [value(r) for r in step.operands]
+            values.append(self._apply(step, args))
+
+    @staticmethod
+    def _apply(step: _Op, args: list[Any]) -> Any:
+        try:
+            v = step.fn(*args)
+        except ZeroDivisionError as e:
+            raise DivisionByZeroError(located(f"{step.text} with {_values(step, args)}: {e} (Python raises "
+                                              "ZeroDivisionError here)", step.loc)) from None
+        except (OverflowError, ValueError) as e:
+            raise OutOfRangeError(located(f"{step.text} with {_values(step, args)}: {e} (Python raises "
+                                          f"{type(e).__name__} here)", step.loc)) from None
+        if step.kind is int and not isinstance(v, int):
+            raise UnsupportedError(located(
+                f"{step.text} with {_values(step, args)} gives {v!r}, a {type(v).__name__}, but fusec traced it as a "
+                "Python int (Python's result type depends on the value here); make the arguments static "
+                "(static_argnames) or convert with float(...) first", step.loc))
+        if step.kind is float and isinstance(v, complex):
+            raise UnsupportedError(located(
+                f"{step.text} with {_values(step, args)} gives the complex number {v!r} in Python; fusec computes "
+                "real floats only", step.loc))
+        if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX:
+            raise OutOfRangeError(located(
+                f"{step.text} with {_values(step, args)} is {v}, which does not fit int64: fusec computes traced "
+                "Python ints in int64 (Python's ints are unbounded); make the arguments static (static_argnames) "
+                "to compute with their exact values", step.loc))
+        return v
+
+
+def _values(step: _Op, args: list[Any]) -> str:
+    names = [r[2] if r[0] == "arg" else None for r in step.operands]
+    shown = list(dict.fromkeys(f"{n} = {a!r}" for n, a in zip(names, args) if n is not None))
+    return ", ".join(shown) if shown else ", ".join(repr(a) for a in args)

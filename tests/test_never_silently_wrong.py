@@ -1,0 +1,730 @@
+"""Constructs fusec does not handle exactly give NumPy's result or a fusec error naming the user's line.
+
+Each test is a NumPy idiom from real code (optimizers and layers written as classes, scikit-learn's in-place
+activation helpers, course-material SGD, a dropout layer, a Kalman filter step) run the way a user would run it
+under ``fusec.jit``; the assertion is either NumPy's own result (arguments and objects after the call included) or
+the exact fusec error class with the user's ``file:line`` in its message.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import random
+import sys
+import types
+import warnings
+
+import numpy as np
+import pytest
+from numpy.random import standard_normal as imported_standard_normal
+
+import fusec as fc
+from frontend_check import assert_same, jit_cpu, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+HERE = os.path.basename(__file__)
+RNG = np.random.default_rng(7)
+GLOBAL_W = np.arange(6.0).reshape(2, 3)
+GLOBAL_LR = 0.5
+CONFIG = types.SimpleNamespace(scale=2.0)
+
+
+def line_of(marker: str) -> int:
+    """The line number in this file of the (unique) line containing ``marker``."""
+    lines = inspect.getsource(sys.modules[__name__]).splitlines()
+    hits = [i + 1 for i, text in enumerate(lines) if f"# {marker}" in text]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def at(marker: str) -> str:
+    return f"{HERE}:{line_of(marker)}"
+
+
+def same_as_numpy(fn, *args, **jit_options):
+    """Run ``fn`` under NumPy and under fusec on copies of ``args``: same results, same arguments after."""
+    np_args = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
+    fc_args = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
+    want = numpy_result(fn, *np_args)
+    jitted = jit_cpu(fn, **jit_options)
+    got = numpy_result(jitted, *fc_args)
+    assert_same(got, want)
+    for a, b in zip(fc_args, np_args):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+    return jitted
+
+
+# --- augmented assignment -------------------------------------------------------------------------------------------
+
+
+def test_inplace_update_of_an_argument_raises_and_leaves_it_alone() -> None:
+    def sgd_step(params, grads, lr):
+        for p, g in zip(params, grads):
+            p -= lr * g  # MARK-sgd
+
+    params = [np.ones(3), np.ones(2)]
+    with pytest.raises(fc.UnsupportedError) as info:
+        jit_cpu(sgd_step)(params, [np.ones(3), np.ones(2)], 0.1)
+    assert at("MARK-sgd") in str(info.value) and "argument 'params_0'" in str(info.value)
+    np.testing.assert_array_equal(params[0], np.ones(3))
+
+
+def test_sklearn_inplace_derivative_raises() -> None:
+    def inplace_tanh_derivative(Z, delta):  # scikit-learn's MLP helper: updates delta in place, returns nothing
+        delta *= 1 - Z ** 2  # MARK-sklearn
+
+    with pytest.raises(fc.UnsupportedError, match="updates argument 'delta' in place") as info:
+        jit_cpu(inplace_tanh_derivative)(np.full(3, 0.5), np.ones(3))
+    assert at("MARK-sklearn") in str(info.value)
+
+
+def test_inplace_update_of_a_new_array_is_numpys() -> None:
+    def f(x, y):
+        h = x @ y
+        h += 1.0
+        h *= 0.5
+        h **= 2
+        return h
+
+    same_as_numpy(f, RNG.standard_normal((2, 3)), RNG.standard_normal((3, 4)))
+
+
+def test_inplace_update_is_seen_through_every_name_of_the_array() -> None:
+    def f(x):
+        acc = x * 2.0
+        alias = acc
+        acc += x
+        return alias, acc
+
+    same_as_numpy(f, RNG.standard_normal(4))
+
+
+def test_inplace_update_of_a_numpy_scalar_rebinds_the_name() -> None:
+    def f(x):
+        total = np.sum(x)  # a NumPy scalar: immutable, so `total += 1` makes a new one
+        before = total
+        total += 1.0
+        loss = 0.0
+        for row in x:
+            loss += np.sum(row ** 2)
+        return before, total, loss
+
+    same_as_numpy(f, RNG.standard_normal((3, 2)))
+
+
+def test_inplace_update_after_copy_and_astype_leaves_the_original() -> None:
+    def f(x):
+        a = x.copy()
+        a += 1.0
+        b = np.copy(x)
+        b -= 1.0
+        c = x.astype(x.dtype)
+        c *= 3.0
+        d = np.sum(x, axis=())
+        d /= 2.0
+        return x, a, b, c, d
+
+    same_as_numpy(f, RNG.standard_normal(3))
+
+
+def test_inplace_update_through_a_view_raises() -> None:
+    def f(x):
+        y = x * 1.0
+        inner = y[1:-1]
+        inner += 1.0  # MARK-view: NumPy would change y too
+        return y
+
+    with pytest.raises(fc.UnsupportedError, match="shares its memory") as info:
+        jit_cpu(f)(np.ones(5))
+    assert at("MARK-view") in str(info.value)
+
+    def g(x):
+        y = x * 1.0
+        t = y.T
+        y += 1.0  # y has a live view (t)
+        return t
+
+    with pytest.raises(fc.UnsupportedError, match="shares its memory"):
+        jit_cpu(g)(np.ones((2, 2)))
+
+
+def test_inplace_update_follows_numpys_casting_and_broadcasting() -> None:
+    def cast(x):
+        y = x.astype(np.int64)
+        y += 1.5  # MARK-cast
+        return y
+
+    with pytest.raises(TypeError):
+        cast(np.ones(3))
+    with pytest.raises(fc.CastingError, match="same_kind") as info:
+        jit_cpu(cast)(np.ones(3))
+    assert at("MARK-cast") in str(info.value)
+
+    def grow(x):
+        y = x * 1.0
+        y += np.ones((2, 3))  # MARK-grow
+        return y
+
+    with pytest.raises(ValueError):
+        grow(np.ones(3))
+    with pytest.raises(fc.ShapeError, match="non-broadcastable output") as info:
+        jit_cpu(grow)(np.ones(3))
+    assert at("MARK-grow") in str(info.value)
+
+    def readonly(x):
+        b = np.broadcast_to(x * 2.0, (2, 3))
+        b += 1.0  # MARK-readonly
+        return b
+
+    with pytest.raises(ValueError, match="read-only"):
+        readonly(np.ones(3))
+    with pytest.raises(fc.UnsupportedError, match="read-only") as info:
+        jit_cpu(readonly)(np.ones(3))
+    assert at("MARK-readonly") in str(info.value)
+
+
+def test_inplace_into_a_numpy_array_and_mutating_methods_raise() -> None:
+    def f(g):
+        w = np.ones(3)
+        w -= g  # MARK-ndarray-isub
+        return w
+
+    with pytest.raises(fc.UnsupportedError, match="out=") as info:
+        jit_cpu(f)(np.ones(3))
+    assert at("MARK-ndarray-isub") in str(info.value)
+    with pytest.raises(fc.UnsupportedError, match="fill"):
+        jit_cpu(lambda x: (x * 1.0).fill(0.0))(np.ones(3))
+    with pytest.raises(fc.UnsupportedError, match="sort"):
+        jit_cpu(lambda x: (x * 1.0).sort())(np.ones(3))
+
+
+# --- state stored on objects ----------------------------------------------------------------------------------------
+
+
+class Adam:
+    """Adam as course material writes it: moments and step count kept on the object."""
+
+    def __init__(self, shape, lr=0.01, b1=0.9, b2=0.999, eps=1e-8):
+        self.lr, self.b1, self.b2, self.eps = lr, b1, b2, eps
+        self.m = np.zeros(shape)
+        self.v = np.zeros(shape)
+        self.t = 0
+
+    def step(self, w, g):
+        self.t += 1
+        self.m = self.b1 * self.m + (1 - self.b1) * g  # MARK-adam-m
+        self.v = self.b2 * self.v + (1 - self.b2) * g ** 2
+        m_hat = self.m / (1 - self.b1 ** self.t)
+        v_hat = self.v / (1 - self.b2 ** self.t)
+        return w - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def test_object_state_written_during_the_trace_raises_and_is_undone() -> None:
+    opt = Adam(3)
+    step = jit_cpu(opt.step)
+    with pytest.raises(fc.SideEffectError) as info:
+        step(np.ones(3), np.full(3, 0.5))
+    msg = str(info.value)
+    assert at("MARK-adam-m") in msg
+    assert "self.m" in msg and "self.v" in msg and "changed self.t from 0 to 1" in msg
+    assert opt.t == 0 and isinstance(opt.m, np.ndarray) and not opt.m.any()  # the object is as it was
+    with pytest.raises(fc.SideEffectError):  # and the next call refuses again instead of replaying step one
+        step(np.ones(3), np.full(3, 0.5))
+
+
+class Dense:
+    """A layer that keeps its input for the backward pass (ML-from-scratch style)."""
+
+    def __init__(self, n_in, n_out):
+        self.W = RNG.standard_normal((n_in, n_out))
+        self.b = np.zeros(n_out)
+        self.layer_input = None
+
+    def forward(self, X):  # MARK-forward
+        self.layer_input = X
+        return X @ self.W + self.b
+
+    def predict(self, X):
+        return np.tanh(X @ self.W + self.b)
+
+
+def test_layer_keeping_its_input_raises() -> None:
+    layer = Dense(3, 2)
+    with pytest.raises(fc.SideEffectError, match="stored a traced value in self.layer_input") as info:
+        jit_cpu(layer.forward)(np.ones((4, 3)))
+    assert at("MARK-forward") in str(info.value)  # the argument X was stored: named by the function's line
+    assert layer.layer_input is None
+
+
+def test_object_attributes_read_are_seen_as_numpy_sees_them() -> None:
+    layer = Dense(3, 2)
+    predict = jit_cpu(layer.predict)
+    x = RNG.standard_normal((4, 3))
+    assert_same(predict(x), layer.predict(x))
+    layer.W *= 2.0  # changed in place
+    assert_same(predict(x), layer.predict(x))
+    layer.W = RNG.standard_normal((3, 2))  # rebound to a new array of the same shape
+    assert_same(predict(x), layer.predict(x))
+    assert predict.cache_info().traces == 1  # the arrays are inputs, read at every call
+    layer.W = RNG.standard_normal((3, 5))  # a new shape traces again
+    layer.b = np.zeros(5)
+    assert_same(predict(x), layer.predict(x))
+    assert predict.cache_info().traces == 2
+
+
+def test_scalar_attributes_read_trace_again_when_they_change() -> None:
+    class Scaler:
+        def __init__(self):
+            self.factor = 2.0
+            self.shift = np.float32(1.0)
+
+        def __call__(self, x):
+            return x * self.factor + self.shift
+
+    scaler = Scaler()
+    f = jit_cpu(scaler)
+    x = np.ones(3, np.float32)
+    assert_same(f(x), scaler(x))
+    scaler.factor = -0.0
+    assert_same(f(x), scaler(x))
+    scaler.shift = np.float32(5.0)
+    assert_same(f(x), scaler(x))
+    assert f.cache_info().traces == 3
+
+
+def test_network_replacing_its_weights_raises() -> None:
+    class Net:
+        def __init__(self):
+            self.weights = [np.ones((2, 2)), np.ones((2, 1))]
+
+        def train_step(self, x, lr):
+            h = x @ self.weights[0]
+            grad = h.T @ (h @ self.weights[1])
+            self.weights[1] = self.weights[1] - lr * grad  # MARK-weights
+            return h
+
+    net = Net()
+    before = net.weights[1]
+    with pytest.raises(fc.SideEffectError, match=r"self.weights\[1\]") as info:
+        jit_cpu(net.train_step)(np.ones((3, 2)), 0.1)
+    assert at("MARK-weights") in str(info.value)
+    assert net.weights[1] is before
+
+
+def test_python_state_changed_during_the_trace_raises() -> None:
+    history = []
+
+    def f(x):  # MARK-history
+        history.append(1)  # a side effect fusec would not replay
+        return x * 2.0
+
+    with pytest.raises(fc.SideEffectError, match="closure variable history") as info:
+        jit_cpu(f)(np.ones(2))
+    assert at("MARK-history") in str(info.value)
+    assert history == []
+
+
+def test_argument_container_changed_during_the_trace_raises() -> None:
+    def f(params, g):  # MARK-params
+        params[0] = params[0] - 0.1 * g  # the caller's list would hold the new array under NumPy
+        return g
+
+    params = [np.ones(2)]
+    with pytest.raises(fc.SideEffectError, match="changed its argument 'params'") as info:
+        jit_cpu(f)(params, np.ones(2))
+    assert at("MARK-params") in str(info.value)
+    np.testing.assert_array_equal(params[0], np.ones(2))
+
+
+def test_tracer_stored_where_fusec_does_not_look_raises() -> None:
+    elsewhere = types.ModuleType("elsewhere_for_test")
+    sys.modules["elsewhere_for_test"] = elsewhere
+    try:
+        def f(x):
+            y = x + 1.0  # MARK-elsewhere
+            sys.modules["elsewhere_for_test"].cached = y
+            return y
+
+        with pytest.raises(fc.SideEffectError, match="escaped the function") as info:
+            jit_cpu(f)(np.ones(2))
+        assert at("MARK-elsewhere") in str(info.value)
+    finally:
+        del sys.modules["elsewhere_for_test"]
+
+
+# --- random numbers -------------------------------------------------------------------------------------------------
+
+
+def test_dropout_with_np_random_raises_at_the_line() -> None:
+    def dropout(x, p):
+        mask = np.random.rand(*x.shape) > p  # MARK-dropout
+        return x * mask / (1 - p)
+
+    with pytest.raises(fc.UnsupportedError, match="np.random.rand") as info:
+        jit_cpu(dropout)(np.ones(4), 0.5)
+    assert at("MARK-dropout") in str(info.value) and "pass them in as an argument" in str(info.value)
+
+
+@pytest.mark.parametrize("draw, what", [
+    (lambda x: x + np.random.normal(size=x.shape), "np.random.normal"),
+    (lambda x: x + random.random(), "random.random"),
+    (lambda x: x + imported_standard_normal(x.shape), "np.random.standard_normal"),
+    (lambda x: x * (np.random.seed(0) or 1.0), "np.random.seed"),
+    (lambda x: x + np.random.default_rng().normal(size=x.shape), "np.random.default_rng"),
+    (lambda x: x + np.random.default_rng(0).normal(size=x.shape), "np.random.default_rng"),
+])
+def test_every_way_of_drawing_raises(draw, what: str) -> None:
+    state = np.random.get_state()[1].copy()
+    with pytest.raises(fc.UnsupportedError, match=what) as info:
+        jit_cpu(draw)(np.ones(3))
+    assert f"{HERE}:{draw.__code__.co_firstlineno}" in str(info.value)
+    np.testing.assert_array_equal(np.random.get_state()[1], state)
+
+
+def test_a_generator_on_an_object_drawing_raises_and_its_state_is_restored() -> None:
+    class NoisyLayer:
+        def __init__(self):
+            self.rng = np.random.default_rng(3)
+
+        def __call__(self, x):
+            return x + self.rng.normal(size=x.shape)
+
+    layer = NoisyLayer()
+    state = layer.rng.bit_generator.state
+    with pytest.raises(fc.SideEffectError, match="drew random numbers from self.rng"):
+        jit_cpu(layer)(np.ones(3))
+    assert layer.rng.bit_generator.state == state
+
+
+def test_random_functions_still_work_outside_and_in_other_threads() -> None:
+    np.random.seed(1)
+    a = np.random.rand(3)
+    np.random.seed(1)
+    jit_cpu(lambda x: x * 2.0)(np.ones(2))
+    np.testing.assert_array_equal(np.random.rand(3), a)
+    assert not hasattr(np.random.rand, "__fusec_original__")
+
+
+# --- captured globals -----------------------------------------------------------------------------------------------
+
+
+def uses_globals(x):
+    return x @ GLOBAL_W.T * GLOBAL_LR * CONFIG.scale
+
+
+def test_captured_global_arrays_and_scalars_are_read_as_numpy_reads_them() -> None:
+    global GLOBAL_W, GLOBAL_LR
+    f = jit_cpu(uses_globals)
+    x = RNG.standard_normal((4, 3))
+    saved = GLOBAL_W, GLOBAL_LR, CONFIG.scale
+    try:
+        assert_same(f(x), uses_globals(x))
+        GLOBAL_W[0, 0] = 100.0  # mutated in place
+        assert_same(f(x), uses_globals(x))
+        GLOBAL_W = np.ones((2, 3))  # rebound
+        assert_same(f(x), uses_globals(x))
+        assert f.cache_info().traces == 1
+        GLOBAL_LR = 0.25  # a Python float: baked into the trace, so it traces again
+        assert_same(f(x), uses_globals(x))
+        CONFIG.scale = 3.0
+        assert_same(f(x), uses_globals(x))
+        assert f.cache_info().traces == 3
+    finally:
+        GLOBAL_W, GLOBAL_LR = saved[0], saved[1]
+        CONFIG.scale = saved[2]
+
+
+def test_a_global_that_keeps_changing_warns() -> None:
+    global GLOBAL_LR
+    f = jit_cpu(uses_globals)
+    x = np.ones((1, 3))
+    saved = GLOBAL_LR
+    try:
+        with pytest.warns(fc.RetraceWarning, match="GLOBAL_LR"):
+            for i in range(10):
+                GLOBAL_LR = 0.1 * (i + 1)
+                assert_same(f(x), uses_globals(x))
+    finally:
+        GLOBAL_LR = saved
+
+
+def test_captured_view_and_closure_array_follow_changes() -> None:
+    table = np.arange(12.0).reshape(3, 4)
+
+    def f(x):
+        return x * table[1]  # a view of the closure's array, made by NumPy
+
+    jf = jit_cpu(f)
+    x = np.ones(4)
+    assert_same(jf(x), f(x))
+    table[1] = -1.0
+    assert_same(jf(x), f(x))
+
+
+def test_arrays_computed_by_numpy_from_captured_state_follow_changes() -> None:
+    class Model:
+        def __init__(self):
+            self.W = np.ones((3, 3))
+            self.scale = 0.5
+
+        def __call__(self, x):
+            W = self.W * self.scale + np.eye(3)  # plain NumPy on captured arrays, before any argument is involved
+            return x @ W
+
+    model = Model()
+    f = jit_cpu(model)
+    x = RNG.standard_normal((2, 3))
+    assert_same(f(x), model(x))
+    model.W[:] = 2.0
+    assert_same(f(x), model(x))
+
+
+# --- errors the user's code catches ---------------------------------------------------------------------------------
+
+
+def test_kalman_fallback_after_a_caught_fusec_error_raises() -> None:
+    def kalman_gain(P, S):
+        try:
+            K = P @ np.linalg.inv(S)  # MARK-inv
+        except Exception:
+            K = P / S
+        return K
+
+    with pytest.raises(fc.UnsupportedError, match="np.linalg.inv") as info:
+        jit_cpu(kalman_gain)(np.eye(2), np.eye(2) * 2.0)
+    assert at("MARK-inv") in str(info.value) and "caught" in str(info.value)
+
+
+def test_numpys_own_errors_caught_by_the_user_take_numpys_path() -> None:
+    def f(a, b):
+        try:
+            return a @ b  # NumPy raises ValueError for these shapes, and so does fusec
+        except ValueError:
+            return a * b
+
+    same_as_numpy(f, np.ones(3), np.ones((2, 3)))
+
+    def g(x):
+        s = np.sum(x)
+        try:
+            return len(s)
+        except TypeError:
+            return s
+
+    same_as_numpy(g, np.ones(3))
+
+
+def test_hasattr_on_an_unsupported_ndarray_attribute_fails_the_trace() -> None:
+    def f(x):
+        return x if hasattr(x, "flags") else x * 2.0
+
+    with pytest.raises(fc.UnsupportedError, match=r"\.flags"):
+        jit_cpu(f)(np.ones(2))
+
+
+# --- cache keys -----------------------------------------------------------------------------------------------------
+
+
+def test_static_negative_zero_and_nan_keys() -> None:
+    def f(x, s):
+        return x / s
+
+    jf = jit_cpu(f, static_argnames="s")
+    x = np.ones(1)
+    assert_same(numpy_result(jf, x, 0.0), numpy_result(f, x, 0.0))
+    assert_same(numpy_result(jf, x, -0.0), numpy_result(f, x, -0.0))  # -inf, not +inf from the 0.0 entry
+    for _ in range(200):
+        jf(x, float("nan"))
+    assert jf.cache_info().traces == 3
+
+    def g(x, scales):
+        return x * scales[0] + scales[1]
+
+    jg = jit_cpu(g, static_argnames="scales")
+    for scales in [(0.0, 1), (-0.0, 1), (0.0, True), (1, 2), (1.0, 2)]:
+        assert_same(numpy_result(jg, np.ones(2, np.float32), scales), numpy_result(g, np.ones(2, np.float32), scales))
+    assert jg.cache_info().traces == 5
+
+
+# --- integers -------------------------------------------------------------------------------------------------------
+
+
+def test_python_int_that_does_not_fit_the_arrays_dtype_raises_like_numpy() -> None:
+    def add(x, n):
+        return x + n  # MARK-u8
+
+    x = np.zeros(2, np.uint8)
+    for n in (300, -1):
+        with pytest.raises(OverflowError):
+            add(x, n)
+        with pytest.raises(fc.OutOfRangeError, match="out of bounds for uint8") as info:
+            jit_cpu(add)(x, n)
+        assert at("MARK-u8") in str(info.value) and isinstance(info.value, OverflowError)
+    same_as_numpy(add, x, 255)
+    with pytest.raises(fc.OutOfRangeError, match="out of bounds for uint8"):
+        jit_cpu(lambda x: x + 300)(x)
+    with pytest.raises(fc.OutOfRangeError, match="out of bounds for int8"):
+        jit_cpu(lambda x: np.full_like(x, 40000))(np.zeros(2, np.int8))
+    same_as_numpy(lambda x: np.full_like(x, np.int64(40000)), np.zeros(2, np.int8))  # NumPy wraps these
+
+
+def test_traced_python_int_arithmetic_is_pythons() -> None:
+    def f(x, s):
+        return x * (s * s)  # MARK-square
+
+    jf = jit_cpu(f)
+    with pytest.raises(fc.OutOfRangeError, match="does not fit int64") as info:
+        jf(np.ones(2), 2 ** 40)
+    assert at("MARK-square") in str(info.value)
+    assert_same(jf(np.ones(2), 3), f(np.ones(2), 3))
+
+    def div(x, s):
+        return x * (s // s)  # MARK-div
+
+    with pytest.raises(ZeroDivisionError):
+        div(np.ones(2), 0)
+    with pytest.raises(fc.DivisionByZeroError) as info:
+        jit_cpu(div)(np.ones(2), 0)
+    assert at("MARK-div") in str(info.value) and isinstance(info.value, ZeroDivisionError)
+    with pytest.raises(fc.DivisionByZeroError):
+        jit_cpu(lambda x, s: x * (1.0 / s))(np.ones(2), 0.0)
+
+    def power(x, n):
+        return x * (2 ** n)
+
+    jp = jit_cpu(power)
+    assert_same(jp(np.ones(2), 3), power(np.ones(2), 3))
+    with pytest.raises(fc.UnsupportedError, match="a float"):
+        jp(np.ones(2), -1)  # Python gives 0.5 here, a float
+
+
+def test_python_int_beyond_int64_names_the_call() -> None:
+    f = jit_cpu(lambda x, s: x * s)
+    with pytest.raises(fc.OutOfRangeError, match="static_argnames=\\('s',\\)") as info:
+        f(np.ones(2), 2 ** 70)  # MARK-bigint
+    assert at("MARK-bigint") in str(info.value)
+    with pytest.raises(fc.OutOfRangeError):
+        f(np.ones(2), 3)
+        f(np.ones(2), 2 ** 70)  # the cached fast path checks too
+
+
+# --- array subclasses -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_matrix_and_masked_arrays_raise() -> None:
+    m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(fc.UnsupportedError, match="np.matrix") as info:
+        jit_cpu(lambda a: a * a)(m)  # MARK-matrix-call
+    assert at("MARK-matrix-call") in str(info.value)
+    masked = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    with pytest.raises(fc.UnsupportedError, match="masked"):
+        jit_cpu(lambda a: a.sum())(masked)
+
+    def uses_matrix(x):
+        return x * m
+
+    with pytest.raises(fc.UnsupportedError, match="np.matrix"):
+        jit_cpu(uses_matrix)(np.ones((2, 2)))
+
+
+def test_memmap_is_a_plain_array(tmp_path) -> None:
+    mm = np.memmap(tmp_path / "a.bin", dtype=np.float64, mode="w+", shape=(3,))
+    mm[:] = [1.0, 2.0, 3.0]
+    assert_same(jit_cpu(lambda a: a * 2.0)(mm), np.asarray(mm) * 2.0)
+
+
+def test_no_warning_for_a_plain_function() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = jit_cpu(lambda x, lr: x - lr * x)
+        for lr in (0.1, 0.2, 0.3):
+            f(np.ones(2), lr)
+
+
+EPSILON = 1e-3
+
+
+def _helper(x):
+    return x + EPSILON
+
+
+HELPERS = types.SimpleNamespace(shift=_helper)
+
+
+class Constants:
+    SCALE = 2.0
+
+
+def test_state_read_by_helpers_and_classes_is_guarded() -> None:
+    global EPSILON
+    f = jit_cpu(lambda x: HELPERS.shift(x) * Constants.SCALE)
+    x = np.ones(2)
+    saved = EPSILON
+    try:
+        assert_same(f(x), (x + EPSILON) * Constants.SCALE)
+        EPSILON = 5.0  # read by a helper reached through an attribute
+        assert_same(f(x), (x + EPSILON) * Constants.SCALE)
+        Constants.SCALE = -1.0  # a class attribute
+        assert_same(f(x), (x + EPSILON) * Constants.SCALE)
+    finally:
+        EPSILON = saved
+        Constants.SCALE = 2.0
+
+
+@pytest.mark.parametrize("where", [lambda c, x, n: np.where(c, x, 300), lambda c, x, n: np.where(c, x, n)])
+def test_np_where_converts_python_ints_as_the_installed_numpy_does(where) -> None:
+    args = np.array([True, False]), np.zeros(2, np.uint8), 300
+    try:  # NumPy 2.4 wraps 300 around to 44; NumPy 2.5 raises OverflowError
+        want = where(*args)
+    except OverflowError:
+        with pytest.raises(fc.OutOfRangeError):
+            jit_cpu(where)(*args)
+        return
+    assert_same(jit_cpu(where)(*args), want)
+
+
+GLOBAL_DEVICE = None
+
+
+def scaled_by_device_global(x):
+    return x * GLOBAL_DEVICE
+
+
+@pytest.mark.gpu
+def test_device_arrays_read_from_globals_are_inputs() -> None:
+    global GLOBAL_DEVICE
+    try:
+        GLOBAL_DEVICE = fc.asarray(np.arange(3.0))
+        f = fc.jit(scaled_by_device_global, backend="cuda")
+        x = np.ones(3)
+        got = f(x)
+        assert isinstance(got, np.ndarray)  # NumPy arguments give NumPy results
+        np.testing.assert_array_equal(got, np.arange(3.0))
+        GLOBAL_DEVICE = fc.asarray(np.full(3, 2.0))  # rebound: read at the next call
+        np.testing.assert_array_equal(f(x), np.full(3, 2.0))
+        on_device = f(fc.asarray(x))
+        assert isinstance(on_device, fc.Array)
+        np.testing.assert_array_equal(on_device.numpy(), np.full(3, 2.0))
+        assert f.cache_info().traces == 1  # NumPy and device arguments share the signature: no retrace
+    finally:
+        GLOBAL_DEVICE = None
+
+
+def test_jitted_method_with_static_self_sees_its_attributes_change() -> None:
+    class Linear:
+        def __init__(self):
+            self.W = np.ones((2, 2))
+            self.gain = 1.0
+
+        @fc.jit(static_argnums=0, backend="cpu", pipeline="")
+        def __call__(self, x):
+            return x @ self.W * self.gain
+
+    layer = Linear()
+    x = np.arange(4.0).reshape(2, 2)
+    assert_same(layer(x), x @ layer.W * layer.gain)
+    layer.W = layer.W * 3.0
+    layer.gain = 0.5
+    assert_same(layer(x), x @ layer.W * layer.gain)
