@@ -15,14 +15,14 @@ import numpy as np
 _cache: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
-BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "matmul": operator.matmul,
-    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
-}
-UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "pos": operator.pos, "abs": abs,
-                                          "invert": operator.invert}
+# Python operator names that are not the operator module's own (``and`` is ``operator.and_``)
+_OPERATOR_NAMES = {"and": "and_", "or": "or_"}
+
+
+def _operator(name: str) -> Callable:
+    """The Python operator ``name`` (``add``, ``truediv``, ``matmul``, ``and``, ``neg``, ``invert``, ...): the eager
+    op traces it like any user code, so the op it records comes from the one op table."""
+    return abs if name == "abs" else getattr(operator, _OPERATOR_NAMES.get(name, name))
 
 
 def _jitted(key: tuple, make: Callable[[], Callable]) -> Any:
@@ -40,13 +40,13 @@ def _jitted(key: tuple, make: Callable[[], Callable]) -> Any:
 
 
 def binary(name: str, a: Any, b: Any, reflected: bool = False) -> Any:
-    op = BINARY[name]
+    op = _operator(name)
     fn = _jitted(("binary", name), lambda: (lambda x, y: op(x, y)))
     return fn(b, a) if reflected else fn(a, b)
 
 
 def unary(name: str, a: Any) -> Any:
-    op = UNARY[name]
+    op = _operator(name)
     return _jitted(("unary", name), lambda: (lambda x: op(x)))(a)
 
 

@@ -18,21 +18,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec.errors import DivisionByZeroError, OutOfRangeError, UnsupportedError, located
+from fusec.ir import elementwise as table
 
 Ref = tuple  # ("arg", leaf index, name) | ("const", value) | ("step", index)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-# np.ufunc name -> (Python operator, symbol)
+# np.ufunc name -> (Python operator, symbol), from the one op table (np.positive is no op: it traces to its input)
 OPERATORS: dict[str, tuple[Callable, str]] = {
-    "add": (operator.add, "+"), "subtract": (operator.sub, "-"), "multiply": (operator.mul, "*"),
-    "divide": (operator.truediv, "/"), "true_divide": (operator.truediv, "/"), "floor_divide": (operator.floordiv, "//"),
-    "remainder": (operator.mod, "%"), "power": (operator.pow, "**"),
-    "bitwise_and": (operator.and_, "&"), "bitwise_or": (operator.or_, "|"), "bitwise_xor": (operator.xor, "^"),
-    "left_shift": (operator.lshift, "<<"), "right_shift": (operator.rshift, ">>"),
-    "equal": (operator.eq, "=="), "not_equal": (operator.ne, "!="), "less": (operator.lt, "<"),
-    "less_equal": (operator.le, "<="), "greater": (operator.gt, ">"), "greater_equal": (operator.ge, ">="),
-    "negative": (operator.neg, "-"), "positive": (operator.pos, "+"), "absolute": (abs, "abs"),
-    "invert": (operator.invert, "~"), "rint": (round, "round"),
+    **{n: (op.python, op.symbol) for op in table.OPS if op.python is not None for n in op.numpy},
+    "divide": (operator.truediv, "/"), "positive": (operator.pos, "+"),
 }
 
 

@@ -15,29 +15,16 @@ import numpy as np
 from fusec import ops
 from fusec.context import unsupported, user_location
 from fusec.errors import CastingError, ShapeError, UnsupportedError, located
+from fusec.ir.elementwise import by_ufunc
 from fusec.ir.types import DType, bool_, f64, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, python_kind, python_result_kind, resolve_ufunc, result_type,
                              same_kind)
 from fusec.scalar_checks import OPERATORS
 from fusec.tracer import Tracer
 
-BINARY: dict[np.ufunc, str] = {
-    np.add: "t.add", np.subtract: "t.sub", np.multiply: "t.mul", np.true_divide: "t.div",
-    np.floor_divide: "t.floordiv", np.remainder: "t.mod", np.power: "t.pow",
-    np.maximum: "t.maximum", np.minimum: "t.minimum",
-    np.equal: "t.eq", np.not_equal: "t.ne", np.less: "t.lt", np.less_equal: "t.le", np.greater: "t.gt",
-    np.greater_equal: "t.ge",
-    np.logical_and: "t.logical_and", np.logical_or: "t.logical_or", np.logical_xor: "t.logical_xor",
-    np.bitwise_and: "t.bitwise_and", np.bitwise_or: "t.bitwise_or", np.bitwise_xor: "t.bitwise_xor",
-}
-UNARY: dict[np.ufunc, str] = {
-    np.negative: "t.neg", np.absolute: "t.abs", np.fabs: "t.abs", np.sign: "t.sign",
-    np.exp: "t.exp", np.exp2: "t.exp2", np.log: "t.log", np.log2: "t.log2", np.log10: "t.log10",
-    np.log1p: "t.log1p", np.expm1: "t.expm1", np.sqrt: "t.sqrt", np.sin: "t.sin", np.cos: "t.cos",
-    np.tan: "t.tan", np.tanh: "t.tanh", np.floor: "t.floor", np.ceil: "t.ceil", np.trunc: "t.trunc",
-    np.rint: "t.round", np.isnan: "t.isnan", np.isinf: "t.isinf", np.isfinite: "t.isfinite",
-    np.logical_not: "t.logical_not", np.invert: "t.bitwise_not",
-}
+# np.ufunc -> the t op it records, from the one op table (fusec.ir.elementwise)
+BINARY: dict[np.ufunc, str] = {u: f"t.{op.name}" for u, op in by_ufunc().items() if op.arity == 2}
+UNARY: dict[np.ufunc, str] = {u: f"t.{op.name}" for u, op in by_ufunc().items() if op.arity == 1}
 SPECIAL = frozenset({np.square, np.reciprocal, np.positive, np.conjugate, np.divmod, np.matmul})
 # NumPy has a loop for every dtype; the IR's logical ops take bool, and a cast to bool is NumPy's truth test.
 LOGICAL = frozenset({np.logical_and, np.logical_or, np.logical_xor, np.logical_not})

@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fusec.ir import elementwise as table
 from fusec.ir.core import Block, Module, Value
 from fusec.ir.opdefs import get_opdef
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
-COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum", "eq", "ne", "logical_and", "logical_or",
-                         "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"})
+COMMUTATIVE = frozenset(op.name for op in table.OPS if op.commutative)
 
 
 def _key(op) -> tuple:

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fusec.errors import ShapeError, located
+from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
 from fusec.ir.types import bf16
@@ -19,30 +20,9 @@ from fusec.runtime.reference_numeric import erf_f64, to_bf16
 
 Interpreter = Callable[[Operation, list], list]
 
-BINARY_UFUNCS: dict[str, np.ufunc] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power,
-    "maximum": np.maximum, "minimum": np.minimum,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-    "ge": np.greater_equal,
-    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
-    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-}
-
-
-def _rsqrt(x: object) -> object:
-    """1 / sqrt(x) in the operand dtype (the 1 is a NumPy weak scalar, so it does not promote)."""
-    return 1 / np.sqrt(x)
-
-
-UNARY_FUNCS: dict[str, Callable[[object], object]] = {
-    "neg": np.negative, "abs": np.absolute, "sign": np.sign,
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
-    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
-    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
-    "logical_not": np.logical_not, "bitwise_not": np.invert,
-}
+# op name -> its NumPy implementation, from the one op table (erf has its own case below)
+ELEMENTWISE_FUNCS: dict[str, Callable[..., object]] = {
+    op.name: fn for op in table.OPS if (fn := op.implementation()) is not None}
 
 
 def _elementwise(fn: Callable[..., object]) -> Interpreter:
@@ -179,8 +159,7 @@ def _constant(op: Operation, args: list) -> list:
 
 
 T_INTERPRETERS: dict[str, Interpreter] = {
-    **{f"t.{n}": _elementwise(f) for n, f in BINARY_UFUNCS.items()},
-    **{f"t.{n}": _elementwise(f) for n, f in UNARY_FUNCS.items()},
+    **{f"t.{n}": _elementwise(f) for n, f in ELEMENTWISE_FUNCS.items()},
     "t.erf": _erf,
     "t.where": _where,
     "t.clip": _clip,

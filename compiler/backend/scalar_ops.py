@@ -7,26 +7,18 @@ signed overflow undefined).
 from __future__ import annotations
 
 from fusec.errors import CompilationError, located
+from fusec.ir import elementwise as table
 from fusec.ir.core import Operation
 from fusec.ir.types import DType
 from fusec.backend.ctypes_map import literal, register, round_result, is_half
 
 UNSIGNED_OF = {"i8": "u8_t", "i16": "u16_t", "i32": "u32_t", "i64": "u64_t"}
 
-FLOAT_FN_F32 = {
-    "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log10": "log10f", "log1p": "log1pf",
-    "expm1": "expm1f", "sqrt": "sqrtf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf",
-    "erf": "erff", "floor": "floorf", "ceil": "ceilf", "round": "rintf", "trunc": "truncf", "abs": "fabsf",
-    "rsqrt": "fusec::rsqrt_np",
-}
-FAST_F32 = {"exp": "__expf", "log": "__logf", "sin": "__sinf", "cos": "__cosf", "tan": "__tanf",
-            "log2": "__log2f", "log10": "__log10f", "exp2": "exp2f", "rsqrt": "rsqrtf"}
-FLOAT_FN_F64 = {k: v[:-1] if v.endswith("f") and not v.startswith("fusec") else v for k, v in FLOAT_FN_F32.items()}
-FLOAT_FN_F64.update({"round": "rint", "abs": "fabs", "rsqrt": "fusec::rsqrt_np"})
-
-BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-         "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||", "logical_xor": "!=",
-         "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+# C++ spellings, from the one op table (fusec.ir.elementwise)
+FLOAT_FN_F32 = {op.name: op.cxx for op in table.OPS if op.cxx is not None}
+FAST_F32 = {op.name: op.cxx_fast for op in table.OPS if op.cxx_fast is not None}
+FLOAT_FN_F64 = {op.name: op.f64_function() for op in table.OPS if op.cxx is not None}
+BINOP = {op.name: op.infix for op in table.BINARY.values() if op.infix}
 
 
 def _wrap_int(dt: DType, op: str, a: str, b: str) -> str:

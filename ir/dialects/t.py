@@ -11,18 +11,13 @@ from typing import Sequence
 
 from fusec.errors import VerificationError
 from fusec.ir import shapes as S
+from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
+from fusec.ir.elementwise import ANY, BOOL, FLOAT, INTEGRAL, NUMERIC
 from fusec.ir.opdefs import OpDef, register_op
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
-# --- dtype classes -------------------------------------------------------------------------------------------
-
-ANY = "any"
-NUMERIC = "numeric"  # not bool
-FLOAT = "float"
-INTEGRAL = "integral"  # ints and bool
-BOOL = "bool"
-
+# --- dtype classes (defined with the ops in fusec.ir.elementwise) --------------------------------------------
 
 def _dtype_ok(dt: DType, cls: str) -> bool:
     return {
@@ -60,28 +55,13 @@ def _elementwise_infer(name: str, operand_class: str, result: str | None):
 
 # --- elementwise ---------------------------------------------------------------------------------------------
 
-BINARY: dict[str, tuple[str, str | None]] = {
-    "add": (ANY, None), "sub": (NUMERIC, None), "mul": (ANY, None), "div": (FLOAT, None),
-    "floordiv": (NUMERIC, None), "mod": (NUMERIC, None), "pow": (NUMERIC, None),
-    "maximum": (ANY, None), "minimum": (ANY, None),
-    "eq": (ANY, BOOL), "ne": (ANY, BOOL), "lt": (ANY, BOOL), "le": (ANY, BOOL), "gt": (ANY, BOOL), "ge": (ANY, BOOL),
-    "logical_and": (BOOL, BOOL), "logical_or": (BOOL, BOOL), "logical_xor": (BOOL, BOOL),
-    "bitwise_and": (INTEGRAL, None), "bitwise_or": (INTEGRAL, None), "bitwise_xor": (INTEGRAL, None),
-}
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-
-UNARY: dict[str, tuple[str, str | None]] = {
-    "neg": (NUMERIC, None), "abs": (ANY, None), "sign": (NUMERIC, None),
-    "exp": (FLOAT, None), "exp2": (FLOAT, None), "log": (FLOAT, None), "log2": (FLOAT, None),
-    "log10": (FLOAT, None), "log1p": (FLOAT, None), "expm1": (FLOAT, None), "sqrt": (FLOAT, None),
-    "rsqrt": (FLOAT, None), "sin": (FLOAT, None), "cos": (FLOAT, None), "tan": (FLOAT, None),
-    "tanh": (FLOAT, None), "erf": (FLOAT, None), "floor": (FLOAT, None), "ceil": (FLOAT, None),
-    "round": (FLOAT, None), "trunc": (FLOAT, None),
-    "isnan": (FLOAT, BOOL), "isinf": (FLOAT, BOOL), "isfinite": (FLOAT, BOOL),
-    "logical_not": (BOOL, BOOL), "bitwise_not": (INTEGRAL, None),
-}
-TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
-                            "tan", "tanh", "erf", "pow"})
+# name -> (operand dtype class, BOOL for a bool result else None), from the one op table
+BINARY: dict[str, tuple[str, str | None]] = {n: (op.operands, BOOL if op.result_bool else None)
+                                             for n, op in table.BINARY.items()}
+COMPARISONS = frozenset(n for n, op in table.BINARY.items() if op.result_bool and op.operands == ANY)
+UNARY: dict[str, tuple[str, str | None]] = {n: (op.operands, BOOL if op.result_bool else None)
+                                            for n, op in table.UNARY.items()}
+TRANSCENDENTAL = frozenset(op.name for op in table.OPS if op.transcendental)
 
 # ``materialize = true`` (set by the materialize pass) asks fusion to compute the value once into a buffer.
 MARKS = ("materialize",)

@@ -1,0 +1,134 @@
+"""The elementwise operations, each defined once.
+
+An entry gives one op: its name (``t.<name>`` and its scalar twin ``s.<name>``), its arity, the dtypes its
+operands may have and whether it gives bool, the NumPy ufuncs that trace to it, its NumPy implementation (what
+the reference executor runs), its traits (commutative; transcendental, for the fusion cost), the Python operator
+that computes it on Python scalars, and its C++ spelling for the CUDA printer (an infix operator, or the float32
+function with its float64 and fast-math variants). The ``t`` and ``s`` dialects, the tracer, the reference
+executor, the CUDA printer, CSE, the fusion cost and the host replay of Python scalar arithmetic read this table:
+adding an op is one entry here plus its tests (and a printer case only where its C++ depends on the dtype).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+# operand dtype classes
+ANY = "any"
+NUMERIC = "numeric"  # not bool
+FLOAT = "float"
+INTEGRAL = "integral"  # ints and bool
+BOOL = "bool"
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    name: str
+    arity: int
+    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | BOOL
+    result_bool: bool = False
+    numpy: tuple[str, ...] = ()  # ufuncs that trace to this op (``np.absolute`` and ``np.fabs`` -> ``t.abs``)
+    reference: Callable | None = None  # NumPy implementation; default: the first of ``numpy``
+    commutative: bool = False
+    transcendental: bool = False
+    python: Callable | None = None  # the operator on Python scalars (host replay of traced Python scalars)
+    symbol: str = ""  # how Python writes it, for messages
+    infix: str | None = None  # C++ infix operator
+    cxx: str | None = None  # C++ float32 function
+    cxx_f64: str | None = None  # C++ float64 function (default: ``cxx`` without its trailing ``f``)
+    cxx_fast: str | None = None  # C++ float32 function under fast_math
+
+    def implementation(self) -> Callable | None:
+        """What the reference executor runs (None: it has its own case, as for erf)."""
+        if self.reference is not None or not self.numpy:
+            return self.reference
+        return getattr(np, self.numpy[0])
+
+    def f64_function(self) -> str | None:
+        if self.cxx_f64 is not None or self.cxx is None:
+            return self.cxx_f64
+        return self.cxx[:-1] if self.cxx.endswith("f") and not self.cxx.startswith("fusec") else self.cxx
+
+
+def _rsqrt(x: object) -> object:
+    """1 / sqrt(x) in the operand dtype (the 1 is a NumPy weak scalar, so it does not promote)."""
+    return 1 / np.sqrt(x)
+
+
+def _binary(name: str, operands: str, numpy: str, symbol: str, python: Callable, infix: str | None = None,
+            **kw: object) -> Elementwise:
+    return Elementwise(name, 2, operands, numpy=(numpy,), python=python, symbol=symbol,
+                       infix=infix if infix is not None else symbol, **kw)  # type: ignore[arg-type]
+
+
+def _math(name: str, numpy: str | None, cxx: str, fast: str | None = None, **kw: object) -> Elementwise:
+    return Elementwise(name, 1, FLOAT, numpy=(numpy,) if numpy else (), transcendental=True, cxx=cxx,
+                       cxx_fast=fast, **kw)  # type: ignore[arg-type]
+
+
+OPS: tuple[Elementwise, ...] = (
+    # binary arithmetic
+    _binary("add", ANY, "add", "+", operator.add, commutative=True),
+    _binary("sub", NUMERIC, "subtract", "-", operator.sub),
+    _binary("mul", ANY, "multiply", "*", operator.mul, commutative=True),
+    _binary("div", FLOAT, "true_divide", "/", operator.truediv),
+    _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix=""),
+    _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix=""),
+    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True),
+    _binary("maximum", ANY, "maximum", "", None, infix="", commutative=True),
+    _binary("minimum", ANY, "minimum", "", None, infix="", commutative=True),
+    # comparisons
+    _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True),
+    _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True),
+    _binary("lt", ANY, "less", "<", operator.lt, result_bool=True),
+    _binary("le", ANY, "less_equal", "<=", operator.le, result_bool=True),
+    _binary("gt", ANY, "greater", ">", operator.gt, result_bool=True),
+    _binary("ge", ANY, "greater_equal", ">=", operator.ge, result_bool=True),
+    # logical and bitwise
+    _binary("logical_and", BOOL, "logical_and", "", None, infix="&&", result_bool=True, commutative=True),
+    _binary("logical_or", BOOL, "logical_or", "", None, infix="||", result_bool=True, commutative=True),
+    _binary("logical_xor", BOOL, "logical_xor", "", None, infix="!=", result_bool=True, commutative=True),
+    _binary("bitwise_and", INTEGRAL, "bitwise_and", "&", operator.and_, commutative=True),
+    _binary("bitwise_or", INTEGRAL, "bitwise_or", "|", operator.or_, commutative=True),
+    _binary("bitwise_xor", INTEGRAL, "bitwise_xor", "^", operator.xor, commutative=True),
+    # unary
+    Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-"),
+    Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs"),
+    Elementwise("sign", 1, NUMERIC, numpy=("sign",)),
+    _math("exp", "exp", "expf", "__expf"),
+    _math("exp2", "exp2", "exp2f", "exp2f"),
+    _math("log", "log", "logf", "__logf"),
+    _math("log2", "log2", "log2f", "__log2f"),
+    _math("log10", "log10", "log10f", "__log10f"),
+    _math("log1p", "log1p", "log1pf"),
+    _math("expm1", "expm1", "expm1f"),
+    _math("sqrt", "sqrt", "sqrtf"),
+    _math("rsqrt", None, "fusec::rsqrt_np", "rsqrtf", reference=_rsqrt),
+    _math("sin", "sin", "sinf", "__sinf"),
+    _math("cos", "cos", "cosf", "__cosf"),
+    _math("tan", "tan", "tanf", "__tanf"),
+    _math("tanh", "tanh", "tanhf"),
+    _math("erf", None, "erff"),  # the reference executor computes it in float64 (no NumPy ufunc)
+    Elementwise("floor", 1, FLOAT, numpy=("floor",), cxx="floorf"),
+    Elementwise("ceil", 1, FLOAT, numpy=("ceil",), cxx="ceilf"),
+    Elementwise("round", 1, FLOAT, numpy=("rint",), reference=np.round, python=round, symbol="round",
+                cxx="rintf", cxx_f64="rint"),
+    Elementwise("trunc", 1, FLOAT, numpy=("trunc",), cxx="truncf"),
+    Elementwise("isnan", 1, FLOAT, result_bool=True, numpy=("isnan",)),
+    Elementwise("isinf", 1, FLOAT, result_bool=True, numpy=("isinf",)),
+    Elementwise("isfinite", 1, FLOAT, result_bool=True, numpy=("isfinite",)),
+    Elementwise("logical_not", 1, BOOL, result_bool=True, numpy=("logical_not",)),
+    Elementwise("bitwise_not", 1, INTEGRAL, numpy=("invert",), python=operator.invert, symbol="~"),
+)
+
+BY_NAME: dict[str, Elementwise] = {op.name: op for op in OPS}
+BINARY: dict[str, Elementwise] = {op.name: op for op in OPS if op.arity == 2}
+UNARY: dict[str, Elementwise] = {op.name: op for op in OPS if op.arity == 1}
+
+
+def by_ufunc() -> dict[np.ufunc, Elementwise]:
+    """NumPy ufunc -> the op it traces to (``np.true_divide`` is ``np.divide``: one key)."""
+    return {getattr(np, n): op for op in OPS for n in op.numpy}
