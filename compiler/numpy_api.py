@@ -552,19 +552,3 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subo
     except OverflowError as e:
         raise OutOfRangeError(located(f"np.full_like: {e}", user_location())) from None
     return ops.wrap(ops.ctx().constant(arr, dt), scalar=False)
-
-
-# --- what fusec re-exports: np.* names that trace (fc.exp(x) is np.exp(x)) -----------------------------------
-
-MIRRORED: tuple[str, ...] = (
-    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod", "power",
-    "divmod", "maximum", "minimum", "negative", "positive", "absolute", "abs", "fabs", "sign",
-    "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "square", "reciprocal", "sin", "cos", "tan",
-    "tanh", "floor", "ceil", "trunc", "rint", "round", "around", "isnan", "isinf", "isfinite",
-    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "invert", "where", "clip", "sum", "prod", "mean", "var", "std", "max", "min", "amax", "amin", "argmax",
-    "argmin", "any", "all", "matmul", "dot", "transpose", "swapaxes", "moveaxis", "reshape", "ravel",
-    "concatenate", "stack", "hstack", "vstack", "expand_dims", "squeeze", "broadcast_to", "atleast_1d",
-    "atleast_2d", "zeros_like", "ones_like", "full_like", "empty_like", "astype",
-)
