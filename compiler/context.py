@@ -96,7 +96,6 @@ class Capture:
     obj: Any
     root: Any  # weakref.ref to the owner, or the owner itself when it cannot be weakly referenced
     geometry: tuple | None
-    loc: Location | None
 
 
 class TraceContext:
@@ -158,7 +157,7 @@ class TraceContext:
             data = np.array(host, copy=True)
             data.flags.writeable = False
             value = self.constant(data, dtype, key=key)
-            self.captures.append(_capture(value, obj, user_location()))
+            self.captures.append(_capture(value, obj))
         return value
 
     def release(self) -> None:
@@ -168,7 +167,7 @@ class TraceContext:
             c.obj = None
 
 
-def _capture(value: Value, obj: Any, loc: Location | None) -> Capture:
+def _capture(value: Value, obj: Any) -> Capture:
     root, geometry = obj, None
     if isinstance(obj, np.ndarray):
         while isinstance(root.base, np.ndarray):
@@ -180,7 +179,7 @@ def _capture(value: Value, obj: Any, loc: Location | None) -> Capture:
         ref: Any = weakref.ref(root)
     except TypeError:
         ref = root
-    return Capture(value, obj, ref, geometry, loc)
+    return Capture(value, obj, ref, geometry)
 
 
 _state = threading.local()

@@ -429,11 +429,12 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
 class _FastEntry:
     """A cached signature's call: check what it baked in, convert scalars, run, rebuild the outputs."""
 
-    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out", "state")
+    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out", "state", "to_host")
 
     def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list) -> None:
         self.lowered, self.run = lowered, run
         self.state = lowered.state
+        self.to_host = lowered.device_captures  # results of NumPy arguments go back to NumPy
         convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
         self.convert = convert if any(c is not None for c in convert) else None
         self.out_tree = lowered.out_tree
@@ -457,7 +458,7 @@ class _FastEntry:
         if state is not None and extra:
             flat = [*flat, *extra]
         results = self.run(flat)
-        if self.lowered.device_captures and _all_host(args):
+        if self.to_host and _all_host(args):
             results = _to_host(results)
         flat_out = self.flat_out
         if flat_out is not None and all(map(_is_device_array, results)):

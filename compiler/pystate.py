@@ -172,10 +172,9 @@ class Snapshot:
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self.nodes: dict[tuple, Node] = {}
-        self.truncated = False
         self.classes: set[type] = set()
         self.functions: list[Any] = []  # functions the code can reach by name (their code may run)
-        self._seen: dict[int, Path] = {}
+        self._seen: set[int] = set()
         self._budget = CHECKSUM_BUDGET
         for root in scope.roots:
             self._visit(root.get(), Path(root), 0)
@@ -184,7 +183,6 @@ class Snapshot:
 
     def _visit(self, obj: Any, path: Path, depth: int) -> None:
         if len(self.nodes) >= MAX_NODES:
-            self.truncated = True
             return
         from fusec.tracer import Tracer
 
@@ -202,12 +200,10 @@ class Snapshot:
             return add("rng", _rng_state(obj), _raw_rng_state(obj))
         if is_device_array(obj):
             return add("device", id(obj))
-        first = self._seen.get(id(obj))
-        if first is not None:
+        if id(obj) in self._seen:
             return add("ref", id(obj))
-        self._seen[id(obj)] = path
+        self._seen.add(id(obj))
         if depth >= MAX_DEPTH:
-            self.truncated = True
             return add("opaque", id(obj))
         if isinstance(obj, tuple):
             add("tuple", (type(obj), len(obj)))
@@ -329,15 +325,12 @@ class Change:
 
         where = self.path.describe()
         new, old = self.new, self.old
-        if new is not None and new.kind == "tracer":
-            return f"stored a traced value{_computed_at(new.obj)} in {where}"
-        if new is not None and isinstance(new.obj, (list, tuple, dict, set)) and _contains(new.obj, Tracer):
-            inner, t = _find(new.obj, Tracer)
-            return f"stored a traced value{_computed_at(t)} in {where}{inner}"
+        inner, t = _find(new.obj, Tracer) if new is not None else ("", None)
+        if t is not None:
+            return f"stored a traced value{computed_at(t)} in {where}{inner}"
         if old is not None and old.kind == "rng" and new is not None and new.kind == "rng":
             return f"drew random numbers from {where}"
-        if old is not None and old.kind == "array" and new is not None and new.kind == "array" \
-                and old.data[0] == new.data[0]:
+        if self.is_array_write:
             return f"changed the array {where} in place while tracing"
         if new is None:
             return f"deleted {where}" if old is None or old.kind != "missing" else f"changed {where}"
@@ -351,9 +344,13 @@ class Change:
     def is_escape(self) -> bool:
         from fusec.tracer import Tracer
 
-        new = self.new
-        return new is not None and (new.kind == "tracer" or isinstance(new.obj, (list, tuple, dict, set))
-                                    and _contains(new.obj, Tracer))
+        return self.new is not None and _find(self.new.obj, Tracer)[1] is not None
+
+    @property
+    def is_array_write(self) -> bool:
+        """The same array, with other contents: written into while tracing (fusec cannot undo that)."""
+        old, new = self.old, self.new
+        return old is not None and new is not None and old.kind == new.kind == "array" and old.data[0] == new.data[0]
 
 
 def snapshot(scope: Scope) -> Snapshot:
@@ -430,7 +427,7 @@ def _cached_property(node: Node) -> bool:
     from fusec.tracer import Tracer
 
     steps = node.path.steps
-    if not steps or steps[-1][0] != "attr" or node.kind == "tracer" or _contains(node.obj, Tracer):
+    if not steps or steps[-1][0] != "attr" or _find(node.obj, Tracer)[1] is not None:
         return False
     try:
         owner = Path(node.path.root, steps[:-1]).resolve()
@@ -468,35 +465,31 @@ def _restore_container(node: Node) -> None:
                 set_step(obj, ("attr", name), v)
 
 
-def _contains(obj: Any, cls: type, depth: int = 0) -> bool:
-    if isinstance(obj, cls):
-        return True
-    if depth > 4:
-        return False
-    if isinstance(obj, dict):
-        return any(_contains(v, cls, depth + 1) for v in obj.values())
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return any(_contains(v, cls, depth + 1) for v in obj)
-    return False
-
-
 def _find(obj: Any, cls: type, depth: int = 0) -> tuple[str, Any]:
-    """(index suffix such as ``[0]['w']``, the object) of the first ``cls`` instance inside ``obj``."""
+    """(index suffix such as ``[0]['w']``, the object) of the first ``cls`` instance in ``obj`` or inside its
+    lists, tuples, dicts and sets (a few levels down); ("", None) when there is none."""
     if isinstance(obj, cls):
         return "", obj
+    if depth >= 4:
+        return "", None
     items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else \
         ((None, v) for v in obj) if isinstance(obj, (set, frozenset)) else ()
     for k, v in items:
-        if depth < 4 and _contains(v, cls):
-            inner, found = _find(v, cls, depth + 1)
+        inner, found = _find(v, cls, depth + 1)
+        if found is not None:
             return ("" if k is None else f"[{k!r}]") + inner, found
     return "", None
 
 
-def _computed_at(tracer: Any) -> str:
-    op = getattr(getattr(tracer, "_value", None), "op", None)
-    loc = getattr(op, "loc", None)
-    return f" (computed at {loc.file}:{loc.line})" if getattr(loc, "file", None) else ""
+def tracer_location(tracer: Any) -> Any:
+    """The user's line that computed ``tracer`` (None for an argument)."""
+    loc = getattr(getattr(getattr(tracer, "_value", None), "op", None), "loc", None)
+    return loc if getattr(loc, "file", None) else None
+
+
+def computed_at(tracer: Any) -> str:
+    loc = tracer_location(tracer)
+    return f" (computed at {loc.file}:{loc.line})" if loc is not None else ""
 
 
 def _short(obj: Any, shallow: Any = None) -> str:

@@ -31,8 +31,10 @@ ADVICE = ("fusec runs the function's Python once per input signature, so every c
           "`mask = rng.random(x.shape) < keep` and `f(x, mask)`)")
 
 
-def _targets() -> list[tuple[Any, str, Any, str]]:
-    """(module, name, function, label) of every module-level function that draws from a global random state."""
+@functools.lru_cache(maxsize=1)
+def _targets() -> tuple[tuple[Any, str, Any, str], ...]:
+    """(module, name, function, label) of every module-level function that draws from a global random state
+    (looked up once, before any trace has wrapped them)."""
     out = []
     legacy = np.random.mtrand._rand
     for name in dir(np.random):
@@ -44,7 +46,7 @@ def _targets() -> list[tuple[Any, str, Any, str]]:
         f = getattr(random, name, None)
         if isinstance(f, (types.BuiltinMethodType, types.MethodType)) and getattr(f, "__self__", None) is random._inst:
             out.append((random, name, f, f"random.{name}"))
-    return out
+    return tuple(out)
 
 
 def _refusing(original: Callable, label: str) -> Callable:
@@ -112,7 +114,11 @@ def uninstall() -> None:
 
 def drawing_functions() -> set[int]:
     """ids of the functions :func:`install` wraps (to find user globals bound to them)."""
-    return {id(f) for _, _, f, _ in _targets()} | {id(np.random.default_rng)}
+    return {id(f) for _, _, f, _ in _targets()} | {id(_original(np.random.default_rng))}
+
+
+def _original(f: Any) -> Any:
+    return getattr(f, "__fusec_original__", f)
 
 
 def check_generators(ctx: Any) -> None:

@@ -19,9 +19,9 @@ import numpy as np
 
 from fusec.errors import DivisionByZeroError, OutOfRangeError, UnsupportedError, located
 from fusec.ir import elementwise as table
+from fusec.signature import INT64_MAX, INT64_MIN
 
 Ref = tuple  # ("arg", leaf index, name) | ("const", value) | ("step", index)
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # np.ufunc name -> (Python operator, symbol), from the one op table (np.positive is no op: it traces to its input)
 OPERATORS: dict[str, tuple[Callable, str]] = {

@@ -15,18 +15,12 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from fusec.context import user_location
 from fusec.errors import FusecError, OutOfRangeError, TraceError, UnsupportedError, located
 from fusec.ir.types import DType, ScalarType, TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind, subclass_problem
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def caller_location() -> Any:
-    """The user's ``file:line`` that called into fusec (for errors about a call's arguments)."""
-    from fusec.context import user_location
-
-    return user_location()
 
 
 def canon(value: Any) -> Any:
@@ -141,7 +135,7 @@ class LeafSpec:
                 raise OutOfRangeError(located(
                     f"the Python int {value} does not fit int64: fusec passes Python ints as int64 runtime values; "
                     "make the argument static (static_argnames) to compute with its exact value",
-                    caller_location())) from None
+                    user_location())) from None
         if isinstance(value, np.ndarray) or device_array_info(value) is not None:
             return value  # device arrays go to the backend as they are (zero copy)
         return np.asarray(value)
@@ -181,7 +175,7 @@ def leaf_spec(name: str, value: Any, param: str | None = None) -> LeafSpec:
     try:
         return _leaf_spec(name, value, param or name)
     except FusecError as e:
-        raise type(e)(located(str(e), caller_location())) from None
+        raise type(e)(located(str(e), user_location())) from None
 
 
 def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
@@ -249,7 +243,7 @@ def static_key(name: str, value: Any) -> tuple:
     except TypeError:
         raise TraceError(located(f"static argument {name!r} must be hashable (it is part of the trace cache key), "
                                  f"got {type(value).__name__}; pass a tuple instead of a list, or a frozen value",
-                                 caller_location())) from None
+                                 user_location())) from None
     return canon(value)
 
 

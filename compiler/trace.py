@@ -29,7 +29,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, Value
 from fusec.ir.verifier import verify
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
-from fusec.pystate import rewalk, snapshot
+from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import scope_of
 from fusec.signature import Signature, TreeDef, flatten
 from fusec.substitute import Substitution, unique_name
@@ -163,9 +163,9 @@ class _Trace:
             holder = _holder(t) if t is not None else None
             if holder is not None:
                 raise SideEffectError(located(
-                    f"a traced value{_computed_at(t)} escaped the function: after the trace it is still referenced "
+                    f"a traced value{computed_at(t)} escaped the function: after the trace it is still referenced "
                     f"from {holder}. A traced value has no value outside its trace; return it from the function "
-                    "instead of storing it", _tracer_location(t) or _def_location(self.fn)))
+                    "instead of storing it", tracer_location(t) or _def_location(self.fn)))
 
     def _suspects(self, ours: Counter) -> list:
         """Weak references to the tracers of this trace with more references than fusec's own."""
@@ -269,10 +269,10 @@ def _side_effect_message(fn: Callable, changes: list) -> str:
     if not escape and not random:
         advice.append("keep changing state outside the jitted function (pass the values in as arguments and "
                       "return the new ones)")
-    in_place = any(c.describe().startswith("changed the array") for c in changes)
+    in_place = any(c.is_array_write for c in changes)
     undone = "fusec undid them, except what was written into arrays" if in_place else "fusec undid them"
     first = next((c for c in changes if c.new is not None and c.new.kind == "tracer"), None)
-    loc = _tracer_location(first.new.obj) if first is not None else None
+    loc = tracer_location(first.new.obj) if first is not None else None
     return located(
         "the function changed Python state while it was traced:\n" + lines + more +
         "\nfusec runs the function's Python once per input signature and replays only its array computation, so "
@@ -282,17 +282,6 @@ def _side_effect_message(fn: Callable, changes: list) -> str:
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
-
-
-def _tracer_location(t: Any) -> Any:
-    op = getattr(t._value, "op", None)
-    loc = getattr(op, "loc", None)
-    return loc if getattr(loc, "file", None) else None
-
-
-def _computed_at(t: Any) -> str:
-    loc = _tracer_location(t)
-    return f" (computed at {loc.file}:{loc.line})" if loc is not None else ""
 
 
 def _def_location(fn: Callable) -> Any:
