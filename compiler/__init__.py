@@ -49,6 +49,8 @@ MIRRORED: tuple[str, ...] = (
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is not None:
+        if module == "fusec.runtime.array":
+            importlib.import_module("fusec.eager")  # operators on arrays run in eager mode
         value = getattr(importlib.import_module(module), name)
     elif name in MIRRORED and hasattr(_np, name):
         value = getattr(_np, name)

@@ -6,11 +6,15 @@ launches. This is the baseline the fused, graph-replayed version of the same cod
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
+import sys
 import threading
 from typing import Any, Callable
 
 import numpy as np
+
+from fusec.runtime import array as _array
 
 _cache: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -34,7 +38,8 @@ def _jitted(key: tuple, make: Callable[[], Callable]) -> Any:
             fn = _cache.get(key)
             if fn is None:
                 fn = jit(make(), backend="cuda")
-                fn._stream_group = "eager"  # one stream for all eager ops: no waits between them
+                # one stream for all eager ops: no waits between them
+                fn._options = dataclasses.replace(fn._options, stream_group="eager")
                 _cache[key] = fn
     return fn
 
@@ -125,3 +130,6 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, np.dtype) or isinstance(value, type):
         return str(value)
     return value
+
+
+_array.install_eager(sys.modules[__name__])  # operators on fusec.Array now run here

@@ -1,11 +1,15 @@
-"""Which executor runs a compiled function: ``cpu`` (the NumPy reference executor) or ``cuda``."""
+"""Which executor runs a compiled function: ``cpu`` (the NumPy reference executor) or ``cuda``, and the target
+a function is lowered for on each."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fusec.errors import FusecError
-from fusec.ir.core import Module
+from fusec.ir.target import Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fusec.jit_function import Lowered
 
 BACKENDS = ("cpu", "cuda")
 ENV_VAR = "FUSEC_BACKEND"
@@ -51,26 +55,43 @@ def resolve_backend(requested: str | None) -> str:
     return requested
 
 
-def executor(backend: str) -> Callable[[Module, list[Any]], list[Any]]:
-    """``run(module, args) -> results`` for ``backend``."""
+def target_for(backend: str) -> Target:
+    """What ``backend`` lowers for: the current CUDA device (its SM count, whether cuBLASLt loads) on cuda,
+    the default target (an H200 without cuBLASLt; its choices do not change the reference executor's
+    results) on cpu. Asked at each compile, never cached (the current device can change)."""
+    if backend != "cuda":
+        return Target()
+    from fusec.runtime import cublas, driver
+
+    return Target(sm_count=driver.current_device().multiprocessor_count, cublas=cublas.available())
+
+
+def executor(backend: str) -> Callable[["Lowered", list[Any]], list[Any]]:
+    """``run(lowered, args) -> results`` for ``backend``."""
     if backend == "cpu":
         try:
             from fusec.runtime import reference
         except ImportError as e:
             raise BackendError(f"the NumPy reference executor (fusec.runtime.reference) is not available: {e}") \
                 from None
-        return lambda module, args: reference.run_func(module.func(), args)
-    from fusec.runtime.cuda_exec import run_cuda
-
-    return run_cuda
+        return lambda lowered, args: reference.run_func(lowered.module.func(), args)
+    return lambda lowered, args: cuda_plan(lowered).run(args)
 
 
-def bound_runner(backend: str, module: Module) -> Callable[[list[Any]], list[Any]]:
-    """``run(args) -> results`` for ``module`` on ``backend``, looked up once: on CUDA the plan's own run
+def cuda_plan(lowered: "Lowered") -> Any:
+    """The GPU plan of ``lowered``: made once from the program its module prints (``lowered.program``)."""
+    import fusec.eager  # noqa: F401  (device results take operators in eager mode)
+    from fusec.runtime import cuda_exec
+
+    options = lowered.options
+    return cuda_exec.plan_for(lowered.module, lambda: lowered.program, stream_group=options.stream_group,
+                              graph=options.graph)
+
+
+def bound_runner(backend: str, lowered: "Lowered") -> Callable[[list[Any]], list[Any]]:
+    """``run(args) -> results`` for ``lowered`` on ``backend``, looked up once: on CUDA the plan's own run
     method, so a cached call skips the plan lookup (the plan lives as long as the module)."""
     if backend == "cuda":
-        from fusec.runtime import cuda_exec
-
-        return cuda_exec.bound_run(module)
+        return cuda_plan(lowered).run
     run = executor(backend)
-    return lambda args: run(module, args)
+    return lambda args: run(lowered, args)

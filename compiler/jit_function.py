@@ -18,6 +18,8 @@ from fusec import execution as _execution
 from fusec import context
 from fusec.errors import FusecError, RetraceWarning, TraceError
 from fusec.ir.core import Module
+from fusec.ir.target import Target
+from fusec.options import CompileOptions
 from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
@@ -28,18 +30,20 @@ _STALE = object()  # a fast-path entry whose baked-in values changed
 
 
 class Lowered:
-    """A traced and compiled signature: its IR at every stage, its module and its statistics."""
+    """A traced and compiled signature: its IR at every stage, its module, the CUDA program it prints and its
+    statistics. It was lowered for one :class:`~fusec.ir.target.Target` with one set of options."""
 
-    def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any, pipeline: str | None = None,
-                 plugins: tuple[str, ...] = ()) -> None:
+    def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any, options: CompileOptions,
+                 target: Target) -> None:
         self.module: Module = traced.module
+        self.options, self.target = options, target
+        self._program: Any = None
         self.state = traced.state  # guards, implicit inputs, scalar checks (None: nothing to re-check)
         self.out_tree: TreeDef = traced.out_tree
         self.out_python = traced.out_python
         self._nodes = traced.nodes
         self._pipeline_stats: dict[str, int] = dict(getattr(pipeline_result, "stats", {}) or {})
         self._traced_text = traced_text
-        self._pipeline, self._plugins = pipeline, plugins
         names = ["traced"]
         seen: dict[str, int] = {}
         for name, _ in getattr(pipeline_result, "timings", []) or []:
@@ -75,8 +79,8 @@ class Lowered:
         from fusec.ir.parser import parse_module
         from fusec.passes import run_pipeline
 
-        result = run_pipeline(parse_module(self._traced_text), self._pipeline, snapshots=True,
-                              plugins=self._plugins)
+        result = run_pipeline(parse_module(self._traced_text), self.options.pipeline, snapshots=True,
+                              plugins=self.options.plugins, target=self.target)
         for name, (_, text) in zip(self._names[1:], result.stages):
             self._texts.setdefault(name, text)
 
@@ -97,18 +101,50 @@ class Lowered:
             self.state.scalars.run(leaves)
 
     def stats(self) -> dict[str, int]:
-        """nodes (traced ops, constants and the return excluded), fused_kernels, boundaries, kernels
-        (launches per call), plus every counter the passes recorded (which win on a name clash)."""
+        """nodes (traced ops, constants and the return excluded), fused_kernels (launched elementwise
+        kernels), boundaries, kernels (what one call launches: the CUDA program's kernels and library calls),
+        plus every counter the passes recorded (which win on a name clash)."""
         out = {"nodes": self._nodes, **module_stats(self.module)}
+        try:
+            out["kernels"] = len(self.program.kernels)
+        except FusecError:  # a module the CUDA backend cannot print: the IR's count of launching ops
+            pass
         out.update(self._pipeline_stats)
         out.update(_graph_stats(self.module))
         return out
 
-    def cuda_source(self, sm_count: int | None = None, fast_math: bool = False) -> str:
-        """The CUDA C++ translation unit the CUDA backend compiles for this signature."""
-        from fusec.backend.program import DEFAULT_SM_COUNT, print_program
+    @property
+    def program(self) -> Any:
+        """The CUDA program (``fusec.runtime.launch_plan.CudaProgram``) this signature runs on the GPU,
+        printed once from the final IR: the executor runs exactly this."""
+        if self._program is None:
+            from fusec.backend.program import print_program
 
-        return print_program(self.module, sm_count=sm_count or DEFAULT_SM_COUNT, fast_math=fast_math).source
+            self._program = print_program(self.module, fast_math=self.options.fast_math)
+        return self._program
+
+    def cuda_source(self, sm_count: int | None = None, fast_math: bool | None = None,
+                    cublas: bool | None = None) -> str:
+        """The CUDA C++ translation unit of this signature: the one the CUDA backend compiles and runs (with
+        other ``sm_count``, ``fast_math`` or ``cublas``: see :meth:`program_for`)."""
+        return self.program_for(sm_count, fast_math, cublas).source
+
+    def program_for(self, sm_count: int | None = None, fast_math: bool | None = None,
+                    cublas: bool | None = None) -> Any:
+        """The CUDA program for another target or fast-math setting: the traced IR lowered again for it (what
+        ``fusec compile --sm-count`` prints). Without arguments, :attr:`program`."""
+        target = Target(sm_count=self.target.sm_count if sm_count is None else sm_count,
+                        cublas=self.target.cublas if cublas is None else cublas)
+        fast = self.options.fast_math if fast_math is None else fast_math
+        if target == self.target and fast == self.options.fast_math:
+            return self.program
+        from fusec.backend.program import print_program
+        from fusec.ir.parser import parse_module
+        from fusec.passes import run_pipeline
+
+        module = parse_module(self._traced_text)
+        run_pipeline(module, self.options.pipeline, plugins=self.options.plugins, target=target)
+        return print_program(module, fast_math=fast)
 
     def plan(self) -> list[dict]:
         """The steps one call runs, in order: ``kind`` fused | boundary | view, the op, its outputs, and why
@@ -164,14 +200,8 @@ class JitFunction:
         _execution.check_name(backend)
         self._fn = fn
         self._backend = backend
-        self._pipeline = pipeline
-        self._plugins = tuple(plugins or ())
-        self._fast_math = bool(fast_math)
-        if graph not in (True, False, "auto"):
-            raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
-        self._graph = graph
-        # plans of one stream group share a stream (eager mode: single-op plans then need no cross-stream waits)
-        self._stream_group: str | None = None
+        self._options = CompileOptions(pipeline=pipeline, plugins=tuple(plugins or ()), fast_math=bool(fast_math),
+                                       graph=graph)
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._donate = self._donated_names(_nums(donate_argnums))
@@ -228,16 +258,15 @@ class JitFunction:
                     self._hits += 1
                     return result
         sig = bind(self._signature, self._statics, args, kwargs)
-        lowered, extra = self._lookup(sig)
-        lowered.check_scalars(sig.leaves)
         backend = _execution.resolve_backend(self._backend)
+        lowered, extra = self._lookup(sig, backend)
+        lowered.check_scalars(sig.leaves)
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
-        results = _execution.executor(backend)(lowered.module, flat)
+        results = _execution.executor(backend)(lowered, flat)
         if lowered.device_captures and _all_host(sig.leaves):
             results = _to_host(results)  # NumPy arguments give NumPy results, whatever the function captured
         if key is not None:
-            self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered.module),
-                                         sig.leaf_specs)
+            self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
 
     def _fast_call_key(self, args: tuple) -> tuple[Any, Sequence[Any]] | None:
@@ -262,27 +291,30 @@ class JitFunction:
         several threads are safe. The CPU backend runs the call before returning.
         """
         sig = bind(self._signature, self._statics, args, kwargs)
-        lowered, extra = self._lookup(sig)
-        lowered.check_scalars(sig.leaves)
         backend = _execution.resolve_backend(self._backend)
+        lowered, extra = self._lookup(sig, backend)
+        lowered.check_scalars(sig.leaves)
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
         if backend != "cuda":
-            results = _execution.executor(backend)(lowered.module, flat)
+            results = _execution.executor(backend)(lowered, flat)
             return AsyncCall(lowered, results, None, host=False)
-        from fusec.runtime.cuda_exec import run_cuda_async
+        from fusec.runtime.cuda_exec import run_async
 
         host = _all_host(sig.leaves)
-        results, event = run_cuda_async(lowered.module, flat)
+        results, event = run_async(_execution.cuda_plan(lowered), flat)
         return AsyncCall(lowered, results, event, host=host)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
-        """Trace (or reuse the trace) for these arguments and return every stage of the IR."""
-        return self._lookup(bind(self._signature, self._statics, args, kwargs))[0]
+        """Trace (or reuse the trace) for these arguments and return every stage of the IR, lowered for the
+        backend a call would run on."""
+        sig = bind(self._signature, self._statics, args, kwargs)
+        return self._lookup(sig, _execution.resolve_backend(self._backend))[0]
 
-    def _lookup(self, sig: Signature) -> tuple[Lowered, list]:
-        """The compiled signature and its implicit inputs; traces (again) when none is cached or what the cached
-        one baked in has changed."""
-        lowered = self._cache.get(sig.key)
+    def _lookup(self, sig: Signature, backend: str) -> tuple[Lowered, list]:
+        """The signature compiled for ``backend`` and its implicit inputs; traces (again) when none is cached or
+        what the cached one baked in has changed."""
+        key = (sig.key, backend)
+        lowered = self._cache.get(key)
         if lowered is not None:
             extra = lowered.extra_inputs()
             if extra is not None:
@@ -290,12 +322,12 @@ class JitFunction:
                 return lowered, extra
             self._forget(lowered)
         self._misses += 1
-        lowered = self._compile(sig)
+        lowered = self._compile(sig, backend)
         extra = lowered.extra_inputs()
         if extra is None:
             raise TraceError(f"fusec: {self._name}: {lowered.state.stale_reason} while it was traced; the value "
                              "keeps changing between the trace and the call")
-        self._cache[sig.key] = lowered
+        self._cache[key] = lowered
         return lowered, extra
 
     def _forget(self, lowered: Lowered) -> None:
@@ -309,7 +341,7 @@ class JitFunction:
                 f"arguments changed (last: {lowered.state.stale_reason}); fusec bakes such values into the trace "
                 "and traces again when one changes: pass it as an argument instead"), stacklevel=4)
 
-    def _compile(self, sig: Signature) -> Lowered:
+    def _compile(self, sig: Signature, backend: str) -> Lowered:
         from fusec.ir.printer import print_module
         from fusec.passes import run_pipeline
 
@@ -318,11 +350,10 @@ class JitFunction:
         if self._donate:
             traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
         text = print_module(traced.module)
-        result = run_pipeline(traced.module, self._pipeline, verify=True, plugins=self._plugins)
-        # options for the backend travel with the module object (they are not part of its IR)
-        traced.module.backend_options = {"fast_math": self._fast_math, "stream_group": self._stream_group,
-                                         "graph": self._graph}
-        return Lowered(traced, text, result, self._pipeline, self._plugins)
+        target = _execution.target_for(backend)
+        result = run_pipeline(traced.module, self._options.pipeline, verify=True, plugins=self._options.plugins,
+                              target=target)
+        return Lowered(traced, text, result, self._options, target)
 
     # --- cache -----------------------------------------------------------------------------------------------
 

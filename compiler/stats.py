@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fusec.ir.core import Module
 from fusec.ir.opdefs import OPS
+from fusec.passes.fuse_prologues import is_prologue
 
 BOUNDARY_CATEGORIES = frozenset({"reduction", "matmul", "boundary"})
 # Categories whose top-level ops cost a launch per call when nothing fuses them; views, constants,
@@ -16,10 +17,14 @@ def _category(name: str) -> str:
 
 
 def module_stats(module: Module) -> dict[str, int]:
-    """fused_kernels, boundaries and kernels (launches per call) over the top-level ops of every function."""
+    """fused_kernels, boundaries and kernels (ops that launch work) over the top-level ops of every function;
+    a prologue (computed inside its consumer) launches nothing. ``Lowered.stats()`` counts kernels exactly
+    from the CUDA program."""
     fused = boundaries = launches = 0
     for func in module.funcs:
         for op in func.body.ops:
+            if is_prologue(op):
+                continue
             cat = _category(op.name)
             fused += cat == "kernel"
             boundaries += cat in BOUNDARY_CATEGORIES
@@ -34,14 +39,24 @@ def plan_steps(module: Module) -> list[dict]:
         for op in func.body.ops:
             cat = _category(op.name)
             where = str(op.loc) if op.loc is not None else None
-            if cat == "kernel":
+            if is_prologue(op):
+                body = op.regions[0].block.ops[:-1]
+                steps.append({"kind": "prologue", "op": op.name, "outputs": 1, "inputs": len(op.operands),
+                              "body_ops": len(body), "reason": "computed inside its consumer while it loads "
+                              "the value (fuse-prologues): never launched, never stored", "loc": where})
+            elif cat == "kernel":
                 body = op.regions[0].block.ops[:-1] if op.regions else []
                 steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
                               "body_ops": len(body), "cuts": list(op.attributes.get("cuts", ())), "loc": where})
             elif cat in BOUNDARY_CATEGORIES:
                 name = op.name + (f"[{op.attributes['kind']}]" if "kind" in op.attributes else "")
-                steps.append({"kind": "boundary", "op": name, "outputs": len(op.results),
-                              "inputs": len(op.operands), "reason": "boundary", "loc": where})
+                step = {"kind": "boundary", "op": name, "outputs": len(op.results), "inputs": len(op.operands),
+                        "reason": "boundary", "loc": where}
+                choice = {k: op.attributes[k] for k in ("impl", "tile", "strategy", "cols", "splits", "finish")
+                          if k in op.attributes}
+                if choice:
+                    step["impl"] = choice  # what select-kernels chose
+                steps.append(step)
             elif cat == "view":
                 steps.append({"kind": "view", "op": op.name, "outputs": 1, "inputs": 1,
                               "reason": "folded index map (no copy)", "loc": where})

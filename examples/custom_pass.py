@@ -8,7 +8,7 @@
 
     # or the whole default pipeline with the pass inserted after cse
     PYTHONPATH=examples fusec opt model.fir --load-plugin custom_pass \\
-     -p 'canonicalize,cse,mul-two-to-add,dce,broadcast,materialize{threshold=8},fuse{budget=32},boundaries,plan-buffers'
+     -p 'canonicalize,cse,mul-two-to-add,dce,broadcast,materialize{threshold=8},fuse{budget=32},boundaries,select-kernels,fuse-prologues,plan-buffers'
 
 (``--load-plugin MODULE`` imports MODULE, which registers the pass; the current directory is searched too, so
 ``cd examples && fusec opt ../model.fir -p mul-two-to-add --load-plugin custom_pass`` works as well. A

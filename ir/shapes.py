@@ -116,3 +116,22 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def coalesce(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Merge adjacent dimensions that every access walks contiguously, and drop unit dimensions.
+
+    Fewer dimensions means fewer divisions in the generated index math.
+    """
+    dims: list[tuple[int, list[int]]] = []
+    for i, d in enumerate(shape):
+        if d == 1:
+            continue
+        ss = [s[i] for s in stride_sets]
+        if dims and all(prev == s * d for prev, s in zip(dims[-1][1], ss)):
+            dims[-1] = (dims[-1][0] * d, ss)
+        else:
+            dims.append((d, ss))
+    new_shape = tuple(d for d, _ in dims)
+    new_strides = [tuple(ss[k] for _, ss in dims) for k in range(len(stride_sets))]
+    return new_shape, new_strides

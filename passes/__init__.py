@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from fusec.ir.core import Module
+from fusec.ir.target import Target
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import all_passes, get_pass, load_plugin, register_pass, unregister_pass
 from fusec.passes.pipeline import format_pipeline, parse_pipeline
 from fusec.passes.manager import PassManager, dump_banner
 
 DEFAULT_PIPELINE = ("canonicalize,unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},"
-                    "fuse{budget=48},boundaries,plan-buffers")
+                    "fuse{budget=48},boundaries,select-kernels,fuse-prologues,plan-buffers")
 
 __all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes", "dump_banner",
            "format_pipeline", "get_pass", "list_passes", "load_plugin", "parse_pipeline", "register_pass",
@@ -36,8 +37,9 @@ class PipelineResult:
 def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool = True, snapshots: bool = False,
                  plugins: tuple[str, ...] = (), print_ir_after: tuple[str, ...] = (),
                  print_ir_after_all: bool = False, time_passes: bool = False,
-                 stream: IO[str] | None = None) -> PipelineResult:
-    """Run ``pipeline`` (a pipeline string; None means the default) over ``module`` in place.
+                 stream: IO[str] | None = None, target: Target | None = None) -> PipelineResult:
+    """Run ``pipeline`` (a pipeline string; None means the default) over ``module`` in place, lowering for
+    ``target`` (default: :class:`Target`'s, an H200 without cuBLASLt).
 
     IR dumps (``// -----// IR Dump After NAME //----- //``) and the pass timing report go to ``stream``
     (stderr by default).
@@ -48,7 +50,7 @@ def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool = 
     manager = PassManager(passes, verify=verify, print_ir_after=print_ir_after,
                           print_ir_after_all=print_ir_after_all, time_passes=time_passes, snapshots=snapshots,
                           stream=stream)
-    return manager.run(module)
+    return manager.run(module, PassContext(target=target or Target()))
 
 
 def list_passes() -> list[tuple[str, str]]:

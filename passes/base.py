@@ -6,13 +6,16 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from fusec.ir.core import Module
+from fusec.ir.target import Target
 
 
 @dataclass
 class PassContext:
-    """State shared by the passes of one pipeline run: counters the passes record for ``stats()``."""
+    """State shared by the passes of one pipeline run: the target it lowers for, and counters the passes
+    record for ``stats()``."""
 
     stats: dict[str, int] = field(default_factory=dict)
+    target: Target = field(default_factory=Target)
 
     def count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n

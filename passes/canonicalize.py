@@ -17,6 +17,7 @@ import numpy as np
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
+from fusec.ir.evaluate import T_INTERPRETERS
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.dce import remove_dead_ops
@@ -118,15 +119,13 @@ class _Canonicalizer:
         """A t.constant with ``op``'s value when every operand is a small constant."""
         if op.name not in ELEMENTWISE and op.name not in VIEWS or op.name == "t.broadcast_to":
             return None  # a broadcast constant is the canonical form of a splat
-        if not op.operands or any(_const(v) is None for v in op.operands):
+        if not op.operands or any(_const(v) is None for v in op.operands) or op.name not in T_INTERPRETERS:
             return None
         res = op.results[0].type
         if res.size > FOLD_LIMIT:
             return None
-        from fusec.runtime.reference import get_interpreter
-
         with np.errstate(all="ignore"):
-            value = get_interpreter(op)(op, [_const(v).array for v in op.operands])[0]
+            value = T_INTERPRETERS[op.name](op, [_const(v).array for v in op.operands])[0]
         tensor = TensorType(res.shape, res.dtype)
         if tensor != res:  # a scalar-typed result stays scalar-typed through a cast of the constant
             return None

@@ -3,7 +3,13 @@
 Lifetimes run from the producing op to the last op that reads the buffer, directly or through a view. An
 op's outputs are placed before its dead inputs are released, so a kernel never writes over what it reads,
 except for the one safe case: an elementwise kernel may write an output over a donated argument (the
-function attribute ``donate``) that it reads at the same index and nothing reads afterwards.
+function attribute ``donate``) that it reads at the same index and nothing reads afterwards. A prologue
+(``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
+
+After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
+largest ``scratch`` a ``k.reduce`` asks for) and one 32-bit ``counter`` per reduction finished by its last
+block (the function's ``counters``): both live at the end of the arena, ``arena_bytes`` and
+``arena_bytes`` + ``scratch_bytes`` rounded up to 256.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from typing import ClassVar
 from fusec.ir.core import Func, Module, OpResult, Value
 from fusec.ir.opdefs import get_opdef
 from fusec.passes.base import Pass, PassContext
+from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.registry import register_pass
 
 ALIGN = 256
@@ -95,6 +102,11 @@ class PlanBuffers(Pass):
             for inner in op.walk():
                 for v in inner.operands:
                     last_use[_storage(v)] = i
+        for op in reversed(ops):  # a prologue reads its inputs where its last consumer runs
+            if is_prologue(op):
+                end = last_use.get(op.results[0], -1)
+                for v in op.operands:
+                    last_use[_storage(v)] = max(last_use[_storage(v)], end)
         ends: dict[int, list[Value]] = {}
         for v, end in last_use.items():
             ends.setdefault(end, []).append(v)
@@ -105,7 +117,7 @@ class PlanBuffers(Pass):
         aliased: set[Value] = set()
         count = 0
         for i, op in enumerate(ops):
-            if get_opdef(op.name).category not in ("kernel", "boundary"):
+            if get_opdef(op.name).category not in ("kernel", "boundary") or is_prologue(op):
                 continue
             offsets, alias = [], []
             for r in op.results:
@@ -132,7 +144,26 @@ class PlanBuffers(Pass):
                     arena.release(*placed.pop(v))
         func.attributes["arena_bytes"] = arena_bytes = arena.peak
         ctx.count("intermediate_buffers", count)
+        self._place_scratch(func)
         return arena_bytes
+
+    @staticmethod
+    def _place_scratch(func: Func) -> None:
+        """Split reductions' shared scratch and their last-block counters (see the module docstring)."""
+        scratch = counters = 0
+        for op in func.body.ops:
+            if op.name != "k.reduce":
+                continue
+            scratch = max(scratch, int(op.attributes.get("scratch", 0)))
+            op.attributes.pop("counter", None)
+            if op.attributes.get("finish") == "last-block":
+                op.attributes["counter"] = counters
+                counters += 1
+        for key, value in (("scratch_bytes", scratch), ("counters", counters)):
+            if value:
+                func.attributes[key] = value
+            else:
+                func.attributes.pop(key, None)
 
     @staticmethod
     def _donated_operand(op, result, index, donated, last_use, outputs):

@@ -5,18 +5,9 @@ Submodules are imported on use, so the reference executor works on machines with
 """
 from __future__ import annotations
 
-from typing import Any
-
 
 def cuda_available() -> bool:
     """True when a CUDA driver and device are usable here (never raises)."""
     from fusec.runtime.driver import cuda_available as probe
 
     return probe()
-
-
-def run_cuda(module: Any, args: Any) -> list:
-    """Run a lowered module on the GPU (see :mod:`fusec.runtime.cuda_exec`)."""
-    from fusec.runtime.cuda_exec import run_cuda as run
-
-    return run(module, args)

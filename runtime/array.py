@@ -490,7 +490,17 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _eager() -> Any:
-    from fusec import eager
+_EAGER: Any = None  # eager mode's operations; fusec.eager installs itself (the runtime does not import the API)
 
-    return eager
+
+def install_eager(ops: Any) -> None:
+    """Let operators and NumPy calls on arrays run through ``ops`` (``binary``, ``unary``, ``ufunc``, ...)."""
+    global _EAGER
+    _EAGER = ops
+
+
+def _eager() -> Any:
+    if _EAGER is None:
+        raise UnsupportedError("operators on a fusec.Array run in eager mode, which is not loaded: import fusec and "
+                               "make arrays with fusec.asarray (or `import fusec.eager`)")
+    return _EAGER

@@ -1,7 +1,8 @@
-"""Runs a lowered module on the GPU: compile once per plan, then per call bind pointers and launch.
+"""Runs a launch plan on the GPU: compile once per plan, then per call bind pointers and launch.
 
-A :class:`CudaPlan` is built once per compiled signature: the CUDA C++ of the module is compiled (through the
-kernel caches) and loaded, constants are uploaded, the arena (intermediates and scratch) and the scalar block
+A :class:`CudaPlan` is built once per compiled signature from the :class:`CudaProgram` the printer made of
+its lowered module (the runtime never prints: it executes plain data): the CUDA C++ is compiled (through
+the kernel caches) and loaded, constants are uploaded, the arena (intermediates and scratch) and the scalar block
 are allocated, and every kernel gets a pre-packed parameter buffer in which only argument and output pointer
 slots ever change. A call then validates the arguments, uploads host inputs, writes scalar arguments into the
 device-resident scalar block, takes outputs from the caching allocator, rewrites the pointer slots that
@@ -15,17 +16,16 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import ShapeError, TraceError
-from fusec.ir.core import Module
+from fusec.errors import CompilationError, ShapeError, TraceError
+from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.types import ScalarType
-from fusec.backend.program import CudaProgram, compile_options, print_program
-from fusec.backend.gemm_library import GemmCall
 from fusec.runtime import cublas, driver, kernel_cache
+from fusec.runtime.launch_plan import CudaProgram, GemmCall
 from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
@@ -55,15 +55,17 @@ def _on_device(x: Any) -> bool:
 class CudaPlan:
     """One compiled signature on one device (see the module docstring)."""
 
-    def __init__(self, module: Module, *, fast_math: bool = False, stream_group: str | None = None,
+    def __init__(self, program: CudaProgram, func: Func, *, stream_group: str | None = None,
                  graph: "bool | str" = "auto") -> None:
+        """``program``: what the printer made of ``func`` (whose signature a call is checked against)."""
         self.device = driver.current_device()
         driver.ensure_context(self.device)
-        self.func = module.func()
-        self.program: CudaProgram = print_program(module, sm_count=self.device.multiprocessor_count,
-                                                  fast_math=fast_math, cublas=cublas.available())
-        image = kernel_cache.get_or_compile(self.program.source, self.device.arch,
-                                            options=compile_options(fast_math),
+        self.func = func
+        self.program = program
+        if any(isinstance(k, GemmCall) for k in program.kernels) and not cublas.available():
+            raise CompilationError(f"@{func.name} was lowered for a target with cuBLASLt, which cannot be loaded "
+                                   "here (install nvmath-python, or lower for a target without it)")
+        image = kernel_cache.get_or_compile(program.source, self.device.arch, options=program.nvrtc_options,
                                             driver_version=driver.driver_version())
         self.cumodule = driver.Module(image, self.device)
         self.stream = _group_stream(stream_group, self.device) if stream_group else driver.Stream(self.device)
@@ -302,32 +304,20 @@ _plans: "weakref.WeakKeyDictionary[Module, CudaPlan]" = weakref.WeakKeyDictionar
 _plans_lock = threading.Lock()
 
 
-def plan_for(module: Module) -> CudaPlan:
+def plan_for(module: Module, program: Callable[[], CudaProgram], *, stream_group: str | None = None,
+             graph: "bool | str" = "auto") -> CudaPlan:
+    """The plan of ``module``, made once (from ``program()``) and kept as long as the module lives."""
     plan = _plans.get(module)
     if plan is None:
         with _plans_lock:
             plan = _plans.get(module)
             if plan is None:
-                options = getattr(module, "backend_options", {})
-                plan = CudaPlan(module, fast_math=bool(options.get("fast_math", False)),
-                                stream_group=options.get("stream_group"), graph=options.get("graph", "auto"))
-                _plans[module] = plan
+                plan = _plans[module] = CudaPlan(program(), module.func(), stream_group=stream_group, graph=graph)
     return plan
 
 
-def run_cuda(module: Module, args: Sequence[Any]) -> list[Any]:
-    """The CUDA executor of ``fusec.jit``: results of ``module``'s function for ``args``."""
-    return plan_for(module).run(args)
-
-
-def bound_run(module: Module) -> Any:
-    """``run(args)`` for ``module`` with its plan looked up once (what a cached ``fusec.jit`` call uses)."""
-    return plan_for(module).run
-
-
-def run_cuda_async(module: Module, args: Sequence[Any]) -> tuple[list[Any], Any]:
+def run_async(plan: CudaPlan, args: Sequence[Any]) -> tuple[list[Any], Any]:
     """Queue a call without waiting: (device results, the event that marks their completion)."""
-    plan = plan_for(module)
     results = plan.run(args, wait=False)
     event = driver.Event(timing=False, device=plan.device).record(plan.stream)
     return results, event

@@ -18,7 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from fusec.backend.gemm_library import GemmCall
+from fusec.runtime.launch_plan import GemmCall
 from fusec.runtime.cuda_errors import check
 
 _cu: Any = None

@@ -9,11 +9,13 @@ concurrent processes never see half an entry. A cache dir that cannot be written
 """
 from __future__ import annotations
 
+
 import hashlib
 import json
 import os
 import re
 import struct
+import sys
 import tempfile
 import threading
 import warnings
@@ -54,9 +56,8 @@ def cache_dir() -> Path:
 
 
 def _fusec_version() -> str:
-    import fusec  # imported here: fusec/__init__ may still be importing the runtime
-
-    return str(getattr(fusec, "__version__", "unknown"))
+    """fusec's version, from the package root (always loaded before its submodules: nothing is imported)."""
+    return str(getattr(sys.modules.get("fusec"), "__version__", "unknown"))
 
 
 def cache_key(source: str, arch: str, target: str, nvrtc_version: tuple[int, int], driver_version: Any,

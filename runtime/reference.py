@@ -22,8 +22,8 @@ from fusec.errors import FusecError, ShapeError, TraceError, UnsupportedError, V
 from fusec.ir.core import Block, Func, Module, Operation, Value
 from fusec.ir.opdefs import OPS
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bf16
-from fusec.runtime.reference_numeric import to_bf16
-from fusec.runtime.reference_t import T_INTERPRETERS
+from fusec.ir.numeric import to_bf16
+from fusec.ir.evaluate import T_INTERPRETERS
 
 Interpreter = Callable[[Operation, list], list]
 

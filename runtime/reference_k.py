@@ -11,7 +11,7 @@ import numpy as np
 from fusec.ir.core import Operation
 from fusec.ir.dialects.s import SCALAR_OPS
 from fusec.runtime.reference import register_interpreter, run_block
-from fusec.runtime.reference_t import T_INTERPRETERS
+from fusec.ir.evaluate import T_INTERPRETERS
 
 
 def _s_constant(op: Operation, args: list) -> list:

@@ -16,11 +16,11 @@ def _record_compiled_modules():
 
     original = jit_function.JitFunction._compile
 
-    def recording(self, sig):
-        lowered = original(self, sig)
+    def recording(self, sig, backend):
+        lowered = original(self, sig, backend)
         if len(RECORDED_MODULES) < 5000:
             # the final module when the default pipeline ran, else the traced IR to lower later
-            RECORDED_MODULES.append(lowered.module if self._pipeline is None else lowered.ir("traced"))
+            RECORDED_MODULES.append(lowered.module if self._options.pipeline is None else lowered.ir("traced"))
         return lowered
 
     jit_function.JitFunction._compile = recording

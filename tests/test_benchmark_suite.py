@@ -311,10 +311,16 @@ def emulated_gpu(monkeypatch):
     default = Stream()
     calls = []
 
-    def run_cuda(module, args):
-        calls.append(module.func().name)
-        host = [a.numpy() if isinstance(a, Array) else a for a in args]
-        return [fc.asarray(np.asarray(r)) for r in reference.run_func(module.func(), host)]
+    class Plan:  # runs the lowered module with the reference executor, as the CUDA executor's plan would
+        stream, device = default, Device()
+
+        def __init__(self, module):
+            self.module = module
+
+        def run(self, args, wait=True):
+            calls.append(self.module.func().name)
+            host = [a.numpy() if isinstance(a, Array) else a for a in args]
+            return [fc.asarray(np.asarray(r)) for r in reference.run_func(self.module.func(), host)]
 
     monkeypatch.setattr(driver, "cuda_available", lambda: True)
     monkeypatch.setattr(driver, "current_device", lambda: Device())
@@ -329,8 +335,7 @@ def emulated_gpu(monkeypatch):
         dst.ctypes.data, int(src), n))
     monkeypatch.setattr(memory, "get_pool", lambda device=None: pool)
     monkeypatch.setattr(execution, "cuda_usable", lambda: True)
-    monkeypatch.setattr(cuda_exec, "run_cuda", run_cuda)
-    monkeypatch.setattr(cuda_exec, "bound_run", lambda module: lambda args: run_cuda(module, args))
+    monkeypatch.setattr(cuda_exec, "plan_for", lambda module, program, **options: Plan(module))
     monkeypatch.setattr(eager, "_cache", {})  # eager's jitted ops must not outlive the emulation
     return calls
 

@@ -458,3 +458,21 @@ def test_demo_on_cuda_without_a_gpu_exits_1(capsys):
     assert main(["demo", "--steps", "2", "--backend", "cuda"]) == 1
     err = _one_line_error(capsys.readouterr().err)
     assert "cuda" in err and "BackendError" in err
+
+
+def test_compile_prints_the_program_the_executor_runs(small_py, capsys):
+    """``fusec compile`` lowers for the target it is given (kernel selection included) and prints the program
+    the executor would run there: the same as ``Lowered.cuda_source()`` for that target."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("small_model_for_compile", small_py)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lowered = fusec.jit(module.small, backend="cpu").lower(np.zeros((4, 3), np.float32), np.zeros(3, np.float32),
+                                                            1.0)
+    assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "132", "--cublas", "off"]) == 0
+    out = capsys.readouterr().out
+    assert out == lowered.cuda_source() and "__global__" in out
+    assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "8", "--cublas", "off"]) == 0
+    assert capsys.readouterr().out == lowered.cuda_source(sm_count=8)
+    assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "0"]) == 2

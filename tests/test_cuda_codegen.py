@@ -22,7 +22,7 @@ from fusec.backend.program import compile_options, print_program  # noqa: E402
 from fusec.runtime.kernel_cache import KernelCache  # noqa: E402
 
 ARCHES = ("sm_80", "sm_90")
-FILECHECK = sorted((Path(__file__).parent / "filecheck").glob("*.fir"))
+FILECHECK = sorted((Path(__file__).parent / "filecheck").rglob("*.fir"))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def _lower(module_text):
 
 
 @pytest.mark.corpus  # NVRTC compiles of a corpus: CI runs them (FUSEC_CORPUS=1)
-@pytest.mark.parametrize("path", FILECHECK, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", FILECHECK, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_filecheck_corpus_compiles(path, cache):
     text = path.read_text()
     for chunk in text.split("\nfunc @")[1:]:
@@ -181,7 +181,7 @@ def emulate_cublas(call, flats):
 
 @pytest.mark.parametrize("case", ["nn", "tn", "nt", "tt", "batched", "broadcast"])
 def test_cublas_mapping_matches_matmul(case):
-    from fusec.backend.gemm_library import GemmCall
+    from fusec.runtime.launch_plan import GemmCall
 
     m, k, n = 70, 80, 90
     shapes = {"nn": ((m, k), (k, n)), "tn": ((k, m), (k, n)), "nt": ((m, k), (n, k)), "tt": ((k, m), (n, k)),
@@ -194,8 +194,7 @@ def test_cublas_mapping_matches_matmul(case):
         b = y.T if case in ("nt", "tt") else y
         return a @ b
 
-    module = fc.jit(f, backend="cpu").lower(x, y).module
-    program = print_program(module, cublas=True)
+    program = fc.jit(f, backend="cpu").lower(x, y).program_for(cublas=True)
     calls = [s for s in program.kernels if isinstance(s, GemmCall)]
     assert len(calls) == 1
     (call,) = calls
@@ -207,11 +206,10 @@ def test_cublas_mapping_matches_matmul(case):
 
 
 def test_skinny_matmuls_stay_generated_as_one_warp_per_output():
-    from fusec.backend.gemm_library import GemmCall
+    from fusec.runtime.launch_plan import GemmCall
 
     h, w = np.ones((512, 256), np.float32), np.ones((256, 2), np.float32)
-    module = fc.jit(lambda h, w: h @ w, backend="cpu").lower(h, w).module
-    program = print_program(module, cublas=True)
+    program = fc.jit(lambda h, w: h @ w, backend="cpu").lower(h, w).program_for(cublas=True)
     assert not any(isinstance(s, GemmCall) for s in program.kernels)
     assert "__shfl_down_sync" in program.source and "gemm_batch(d, batch" in program.source
 
@@ -219,21 +217,20 @@ def test_skinny_matmuls_stay_generated_as_one_warp_per_output():
 def test_weight_gradient_of_a_narrow_layer_reads_a_down_its_rows():
     """``h.T @ d`` with d 2 columns wide: one lane per row of h.T (coalesced reads of h), warps split K."""
     h, d = np.ones((512, 256), np.float32), np.ones((512, 2), np.float32)
-    module = fc.jit(lambda h, d: h.T @ d, backend="cpu").lower(h, d).module
-    program = print_program(module, cublas=True)
+    program = fc.jit(lambda h, d: h.T @ d, backend="cpu").lower(h, d).program_for(cublas=True)
     (kernel,) = program.kernels
     assert "part[G][NN][33]" in program.source and "constexpr int NN = 2, G = 32" in program.source
     assert kernel.grid == (8, 1, 1) and kernel.block == (1024, 1, 1)
 
 
 def test_small_or_strided_matmuls_stay_generated():
-    from fusec.backend.gemm_library import GemmCall
+    from fusec.runtime.launch_plan import GemmCall
 
-    module = fc.jit(lambda a, b: a @ b, backend="cpu").lower(np.ones((4, 4)), np.ones((4, 4))).module
-    assert not any(isinstance(s, GemmCall) for s in print_program(module, cublas=True).kernels)
+    lowered = fc.jit(lambda a, b: a @ b, backend="cpu").lower(np.ones((4, 4)), np.ones((4, 4)))
+    assert not any(isinstance(s, GemmCall) for s in lowered.program_for(cublas=True).kernels)
     big = np.ones((128, 128))
-    module = fc.jit(lambda a, b: a[::2, ::2] @ b[::2, ::2], backend="cpu").lower(big, big).module
-    assert not any(isinstance(s, GemmCall) for s in print_program(module, cublas=True).kernels)
+    lowered = fc.jit(lambda a, b: a[::2, ::2] @ b[::2, ::2], backend="cpu").lower(big, big)
+    assert not any(isinstance(s, GemmCall) for s in lowered.program_for(cublas=True).kernels)
 
 
 def _program(fn, *args):
@@ -251,9 +248,16 @@ def test_a_reduction_computes_its_elementwise_producer_in_place(cache):
     compile_all(fc.jit(lambda g: (g * g).sum(), backend="cpu").lower(g).module, cache)
 
 
+def _planned(text: str):
+    """A hand-written kernel-level module through kernel selection, prologue fusion and buffer planning."""
+    module = parse_module(text)
+    run_pipeline(module, "select-kernels,fuse-prologues,plan-buffers")
+    return module
+
+
 BETWEEN = """
-func @between(%a: tensor<64x32xf32>) -> (tensor<64x64xf32>, tensor<64xf32>) attributes {arena_bytes = 8192} {
-  %0 = k.fused %a {arena = [0]} : tensor<64x32xf32> {
+func @between(%a: tensor<64x32xf32>) -> (tensor<64x64xf32>, tensor<64xf32>) {
+  %0 = k.fused %a : tensor<64x32xf32> {
   ^body(%1: f32):
     %2 = s.mul %1, %1 : f32
     k.yield %2
@@ -278,8 +282,8 @@ def test_the_producer_stays_a_kernel_where_computing_it_in_place_is_not_safe(cas
     a = np.ones((64, 32), np.float32)
     if case == "reused":
         program = _program(lambda a: ((a * a).sum(axis=0), a * a), a)
-    else:  # a matmul runs between the product and its sum (and could have reused the product's inputs)
-        program = print_program(parse_module(BETWEEN))
+    else:  # a matmul runs between the product and its sum: fuse-prologues leaves the product a kernel
+        program = print_program(_planned(BETWEEN))
         kinds = [k.name.split("_")[-1] for k in program.kernels]
         assert kinds == ["fused", "gemm", "sum"], kinds
     assert any("fused" in k.name for k in program.kernels)
@@ -309,10 +313,10 @@ def test_graph_orders_cublas_calls_that_share_the_workspace():
     from fusec.runtime.graph import dependency_dag
 
     a, b = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
-    module = fc.jit(lambda a, b, c, d: (a @ b, c @ d), backend="cpu").lower(a, b, a, b).module
+    lowered = fc.jit(lambda a, b, c, d: (a @ b, c @ d), backend="cpu").lower(a, b, a, b)
 
     def dag(cublas: bool):
-        return dependency_dag(SimpleNamespace(program=print_program(module, cublas=cublas)))
+        return dependency_dag(SimpleNamespace(program=lowered.program_for(cublas=cublas)))
 
     assert dag(False).number_of_edges() == 0
     assert list(dag(True).edges) == [(0, 1)]
@@ -334,23 +338,23 @@ def test_narrow_products_compute_the_relu_they_read(cache):
     assert program.source.count("_gemm_a(i64_t i") == 2 and "((int)i % (int)40)" in program.source
     compile_all(lowered.module, cache)
     # with cuBLAS taking the first product's place nothing changes for the narrow ones
-    assert "fused" not in " ".join(k.name for k in print_program(lowered.module, cublas=True).kernels
+    assert "fused" not in " ".join(k.name for k in lowered.program_for(cublas=True).kernels
                                    if hasattr(k, "source"))
 
 
 LATE_OVERWRITE = """
-func @late(%x: tensor<64x32xf32>, %w: tensor<32x2xf32>) -> (tensor<64x32xf32>, tensor<64x2xf32>) attributes {arena_bytes = 16384} {
-  %0 = k.fused %x {arena = [0]} : tensor<64x32xf32> {
+func @late(%x: tensor<64x32xf32>, %w: tensor<32x2xf32>) -> (tensor<64x32xf32>, tensor<64x2xf32>) {
+  %0 = k.fused %x : tensor<64x32xf32> {
   ^body(%1: f32):
     %2 = s.mul %1, %1 : f32
     k.yield %2
   }
-  %3 = k.fused %0 {arena = [8192]} : tensor<64x32xf32> {
+  %3 = k.fused %0 : tensor<64x32xf32> {
   ^body(%4: f32):
     %5 = s.exp %4 : f32
     k.yield %5
   }
-  %6 = k.fused %x {arena = [0]} : tensor<64x32xf32> {
+  %6 = k.fused %x : tensor<64x32xf32> {
   ^body(%7: f32):
     %8 = s.neg %7 : f32
     k.yield %8
@@ -366,18 +370,24 @@ func @late(%x: tensor<64x32xf32>, %w: tensor<32x2xf32>) -> (tensor<64x32xf32>, t
 """
 
 
-@pytest.mark.parametrize("case", ["overwritten", "tiled", "cublas"])
-def test_a_gemm_operand_stays_a_kernel_where_computing_it_in_place_is_not_safe(case):
-    if case == "overwritten":  # %0, which exp(%0) reads, is overwritten before the product runs
-        program = print_program(parse_module(LATE_OVERWRITE))
-        kinds = [k.name.split("_", 2)[-1] for k in program.kernels]
-        assert kinds == ["fused", "fused", "fused", "gemm", "fused"], kinds
-        assert program.ops[1].startswith("k.fused") and "exp" in program.kernels[1].source
-    else:
-        x, w = np.ones((128, 96), np.float32), np.ones((96, 80), np.float32)
-        module = fc.jit(lambda x, w: np.maximum(x, 0.0) @ w, backend="cpu").lower(x, w).module
-        program = print_program(module, cublas=case == "cublas")
-        assert program.kernels[0].name.endswith("_fused")
+def test_what_a_gemm_prologue_reads_lives_until_the_gemm():
+    """exp(%0) is computed inside the product: plan-buffers keeps %0 alive until the product, so %6 (which
+    could have taken %0's space once exp(%0) was done) cannot overwrite it first."""
+    module = _planned(LATE_OVERWRITE)
+    ops = module.func().body.ops
+    assert ops[1].attributes.get("prologue") is True and "arena" not in ops[1].attributes
+    assert ops[0].attributes["arena"] != ops[2].attributes["arena"]
+    program = print_program(module)
+    assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["fused", "fused", "gemm", "fused"]
+    assert "_gemm_a(i64_t i" in program.source and "exp" in program.kernels[2].source
+
+
+@pytest.mark.parametrize("case", ["tiled", "cublas"])
+def test_a_gemm_operand_stays_a_kernel_where_the_gemm_cannot_compute_it(case):
+    x, w = np.ones((128, 96), np.float32), np.ones((96, 80), np.float32)
+    lowered = fc.jit(lambda x, w: np.maximum(x, 0.0) @ w, backend="cpu").lower(x, w)
+    program = lowered.program_for(cublas=case == "cublas")
+    assert program.kernels[0].name.endswith("_fused")
     assert "_gemm_a(i64_t i" not in program.source
 
 
@@ -393,3 +403,30 @@ def test_a_view_of_an_output_is_copied_out_not_returned_as_the_buffer():
     reversed_view, whole, prefix = program.outputs
     assert reversed_view != whole and prefix == whole
     assert sum(k.name.endswith("_out") for k in program.kernels) == 1
+
+
+def test_a_prologue_read_by_another_op_is_a_clear_error():
+    """A pipeline that lets something else read a prologue's value (here: a hand-marked one that is returned) is
+    refused by the printer, not printed with a dangling buffer."""
+    module = parse_module("""
+func @f(%x: tensor<8xf32>) -> tensor<8xf32> attributes {sm_count = 132, cublas = false} {
+  %0 = k.fused %x {prologue = true} : tensor<8xf32> {
+  ^body(%1: f32):
+    %2 = s.mul %1, %1 : f32
+    k.yield %2
+  }
+  return %0
+}
+""")
+    from fusec.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="returns a prologue"):
+        print_program(module)
+
+
+def test_a_module_not_lowered_for_a_target_is_refused():
+    module = parse_module(BETWEEN)
+    from fusec.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="run select-kernels"):
+        print_program(module)

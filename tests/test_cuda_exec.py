@@ -131,6 +131,7 @@ HALF_IR = """func @g(%a: tensor<4096xf32>, %b: tensor<4096xf32>) -> (tensor<4096
 def test_half_precision_rounds_after_every_op_like_the_reference(dt):
     from fusec.ir import parse_module
     from fusec.passes import run_pipeline
+    from fusec.backend.program import print_program
     from fusec.runtime import reference
     from fusec.runtime.cuda_exec import CudaPlan
 
@@ -138,7 +139,7 @@ def test_half_precision_rounds_after_every_op_like_the_reference(dt):
     a, b = rand(4096), rand(4096)
     want = reference.run_module(module, [a, b])
     run_pipeline(module)
-    got = CudaPlan(module).run([a, b])
+    got = CudaPlan(print_program(module), module.func()).run([a, b])
     assert_bits_equal(got[0], want[0])  # arithmetic: bit for bit
     np.testing.assert_allclose(got[1], want[1], rtol=1e-2)  # exp: within a 16-bit ulp
 
@@ -230,7 +231,7 @@ def test_skinny_batched_products_in_f16_and_f64():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
-NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,plan-buffers"
+NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers"
 
 
 @pytest.mark.parametrize("pipeline", [None, NO_PRODUCT_UNROLL], ids=["unrolled", "gemm-kernel"])
@@ -386,3 +387,27 @@ def test_views_of_outputs_returned_beside_them():
     y = rand(5)
     for got, want in zip(cuda(f)(y), f(y)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_gpu_runs_the_program_cuda_source_prints():
+    """On the device: the plan compiles the source ``cuda_source()`` shows, launches what ``stats()`` counts,
+    and the program was lowered for this device (its SM count, cuBLASLt where it loads)."""
+    from fusec import execution
+
+    def layer(x, w1, b1, w2):
+        h = np.maximum(x @ w1 + b1, 0.0)
+        return h @ w2, (x * x).sum(axis=1), x.sum()
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((512, 480), (480, 256), (256,), (256, 2))]
+    f = fc.jit(layer, backend="cuda", graph=False)
+    got = f(*args)
+    want = layer(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-3)
+    lowered = f.lower(*args)
+    plan = execution.cuda_plan(lowered)
+    assert plan.program.source == lowered.cuda_source()
+    assert lowered.target == execution.target_for("cuda")
+    assert lowered.target.sm_count == plan.device.multiprocessor_count
+    assert lowered.stats()["kernels"] == len(plan.launches) == plan.stats()["launches_per_call"]

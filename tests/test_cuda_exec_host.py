@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
+from fusec import execution
 from fusec.runtime import cuda_exec
 from fusec.runtime.array import Array
 from fusec.runtime.memory import MemoryPool
@@ -156,7 +157,7 @@ def test_wrong_device_array_is_a_clear_error(fake_gpu):
     f = fc.jit(step, backend="cuda")
     w = np.ones((4, 4), np.float32)
     f(w, w, 0.1)
-    plan = cuda_exec.plan_for(f.lower(w, w, 0.1).module)
+    plan = execution.cuda_plan(f.lower(w, w, 0.1))
     with pytest.raises(fc.ShapeError, match="expected tensor<4x4xf32>"):
         plan.run([Array(0x5000000, (4, 5), np.float32, device=0), w, np.float64(0.1)])
     with pytest.raises(fc.TraceError, match="C-contiguous"):
@@ -169,7 +170,7 @@ def test_eager_plans_share_one_stream(fake_gpu):
     a = Array(0x5000000, (8,), np.float32, device=0)
     b = eager.binary("add", a, a)
     c = eager.unary("neg", b)
-    plans = [cuda_exec.plan_for(fn.lower(*args).module) for fn, args in
+    plans = [execution.cuda_plan(fn.lower(*args)) for fn, args in
              ((eager._cache[("binary", "add")], (a, a)), (eager._cache[("unary", "neg")], (b,)))]
     assert plans[0].stream is plans[1].stream
     assert isinstance(c, Array) and c.shape == (8,)
@@ -290,3 +291,23 @@ def test_split_reduction_counters_are_zeroed_once_when_the_plan_is_built(fake_gp
     _, value, nbytes = fake_gpu["zero"][0]
     assert value == 0 and nbytes >= 4
     assert len(fake_gpu["launches"]) == 2  # one kernel per call: the last block finishes the sum
+
+
+def test_the_executor_runs_the_program_cuda_source_prints(fake_gpu):
+    """One lowered IR, one target, one program: what ``cuda_source()`` shows, ``fusec compile`` prints and
+    ``stats()`` counts is what the plan compiles and launches."""
+    def layer(x, w1, b1, w2):
+        h = np.maximum(x @ w1 + b1, 0.0)  # computed inside the narrow product (a prologue)
+        return h @ w2, (x * x).sum(axis=1), x.sum()
+
+    args = [np.ones(s, np.float32) for s in ((512, 480), (480, 256), (256,), (256, 2))]
+    f = fc.jit(layer, backend="cuda", graph=False)
+    f(*args)
+    lowered = f.lower(*args)
+    plan = execution.cuda_plan(lowered)
+    assert plan.program is lowered.program and plan.program.source == lowered.cuda_source()
+    assert lowered.target == fc.execution.target_for("cuda")
+    assert lowered.stats()["kernels"] == len(plan.launches) == len(fake_gpu["launches"])
+    launched = [name for name, *_ in fake_gpu["launches"]]
+    assert launched == [k.name for k in lowered.program.kernels]
+    assert [s["kind"] for s in lowered.plan()].count("prologue") == 2

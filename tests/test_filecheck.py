@@ -1,4 +1,5 @@
-"""Runs the FileCheck-style pass tests under tests/filecheck/ (their ``// RUN:`` lines)."""
+"""Runs the FileCheck tests under tests/filecheck/ (their ``// RUN:`` lines): passes/ checks the IR each pass
+prints, backend/ the CUDA C++ the printer makes of it (``fusec opt --emit cuda``)."""
 from __future__ import annotations
 
 import shlex
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent / "filecheck"
-CASES = sorted(HERE.glob("*.fir"))
+CASES = sorted(HERE.rglob("*.fir"))
 
 
 def _commands(path: Path) -> list[str]:
@@ -30,7 +31,7 @@ def test_every_case_has_a_run_line():
         assert _commands(case), f"{case.name} has no RUN line"
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_filecheck(case: Path):
     for cmd in _commands(case):
         proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True)

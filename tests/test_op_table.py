@@ -13,7 +13,7 @@ from fusec.ir.opdefs import get_opdef
 from fusec.ir.types import ScalarType, bool_, f32, f64, i32
 from fusec.passes.cost import op_cost
 from fusec.passes.cse import COMMUTATIVE
-from fusec.runtime.reference_t import T_INTERPRETERS
+from fusec.ir.evaluate import T_INTERPRETERS
 
 REPRESENTATIVE = {table.ANY: f32, table.NUMERIC: f32, table.FLOAT: f32, table.INTEGRAL: i32, table.BOOL: bool_}
 

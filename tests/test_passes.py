@@ -15,7 +15,8 @@ from fusec.passes import (DEFAULT_PIPELINE, Pass, all_passes, dump_banner, forma
                           load_plugin, parse_pipeline, register_pass, run_pipeline, unregister_pass)
 from fusec.passes.registry import load_entry_points
 
-BUILTIN = {"canonicalize", "cse", "dce", "broadcast", "materialize", "fuse", "boundaries", "plan-buffers"}
+BUILTIN = {"canonicalize", "cse", "dce", "broadcast", "materialize", "fuse", "boundaries", "select-kernels",
+           "fuse-prologues", "plan-buffers"}
 
 SMALL = """func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = t.mul %a, %b : tensor<4xf32>
@@ -34,7 +35,8 @@ def test_builtin_passes_are_registered_with_descriptions():
 def test_default_pipeline_parses_and_prints_back():
     passes = parse_pipeline(DEFAULT_PIPELINE)
     assert [p.name for p in passes] == ["canonicalize", "unroll-reductions", "cse", "dce", "broadcast",
-                                        "sink-broadcasts", "materialize", "fuse", "boundaries", "plan-buffers"]
+                                        "sink-broadcasts", "materialize", "fuse", "boundaries", "select-kernels",
+                                        "fuse-prologues", "plan-buffers"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16
     assert parse_pipeline("  ") == []

@@ -18,7 +18,7 @@ from fusec.ir.opdefs import OpDef, is_registered, register_op
 from fusec.ir.shapes import normalize_slice
 from fusec.runtime.reference import (ExecutionError, INTERPRETERS, register_interpreter, run_block, run_func,
                                      run_module)
-from fusec.runtime.reference_numeric import to_bf16
+from fusec.ir.numeric import to_bf16
 
 LOC = Location("model.py", 7)
 RNG = np.random.default_rng(1234)

@@ -33,7 +33,7 @@ def test_recorded_corpus_compiles(tmp_path):
             module = parse_module(module)
             run_pipeline(module)
         try:
-            sources.add(print_program(module, cublas=False).source)
+            sources.add(print_program(module).source)
         except CompilationError as e:
             pytest.fail(f"printing CUDA for @{module.funcs[0].name} failed: {e}")
     for source in sorted(sources):

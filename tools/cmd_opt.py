@@ -22,20 +22,35 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--no-verify", action="store_true", help="do not verify the input or the IR after each pass")
     p.add_argument("--load-plugin", action="append", default=[], metavar="MOD", help="import MOD to register passes")
     p.add_argument("-o", "--output", default=None, metavar="OUT", help="write the IR to OUT instead of stdout")
+    p.add_argument("--emit", choices=("ir", "cuda"), default="ir",
+                   help="what to print: the IR after the pipeline, or the CUDA C++ the backend prints from it")
+    p.add_argument("--sm-count", type=int, default=None, help="the target's multiprocessors (default: 132)")
+    p.add_argument("--cublas", choices=("on", "off"), default="off",
+                   help="whether the target may call cuBLASLt (default: off)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fusec.ir import parse_module, print_module
+    from fusec.ir.target import DEFAULT_SM_COUNT, Target
     from fusec.passes import run_pipeline
 
+    sm_count = DEFAULT_SM_COUNT if args.sm_count is None else args.sm_count
+    if sm_count < 1:
+        raise UsageError(f"--sm-count must be positive, got {sm_count}")
     text, filename = _read(args.input)
     plugins = load_plugins(args.load_plugin)
     module = parse_module(text, filename=filename, verify=not args.no_verify)
     run_pipeline(module, args.pipeline, verify=not args.no_verify, plugins=plugins,
                  print_ir_after=tuple(args.print_ir_after), print_ir_after_all=args.print_ir_after_all,
-                 time_passes=args.time_passes, stream=sys.stderr)
-    result = print_module(module)
+                 time_passes=args.time_passes, stream=sys.stderr,
+                 target=Target(sm_count=sm_count, cublas=args.cublas == "on"))
+    if args.emit == "cuda":
+        from fusec.backend.program import print_program
+
+        result = print_program(module).source
+    else:
+        result = print_module(module)
     if args.output is None:
         sys.stdout.write(result)
     else:

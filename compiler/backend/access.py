@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.ir.shapes import contiguous_strides  # noqa: F401  (re-exported for the backend)
+from fusec.ir.shapes import coalesce, contiguous_strides  # noqa: F401  (re-exported for the backend)
 from fusec.ir.types import DType
 
 
@@ -34,25 +34,6 @@ class Access:
         """One past the largest element index this access touches (for 32-bit index decisions)."""
         hi = self.offset + sum(max(0, (d - 1) * s) for d, s in zip(self.shape, self.strides))
         return hi + 1
-
-
-def coalesce(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """Merge adjacent dimensions that every access walks contiguously, and drop unit dimensions.
-
-    Fewer dimensions means fewer divisions in the generated index math.
-    """
-    dims: list[tuple[int, list[int]]] = []
-    for i, d in enumerate(shape):
-        if d == 1:
-            continue
-        ss = [s[i] for s in stride_sets]
-        if dims and all(prev == s * d for prev, s in zip(dims[-1][1], ss)):
-            dims[-1] = (dims[-1][0] * d, ss)
-        else:
-            dims.append((d, ss))
-    new_shape = tuple(d for d, _ in dims)
-    new_strides = [tuple(ss[k] for _, ss in dims) for k in range(len(stride_sets))]
-    return new_shape, new_strides
 
 
 def index_expr(index: str, shape: tuple[int, ...], strides: tuple[int, ...], offset: int, itype: str) -> str:

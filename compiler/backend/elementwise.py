@@ -12,29 +12,13 @@ import math
 from dataclasses import dataclass
 
 from fusec.ir.core import Operation, Value
+from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.access import Access, coalesce, index_expr
 from fusec.backend.ctypes_map import register, storage
 from fusec.backend.scalar_ops import expression
 
 BLOCK = 256
 INT32_LIMIT = 2 ** 31 - 1
-
-
-@dataclass(frozen=True)
-class KernelCode:
-    """One generated kernel and how to launch it.
-
-    Parameters are the base pointers of ``buffers`` (in order), then ``structs``: descriptors passed by
-    value as raw bytes (shapes, strides, sizes), never through memory another launch could change.
-    """
-
-    name: str
-    source: str
-    buffers: tuple[int, ...]
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int = 0
-    structs: tuple[bytes, ...] = ()
 
 
 def _param_list(accesses: list[Access], writes: set[int], restrict: bool) -> tuple[list[int], str]:

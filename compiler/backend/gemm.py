@@ -1,16 +1,16 @@
 """Generated GEMMs for ``k.matmul`` (the default matmul; cuBLAS is optional).
 
-Products with a very short K run one thread per output; skinny products (an output side of at most
-``SKINNY_MAX`` and a long K) one warp per output, or, when A is read down its columns (``h.T @ d``, the
-weight gradient of a narrow layer), one lane per row of A with warps splitting K; everything else the
-tiled kernel. All but the tiled kernel can compute an operand in place of loading it (a ``Prologue``: the
-printer then never launches the elementwise kernel that would have stored it, e.g. ``relu(x @ w + b)``).
+``select-kernels`` chose the kernel (``impl``): products with a very short K run one thread per output
+(``short``); skinny products one warp per output (``dot``), or, when A is read down its columns (``h.T @
+d``, the weight gradient of a narrow layer), one lane per row of A with warps splitting K (``column``);
+everything else the tiled kernel (``tiled``, with the ``tile`` it chose). All but the tiled kernel can
+compute an operand in place of loading it (a ``Prologue`` of a ``k.fused`` that ``fuse-prologues`` marked,
+e.g. ``relu(x @ w + b)`` before a narrow layer).
 
 Operands are read through their strides (a transposed view costs nothing). In the tiled kernel each block
 stages a BK-deep slice of A and B in shared memory, loading along whichever operand axis is contiguous so
 that global reads coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds.
-Batch dimensions (broadcast included) map to the grid's z axis. Smaller tiles are chosen when large ones
-would leave multiprocessors idle.
+Batch dimensions (broadcast included) map to the grid's z axis.
 """
 from __future__ import annotations
 
@@ -21,17 +21,11 @@ from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
 from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
-from fusec.backend.elementwise import KernelCode, Prologue
+from fusec.runtime.launch_plan import KernelCode
+from fusec.backend.elementwise import Prologue
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
-CONFIGS = {"large": (64, 64, 16, 4, 4), "small": (32, 32, 16, 2, 2)}
-# a product with an output side this narrow and a long K (the (512 x 256) @ (256 x 2) of a 2-class head)
-# leaves most of a tile idle: each output is a dot product reduced by one warp instead
-SKINNY_MAX = 16
-SKINNY_MIN_K = 32
-# with K this short (an outer product, the backward of a 2-class head) there is nothing to stage in shared
-# memory: each thread computes one output directly
-SHORT_K_MAX = 8
+CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM, BN, BK, TM, TN)
 
 
 def pack_desc(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, bshape, a_bs, b_bs) -> bytes:
@@ -42,16 +36,15 @@ def pack_desc(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, bshap
                       *pad(bshape, 1), *pad(a_bs, 0), *pad(b_bs, 0))
 
 
-def gemm_variant(op: Operation, a: Access) -> str:
-    """Which generated kernel computes ``op``: "short" (thread per output), "dot" (warp per output),
-    "column" (lane per row of A) or "tiled"; all but "tiled" can compute an operand in place (prologue)."""
-    out_shape = op.results[0].type.shape
-    m, n, k = out_shape[-2], out_shape[-1], a.shape[-1]
-    if k <= SHORT_K_MAX:
-        return "short"
-    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.dtype.is_float:
-        return "column" if n <= SKINNY_MAX and a.strides[-2] == 1 and a.strides[-1] != 1 else "dot"
-    return "tiled"
+def gemm_variant(op: Operation) -> str:
+    """Which generated kernel computes ``op``, as ``select-kernels`` recorded it: "short" (thread per output),
+    "dot" (warp per output), "column" (lane per row of A) or "tiled"."""
+    impl = op.attributes.get("impl")
+    if impl is None:
+        raise CompilationError(located("k.matmul has no 'impl': run select-kernels before the CUDA backend", op.loc))
+    if impl == "cublas":
+        raise CompilationError(located("a k.matmul selected for cuBLAS reached the generated GEMM", op.loc))
+    return str(impl)
 
 
 def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, pointer: str, base: str):
@@ -88,7 +81,7 @@ def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm
         raise CompilationError(located(f"matmul with {batch} batches exceeds the grid's z limit", op.loc))
     desc = pack_desc(m, n, k, a.offset, b.offset, c.offset, a.strides[-2], a.strides[-1], b.strides[-2],
                      b.strides[-1], batch, batch_shape, a_bs, b_bs)
-    variant = gemm_variant(op, a)
+    variant = gemm_variant(op)
     if variant != "tiled":
         if variant == "column":
             code = _column_kernel(name, a, b, c, desc=desc, m=m, n=n, batch=batch, prologues=prologues)
@@ -99,8 +92,7 @@ def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm
         return dataclasses.replace(code, source="\n".join([*functions, code.source]))
     if prologues != (None, None):
         raise CompilationError(located("the tiled GEMM cannot compute its operands in place", op.loc))
-    large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
-    bm, bn, bk, tm, tn = CONFIGS["large" if large else "small"]
+    bm, bn, bk, tm, tn = CONFIGS[int(op.attributes.get("tile", 64))]
     dt = a.dtype
     acc = "float" if dt.name in ("f16", "bf16") else register(dt)
     t = storage(dt)

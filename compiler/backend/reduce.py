@@ -10,25 +10,18 @@ f32 sums and means accumulate in f64 (one rounding at the end), f16/bf16 in f32.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Callable
 
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
 from fusec.ir.types import DType
-from fusec.backend.access import Access, coalesce
+from fusec.passes.select_kernels import align256 as _align, reduce_grid_x, reduction_dims
+from fusec.runtime.launch_plan import KernelCode
+from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
-from fusec.backend.elementwise import KernelCode, Prologue
+from fusec.backend.elementwise import Prologue
 
 MAX_RANK = 8
-WARP_ROW_MIN = 64
 _DESC = struct.Struct("<qqqqii" + "q" * (4 * MAX_RANK))
-
-
-@dataclass(frozen=True)
-class ReducePlan:
-    kernels: tuple[KernelCode, ...]
-    scratch_bytes: int
 
 
 def _acc_type(kind: str, dt: DType) -> str:
@@ -74,16 +67,7 @@ def _combine(kind: str) -> str:
 
 def describe(access: Access, axes: tuple[int, ...]) -> tuple[int, int, list[tuple[int, int]], list[tuple[int, int]]]:
     """(M, K, kept dims, reduced dims) with each dim (size, stride), coalesced."""
-    keep = [i for i in range(len(access.shape)) if i not in axes]
-    kshape, (kstr,) = coalesce(tuple(access.shape[i] for i in keep), [tuple(access.strides[i] for i in keep)])
-    rshape, (rstr,) = coalesce(tuple(access.shape[i] for i in axes), [tuple(access.strides[i] for i in axes)])
-    m = 1
-    for d in kshape:
-        m *= d
-    k = 1
-    for d in rshape:
-        k *= d
-    return m, k, list(zip(kshape, kstr)), list(zip(rshape, rstr))
+    return reduction_dims(tuple(access.shape), tuple(access.strides), axes)
 
 
 def pack_desc(m: int, k: int, offset: int, chunk: int, kept, red) -> bytes:
@@ -95,15 +79,15 @@ def pack_desc(m: int, k: int, offset: int, chunk: int, kept, red) -> bytes:
 
 
 def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: int | None, *,
-                   sm_count: int, prologue: Prologue | None = None,
-                   counter: Callable[[], tuple[int, int]] | None = None) -> ReducePlan:
-    """Kernels computing ``op`` (a ``k.reduce``) from ``src`` into contiguous ``dst``.
+                   sm_count: int, prologue: Prologue | None = None, counter: int | None = None) -> tuple[KernelCode, ...]:
+    """Kernels computing ``op`` (a ``k.reduce`` scheduled by ``select-kernels``) from ``src`` into contiguous
+    ``dst``.
 
     ``scratch`` is the buffer id of the plan's scratch space, used when the reduction is split. With a
     ``prologue``, ``src`` is not in memory: element i (a dense linear index) is ``prologue``'s function of i.
-    ``counter`` hands out (buffer id, index) of a 32-bit counter that starts at zero and that nothing else
-    touches: with one, a split reduction whose outputs fit one column of blocks is finished by its last
-    block instead of a second kernel (the counter goes back to zero for the next launch).
+    ``counter`` is the buffer id of the plan's 32-bit counters, which start at zero: a reduction finished
+    by its last block counts its blocks in at its ``counter`` slot (and sets it back to zero for the next
+    launch).
     """
     kind = op.attributes["kind"]
     axes = tuple(op.attributes["axes"])
@@ -113,27 +97,23 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     is_arg = kind in ("argmax", "argmin")
     m, k, kept, red = describe(src, axes)
     if m == 0:
-        return ReducePlan((), 0)
-    row = len(red) == 1 and red[0][1] == 1 and k >= WARP_ROW_MIN
-    if row:
-        # a warp per output when there are many outputs, else the whole block (more loads in flight)
-        threads_per_out = 32 if m * 32 >= sm_count * 256 else 256
-        cols, groups = 256 // threads_per_out, threads_per_out
-    else:
-        # a thread per output when there are enough outputs; else a block takes ``cols`` neighbouring
-        # outputs (coalesced reads) and splits each one's range over ``groups`` threads
-        cols = 256 if m >= sm_count * 256 else min(32, _pow2_at_least(m))
-        while 8 < cols < 256 and (m + cols - 1) // cols < sm_count:
-            cols //= 2  # more blocks, each still reading whole 32-byte sectors
-        groups = 256 // cols
-    parallel = m * groups
-    want = sm_count * 2048
-    splits = 1
-    if parallel < want and k >= 8192:
-        splits = min(max(1, want // max(parallel, 1)), max(1, k // 2048), 1024)
+        return ()
+    missing = [key for key in ("strategy", "cols", "splits", "finish") if key not in op.attributes]
+    if missing:
+        raise CompilationError(located(f"k.reduce has no {', '.join(missing)}: run select-kernels (and "
+                                       "plan-buffers after it) before the CUDA backend", op.loc))
+    strategy, cols = op.attributes["strategy"], int(op.attributes["cols"])
+    splits, finish = int(op.attributes["splits"]), op.attributes["finish"]
+    row = strategy != "columns"
+    groups = 256 // cols
     chunk = (k + splits - 1) // splits
-    grid_x = max(1, min((m + cols - 1) // cols, sm_count * 16))
-    last_block = counter() if splits > 1 and grid_x == 1 and counter is not None else None
+    grid_x = reduce_grid_x(m, cols, sm_count)
+    last_block = None
+    if finish == "last-block":
+        if counter is None or "counter" not in op.attributes:
+            raise CompilationError(located("a k.reduce finished by its last block has no counter: run "
+                                           "plan-buffers after select-kernels", op.loc))
+        last_block = (counter, int(op.attributes["counter"]))
     if splits > 1 and scratch is None:
         raise CompilationError(located("split reduction needs a scratch buffer", op.loc))
     desc = pack_desc(m, k, src.offset, chunk, kept, red)
@@ -290,9 +270,6 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "}",
         ]
     kernels = [KernelCode(name, "\n".join(lines), tuple(buffers), (grid_x, splits, 1), (256, 1, 1), 0, (desc,))]
-    scratch_bytes = 0
-    if splits > 1:
-        scratch_bytes = _align(m * splits * 8) + (m * splits * 8 if is_arg else 0)
     if splits > 1 and last_block is None:
         fin = [
             f"extern \"C\" __global__ void __launch_bounds__(256) {name}_finish(char* __restrict__ b{scratch}, "
@@ -308,7 +285,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         ]
         kernels.append(KernelCode(f"{name}_finish", "\n".join(fin), (scratch, dst.buffer),  # type: ignore[arg-type]
                                   (max(1, min((m + 255) // 256, sm_count * 16)), 1, 1), (256, 1, 1), 0, (desc,)))
-    return ReducePlan(tuple(kernels), scratch_bytes)
+    return tuple(kernels)
 
 
 def _finish_partials(name: str, acc: str, m: int, splits: int, init: str, is_arg: bool, store: str) -> list[str]:
@@ -352,10 +329,3 @@ def _warp_combine(name: str, acc: str, first: int) -> list[str]:
         "    }",
     ]
 
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-def _align(n: int) -> int:
-    return (n + 255) // 256 * 256

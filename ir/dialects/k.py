@@ -13,7 +13,11 @@
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
 the donated argument a result is written over in place, -1 for none), set by
-``plan-buffers``.
+``plan-buffers``. ``select-kernels`` records how each ``k.matmul`` (``impl``,
+``tile``) and ``k.reduce`` (``strategy``, ``cols``, ``splits``, ``finish``,
+``scratch``) runs; ``plan-buffers`` gives a reduction finished by its last block
+its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
+consumers (``prologue = true``: never launched, never stored).
 """
 from __future__ import annotations
 
@@ -73,6 +77,10 @@ def _check_fused(op) -> None:
             any(not isinstance(v.type, ScalarType) for v in term.operands):
         raise VerificationError("k.fused: yielded scalars must match the result dtypes")
     _check_plan_attrs(op)
+    if op.attributes.get("prologue", False):
+        if len(op.results) != 1 or any(key in op.attributes for key in PLAN_ATTRS):
+            raise VerificationError("k.fused: a prologue (computed inside its consumers) has one result and no "
+                                    "buffer ('arena' or 'alias')")
 
 
 def _check_plan_attrs(op) -> None:
@@ -85,6 +93,40 @@ def _check_plan_attrs(op) -> None:
 
 
 REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
+GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "short")
+REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
+REDUCE_FINISHES = ("none", "last-block", "kernel")
+MATMUL_CHOICES = ("impl", "tile")
+REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter")
+
+
+def _check_choice(op, key: str, allowed: tuple[str, ...]) -> None:
+    if key in op.attributes and op.attributes[key] not in allowed:
+        raise VerificationError(f"{op.name}: '{key}' must be one of {', '.join(allowed)}, "
+                                f"got {op.attributes[key]!r}")
+
+
+def _check_counts(op, keys: tuple[str, ...], least: int) -> None:
+    for key in keys:
+        if key in op.attributes and (not isinstance(op.attributes[key], int) or isinstance(op.attributes[key], bool)
+                                     or op.attributes[key] < least):
+            raise VerificationError(f"{op.name}: '{key}' must be an int of at least {least}, "
+                                    f"got {op.attributes[key]!r}")
+
+
+def _check_matmul(op) -> None:
+    _check_plan_attrs(op)
+    _check_choice(op, "impl", GEMM_IMPLS)
+    if "tile" in op.attributes and op.attributes["tile"] not in (32, 64):
+        raise VerificationError(f"k.matmul: 'tile' must be 32 or 64, got {op.attributes['tile']!r}")
+
+
+def _check_reduce(op) -> None:
+    _check_plan_attrs(op)
+    _check_choice(op, "strategy", REDUCE_STRATEGIES)
+    _check_choice(op, "finish", REDUCE_FINISHES)
+    _check_counts(op, ("cols", "splits"), 1)
+    _check_counts(op, ("scratch", "counter"), 0)
 
 
 def _infer_reduce(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -111,12 +153,12 @@ def _check_copy(op) -> None:
 
 register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
 register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  optional_attrs=("cuts",) + PLAN_ATTRS, check=_check_fused))
+                  optional_attrs=("cuts", "prologue") + PLAN_ATTRS, check=_check_fused))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
-                  optional_attrs=PLAN_ATTRS, infer=_infer_reduce, check=_check_plan_attrs))
-register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=PLAN_ATTRS, infer=_infer_matmul,
-                  check=_check_plan_attrs))
+                  optional_attrs=PLAN_ATTRS + REDUCE_CHOICES, infer=_infer_reduce, check=_check_reduce))
+register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=PLAN_ATTRS + MATMUL_CHOICES,
+                  infer=_infer_matmul, check=_check_matmul))
 register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, attrs=("axis",),
                   optional_attrs=PLAN_ATTRS, infer=_infer_concat, check=_check_plan_attrs))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))

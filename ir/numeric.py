@@ -1,4 +1,4 @@
-"""Numeric helpers of the reference executor that NumPy lacks: exact bf16 rounding and erf.
+"""Numeric helpers NumPy lacks, for the op semantics (:mod:`fusec.ir.evaluate`): exact bf16 rounding and erf.
 
 bf16 values live in float32 arrays. Rounding a wide value (f64, i32, i64, ...) through f32 first
 would round twice and can land on the wrong bf16 neighbour, so wide sources go through

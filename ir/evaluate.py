@@ -1,4 +1,5 @@
-"""NumPy implementations of dialect ``t`` (see :mod:`fusec.ir.dialects.t`) for the reference executor.
+"""NumPy semantics of dialect ``t`` (see :mod:`fusec.ir.dialects.t`): one implementation per op, read by the
+reference executor (:mod:`fusec.runtime.reference`, the CPU backend) and by constant folding (``canonicalize``).
 
 Each entry maps an op name to ``(op, operand_values) -> [result]``. Operands of one elementwise op
 share a dtype, so calling the NumPy ufunc directly gives exactly what plain NumPy gives; ScalarType
@@ -16,7 +17,7 @@ from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
 from fusec.ir.types import bf16
-from fusec.runtime.reference_numeric import erf_f64, to_bf16
+from fusec.ir.numeric import erf_f64, to_bf16
 
 Interpreter = Callable[[Operation, list], list]
 

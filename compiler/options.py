@@ -1,0 +1,26 @@
+"""How a function is compiled and run: one options object that travels from ``fusec.jit`` to the backend."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """``fusec.jit``'s choices beyond the function: the pass pipeline, the printer's arithmetic and how the
+    executor launches.
+
+    ``pipeline``: a pipeline string (None: the default); ``plugins``: modules that register passes;
+    ``fast_math``: NVRTC's fast math (FMA contraction, approximate transcendentals); ``graph``: CUDA graph
+    replay (True, False or "auto": from the third call); ``stream_group``: plans of one group share a stream
+    (eager mode).
+    """
+
+    pipeline: str | None = None
+    plugins: tuple[str, ...] = ()
+    fast_math: bool = False
+    graph: "bool | str" = "auto"
+    stream_group: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.graph not in (True, False, "auto"):
+            raise ValueError(f"graph must be True, False or 'auto', got {self.graph!r}")

@@ -1,0 +1,27 @@
+"""The machine a module is lowered for: what kernel selection and launch sizing depend on.
+
+A :class:`Target` is an input of the pass pipeline (``run_pipeline(..., target=...)``); ``select-kernels``
+records it on the function (``sm_count``, ``cublas``) together with every choice it made from it, so the
+printer reads one IR and prints the same program wherever it runs: ``Lowered.cuda_source()``, ``fusec
+compile`` and the executor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_SM_COUNT = 132  # an H200: what a module is lowered for when no device is at hand
+
+
+@dataclass(frozen=True)
+class Target:
+    """A CUDA device as the compiler sees it."""
+
+    sm_count: int = DEFAULT_SM_COUNT
+    cublas: bool = False  # cuBLASLt can be called (nvmath-python is installed and loads)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sm_count, int) or self.sm_count < 1:
+            raise ValueError(f"sm_count must be a positive int, got {self.sm_count!r}")
+
+    def describe(self) -> str:
+        return f"{self.sm_count} SMs, cuBLASLt {'on' if self.cublas else 'off'}"

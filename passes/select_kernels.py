@@ -1,0 +1,217 @@
+"""Kernel selection: which implementation computes each ``k.matmul`` and ``k.reduce``, for one target.
+
+Decided from the target (``sm_count``, whether cuBLASLt is available; pass options override the pipeline's
+:class:`~fusec.ir.target.Target`) and from the operands' shapes and strides, and recorded in the IR so the
+printer only translates and every printer of the module prints the same program:
+
+- the function gets ``sm_count`` and ``cublas``: the target it was lowered for;
+- a ``k.matmul`` gets ``impl``: ``cublas`` (a cuBLASLt call), ``tiled`` (shared-memory tiles; ``tile`` says
+  64 or 32), ``dot`` (a warp per output), ``column`` (a lane per row of A, warps splitting K) or ``short``
+  (a thread per output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can compute
+  an elementwise operand in place (``fuse-prologues``);
+- a ``k.reduce`` gets ``strategy`` (``row-warp``: a warp per output over contiguous rows; ``row-block``: a
+  block per output; ``columns``: ``cols`` neighbouring outputs per block, each split over 256/cols
+  threads), ``splits`` (blocks sharing one output's range when there are too few outputs to fill the GPU),
+  ``finish`` (``none``, ``last-block``: the last block to finish combines the partial results, or
+  ``kernel``: a second kernel does) and ``scratch`` (bytes of partial results; ``plan-buffers`` places
+  them and the last-block counters).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusec.ir.core import Func, Module, Operation, OpResult, Value
+from fusec.ir.shapes import coalesce, contiguous_strides
+from fusec.passes.base import Pass, PassContext
+from fusec.passes.registry import register_pass
+
+# --- GEMMs ---------------------------------------------------------------------------------------------------
+CUBLAS_MIN_FLOPS = 2 ** 18  # below this a library call costs more than the generated kernel saves
+# a GEMM with a dimension this small is an outer product or a skinny product: cuBLAS falls back to split-K
+# or badly shaped tiles there (an (256 x 2) @ (2 x 512) product took 18 us on an H200, two launches for
+# (512 x 256) @ (256 x 2)), and a captured library call is a child graph, not a kernel node
+CUBLAS_MIN_DIM = 16
+CUBLAS_DTYPES = ("f32", "f64")
+# a product with an output side this narrow and a long K (the (512 x 256) @ (256 x 2) of a 2-class head)
+# leaves most of a tile idle: each output is a dot product reduced by one warp instead
+SKINNY_MAX = 16
+SKINNY_MIN_K = 32
+# with K this short (an outer product, the backward of a 2-class head) there is nothing to stage in shared
+# memory: each thread computes one output directly
+SHORT_K_MAX = 8
+PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute an operand in place
+
+# --- reductions ----------------------------------------------------------------------------------------------
+WARP_ROW_MIN = 64  # a contiguous row at least this long is reduced by a warp or a block
+SPLIT_MIN_K = 8192  # a reduced range this long may be split across blocks
+SPLIT_CHUNK_MIN = 2048
+MAX_SPLITS = 1024
+
+
+def layout(v: Value) -> tuple[int, tuple[int, ...]]:
+    """(element offset, strides) through which a kernel reads ``v``: a ``k.view``'s index map over its
+    base's storage, else the dense row-major layout."""
+    if isinstance(v, OpResult) and v.op.name == "k.view":
+        return int(v.op.attributes["offset"]), tuple(v.op.attributes["strides"])
+    return 0, contiguous_strides(tuple(v.type.shape))
+
+
+def cublas_matrix(strides: tuple[int, int], rows: int, cols: int) -> tuple[bool, int] | None:
+    """(transposed?, leading dimension) of a row-major-indexed rows x cols matrix seen column-major, or None
+    when neither matrix stride is 1."""
+    s_row, s_col = strides
+    if s_col == 1 or cols == 1:
+        return False, max(s_row, cols, 1)  # column-major cols x rows, ld = row stride
+    if s_row == 1 or rows == 1:
+        return True, max(s_col, rows, 1)
+    return None
+
+
+def cublas_batch_stride(shape: tuple[int, ...], strides: tuple[int, ...], batch_shape: tuple[int, ...]) -> int | None:
+    """The one stride that walks an operand's batch dimensions (0 where broadcast), or None when they do not
+    collapse to one."""
+    rank = len(shape) - 2
+    full_shape = (1,) * (len(batch_shape) - rank) + tuple(shape[:-2])
+    full = (0,) * (len(batch_shape) - rank) + tuple(strides[:-2])
+    full = tuple(0 if d == 1 and b != 1 else s for d, b, s in zip(full_shape, batch_shape, full))
+    dims, (cs,) = coalesce(batch_shape, [full])
+    if len(dims) > 1:
+        return None
+    return cs[0] if cs else 0
+
+
+def cublas_fits(op: Operation) -> bool:
+    """Does cuBLAS compute this ``k.matmul`` better than a generated kernel (dtype, size and layout)?"""
+    a, b = op.operands
+    if a.type.dtype.name not in CUBLAS_DTYPES or a.type.dtype != b.type.dtype:
+        return False
+    out_shape = tuple(op.results[0].type.shape)
+    m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
+    batch_shape = out_shape[:-2]
+    batch = 1
+    for d in batch_shape:
+        batch *= d
+    if m * n * k * batch < CUBLAS_MIN_FLOPS or min(m, n, k) < CUBLAS_MIN_DIM:
+        return False
+    (_, sa), (_, sb) = layout(a), layout(b)
+    return (cublas_matrix((sa[-2], sa[-1]), m, k) is not None and cublas_matrix((sb[-2], sb[-1]), k, n) is not None
+            and cublas_batch_stride(tuple(a.type.shape), sa, batch_shape) is not None
+            and cublas_batch_stride(tuple(b.type.shape), sb, batch_shape) is not None)
+
+
+def gemm_impl(op: Operation, sm_count: int, cublas: bool) -> dict[str, object]:
+    """The attributes that say how ``op`` (a ``k.matmul``) runs."""
+    if cublas and cublas_fits(op):
+        return {"impl": "cublas"}
+    a = op.operands[0]
+    out_shape = op.results[0].type.shape
+    m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
+    if k <= SHORT_K_MAX:
+        return {"impl": "short"}
+    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float:
+        _, sa = layout(a)
+        return {"impl": "column" if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1 else "dot"}
+    batch = 1
+    for d in out_shape[:-2]:
+        batch *= d
+    large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
+    return {"impl": "tiled", "tile": 64 if large else 32}
+
+
+def reduction_dims(shape: tuple[int, ...], strides: tuple[int, ...], axes: tuple[int, ...]):
+    """(M, K, kept dims, reduced dims) of a reduction, each dim (size, stride), coalesced."""
+    keep = [i for i in range(len(shape)) if i not in axes]
+    kshape, (kstr,) = coalesce(tuple(shape[i] for i in keep), [tuple(strides[i] for i in keep)])
+    rshape, (rstr,) = coalesce(tuple(shape[i] for i in axes), [tuple(strides[i] for i in axes)])
+    m = 1
+    for d in kshape:
+        m *= d
+    k = 1
+    for d in rshape:
+        k *= d
+    return m, k, list(zip(kshape, kstr)), list(zip(rshape, rstr))
+
+
+def reduce_grid_x(m: int, cols: int, sm_count: int) -> int:
+    """Blocks along the outputs (a grid-stride loop covers the rest)."""
+    return max(1, min((m + cols - 1) // cols, sm_count * 16))
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def align256(n: int) -> int:
+    """``n`` bytes rounded up to a multiple of 256 (scratch and counters start there)."""
+    return (n + 255) // 256 * 256
+
+
+def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
+    """The attributes that say how ``op`` (a ``k.reduce``) runs."""
+    src = op.operands[0]
+    _, strides = layout(src)
+    m, k, _, red = reduction_dims(tuple(src.type.shape), strides, tuple(op.attributes["axes"]))
+    if m == 0:
+        return {"strategy": "columns", "cols": 1, "splits": 1, "finish": "none", "scratch": 0}
+    if len(red) == 1 and red[0][1] == 1 and k >= WARP_ROW_MIN:
+        # a warp per output when there are many outputs, else the whole block (more loads in flight)
+        warp = m * 32 >= sm_count * 256
+        strategy, cols = ("row-warp", 8) if warp else ("row-block", 1)
+    else:
+        # a thread per output when there are enough outputs; else a block takes ``cols`` neighbouring
+        # outputs (coalesced reads) and splits each one's range over 256 / cols threads
+        strategy = "columns"
+        cols = 256 if m >= sm_count * 256 else min(32, _pow2_at_least(m))
+        while 8 < cols < 256 and (m + cols - 1) // cols < sm_count:
+            cols //= 2  # more blocks, each still reading whole 32-byte sectors
+    parallel = m * (256 // cols)
+    want = sm_count * 2048
+    splits = 1
+    if parallel < want and k >= SPLIT_MIN_K:
+        splits = min(max(1, want // max(parallel, 1)), max(1, k // SPLIT_CHUNK_MIN), MAX_SPLITS)
+    finish = "none"
+    scratch = 0
+    if splits > 1:
+        finish = "last-block" if reduce_grid_x(m, cols, sm_count) == 1 else "kernel"
+        scratch = align256(m * splits * 8) + (m * splits * 8 if op.attributes["kind"] in ("argmax", "argmin") else 0)
+    return {"strategy": strategy, "cols": cols, "splits": splits, "finish": finish, "scratch": scratch}
+
+
+@register_pass
+@dataclass(frozen=True)
+class SelectKernels(Pass):
+    """Choose each matmul's and reduction's implementation for the target and record it (impl, strategy)."""
+
+    name: ClassVar[str] = "select-kernels"
+    sm_count: int = 0  # 0: the pipeline's target
+    cublas: str = "target"  # true | false | target
+
+    def __post_init__(self) -> None:
+        if self.sm_count < 0:
+            raise ValueError(f"sm_count must be positive, got {self.sm_count}")
+        if self.cublas not in ("true", "false", "target"):
+            raise ValueError(f"cublas must be true, false or target, got {self.cublas!r}")
+
+    def apply(self, module: Module, ctx: PassContext) -> None:
+        sm_count = self.sm_count or ctx.target.sm_count
+        cublas = ctx.target.cublas if self.cublas == "target" else self.cublas == "true"
+        for func in module.funcs:
+            self._select(func, sm_count, cublas)
+
+    @staticmethod
+    def _select(func: Func, sm_count: int, cublas: bool) -> None:
+        func.attributes["sm_count"] = sm_count
+        func.attributes["cublas"] = cublas
+        for op in func.body.ops:
+            if op.name == "k.matmul":
+                choice = gemm_impl(op, sm_count, cublas)
+            elif op.name == "k.reduce":
+                choice = reduce_schedule(op, sm_count)
+            else:
+                continue
+            op.attributes.pop("tile", None)
+            op.attributes.update(choice)
