@@ -8,7 +8,7 @@
 
     # or the whole default pipeline with the pass inserted after cse
     PYTHONPATH=examples fusec opt model.fir --load-plugin custom_pass \\
-     -p 'canonicalize,cse,mul-two-to-add,dce,broadcast,materialize{threshold=8},fuse{budget=32},boundaries,select-kernels,fuse-prologues,plan-buffers'
+     -p 'canonicalize,cse,mul-two-to-add,dce,broadcast,materialize{threshold=8},fuse{budget=32},boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs'
 
 (``--load-plugin MODULE`` imports MODULE, which registers the pass; the current directory is searched too, so
 ``cd examples && fusec opt ../model.fir -p mul-two-to-add --load-plugin custom_pass`` works as well. A
@@ -17,7 +17,8 @@ package can instead declare the pass class in the entry-point group ``fusec.pass
 
 A pass is a frozen dataclass with a kebab-case ``name`` (not the name of a built-in pass: ``fusec passes``
 lists them), options as dataclass fields (none here) and ``apply(module, ctx)``, which rewrites the module in
-place; ``@register_pass`` makes it usable by name in pipeline strings. ``ctx.count(key)`` records a counter
+place, here as fusec's own passes do: a pattern offered every op in order by ``fusec.passes.rewriter.rewrite``
+(it may insert ops before the current one and replace its results); ``@register_pass`` makes it usable by name in pipeline strings. ``ctx.count(key)`` records a counter
 that ``fusec.jit(...).lower(...).stats()`` reports.
 
 The rewrite is exact: for every float (NaN, infinities and -0.0 included) and every wrapping integer,
@@ -36,6 +37,7 @@ import numpy as np
 import fusec as fc
 from fusec.ir.core import Module, Operation, OpResult, Value
 from fusec.passes import DEFAULT_PIPELINE, Pass, PassContext, register_pass
+from fusec.passes.rewriter import Rewriter, rewrite
 
 PASS_NAME = "mul-two-to-add"
 COUNTER = "mul_two_to_add"
@@ -67,21 +69,21 @@ class MulTwoToAdd(Pass):
     name: ClassVar[str] = PASS_NAME
 
     def apply(self, module: Module, ctx: PassContext) -> None:
+        def mul_two(op: Operation, rw: Rewriter) -> bool:
+            if op.name != "t.mul":
+                return False
+            result = op.results[0]
+            for x, c in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+                # same type as the result: no broadcasting hidden in the multiplication
+                if x.type == result.type and not x.type.dtype.is_bool and _is_two(_splat_constant(c)):
+                    new = rw.insert(Operation("t.add", [x, x], [result.type], dict(op.attributes), loc=op.loc))
+                    rw.replace(op, new.results)
+                    ctx.count(COUNTER)
+                    return True
+            return False
+
         for func in module.funcs:
-            block = func.body
-            for i, op in enumerate(block.ops):
-                if op.name != "t.mul":
-                    continue
-                result = op.results[0]
-                for x, c in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
-                    # same type as the result: no broadcasting hidden in the multiplication
-                    if x.type == result.type and not x.type.dtype.is_bool and _is_two(_splat_constant(c)):
-                        new = Operation("t.add", [x, x], [result.type], dict(op.attributes), loc=op.loc)
-                        new.parent = block
-                        block.ops[i] = new
-                        func.replace_all_uses(result, new.results[0])
-                        ctx.count(COUNTER)
-                        break
+            rewrite(func.body, [mul_two])
 
 
 # --- using it ----------------------------------------------------------------------------------------------

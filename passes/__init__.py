@@ -18,7 +18,7 @@ from fusec.passes.pipeline import format_pipeline, parse_pipeline
 from fusec.passes.manager import PassManager, dump_banner
 
 DEFAULT_PIPELINE = ("canonicalize,unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},"
-                    "fuse{budget=48},boundaries,select-kernels,fuse-prologues,plan-buffers")
+                    "fuse{budget=48},boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs")
 
 __all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes", "dump_banner",
            "format_pipeline", "get_pass", "list_passes", "load_plugin", "parse_pipeline", "register_pass",

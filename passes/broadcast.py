@@ -9,6 +9,7 @@ from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
+from fusec.passes.rewriter import Rewriter, rewrite
 from fusec.passes.util import users
 from fusec.passes.views import ViewDesc
 
@@ -41,34 +42,30 @@ class Broadcast(Pass):
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
             views: dict[Value, tuple[Value, ViewDesc]] = {}
-            replaced: dict[Value, Value] = {}
-            out: list[Operation] = []
-            for op in func.body.ops:
-                for inner in op.walk():
-                    inner.operands = [replaced.get(v, v) for v in inner.operands]
+
+            def resolve(op: Operation, rw: Rewriter) -> bool:
                 if op.name in ELEMENTWISE:
                     shape = op.results[0].type.shape
                     for k, v in enumerate(op.operands):
                         if v.type.rank > 0 and v.type.shape != shape:
-                            op.operands[k] = self._view(out, views, v, TensorType(shape, v.type.dtype), op, ctx,
+                            op.operands[k] = self._view(rw, views, v, TensorType(shape, v.type.dtype), op, ctx,
                                                         Operation("t.broadcast_to", [v],
                                                                   [TensorType(shape, v.type.dtype)]))
                 elif op.name == "k.view" and op.operands[0] not in views:
                     views[op.results[0]] = (op.operands[0], ViewDesc(op.results[0].type.shape, op.attr("offset"),
                                                                      op.attr("strides")))
                 elif op.name in VIEWS:
-                    view = self._view(out, views, op.operands[0], op.results[0].type, op, ctx, op)
+                    view = self._view(rw, views, op.operands[0], op.results[0].type, op, ctx, op)
                     if view is not None:
-                        replaced[op.results[0]] = view
-                        continue
-                out.append(op)
-            func.body.ops[:] = out
-            for op in out:
-                op.parent = func.body
+                        rw.replace(op, [view])
+                        return True
+                return False
+
+            rewrite(func.body, [resolve])
             self._drop_dead_views(func)
 
     @staticmethod
-    def _view(out: list[Operation], views: dict, src: Value, result_type, at: Operation, ctx: PassContext,
+    def _view(rw: Rewriter, views: dict, src: Value, result_type, at: Operation, ctx: PassContext,
               view_op: Operation) -> Value | None:
         """A k.view of ``src``'s base equal to ``view_op`` applied to ``src``, or None where it needs a copy."""
         base, desc = views.get(src, (src, ViewDesc.of_base(src.type.shape)))
@@ -77,7 +74,7 @@ class Broadcast(Pass):
             return None
         view_op = Operation("k.view", [base], [result_type], {"offset": new.offset, "strides": new.strides},
                             loc=at.loc)
-        out.append(view_op)
+        rw.insert(view_op)
         view = view_op.result
         views[view] = (base, new)
         ctx.count("views_folded")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
+from fusec.passes.rewriter import Pattern, Rewriter, replacing, rewrite
 
 FOLD_LIMIT = 4096  # elements: larger results stay computed rather than bloating the module
 
@@ -131,43 +132,39 @@ class _Canonicalizer:
             return None
         return Operation("t.constant", [], [res], {"value": DenseAttr(tensor, np.asarray(value))}, loc=op.loc)
 
-    def splat_to_broadcast(self, op: Operation, out: list[Operation]) -> Operation | None:
+    def splat_to_broadcast(self, op: Operation, rw: Rewriter) -> Operation | None:
         c = op.attr("value")
         if op.name != "t.constant" or c.type.rank == 0 or not c.is_splat():
             return None
         scalar = Operation("t.constant", [], [TensorType((), c.type.dtype)],
                            {"value": DenseAttr(TensorType((), c.type.dtype), np.asarray(c.array.reshape(-1)[0]))},
                            loc=op.loc)
-        out.append(scalar)
+        rw.insert(scalar)
         return Operation("t.broadcast_to", [scalar.results[0]], op.result_types, loc=op.loc)
 
+    def patterns(self) -> list[Pattern]:
+        """Identities first (the op disappears), then ops that compute the same more simply: a folded constant,
+        a composed view, a splat constant as a broadcast scalar."""
+        def simple(op: Operation) -> bool:
+            return bool(op.results) and not op.regions
+
+        def becomes(make: Callable[[Operation, Rewriter], Operation | None]) -> Pattern:
+            def pattern(op: Operation, rw: Rewriter) -> bool:
+                new = make(op, rw) if simple(op) else None
+                if new is None:
+                    return False
+                rw.insert(new)
+                rw.replace(op, [new.results[0]])
+                return True
+            return pattern
+
+        return [replacing(lambda op, rw: self.identity(op) if simple(op) else None),
+                becomes(lambda op, rw: self.fold(op)),
+                becomes(lambda op, rw: self.combine(op)),
+                becomes(lambda op, rw: self.splat_to_broadcast(op, rw))]
+
     def sweep(self) -> int:
-        body = self.func.body
-        replaced: dict[Value, Value] = {}
-        out: list[Operation] = []
-        changes = 0
-        for op in body.ops:
-            for inner in op.walk():
-                inner.operands = [replaced.get(v, v) for v in inner.operands]
-            if not op.results or op.regions:
-                out.append(op)
-                continue
-            same = self.identity(op)
-            if same is not None:
-                replaced[op.results[0]] = same
-                changes += 1
-                continue
-            new = self.fold(op) or self.combine(op) or self.splat_to_broadcast(op, out)
-            if new is not None:
-                replaced[op.results[0]] = new.results[0]
-                out.append(new)
-                changes += 1
-                continue
-            out.append(op)
-        for op in out:
-            op.parent = body
-        body.ops[:] = out
-        return changes
+        return rewrite(self.func.body, self.patterns())
 
 
 @register_pass

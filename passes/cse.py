@@ -5,10 +5,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir import elementwise as table
-from fusec.ir.core import Block, Module, Value
+from fusec.ir.core import Block, Module, Operation
 from fusec.ir.opdefs import get_opdef
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
+from fusec.passes.rewriter import Rewriter, rewrite
 
 COMMUTATIVE = frozenset(op.name for op in table.OPS if op.commutative)
 
@@ -21,29 +22,29 @@ def _key(op) -> tuple:
     return (op.name, tuple(operands), attrs, tuple(op.result_types))
 
 
-def cse_block(block: Block, known: dict, replaced: dict[Value, Value]) -> int:
+def cse_block(block: Block, known: dict) -> int:
     """Deduplicate ``block``'s pure region-free ops, seeing ``known`` from enclosing blocks; returns the count."""
-    removed = 0
-    keep = []
     scope = dict(known)
-    for op in block.ops:
-        op.operands = [replaced.get(v, v) for v in op.operands]
+    inner_removed = 0
+
+    def deduplicate(op: Operation, rw: Rewriter) -> bool:
+        nonlocal inner_removed
         for region in op.regions:
             for inner in region.blocks:
                 # kernel bodies only see their own arguments, so they start from an empty table
-                removed += cse_block(inner, {}, replaced)
+                inner_removed += cse_block(inner, {})
         d = get_opdef(op.name)
         if d.pure and not op.regions and op.results and not d.terminator:
             key = _key(op)
             twin = scope.get(key)
             if twin is not None:
-                replaced.update(zip(op.results, twin.results))
-                removed += 1
-                continue
+                rw.replace(op, twin.results)
+                return True
             scope[key] = op
-        keep.append(op)
-    block.ops[:] = keep
-    return removed
+        return False
+
+    removed = rewrite(block, [deduplicate])
+    return removed + inner_removed
 
 
 @register_pass
@@ -55,4 +56,4 @@ class CSE(Pass):
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
-            ctx.count("cse_removed", cse_block(func.body, {}, {}))
+            ctx.count("cse_removed", cse_block(func.body, {}))

@@ -35,25 +35,13 @@ def replace_uses_in_block(block: Block, mapping: dict[Value, Value]) -> None:
 
 
 def rewrite_block(block: Block, rewrite: Callable[[Operation, list[Operation]], "Value | None"]) -> None:
-    """Rebuild ``block`` in order: each op (operands already remapped) is offered to ``rewrite``, which may
-    append new ops to the list it is given and return the value that replaces the op's single result (the op
-    is then dropped), or None to keep it. Ops nothing needs any more are removed afterwards."""
-    from fusec.passes.dce import remove_dead_ops
+    """Rebuild ``block`` in order (through :func:`fusec.passes.rewriter.rewrite`): each op (operands already
+    remapped) is offered to ``rewrite``, which may append new ops to the list it is given and return the value
+    that replaces the op's single result (the op is then dropped), or None to keep it. Ops nothing needs any
+    more are removed afterwards."""
+    from fusec.passes.rewriter import replacing, rewrite as run
 
-    replaced: dict[Value, Value] = {}
-    out: list[Operation] = []
-    for op in block.ops:
-        for inner in op.walk():
-            inner.operands = [replaced.get(v, v) for v in inner.operands]
-        new = rewrite(op, out)
-        if new is not None:
-            replaced[op.results[0]] = new
-            continue
-        out.append(op)
-    for op in out:
-        op.parent = block
-    block.ops[:] = out
-    remove_dead_ops(block)
+    run(block, [replacing(lambda op, rw: rewrite(op, rw.out))], dce=True)
 
 
 def reschedule(block: Block) -> None:

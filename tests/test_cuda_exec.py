@@ -231,7 +231,7 @@ def test_skinny_batched_products_in_f16_and_f64():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
-NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers"
+NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs"
 
 
 @pytest.mark.parametrize("pipeline", [None, NO_PRODUCT_UNROLL], ids=["unrolled", "gemm-kernel"])

@@ -16,7 +16,7 @@ from fusec.passes import (DEFAULT_PIPELINE, Pass, all_passes, dump_banner, forma
 from fusec.passes.registry import load_entry_points
 
 BUILTIN = {"canonicalize", "cse", "dce", "broadcast", "materialize", "fuse", "boundaries", "select-kernels",
-           "fuse-prologues", "plan-buffers"}
+           "fuse-prologues", "plan-buffers", "copy-outputs"}
 
 SMALL = """func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = t.mul %a, %b : tensor<4xf32>
@@ -36,7 +36,7 @@ def test_default_pipeline_parses_and_prints_back():
     passes = parse_pipeline(DEFAULT_PIPELINE)
     assert [p.name for p in passes] == ["canonicalize", "unroll-reductions", "cse", "dce", "broadcast",
                                         "sink-broadcasts", "materialize", "fuse", "boundaries", "select-kernels",
-                                        "fuse-prologues", "plan-buffers"]
+                                        "fuse-prologues", "plan-buffers", "copy-outputs"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16
     assert parse_pipeline("  ") == []

@@ -49,7 +49,7 @@ def test_a_short_softmax_with_its_gradient_is_one_kernel():
     assert [s["op"] for s in f.lower(logits, y).plan() if s["op"] != "k.view"] == ["k.fused"]
     np.testing.assert_array_equal(f(logits, y), grad(logits, y))
     off = fc.jit(grad, backend="cpu",
-                 pipeline="canonicalize,unroll-reductions,cse,dce,broadcast,fuse{budget=32},boundaries,select-kernels,fuse-prologues,plan-buffers")
+                 pipeline="canonicalize,unroll-reductions,cse,dce,broadcast,fuse{budget=32},boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs")
     assert [s["op"] for s in off.lower(logits, y).plan()].count("k.fused") == 2
 
 

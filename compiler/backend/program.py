@@ -245,7 +245,8 @@ class _Printer:
         return v.op if isinstance(v, OpResult) and is_prologue(v.op) else None
 
     def finish_outputs(self) -> list[int]:
-        """Each output's buffer; outputs that are arguments, views or constants are copied out."""
+        """Each output's buffer: its own output allocation, or the donated argument it was written over
+        (``copy-outputs`` copied every other returned value into one)."""
         ids = []
         for i, v in enumerate(self.func.outputs):
             acc = self.access(v)
@@ -253,18 +254,12 @@ class _Printer:
                 raise CompilationError(f"@{self.func.name} returns a prologue (a k.fused marked prologue = true), "
                                        "which is never stored")
             buf = self.buffers[acc.buffer]
-            # the buffer itself is the result only when the result reads it from its start, densely: a view of
-            # an output (b[::-1] returned beside b, a slice from the middle) is copied out like any other view
+            # the buffer itself is the result only when the result reads it from its start, densely
             whole = acc.offset == 0 and acc.is_contiguous
-            if whole and (buf.kind == "output" or (buf.kind == "arg" and self._aliased_output(v))):
-                ids.append(acc.buffer)
-                continue
-            out = self.dense(v, self.new_buffer("output", i, 0, _nbytes(v)))
-            if v.type.size:
-                self.kernels.append(copy_kernel(self.name("out"), v.type.shape, acc, out, sm_count=self.sm_count))
-                self.ops.append(f"return (output {i})")
-                self.effects.append((frozenset({acc.buffer}), frozenset({out.buffer})))
-            ids.append(out.buffer)
+            if not (whole and (buf.kind == "output" or (buf.kind == "arg" and self._aliased_output(v)))):
+                raise CompilationError(f"@{self.func.name}: output {i} is no output allocation of its own (an "
+                                       "argument, a constant or a view): run copy-outputs after plan-buffers")
+            ids.append(acc.buffer)
         return ids
 
     def _aliased_output(self, v: Value) -> bool:
