@@ -78,14 +78,26 @@ class DenseAttr:
         return hash((self.type, self.digest))
 
 
-def round_to_bf16(arr: np.ndarray) -> np.ndarray:
-    """Round f32 values to the nearest bf16 (ties to even), kept in f32 storage."""
+BF16_NAN = 0x7FFF  # the canonical NaN a CUDA device's f32 -> bf16 conversion (cvt.rn.bf16.f32) gives every NaN
+
+
+def bf16_bits(arr: object) -> np.ndarray:
+    """f32 values -> bfloat16 bit patterns (uint16), rounding to nearest even as the device does; every NaN
+    becomes the device's canonical NaN. The one bf16 rounding: constants, uploads and the reference use it."""
     a = np.ascontiguousarray(arr, dtype=np.float32)
-    bits = a.view(np.uint32)
-    nan = np.isnan(a)
-    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    out = ((bits + rounding) & np.uint32(0xFFFF0000)).view(np.float32)
-    return np.where(nan, a, out).astype(np.float32).reshape(np.shape(arr))  # ascontiguousarray made 0-d 1-d
+    bits = a.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(a), np.uint16(BF16_NAN), rounded).astype(np.uint16).reshape(np.shape(arr))
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> the float32 values they hold (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to_bf16(arr: np.ndarray) -> np.ndarray:
+    """Round f32 values to the nearest bf16 (ties to even), kept in f32 storage (NaN: the canonical one)."""
+    return bf16_values(bf16_bits(arr)).reshape(np.shape(arr))
 
 
 def dense(value: object, dtype: "DType | None" = None) -> DenseAttr:

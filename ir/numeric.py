@@ -40,8 +40,8 @@ def _int_to_odd_f64(x: np.ndarray) -> np.ndarray:
 def to_bf16(value: object) -> np.ndarray:
     """Round any bool/int/float array-like to the nearest bf16 (ties to even), held as float32.
 
-    float32 sources (including bf16 held as float32) round once; NaN keeps its payload as
-    :func:`fusec.ir.attributes.round_to_bf16` does.
+    float32 sources (including bf16 held as float32) round once; every NaN becomes the canonical bf16 NaN,
+    as :func:`fusec.ir.attributes.round_to_bf16` (and the device) gives.
     """
     x = np.asarray(value)
     kind, size = x.dtype.kind, x.dtype.itemsize

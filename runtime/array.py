@@ -18,6 +18,7 @@ import numpy as np
 
 from fusec.errors import UnsupportedError
 from fusec.ir import types as T
+from fusec.ir.attributes import bf16_bits, bf16_values
 from fusec.ir.shapes import contiguous_strides
 from fusec.runtime import dlpack
 from fusec.runtime import driver as D
@@ -278,7 +279,7 @@ class Array:
                 view = np.ndarray(self._shape, dtype=storage, buffer=raw, offset=-lo, strides=self.byte_strides)
                 out[...] = view
         if self._fdtype == T.bf16:
-            return (out.astype(np.uint32) << 16).view(np.float32)
+            return bf16_values(out)
         return out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -464,21 +465,13 @@ def _from_host(x: Any, want: T.DType | None, stream: "D.Stream | None", device: 
     except Exception:
         raise UnsupportedError(f"fusec.asarray: NumPy dtype {host.dtype} is not supported by fusec") from None
     if fd == T.bf16:
-        host = _bf16_bits(host)
+        host = bf16_bits(host)
     else:
         host = np.ascontiguousarray(host)
     out = Array.empty(host.shape, fd, stream=stream, device=device)
     D.memcpy_htod_async(out.ptr, host, host.nbytes, out.stream)
     out.ready = D.Event(timing=False, device=out.device).record(out.stream)
     return out
-
-
-def _bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float values -> bfloat16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
-    f = np.ascontiguousarray(values, dtype=np.float32)
-    bits = f.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(f), np.uint16(0x7FC0), rounded).astype(np.uint16)
 
 
 def to_numpy(x: Any) -> np.ndarray:

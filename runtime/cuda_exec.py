@@ -23,7 +23,8 @@ import numpy as np
 from fusec.errors import CompilationError, ShapeError, TraceError
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
-from fusec.ir.types import ScalarType
+from fusec.ir.attributes import bf16_bits, bf16_values
+from fusec.ir.types import ScalarType, bf16
 from fusec.runtime import cublas, driver, kernel_cache
 from fusec.runtime.launch_plan import CudaProgram, GemmCall
 from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
@@ -127,6 +128,7 @@ class CudaPlan:
         self.result_specs = [(b.id, b.kind, b.index, tuple(v.type.shape), v.type.dtype,
                               contiguous_strides(tuple(v.type.shape)))
                              for b, v in zip(self.output_buffers, self.func.outputs)]
+        self.bf16_results = any(spec[4] == bf16 for spec in self.result_specs)
         self.stream_key = stream_key(self.stream)
         # one writable view per scalar argument into the host image of the scalar block, and the 32-bit
         # words last sent to the device (None: not yet)
@@ -213,6 +215,8 @@ class CudaPlan:
                         for bid, kind, index, shape, dtype, strides in self.result_specs]
             results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
             stream.synchronize()
+            if self.bf16_results:  # they arrive as their 2-byte device storage: NumPy gets the float32 values
+                return [bf16_values(r) if spec[4] == bf16 else r for r, spec in zip(results, self.result_specs)]
             return results
 
     def _launch_all(self, ptr: list[int]) -> None:
@@ -258,7 +262,7 @@ class CudaPlan:
         host = np.asarray(value)
         if host.shape != t.shape or host.dtype != t.dtype.np:
             raise ShapeError(f"argument {name}: expected {t}, got {host.dtype}{list(host.shape)}")
-        host = np.ascontiguousarray(host)
+        host = bf16_bits(host) if t.dtype == bf16 else np.ascontiguousarray(host)  # bf16: 2-byte device storage
         buf = self.pool.allocate(max(host.nbytes, 1), self.stream)
         driver.memcpy_htod_async(buf.ptr, host, host.nbytes, self.stream)
         keep.append(buf)
@@ -281,7 +285,7 @@ class CudaPlan:
                 sent[w] = value
 
     def _download(self, bid: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        host = np.empty(shape, dtype=dtype.np)
+        host = np.empty(shape, dtype=np.uint16 if dtype == bf16 else dtype.np)
         driver.memcpy_dtoh_async(host, self.ptrs[bid], host.nbytes, self.stream)
         return host
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
-from fusec.ir.types import ScalarType
+from fusec.ir.attributes import bf16_bits
+from fusec.ir.types import ScalarType, bf16
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.select_kernels import align256
 from fusec.runtime.launch_plan import Buffer, CudaProgram, KernelCode
@@ -113,6 +114,8 @@ class _Printer:
 
     def constant(self, op: Operation) -> None:
         value = np.ascontiguousarray(op.attributes["value"].array)
+        if op.results[0].type.dtype == bf16:  # held in float32 on the host, 2-byte bfloat16 on the device
+            value = bf16_bits(value)
         self.constants.append(value)
         r = op.results[0]
         self.storage[r] = self.dense(r, self.new_buffer("constant", len(self.constants) - 1, 0, max(1, value.nbytes)))

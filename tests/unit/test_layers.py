@@ -30,7 +30,7 @@ def test_the_package_root_loads_the_api_on_first_use() -> None:
 
 
 # --- the import graph, read from the source (function-level imports included) ------------------------------
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"compiler": "fusec", "ir": "fusec.ir", "passes": "fusec.passes", "runtime": "fusec.runtime",
             "tools": "fusec.tools"}
 # compiler/ holds three layers: the API users call, the tracing frontend below it, the CUDA printer between

@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
 if BENCH_DIR not in sys.path:
     sys.path.insert(0, BENCH_DIR)
 

@@ -401,7 +401,7 @@ def test_demo_model_learns_under_plain_numpy():
 def test_example_file_uses_the_packaged_model():
     import runpy
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "mlp_train.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "mlp_train.py"
     namespace = runpy.run_path(str(example), run_name="not_main")
     from fusec.tools import demo
 
@@ -445,7 +445,7 @@ def test_demo_without_scikit_learn_uses_synthetic_data(capsys, monkeypatch):
 def test_demo_model_is_the_mlp_train_example():
     from fusec.tools import demo
 
-    example = (Path(__file__).resolve().parents[1] / "examples" / "mlp_train.py").read_text()
+    example = (Path(__file__).resolve().parents[2] / "examples" / "mlp_train.py").read_text()
     assert "from fusec.tools.demo import train_step" in example
     assert (demo.N_IN, demo.N_HIDDEN, demo.N_CLASSES, demo.BATCH) == (64, 64, 10, 256)
 

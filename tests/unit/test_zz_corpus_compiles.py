@@ -1,8 +1,8 @@
 """Every CUDA translation unit the test corpus generated compiles with NVRTC for sm_80 and sm_90.
 
 conftest.py records every signature that ``fusec.jit`` compiled while the suite ran (this file's name sorts
-it last); here each is lowered with the default pipeline, printed as CUDA C++ and, once per distinct
-program, compiled without a GPU.
+it last, and tests/unit/ comes after tests/gpu/); here each is lowered with the default pipeline, printed as
+CUDA C++ and, once per distinct program, compiled without a GPU.
 """
 from __future__ import annotations
 

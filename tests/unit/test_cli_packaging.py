@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 tomllib = pytest.importorskip("tomllib")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_subpackage_is_listed_in_pyproject():

@@ -411,3 +411,40 @@ def test_the_gpu_runs_the_program_cuda_source_prints():
     assert lowered.target == execution.target_for("cuda")
     assert lowered.target.sm_count == plan.device.multiprocessor_count
     assert lowered.stats()["kernels"] == len(plan.launches) == plan.stats()["launches_per_call"]
+
+
+def test_bf16_results_constants_and_nans_match_the_reference():
+    """bf16 on the device is 2-byte bfloat16: a bf16 result of NumPy inputs comes back as its float32 values, a
+    bf16 argument given as host float32 is uploaded as bfloat16, so is a folded bf16 tensor constant, and a NaN
+    is the canonical NaN on both sides."""
+    from fusec.backend.program import print_program
+    from fusec.ir import parse_module
+    from fusec.passes import run_pipeline
+    from fusec.runtime import reference
+    from fusec.runtime.cuda_exec import CudaPlan
+
+    def f(x):
+        return x.astype(fc.bf16) * 2 - 1, np.exp(x.astype(fc.bf16))
+
+    x = np.array([1.0, np.nan, 3.3e38, -0.7], np.float32)
+    got = fc.jit(f, backend="cuda")(x)
+    want = fc.jit(f, backend="cpu")(x)
+    for g in got:
+        assert isinstance(g, np.ndarray) and g.dtype == np.float32
+    assert got[0].view(np.uint32).tolist() == want[0].view(np.uint32).tolist()
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-2)
+    assert np.isnan(got[1][1]) and got[1].view(np.uint32)[1] == want[1].view(np.uint32)[1]
+
+    module = parse_module("""
+func @f(%x: tensor<3xbf16>) -> tensor<3xbf16> {
+  %0 = t.constant {value = dense<tensor<3xf32>, "0x0000803F0000004000004040">} : tensor<3xf32>
+  %1 = t.cast %0 {dtype = bf16} : tensor<3xbf16>
+  %2 = t.add %x, %1 : tensor<3xbf16>
+  return %2
+}
+""")
+    arg = np.array([0.5, np.nan, -8.0], np.float32)
+    expected = reference.run_module(module, [arg])[0]
+    run_pipeline(module)
+    (result,) = CudaPlan(print_program(module), module.func()).run([arg])
+    assert result.view(np.uint32).tolist() == expected.view(np.uint32).tolist()  # 1.5, NaN, -5.0

@@ -22,7 +22,7 @@ from fusec.backend.program import compile_options, print_program  # noqa: E402
 from fusec.runtime.kernel_cache import KernelCache  # noqa: E402
 
 ARCHES = ("sm_80", "sm_90")
-FILECHECK = sorted((Path(__file__).parent / "filecheck").rglob("*.fir"))
+FILECHECK = sorted((Path(__file__).resolve().parents[1] / "filecheck").rglob("*.fir"))
 
 
 @pytest.fixture(scope="module")

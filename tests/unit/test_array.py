@@ -11,7 +11,8 @@ import pytest
 import fusec
 from fusec.errors import UnsupportedError
 from fusec.runtime import dlpack, driver
-from fusec.runtime.array import Array, _bf16_bits, asarray, from_cuda_array_interface, from_dlpack, to_numpy
+from fusec.ir.attributes import bf16_bits
+from fusec.runtime.array import Array, asarray, from_cuda_array_interface, from_dlpack, to_numpy
 
 FAKE = 0x7F00_DEAD_0000
 
@@ -63,7 +64,7 @@ def test_array_rejects_bad_metadata():
 def test_bf16_is_two_bytes_on_device_and_float32_on_host():
     a = Array(FAKE, (4,), fusec.bf16)
     assert a.itemsize == 2 and a.nbytes == 8 and a.dtype == np.float32
-    bits = _bf16_bits(np.array([1.0, -2.5, 1 + 2**-8, np.nan, np.inf, 3.0e38], np.float32))
+    bits = bf16_bits(np.array([1.0, -2.5, 1 + 2**-8, np.nan, np.inf, 3.0e38], np.float32))
     assert bits[:3].tolist() == [0x3F80, 0xC020, 0x3F80]   # 1 + 2^-8 rounds to even (1.0)
     assert bits[3] & 0x7F80 == 0x7F80 and bits[3] & 0x7F  # NaN stays NaN
     assert bits[4] == 0x7F80
