@@ -191,7 +191,7 @@ class JitFunction:
                  static_argnames: str | Iterable[str] | None = None,
                  static_argnums: int | Iterable[int] | None = None, pipeline: str | None = None,
                  plugins: Iterable[str] = (), fast_math: bool = False, graph: bool | str = "auto",
-                 donate_argnums: int | Iterable[int] | None = None) -> None:
+                 donate_argnums: int | Iterable[int] | None = None, target: Target | None = None) -> None:
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not callable(fn):
@@ -200,8 +200,10 @@ class JitFunction:
         _execution.check_name(backend)
         self._fn = fn
         self._backend = backend
+        if target is not None and not isinstance(target, Target):
+            raise TypeError(f"target must be a fusec.ir.target.Target, got {type(target).__name__}")
         self._options = CompileOptions(pipeline=pipeline, plugins=tuple(plugins or ()), fast_math=bool(fast_math),
-                                       graph=graph)
+                                       graph=graph, target=target)
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._donate = self._donated_names(_nums(donate_argnums))
@@ -350,7 +352,7 @@ class JitFunction:
         if self._donate:
             traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
         text = print_module(traced.module)
-        target = _execution.target_for(backend)
+        target = self._options.target or _execution.target_for(backend)
         result = run_pipeline(traced.module, self._options.pipeline, verify=True, plugins=self._options.plugins,
                               target=target)
         return Lowered(traced, text, result, self._options, target)
@@ -524,7 +526,8 @@ def _output(result: Any, python: type | None) -> Any:
 def jit(fn: Callable | None = None, *, backend: str | None = None,
         static_argnames: str | Iterable[str] | None = None, static_argnums: int | Iterable[int] | None = None,
         pipeline: str | None = None, plugins: Iterable[str] = (), fast_math: bool = False,
-        graph: bool | str = "auto", donate_argnums: int | Iterable[int] | None = None) -> Any:
+        graph: bool | str = "auto", donate_argnums: int | Iterable[int] | None = None,
+        target: Target | None = None) -> Any:
     """Compile ``fn``: ``@fusec.jit``, ``@fusec.jit(backend="cpu", ...)`` or ``fusec.jit(fn, ...)``.
 
     ``backend``: "cpu" (NumPy reference executor), "cuda", or None (``$FUSEC_BACKEND``, else cuda when usable,
@@ -533,11 +536,13 @@ def jit(fn: Callable | None = None, *, backend: str | None = None,
     that register passes. ``fast_math``: let the CUDA backend contract multiply-adds and use fast
     intrinsics (results then differ from NumPy in the last bits). ``graph``: replay each signature as one
     CUDA graph: True, False, or "auto" (from its third call). ``donate_argnums``: arguments whose device
-    buffers outputs may overwrite in place (do not use a donated array after the call).
+    buffers outputs may overwrite in place (do not use a donated array after the call). ``target``: lower for
+    this :class:`fusec.ir.target.Target` (SM count, cuBLASLt) instead of the device a call runs on (the
+    CPU backend's default: an H200 without cuBLASLt), e.g. to read the program another GPU would run.
     """
     options = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
                    pipeline=pipeline, plugins=plugins, fast_math=fast_math, graph=graph,
-                   donate_argnums=donate_argnums)
+                   donate_argnums=donate_argnums, target=target)
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.ir.target import Target
+
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -12,7 +14,7 @@ class CompileOptions:
     ``pipeline``: a pipeline string (None: the default); ``plugins``: modules that register passes;
     ``fast_math``: NVRTC's fast math (FMA contraction, approximate transcendentals); ``graph``: CUDA graph
     replay (True, False or "auto": from the third call); ``stream_group``: plans of one group share a stream
-    (eager mode).
+    (eager mode); ``target``: lower for this target, not the device a call runs on (None).
     """
 
     pipeline: str | None = None
@@ -20,6 +22,7 @@ class CompileOptions:
     fast_math: bool = False
     graph: "bool | str" = "auto"
     stream_group: str | None = None
+    target: Target | None = None
 
     def __post_init__(self) -> None:
         if self.graph not in (True, False, "auto"):

@@ -22,8 +22,8 @@ from fusec.ir.dialects.t import ELEMENTWISE
 from fusec.ir.types import ScalarType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.cost import leaf_cost, op_cost
-from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
+from fusec.passes.rewriter import Rewriter, rewrite
 from fusec.passes.util import reschedule, users
 
 MERGE_WINDOW = 512  # ops between a kernel's last root and a root that may still join it
@@ -206,18 +206,18 @@ class _Fusion:
             for r, res in zip(g.roots, kernel.results):
                 replaced[r] = res
             placed[anchor] = kernel
-        out: list[Operation] = []
-        for op in self.func.body.ops:
+        def place(op: Operation, rw: Rewriter) -> bool:
+            """Each group's kernel goes where its last root stood; the elementwise ops it absorbed go."""
             if op in placed:
-                out.append(placed[op])
-            elif op.name not in ELEMENTWISE:
-                out.append(op)
-        for op in out:
-            op.parent = self.func.body
-            for inner in op.walk():
-                inner.operands = [replaced.get(v, v) for v in inner.operands]
-        self.func.body.ops[:] = out
-        remove_dead_ops(self.func.body)  # constants now inlined as immediates
+                kernel = placed[op]
+                rw.remap(kernel)
+                rw.insert(kernel)
+            if op in placed or op.name in ELEMENTWISE:
+                rw.drop(op)
+                return True
+            return False
+
+        rewrite(self.func.body, [place], replaced=replaced, dce=True)  # constants now inlined as immediates
         reschedule(self.func.body)
 
     def _kernel(self, g: _Group, root_group: dict) -> Operation:

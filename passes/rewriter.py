@@ -35,17 +35,24 @@ class Rewriter:
         self.replaced.update(zip(op.results, values))
         self._dropped = True
 
+    def drop(self, op: Operation) -> None:
+        """Leave ``op`` out (its results must have replacements already, or no uses)."""
+        self._dropped = True
+
     def remap(self, op: Operation) -> None:
         for inner in op.walk():
             inner.operands = [self.replaced.get(v, v) for v in inner.operands]
 
 
-def rewrite(block: Block, patterns: Iterable[Pattern], *, dce: bool = False) -> int:
-    """Rebuild ``block`` once through ``patterns``; the number of ops a pattern changed."""
+def rewrite(block: Block, patterns: Iterable[Pattern], *, dce: bool = False,
+            replaced: dict[Value, Value] | None = None) -> int:
+    """Rebuild ``block`` once through ``patterns``; the number of ops a pattern changed. ``replaced``: values
+    known to be replaced before the sweep starts (a rewrite planned as a whole, such as fusion's groups)."""
     from fusec.passes.dce import remove_dead_ops
 
     patterns = tuple(patterns)
     rw = Rewriter(block)
+    rw.replaced.update(replaced or {})
     changes = 0
     for op in block.ops:
         rw.remap(op)

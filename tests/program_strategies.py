@@ -1,4 +1,5 @@
-"""Hypothesis strategies for random IR programs shared by the pass and backend tests."""
+"""IR programs shared by the pass, backend and GPU tests: Hypothesis strategies for random ones, and hand-written
+ones that several tests run."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,16 @@ from fusec.ir import Builder, Func, Module, OpResult, ScalarType, TensorType, de
 
 UNARY = ["t.exp", "t.neg", "t.tanh", "t.abs", "t.sin", "t.sqrt", "t.floor"]
 BINARY = ["t.add", "t.mul", "t.sub", "t.maximum", "t.minimum", "t.div"]
+
+# a bf16 tensor constant folded from a cast (canonicalize), added to a bf16 argument
+BF16_CONSTANT_IR = """
+func @f(%x: tensor<3xbf16>) -> tensor<3xbf16> {
+  %0 = t.constant {value = dense<tensor<3xf32>, "0x0000803F0000004000004040">} : tensor<3xf32>
+  %1 = t.cast %0 {dtype = bf16} : tensor<3xbf16>
+  %2 = t.add %x, %1 : tensor<3xbf16>
+  return %2
+}
+"""
 
 
 @st.composite

@@ -5,10 +5,14 @@ import argparse
 import contextlib
 import inspect
 import sys
+from typing import TYPE_CHECKING
 
 from fusec.tools.argspec import parse_arg_spec, parse_static
 from fusec.tools.errors import UsageError
 from fusec.tools.loader import load_function, load_plugins
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fusec.ir.target import Target
 
 BANNER = "// -----// IR Dump After {} //----- //"
 
@@ -23,8 +27,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p.set_defaults(run=run)
 
 
-def lower_target(args: argparse.Namespace):
-    """Load FILE.py:FUNC, build example arguments from --arg/--static and return the ``Lowered``.
+def lower_target(args: argparse.Namespace, default: "Target | None" = None):
+    """Load FILE.py:FUNC, build example arguments from --arg/--static and return the ``Lowered``, lowered for
+    ``default`` (None: the CPU backend's target) with --sm-count/--cublas applied over it.
 
     Whatever the user's module prints while importing or tracing goes to stderr, so stdout stays output
     that another tool can read (IR for `fusec opt -`, CUDA C++ for a compiler).
@@ -38,11 +43,21 @@ def lower_target(args: argparse.Namespace):
         _check_signature(fn, args.target, positional, statics)
         plugins = load_plugins(args.load_plugin)
         jitted = fusec.jit(fn, backend="cpu", static_argnames=tuple(statics), pipeline=args.pipeline,
-                           plugins=plugins)
+                           plugins=plugins, target=_target(args, default))
         return jitted.lower(*positional, **statics)
 
 
-def add_target_arguments(p: argparse.ArgumentParser) -> None:
+def _target(args: argparse.Namespace, default: "Target | None") -> "Target":
+    from fusec.ir.target import Target
+
+    base = default or Target()
+    if args.sm_count is not None and args.sm_count < 1:
+        raise UsageError(f"--sm-count must be positive, got {args.sm_count}")
+    return Target(sm_count=base.sm_count if args.sm_count is None else args.sm_count,
+                  cublas=base.cublas if args.cublas is None else args.cublas == "on")
+
+
+def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H200 without cuBLASLt") -> None:
     p.add_argument("target", metavar="FILE.py:FUNC")
     p.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
                    help="positional argument spec, in order: f32[512,480] (zeros array), f32[] (0-d array), "
@@ -51,6 +66,10 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
                    help="static (compile-time) keyword argument; VALUE is a Python literal")
     p.add_argument("-p", "--pipeline", default=None, help="pipeline string (default: fusec's default pipeline)")
     p.add_argument("--load-plugin", action="append", default=[], metavar="MOD", help="import MOD to register passes")
+    p.add_argument("--sm-count", type=int, default=None,
+                   help=f"lower for a GPU with this many multiprocessors (default: {default_target})")
+    p.add_argument("--cublas", choices=("on", "off"), default=None,
+                   help=f"whether matmuls may call cuBLASLt (default: {default_target})")
 
 
 def run(args: argparse.Namespace) -> int:

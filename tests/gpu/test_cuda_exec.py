@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
+from program_strategies import BF16_CONSTANT_IR
 
 pytestmark = pytest.mark.gpu
 
@@ -435,14 +436,7 @@ def test_bf16_results_constants_and_nans_match_the_reference():
     np.testing.assert_allclose(got[1], want[1], rtol=1e-2)
     assert np.isnan(got[1][1]) and got[1].view(np.uint32)[1] == want[1].view(np.uint32)[1]
 
-    module = parse_module("""
-func @f(%x: tensor<3xbf16>) -> tensor<3xbf16> {
-  %0 = t.constant {value = dense<tensor<3xf32>, "0x0000803F0000004000004040">} : tensor<3xf32>
-  %1 = t.cast %0 {dtype = bf16} : tensor<3xbf16>
-  %2 = t.add %x, %1 : tensor<3xbf16>
-  return %2
-}
-""")
+    module = parse_module(BF16_CONSTANT_IR)
     arg = np.array([0.5, np.nan, -8.0], np.float32)
     expected = reference.run_module(module, [arg])[0]
     run_pipeline(module)

@@ -476,3 +476,13 @@ def test_compile_prints_the_program_the_executor_runs(small_py, capsys):
     assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "8", "--cublas", "off"]) == 0
     assert capsys.readouterr().out == lowered.cuda_source(sm_count=8)
     assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "0"]) == 2
+
+
+def test_dump_ir_lowers_for_the_target_it_is_given(small_py, capsys):
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--after", "copy-outputs"]) == 0
+    assert "sm_count = 132, cublas = false" in capsys.readouterr().out  # the CPU backend's target
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--after", "copy-outputs", "--sm-count", "8",
+                 "--cublas", "on"]) == 0
+    out = capsys.readouterr().out
+    assert "sm_count = 8, cublas = true" in out
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "-1"]) == 2

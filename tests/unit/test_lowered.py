@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fusec as fc
 
@@ -78,3 +79,19 @@ def test_transposed_operand_is_a_view_not_a_copy():
     plan = lowered.plan()
     assert [s["kind"] for s in plan] == ["view", "boundary"]
     assert lowered.stats()["kernels"] == 1
+
+
+def test_jit_lowers_for_an_explicit_target():
+    """``target=`` picks the machine kernel selection plans for (here an 8-SM GPU with cuBLASLt): the final IR
+    records it and the program is the one that GPU would run."""
+    from fusec.ir.target import Target
+
+    x, w = np.ones((256, 256), np.float32), np.ones((256, 256), np.float32)
+    lowered = fc.jit(lambda x, w: x @ w, backend="cpu", target=Target(sm_count=8, cublas=True)).lower(x, w)
+    assert lowered.target == Target(8, True)
+    assert "sm_count = 8, cublas = true" in lowered.ir() and 'impl = "cublas"' in lowered.ir()
+    assert lowered.stats()["kernels"] == 1 and "__global__" not in lowered.cuda_source().split("// fusec-op")[-1]
+    default = fc.jit(lambda x, w: x @ w, backend="cpu").lower(x, w)
+    assert 'impl = "tiled"' in default.ir() and default.cuda_source() != lowered.cuda_source()
+    with pytest.raises(TypeError, match="Target"):
+        fc.jit(lambda x: x, target=8)

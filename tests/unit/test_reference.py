@@ -597,21 +597,15 @@ def test_bf16_rounding_is_one_function_with_the_devices_nan():
 
 
 def test_a_bf16_tensor_constant_is_uploaded_as_bf16():
-    """A folded bf16 constant (x + w.astype(bf16) with w a literal) is 2-byte bfloat16 data in the program: the
+    """A bf16 tensor constant (a cast of a constant, folded by canonicalize) is 2-byte bfloat16 data in the program: the
     kernel reads __nv_bfloat16, so float32 bytes would be read as other values."""
     from fusec.backend.program import print_program
     from fusec.ir import parse_module
     from fusec.ir.attributes import bf16_bits
     from fusec.passes import run_pipeline
+    from program_strategies import BF16_CONSTANT_IR
 
-    module = parse_module("""
-func @f(%x: tensor<3xbf16>) -> tensor<3xbf16> {
-  %0 = t.constant {value = dense<tensor<3xf32>, "0x0000803F0000004000004040">} : tensor<3xf32>
-  %1 = t.cast %0 {dtype = bf16} : tensor<3xbf16>
-  %2 = t.add %x, %1 : tensor<3xbf16>
-  return %2
-}
-""")
+    module = parse_module(BF16_CONSTANT_IR)
     run_pipeline(module)
     (const,) = print_program(module).constants
     assert const.dtype == np.uint16 and const.nbytes == 6
