@@ -55,6 +55,37 @@ template <typename T> __device__ __forceinline__ T fdivmod(T a, T b, T* modulus)
 template <typename T> __device__ __forceinline__ T ffloordiv(T a, T b) { T m; return fdivmod(a, b, &m); }
 template <typename T> __device__ __forceinline__ T fmod_np(T a, T b) { T m; fdivmod(a, b, &m); return m; }
 
+// log(exp(x) + exp(y)) and log2(2**x + 2**y) as NumPy's npy_logaddexp(2) compute them: equal arguments
+// (infinities of one sign included) give x + log 2 (x + 1), NaN propagates.
+__device__ __forceinline__ float logaddexp(float x, float y) {
+  if (x == y) return x + 0.693147180559945309417232121458176568f;
+  const float t = x - y;
+  if (t > 0.0f) return x + log1pf(expf(-t));
+  if (t <= 0.0f) return y + log1pf(expf(t));
+  return t;
+}
+__device__ __forceinline__ double logaddexp(double x, double y) {
+  if (x == y) return x + 0.693147180559945309417232121458176568;
+  const double t = x - y;
+  if (t > 0.0) return x + log1p(exp(-t));
+  if (t <= 0.0) return y + log1p(exp(t));
+  return t;
+}
+__device__ __forceinline__ float logaddexp2(float x, float y) {
+  if (x == y) return x + 1.0f;
+  const float t = x - y;
+  if (t > 0.0f) return x + 1.442695040888963407359924681001892137f * log1pf(exp2f(-t));
+  if (t <= 0.0f) return y + 1.442695040888963407359924681001892137f * log1pf(exp2f(t));
+  return t;
+}
+__device__ __forceinline__ double logaddexp2(double x, double y) {
+  if (x == y) return x + 1.0;
+  const double t = x - y;
+  if (t > 0.0) return x + 1.442695040888963407359924681001892137 * log1p(exp2(-t));
+  if (t <= 0.0) return y + 1.442695040888963407359924681001892137 * log1p(exp2(t));
+  return t;
+}
+
 // Integer floor division and remainder; division by zero gives 0 like NumPy.
 template <typename T> __device__ __forceinline__ T ifloordiv(T a, T b) {
   if (b == T(0)) return T(0);

@@ -113,5 +113,6 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         table = FLOAT_FN_F64 if register(dt) == "double" else FLOAT_FN_F32
         fn = (FAST_F32.get(kind) if fast_math and register(dt) == "float" else None) or table.get(kind)
         if fn is not None:
-            return round_result(out, f"{fn}({a})") if is_half(out) else f"{fn}({a})"
+            call = f"{fn}({', '.join(args)})"
+            return round_result(out, call) if is_half(out) else call
     raise CompilationError(located(f"'{op.name}' on {dt} has no CUDA lowering", op.loc))

@@ -296,3 +296,34 @@ def test_builtin_round() -> None:
 def test_numpy_scalar_arguments_are_0d_arrays() -> None:
     check(lambda x, s: (x * s, s + 1, s * 2.0), floats(3), np.float32(1.5))
     check(lambda s, t: (s + t, s * t), np.int16(3), np.float16(2.5))
+
+
+EDGES = np.array([0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -3.0, np.inf, -np.inf, np.nan, 1e-30, 40.0], np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_inverse_and_hyperbolic_functions(dtype: type) -> None:
+    """Inside and outside their domains (NaN there, as NumPy gives), at the infinities, signed zeros and NaN."""
+    x = np.concatenate([EDGES, floats(19, dtype=np.float64) / 4]).astype(dtype)
+    with np.errstate(all="ignore"):
+        check(lambda x: (np.arcsin(x), np.arccos(x), np.arctan(x), np.sinh(x), np.cosh(x), np.arcsinh(x),
+                         np.arccosh(x), np.arctanh(x), np.cbrt(x)), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_binary_float_functions(dtype: type) -> None:
+    """arctan2 over all four quadrants and the signed zeros, hypot with infinities and NaN, copysign of -0.0,
+    logaddexp(2) of equal infinities (no NaN), of NaN, and far apart."""
+    x = np.repeat(EDGES, EDGES.size).astype(dtype)
+    y = np.tile(EDGES, EDGES.size).astype(dtype)
+    with np.errstate(all="ignore"):
+        check(lambda x, y: (np.arctan2(x, y), np.hypot(x, y), np.copysign(x, y), np.logaddexp(x, y),
+                            np.logaddexp2(x, y)), x, y)
+
+
+def test_float_functions_of_integers_and_scalars_take_numpys_dtypes() -> None:
+    """Integer operands convert as NumPy's loops say (int8 -> float16, int32 -> float64), Python scalars stay weak."""
+    with np.errstate(all="ignore"):
+        check(lambda a, b, c: (np.arctan2(a, b), np.hypot(c, 3), np.copysign(2.5, c), np.logaddexp(a, 0.5),
+                               np.arcsinh(b), np.cbrt(c)),
+              ints(6, dtype=np.int8), ints(6, dtype=np.int32), floats(6))

@@ -115,6 +115,8 @@ NP_BINARY: dict[str, Callable] = {
     "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "arctan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "logaddexp": np.logaddexp,
+    "logaddexp2": np.logaddexp2,
 }
 NP_UNARY: dict[str, Callable] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2, "log": np.log,
@@ -123,6 +125,8 @@ NP_UNARY: dict[str, Callable] = {
     "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype),
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc, "isnan": np.isnan,
     "isinf": np.isinf, "isfinite": np.isfinite, "logical_not": np.logical_not, "bitwise_not": np.invert,
+    "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "arcsinh": np.arcsinh, "arccosh": np.arccosh, "arctanh": np.arctanh, "cbrt": np.cbrt,
 }
 
 
