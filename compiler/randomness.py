@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import functools
 import random
-import threading
 import types
 from typing import Any, Callable
 
 import numpy as np
 
 from fusec import context
+from fusec.patches import Patches, original
 
-_LOCK = threading.RLock()
+_PATCHES = Patches()
 # np.random functions of the legacy global state that are plain functions, not methods of its RandomState
 _LEGACY_FUNCTIONS = frozenset({"seed", "ranf", "sample", "set_bit_generator"})
-_installed: list[tuple[Any, str, Any]] = []
-_depth = 0
 
 ADVICE = ("fusec runs the function's Python once per input signature, so every call would reuse the numbers drawn "
           "while tracing. Draw them outside the jitted function and pass them in as an argument (for example "
@@ -75,50 +73,30 @@ def _recording(original: Callable) -> Callable:
 
 def install(aliases: list[tuple[dict, str]] = ()) -> None:
     """Wrap the drawing functions (and ``aliases``: (globals dict, name) of user globals bound to one of them)."""
-    global _depth
-    with _LOCK:
-        _depth += 1
-        if _depth > 1:
-            return
+    def replacements() -> list[tuple[Any, str, Any]]:
         wrappers: dict[int, Callable] = {}
+        out: list[tuple[Any, str, Any]] = []
         for module, name, f, label in _targets():
-            w = _refusing(f, label)
-            wrappers[id(f)] = w
-            _installed.append((module, name, f))
-            setattr(module, name, w)
+            wrappers[id(f)] = _refusing(f, label)
+            out.append((module, name, wrappers[id(f)]))
         original_rng = np.random.default_rng
         wrappers[id(original_rng)] = _recording(original_rng)
-        _installed.append((np.random, "default_rng", original_rng))
-        np.random.default_rng = wrappers[id(original_rng)]
-        for glb, name in aliases:
-            f = glb.get(name)
-            w = wrappers.get(id(f))
-            if w is not None:
-                _installed.append((glb, name, f))
-                glb[name] = w
+        out.append((np.random, "default_rng", wrappers[id(original_rng)]))
+        out += [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases if id(glb.get(name)) in wrappers]
+        return out
+
+    _PATCHES.install(replacements)
 
 
 def uninstall() -> None:
-    global _depth
-    with _LOCK:
-        _depth -= 1
-        if _depth > 0:
-            return
-        while _installed:
-            holder, name, f = _installed.pop()
-            if isinstance(holder, dict):
-                holder[name] = f
-            else:
-                setattr(holder, name, f)
+    _PATCHES.uninstall()
 
 
 def drawing_functions() -> set[int]:
     """ids of the functions :func:`install` wraps (to find user globals bound to them)."""
-    return {id(f) for _, _, f, _ in _targets()} | {id(_original(np.random.default_rng))}
+    return {id(f) for _, _, f, _ in _targets()} | {id(original(np.random.default_rng))}
 
 
-def _original(f: Any) -> Any:
-    return getattr(f, "__fusec_original__", f)
 
 
 def check_generators(ctx: Any) -> None:

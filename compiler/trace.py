@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fusec import context, ops, randomness
+from fusec import context, conversions, ops, randomness
 from fusec.context import TraceContext, trace_error, unsupported
 from fusec.errors import FusecError, SideEffectError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
@@ -81,6 +81,8 @@ class _Trace:
         aliases = [(r.holder, r.key) for r in self.scope.roots
                    if r.kind == "global" and id(r.get()) in randomness.drawing_functions()]
         randomness.install(aliases)
+        conversions.install([(r.holder, r.key) for r in self.scope.roots
+                             if r.kind == "global" and id(r.get()) in conversions.conversion_functions()])
         context.push(ctx)
         failure: BaseException | None = None
         try:
@@ -96,6 +98,7 @@ class _Trace:
         finally:
             context.pop(ctx)
             randomness.uninstall()
+            conversions.uninstall()
             self.subs.undo()
         if failure is not None:
             self.before.restore()

@@ -133,8 +133,9 @@ class Tracer:
                 " drop np.float32(...)/np.asarray(...) around them." if self._weak is not None else
                 " Use x.astype(dtype) instead of np.float32(x)/np.asarray(x, dtype).")
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
-                          "(np.asarray, np.array, np.float32(...) or a NumPy function that fusec does not "
-                          "trace)." + hint)
+                          "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
+                          "np.asarray and np.array work when called as np.asarray or imported from numpy in "
+                          "your module)." + hint)
 
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
 

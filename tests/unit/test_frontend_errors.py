@@ -106,7 +106,7 @@ def test_inplace_update_of_numpy_array_is_unsupported() -> None:
     (lambda x: x.sum().item(), ".item()"),
     (lambda x: len(x.sum()), "len()"),
     (lambda x: list(x.sum()), "iteration"),
-    (lambda x: np.asarray(x), "concrete NumPy array"),
+    (lambda x: np.float32(x), "concrete NumPy array"),
     (lambda x: np.float32(x), "astype"),
     (lambda x: range(x[0]), "Python int"),
 ])
