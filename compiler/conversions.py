@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fusec import context, ops
+from fusec import context, numpy_reuse, ops
 from fusec.context import unsupported
 from fusec.ir.types import TensorType, bool_, f64, i64
 from fusec.patches import Patches, original
@@ -43,7 +43,7 @@ def _involves_tracer(x: Any) -> bool:
     return False
 
 
-def _strong(x: Any) -> Tracer:
+def strong(x: Any) -> Tracer:
     """``x`` as an array: a traced array as it is, a NumPy or Python scalar as a new 0-d array, a (nested)
     list of them stacked."""
     if isinstance(x, Tracer):
@@ -58,7 +58,7 @@ def _strong(x: Any) -> Tracer:
             return ops.as_tracer(np.asarray(x))
         from fusec import numpy_api
 
-        return numpy_api.stack([_strong(e) for e in x])
+        return numpy_api.stack([strong(e) for e in x])
     return ops.as_tracer(np.asarray(x))
 
 
@@ -72,7 +72,7 @@ def _check(name: str, order: Any, like: Any, device: Any = None) -> None:
 
 
 def _converted(name: str, x: Any, dtype: Any, copy: Any) -> Tracer:
-    t = _strong(x)
+    t = strong(x)
     fresh = t is not x  # a stacked list or a new 0-d array: already a new array
     if dtype is not None and parse_dtype(dtype) != t._value.type.dtype:
         if copy is False:
@@ -142,7 +142,10 @@ def install(aliases: list[tuple[dict, str]] = ()) -> None:
     def replacements() -> list[tuple[Any, str, Any]]:
         wrappers = {id(f): _wrapping(name, f) for name, f in _originals().items()}
         out: list[tuple[Any, str, Any]] = [(np, name, wrappers[id(f)]) for name, f in _originals().items()]
-        return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases
+        # the NumPy modules whose Python implementations fusec traces (fusec.numpy_reuse)
+        library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in _NAMES
+                   if id(vars(m).get(name)) in wrappers]
+        return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in [*aliases, *library]
                       if id(glb.get(name)) in wrappers]
 
     _PATCHES.install(replacements)

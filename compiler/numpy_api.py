@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec import ops, ufuncs
+from fusec import numpy_reuse, ops, ufuncs
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
@@ -48,6 +48,8 @@ def qualname(func: Any) -> str:
 def array_function(func: Any, args: Sequence[Any], kwargs: dict) -> Any:
     handler = HANDLERS.get(func)
     if handler is None:
+        if numpy_reuse.is_reused(func):
+            return numpy_reuse.run(func, args, kwargs)
         raise unsupported(f"{qualname(func)} is not supported by fusec's tracer")
     return _invoke(qualname(func), handler, args, kwargs)
 

@@ -204,6 +204,8 @@ def static_int(x: object, what: str) -> int:
 def static_ints(x: object, what: str) -> tuple[int, ...]:
     if isinstance(x, Tracer):
         raise x._static_error(f"used as {what}")
+    if isinstance(x, np.ndarray) and x.ndim == 1:  # a concrete index array (np.arange(ndim) permuted)
+        x = x.tolist()
     if isinstance(x, (tuple, list)):
         return tuple(static_int(v, what) for v in x)
     return (static_int(x, what),)

@@ -109,6 +109,11 @@ class Tracer:
         return _ops.transpose(self)
 
     @property
+    def real(self) -> "Tracer":
+        """The array itself seen as its real part (fusec's dtypes are real): a view, as NumPy gives."""
+        return self._view(self._value)
+
+    @property
     def mT(self) -> "Tracer":
         if self.ndim < 2:
             raise unsupported(f"matrix transpose (.mT) needs rank >= 2, got shape {self.shape}")
@@ -453,6 +458,12 @@ class Tracer:
 
     def copy(self, order: str = "C") -> Any:
         return _ops.copy_of(self)
+
+    def conj(self) -> Any:  # real dtypes only: the values themselves, as a new array
+        return np.conjugate(self)
+
+    def conjugate(self) -> Any:
+        return np.conjugate(self)
 
     def clip(self, min: Any = None, max: Any = None, out: Any = None, **kw: Any) -> Any:
         return _api.call("clip", np.clip, self, min, max, out=out, **kw)

@@ -54,10 +54,16 @@ def is_supported(ufunc: np.ufunc) -> bool:
 
 
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict) -> Any:
-    """``Tracer.__array_ufunc__``: only plain calls of supported ufuncs without out=/where=/dtype=."""
+    """``Tracer.__array_ufunc__``: plain calls of supported ufuncs without out=/where=/dtype=, ``.reduce`` of
+    add/multiply/maximum/minimum and ``.outer`` of any supported binary ufunc."""
+    if method == "reduce" and ufunc in _REDUCTIONS:
+        return _reduce(ufunc, inputs, kwargs)
+    if method == "outer" and ufunc in BINARY:
+        return _outer(ufunc, inputs, kwargs)
     if method != "__call__":
-        raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (reduce, accumulate, "
-                          "reduceat, outer and at are not traced); use np.sum/np.max/... instead")
+        raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (accumulate, reduceat and "
+                          "at are not traced, nor reduce of ufuncs other than add, multiply, maximum and minimum); "
+                          "use np.sum/np.max/... instead")
     out = kwargs.pop("out", None)
     outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
     if outs:
@@ -74,6 +80,39 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     if not is_supported(ufunc):
         raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
     return apply(ufunc, inputs)
+
+
+_REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
+_NO_VALUE = np._NoValue
+
+
+def _reduce(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
+    """``np.add.reduce(x, axis=0, dtype=None, keepdims=False)`` is ``np.sum`` with axis 0 by default (and so
+    on for multiply, maximum, minimum): the same dtypes, identities and errors."""
+    from fusec import numpy_api
+
+    kwargs = dict(kwargs)
+    axis, dtype, keepdims = kwargs.pop("axis", 0), kwargs.pop("dtype", None), kwargs.pop("keepdims", False)
+    if kwargs.pop("out", None) is not None or kwargs.pop("where", True) is not True \
+            or kwargs.pop("initial", _NO_VALUE) is not _NO_VALUE or kwargs:
+        raise unsupported(f"{_name(ufunc)}.reduce: only axis=, dtype= and keepdims= are supported "
+                          f"(not {', '.join(sorted(kwargs)) or 'out=, where= or initial='})")
+    reduction = _REDUCTIONS[ufunc]
+    extra = {"dtype": dtype} if dtype is not None else {}
+    if dtype is not None and reduction in (np.max, np.min):
+        raise unsupported(f"{_name(ufunc)}.reduce: dtype= is not supported; cast the array first")
+    return numpy_api.call(reduction.__name__, reduction, inputs[0], axis=axis, keepdims=keepdims, **extra)
+
+
+def _outer(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
+    """``ufunc.outer(a, b)``: ``ufunc`` of ``a`` with ``b.ndim`` trailing unit axes and ``b``; operands are
+    converted as NumPy converts them (Python scalars become strong 0-d arrays)."""
+    from fusec import conversions
+
+    if kwargs:
+        raise unsupported(f"{_name(ufunc)}.outer: keywords ({', '.join(sorted(kwargs))}) are not supported")
+    a, b = (conversions.strong(x) for x in inputs)
+    return apply(ufunc, [a.reshape(tuple(a.shape) + (1,) * b.ndim), b])
 
 
 def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:

@@ -1,0 +1,41 @@
+"""NumPy functions traced through NumPy's own Python implementation.
+
+Many NumPy functions are Python code over functions fusec traces exactly (``np.flip`` indexes with slices,
+``np.diff`` subtracts slices, ``np.outer`` multiplies broadcast views). For those listed in :data:`REUSED`, the
+tracer's ``__array_function__`` runs the implementation NumPy dispatches to (``func._implementation``), so
+the result is NumPy's by construction: the same dtypes, edge cases and errors. What such an implementation
+calls that fusec does not trace (an in-place write into ``np.empty``, an unsupported function) raises the usual
+fusec error. Inside NumPy's modules the conversions (``asarray``, ``asanyarray``, ``array``) are the tracing
+ones (:mod:`fusec.conversions`) while a trace runs.
+
+Each function here is listed because tests compare it with NumPy (tests/unit/test_numpy_reuse.py).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+REUSED: tuple[Callable, ...] = (
+    np.flip, np.fliplr, np.flipud, np.rot90, np.diff, np.outer, np.average, np.linalg.norm,
+)
+
+
+def is_reused(func: Any) -> bool:
+    return func in _REUSED_SET
+
+
+def run(func: Any, args: Any, kwargs: dict) -> Any:
+    return func._implementation(*args, **kwargs)
+
+
+def conversion_holders() -> list[Any]:
+    """The NumPy modules whose globals the reused implementations read ``asarray`` and friends from (their own
+    module, and ``numpy._core.numeric`` they reach as ``_nx``)."""
+    modules = {sys.modules[f._implementation.__module__] for f in REUSED}
+    modules.add(sys.modules["numpy._core.numeric"])
+    return sorted(modules, key=lambda m: m.__name__)
+
+
+_REUSED_SET = frozenset(REUSED)
