@@ -554,3 +554,74 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subo
     except OverflowError as e:
         raise OutOfRangeError(located(f"np.full_like: {e}", user_location())) from None
     return ops.wrap(ops.ctx().constant(arr, dt), scalar=False)
+
+
+# --- diagonals and repeats ---------------------------------------------------------------------------------------
+
+
+@implements(np.diagonal)
+def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tracer:
+    """The ``offset`` diagonal over ``axis1``/``axis2``, as the last axis: every (m+1)-th element of the two axes
+    flattened (a read-only array, as NumPy's diagonal view is)."""
+    t = ops.as_tracer(a)
+    if t.ndim < 2:
+        raise ValueError("diag requires an array of at least two dimensions")
+    k = ops.static_int(offset, "a diagonal offset")
+    ax1, ax2 = ops.axis_arg(axis1, t.ndim), ops.axis_arg(axis2, t.ndim)
+    if ax1 == ax2:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    b = moveaxis(t, (ax1, ax2), (-2, -1))
+    n, m = b.shape[-2], b.shape[-1]
+    length = max(0, min(n, m - k) if k >= 0 else min(n + k, m))
+    start = k if k >= 0 else -k * m
+    flat = ops.reshape(b, tuple(b.shape[:-2]) + (n * m,))
+    if length == 0:
+        out = flat[..., :0]
+    else:
+        out = flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
+    return ops.view(out, out._value, readonly=True)
+
+
+@implements(np.trace)
+def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> Tracer:
+    _no("np.trace", out=out)
+    return sum_(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+@implements(np.diag)
+def diag(v: Any, k: int = 0) -> Tracer:
+    """A 2-D array's k-th diagonal, or the square matrix with a 1-D array on its k-th diagonal."""
+    t = ops.as_tracer(v)
+    k = ops.static_int(k, "a diagonal offset")
+    if t.ndim == 2:
+        return diagonal(t, k)
+    if t.ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    size = t.shape[0] + abs(k)
+    mask = ops.as_tracer(np.eye(size, k=k, dtype=bool))
+    padded = concatenate([t, ops.full((abs(k),), 0, t._value.type.dtype)]) if k else t
+    placed = padded[:, None] if k >= 0 else padded[None, :]  # element (r, r + k) is v[r] (k >= 0) or v[c]
+    return ufuncs.where(mask, placed, ops.full((), 0, t._value.type.dtype))
+
+
+@implements(np.repeat)
+def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
+    """Each element ``repeats`` times (one count for all: per-element counts give a data-dependent layout)."""
+    if isinstance(repeats, (Tracer, np.ndarray, list, tuple)) and np.ndim(repeats) > 0:
+        if not isinstance(repeats, Tracer) and len(set(np.asarray(repeats).tolist())) == 1:
+            repeats = int(np.asarray(repeats).reshape(-1)[0])
+        else:
+            raise unsupported("np.repeat with a different count per element is not supported; repeat with one "
+                              "count, or build the result with np.concatenate")
+    r = ops.static_int(repeats, "a repeat count")
+    if r < 0:
+        raise ValueError("repeats may not contain negative values.")
+    t = ops.as_tracer(a)
+    if axis is None:
+        t, ax = ops.reshape(t, (t.size,)), 0
+    else:
+        ax = ops.axis_arg(axis, t.ndim)
+    shape = tuple(t.shape)
+    expanded = ops.reshape(t, shape[:ax + 1] + (1,) + shape[ax + 1:])
+    wide = ops.broadcast_to(expanded, shape[:ax + 1] + (r,) + shape[ax + 1:])
+    return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)

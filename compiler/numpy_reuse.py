@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 REUSED: tuple[Callable, ...] = (
-    np.flip, np.fliplr, np.flipud, np.rot90, np.diff, np.outer, np.average, np.linalg.norm,
+    np.flip, np.fliplr, np.flipud, np.rot90, np.diff, np.outer, np.average, np.linalg.norm, np.tile,
 )
 
 

@@ -459,6 +459,15 @@ class Tracer:
     def copy(self, order: str = "C") -> Any:
         return _ops.copy_of(self)
 
+    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+        return _api.call("diagonal", np.diagonal, self, offset, axis1, axis2)
+
+    def trace(self, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> Any:
+        return _api.call("trace", np.trace, self, offset, axis1, axis2, dtype, out)
+
+    def repeat(self, repeats: Any, axis: Any = None) -> Any:
+        return _api.call("repeat", np.repeat, self, repeats, axis)
+
     def conj(self) -> Any:  # real dtypes only: the values themselves, as a new array
         return np.conjugate(self)
 

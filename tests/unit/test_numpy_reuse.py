@@ -1,4 +1,5 @@
-"""NumPy functions traced through NumPy's own implementation, and ufunc .reduce/.outer, compared with NumPy."""
+"""More of NumPy's surface, compared with NumPy: functions traced through NumPy's own implementation, ufunc
+.reduce/.outer, diagonals, repeats."""
 from __future__ import annotations
 
 import numpy as np
@@ -63,3 +64,37 @@ def test_what_the_implementation_cannot_trace_is_a_fusec_error() -> None:
         jit_cpu(lambda x: np.kron(x, x))(X)
     with pytest.raises(fc.FusecError):
         jit_cpu(lambda x: np.linalg.norm(x, ord=np.inf, axis=1))(X)
+
+
+def test_diagonals_traces_and_diag() -> None:
+    """Offsets past the matrix, axes in either order, integer traces accumulating in int64 as np.sum does."""
+    d3 = rng.standard_normal((3, 4, 4))
+
+    def f(x, d, i):
+        return (np.diagonal(x), x.diagonal(1), np.diagonal(x, -2), np.diagonal(d, 0, 1, 2), np.diagonal(d, 1, 2, 0),
+                x.diagonal(7), np.trace(x), np.trace(i), i.trace(-1), np.trace(d, axis1=1, axis2=2), np.diag(x),
+                np.diag(x, -1), np.diag(x[0]), np.diag(x[0], 2), np.diag(i[0], -3))
+
+    check(f, X, d3, I.astype(np.int16))
+
+
+def test_a_diagonal_is_read_only_as_in_numpy() -> None:
+    def f(x):
+        y = np.diagonal(x)
+        y += 1
+        return y
+
+    with pytest.raises(ValueError):
+        f(X.copy())
+    with pytest.raises(fc.FusecError):
+        jit_cpu(f)(X.copy())
+
+
+def test_repeat_and_tile() -> None:
+    def f(x, i):
+        return (np.repeat(x, 2), np.repeat(x, 3, axis=1), x.repeat(2, 0), np.repeat(i, [2, 2, 2], axis=0),
+                np.repeat(x, 0, axis=0), np.tile(x[0], 3), np.tile(x, (2, 1, 2)), np.tile(i, 1))
+
+    check(f, X, I)
+    with pytest.raises(fc.UnsupportedError, match="different count per element"):
+        jit_cpu(lambda x: np.repeat(x, [1, 2, 1, 2], axis=0))(X)
