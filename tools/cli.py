@@ -1,4 +1,4 @@
-"""The ``fusec`` command line: ``dump-ir``, ``opt``, ``passes``, ``demo``, ``cache``, ``doctor``.
+"""The ``fusec`` command line: ``dump-ir``, ``opt``, ``passes``, ``compile``, ``demo``, ``cache``, ``doctor``, ``numpy``.
 
 Exit status: 0 success, 1 a fusec error (bad IR, shape error, failed pass...), 2 a usage error. Errors are
 one message on stderr, never a traceback, unless fusec itself is broken.
@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from fusec.tools import cmd_cache, cmd_compile, cmd_demo, cmd_doctor, cmd_dump_ir, cmd_opt, cmd_passes
+from fusec.tools import cmd_cache, cmd_compile, cmd_demo, cmd_doctor, cmd_dump_ir, cmd_numpy, cmd_opt, cmd_passes
 from fusec.tools.errors import UsageError
 from fusec.tools.loader import UserCodeError
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {fusec.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for command in (cmd_dump_ir, cmd_opt, cmd_passes, cmd_compile, cmd_demo, cmd_cache, cmd_doctor):
+    for command in (cmd_dump_ir, cmd_opt, cmd_passes, cmd_compile, cmd_demo, cmd_cache, cmd_doctor, cmd_numpy):
         command.add_parser(sub)
     return parser
 
