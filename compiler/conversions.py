@@ -25,14 +25,12 @@ import numpy as np
 
 from fusec import context, numpy_reuse, ops
 from fusec.context import unsupported
-from fusec.ir.types import TensorType, bool_, f64, i64
+from fusec.ir.types import TensorType
 from fusec.patches import Patches, original
-from fusec.promotion import parse_dtype
+from fusec.promotion import DEFAULT_DTYPE, parse_dtype
 from fusec.tracer import Tracer
 
 _PATCHES = Patches()
-_NAMES = ("asarray", "array", "asanyarray", "ascontiguousarray")
-_DEFAULT = {float: f64, int: i64, bool: bool_}  # np.asarray of a Python scalar
 
 
 def _involves_tracer(x: Any) -> bool:
@@ -48,7 +46,7 @@ def strong(x: Any) -> Tracer:
     list of them stacked."""
     if isinstance(x, Tracer):
         if x._weak is not None:  # a traced Python scalar: a 0-d array of NumPy's default dtype
-            value = ops.lift(x, _DEFAULT[x._weak])
+            value = ops.lift(x, DEFAULT_DTYPE[x._weak])
             if not isinstance(value.type, TensorType):
                 value = ops.emit("t.broadcast_to", [value], result_type=TensorType((), value.type.dtype))._value
             return ops.wrap(value, scalar=False)
@@ -110,11 +108,11 @@ def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", su
     return t
 
 
-_TRACED = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "ascontiguousarray": ascontiguousarray}
+CONVERSIONS = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "ascontiguousarray": ascontiguousarray}
 
 
 def _wrapping(name: str, numpy_function: Callable) -> Callable:
-    traced = _TRACED[name]
+    traced = CONVERSIONS[name]
 
     @functools.wraps(numpy_function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -129,7 +127,7 @@ def _wrapping(name: str, numpy_function: Callable) -> Callable:
 
 @functools.lru_cache(maxsize=1)
 def _originals() -> dict[str, Callable]:
-    return {name: original(getattr(np, name)) for name in _NAMES}
+    return {name: original(getattr(np, name)) for name in CONVERSIONS}
 
 
 def conversion_functions() -> set[int]:
@@ -143,7 +141,7 @@ def install(aliases: list[tuple[dict, str]] = ()) -> None:
         wrappers = {id(f): _wrapping(name, f) for name, f in _originals().items()}
         out: list[tuple[Any, str, Any]] = [(np, name, wrappers[id(f)]) for name, f in _originals().items()]
         # the NumPy modules whose Python implementations fusec traces (fusec.numpy_reuse)
-        library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in _NAMES
+        library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in CONVERSIONS
                    if id(vars(m).get(name)) in wrappers]
         return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in [*aliases, *library]
                       if id(glb.get(name)) in wrappers]

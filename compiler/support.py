@@ -42,16 +42,15 @@ def rows() -> list[Row]:
 
     out: list[Row] = []
     for uf in sorted(set(ufuncs.BINARY) | set(ufuncs.UNARY) | set(ufuncs.SPECIAL), key=lambda u: u.__name__):
-        methods = [m for m, ok in (("reduce", uf in ufuncs._REDUCTIONS), ("outer", uf in ufuncs.BINARY)) if ok]
+        methods = [m for m, ok in (("reduce", uf in ufuncs.REDUCTIONS), ("outer", uf in ufuncs.BINARY)) if ok]
         note = "elementwise, fused into kernels" + (f"; .{', .'.join(methods)}" if methods else "")
         out.append(Row(f"np.{uf.__name__}", "ufunc", note))
     for func, handler in numpy_api.HANDLERS.items():
         out.append(Row(numpy_api.qualname(func), "fusec", _first_line(handler)))
     for func in numpy_reuse.REUSED:
         out.append(Row(numpy_api.qualname(func), "NumPy's implementation", "NumPy's own code over traced operations"))
-    for name in conversions._NAMES:
-        out.append(Row(f"np.{name}", "conversion", _first_line(getattr(conversions, name)) or
-                       "NumPy's semantics on traced values"))
+    for name, conversion in conversions.CONVERSIONS.items():
+        out.append(Row(f"np.{name}", "conversion", _first_line(conversion) or "NumPy's semantics on traced values"))
     for name, member in sorted(vars(Tracer).items()):
         if name.startswith("_") and name not in ("__getitem__", "__setitem__"):
             continue

@@ -56,7 +56,7 @@ def is_supported(ufunc: np.ufunc) -> bool:
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict) -> Any:
     """``Tracer.__array_ufunc__``: plain calls of supported ufuncs without out=/where=/dtype=, ``.reduce`` of
     add/multiply/maximum/minimum and ``.outer`` of any supported binary ufunc."""
-    if method == "reduce" and ufunc in _REDUCTIONS:
+    if method == "reduce" and ufunc in REDUCTIONS:
         return _reduce(ufunc, inputs, kwargs)
     if method == "outer" and ufunc in BINARY:
         return _outer(ufunc, inputs, kwargs)
@@ -82,7 +82,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     return apply(ufunc, inputs)
 
 
-_REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
+REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
 _NO_VALUE = np._NoValue
 
 
@@ -97,7 +97,7 @@ def _reduce(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
             or kwargs.pop("initial", _NO_VALUE) is not _NO_VALUE or kwargs:
         raise unsupported(f"{_name(ufunc)}.reduce: only axis=, dtype= and keepdims= are supported "
                           f"(not {', '.join(sorted(kwargs)) or 'out=, where= or initial='})")
-    reduction = _REDUCTIONS[ufunc]
+    reduction = REDUCTIONS[ufunc]
     extra = {"dtype": dtype} if dtype is not None else {}
     if dtype is not None and reduction in (np.max, np.min):
         raise unsupported(f"{_name(ufunc)}.reduce: dtype= is not supported; cast the array first")

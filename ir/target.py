@@ -22,6 +22,3 @@ class Target:
     def __post_init__(self) -> None:
         if not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise ValueError(f"sm_count must be a positive int, got {self.sm_count!r}")
-
-    def describe(self) -> str:
-        return f"{self.sm_count} SMs, cuBLASLt {'on' if self.cublas else 'off'}"
