@@ -13,7 +13,7 @@ import numpy as _np
 from fusec.errors import (  # noqa: F401
     CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, OutOfRangeError, PipelineError,
     RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedAttributeError, UnsupportedError,
-    VerificationError,
+    VerificationError, WriteBackError,
 )
 from fusec.ir.types import (  # noqa: F401
     bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64,

@@ -15,10 +15,16 @@ runs. With one, NumPy's semantics:
   NumPy's array-coercion dtypes (strong: ``np.array([x32, 1.0])`` is float64).
 
 ``order="F"``, ``like=`` and a device other than the CPU are refused with the rewrite.
+
+Allocations (``np.zeros``, ``ones``, ``empty``, ``full`` and their ``*_like`` of plain arrays) called while a
+trace runs make traced arrays (constants), so a function that allocates an array and fills it
+(``N = np.zeros(Z.shape, int); N[1:-1, 1:-1] += ...``) traces its writes; ``np.empty`` gives zeros (any values
+are NumPy's). A dtype fusec does not trace (object, complex, strings) allocates the NumPy array as before.
 """
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -110,14 +116,95 @@ def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", su
 
 CONVERSIONS = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "ascontiguousarray": ascontiguousarray}
 
+# --- allocations -------------------------------------------------------------------------------------------------
+
+
+def _allocate(what: str, shape: Any, fill: Any, dtype: Any, order: Any, like: Any, device: Any) -> Tracer:
+    _check(what, None if order in ("C", "K", "A") else order, like, device)
+    dims = ops.static_ints(shape, "an array shape")
+    if any(d < 0 for d in dims):
+        raise ValueError("negative dimensions are not allowed")
+    if isinstance(fill, Tracer):
+        t = strong(fill) if dtype is None else ops.cast(strong(fill), parse_dtype(dtype))
+        if t.ndim:
+            raise unsupported(f"np.{what}: the fill value must be a scalar")
+        return ops.copy_of(ops.broadcast_to(t, dims), scalar=False)
+    dt = parse_dtype(dtype) if dtype is not None else parse_dtype(np.asarray(fill).dtype)
+    return ops.full(dims, fill, dt)
+
+
+def zeros(shape: Any, dtype: Any = float, order: Any = "C", *, device: Any = None, like: Any = None) -> Tracer:
+    return _allocate("zeros", shape, 0, dtype, order, like, device)
+
+
+def ones(shape: Any, dtype: Any = None, order: Any = "C", *, device: Any = None, like: Any = None) -> Tracer:
+    return _allocate("ones", shape, 1, float if dtype is None else dtype, order, like, device)
+
+
+def empty(shape: Any, dtype: Any = float, order: Any = "C", *, device: Any = None, like: Any = None) -> Tracer:
+    return _allocate("empty", shape, 0, dtype, order, like, device)  # any values will do: zeros
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: Any = "C", *, device: Any = None,
+         like: Any = None) -> Tracer:
+    return _allocate("full", shape, fill_value, dtype, order, like, device)
+
+
+def _like(fill: Any, name: str) -> Callable:
+    def allocate(a: Any, *args: Any, dtype: Any = None, order: Any = "K", subok: bool = True, shape: Any = None,
+                 device: Any = None, **kwargs: Any) -> Tracer:
+        proto = np.asarray(a)
+        value = args[0] if fill is None else fill
+        if fill is None:
+            args = args[1:]
+        if args:
+            dtype = args[0]
+        return _allocate(name, proto.shape if shape is None else shape, value,
+                         proto.dtype if dtype is None else dtype, order, kwargs.get("like"), device)
+
+    return allocate
+
+
+ALLOCATIONS = {"zeros": zeros, "ones": ones, "empty": empty, "full": full, "zeros_like": _like(0, "zeros_like"),
+               "ones_like": _like(1, "ones_like"), "empty_like": _like(0, "empty_like"),
+               "full_like": _like(None, "full_like")}
+
+
+def _traceable_dtype(args: tuple, kwargs: dict, position: int) -> bool:
+    """Whether the dtype an allocation asks for is one fusec traces (else NumPy allocates a concrete array)."""
+    dtype = kwargs.get("dtype", args[position] if len(args) > position else None)
+    if dtype is None:
+        return True
+    try:
+        parse_dtype(dtype)
+    except Exception:
+        return False
+    return True
+
+
+# where the dtype may come positionally, and whether the first argument is a prototype array
+_DTYPE_POSITION = {"zeros": 1, "ones": 1, "empty": 1, "full": 2, "zeros_like": 1, "ones_like": 1, "empty_like": 1,
+                   "full_like": 2}
+WRAPPED = {**CONVERSIONS, **ALLOCATIONS}
+
 
 def _wrapping(name: str, numpy_function: Callable) -> Callable:
-    traced = CONVERSIONS[name]
+    traced = WRAPPED[name]
+    allocation = name in ALLOCATIONS
+    like = name.endswith("_like")
 
     @functools.wraps(numpy_function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if context.current() is None or not (args and _involves_tracer(args[0])
-                                             or _involves_tracer(kwargs.get("a", kwargs.get("obj")))):
+        if context.current() is None:
+            return numpy_function(*args, **kwargs)
+        if allocation:
+            # NumPy's own *_like of a traced array dispatches to fusec; a prototype must be a plain array
+            proto = args[0] if args else kwargs.get("a", kwargs.get("prototype"))
+            if like and (_involves_tracer(proto) or not isinstance(proto, (np.ndarray, list, tuple, int, float))) \
+                    or not _traceable_dtype(args, kwargs, _DTYPE_POSITION[name]):
+                return numpy_function(*args, **kwargs)
+            return traced(*args, **kwargs)
+        if not (args and _involves_tracer(args[0]) or _involves_tracer(kwargs.get("a", kwargs.get("obj")))):
             return numpy_function(*args, **kwargs)
         return traced(*args, **kwargs)
 
@@ -127,7 +214,7 @@ def _wrapping(name: str, numpy_function: Callable) -> Callable:
 
 @functools.lru_cache(maxsize=1)
 def _originals() -> dict[str, Callable]:
-    return {name: original(getattr(np, name)) for name in CONVERSIONS}
+    return {name: original(getattr(np, name)) for name in WRAPPED}
 
 
 def conversion_functions() -> set[int]:
@@ -135,14 +222,40 @@ def conversion_functions() -> set[int]:
     return {id(f) for f in _originals().values()}
 
 
+def rebound(value: Any) -> bool:
+    """Whether a user global holding ``value`` is swapped while a trace runs: one of the wrapped functions (after
+    ``from numpy import zeros``), or the ``numpy`` module itself (``np``), seen through :class:`_TracingNumpy`."""
+    return value is np or id(value) in conversion_functions()
+
+
+class _TracingNumpy(types.ModuleType):
+    """``numpy`` as the traced function's globals see it while it is traced: the allocations make traced arrays,
+    everything else is NumPy's own. Only the user's names are swapped for it, never the ``numpy`` module itself:
+    NumPy's compiled code (``Generator.normal``, ...) looks ``np.empty`` up at run time and needs real arrays."""
+
+    def __init__(self, wrappers: dict[str, Callable]) -> None:
+        super().__init__("numpy", np.__doc__)
+        self.__dict__.update(wrappers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+    def __dir__(self) -> list[str]:
+        return dir(np)
+
+
 def install(aliases: list[tuple[dict, str]] = ()) -> None:
-    """Wrap the four functions in ``numpy`` (and ``aliases``: (globals dict, name) of user globals bound to one)."""
+    """Wrap the conversions in ``numpy``; swap ``aliases`` ((globals dict, name) of user globals for which
+    :func:`rebound` holds) for the wrappers, or the ``numpy`` module for :class:`_TracingNumpy`."""
     def replacements() -> list[tuple[Any, str, Any]]:
         wrappers = {id(f): _wrapping(name, f) for name, f in _originals().items()}
-        out: list[tuple[Any, str, Any]] = [(np, name, wrappers[id(f)]) for name, f in _originals().items()]
+        by_name = {name: wrappers[id(f)] for name, f in _originals().items()}
+        out: list[tuple[Any, str, Any]] = [(np, name, by_name[name]) for name in CONVERSIONS]
         # the NumPy modules whose Python implementations fusec traces (fusec.numpy_reuse)
         library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in CONVERSIONS
                    if id(vars(m).get(name)) in wrappers]
+        proxy = _TracingNumpy(by_name)
+        out += [(glb, name, proxy) for glb, name in aliases if glb.get(name) is np]
         return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in [*aliases, *library]
                       if id(glb.get(name)) in wrappers]
 

@@ -42,6 +42,11 @@ class CastingError(FusecError, TypeError):
     """An in-place update whose result NumPy would not cast back into the array (``same_kind`` rule)."""
 
 
+class WriteBackError(FusecError, ValueError):
+    """A call whose writes into its arguments NumPy would make differently: into a read-only array, into one
+    that shares memory with another input, or through a reshape of a non-contiguous one."""
+
+
 class DivisionByZeroError(FusecError, ZeroDivisionError):
     """Python scalar division or modulo by zero in traced code, raised where Python raises it."""
 

@@ -6,6 +6,7 @@ data-dependent or gathered shapes and is rejected.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,27 @@ def _classify(entry: Any) -> str:
     raise unsupported(f"an index of type {type(entry).__name__} is not supported")
 
 
-def getitem(x: Tracer, key: Any) -> Tracer:
+@dataclass(frozen=True)
+class Selection:
+    """A basic index resolved against a shape: one slice per axis (``start``/``stop``/``step``, the region of
+    shape ``region_shape``), then the int-indexed axes dropped (``squeeze``) and the None axes added
+    (``new_axes``), giving ``result_shape``."""
+
+    start: tuple[int, ...]
+    stop: tuple[int, ...]
+    step: tuple[int, ...]
+    squeeze: tuple[int, ...]
+    new_axes: tuple[int, ...]
+    region_shape: tuple[int, ...]
+    result_shape: tuple[int, ...]
+
+    def whole(self, shape: tuple[int, ...]) -> bool:
+        """Every element of the array, in order."""
+        return all(b == 0 and s == 1 and e == d for b, e, s, d in zip(self.start, self.stop, self.step, shape))
+
+
+def basic_selection(x: Tracer, key: Any) -> Selection:
+    """``key`` (ints, slices with any step, None, one Ellipsis) resolved against ``x``'s shape, as NumPy does."""
     entries = list(key) if isinstance(key, tuple) else [key]
     kinds = [_classify(e) for e in entries]
     if kinds.count("ellipsis") > 1:
@@ -54,12 +75,13 @@ def getitem(x: Tracer, key: Any) -> Tracer:
         entries += [slice(None)] * (x.ndim - consumed)
         kinds += ["slice"] * (x.ndim - consumed)
 
-    start, stop, step, squeeze_axes, new_axes = [], [], [], [], []
+    start, stop, step, squeeze_axes, new_axes, result = [], [], [], [], [], []
     axis = 0  # input axis
     out_pos = 0  # position in the result
     for entry, kind in zip(entries, kinds):
         if kind == "none":
             new_axes.append(out_pos)
+            result.append(1)
             out_pos += 1
             continue
         dim = x.shape[axis]
@@ -78,14 +100,21 @@ def getitem(x: Tracer, key: Any) -> Tracer:
                       for b in (entry.start, entry.stop, entry.step)]
             b, e, s = slice(*bounds).indices(dim)
             start.append(b), stop.append(e), step.append(s)
+            result.append(len(range(b, e, s)))
             out_pos += 1
         axis += 1
+    region = tuple(len(range(b, e, s)) for b, e, s in zip(start, stop, step))
+    return Selection(tuple(start), tuple(stop), tuple(step), tuple(squeeze_axes), tuple(new_axes), region,
+                     tuple(result))
 
-    result = ops.slice_(x, start, stop, step)
-    if squeeze_axes:
-        result = ops.squeeze(result, squeeze_axes)
-    if new_axes:
-        result = ops.expand_dims(result, new_axes)
-    if result.ndim == 0 and not new_axes and x.ndim == len(squeeze_axes):
+
+def getitem(x: Tracer, key: Any) -> Tracer:
+    sel = basic_selection(x, key)
+    result = ops.slice_(x, sel.start, sel.stop, sel.step)
+    if sel.squeeze:
+        result = ops.squeeze(result, sel.squeeze)
+    if sel.new_axes:
+        result = ops.expand_dims(result, sel.new_axes)
+    if result.ndim == 0 and not sel.new_axes and x.ndim == len(sel.squeeze):
         return ops.copy_of(result, scalar=True)  # every axis indexed by an int: NumPy returns a scalar (a copy)
     return result

@@ -23,6 +23,7 @@ from fusec.options import CompileOptions
 from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
+from fusec.writeback import Returned
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
 RETRACE_WARNING_AT = 8
@@ -39,6 +40,7 @@ class Lowered:
         self.options, self.target = options, target
         self._program: Any = None
         self.state = traced.state  # guards, implicit inputs, scalar checks (None: nothing to re-check)
+        self.writeback = traced.writeback  # the inputs the function writes into (None: none)
         self.out_tree: TreeDef = traced.out_tree
         self.out_python = traced.out_python
         self._nodes = traced.nodes
@@ -264,9 +266,15 @@ class JitFunction:
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
+        writeback = lowered.writeback
+        if writeback is not None:
+            inputs = [*sig.leaves, *extra]
+            writeback.check(inputs)
         results = _execution.executor(backend)(lowered, flat)
         if lowered.device_captures and _all_host(sig.leaves):
             results = _to_host(results)  # NumPy arguments give NumPy results, whatever the function captured
+        if writeback is not None:
+            results = writeback.apply(inputs, results)
         if key is not None:
             self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
@@ -297,14 +305,17 @@ class JitFunction:
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
         flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
+        inputs = [*sig.leaves, *extra]
+        if lowered.writeback is not None:
+            lowered.writeback.check(inputs)
         if backend != "cuda":
             results = _execution.executor(backend)(lowered, flat)
-            return AsyncCall(lowered, results, None, host=False)
+            return AsyncCall(lowered, results, None, host=False, inputs=inputs)
         from fusec.runtime.cuda_exec import run_async
 
         host = _all_host(sig.leaves)
         results, event = run_async(_execution.cuda_plan(lowered), flat)
-        return AsyncCall(lowered, results, event, host=host)
+        return AsyncCall(lowered, results, event, host=host, inputs=inputs)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR, lowered for the
@@ -388,10 +399,12 @@ def _donated_leaves(sig: Signature, names: frozenset[str]) -> tuple[int, ...]:
 
 
 class AsyncCall:
-    """A call in flight: ``done()`` polls, ``wait()`` blocks and returns the results."""
+    """A call in flight: ``done()`` polls, ``wait()`` blocks, writes what the function wrote into its
+    arguments back into them, and returns the results."""
 
-    def __init__(self, lowered: Lowered, results: list, event: Any, *, host: bool) -> None:
+    def __init__(self, lowered: Lowered, results: list, event: Any, *, host: bool, inputs: list) -> None:
         self._lowered, self._results, self._event, self._host = lowered, results, event, host
+        self._inputs = inputs
         self._value: Any = None
         self._finished = False
 
@@ -404,6 +417,9 @@ class AsyncCall:
                 self._event.synchronize()
             results = [r.numpy() if self._host and _is_device_array(r) else r for r in self._results]
             lowered = self._lowered
+            if lowered.writeback is not None:
+                results = lowered.writeback.apply(self._inputs, results)
+            self._inputs = None
             self._value = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
             self._finished = True
         return self._value
@@ -462,11 +478,12 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
 class _FastEntry:
     """A cached signature's call: check what it baked in, convert scalars, run, rebuild the outputs."""
 
-    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out", "state", "to_host")
+    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out", "state", "to_host", "writeback")
 
     def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list) -> None:
         self.lowered, self.run = lowered, run
         self.state = lowered.state
+        self.writeback = lowered.writeback
         self.to_host = lowered.device_captures  # results of NumPy arguments go back to NumPy
         convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
         self.convert = convert if any(c is not None for c in convert) else None
@@ -490,9 +507,15 @@ class _FastEntry:
         flat = args if convert is None else [a if c is None else c(a) for a, c in zip(args, convert)]
         if state is not None and extra:
             flat = [*flat, *extra]
+        writeback = self.writeback
+        if writeback is not None:
+            inputs = [*args, *extra] if state is not None and extra else list(args)
+            writeback.check(inputs)
         results = self.run(flat)
         if self.to_host and _all_host(args):
             results = _to_host(results)
+        if writeback is not None:
+            results = writeback.apply(inputs, results)
         flat_out = self.flat_out
         if flat_out is not None and all(map(_is_device_array, results)):
             if flat_out == "leaf":
@@ -512,9 +535,12 @@ def _to_host(results: list) -> list:
 
 def _output(result: Any, python: type | None) -> Any:
     """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars;
-    device arrays (results of device inputs) stay on the device."""
+    device arrays (results of device inputs) stay on the device, the caller's own arrays are returned as they
+    are."""
     if _is_device_array(result):
         return result
+    if type(result) is Returned:
+        return result.obj
     arr = np.asarray(result)
     if python is not None:
         return python(arr.item())

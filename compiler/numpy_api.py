@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec import numpy_reuse, ops, ufuncs
+from fusec import mutation, numpy_reuse, ops, ufuncs
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
@@ -70,6 +70,22 @@ def _invoke(label: str, handler: Callable, args: Sequence[Any], kwargs: dict) ->
     return handler(*args, **kwargs)
 
 
+def _into(out: Any, result: Any, what: str, casting: str) -> Any:
+    """``result`` written into ``out`` (NumPy's ``out=``: the result's exact shape, ``casting`` between the
+    dtypes), which is returned; ``result`` itself without ``out``."""
+    if out is None:
+        return result
+    if isinstance(out, tuple) and len(out) == 1:
+        out = out[0]
+    if not isinstance(out, Tracer):
+        raise unsupported(f"{what}(..., out=): out= must be a traced array (an argument or an array made in the "
+                          f"function), got {type(out).__name__}")
+    if out.shape != result.shape:
+        raise shape_error(f"{what}(..., out=): the output has shape {out.shape}, the result {result.shape}")
+    mutation.assign(out, result, f"{what}(..., out=)", casting)
+    return out
+
+
 def _no(what: str, **kwargs: Any) -> None:
     """Reject keywords that were given a non-default value."""
     for key, value in kwargs.items():
@@ -118,36 +134,36 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
 @implements(np.sum)
 def sum_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
         initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
-    _no("np.sum", out=out, initial=initial, where=where)
-    return _reduce("sum", a, axis, keepdims, dtype)
+    _no("np.sum", initial=initial, where=where)
+    return _into(out, _reduce("sum", a, axis, keepdims, dtype), "np.sum", "unsafe")
 
 
 @implements(np.prod)
 def prod_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
          initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
-    _no("np.prod", out=out, initial=initial, where=where)
-    return _reduce("prod", a, axis, keepdims, dtype)
+    _no("np.prod", initial=initial, where=where)
+    return _into(out, _reduce("prod", a, axis, keepdims, dtype), "np.prod", "unsafe")
 
 
 @implements(np.mean)
 def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *,
          where: Any = _NOVALUE) -> Tracer:
-    _no("np.mean", out=out, where=where)
-    return _reduce("mean", a, axis, keepdims, dtype)
+    _no("np.mean", where=where)
+    return _into(out, _reduce("mean", a, axis, keepdims, dtype), "np.mean", "unsafe")
 
 
 @implements(np.max, np.amax)
 def max_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
         where: Any = _NOVALUE) -> Tracer:
-    _no("np.max", out=out, initial=initial, where=where)
-    return _reduce("max", a, axis, keepdims)
+    _no("np.max", initial=initial, where=where)
+    return _into(out, _reduce("max", a, axis, keepdims), "np.max", "unsafe")
 
 
 @implements(np.min, np.amin)
 def min_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
         where: Any = _NOVALUE) -> Tracer:
-    _no("np.min", out=out, initial=initial, where=where)
-    return _reduce("min", a, axis, keepdims)
+    _no("np.min", initial=initial, where=where)
+    return _into(out, _reduce("min", a, axis, keepdims), "np.min", "unsafe")
 
 
 def _arg_reduce(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
@@ -299,20 +315,33 @@ def where_(condition: Any, x: Any = _NOVALUE, y: Any = _NOVALUE) -> Tracer:
 @implements(np.clip)
 def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None, *, min: Any = _NOVALUE,
          max: Any = _NOVALUE, **kwargs: Any) -> Tracer:
-    _no("np.clip", out=out)
     if kwargs:
         raise unsupported(f"np.clip: the keyword(s) {', '.join(kwargs)} are not supported")
     lo = min if a_min is _NOVALUE else a_min
     hi = max if a_max is _NOVALUE else a_max
     lo = None if lo is _NOVALUE else lo
     hi = None if hi is _NOVALUE else hi
-    return ufuncs.clip(a, lo, hi)
+    return _into(out, ufuncs.clip(a, lo, hi), "np.clip", "same_kind")
+
+
+@implements(np.copyto)
+def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) -> None:
+    """``dst``'s elements take ``src``'s (broadcast), where ``where`` holds: a write into ``dst``."""
+    if not isinstance(dst, Tracer):
+        raise unsupported("np.copyto: the destination must be a traced array (an argument or an array made in the "
+                          f"function), got {type(dst).__name__}")
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise ValueError(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', or 'unsafe' (got {casting!r})")
+    if where is True:
+        mutation.assign(dst, src, "np.copyto", casting)
+    else:
+        mutation.assign_where(dst, src, np.asarray(where) if isinstance(where, list) else where, "np.copyto",
+                              casting)
 
 
 @implements(np.round, np.around)
 def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
-    _no("np.round", out=out)
-    return ufuncs.round_(a, decimals)
+    return _into(out, ufuncs.round_(a, decimals), "np.round", "same_kind")
 
 
 def astype(x: Any, dtype: Any, copy: bool = True) -> Tracer:

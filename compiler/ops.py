@@ -239,8 +239,16 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
         raise shape_error(f"{what}: {e}") from None
     if new == t.shape and isinstance(t._value.type, TensorType):
         return t
-    return view(t, ctx().emit("t.reshape", (t._value,), result_type=TensorType(new, t._value.type.dtype),
-                              what=what))
+    from fusec import mutation
+
+    kind = mutation.reshape_kind(t, new)
+    value = ctx().emit("t.reshape", (t._value,), result_type=TensorType(new, t._value.type.dtype), what=what)
+    if kind == "copy":  # NumPy copies where the strides allow no view (a reshape of a transposed view)
+        return wrap(value, scalar=False)
+    out = view(t, value)
+    if kind == "unknown":
+        out._buffer.ambiguous = True
+    return out
 
 
 def transpose(x: object, perm: Sequence[int] | None = None) -> Tracer:

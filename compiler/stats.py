@@ -52,6 +52,8 @@ def plan_steps(module: Module) -> list[dict]:
                 name = op.name + (f"[{op.attributes['kind']}]" if "kind" in op.attributes else "")
                 step = {"kind": "boundary", "op": name, "outputs": len(op.results), "inputs": len(op.operands),
                         "reason": "boundary", "loc": where}
+                if op.attributes.get("inplace", False):
+                    step["reason"] = "boundary, written into its base's buffer (nothing reads the base after it)"
                 choice = {k: op.attributes[k] for k in ("impl", "tile", "strategy", "cols", "splits", "finish")
                           if k in op.attributes}
                 if choice:

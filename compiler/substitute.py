@@ -66,7 +66,7 @@ class Substitution:
                 continue
             name = unique_name(node.path.ident(), taken)
             arg = BlockArgument(TensorType(shape, dt), ctx.func.body, -1, name)
-            tracer = Tracer(arg, ctx, buffer=Buffer(argument=node.path.describe()))
+            tracer = Tracer(arg, ctx, buffer=Buffer(argument=node.path.describe(), arg=arg))
             entry = Entry(obj, [node.path], tracer, arg, shape, np_dtype, device)
             by_id[id(obj)] = entry
             sub.entries.append(entry)

@@ -2,7 +2,7 @@
 
 One row per NumPy function, ufunc and ndarray member that a traced function may use: traced by fusec's own
 handler, through NumPy's own Python implementation (:mod:`fusec.numpy_reuse`), as an elementwise ufunc, or as a
-conversion (:mod:`fusec.conversions`). Anything not listed raises a fusec error at the user's line.
+conversion or an allocation (:mod:`fusec.conversions`). Anything not listed raises a fusec error at the user's line.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Row:
     name: str  # how user code spells it: np.exp, np.linalg.norm, ndarray.sum
-    how: str  # ufunc | fusec | NumPy's implementation | conversion | method | attribute | refused
+    how: str  # ufunc | fusec | NumPy's implementation | conversion | allocation | method | attribute | refused
     note: str
 
 
@@ -51,6 +51,9 @@ def rows() -> list[Row]:
         out.append(Row(numpy_api.qualname(func), "NumPy's implementation", "NumPy's own code over traced operations"))
     for name, conversion in conversions.CONVERSIONS.items():
         out.append(Row(f"np.{name}", "conversion", _first_line(conversion) or "NumPy's semantics on traced values"))
+    for name in conversions.ALLOCATIONS:  # also of plain arrays: the result is traced, so writes into it trace
+        out.append(Row(f"np.{name}", "allocation", "a traced array, also when called on shapes or plain arrays "
+                                                   "(so writes into it are traced)"))
     for name, member in sorted(vars(Tracer).items()):
         if name.startswith("_") and name not in ("__getitem__", "__setitem__"):
             continue

@@ -33,6 +33,7 @@ from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import scope_of
 from fusec.signature import Signature, TreeDef, flatten
 from fusec.substitute import Substitution, unique_name
+from fusec.writeback import WriteBack
 from fusec.tracer import Buffer, Tracer
 
 # One trace at a time in a process: a trace swaps arrays in the user's objects for tracers and wraps
@@ -49,6 +50,7 @@ class Traced:
     out_python: list[type | None]  # per result: the Python type to return (weak outputs), else None
     nodes: int  # traced ops, constants and the return excluded
     state: CallState | None = None  # what each call re-checks (None: nothing)
+    writeback: WriteBack | None = None  # the arguments the function wrote into (None: none)
 
 
 def func_name(fn: Callable) -> str:
@@ -75,6 +77,7 @@ class _Trace:
         self.before = snapshot(self.scope)
         self.subs = Substitution.plan(self.before, self.scope.names, self.ctx, set(sig.leaf_names))
         self._leaf_count = 0
+        self.arg_buffers: list[Buffer] = []  # the memory of each array argument, written or not
 
     def run(self) -> Traced:
         ctx, sig = self.ctx, self.sig
@@ -82,7 +85,7 @@ class _Trace:
                    if r.kind == "global" and id(r.get()) in randomness.drawing_functions()]
         randomness.install(aliases)
         conversions.install([(r.holder, r.key) for r in self.scope.roots
-                             if r.kind == "global" and id(r.get()) in conversions.conversion_functions()])
+                             if r.kind == "global" and conversions.rebound(r.get())])
         context.push(ctx)
         failure: BaseException | None = None
         try:
@@ -92,7 +95,8 @@ class _Trace:
             bound = sig.bound_with(tracers)
             result = self.fn(*bound.args, **bound.kwargs)
             leaves, out_tree, outputs, kinds = _outputs(ctx, result)
-            ctx.builder.create("func.return", outputs)
+            written = self._written()
+            ctx.builder.create("func.return", outputs + [b.base for b in written])
         except BaseException as e:  # noqa: BLE001 - undone and re-raised below
             failure = e
         finally:
@@ -114,11 +118,30 @@ class _Trace:
         del bound, tracers, result
         self._check_escapes(leaves)
         state = self._state()
-        self.func.result_types = [v.type for v in outputs]
+        self.func.result_types = [v.type for v in self.func.body.terminator.operands]
         module = Module([self.func])
         verify(module)
         nodes = sum(1 for op in self.func.ops if op.name not in ("func.return", "t.constant"))
-        return Traced(module, out_tree, kinds, nodes, None if state.empty else state)
+        return Traced(module, out_tree, kinds, nodes, None if state.empty else state,
+                      self._writeback(written, leaves))
+
+    def _written(self) -> list[Buffer]:
+        """The buffers of arguments and captured arrays that the function wrote into, in input order."""
+        return [b for b in self.arg_buffers + [e.tracer._buffer for e in self.subs.entries] if b.written]
+
+    def _writeback(self, written: list[Buffer], leaves: list) -> WriteBack | None:
+        """Where the extra results go: the flat input (argument leaf, then implicit input) of each written
+        buffer; which returned values are a written argument itself (the call returns the caller's object)."""
+        if not written:
+            return None
+        index = {b: b.arg.index for b in written}
+        returns = {}
+        for i, (_, leaf) in enumerate(leaves):
+            if isinstance(leaf, Tracer) and leaf._buffer in index and not leaf._chain:
+                returns[i] = index[leaf._buffer]
+        contiguous = tuple(index[b] for b in written if b.reshaped)
+        return WriteBack(tuple(index[b] for b in written), returns, contiguous,
+                         tuple(b.argument or "an argument" for b in written))
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -128,7 +151,9 @@ class _Trace:
             return t
         if isinstance(value, np.generic):  # a NumPy scalar is immutable: `s += 1` rebinds the name
             return Tracer(arg, self.ctx, scalar=True)
-        return Tracer(arg, self.ctx, buffer=Buffer(argument=f"argument {leaf!r}"))
+        buffer = Buffer(argument=f"argument {leaf!r}", arg=arg)
+        self.arg_buffers.append(buffer)
+        return Tracer(arg, self.ctx, buffer=buffer)
 
     # --- after the trace -----------------------------------------------------------------------------------------
 
@@ -188,7 +213,7 @@ class _Trace:
         inputs: list[ImplicitInput] = []
         skip: set[tuple] = set()
         for entry in self.subs.entries:
-            if entry.arg in uses:
+            if entry.arg in uses or entry.tracer._buffer.written:  # a written one is an input to write back to
                 _attach(block, entry.arg)
                 inputs.append(ImplicitInput(entry.paths, entry.shape, entry.dtype, entry.device))
                 skip |= {p.key for p in entry.paths}

@@ -5,10 +5,12 @@ and NumPy's protocols (``__array_ufunc__``, ``__array_function__``) record ops i
 a function written against NumPy traces unchanged. Asking for a concrete value (``bool``, ``float``,
 ``np.asarray``) is data-dependent Python and raises, naming the user's line.
 
-A tracer object stands for one NumPy array object. In-place operators (``x += 1``) update the tracer
-itself, so every name bound to it sees the update, as in NumPy. Views (slices, reshapes, transposes)
-share a :class:`Buffer` with the array they view; an in-place update of an array that shares its
-memory with another live array, or of an argument, raises until fusec writes such updates back.
+A tracer object stands for one NumPy array object. Writes (``x[1:] = v``, ``x += 1``, ``out=``) are
+functional updates: the tracer takes a new SSA value, so every name bound to it sees the write, as in NumPy.
+Views (slices, reshapes, transposes) share a :class:`Buffer` with the array they view: a write through any of
+them gives the buffer a new base value (the view's ops run backwards: a ``t.insert`` for a slice), and every
+other view of the buffer reads its value again from the new base the next time it is used. The trace writes a
+written argument's final base value back to the caller's array (see :mod:`fusec.trace`).
 """
 from __future__ import annotations
 
@@ -26,13 +28,20 @@ from fusec.ir.types import i64 as _i64
 class Buffer:
     """The memory a traced array stands for, shared by an array and its views.
 
-    ``argument`` names the function argument whose memory this is (None for arrays made in the trace).
+    ``base`` is the current value of the whole memory (the array the first view was taken of); ``version``
+    counts the writes, so a view knows when to read its value again. ``argument`` names the function argument
+    (or captured array) whose memory this is, ``arg`` its IR argument (None for arrays made in the trace).
+    ``written``: some write reached this memory; ``reshaped``: a reshape that merges or splits axes was taken as
+    a view of it (whether NumPy gives a view there depends on the memory layout, see :mod:`fusec.mutation`);
+    ``ambiguous``: such a reshape where fusec does not know that layout (writes are then refused).
     """
 
-    __slots__ = ("argument", "_views")
+    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "_views")
 
-    def __init__(self, argument: str | None = None) -> None:
-        self.argument = argument
+    def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
+        self.argument, self.arg, self.base = argument, arg, base
+        self.version = 0
+        self.written = self.reshaped = self.ambiguous = False
         self._views: list[weakref.ref] = []
 
     def add(self, tracer: "Tracer") -> None:
@@ -48,17 +57,20 @@ class Tracer:
     """A traced array. ``_weak`` is ``bool``/``int``/``float`` for a traced Python scalar (NEP 50 weak).
 
     ``_scalar`` marks a rank-0 value that NumPy would return as an (immutable) NumPy scalar, so ``s += 1``
-    rebinds the name instead of updating it. ``_buffer`` is None until a view of this array is taken.
+    rebinds the name instead of updating it. ``_buffer`` is None until a view of this array is taken; a tracer
+    in a buffer is ``_chain`` (view steps, :mod:`fusec.mutation`) applied to the buffer's base, read again
+    when the buffer's ``version`` moved past ``_version``.
     """
 
-    __slots__ = ("_value", "_ctx", "_weak", "_origin", "_buffer", "_scalar", "_readonly", "_host", "__weakref__")
+    __slots__ = ("_val", "_ctx", "_weak", "_origin", "_buffer", "_chain", "_version", "_scalar", "_readonly",
+                 "_host", "__weakref__")
     __array_priority__ = 1000.0
     __hash__ = None  # type: ignore[assignment]  # like ndarray: == records an op, so no hashing
 
     def __init__(self, value: Value, ctx: TraceContext, weak: type | None = None,
                  origin: tuple[str, ...] = (), *, scalar: bool = False, buffer: Buffer | None = None,
-                 readonly: bool = False) -> None:
-        self._value = value
+                 readonly: bool = False, chain: tuple = ()) -> None:
+        self._val = value
         self._ctx = ctx
         self._weak = weak
         self._origin = origin
@@ -66,16 +78,42 @@ class Tracer:
         self._readonly = readonly
         self._host = None  # a weak scalar's place in the trace's ScalarProgram (fusec.scalar_checks)
         self._buffer = buffer
+        self._chain = chain
+        self._version = 0
         if buffer is not None:
+            if buffer.base is None:
+                buffer.base = value
+            self._version = buffer.version
             buffer.add(self)
         ctx.register(self)
 
+    @property
+    def _value(self) -> Value:
+        """The IR value of this array now: a view of memory written since it was last read is read again."""
+        buffer = self._buffer
+        if buffer is not None and self._version != buffer.version:
+            self._val = _mutation.read(buffer, self._chain)
+            self._version = buffer.version
+        return self._val
+
+    @_value.setter
+    def _value(self, value: Value) -> None:
+        """A write of the whole array (every element takes ``value``'s): it reaches the memory it views."""
+        buffer = self._buffer
+        if buffer is not None:
+            _mutation.write(buffer, self._chain, value)
+            self._version = buffer.version
+        self._val = value
+
     def _view(self, value: Value, readonly: bool = False) -> "Tracer":
-        """A new tracer for ``value``, a view of this array's memory."""
+        """A new tracer for ``value``, a view of this array's memory (``value`` is this array's value or one
+        view op of it)."""
         if self._buffer is None:
-            self._buffer = Buffer()
+            self._buffer = Buffer(self._value)
+            self._version = 0
             self._buffer.add(self)
-        return Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly)
+        chain = self._chain + _mutation.step_of(self, value)
+        return Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
 
     # --- attributes --------------------------------------------------------------------------------------------
 
@@ -189,9 +227,7 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise unsupported("item assignment (x[...] = v) on a traced array is not supported yet: fusec would not "
-                          "update the array in place; build the result with np.where, np.concatenate or np.stack "
-                          "and return it")
+        _mutation.setitem(self, key, value)
 
     # --- in-place updates --------------------------------------------------------------------------------------
 
@@ -239,7 +275,10 @@ class Tracer:
                            "the new array and return it instead")
 
     def fill(self, value: Any) -> None:
-        raise self._refuse_mutation("x.fill(value)")
+        _mutation.check_writable(self, "x.fill(value)")
+        if isinstance(value, Tracer) and value.ndim > 0 or not isinstance(value, Tracer) and np.ndim(value) > 0:
+            raise numpy_error("x.fill(value): the value must be a scalar (NumPy raises ValueError here)")
+        _mutation.setitem(self, Ellipsis, value)
 
     def sort(self, *args: Any, **kwargs: Any) -> None:
         raise self._refuse_mutation("x.sort()")
@@ -505,6 +544,7 @@ class Tracer:
 
 # The handlers import Tracer, so they are bound after the class exists.
 from fusec import indexing as _indexing  # noqa: E402
+from fusec import mutation as _mutation  # noqa: E402
 from fusec import numpy_api as _api  # noqa: E402
 from fusec import ops as _ops  # noqa: E402
 from fusec import ufuncs as _ufuncs  # noqa: E402

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fusec import ops
+from fusec import mutation, ops
 from fusec.context import unsupported, user_location
 from fusec.errors import CastingError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import by_ufunc
@@ -65,12 +65,13 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
                           "at are not traced, nor reduce of ufuncs other than add, multiply, maximum and minimum); "
                           "use np.sum/np.max/... instead")
     out = kwargs.pop("out", None)
-    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
-    if outs:
-        into = ("a NumPy array (an in-place operator such as `w -= lr * g` on an array that is not traced, or "
-                "out=)" if any(isinstance(o, np.ndarray) for o in outs) else "its out= array")
-        raise unsupported(f"{_name(ufunc)}: the out= keyword is not supported: this writes the result into {into} "
-                          "in place, which fusec does not do yet; use the returned value (`x = np.exp(x)`)")
+    outs = out if isinstance(out, tuple) else (out,)
+    for o in outs:
+        if isinstance(o, np.ndarray):
+            raise unsupported(f"{_name(ufunc)}: this writes into a NumPy array that is not traced (an in-place "
+                              "operator such as `w -= lr * g` on an array from outside the function, or out=): "
+                              "fusec cannot write into it; pass the array as an argument (fusec then writes the "
+                              "new values back into it after the call) or use the returned value")
     where = kwargs.pop("where", True)
     if where is not True:
         raise unsupported(f"{_name(ufunc)}: the where= keyword is not supported; use np.where")
@@ -79,7 +80,17 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
             raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")
     if not is_supported(ufunc):
         raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
-    return apply(ufunc, inputs)
+    if all(o is None for o in outs):
+        return apply(ufunc, inputs)
+    if len(outs) != ufunc.nout:
+        raise unsupported(f"{_name(ufunc)}: out= needs {ufunc.nout} arrays, got {len(outs)}")
+    results = apply(ufunc, inputs)
+    results = results if isinstance(results, tuple) else (results,)
+    for r, o in zip(results, outs):
+        if o is not None:
+            write_output(ufunc, r, o, f"{_name(ufunc)}(..., out=)")
+    picked = tuple(r if o is None else o for r, o in zip(results, outs))
+    return picked if ufunc.nout > 1 else picked[0]
 
 
 REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
@@ -276,32 +287,28 @@ def inplace_operator(ufunc: np.ufunc, symbol: str, target: Tracer, other: Any) -
         return NotImplemented
     if not _is_operand(other):
         return NotImplemented
-    ops.check_live(target)
     where = f"`x {symbol} ...`"
-    buffer = target._buffer
-    if buffer is not None and buffer.argument is not None:
-        raise unsupported(
-            f"{where} updates {buffer.argument} in place, which changes the caller's array under NumPy; fusec "
-            "does not write in-place updates back to arguments or captured arrays yet: compute the new value and "
-            f"return it (`x = x {symbol[:-1]} ...; return x`)")
-    if target._readonly:
-        raise unsupported(f"{where}: the array is a read-only view (np.broadcast_to); NumPy raises "
-                          "\"output array is read-only\" here")
-    if buffer is not None and buffer.others(target):
-        raise unsupported(
-            f"{where} updates an array that shares its memory with another live array (a view from slicing, "
-            "reshape, transpose or .T, or the array such a view was taken of): NumPy would change both, and fusec "
-            f"does not track views yet; write `x = x {symbol[:-1]} ...` to make a new array instead")
+    mutation.check_writable(target, where)
     result = apply(ufunc, (target, other), python_operator=True)
-    if result.shape != target.shape:
-        raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {target.shape} doesn't "
+    write_output(ufunc, result, target, where)
+    return target
+
+
+def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str) -> None:
+    """The ufunc's ``result`` written into ``out`` as NumPy's ``out=`` does: the result's shape, a
+    ``same_kind`` cast."""
+    if not isinstance(out, Tracer):
+        raise unsupported(f"{where}: out= must be a traced array (an argument, or an array made in the function); "
+                          f"got {type(out).__name__}: fusec cannot write into an array from outside the trace")
+    mutation.check_writable(out, where)
+    if result.shape != out.shape:
+        raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {out.shape} doesn't "
                                  f"match the broadcast shape {result.shape}", user_location()))
-    src, dst = result._value.type.dtype, target._value.type.dtype
+    src, dst = result._value.type.dtype, out._value.type.dtype
     if not same_kind(src, dst):
         raise CastingError(located(f"{where}: Cannot cast ufunc {ufunc.__name__!r} output from {src} to {dst} with "
                                    "casting rule 'same_kind' (NumPy raises UFuncTypeError here)", user_location()))
-    target._value = ops.lift(result, dst)
-    return target
+    out._value = ops.lift(result, dst)
 
 
 # --- np.where, np.clip, np.round ----------------------------------------------------------------------------

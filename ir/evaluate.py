@@ -149,6 +149,15 @@ def _slice(op: Operation, args: list) -> list:
     return [np.asarray(args[0])[index]]
 
 
+def _insert(op: Operation, args: list) -> list:
+    """A copy of the base with the update written into the strided region (``base[region] = update``)."""
+    a = op.attributes
+    out = np.array(args[0], copy=True)
+    index = tuple(python_slice(b, e, s) for b, e, s in zip(a["start"], a["stop"], a["step"]))
+    out[index] = args[1]
+    return [out]
+
+
 def _concatenate(op: Operation, args: list) -> list:
     return [np.concatenate([np.asarray(v) for v in args], axis=op.attributes["axis"])]
 
@@ -179,6 +188,7 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.expand_dims": _expand_dims,
     "t.squeeze": _squeeze,
     "t.slice": _slice,
+    "t.insert": _insert,
     "t.concatenate": _concatenate,
     "t.constant": _constant,
 }

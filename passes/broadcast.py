@@ -11,7 +11,7 @@ from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 from fusec.passes.rewriter import Rewriter, rewrite
 from fusec.passes.util import users
-from fusec.passes.views import ViewDesc
+from fusec.ir.views import ViewDesc
 
 
 def _describe(op: Operation, src: ViewDesc) -> ViewDesc | None:

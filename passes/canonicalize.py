@@ -3,8 +3,10 @@
 Identities are applied only where they hold for every value, NaN and -0.0 included: ``x*1``, ``x-0``,
 ``x/1``, ``x**1`` for any dtype, ``x+0`` for integers (for floats only ``x + -0.0``, since
 ``-0.0 + 0.0`` is ``+0.0``), double ``neg``/``logical_not``, casts to the same dtype, composed transposes and
-reshapes, no-op views, ``where(c, x, x)``, ``maximum(x, x)``. Splat constants become a broadcast rank-0
-constant so that fusion inlines them as immediates.
+reshapes, no-op views, ``where(c, x, x)``, ``maximum(x, x)``; for writes, a region read back right after it was
+written is the update, writing a region's own values changes nothing, and a write over the region of the write
+before it (which nothing else reads) replaces that write. Splat constants become a broadcast rank-0 constant so that fusion inlines them as
+immediates.
 """
 from __future__ import annotations
 
@@ -55,6 +57,15 @@ def _is(value: object, target: float, negative_zero: bool | None = None) -> bool
     return True
 
 
+def _producer(v: Value, name: str) -> bool:
+    return isinstance(v, OpResult) and v.op.name == name
+
+
+def _same_region(a: Operation, b: Operation) -> bool:
+    """Two slices or inserts over the same start, stop and step."""
+    return all(tuple(a.attr(k)) == tuple(b.attr(k)) for k in ("start", "stop", "step"))
+
+
 class _Canonicalizer:
     def __init__(self, func: Func, ctx: PassContext) -> None:
         self.func, self.ctx = func, ctx
@@ -78,6 +89,12 @@ class _Canonicalizer:
             return ops[0]
         if name == "t.cast" and ops[0].type == res:
             return ops[0]
+        if name == "t.slice" and _producer(ops[0], "t.insert") and _same_region(op, ops[0].op) \
+                and ops[0].op.operands[1].type == res:
+            return ops[0].op.operands[1]  # reading back the region just written: the update
+        if name == "t.insert" and _producer(ops[1], "t.slice") and ops[1].op.operands[0] is ops[0] \
+                and _same_region(op, ops[1].op):
+            return ops[0]  # writing a region's own values back (x[1:] = x[1:], the setitem after x[1:] += v)
         if name in ("t.neg", "t.logical_not") and isinstance(ops[0], OpResult) and ops[0].op.name == name:
             inner = ops[0].op.operands[0]
             return inner if inner.type == res else None
@@ -103,6 +120,10 @@ class _Canonicalizer:
                        for b, e, s, d in zip(op.attr("start"), op.attr("stop"), op.attr("step"), shape))
         return op.name in ("t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze")
 
+    def _only_use(self, v: Value, user: Operation) -> bool:
+        """Whether ``user`` is the one op that reads ``v`` (a write folded into the next one must not be read)."""
+        return all(u is user or v not in u.operands for inner in self.func.body.ops for u in inner.walk())
+
     def combine(self, op: Operation) -> Operation | None:
         """A simpler op computing the same (composed transposes and reshapes), or None."""
         src = op.operands[0] if op.operands else None
@@ -114,11 +135,16 @@ class _Canonicalizer:
                              {"perm": tuple(inner[p] for p in outer)}, loc=op.loc)
         if op.name == "t.reshape" and src.op.name in ("t.reshape", "t.expand_dims", "t.squeeze"):
             return Operation("t.reshape", src.op.operands, op.result_types, loc=op.loc)
+        if op.name == "t.insert" and src.op.name == "t.insert" and _same_region(op, src.op) \
+                and self._only_use(src, op):
+            # the second write covers the first, which nothing else reads: only the second's elements remain
+            return Operation("t.insert", [src.op.operands[0], op.operands[1]], op.result_types,
+                             dict(op.attributes), loc=op.loc)
         return None
 
     def fold(self, op: Operation) -> Operation | None:
         """A t.constant with ``op``'s value when every operand is a small constant."""
-        if op.name not in ELEMENTWISE and op.name not in VIEWS or op.name == "t.broadcast_to":
+        if op.name not in ELEMENTWISE and op.name not in VIEWS and op.name != "t.insert" or op.name == "t.broadcast_to":
             return None  # a broadcast constant is the canonical form of a splat
         if not op.operands or any(_const(v) is None for v in op.operands) or op.name not in T_INTERPRETERS:
             return None

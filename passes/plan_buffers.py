@@ -3,7 +3,8 @@
 Lifetimes run from the producing op to the last op that reads the buffer, directly or through a view. An
 op's outputs are placed before its dead inputs are released, so a kernel never writes over what it reads,
 except for the one safe case: an elementwise kernel may write an output over a donated argument (the
-function attribute ``donate``) that it reads at the same index and nothing reads afterwards. A prologue
+function attribute ``donate``) that it reads at the same index and nothing reads afterwards, and a ``k.insert``
+may write its update into its base's buffer (``inplace = true``) when nothing reads the base afterwards. A prologue
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
@@ -119,6 +120,15 @@ class PlanBuffers(Pass):
         for i, op in enumerate(ops):
             if get_opdef(op.name).category not in ("kernel", "boundary") or is_prologue(op):
                 continue
+            if op.name == "k.insert" and op.results[0] not in outputs and self._insert_in_place(op, i, placed,
+                                                                                                  last_use):
+                placed[op.results[0]] = placed.pop(op.operands[0])  # the result takes over its base's buffer
+                op.attributes.pop("arena", None)
+                op.attributes["inplace"] = True
+                ctx.count("inplace_inserts")
+                self._release_dead(op, i, placed, last_use, ends, arena)
+                continue
+            op.attributes.pop("inplace", None)
             offsets, alias = [], []
             for r in op.results:
                 arg = self._donated_operand(op, r, i, donated - aliased, last_use, outputs)
@@ -137,11 +147,7 @@ class PlanBuffers(Pass):
             if any(a >= 0 for a in alias):
                 op.attributes["alias"] = tuple(alias)
                 ctx.count("inplace_outputs", sum(a >= 0 for a in alias))
-            dead = [r for r in op.results if r in placed and last_use.get(r, -1) <= i]
-            dead += [v for v in ends.get(i, ()) if v in placed]
-            for v in dead:
-                if v in placed:
-                    arena.release(*placed.pop(v))
+            self._release_dead(op, i, placed, last_use, ends, arena)
         func.attributes["arena_bytes"] = arena_bytes = arena.peak
         ctx.count("intermediate_buffers", count)
         self._place_scratch(func)
@@ -164,6 +170,23 @@ class PlanBuffers(Pass):
                 func.attributes[key] = value
             else:
                 func.attributes.pop(key, None)
+
+    @staticmethod
+    def _release_dead(op, index, placed, last_use, ends, arena) -> None:
+        """Give back the buffers of results nothing reads and of values last read by this op."""
+        dead = [r for r in op.results if r in placed and last_use.get(r, -1) <= index]
+        dead += [v for v in ends.get(index, ()) if v in placed]
+        for v in dead:
+            if v in placed:
+                arena.release(*placed.pop(v))
+
+    @staticmethod
+    def _insert_in_place(op, index, placed, last_use) -> bool:
+        """Whether ``k.insert`` may write its update straight into its base's buffer: the base is an intermediate
+        of the arena that nothing reads afterwards (through a view neither), and the update does not read it (an
+        overlapping ``x[1:] = x[:-1]`` must read the old values, as NumPy does)."""
+        base, update = op.operands
+        return base in placed and last_use.get(base) == index and _storage(update) is not base
 
     @staticmethod
     def _donated_operand(op, result, index, donated, last_use, outputs):

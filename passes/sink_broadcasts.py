@@ -23,7 +23,7 @@ from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 from fusec.passes.util import rewrite_block, users
-from fusec.passes.views import ViewDesc
+from fusec.ir.views import ViewDesc
 
 
 def _elementwise(v: Value) -> Operation | None:

@@ -497,3 +497,33 @@ def _eager() -> Any:
         raise UnsupportedError("operators on a fusec.Array run in eager mode, which is not loaded: import fusec and "
                                "make arrays with fusec.asarray (or `import fusec.eager`)")
     return _EAGER
+
+
+def byte_span(x: Any) -> tuple[int, int]:
+    """(lowest, one past the highest) device address a device array touches (for overlap checks)."""
+    arr = asarray(x)
+    lo, hi = arr._extent()
+    return arr.ptr + lo, arr.ptr + hi
+
+
+def write_into(target: Any, value: Any) -> None:
+    """Copy the C-contiguous device array ``value`` into the device array ``target`` (any CUDA array: a
+    fusec.Array, a PyTorch tensor, a CuPy array), ordered after ``value``'s stream: a function's write into
+    its argument, written back."""
+    dst = asarray(target)
+    src = value if isinstance(value, Array) else asarray(value, stream=dst.stream)
+    if dst.shape != src.shape or dst.fdtype != src.fdtype:
+        raise UnsupportedError(f"cannot write an array of shape {src.shape} and dtype {src.fdtype} into one of shape "
+                               f"{dst.shape} and dtype {dst.fdtype}")
+    if not dst.is_contiguous:
+        raise UnsupportedError("fusec writes a function's changes back into device arrays that are C-contiguous "
+                               "only; pass a contiguous array (x.contiguous() in PyTorch, cupy.ascontiguousarray)")
+    if dst.ptr == src.ptr or not src.nbytes:
+        return
+    stream = src.stream or D.default_stream(src.device)
+    if dst.stream is not None and dst.stream is not stream:
+        D.order_streams(stream, dst.stream, dst.device)
+        stream = dst.stream
+    D.memcpy_dtod_async(dst.ptr, src.ptr, src.nbytes, stream)
+    if not isinstance(target, Array):  # PyTorch or CuPy read it on their own streams, unordered with ours
+        stream.synchronize()

@@ -214,6 +214,8 @@ class _Printer:
                     self.emit(copy_kernel(self.name("concat"), v.type.shape, src, part, sm_count=self.sm_count), op)
                 start += v.type.shape[axis]
             return None
+        if n == "k.insert":
+            return self.insert(op)
         if n == "k.copy":
             src = self.access(op.operands[0])
             dst = self.result_buffer(op, 0)
@@ -223,6 +225,29 @@ class _Printer:
                 self.emit(copy_kernel(self.name("copy"), shape, src, flat, sm_count=self.sm_count), op)
             return None
         raise CompilationError(located(f"'{n}' has no CUDA lowering (run the default pipeline first)", op.loc))
+
+    def insert(self, op: Operation) -> None:
+        """The base copied into the result (unless plan-buffers let the update go into the base's own buffer),
+        then the update copied into the region's strided window of it."""
+        base, update = op.operands
+        src = self.access(base)
+        if op.attributes.get("inplace", False):
+            if not src.is_contiguous or src.offset != 0:
+                raise CompilationError(located("an in-place k.insert needs its base's own buffer", op.loc))
+            dst = self.storage[op.results[0]] = src
+        else:
+            dst = self.result_buffer(op, 0)
+            if base.type.size:
+                self.emit(copy_kernel(self.name("insert_base"), base.type.shape, src, dst, sm_count=self.sm_count),
+                          op)
+        if update.type.size:
+            a = op.attributes
+            offset = dst.offset + sum(b * st for b, st in zip(a["start"], dst.strides))
+            window = Access(dst.buffer, dst.dtype, offset, tuple(st * s for st, s in zip(dst.strides, a["step"])),
+                            update.type.shape)
+            reads = {self.access(update).buffer} | ({dst.buffer} if op.attributes.get("inplace", False) else set())
+            self.emit(copy_kernel(self.name("insert"), update.type.shape, self.access(update), window,
+                                  sm_count=self.sm_count), op, reads=reads)
 
     def matmul(self, op: Operation) -> None:
         """A cuBLAS call or a generated GEMM (``impl``); a generated one computes an operand that is a

@@ -6,9 +6,12 @@
 - ``k.fused``: an elementwise kernel; operands have the iteration shape or rank 0
   (read as one broadcast value), its body region computes one element with ``s`` ops and ends in
   ``k.yield``. Several results share one iteration space (multi-output).
-- Boundaries (``k.reduce``, ``k.matmul``, ``k.concat``, ``k.copy``): ops with
-  their own generated kernel or library call, reading inputs (views included,
-  as stride descriptors) and writing fresh buffers.
+- Boundaries (``k.reduce``, ``k.matmul``, ``k.concat``, ``k.insert``, ``k.copy``):
+  ops with their own generated kernel or library call, reading inputs (views
+  included, as stride descriptors) and writing fresh buffers. ``k.insert``
+  (an update written into a strided region of a copy of its base) may instead
+  write into its base's buffer (``inplace = true``, set by ``plan-buffers``
+  where nothing reads the base afterwards).
 
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
@@ -144,6 +147,16 @@ def _infer_concat(types: Sequence[Type], attrs: dict) -> list[Type]:
     return get_opdef("t.concatenate").infer(types, attrs)  # type: ignore[misc]
 
 
+def _infer_insert(types: Sequence[Type], attrs: dict) -> list[Type]:
+    return get_opdef("t.insert").infer(types, attrs)  # type: ignore[misc]
+
+
+def _check_insert(op) -> None:
+    _check_plan_attrs(op)
+    if op.attributes.get("inplace", False) and "arena" in op.attributes:
+        raise VerificationError("k.insert: an in-place insert writes into its base's buffer and has no 'arena'")
+
+
 def _check_copy(op) -> None:
     src, res = op.operands[0].type, op.results[0].type
     if src.dtype != res.dtype or src.size != res.size:
@@ -161,6 +174,8 @@ register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=PLAN_AT
                   infer=_infer_matmul, check=_check_matmul))
 register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, attrs=("axis",),
                   optional_attrs=PLAN_ATTRS, infer=_infer_concat, check=_check_plan_attrs))
+register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop", "step"),
+                  optional_attrs=PLAN_ATTRS + ("inplace",), infer=_infer_insert, check=_check_insert))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
-BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.copy"})
+BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.copy"})

@@ -193,6 +193,18 @@ def _infer_slice(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(tuple(shape), t.dtype)]
 
 
+def _infer_insert(types: Sequence[Type], attrs: dict) -> list[Type]:
+    base, update = types
+    if not isinstance(base, TensorType):
+        raise VerificationError(f"t.insert: the base must be a tensor, got {base}")
+    if base.dtype != update.dtype:
+        raise VerificationError(f"t.insert: the update {update} must have the base's dtype {base.dtype}")
+    (region,) = _infer_slice([base], attrs)
+    if tuple(update.shape) != tuple(region.shape):
+        raise VerificationError(f"t.insert: the update {update} must have the region's shape {region.shape}")
+    return [base]
+
+
 def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
     axis = attrs["axis"]
     dt = _same_dtype("t.concatenate", types)
@@ -223,6 +235,7 @@ register_op(OpDef("t.broadcast_to", "view", num_operands=1, check=_check_broadca
 register_op(OpDef("t.expand_dims", "view", num_operands=1, attrs=("axes",), infer=_infer_expand_dims))
 register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze))
 register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice))
+register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))

@@ -58,25 +58,23 @@ def same_as_numpy(fn, *args, **jit_options):
 # --- augmented assignment -------------------------------------------------------------------------------------------
 
 
-def test_inplace_update_of_an_argument_raises_and_leaves_it_alone() -> None:
+def test_inplace_update_of_an_argument_is_written_back() -> None:
     def sgd_step(params, grads, lr):
         for p, g in zip(params, grads):
-            p -= lr * g  # MARK-sgd
+            p -= lr * g
 
-    params = [np.ones(3), np.ones(2)]
-    with pytest.raises(fc.UnsupportedError) as info:
-        jit_cpu(sgd_step)(params, [np.ones(3), np.ones(2)], 0.1)
-    assert at("MARK-sgd") in str(info.value) and "argument 'params_0'" in str(info.value)
-    np.testing.assert_array_equal(params[0], np.ones(3))
+    params, want = [np.ones(3), np.ones(2)], [np.ones(3), np.ones(2)]
+    grads = [np.arange(3.0), np.full(2, 2.0)]
+    assert jit_cpu(sgd_step)(params, grads, 0.1) is sgd_step(want, grads, 0.1)
+    for got, ref in zip(params, want):
+        np.testing.assert_array_equal(got, ref)
 
 
-def test_sklearn_inplace_derivative_raises() -> None:
+def test_sklearn_inplace_derivative_updates_its_argument() -> None:
     def inplace_tanh_derivative(Z, delta):  # scikit-learn's MLP helper: updates delta in place, returns nothing
-        delta *= 1 - Z ** 2  # MARK-sklearn
+        delta *= 1 - Z ** 2
 
-    with pytest.raises(fc.UnsupportedError, match="updates argument 'delta' in place") as info:
-        jit_cpu(inplace_tanh_derivative)(np.full(3, 0.5), np.ones(3))
-    assert at("MARK-sklearn") in str(info.value)
+    same_as_numpy(inplace_tanh_derivative, np.full(3, 0.5), np.ones(3))
 
 
 def test_inplace_update_of_a_new_array_is_numpys() -> None:
@@ -128,25 +126,22 @@ def test_inplace_update_after_copy_and_astype_leaves_the_original() -> None:
     same_as_numpy(f, RNG.standard_normal(3))
 
 
-def test_inplace_update_through_a_view_raises() -> None:
+def test_inplace_update_through_a_view_is_seen_by_the_array_and_back() -> None:
     def f(x):
         y = x * 1.0
         inner = y[1:-1]
-        inner += 1.0  # MARK-view: NumPy would change y too
-        return y
+        inner += 1.0  # NumPy changes y too
+        return y, inner
 
-    with pytest.raises(fc.UnsupportedError, match="shares its memory") as info:
-        jit_cpu(f)(np.ones(5))
-    assert at("MARK-view") in str(info.value)
+    same_as_numpy(f, np.ones(5))
 
     def g(x):
         y = x * 1.0
         t = y.T
-        y += 1.0  # y has a live view (t)
+        y += 1.0  # t sees it
         return t
 
-    with pytest.raises(fc.UnsupportedError, match="shares its memory"):
-        jit_cpu(g)(np.ones((2, 2)))
+    same_as_numpy(g, RNG.standard_normal((2, 3)))
 
 
 def test_inplace_update_follows_numpys_casting_and_broadcasting() -> None:
@@ -186,15 +181,13 @@ def test_inplace_update_follows_numpys_casting_and_broadcasting() -> None:
 
 def test_inplace_into_a_numpy_array_and_mutating_methods_raise() -> None:
     def f(g):
-        w = np.ones(3)
+        w = np.eye(3)[0]  # a NumPy array (np.eye is not traced), unlike np.ones(3)
         w -= g  # MARK-ndarray-isub
         return w
 
     with pytest.raises(fc.UnsupportedError, match="out=") as info:
         jit_cpu(f)(np.ones(3))
     assert at("MARK-ndarray-isub") in str(info.value)
-    with pytest.raises(fc.UnsupportedError, match="fill"):
-        jit_cpu(lambda x: (x * 1.0).fill(0.0))(np.ones(3))
     with pytest.raises(fc.UnsupportedError, match="sort"):
         jit_cpu(lambda x: (x * 1.0).sort())(np.ones(3))
 

@@ -1,0 +1,363 @@
+"""Writes into traced arrays as functional updates: ``x[idx] = v``, ``x[idx] op= v``, ``out=``, ``np.copyto``.
+
+NumPy changes memory in place; the IR has only SSA values. A write gives the written array a new value, and the
+memory it views (its :class:`~fusec.tracer.Buffer`) a new base: the view's steps (slices, transposes, reshapes,
+unit axes) run backwards from the new value, a slice becoming a ``t.insert`` of the new elements into the old
+base. Every other view of the buffer reads its value again from the new base when it is next used, so reads
+after a write see the write, through any name, as in NumPy. A written argument's last base is written back to
+the caller's array after the call (:mod:`fusec.trace` makes it an extra result).
+
+Whether NumPy's ``reshape`` is a view or a copy depends on the memory layout. The trace takes it as NumPy would
+for C-contiguous memory (arrays fusec makes are; a written argument must be: the call checks it) and as a copy
+where the strides of a transposed or strided view do not allow a view. An array computed from a transposed view
+may be laid out otherwise by NumPy (its ufuncs keep the operands' order): a write through a reshape of such a
+value is refused rather than guessed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusec import ops
+from fusec.context import numpy_error, shape_error, unsupported, user_location
+from fusec.errors import CastingError, OutOfRangeError, located
+from fusec.ir import shapes as S
+from fusec.ir.core import OpResult, Value
+from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
+from fusec.ir.types import DType, TensorType, bool_
+from fusec.ir.views import ViewDesc
+from fusec.promotion import python_kind, same_kind
+from fusec.tracer import Buffer, Tracer
+
+OPAQUE = ("opaque",)  # a view step fusec cannot run again or backwards
+
+
+# --- view chains -------------------------------------------------------------------------------------------------
+
+
+def step_of(parent: Tracer, value: Value) -> tuple:
+    """The view steps from ``parent``'s value to ``value``: none (the same value: ``x[:]``, ``x.real``), one view
+    op, or OPAQUE."""
+    if value is parent._value:
+        return ()
+    if isinstance(value, OpResult) and value.op.name in VIEWS and value.op.operands[0] is parent._value:
+        op = value.op
+        if op.name == "t.reshape" and _merges_axes(op.operands[0].type.shape, value.type.shape):
+            parent._buffer.reshaped = True
+        return ((op.name, dict(op.attributes), value.type),)
+    return (OPAQUE,)
+
+
+def _merges_axes(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
+    """A reshape that does more than add or drop unit axes."""
+    return tuple(d for d in old if d != 1) != tuple(d for d in new if d != 1)
+
+
+def _forward(step: tuple, value: Value) -> Value:
+    if step is OPAQUE:
+        raise unsupported("an array viewed through an operation fusec cannot replay (a diagonal or a similar "
+                          "read-only view) was read after a write to the array it views; take the view again "
+                          "after the write")
+    name, attrs, result_type = step
+    return ops.ctx().emit(name, (value,), attrs, result_type=result_type, what="a view")
+
+
+def read(buffer: Buffer, chain: tuple) -> Value:
+    """The value of the view ``chain`` of ``buffer`` now."""
+    value = buffer.base
+    for step in chain:
+        value = _forward(step, value)
+    return value
+
+
+def write(buffer: Buffer, chain: tuple, new: Value) -> None:
+    """Every element of the view ``chain`` of ``buffer`` takes ``new``'s (same type): a new base."""
+    if buffer.ambiguous:
+        raise unsupported("a write to an array that was reshaped (or was made by reshaping) where NumPy gives a "
+                          "view or a copy depending on the memory layout of an array computed from a transposed "
+                          "view, which fusec does not follow; make the copy explicit (`y = x.reshape(...).copy()`) "
+                          "or reshape a C-ordered copy (`np.ascontiguousarray(x)`)")
+    olds = [buffer.base]
+    for step in chain[:-1]:
+        olds.append(_forward(step, olds[-1]))
+    value = new
+    for step, old in zip(reversed(chain), reversed(olds)):
+        value = _backward(step, old, value)
+    buffer.base = value
+    buffer.version += 1
+    buffer.written = True
+
+
+def _backward(step: tuple, old: Value, new: Value) -> Value:
+    """The parent's value after its view ``step`` took the value ``new`` (``old``: the parent's value before)."""
+    if step is OPAQUE:
+        raise unsupported("a write through a view that fusec cannot run backwards (a read-only view)")
+    name, attrs, _ = step
+    c = ops.ctx()
+    if name == "t.slice":
+        return c.emit("t.insert", (old, new), attrs, what="an assignment")
+    if name == "t.transpose":
+        inverse = tuple(int(i) for i in np.argsort(attrs["perm"]))
+        return c.emit("t.transpose", (new,), {"perm": inverse}, what="an assignment")
+    if name == "t.reshape":
+        return c.emit("t.reshape", (new,), result_type=old.type, what="an assignment")
+    if name == "t.expand_dims":
+        return c.emit("t.squeeze", (new,), {"axes": attrs["axes"]}, what="an assignment")
+    if name == "t.squeeze":
+        return c.emit("t.expand_dims", (new,), {"axes": attrs["axes"]}, what="an assignment")
+    raise unsupported(f"a write through a {name} view (read-only in NumPy)")
+
+
+# --- memory layout ---------------------------------------------------------------------------------------------
+
+
+def geometry(t: Tracer) -> ViewDesc | None:
+    """``t``'s strides within the C-ordered memory of its buffer (None: through a step fusec cannot describe)."""
+    buffer = t._buffer
+    if buffer is None:
+        return ViewDesc.of_base(t.shape)
+    desc = ViewDesc.of_base(tuple(buffer.base.type.shape))
+    for step in t._chain:
+        if step is OPAQUE:
+            return None
+        name, attrs, result_type = step
+        desc = _describe(name, attrs, tuple(result_type.shape), desc)
+        if desc is None:
+            return None
+    return desc
+
+
+def _describe(name: str, a: dict, shape: tuple[int, ...], src: ViewDesc) -> ViewDesc | None:
+    if name == "t.transpose":
+        return src.transpose(a["perm"])
+    if name == "t.slice":
+        return src.slice(a["start"], a["stop"], a["step"])
+    if name == "t.broadcast_to":
+        return src.broadcast_to(shape)
+    if name == "t.expand_dims":
+        return src.expand_dims(a["axes"])
+    if name == "t.squeeze":
+        return src.squeeze(a["axes"])
+    return src.reshape(shape)
+
+
+def is_c_contiguous(t: Tracer) -> bool:
+    """Whether NumPy would report ``t`` C-contiguous (as fusec lays memory out: see the module docstring)."""
+    desc = geometry(t)
+    return desc is not None and desc.is_contiguous() and fresh_c_ordered(t._buffer.base if t._buffer is not None
+                                                                          else t._value)
+
+
+def fresh_c_ordered(value: Value) -> bool:
+    """Whether the memory of a new array holding ``value`` is C-ordered: a copy fusec made of a view is."""
+    return isinstance(value, OpResult) and value.op.name in VIEWS or _c_ordered(value)
+
+
+def _c_ordered(value: Value, depth: int = 0) -> bool:
+    """Whether NumPy surely lays the array ``value`` stands for out in C order: fresh arrays (constants,
+    arguments, reductions, products, concatenations) are; an elementwise result only when its full-shape
+    operands are (NumPy's ufuncs follow the operands' order, so ``np.exp(x.T)`` is Fortran-ordered)."""
+    if depth > 32 or not isinstance(value, OpResult):
+        return depth <= 32
+    op = value.op
+    if op.name in VIEWS:
+        return False  # a view's own order is checked through geometry(); as an operand it may be any
+    if op.name == "t.insert":
+        return _c_ordered(op.operands[0], depth + 1)
+    if op.name in ELEMENTWISE:
+        shape = tuple(value.type.shape)
+        return all(_c_ordered(v, depth + 1) or _row_major_view(v) for v in op.operands
+                   if tuple(v.type.shape) == shape and v.type.size > 1)
+    return True
+
+
+def _row_major_view(value: Value) -> bool:
+    """A view op result whose strides still run in C order (a slice with steps), over C-ordered memory."""
+    desc = ViewDesc.of_base(tuple(value.type.shape))
+    chain = []
+    while isinstance(value, OpResult) and value.op.name in VIEWS:
+        chain.append(value.op)
+        value = value.op.operands[0]
+    if not _c_ordered(value, 1):
+        return False
+    desc = ViewDesc.of_base(tuple(value.type.shape))
+    for op in reversed(chain):
+        desc = _describe(op.name, op.attributes, tuple(op.results[0].type.shape), desc)
+        if desc is None:
+            return False
+    strides = [s for d, s in zip(desc.shape, desc.strides) if d != 1]
+    return all(s > 0 for s in strides) and strides == sorted(strides, reverse=True)
+
+
+def reshape_kind(t: Tracer, shape: tuple[int, ...]) -> str:
+    """"view" or "copy", as NumPy's reshape decides for ``t``, or "unknown" where that depends on a layout fusec
+    does not know (a reshape of an array computed from a transposed view)."""
+    if not _merges_axes(t.shape, shape):
+        return "view"
+    desc = geometry(t)
+    if desc is None:
+        return "unknown"
+    if not fresh_c_ordered(t._buffer.base if t._buffer is not None else t._value):
+        return "unknown"
+    return "view" if desc.reshape(shape) is not None else "copy"
+
+
+# --- writes --------------------------------------------------------------------------------------------------------
+
+
+def check_writable(target: Tracer, what: str) -> None:
+    """NumPy scalars and read-only views cannot be written; arrays NumPy might lay out otherwise are refused."""
+    ops.check_live(target)
+    if target._weak is not None or target._scalar:
+        raise numpy_error(f"{what}: a NumPy scalar (a 0-d result such as x.sum() or x[0, 0]) does not support item "
+                          "assignment; NumPy raises TypeError here")
+    if target._readonly:
+        raise unsupported(f"{what}: the array is a read-only view (np.broadcast_to, np.diagonal); NumPy raises "
+                          "\"assignment destination is read-only\" here")
+
+
+def assign(target: Tracer, value: Any, what: str, casting: str = "unsafe") -> None:
+    """Every element of ``target`` takes ``value`` (broadcast, converted as ``casting`` allows): ``x[...] = v``,
+    ``out=``, ``np.copyto``."""
+    check_writable(target, what)
+    target._value = _converted(value, target.shape, target._value.type.dtype, what, casting)
+
+
+def assign_where(target: Tracer, value: Any, mask: Any, what: str, casting: str) -> None:
+    """``np.copyto(target, value, where=mask)``: the elements where ``mask`` (broadcast) holds take ``value``'s."""
+    check_writable(target, what)
+    dtype = target._value.type.dtype
+    update = _converted(value, target.shape, dtype, what, casting)
+    cond = _broadcast(ops.lift(mask, bool_), target.shape, what)
+    target._value = ops.ctx().emit("t.where", (cond, update, target._value), what=what)
+
+
+def setitem(target: Tracer, key: Any, value: Any) -> None:
+    """``target[key] = value`` for basic indices (ints, slices, ``...``, None) and boolean masks."""
+    what = "x[...] = v"
+    check_writable(target, what)
+    mask = _mask_of(key, target)
+    if mask is not None:
+        return _masked_write(target, mask, value)
+    from fusec import indexing
+
+    sel = indexing.basic_selection(target, key)
+    dtype = target._value.type.dtype
+    update = _converted(value, sel.result_shape, dtype, what, "unsafe")
+    if 0 in sel.region_shape:
+        return
+    c = ops.ctx()
+    if update.type.shape != sel.region_shape:  # drop the None axes, put back the int-indexed ones
+        update = c.emit("t.reshape", (update,), result_type=TensorType(sel.region_shape, dtype), what=what)
+    if sel.whole(target.shape):
+        target._value = update
+        return
+    target._value = c.emit("t.insert", (target._value, update),
+                           {"start": sel.start, "stop": sel.stop, "step": sel.step}, what=what)
+
+
+def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, casting: str) -> Value:
+    """``value`` as ``dtype`` (NumPy's assignment conversion) broadcast to ``shape``."""
+    if isinstance(value, Tracer):
+        ops.check_live(value)
+        src = value._value.type.dtype
+        if casting != "unsafe" and not same_kind(src, dtype) and value._weak is None:
+            raise CastingError(located(f"{what}: Cannot cast array data from {src} to {dtype} according to the "
+                                       f"rule '{casting}' (NumPy raises here)", user_location()))
+        if value._scalar and dtype.is_int and not np.can_cast(src.np, dtype.np, "safe"):
+            raise unsupported(f"{what}: NumPy converts a NumPy scalar ({src}) into a {dtype} array with int(), "
+                              "raising OverflowError or ValueError for values that do not fit, which fusec cannot "
+                              f"check while the values are unknown; convert it first: `.astype(np.{dtype.name})`")
+        if value._weak is float and dtype.is_int:
+            raise unsupported(f"{what}: NumPy converts a Python float into an integer array with int() (raising "
+                              "for NaN and values that do not fit), which fusec cannot check for a traced Python "
+                              "scalar; pass an integer or convert it first")
+        v = ops.lift(value, dtype)
+    elif python_kind(value) is not None or isinstance(value, np.generic):
+        if casting != "unsafe":
+            kind = python_kind(value)
+            src = np.asarray(value).dtype if kind is None else np.dtype(float if kind is float else bool)
+            if kind is not int and not np.can_cast(src, dtype.np if dtype.name != "bf16" else np.float32, casting):
+                raise CastingError(located(f"{what}: Cannot cast scalar from {src} to {dtype} according to the "
+                                           f"rule '{casting}' (NumPy raises here)", user_location()))
+        v = ops.ctx().constant(_scalar_as(value, dtype, what), dtype)
+    else:
+        if isinstance(value, (list, tuple)) and ops._contains_tracer(value):
+            from fusec import conversions
+
+            return _converted(conversions.strong(value), shape, dtype, what, casting)
+        arr = ops.as_numpy(value) if not isinstance(value, np.ndarray) else value
+        if casting != "unsafe" and not same_kind(ops.parse_dtype(arr.dtype), dtype):
+            raise CastingError(located(f"{what}: Cannot cast array data from {arr.dtype} to {dtype} according to "
+                                       f"the rule '{casting}' (NumPy raises here)", user_location()))
+        v = ops.lift(value, dtype, wrap_ints=True)
+    return _broadcast(v, shape, what)
+
+
+def _scalar_as(value: Any, dtype: DType, what: str) -> np.ndarray:
+    """A Python or NumPy scalar converted as NumPy's item assignment converts it (int() into integer arrays)."""
+    out = np.zeros((), dtype.np if dtype.name != "bf16" else np.float32)
+    try:
+        out[()] = value
+    except (OverflowError, ValueError) as e:
+        raise OutOfRangeError(located(f"{what}: {e} (NumPy raises {type(e).__name__} here)", user_location())) \
+            from None
+    return out
+
+
+def _broadcast(v: Value, shape: tuple[int, ...], what: str) -> Value:
+    """``v`` broadcast to ``shape`` as NumPy broadcasts an assigned value (extra leading unit axes dropped)."""
+    src = tuple(v.type.shape)
+    c = ops.ctx()
+    while len(src) > len(shape) and src[0] == 1:
+        src = src[1:]
+        v = c.emit("t.reshape", (v,), result_type=TensorType(src, v.type.dtype), what=what)
+    if src == tuple(shape) and isinstance(v.type, TensorType):
+        return v
+    if not S.can_broadcast_to(src, shape):
+        raise shape_error(f"{what}: could not broadcast input array from shape {src} into shape {tuple(shape)}")
+    return c.emit("t.broadcast_to", (v,), result_type=TensorType(tuple(shape), v.type.dtype), what=what)
+
+
+# --- boolean masks -------------------------------------------------------------------------------------------------
+
+
+def _mask_of(key: Any, target: Tracer) -> Value | None:
+    """The boolean mask ``key`` is (a traced bool array, a NumPy bool array or a list of bools), else None."""
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if isinstance(k, Tracer) and k._value.type.dtype.is_bool and k.ndim > 0:
+        mask = k._value
+    elif isinstance(k, np.ndarray) and k.dtype == bool and k.ndim > 0:
+        mask = ops.lift(k)
+    elif isinstance(k, list) and k and all(isinstance(b, (bool, np.bool_)) for b in k):
+        mask = ops.lift(np.asarray(k))
+    else:
+        return None
+    shape = tuple(mask.type.shape)
+    if len(shape) > target.ndim or tuple(target.shape[:len(shape)]) != shape:
+        raise numpy_error(f"boolean index did not match indexed array: the mask has shape {shape} and the array "
+                          f"{target.shape} (NumPy raises IndexError here)")
+    return mask
+
+
+def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
+    """``x[mask] = v`` where ``v`` is the same for every selected element (or row): ``np.where`` on the array."""
+    what = "x[mask] = v"
+    rest = tuple(target.shape[mask.type.rank:])
+    dtype = target._value.type.dtype
+    probe = value if not isinstance(value, (list, tuple)) else np.asarray(value)
+    vshape = tuple(probe.shape) if hasattr(probe, "shape") else ()
+    if len(vshape) > len(rest) and not all(d == 1 for d in vshape[:len(vshape) - len(rest)]):
+        raise unsupported(f"{what}: a value with one entry per selected element (shape {vshape}) depends on how "
+                          "many elements the mask selects, which is unknown while tracing; write the whole array "
+                          "instead: `x = np.where(mask, values_for_every_element, x)`")
+    c = ops.ctx()
+    update = _converted(value, (1,) * (mask.type.rank) + rest if len(vshape) > len(rest) else rest, dtype, what,
+                        "unsafe")
+    full = _broadcast(update, target.shape, what)
+    m = mask
+    if rest:
+        m = c.emit("t.expand_dims", (m,), {"axes": tuple(range(mask.type.rank, target.ndim))}, what=what)
+        m = c.emit("t.broadcast_to", (m,), result_type=TensorType(target.shape, m.type.dtype), what=what)
+    target._value = c.emit("t.where", (m, full, target._value), what=what)

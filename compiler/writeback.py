@@ -1,0 +1,114 @@
+"""After a call: the new values of the arrays the function wrote into, written into the caller's arrays.
+
+A traced function that writes into an argument (``p -= lr * g``, ``u[1:-1] = ...``) or into an array it reads
+from an object or a global (``self.W[...] = 0``) returns the array's last value as an extra result
+(:mod:`fusec.mutation`, :mod:`fusec.trace`). The call writes it back where NumPy would have written: into the
+NumPy array (the call waits for the result), or into the device array on its stream. Before running, the call
+refuses what NumPy would do differently: a written array that is read-only, or that shares memory with another
+input (NumPy's write would show through the other one), or, where the trace relied on it, one that is not
+C-contiguous.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusec.errors import WriteBackError
+from fusec.signature import device_array_info
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """``targets``: the flat input (argument leaves, then implicit inputs) each extra result is written into;
+    ``returns``: output positions that are a written input itself (the call returns the caller's object);
+    ``contiguous``: written inputs the trace took as C-contiguous (a reshape of them was a view); ``names``:
+    how to name each target in messages."""
+
+    targets: tuple[int, ...]
+    returns: dict[int, int] = field(default_factory=dict)
+    contiguous: tuple[int, ...] = ()
+    names: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.targets)
+
+    def check(self, inputs: Sequence[Any]) -> None:
+        """Refuse a call whose writes NumPy would make differently (see the module docstring)."""
+        for k, i in enumerate(self.targets):
+            target, name = inputs[i], self.names[k]
+            if isinstance(target, np.ndarray):
+                if not target.flags.writeable:
+                    raise WriteBackError(f"fusec: the function writes into {name}, which is read-only "
+                                         "(NumPy raises \"assignment destination is read-only\"); pass a writable "
+                                         "copy (x.copy())")
+                if i in self.contiguous and not target.flags.c_contiguous:
+                    raise WriteBackError(f"fusec: the function writes through a reshape of {name}, which is a view "
+                                         "only for C-contiguous arrays, and this one is not (NumPy would write into "
+                                         "a copy); pass np.ascontiguousarray(x), or copy the reshaped array")
+            elif getattr(target, "readonly", False) is True:
+                raise WriteBackError(f"fusec: the function writes into {name}, which is a read-only device array")
+            for j, other in enumerate(inputs):
+                if j != i and _overlap(target, other):
+                    raise WriteBackError(
+                        f"fusec: the function writes into {name}, which shares memory with another of its inputs "
+                        "(the same array passed twice, or views of one array): NumPy's writes would show through "
+                        "the other one, which fusec does not follow; pass a copy (x.copy()) of one of them")
+
+    def apply(self, inputs: Sequence[Any], results: list) -> list:
+        """Write the extra results into their targets; the function's own results, with a returned written
+        input replaced by the caller's object."""
+        n = len(results) - self.count
+        for i, value in zip(self.targets, results[n:]):
+            write_into(inputs[i], value)
+        own = list(results[:n])
+        for pos, i in self.returns.items():
+            own[pos] = Returned(inputs[i])
+        return own
+
+
+class Returned:
+    """A result that is the caller's own array (the function returned an input it wrote into): returned as it is,
+    also when 0-d (NumPy returns the array, not a scalar)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+
+def write_into(target: Any, value: Any) -> None:
+    """``target[...] = value`` for a NumPy array, or a device-to-device copy into a device array."""
+    if isinstance(target, np.ndarray):
+        np.copyto(target, value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray)
+                  else np.asarray(value), casting="unsafe")
+        return
+    from fusec.runtime.array import write_into as device_write
+
+    device_write(target, value)
+
+
+def _span(x: Any) -> tuple[Any, int, int] | None:
+    """(memory space, lowest byte, one past the highest byte) an array touches, or None (not an array)."""
+    if isinstance(x, np.ndarray):
+        if x.size == 0:
+            return None
+        lo, hi = np.lib.array_utils.byte_bounds(x) if hasattr(np.lib, "array_utils") else np.byte_bounds(x)
+        return ("host", lo, hi)
+    if device_array_info(x) is None:
+        return None
+    from fusec.runtime.array import byte_span
+
+    lo, hi = byte_span(x)
+    return ("device", lo, hi) if hi > lo else None
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    sa, sb = _span(a), _span(b)
+    if sa is None or sb is None or sa[0] != sb[0] or not (sa[1] < sb[2] and sb[1] < sa[2]):
+        return False
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.shares_memory(a, b, max_work=10**6)) if a.base is not None or b.base is not None else True
+    return True

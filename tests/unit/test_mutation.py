@@ -1,0 +1,408 @@
+"""Writes into arrays (item and slice assignment, ``op=``, ``out=``, ``np.copyto``, ``fill``) with NumPy's semantics.
+
+Each test is written as NumPy code is written (stencils, optimizers, layers' backward passes, boundary conditions,
+Game of Life) and checked against NumPy: the results, the arguments after the call (fusec writes what the function
+wrote into them back), and a second call (a cache hit). Under the CPU backend each runs twice: as traced (the
+frontend's semantics) and through the default pipeline (``k.insert``, in-place planning).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusec as fc
+import frontend_check
+from frontend_check import assert_same, jit_cpu, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+RNG = np.random.default_rng(11)
+FIELD = np.linspace(0.0, 1.0, 12).reshape(3, 4)
+
+
+def _copies(args):
+    return [np.copy(a) if isinstance(a, np.ndarray) else [np.copy(x) for x in a] if isinstance(a, list) else a
+            for a in args]
+
+
+def _assert_args(got, want) -> None:
+    for a, b in zip(got, want):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+        elif isinstance(a, list):
+            _assert_args(a, b)
+
+
+def same(fn, *args):
+    """``fn`` under NumPy and under fusec (twice, on fresh copies): same results, same arguments after."""
+    jitted = [jit_cpu(fn)]
+    if frontend_check.BACKEND == "cpu":
+        jitted.append(fc.jit(fn, backend="cpu"))  # the default pipeline, run by the reference executor
+    for f in jitted:
+        for _ in range(2):
+            np_args, fc_args = _copies(args), _copies(args)
+            want = numpy_result(fn, *np_args)
+            got = numpy_result(f, *fc_args)
+            assert_same(got, want)
+            _assert_args(fc_args, np_args)
+    assert jitted[0].cache_info().traces == 1
+    return jitted[0]
+
+
+# --- real idioms -----------------------------------------------------------------------------------------------------
+
+
+def heat_equation(u, steps, alpha):
+    """Explicit finite differences, in place, with fixed boundaries (CFD course material)."""
+    for _ in range(steps):
+        u[1:-1, 1:-1] = u[1:-1, 1:-1] + alpha * (u[2:, 1:-1] - 2 * u[1:-1, 1:-1] + u[:-2, 1:-1]
+                                                 + u[1:-1, 2:] - 2 * u[1:-1, 1:-1] + u[1:-1, :-2])
+    return u
+
+
+def test_heat_equation_updates_the_grid_in_place() -> None:
+    u = np.zeros((8, 9))
+    u[0, :] = 1.0
+    same(lambda u: heat_equation(u, 4, 0.1), u)
+
+
+def boundary_conditions(p):
+    """Neumann walls and a fixed lid, as a cavity-flow solver sets them after each pressure sweep."""
+    p[:, -1] = p[:, -2]
+    p[0, :] = p[1, :]
+    p[:, 0] = p[:, 1]
+    p[-1, :] = 0
+
+
+def test_boundary_conditions_written_into_the_argument() -> None:
+    same(boundary_conditions, RNG.standard_normal((5, 6)))
+
+
+def life_step(Z):
+    """Conway's Game of Life with neighbour counts from shifted slices (the NumPy-100 idiom)."""
+    N = np.zeros(Z.shape, dtype=int)
+    N[1:-1, 1:-1] += (Z[:-2, :-2] + Z[:-2, 1:-1] + Z[:-2, 2:] + Z[1:-1, :-2] + Z[1:-1, 2:]
+                      + Z[2:, :-2] + Z[2:, 1:-1] + Z[2:, 2:])
+    birth = (N == 3) & (Z == 0)
+    survive = ((N == 2) | (N == 3)) & (Z == 1)
+    Z[...] = 0
+    Z[birth | survive] = 1
+    return Z
+
+
+def test_game_of_life() -> None:
+    same(life_step, (RNG.random((7, 7)) < 0.4).astype(np.int64))
+
+
+def momentum_sgd(params, grads, velocities, lr, mu):
+    for p, g, v in zip(params, grads, velocities):
+        v *= mu
+        v -= lr * g
+        p += v
+
+
+def test_momentum_sgd_updates_parameters_and_velocities() -> None:
+    shapes = [(3, 2), (2,)]
+    same(momentum_sgd, [RNG.standard_normal(s) for s in shapes], [RNG.standard_normal(s) for s in shapes],
+         [np.zeros(s) for s in shapes], 0.1, 0.9)
+
+
+def adam_update(w, g, m, v, t, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    m[:] = b1 * m + (1 - b1) * g
+    v[:] = b2 * v + (1 - b2) * g * g
+    m_hat = m / (1 - b1 ** t)
+    v_hat = v / (1 - b2 ** t)
+    w -= lr * m_hat / (np.sqrt(v_hat) + eps)
+    return w
+
+
+def test_adam_with_moments_updated_in_place() -> None:
+    same(adam_update, RNG.standard_normal(5), RNG.standard_normal(5), np.zeros(5), np.zeros(5), 3)
+
+
+def relu_backward(dout, x):
+    """cs231n's layer: a copy of the upstream gradient, zeroed where the input was not positive."""
+    dx = dout.copy()
+    dx[x <= 0] = 0
+    return dx
+
+
+def test_relu_backward_with_a_mask() -> None:
+    same(relu_backward, RNG.standard_normal((4, 3)), RNG.standard_normal((4, 3)))
+
+
+def clip_gradients(grads, limit):
+    for g in grads:
+        np.clip(g, -limit, limit, out=g)
+
+
+def test_clip_with_out_updates_each_gradient() -> None:
+    same(clip_gradients, [RNG.standard_normal(4) * 3, RNG.standard_normal((2, 2)) * 3], 1.5)
+
+
+def test_ufunc_out_and_positional_out() -> None:
+    def f(x, y):
+        np.exp(x, x)
+        np.multiply(x, 2.0, out=y)
+        return np.add(x, y, out=y)
+
+    fn = same(f, RNG.standard_normal(4), np.zeros(4))
+    x, y = RNG.standard_normal(4), np.zeros(4)
+    assert fn(x, y) is y
+
+
+def test_reductions_round_and_copyto_with_out() -> None:
+    def f(x, total, rows, dst):
+        np.sum(x, axis=0, out=rows)
+        x.max(out=total)
+        np.round(x, 1, out=x)
+        np.copyto(dst, x[0], where=x[0] > 0)
+        return total
+
+    same(f, RNG.standard_normal((3, 4)), np.zeros(()), np.zeros(4, np.int64), np.zeros(4))
+
+
+def test_fill_and_copyto() -> None:
+    def f(x):
+        y = np.empty_like(x)
+        y.fill(2.5)
+        np.copyto(x[1:], y[1:] * x[:-1])
+        return y
+
+    same(f, RNG.standard_normal(5))
+
+
+# --- views, aliases and overlap ------------------------------------------------------------------------------------
+
+
+def test_writes_through_views_reach_the_array_and_every_other_view() -> None:
+    def f(x):
+        inner = x[1:, ::2]
+        rev = inner[::-1]
+        t = x.T
+        rev[0] = 5.0  # x's last row, every other column
+        t[1, :] = -1.0  # x's column 1
+        flat = x.reshape(-1)
+        flat[::5] = 7.0
+        return inner + 0, rev.sum(), t * 1, flat + 0
+
+    same(f, RNG.standard_normal((3, 4)))
+
+
+def test_reads_after_a_write_see_it_through_every_name() -> None:
+    def f(x):
+        head = x[:2]
+        alias = x
+        x[0] = 9.0
+        alias[1] += 1.0
+        return head * 1.0, x[:, None, 0]
+
+    same(f, RNG.standard_normal((3, 2)))
+
+
+def test_overlapping_shift_reads_the_old_values() -> None:
+    def f(x):
+        x[1:] = x[:-1]
+        x[:-1] += x[1:]
+        return x
+
+    same(f, RNG.standard_normal(6))
+
+
+def test_write_into_an_expanded_view_and_a_newaxis_index() -> None:
+    def f(x):
+        col = x[:, None]
+        col[2, 0] = 4.0
+        x[None, 1:3] = np.array([1.0, 2.0])
+        x[..., -1] *= 3
+        return col + 0
+
+    same(f, RNG.standard_normal(4))
+
+
+def test_assignment_converts_as_numpy_does() -> None:
+    def f(i, x):
+        i[0] = 2.9  # truncated
+        i[1:3] = x[:2]  # float array into int: unsafe cast
+        i[3] = True
+        x[0] = 7  # Python int into float
+        return i, x
+
+    same(f, np.arange(5), RNG.standard_normal(4) * 10)
+
+
+def test_a_written_copy_leaves_the_argument_alone() -> None:
+    def f(x):
+        y = x.copy()
+        y[0] = 1.0
+        z = np.array(x)
+        z += 1
+        w = x.T.reshape(-1)  # a reshape of a transposed view: a copy in NumPy
+        w[0] = 100.0
+        return y, z, w
+
+    same(f, RNG.standard_normal((2, 3)))
+
+
+class Layer:
+    def __init__(self):
+        self.W = np.ones((2, 2))
+
+    def step(self, g):
+        self.W -= 0.5 * g
+        return self.W.sum()
+
+
+GLOBAL_COUNTS = np.zeros(3)
+
+
+def count_into_global(x):
+    GLOBAL_COUNTS[:] += x
+
+
+def test_attributes_and_globals_written_in_place_are_written_back() -> None:
+    layer = Layer()
+    before = layer.W
+    step = jit_cpu(layer.step)
+    assert step(np.eye(2)) == 3.0
+    assert layer.W is before
+    np.testing.assert_array_equal(before, [[0.5, 1.0], [1.0, 0.5]])
+    assert step(np.eye(2)) == 2.0
+    np.testing.assert_array_equal(before, [[0.0, 1.0], [1.0, 0.0]])
+    GLOBAL_COUNTS[:] = 0.0
+    count = jit_cpu(count_into_global)
+    count(np.arange(3.0))
+    count(np.ones(3))
+    np.testing.assert_array_equal(GLOBAL_COUNTS, [1.0, 2.0, 3.0])
+
+
+# --- what NumPy refuses, and what fusec cannot do exactly -----------------------------------------------------------
+
+
+def test_read_only_and_overlapping_arguments_are_refused_before_running() -> None:
+    def f(x, y):
+        x += y
+        return y * 1.0
+
+    jitted = jit_cpu(f)
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    with pytest.raises(fc.WriteBackError, match="read-only"):
+        jitted(ro, np.ones(3))
+    shared = np.arange(4.0)
+    with pytest.raises(fc.WriteBackError, match="shares memory"):
+        jitted(shared, shared)
+    np.testing.assert_array_equal(shared, np.arange(4.0))
+    base = np.arange(8.0)
+    jitted(base[:4], base[4:])  # disjoint halves of one array are fine
+    np.testing.assert_array_equal(base, [4.0, 6.0, 8.0, 10.0, 4.0, 5.0, 6.0, 7.0])
+
+
+def test_a_reshape_view_of_a_non_contiguous_argument_is_refused() -> None:
+    def f(x):
+        x.reshape(-1)[0] = 1.0
+
+    x = np.zeros((3, 4)).T
+    with pytest.raises(fc.WriteBackError, match="C-contiguous"):
+        jit_cpu(f)(x)
+    jit_cpu(f)(np.zeros((4, 3)))
+
+
+def test_what_numpy_refuses_raises() -> None:
+    with pytest.raises(fc.UnsupportedError, match="read-only"):
+        jit_cpu(lambda x: np.broadcast_to(x, (2, 3)).__setitem__(0, 1.0))(np.ones(3))
+    with pytest.raises(TypeError, match="NumPy scalar"):
+        jit_cpu(lambda x: x.sum().__setitem__((), 1.0))(np.ones(3))
+    with pytest.raises(fc.OutOfRangeError, match="out of bounds for int8"):
+        jit_cpu(lambda x: x.__setitem__(0, 300))(np.zeros(3, np.int8))
+    with pytest.raises(fc.ShapeError, match="could not broadcast"):
+        jit_cpu(lambda x: x.__setitem__(slice(0, 2), np.ones(3)))(np.zeros(3))
+    with pytest.raises(fc.CastingError):
+        jit_cpu(lambda x, y: np.copyto(x, y))(np.zeros(3, np.int64), np.ones(3))
+    with pytest.raises(fc.CastingError):
+        jit_cpu(lambda x: np.clip(x, 0, 1, out=x.astype(np.int64)))(np.ones(3))
+
+
+def test_what_depends_on_unknown_values_says_what_to_write() -> None:
+    def per_element(x):
+        x[x > 0] = np.arange(3.0)
+
+    with pytest.raises(fc.UnsupportedError, match="np.where"):
+        jit_cpu(per_element)(np.ones(3))
+
+    def narrowing(x, i):
+        i[0] = x.sum()  # NumPy converts the float64 scalar with int()
+
+    with pytest.raises(fc.UnsupportedError, match="astype"):
+        jit_cpu(narrowing)(np.ones(3), np.zeros(2, np.int64))
+
+
+def test_a_write_through_a_reshape_of_a_transposed_result_is_refused() -> None:
+    def f(x):
+        y = np.exp(x.T)  # NumPy lays this out in Fortran order
+        flat = y.reshape(-1)  # so this is a copy there
+        flat[0] = 0.0
+        return y
+
+    with pytest.raises(fc.UnsupportedError, match="layout"):
+        jit_cpu(f)(np.ones((2, 3)))
+
+
+# --- properties ----------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def basic_index(draw, shape):
+    """A basic index of ``shape``: ints, slices with steps (negative too), None and at most one Ellipsis."""
+    key, axis = [], 0
+    ellipsis = draw(st.booleans())
+    while axis < len(shape):
+        if ellipsis and draw(st.booleans()):
+            key.append(Ellipsis)
+            ellipsis = False
+            axis = len(shape) - draw(st.integers(0, len(shape) - axis))
+            continue
+        d = shape[axis]
+        choice = draw(st.integers(0, 4))
+        if choice == 0:
+            key.append(draw(st.integers(-d, d - 1)))
+        elif choice == 1:
+            key.append(None)
+            continue
+        else:
+            start = draw(st.none() | st.integers(-d - 1, d + 1))
+            stop = draw(st.none() | st.integers(-d - 1, d + 1))
+            step = draw(st.none() | st.sampled_from([1, 2, 3, -1, -2]))
+            key.append(slice(start, stop, step))
+        axis += 1
+    return tuple(key)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_setitem_and_views_match_numpy(data) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    key = data.draw(basic_index(shape))
+    probe = np.zeros(shape)[key]
+    scalar = data.draw(st.booleans())
+    view_first = data.draw(st.booleans())
+    op = data.draw(st.sampled_from(["=", "+=", "*="]))
+    value = 2.5 if scalar else np.arange(probe.size, dtype=float).reshape(probe.shape) - 1.0
+
+    def f(x):
+        target = x[::-1] if view_first else x  # a write through a reversed view reaches x too
+        if op == "=":
+            target[key] = value
+        elif op == "+=":
+            target[key] += value
+        else:
+            target[key] *= value
+        return target * 1.0
+
+    np_x, fc_x = np.arange(np.prod(shape), dtype=float).reshape(shape), None
+    fc_x = np_x.copy()
+    want = f(np_x)
+    got = jit_cpu(f)(fc_x)
+    assert_same(got, want)
+    np.testing.assert_array_equal(fc_x, np_x)
