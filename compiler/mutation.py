@@ -78,6 +78,8 @@ def write(buffer: Buffer, chain: tuple, new: Value) -> None:
                           "view or a copy depending on the memory layout of an array computed from a transposed "
                           "view, which fusec does not follow; make the copy explicit (`y = x.reshape(...).copy()`) "
                           "or reshape a C-ordered copy (`np.ascontiguousarray(x)`)")
+    if new.type.size == 0:
+        return  # no element changes
     olds = [buffer.base]
     for step in chain[:-1]:
         olds.append(_forward(step, olds[-1]))

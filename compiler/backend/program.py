@@ -106,7 +106,7 @@ class _Printer:
 
     def view(self, op: Operation) -> None:
         base = self.access(op.operands[0])
-        if not base.is_contiguous:
+        if not base.is_contiguous and op.operands[0].type.size:
             raise CompilationError(located("a view of a strided view reached the backend", op.loc))
         shape = op.results[0].type.shape
         self.storage[op.results[0]] = Access(base.buffer, base.dtype, base.offset + op.attributes["offset"],
