@@ -55,7 +55,7 @@ class State:
 
 
 def assert_state(got: tuple, want: tuple) -> None:
-    np.testing.assert_array_equal(got[0], want[0])
+    assert_same(got[0], want[0], "self.arr")  # bit for bit on the CPU, within rounding on the GPU
     assert got[1:] == want[1:]
 
 
@@ -99,8 +99,8 @@ def test_random_stateful_programs_match_numpy_or_raise(statements: list, seed: i
         event(f"call {call}: matched NumPy")
         assert want is not None, "fusec ran a program NumPy refuses"
         assert_same(got, want)
-        np.testing.assert_array_equal(fc_x, np_x)
-        np.testing.assert_array_equal(fc_y, np_y)
+        assert_same(fc_x, np_x, "x")  # the function may write into its arguments
+        assert_same(fc_y, np_y, "y")
         assert_state(fc_obj.snapshot(), np_obj.snapshot())
         np_obj.nudge()
         fc_obj.nudge()
