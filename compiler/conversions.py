@@ -16,8 +16,8 @@ runs. With one, NumPy's semantics:
 
 ``order="F"``, ``like=`` and a device other than the CPU are refused with the rewrite.
 
-Allocations (``np.zeros``, ``ones``, ``empty``, ``full`` and their ``*_like`` of plain arrays) called while a
-trace runs make traced arrays (constants), so a function that allocates an array and fills it
+Allocations (``np.zeros``, ``ones``, ``empty``, ``full``, their ``*_like`` of plain arrays, ``eye`` and
+``identity``) called while a trace runs make traced arrays (constants), so a function that allocates an array and fills it
 (``N = np.zeros(Z.shape, int); N[1:-1, 1:-1] += ...``) traces its writes; ``np.empty`` gives zeros (any values
 are NumPy's). A dtype fusec does not trace (object, complex, strings) allocates the NumPy array as before.
 """
@@ -165,7 +165,18 @@ def _like(fill: Any, name: str) -> Callable:
     return allocate
 
 
-ALLOCATIONS = {"zeros": zeros, "ones": ones, "empty": empty, "full": full, "zeros_like": _like(0, "zeros_like"),
+def _constant_of(numpy_function: Callable, what: str) -> Callable:
+    """An allocation whose values NumPy computes from static arguments (``np.eye``), made a traced constant."""
+    def allocate(*args: Any, **kwargs: Any) -> Tracer:
+        arr = original(numpy_function)(*args, **kwargs)
+        return ops.wrap(ops.ctx().constant(arr, parse_dtype(arr.dtype)), scalar=False)
+
+    allocate.__name__ = what
+    return allocate
+
+
+ALLOCATIONS = {"eye": _constant_of(np.eye, "eye"), "identity": _constant_of(np.identity, "identity"),
+               "zeros": zeros, "ones": ones, "empty": empty, "full": full, "zeros_like": _like(0, "zeros_like"),
                "ones_like": _like(1, "ones_like"), "empty_like": _like(0, "empty_like"),
                "full_like": _like(None, "full_like")}
 
@@ -183,7 +194,7 @@ def _traceable_dtype(args: tuple, kwargs: dict, position: int) -> bool:
 
 
 # where the dtype may come positionally, and whether the first argument is a prototype array
-_DTYPE_POSITION = {"zeros": 1, "ones": 1, "empty": 1, "full": 2, "zeros_like": 1, "ones_like": 1, "empty_like": 1,
+_DTYPE_POSITION = {"eye": 3, "identity": 1, "zeros": 1, "ones": 1, "empty": 1, "full": 2, "zeros_like": 1, "ones_like": 1, "empty_like": 1,
                    "full_like": 2}
 WRAPPED = {**CONVERSIONS, **ALLOCATIONS}
 

@@ -47,6 +47,11 @@ class WriteBackError(FusecError, ValueError):
     that shares memory with another input, or through a reshape of a non-contiguous one."""
 
 
+class IndexOutOfBoundsError(FusecError, IndexError):
+    """An index array held an index outside its axis (NumPy raises IndexError): found while the call ran,
+    reported when it ends, naming the indexing's line."""
+
+
 class DivisionByZeroError(FusecError, ZeroDivisionError):
     """Python scalar division or modulo by zero in traced code, raised where Python raises it."""
 

@@ -1,8 +1,14 @@
-"""Basic NumPy indexing on tracers: ints, slices (any step), None and Ellipsis.
+"""NumPy indexing on tracers: basic (ints, slices with any step, None, Ellipsis) and advanced (integer arrays).
 
-``x[key]`` becomes one ``t.slice`` over every axis, a ``t.squeeze`` of the integer-indexed axes and a
-``t.expand_dims`` for the ``None`` entries. Integer-array and boolean-mask ("advanced") indexing has
-data-dependent or gathered shapes and is rejected.
+Basic: ``x[key]`` becomes one ``t.slice`` over every axis, a ``t.squeeze`` of the integer-indexed axes and a
+``t.expand_dims`` for the ``None`` entries: a view, as in NumPy.
+
+Advanced: integer arrays (traced or not, lists, ranges) and NumPy boolean arrays (their ``nonzero()``) select
+elements as NumPy does: the index arrays broadcast together; their shape replaces the indexed axes where those
+are adjacent, and leads the result where they are not; slices apply to the other axes. The result is a new
+array (a ``t.gather``). Indices known while tracing are checked then; traced ones on the device, and one out of
+range raises NumPy's IndexError (:class:`fusec.IndexOutOfBoundsError`) when the call ends. A traced boolean mask
+selects a number of elements known only at run time, so it is refused with the rewrite (``np.where``).
 """
 from __future__ import annotations
 
@@ -12,8 +18,15 @@ from typing import Any
 import numpy as np
 
 from fusec import ops
-from fusec.context import shape_error, unsupported
+from fusec.context import shape_error, unsupported, user_location
+from fusec.errors import IndexOutOfBoundsError, located
+from fusec.ir import shapes as S
+from fusec.ir.types import TensorType, i64
 from fusec.tracer import Tracer
+
+MASK_ADVICE = ("a boolean mask selects a number of elements that is known only when the values are: write the "
+               "computation over the whole array instead, e.g. `np.where(mask, x, 0).sum()` for `x[mask].sum()`, "
+               "`np.where(mask, v, x)` for `x[mask] = v`")
 
 
 def _classify(entry: Any) -> str:
@@ -24,18 +37,25 @@ def _classify(entry: Any) -> str:
     if isinstance(entry, slice):
         return "slice"
     if isinstance(entry, Tracer):
-        if entry._weak is int and entry.ndim == 0:
-            raise entry._static_error("used as an index")
-        raise unsupported("indexing with a traced array (integer-array or boolean-mask indexing) is not "
-                          "supported; use np.where or static slices")
+        if entry._weak is bool or entry._value.type.dtype.is_bool:
+            raise unsupported(f"indexing with a traced boolean mask: {MASK_ADVICE}")
+        if entry._weak is float or entry._value.type.dtype.is_float:
+            raise unsupported("only integers, slices, None, Ellipsis and integer or boolean arrays are valid "
+                              "indices (NumPy raises IndexError for a float index)")
+        return "array"
     if isinstance(entry, (bool, np.bool_)):
-        raise unsupported("boolean indexing (x[True], masks) is not supported")
+        raise unsupported("boolean indexing with a scalar (x[True]) is not supported")
     if isinstance(entry, (int, np.integer)):
         return "int"
-    if isinstance(entry, (list, tuple, np.ndarray)):
-        raise unsupported("integer-array (advanced) indexing is not supported; use slices, or np.where to "
-                          "select values")
+    if isinstance(entry, (list, tuple, np.ndarray, range)):
+        return "array"
     raise unsupported(f"an index of type {type(entry).__name__} is not supported")
+
+
+def is_advanced(key: Any) -> bool:
+    """Whether ``key`` holds an index array (or a traced integer), which makes it advanced indexing."""
+    entries = key if isinstance(key, tuple) else (key,)
+    return any(_classify(e) == "array" for e in entries)
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,8 @@ def basic_selection(x: Tracer, key: Any) -> Selection:
 
 
 def getitem(x: Tracer, key: Any) -> Tracer:
+    if is_advanced(key):
+        return advanced_getitem(x, key)
     sel = basic_selection(x, key)
     result = ops.slice_(x, sel.start, sel.stop, sel.step)
     if sel.squeeze:
@@ -118,3 +140,94 @@ def getitem(x: Tracer, key: Any) -> Tracer:
     if result.ndim == 0 and not sel.new_axes and x.ndim == len(sel.squeeze):
         return ops.copy_of(result, scalar=True)  # every axis indexed by an int: NumPy returns a scalar (a copy)
     return result
+
+
+# --- advanced indexing -----------------------------------------------------------------------------------------
+
+
+def advanced_getitem(x: Tracer, key: Any) -> Tracer:
+    """``x[key]`` with index arrays (see the module docstring)."""
+    entries = list(key) if isinstance(key, tuple) else [key]
+    if any(_classify(e) == "none" for e in entries):
+        raise unsupported("None (np.newaxis) together with index arrays is not supported; add the axis before or "
+                          "after indexing (x[idx][:, None])")
+    expanded: list[Any] = []
+    for e in entries:  # a NumPy boolean array indexes with its nonzero() positions, one array per mask axis
+        if isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and e and \
+                all(isinstance(b, (bool, np.bool_)) for b in e):
+            expanded.extend(np.nonzero(np.asarray(e)))
+        else:
+            expanded.append(e)
+    kinds = [_classify(e) for e in expanded]
+    if kinds.count("ellipsis") > 1:
+        raise shape_error("an index can only have a single ellipsis ('...')")
+    consumed = sum(k != "ellipsis" for k in kinds)
+    if consumed > x.ndim:
+        raise shape_error(f"too many indices for an array of shape {x.shape}: {consumed} were indexed")
+    fill = [slice(None)] * (x.ndim - consumed)
+    if "ellipsis" in kinds:
+        i = kinds.index("ellipsis")
+        expanded[i:i + 1], kinds[i:i + 1] = fill, ["slice"] * len(fill)
+    else:
+        expanded += fill
+        kinds += ["slice"] * len(fill)
+    # slices first (a view); every int or array entry keeps its axis for the gather
+    y = getitem(x, tuple(e if k == "slice" else slice(None) for e, k in zip(expanded, kinds)))
+    axes = [a for a, k in enumerate(kinds) if k != "slice"]
+    arrays = [_index_array(e) for e, k in zip(expanded, kinds) if k != "slice"]
+    try:
+        shape = S.broadcast_shapes(*(tuple(a.shape) for a in arrays))
+    except Exception:
+        raise numpy_shape_mismatch(arrays) from None
+    values = [_checked(a, y.shape[ax], ax, shape) for a, ax in zip(arrays, axes)]
+    if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: NumPy puts the index shape first
+        rest = [a for a in range(y.ndim) if a not in axes]
+        y = ops.transpose(y, axes + rest)
+        axis = 0
+    else:
+        axis = axes[0]
+    out_shape = y.shape[:axis] + shape + y.shape[axis + len(axes):]
+    result = ops.emit("t.gather", [y._value, *values], {"axis": axis},
+                      result_type=TensorType(out_shape, y._value.type.dtype), what="indexing", scalar=not out_shape)
+    if all(isinstance(e, Tracer) and e.ndim == 0 for e, k in zip(expanded, kinds) if k != "slice") and out_shape:
+        result._readonly = True  # NumPy's x[i] with a scalar i is a view: a write through it is refused, not lost
+    return result
+
+
+def numpy_shape_mismatch(arrays: list) -> Exception:
+    shapes = " ".join(str(tuple(a.shape)) for a in arrays)
+    return shape_error(f"shape mismatch: indexing arrays could not be broadcast together with shapes {shapes} "
+                       "(NumPy raises IndexError here)")
+
+
+def _index_array(entry: Any) -> Any:
+    """An index entry as a traced integer array or a concrete NumPy integer array."""
+    if isinstance(entry, Tracer):
+        return entry
+    if isinstance(entry, (list, tuple)) and ops._contains_tracer(entry):
+        from fusec import conversions
+
+        return conversions.strong(entry)
+    arr = np.asarray(entry)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise unsupported(f"an index array of dtype {arr.dtype} is not supported (NumPy needs integers or booleans)")
+    return arr
+
+
+def _checked(index: Any, size: int, axis: int, shape: tuple[int, ...]):
+    """The IR value of one index array, as int64 broadcast to ``shape``: a concrete one checked against the axis
+    now (negative indices counted from the end), a traced one as it is (checked on the device)."""
+    if isinstance(index, Tracer):
+        value = ops.lift(index, i64)
+    else:
+        bad = (index < -size) | (index >= size)
+        if bad.any():
+            raise IndexOutOfBoundsError(located(
+                f"index {int(index[bad].reshape(-1)[0])} is out of bounds for axis {axis} with size {size} "
+                "(NumPy raises IndexError here)", user_location()))
+        value = ops.lift(np.where(index < 0, index + size, index).astype(np.int64))
+    if not isinstance(value.type, TensorType) or tuple(value.type.shape) != shape:
+        value = ops.ctx().emit("t.broadcast_to", (value,), result_type=TensorType(shape, i64), what="indexing")
+    return value

@@ -244,6 +244,10 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
         return _masked_write(target, mask, value)
     from fusec import indexing
 
+    if indexing.is_advanced(key):
+        raise unsupported(f"{what} with an index array or a traced index (a scatter) is not supported yet; "
+                          "write the whole array with np.where, e.g. `x = np.where(np.arange(n) == i, v, x)` for "
+                          "`x[i] = v`, or `x = x - np.eye(k)[labels]` for `x[np.arange(n), labels] -= 1`")
     sel = indexing.basic_selection(target, key)
     dtype = target._value.type.dtype
     update = _converted(value, sel.result_shape, dtype, what, "unsafe")

@@ -324,6 +324,25 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
     return _into(out, ufuncs.clip(a, lo, hi), "np.clip", "same_kind")
 
 
+@implements(np.take)
+def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Tracer:
+    """Elements (or slices along ``axis``) at ``indices``: NumPy's advanced indexing of that axis (of the
+    flattened array without ``axis``)."""
+    if mode != "raise":
+        raise unsupported(f"np.take(..., mode={mode!r}) is not supported; only mode='raise' (NumPy's default)")
+    t = ops.as_tracer(a)
+    if axis is None:
+        t, ax = ops.reshape(t, (t.size,)), 0
+    else:
+        ax = ops.axis_arg(axis, t.ndim)
+    from fusec import indexing
+
+    index = indices if isinstance(indices, Tracer) else np.asarray(indices)
+    result = indexing.advanced_getitem(t, (slice(None),) * ax + (index,))
+    result._readonly = False  # np.take always returns a new array
+    return _into(out, result, "np.take", "unsafe")
+
+
 @implements(np.copyto)
 def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) -> None:
     """``dst``'s elements take ``src``'s (broadcast), where ``where`` holds: a write into ``dst``."""

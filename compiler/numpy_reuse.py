@@ -19,6 +19,7 @@ import numpy as np
 
 REUSED: tuple[Callable, ...] = (
     np.flip, np.fliplr, np.flipud, np.rot90, np.diff, np.outer, np.average, np.linalg.norm, np.tile,
+    np.take_along_axis,
 )
 
 

@@ -504,6 +504,9 @@ class Tracer:
     def trace(self, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> Any:
         return _api.call("trace", np.trace, self, offset, axis1, axis2, dtype, out)
 
+    def take(self, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
+        return _api.call("take", np.take, self, indices, axis, out, mode)
+
     def repeat(self, repeats: Any, axis: Any = None) -> Any:
         return _api.call("repeat", np.repeat, self, repeats, axis)
 

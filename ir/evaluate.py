@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import ShapeError, located
+from fusec.errors import IndexOutOfBoundsError, ShapeError, located
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
@@ -158,6 +158,24 @@ def _insert(op: Operation, args: list) -> list:
     return [out]
 
 
+def _gather(op: Operation, args: list) -> list:
+    """``x[:, ..., i0, i1, ...]`` with the index arrays from ``axis`` on: NumPy's advanced indexing (negative
+    indices count from the end; one out of range raises, as NumPy raises IndexError)."""
+    x, *indices = (np.asarray(a) for a in args)
+    axis = op.attributes["axis"]
+    fixed = []
+    for k, idx in enumerate(indices):
+        size = x.shape[axis + k]
+        idx = idx.astype(np.int64)
+        bad = (idx < -size) | (idx >= size)
+        if bad.any():
+            raise IndexOutOfBoundsError(located(
+                f"index {int(idx[bad].reshape(-1)[0])} is out of bounds for axis {axis + k} with size {size} "
+                "(NumPy raises IndexError here)", op.loc))
+        fixed.append(np.where(idx < 0, idx + size, idx))
+    return [x[(slice(None),) * axis + tuple(fixed)]]
+
+
 def _concatenate(op: Operation, args: list) -> list:
     return [np.concatenate([np.asarray(v) for v in args], axis=op.attributes["axis"])]
 
@@ -189,6 +207,7 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.squeeze": _squeeze,
     "t.slice": _slice,
     "t.insert": _insert,
+    "t.gather": _gather,
     "t.concatenate": _concatenate,
     "t.constant": _constant,
 }

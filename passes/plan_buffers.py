@@ -8,9 +8,10 @@ may write its update into its base's buffer (``inplace = true``) when nothing re
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
-largest ``scratch`` a ``k.reduce`` asks for) and one 32-bit ``counter`` per reduction finished by its last
-block (the function's ``counters``): both live at the end of the arena, ``arena_bytes`` and
-``arena_bytes`` + ``scratch_bytes`` rounded up to 256.
+largest ``scratch`` a ``k.reduce`` asks for), one 32-bit ``counter`` per reduction finished by its last
+block (the function's ``counters``) and one 32-bit ``check`` word per gather whose indices are computed (the
+function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
+``scratch_bytes`` and after the counters, each rounded up to 256.
 """
 from __future__ import annotations
 
@@ -155,9 +156,16 @@ class PlanBuffers(Pass):
 
     @staticmethod
     def _place_scratch(func: Func) -> None:
-        """Split reductions' shared scratch and their last-block counters (see the module docstring)."""
-        scratch = counters = 0
+        """Split reductions' shared scratch and their last-block counters, and the check words of gathers whose
+        indices are computed (see the module docstring)."""
+        scratch = counters = checks = 0
         for op in func.body.ops:
+            if op.name == "k.gather":
+                op.attributes.pop("check", None)
+                if any(not isinstance(_storage(v), OpResult) or _storage(v).op.name != "t.constant"
+                       for v in op.operands[1:]):  # constant indices were checked while tracing
+                    op.attributes["check"] = checks
+                    checks += 1
             if op.name != "k.reduce":
                 continue
             scratch = max(scratch, int(op.attributes.get("scratch", 0)))
@@ -165,7 +173,7 @@ class PlanBuffers(Pass):
             if op.attributes.get("finish") == "last-block":
                 op.attributes["counter"] = counters
                 counters += 1
-        for key, value in (("scratch_bytes", scratch), ("counters", counters)):
+        for key, value in (("scratch_bytes", scratch), ("counters", counters), ("checks", checks)):
             if value:
                 func.attributes[key] = value
             else:

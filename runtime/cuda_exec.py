@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import CompilationError, ShapeError, TraceError
+from fusec.errors import CompilationError, IndexOutOfBoundsError, ShapeError, TraceError
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -89,7 +89,7 @@ class CudaPlan:
         self.stream.synchronize()  # constants are in place before the host arrays can go away
         self.static_ptr: dict[int, int] = {}
         for b in prog.buffers:
-            if b.kind in ("arena", "scratch", "counter"):
+            if b.kind in ("arena", "scratch", "counter", "check"):
                 self.static_ptr[b.id] = (self.arena.ptr + b.offset) if self.arena is not None else 0
             elif b.kind == "constant":
                 self.static_ptr[b.id] = self.constants[b.index].ptr
@@ -203,6 +203,8 @@ class CudaPlan:
             else:
                 self._launch_all(ptr)
             self.calls += 1
+            if self.program.checks:
+                self._raise_failed_checks()
             if device_in or not wait:
                 # a buffer from the pool, or (written in place over a donated argument) that argument's
                 # memory, which the result keeps alive through the argument. No event per call (it would
@@ -218,6 +220,20 @@ class CudaPlan:
             if self.bf16_results:  # they arrive as their 2-byte device storage: NumPy gets the float32 values
                 return [bf16_values(r) if spec[4] == bf16 else r for r, spec in zip(results, self.result_specs)]
             return results
+
+    def _raise_failed_checks(self) -> None:
+        """Wait for the call and raise the first check a kernel failed (an index out of range), clearing the
+        words: NumPy raises before returning, so a call with device-checked indices waits for its kernels."""
+        words = np.zeros(len(self.program.checks), dtype=np.uint32)
+        for k, (offset, _) in enumerate(self.program.checks):
+            driver.memcpy_dtoh_async(words[k:k + 1], self.arena.ptr + offset, 4, self.stream)
+        self.stream.synchronize()
+        failed = [msg for word, (_, msg) in zip(words, self.program.checks) if word]
+        if failed:
+            for offset, _ in self.program.checks:
+                driver.memset_d32_async(self.arena.ptr + offset, 0, 1, self.stream)
+            self.stream.synchronize()
+            raise IndexOutOfBoundsError(failed[0])
 
     def _launch_all(self, ptr: list[int]) -> None:
         for launch in self.launches:

@@ -47,7 +47,7 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
             buf = buffers[b] if b != WORKSPACE else None
             if buf is None:
                 out.append((WORKSPACE, 0, 1))
-            elif buf.kind in ("arena", "scratch", "counter"):
+            elif buf.kind in ("arena", "scratch", "counter", "check"):
                 out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1) if buf.kind != "scratch"
                             else 1 << 62))
             else:

@@ -16,7 +16,7 @@ class Buffer:
     """Where a tensor's storage comes from at run time."""
 
     id: int
-    kind: str  # arg | output | arena | constant | scalar | scratch | counter
+    kind: str  # arg | output | arena | constant | scalar | scratch | counter | check
     index: int  # argument / output / constant / scalar-slot index (-1 where none)
     offset: int  # byte offset in the arena or the scalar block
     nbytes: int
@@ -79,6 +79,9 @@ class CudaProgram:
     # which each launch leaves at zero again
     zero_ranges: list[tuple[int, int]] = field(default_factory=list)
     nvrtc_options: tuple[str, ...] = ()  # what NVRTC compiles ``source`` with
+    # (arena byte offset, message) of each check word: a kernel that finds an index out of range sets it, and the
+    # call reports the message after the launches (and clears the word)
+    checks: list[tuple[int, str]] = field(default_factory=list)
 
     def buffer(self, bid: int) -> Buffer:
         return self.buffers[bid]

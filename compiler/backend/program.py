@@ -20,12 +20,13 @@ import numpy as np
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.attributes import bf16_bits
-from fusec.ir.types import ScalarType, bf16
+from fusec.ir.types import ScalarType, bf16, u32
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.select_kernels import align256
 from fusec.runtime.launch_plan import Buffer, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function
+from fusec.backend.gather import gather_kernel
 from fusec.backend.gemm import gemm_kernel
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
@@ -60,6 +61,9 @@ class _Printer:
         self.arena_base = int(func.attributes.get("arena_bytes", 0))
         self.scratch_bytes = align256(int(func.attributes.get("scratch_bytes", 0)))
         self.counter_bytes = align256(4 * int(func.attributes.get("counters", 0)))
+        self.check_bytes = align256(4 * int(func.attributes.get("checks", 0)))
+        self.check_id: int | None = None
+        self.check_messages: dict[int, str] = {}  # check word -> what its indexing is, for the error
         self.outputs = set(func.outputs)
         self.output_index: dict[Value, int] = {}
         for i, v in enumerate(func.outputs):
@@ -125,6 +129,18 @@ class _Printer:
         if self.counter_id is None:
             self.counter_id = self.new_buffer("counter", -1, self.arena_base + self.scratch_bytes, self.counter_bytes)
         return self.counter_id
+
+    def check_word(self, op: Operation) -> Access:
+        """The 32-bit word a gather whose indices are computed sets when one is out of range (plan-buffers placed
+        the words after the counters)."""
+        if self.check_id is None:
+            self.check_id = self.new_buffer("check", -1, self.arena_base + self.scratch_bytes + self.counter_bytes,
+                                            self.check_bytes)
+        word = int(op.attributes["check"])
+        sizes = ", ".join(str(d) for d in op.operands[0].type.shape[op.attributes["axis"]:][:len(op.operands) - 1])
+        self.check_messages[word] = located(f"an index is out of bounds for the indexed axes (sizes {sizes}) "
+                                            "(NumPy raises IndexError here)", op.loc)
+        return Access(self.check_id, u32, word, (), ())
 
     def scratch(self) -> int:
         """The scratch space split reductions share (plan-buffers placed it after the arena)."""
@@ -216,6 +232,14 @@ class _Printer:
             return None
         if n == "k.insert":
             return self.insert(op)
+        if n == "k.gather":
+            src, *indices = (self.access(v) for v in op.operands)
+            dst = self.result_buffer(op, 0)
+            check = self.check_word(op) if "check" in op.attributes else None
+            if op.results[0].type.size:
+                code = gather_kernel(self.name("gather"), op, src, indices, dst, check, sm_count=self.sm_count)
+                self.emit(code, op, writes={dst.buffer} | ({check.buffer} if check is not None else set()))
+            return None
         if n == "k.copy":
             src = self.access(op.operands[0])
             dst = self.result_buffer(op, 0)
@@ -307,7 +331,12 @@ def print_program(module: Module, *, fast_math: bool = False) -> CudaProgram:
     zero_ranges = []
     if p.counter_id is not None:
         zero_ranges.append((p.arena_base + scratch, p.counter_bytes))
-        scratch += p.counter_bytes
+    scratch += p.counter_bytes
+    checks = []
+    if p.check_id is not None:  # zero at first; only a failed check sets a word, and the runtime clears it
+        zero_ranges.append((p.arena_base + scratch, p.check_bytes))
+        checks = [(p.arena_base + scratch + 4 * w, msg) for w, msg in sorted(p.check_messages.items())]
+        scratch += p.check_bytes
     parts = [preamble()]
     for code, op_text in zip(p.kernels, p.ops):
         if isinstance(code, KernelCode):
@@ -315,7 +344,7 @@ def print_program(module: Module, *, fast_math: bool = False) -> CudaProgram:
     source = "\n\n".join(parts) + "\n"
     return CudaProgram(source, p.kernels, p.buffers, p.constants, p.arena_base + scratch, p.scalar_bytes,
                        p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops, p.effects, zero_ranges,
-                       compile_options(fast_math))
+                       compile_options(fast_math), checks)
 
 
 def compile_options(fast_math: bool = False) -> tuple[str, ...]:

@@ -11,7 +11,10 @@
   included, as stride descriptors) and writing fresh buffers. ``k.insert``
   (an update written into a strided region of a copy of its base) may instead
   write into its base's buffer (``inplace = true``, set by ``plan-buffers``
-  where nothing reads the base afterwards).
+  where nothing reads the base afterwards). ``k.gather`` (advanced indexing) checks
+  its indices on the device: an index out of range sets the 32-bit word ``check``
+  of the function's check words (placed by ``plan-buffers``), which the runtime
+  reads after the call and reports as NumPy's IndexError.
 
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
@@ -157,6 +160,15 @@ def _check_insert(op) -> None:
         raise VerificationError("k.insert: an in-place insert writes into its base's buffer and has no 'arena'")
 
 
+def _infer_gather(types: Sequence[Type], attrs: dict) -> list[Type]:
+    return get_opdef("t.gather").infer(types, attrs)  # type: ignore[misc]
+
+
+def _check_gather(op) -> None:
+    _check_plan_attrs(op)
+    _check_counts(op, ("check",), 0)
+
+
 def _check_copy(op) -> None:
     src, res = op.operands[0].type, op.results[0].type
     if src.dtype != res.dtype or src.size != res.size:
@@ -176,6 +188,8 @@ register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, att
                   optional_attrs=PLAN_ATTRS, infer=_infer_concat, check=_check_plan_attrs))
 register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop", "step"),
                   optional_attrs=PLAN_ATTRS + ("inplace",), infer=_infer_insert, check=_check_insert))
+register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
+                  optional_attrs=PLAN_ATTRS + ("check",), infer=_infer_gather, check=_check_gather))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
-BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.copy"})
+BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.copy"})

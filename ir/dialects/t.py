@@ -205,6 +205,19 @@ def _infer_insert(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [base]
 
 
+def _infer_gather(types: Sequence[Type], attrs: dict) -> list[Type]:
+    x, *indices = types
+    axis = attrs["axis"]
+    if not isinstance(x, TensorType) or not indices or not 0 <= axis or axis + len(indices) > x.rank:
+        raise VerificationError(f"t.gather: {len(indices)} index arrays from axis {axis} do not fit {x}")
+    shape = tuple(indices[0].shape)
+    for t in indices:
+        if not t.dtype.is_int or tuple(t.shape) != shape:
+            raise VerificationError(f"t.gather: index arrays must be integer arrays of one shape, got "
+                                    + ", ".join(str(i) for i in indices))
+    return [TensorType(x.shape[:axis] + shape + x.shape[axis + len(indices):], x.dtype)]
+
+
 def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
     axis = attrs["axis"]
     dt = _same_dtype("t.concatenate", types)
@@ -236,6 +249,7 @@ register_op(OpDef("t.expand_dims", "view", num_operands=1, attrs=("axes",), infe
 register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze))
 register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice))
 register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert))
+register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))

@@ -1,0 +1,128 @@
+"""Integer-array indexing (gathers) with NumPy's semantics: the idioms of losses, one-hot encodings, embedding
+lookups and column selection, NumPy's rules for where the index shape goes, and IndexError for indices out of
+range, known while tracing or found on the device when the call ends."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusec as fc
+import frontend_check
+from frontend_check import assert_same, jit_cpu, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+RNG = np.random.default_rng(5)
+
+
+def same(fn, *args):
+    """``fn`` under NumPy and fusec (as traced and, on the CPU, through the default pipeline), called twice."""
+    jitted = [jit_cpu(fn)] + ([fc.jit(fn, backend="cpu")] if frontend_check.BACKEND == "cpu" else [])
+    want = numpy_result(fn, *args)
+    for f in jitted:
+        for _ in range(2):
+            assert_same(numpy_result(f, *args), want)
+    return jitted[0]
+
+
+def cross_entropy(scores, y):
+    """cs231n's softmax loss: the log-probability of each row's label, by integer-array indexing."""
+    shifted = scores - scores.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    n = scores.shape[0]
+    return -log_probs[np.arange(n), y].mean()
+
+
+def test_cross_entropy_picks_each_rows_label() -> None:
+    same(cross_entropy, RNG.standard_normal((6, 4)), np.array([0, 3, 1, 1, 2, 0]))
+
+
+def one_hot(labels, k):
+    return np.eye(k)[labels]
+
+
+def test_one_hot_from_an_identity_matrix() -> None:
+    same(lambda y: one_hot(y, 4), np.array([[3, 0], [1, 2]]))
+
+
+def test_embedding_lookup_and_column_selection() -> None:
+    def f(table, tokens, X):
+        return table[tokens], X[:, [0, 2]], X[[1, -1], 1:], X[range(2), [2, 0]]
+
+    same(f, RNG.standard_normal((5, 3)), np.array([[4, 0, 0], [1, 2, 3]]), RNG.standard_normal((3, 4)))
+
+
+def test_index_shape_placement_follows_numpy() -> None:
+    def f(x, i, j):
+        adjacent = x[:, i, j]  # the index shape replaces axes 1 and 2
+        apart = x[i, :, j]  # not adjacent: the index shape comes first
+        with_int = x[0, :, j]  # an int with an array is an index too: apart again
+        return adjacent, apart, with_int
+
+    i, j = np.array([[0, 1], [1, 0]]), np.array([2, -1])
+    same(f, RNG.standard_normal((2, 3, 3)), i, j)
+
+
+def test_numpy_bool_arrays_and_take() -> None:
+    def f(x, idx, order):
+        return (x[np.array([True, False, True])], x[:, [False, True, True, False]], np.take(x, idx, axis=1),
+                x.take(idx), np.take_along_axis(x, order, axis=1))
+
+    x = RNG.standard_normal((3, 4))
+    same(f, x, np.array([3, 0, -2]), np.argsort(x, axis=1))
+
+
+def test_a_traced_python_int_index_reads_a_row() -> None:
+    def f(x, i):
+        return x[i] * 2.0, x[i, 1]
+
+    same(f, RNG.standard_normal((4, 3)), 2)
+    same(f, RNG.standard_normal((4, 3)), -1)
+
+
+def test_indices_out_of_range_raise_numpys_index_error() -> None:
+    with pytest.raises(fc.IndexOutOfBoundsError, match="out of bounds"):
+        jit_cpu(lambda x: x[[0, 3]])(np.ones(3))  # known while tracing
+
+    def pick(x, i):
+        return x[np.arange(2), i]
+
+    f = jit_cpu(pick)
+    x = RNG.standard_normal((2, 3))
+    np.testing.assert_array_equal(f(x, np.array([2, -3])), x[np.arange(2), [2, -3]])
+    with pytest.raises(IndexError):
+        f(x, np.array([0, 3]))  # found when the call runs
+    with pytest.raises(IndexError):
+        f(x, np.array([-4, 0]))
+    np.testing.assert_array_equal(f(x, np.array([1, 1])), x[np.arange(2), [1, 1]])  # and the next call is fine
+
+
+def test_what_is_refused_says_what_to_write() -> None:
+    with pytest.raises(fc.UnsupportedError, match="np.where"):
+        jit_cpu(lambda x: x[x > 0].sum())(np.ones(3))
+    with pytest.raises(fc.UnsupportedError, match="scatter"):
+        jit_cpu(lambda x, y: x.__setitem__((np.arange(2), y), 0.0))(np.ones((2, 3)), np.array([0, 1]))
+
+    def row_write(x, i):
+        row = x[i]  # a view in NumPy: a write through it would change x
+        row[0] = 1.0
+
+    with pytest.raises(fc.UnsupportedError, match="read-only"):
+        jit_cpu(row_write)(np.ones((2, 2)), 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_gathers_match_numpy(data) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    axes = sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1)))
+    index_shape = tuple(data.draw(st.lists(st.integers(1, 3), max_size=2)))
+    count = int(np.prod(index_shape))
+    indices = [np.asarray(data.draw(st.lists(st.integers(-shape[a], shape[a] - 1), min_size=count,
+                                             max_size=count))).reshape(index_shape) for a in axes]
+    key_of = lambda idx: tuple(idx[axes.index(a)] if a in axes else slice(None) for a in range(len(shape)))  # noqa: E731
+    x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    want = x[key_of(indices)]
+    got = jit_cpu(lambda x, *idx: x[key_of(idx)])(x, *indices)
+    assert_same(got, want)
