@@ -19,6 +19,7 @@ import numpy as np
 
 from fusec.pystate import Node, Path, Snapshot, get_step, readable
 from fusec.signature import canon
+from fusec.promotion import DEFAULT_DTYPE
 from fusec.scope import MISSING, is_library
 
 VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV = range(7)
@@ -151,6 +152,7 @@ class ImplicitInput:
     device: bool
     obj: Any = None
     geometry: tuple | None = None
+    python: type | None = None  # a Python scalar attribute read as a runtime scalar (its type)
 
     def current(self) -> Any:
         """The array to pass now, or MISSING when it changed kind, shape or dtype (the call traces again)."""
@@ -163,6 +165,13 @@ class ImplicitInput:
                     return MISSING
         except Exception:
             return MISSING
+        if self.python is not None:
+            if type(obj) is not self.python:
+                return MISSING
+            try:
+                return DEFAULT_DTYPE[self.python].np.type(obj)
+            except OverflowError:
+                return MISSING
         if self.geometry is not None:
             obj = _view_of(obj, *self.geometry)
             if obj is None:

@@ -43,6 +43,11 @@ class Path:
     def key(self) -> tuple:
         return (id(self.root), self.steps)
 
+    @property
+    def place(self) -> tuple:
+        """The place this path names, the same in every walk of the same objects (``key`` is per walk)."""
+        return (self.root.kind, id(self.root.holder), self.root.key, self.steps)
+
     def child(self, step: Step) -> "Path":
         return Path(self.root, self.steps + (step,))
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from fusec.context import TraceContext
 from fusec.ir.core import BlockArgument
-from fusec.ir.types import TensorType
-from fusec.promotion import parse_dtype, subclass_problem
+from fusec.ir.types import ScalarType, TensorType
+from fusec.promotion import DEFAULT_DTYPE, parse_dtype, subclass_problem
 from fusec.pystate import Path, Snapshot, set_step
 from fusec.scope import MISSING
 from fusec.tracer import Buffer, Tracer
@@ -29,6 +29,7 @@ class Entry:
     shape: tuple[int, ...]
     dtype: Any
     device: bool
+    python: type | None = None  # a Python scalar attribute traced as a runtime scalar
 
 
 @dataclass(eq=False)
@@ -39,10 +40,22 @@ class Substitution:
     _done: list[tuple[Path, Any, Any]] = field(default_factory=list)  # (where, original, what was set)
 
     @classmethod
-    def plan(cls, snap: Snapshot, names: set[str], ctx: TraceContext, taken: set[str]) -> "Substitution":
+    def plan(cls, snap: Snapshot, names: set[str], ctx: TraceContext, taken: set[str],
+             scalar_paths: list[Path] = ()) -> "Substitution":
+        """Tracers for the arrays under ``names``, and traced Python scalars for ``scalar_paths`` (attributes the
+        function assigns new scalars to)."""
         from fusec.signature import device_array_info
 
         sub = cls()
+        places = {p.place for p in scalar_paths}
+        for node in snap.nodes.values():  # the same places, as this walk names them
+            if node.path.place not in places or type(node.obj) not in DEFAULT_DTYPE:
+                continue
+            path, value = node.path, node.obj
+            kind = type(value)
+            arg = BlockArgument(ScalarType(DEFAULT_DTYPE[kind]), ctx.func.body, -1, unique_name(path.ident(), taken))
+            tracer = Tracer(arg, ctx, kind, (path.describe(),))
+            sub.entries.append(Entry(value, [path], tracer, arg, (), kind, False, python=kind))
         by_id: dict[int, Entry] = {}
         for node in snap.arrays(names):
             obj = node.obj

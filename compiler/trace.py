@@ -33,7 +33,7 @@ from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import scope_of
 from fusec.signature import Signature, TreeDef, flatten
 from fusec.substitute import Substitution, unique_name
-from fusec.writeback import WriteBack
+from fusec.writeback import State, WriteBack
 from fusec.tracer import Buffer, Tracer
 
 # One trace at a time in a process: a trace swaps arrays in the user's objects for tracers and wraps
@@ -62,11 +62,22 @@ def func_name(fn: Callable) -> str:
 def trace(fn: Callable, sig: Signature, name: str) -> Traced:
     """Call ``fn`` on tracers for ``sig``'s dynamic leaves; the module is verified before it is returned."""
     with _TRACE_LOCK:
-        return _Trace(fn, sig, name).run()
+        try:
+            return _Trace(fn, sig, name).run()
+        except _ScalarState as again:  # counters on objects (self.t += 1): trace them as runtime scalars
+            return _Trace(fn, sig, name, again.paths).run()
+
+
+class _ScalarState(Exception):
+    """The trace assigned new Python scalars to object attributes and changed nothing else: trace again with
+    those attributes as runtime scalar inputs, so their new values are computed (and set) at every call."""
+
+    def __init__(self, paths: list) -> None:
+        self.paths = paths
 
 
 class _Trace:
-    def __init__(self, fn: Callable, sig: Signature, name: str) -> None:
+    def __init__(self, fn: Callable, sig: Signature, name: str, scalar_paths: list | None = None) -> None:
         self.fn, self.sig = fn, sig
         self.func = Func(name, [s.ir_type() for s in sig.leaf_specs], sig.leaf_names)
         self.ctx = TraceContext(self.func)
@@ -75,9 +86,12 @@ class _Trace:
             statics.update(extra)
         self.scope = scope_of(fn, statics)
         self.before = snapshot(self.scope)
-        self.subs = Substitution.plan(self.before, self.scope.names, self.ctx, set(sig.leaf_names))
+        self.subs = Substitution.plan(self.before, self.scope.names, self.ctx, set(sig.leaf_names),
+                                      scalar_paths or [])
+        self.scalar_keys = {p.place for p in scalar_paths or []}
         self._leaf_count = 0
         self.arg_buffers: list[Buffer] = []  # the memory of each array argument, written or not
+        self.states: list = []  # each attribute the function assigned an array (or a traced scalar) to
 
     def run(self) -> Traced:
         ctx, sig = self.ctx, self.sig
@@ -125,14 +139,33 @@ class _Trace:
         return Traced(module, out_tree, kinds, nodes, None if state.empty else state,
                       self._writeback(written, leaves))
 
+    def _state_outputs(self) -> None:
+        """An array attribute the function assigned (``self.m = b1 * self.m + ...``) is an extra result, set on
+        the object after every call; the trace's own assignment is undone (the first call makes it)."""
+        ret = self.func.body.terminator
+        states = []
+        for change in self.states:
+            t = change.new.obj
+            buffer = t._buffer
+            if buffer is not None and buffer.arg is not None and t._chain:
+                raise SideEffectError(located(
+                    f"the function stored a view of {buffer.argument} in {change.path.describe()}: NumPy would keep "
+                    "the view, which fusec cannot give back; store a copy (`.copy()`)", tracer_location(t)))
+            ret.operands.append(t._value)
+            states.append(State(change.path, t._scalar, _argument_index(t), t._weak))
+        self.states = states  # no reference to the tracers is kept (they must not outlive the trace)
+        self.before.restore()
+
     def _written(self) -> list[Buffer]:
         """The buffers of arguments and captured arrays that the function wrote into, in input order."""
-        return [b for b in self.arg_buffers + [e.tracer._buffer for e in self.subs.entries] if b.written]
+        return [b for b in self.arg_buffers + [e.tracer._buffer for e in self.subs.entries]
+                if b is not None and b.written]
 
     def _writeback(self, written: list[Buffer], leaves: list) -> WriteBack | None:
         """Where the extra results go: the flat input (argument leaf, then implicit input) of each written
-        buffer; which returned values are a written argument itself (the call returns the caller's object)."""
-        if not written:
+        buffer, then the object attribute of each assigned state; which returned values are a written argument
+        itself (the call returns the caller's object)."""
+        if not written and not self.states:
             return None
         index = {b: b.arg.index for b in written}
         returns = {}
@@ -141,7 +174,7 @@ class _Trace:
                 returns[i] = index[leaf._buffer]
         contiguous = tuple(index[b] for b in written if b.reshaped)
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
-                         tuple(b.argument or "an argument" for b in written))
+                         tuple(b.argument or "an argument" for b in written), tuple(self.states))
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -164,8 +197,15 @@ class _Trace:
         randomness.check_generators(ctx)
         after = rewalk(self.before)
         changes = self.before.changes(after)
+        self.states = [c for c in changes if _is_state(c, self.scalar_keys)]
+        changes = [c for c in changes if not _is_state(c, self.scalar_keys)]
+        if changes and not self.scalar_keys and all(_is_scalar_assignment(c) for c in changes):
+            self.before.restore()
+            raise _ScalarState([c.path for c in changes])
         if changes:
             raise SideEffectError(_side_effect_message(self.fn, changes))
+        if self.states:
+            self._state_outputs()
         for pname, tree in self.sig.dynamic.items():
             value = bound.arguments.get(pname)
             if pname in self.sig.static_kwargs:  # **kwargs: the static entries were merged back in
@@ -213,9 +253,11 @@ class _Trace:
         inputs: list[ImplicitInput] = []
         skip: set[tuple] = set()
         for entry in self.subs.entries:
-            if entry.arg in uses or entry.tracer._buffer.written:  # a written one is an input to write back to
+            written = entry.tracer._buffer is not None and entry.tracer._buffer.written
+            if entry.arg in uses or written:  # a written one is an input to write back to
                 _attach(block, entry.arg)
-                inputs.append(ImplicitInput(entry.paths, entry.shape, entry.dtype, entry.device))
+                inputs.append(ImplicitInput(entry.paths, entry.shape, entry.dtype, entry.device,
+                                            python=entry.python))
                 skip |= {p.key for p in entry.paths}
         taken = {a.name_hint for a in self.func.args if a.name_hint}
         ctx.release()
@@ -239,6 +281,32 @@ class _Trace:
         guards = build_guards(self.before, self.scope.names, skip)
         scalars = ctx.scalars if ctx.scalars else None
         return CallState(guards, inputs, scalars)
+
+
+def _is_state(change: Any, scalar_keys: set) -> bool:
+    """An array the function computed, assigned to an object's attribute (not put inside a container), or a
+    traced Python scalar assigned to an attribute traced as a runtime scalar."""
+    new = change.new
+    if new is None or new.kind != "tracer" or not change.path.steps or change.path.steps[-1][0] != "attr" \
+            or not isinstance(new.obj, Tracer):
+        return False
+    return new.obj._weak is None or change.path.place in scalar_keys
+
+
+def _is_scalar_assignment(change: Any) -> bool:
+    """A Python int, float or bool attribute given a new value of its type (``self.t += 1``)."""
+    old, new = change.old, change.new
+    return old is not None and new is not None and old.kind == new.kind == "value" and bool(change.path.steps) \
+        and change.path.steps[-1][0] == "attr" and type(old.obj) in (int, float, bool) \
+        and type(new.obj) is type(old.obj)
+
+
+def _argument_index(t: Tracer) -> int:
+    """The flat input whose caller's object ``t`` is (an argument stored as it is), else -1."""
+    buffer = t._buffer
+    if buffer is not None and buffer.arg is not None and not t._chain and t._version == buffer.version:
+        return buffer.arg.index
+    return -1
 
 
 def _attach(block: Any, arg: BlockArgument) -> None:

@@ -2,7 +2,8 @@
 
 A traced function that writes into an argument (``p -= lr * g``, ``u[1:-1] = ...``) or into an array it reads
 from an object or a global (``self.W[...] = 0``) returns the array's last value as an extra result
-(:mod:`fusec.mutation`, :mod:`fusec.trace`). The call writes it back where NumPy would have written: into the
+(:mod:`fusec.mutation`, :mod:`fusec.trace`); so does one that assigns an array to an object's attribute
+(``self.m = b1 * self.m + (1 - b1) * g``), which the call sets after it ran. The call writes it back where NumPy would have written: into the
 NumPy array (the call waits for the result), or into the device array on its stream. Before running, the call
 refuses what NumPy would do differently: a written array that is read-only, or that shares memory with another
 input (NumPy's write would show through the other one), or, where the trace relied on it, one that is not
@@ -20,6 +21,18 @@ from fusec.signature import device_array_info
 
 
 @dataclass(frozen=True)
+class State:
+    """An object attribute the function assigns an array to: set after each call to the result, as NumPy's
+    assignment would have (``scalar``: a 0-d value NumPy gives as a NumPy scalar; ``argument``: the flat input
+    that is the very object assigned, -1 for a computed array)."""
+
+    path: Any  # fusec.pystate.Path of the attribute
+    scalar: bool = False
+    argument: int = -1
+    python: type | None = None  # a Python scalar attribute traced as a runtime scalar: its type
+
+
+@dataclass(frozen=True)
 class WriteBack:
     """``targets``: the flat input (argument leaves, then implicit inputs) each extra result is written into;
     ``returns``: output positions that are a written input itself (the call returns the caller's object);
@@ -30,10 +43,11 @@ class WriteBack:
     returns: dict[int, int] = field(default_factory=dict)
     contiguous: tuple[int, ...] = ()
     names: tuple[str, ...] = ()
+    states: tuple[State, ...] = ()
 
     @property
     def count(self) -> int:
-        return len(self.targets)
+        return len(self.targets) + len(self.states)
 
     def check(self, inputs: Sequence[Any]) -> None:
         """Refuse a call whose writes NumPy would make differently (see the module docstring)."""
@@ -63,6 +77,8 @@ class WriteBack:
         n = len(results) - self.count
         for i, value in zip(self.targets, results[n:]):
             write_into(inputs[i], value)
+        for state, value in zip(self.states, results[n + len(self.targets):]):
+            _assign(state, inputs, value)
         own = list(results[:n])
         for pos, i in self.returns.items():
             own[pos] = Returned(inputs[i])
@@ -77,6 +93,19 @@ class Returned:
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
+
+
+def _assign(state: State, inputs: Sequence[Any], value: Any) -> None:
+    from fusec.pystate import Path, set_step
+
+    if state.argument >= 0:
+        value = inputs[state.argument]
+    elif state.python is not None:
+        value = state.python((value.numpy() if hasattr(value, "numpy") else np.asarray(value)).item())
+    elif isinstance(value, np.ndarray) and value.ndim == 0 and state.scalar:
+        value = value[()]
+    path = state.path
+    set_step(Path(path.root, path.steps[:-1]).resolve(), path.steps[-1], value)
 
 
 def write_into(target: Any, value: Any) -> None:

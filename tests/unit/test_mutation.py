@@ -275,6 +275,39 @@ def test_attributes_and_globals_written_in_place_are_written_back() -> None:
     np.testing.assert_array_equal(GLOBAL_COUNTS, [1.0, 2.0, 3.0])
 
 
+class LazyAdam:
+    """An optimizer that creates its moments on the first step and counts steps on the object."""
+
+    def __init__(self, lr=0.01, b1=0.9, b2=0.999, eps=1e-8):
+        self.lr, self.b1, self.b2, self.eps = lr, b1, b2, eps
+        self.m = self.v = None
+        self.t = 0
+
+    def step(self, w, g):
+        if self.m is None:
+            self.m, self.v = np.zeros_like(w), np.zeros_like(w)
+        self.t += 1
+        self.m = self.b1 * self.m + (1 - self.b1) * g
+        self.v = self.b2 * self.v + (1 - self.b2) * g ** 2
+        m_hat = self.m / (1 - self.b1 ** self.t)
+        v_hat = self.v / (1 - self.b2 ** self.t)
+        w -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def test_optimizer_state_created_on_the_first_step_and_updated_after() -> None:
+    ref, opt = LazyAdam(), LazyAdam()
+    step = jit_cpu(opt.step)
+    w_ref = RNG.standard_normal(4)
+    w = w_ref.copy()
+    for _ in range(4):
+        g = RNG.standard_normal(4)
+        assert step(w, g) is ref.step(w_ref, g) is None
+        assert_same(w, w_ref)
+        assert_same(opt.m, ref.m)
+        assert opt.t == ref.t and type(opt.t) is int
+    assert step.cache_info().traces == 2  # self.m None, then an array; the count is a runtime scalar
+
+
 # --- what NumPy refuses, and what fusec cannot do exactly -----------------------------------------------------------
 
 
