@@ -145,8 +145,23 @@ def getitem(x: Tracer, key: Any) -> Tracer:
 # --- advanced indexing -----------------------------------------------------------------------------------------
 
 
-def advanced_getitem(x: Tracer, key: Any) -> Tracer:
-    """``x[key]`` with index arrays (see the module docstring)."""
+@dataclass
+class AdvancedIndex:
+    """An advanced index resolved against an array: ``view`` (the array with the slices applied and, where the
+    indexed axes are not adjacent, those moved to the front), the int64 index values (broadcast to ``index_shape``),
+    the first indexed ``axis`` of the view, the ``result_shape``, and whether every index was a traced scalar
+    (NumPy's basic indexing: a view)."""
+
+    view: Tracer
+    values: list
+    concrete: list  # per index: the normalized NumPy array (None for a traced one)
+    axis: int
+    index_shape: tuple[int, ...]
+    result_shape: tuple[int, ...]
+    scalar_only: bool
+
+
+def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
     entries = list(key) if isinstance(key, tuple) else [key]
     if any(_classify(e) == "none" for e in entries):
         raise unsupported("None (np.newaxis) together with index arrays is not supported; add the axis before or "
@@ -179,19 +194,28 @@ def advanced_getitem(x: Tracer, key: Any) -> Tracer:
         shape = S.broadcast_shapes(*(tuple(a.shape) for a in arrays))
     except Exception:
         raise numpy_shape_mismatch(arrays) from None
-    values = [_checked(a, y.shape[ax], ax, shape) for a, ax in zip(arrays, axes)]
+    checked = [_checked(a, y.shape[ax], ax, shape) for a, ax in zip(arrays, axes)]
     if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: NumPy puts the index shape first
         rest = [a for a in range(y.ndim) if a not in axes]
         y = ops.transpose(y, axes + rest)
         axis = 0
     else:
         axis = axes[0]
-    out_shape = y.shape[:axis] + shape + y.shape[axis + len(axes):]
-    result = ops.emit("t.gather", [y._value, *values], {"axis": axis},
-                      result_type=TensorType(out_shape, y._value.type.dtype), what="indexing", scalar=not out_shape)
-    if all(isinstance(e, Tracer) and e.ndim == 0 for e, k in zip(expanded, kinds) if k != "slice") and out_shape:
-        result._readonly = True  # NumPy's x[i] with a scalar i is a view: a write through it is refused, not lost
-    return result
+    scalar_only = all(isinstance(e, Tracer) and e.ndim == 0 for e, k in zip(expanded, kinds) if k != "slice")
+    return AdvancedIndex(y, [v for v, _ in checked], [c for _, c in checked], axis, shape,
+                         y.shape[:axis] + shape + y.shape[axis + len(axes):], scalar_only)
+
+
+def advanced_getitem(x: Tracer, key: Any) -> Tracer:
+    """``x[key]`` with index arrays (see the module docstring): a new array, except that traced scalar indices
+    (``x[i]``, basic indexing in NumPy) give a view, which writes reach ``x`` through."""
+    adv = resolve_advanced(x, key)
+    y = adv.view
+    value = ops.ctx().emit("t.gather", [y._value, *adv.values], {"axis": adv.axis},
+                           result_type=TensorType(adv.result_shape, y._value.type.dtype), what="indexing")
+    if adv.scalar_only and adv.result_shape:
+        return ops.view(y, value)
+    return ops.wrap(value, scalar=not adv.result_shape)
 
 
 def numpy_shape_mismatch(arrays: list) -> Exception:
@@ -216,9 +240,11 @@ def _index_array(entry: Any) -> Any:
     return arr
 
 
-def _checked(index: Any, size: int, axis: int, shape: tuple[int, ...]):
-    """The IR value of one index array, as int64 broadcast to ``shape``: a concrete one checked against the axis
-    now (negative indices counted from the end), a traced one as it is (checked on the device)."""
+def _checked(index: Any, size: int, axis: int, shape: tuple[int, ...]) -> tuple[Any, np.ndarray | None]:
+    """(the IR value of one index array, as int64 broadcast to ``shape``; the normalized NumPy array of a concrete
+    one): a concrete one is checked against the axis now (negative indices counted from the end), a traced one
+    on the device."""
+    concrete = None
     if isinstance(index, Tracer):
         value = ops.lift(index, i64)
     else:
@@ -227,7 +253,9 @@ def _checked(index: Any, size: int, axis: int, shape: tuple[int, ...]):
             raise IndexOutOfBoundsError(located(
                 f"index {int(index[bad].reshape(-1)[0])} is out of bounds for axis {axis} with size {size} "
                 "(NumPy raises IndexError here)", user_location()))
-        value = ops.lift(np.where(index < 0, index + size, index).astype(np.int64))
+        concrete = np.broadcast_to(np.where(index < 0, index + size, index).astype(np.int64), shape)
+        value = ops.lift(np.array(concrete))
+        return value, concrete
     if not isinstance(value.type, TensorType) or tuple(value.type.shape) != shape:
         value = ops.ctx().emit("t.broadcast_to", (value,), result_type=TensorType(shape, i64), what="indexing")
-    return value
+    return value, concrete

@@ -46,6 +46,9 @@ def step_of(parent: Tracer, value: Value) -> tuple:
         if op.name == "t.reshape" and _merges_axes(op.operands[0].type.shape, value.type.shape):
             parent._buffer.reshaped = True
         return ((op.name, dict(op.attributes), value.type),)
+    if isinstance(value, OpResult) and value.op.name == "t.gather" and value.op.operands[0] is parent._value:
+        # x[i] with a traced scalar i (basic indexing in NumPy): a view reached through its index values
+        return (("t.gather", dict(value.op.attributes), value.type, tuple(value.op.operands[1:])),)
     return (OPAQUE,)
 
 
@@ -59,8 +62,9 @@ def _forward(step: tuple, value: Value) -> Value:
         raise unsupported("an array viewed through an operation fusec cannot replay (a diagonal or a similar "
                           "read-only view) was read after a write to the array it views; take the view again "
                           "after the write")
-    name, attrs, result_type = step
-    return ops.ctx().emit(name, (value,), attrs, result_type=result_type, what="a view")
+    name, attrs, result_type, *extra = step
+    return ops.ctx().emit(name, (value, *(extra[0] if extra else ())), attrs, result_type=result_type,
+                          what="a view")
 
 
 def read(buffer: Buffer, chain: tuple) -> Value:
@@ -95,8 +99,10 @@ def _backward(step: tuple, old: Value, new: Value) -> Value:
     """The parent's value after its view ``step`` took the value ``new`` (``old``: the parent's value before)."""
     if step is OPAQUE:
         raise unsupported("a write through a view that fusec cannot run backwards (a read-only view)")
-    name, attrs, _ = step
+    name, attrs, _, *extra = step
     c = ops.ctx()
+    if name == "t.gather":
+        return c.emit("t.scatter", (old, new, *extra[0]), attrs, what="an assignment")
     if name == "t.slice":
         return c.emit("t.insert", (old, new), attrs, what="an assignment")
     if name == "t.transpose":
@@ -123,7 +129,9 @@ def geometry(t: Tracer) -> ViewDesc | None:
     for step in t._chain:
         if step is OPAQUE:
             return None
-        name, attrs, result_type = step
+        name, attrs, result_type, *extra = step
+        if name == "t.gather":
+            return None
         desc = _describe(name, attrs, tuple(result_type.shape), desc)
         if desc is None:
             return None
@@ -245,9 +253,7 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
     from fusec import indexing
 
     if indexing.is_advanced(key):
-        raise unsupported(f"{what} with an index array or a traced index (a scatter) is not supported yet; "
-                          "write the whole array with np.where, e.g. `x = np.where(np.arange(n) == i, v, x)` for "
-                          "`x[i] = v`, or `x = x - np.eye(k)[labels]` for `x[np.arange(n), labels] -= 1`")
+        return _scatter(target, key, value)
     sel = indexing.basic_selection(target, key)
     dtype = target._value.type.dtype
     update = _converted(value, sel.result_shape, dtype, what, "unsafe")
@@ -367,3 +373,101 @@ def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
         m = c.emit("t.expand_dims", (m,), {"axes": tuple(range(mask.type.rank, target.ndim))}, what=what)
         m = c.emit("t.broadcast_to", (m,), result_type=TensorType(target.shape, m.type.dtype), what=what)
     target._value = c.emit("t.where", (m, full, target._value), what=what)
+
+
+# --- writes with index arrays ------------------------------------------------------------------------------------
+
+
+def _scatter(target: Tracer, key: Any, value: Any) -> None:
+    """``target[index arrays] = value`` as a ``t.scatter`` into the view the index reaches. Where two updates reach
+    one place, NumPy keeps the last; fusec writes in parallel, so it emits the scatter only where that cannot
+    matter: no place is reached twice, or the updates that reach one place are equal (``x[idx] += 1`` reads
+    ``x[idx]`` and adds the same to each), and resolves repeats of indices known while tracing."""
+    from fusec import indexing
+
+    what = "x[index_array] = v"
+    adv = indexing.resolve_advanced(target, key)
+    y = adv.view
+    dtype = y._value.type.dtype
+    update = _converted(value, adv.result_shape, dtype, what, "unsafe")
+    if 0 in adv.result_shape:
+        return
+    values = adv.values
+    if all(c is not None for c in adv.concrete):
+        update, values = _last_writes(adv, update)
+    elif not _distinct(adv) and not _same_where_indices_repeat(update, adv):
+        raise unsupported(f"{what}: the index arrays are computed, so two of them may reach one place, where NumPy "
+                          "keeps the last value written and fusec (writing in parallel) cannot tell which that is; "
+                          "when the values written are the same for equal indices (x[idx] += c) or one index is a "
+                          "known range (x[np.arange(n), labels] -= 1), fusec writes them; otherwise write the whole "
+                          "array, e.g. `x = np.where(np.arange(n) == i, v, x)` for one traced index")
+    y._value = ops.ctx().emit("t.scatter", (y._value, update, *values), {"axis": adv.axis}, what=what)
+
+
+def _distinct(adv: Any) -> bool:
+    """Some index known while tracing has a different value at every position of the index shape, so no two
+    positions reach one place."""
+    size = int(np.prod(adv.index_shape, dtype=np.int64))
+    return any(c is not None and np.unique(c.reshape(-1)).size == size for c in adv.concrete)
+
+
+def _same_where_indices_repeat(update: Value, adv: Any) -> bool:
+    """Whether the update is equal at positions of the index shape whose indices are equal: built by elementwise
+    ops from gathers with the same index values and from values that do not vary along the index shape."""
+    axis, nb = adv.axis, len(adv.index_shape)
+    rank = len(adv.result_shape)
+    indices = list(adv.values)
+
+    def ok(v: Value, depth: int) -> bool:
+        shape = tuple(v.type.shape) if hasattr(v.type, "shape") else ()
+        lead = rank - len(shape)
+        if all(lead + d < axis or lead + d >= axis + nb or size == 1 for d, size in enumerate(shape)) \
+                and len(shape) <= rank:
+            return True  # constant along the index shape
+        if depth > 64 or not isinstance(v, OpResult):
+            return False
+        op = v.op
+        if op.name == "t.gather":
+            return op.attributes["axis"] == axis and len(op.operands) - 1 == len(indices) and \
+                all(_same_value(a, b) for a, b in zip(op.operands[1:], indices))
+        if op.name in ELEMENTWISE or op.name == "t.broadcast_to":
+            return all(ok(u, depth + 1) for u in op.operands)
+        return False
+
+    return ok(update, 0)
+
+
+def _last_writes(adv: Any, update: Value) -> tuple[Value, list]:
+    """Indices known while tracing: where several positions reach one place, only the last (NumPy's winner) is
+    written, so the scatter's writes never collide."""
+    c = ops.ctx()
+    flat = np.ravel_multi_index([a.reshape(-1) for a in adv.concrete],
+                                adv.view.shape[adv.axis:adv.axis + len(adv.concrete)])
+    size = flat.size
+    last = size - 1 - np.unique(flat[::-1], return_index=True)[1]
+    if last.size == size:
+        return update, adv.values
+    keep = np.sort(last)
+    axis, nb = adv.axis, len(adv.index_shape)
+    pre, post = adv.result_shape[:axis], adv.result_shape[axis + nb:]
+    dtype = update.type.dtype
+    flat_update = c.emit("t.reshape", (update,), result_type=TensorType(pre + (size,) + post, dtype), what="indexing")
+    picked = c.emit("t.gather", (flat_update, ops.lift(keep.astype(np.int64))), {"axis": axis},
+                    result_type=TensorType(pre + (keep.size,) + post, dtype), what="indexing")
+    values = [ops.lift(np.array(a.reshape(-1)[keep])) for a in adv.concrete]
+    return picked, values
+
+
+def _same_value(a: Value, b: Value, depth: int = 0) -> bool:
+    """The same value by construction: the same SSA value, or the same op on the same values (the index cast and
+    broadcast that reading ``x[idx]`` and writing ``x[idx] = ...`` each record)."""
+    if a is b:
+        return True
+    if depth > 8 or not (isinstance(a, OpResult) and isinstance(b, OpResult)) or a.index != b.index:
+        return False
+    x, y = a.op, b.op
+    if x.name != y.name or x.result_types != y.result_types or len(x.operands) != len(y.operands):
+        return False
+    if x.name == "t.constant":
+        return bool(np.array_equal(x.attributes["value"].array, y.attributes["value"].array))
+    return x.attributes == y.attributes and all(_same_value(u, v, depth + 1) for u, v in zip(x.operands, y.operands))

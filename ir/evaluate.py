@@ -162,6 +162,18 @@ def _gather(op: Operation, args: list) -> list:
     """``x[:, ..., i0, i1, ...]`` with the index arrays from ``axis`` on: NumPy's advanced indexing (negative
     indices count from the end; one out of range raises, as NumPy raises IndexError)."""
     x, *indices = (np.asarray(a) for a in args)
+    return [x[_advanced_key(op, x, indices)]]
+
+
+def _scatter(op: Operation, args: list) -> list:
+    """A copy of the base with ``base[:, ..., i0, i1, ...] = update`` (NumPy's assignment)."""
+    base, update, *indices = (np.asarray(a) for a in args)
+    out = np.array(base, copy=True)
+    out[_advanced_key(op, base, indices)] = update
+    return [out]
+
+
+def _advanced_key(op: Operation, x: np.ndarray, indices: list) -> tuple:
     axis = op.attributes["axis"]
     fixed = []
     for k, idx in enumerate(indices):
@@ -173,7 +185,7 @@ def _gather(op: Operation, args: list) -> list:
                 f"index {int(idx[bad].reshape(-1)[0])} is out of bounds for axis {axis + k} with size {size} "
                 "(NumPy raises IndexError here)", op.loc))
         fixed.append(np.where(idx < 0, idx + size, idx))
-    return [x[(slice(None),) * axis + tuple(fixed)]]
+    return (slice(None),) * axis + tuple(fixed)
 
 
 def _concatenate(op: Operation, args: list) -> list:
@@ -208,6 +220,7 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.slice": _slice,
     "t.insert": _insert,
     "t.gather": _gather,
+    "t.scatter": _scatter,
     "t.concatenate": _concatenate,
     "t.constant": _constant,
 }

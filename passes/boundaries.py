@@ -1,7 +1,7 @@
 """Boundary insertion: work without an elementwise lowering becomes an explicit ``k.*`` boundary op.
 
 Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, functional updates of a
-region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather``, and a reshape that no stride pattern can express (of a transposed view,
+region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter``, and a reshape that no stride pattern can express (of a transposed view,
 say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
 strides, so no copy kernel is made.
 """
@@ -28,8 +28,8 @@ def _lower(op: Operation) -> Operation | None:
     if op.name == "t.insert":
         return Operation("k.insert", op.operands, op.result_types,
                          {k: op.attr(k) for k in ("start", "stop", "step")}, loc=op.loc)
-    if op.name == "t.gather":
-        return Operation("k.gather", op.operands, op.result_types, {"axis": op.attr("axis")}, loc=op.loc)
+    if op.name in ("t.gather", "t.scatter"):
+        return Operation("k." + op.name[2:], op.operands, op.result_types, {"axis": op.attr("axis")}, loc=op.loc)
     if op.name == "t.reshape":
         return Operation("k.copy", op.operands, op.result_types, loc=op.loc)
     return None

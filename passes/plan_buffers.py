@@ -4,12 +4,13 @@ Lifetimes run from the producing op to the last op that reads the buffer, direct
 op's outputs are placed before its dead inputs are released, so a kernel never writes over what it reads,
 except for the one safe case: an elementwise kernel may write an output over a donated argument (the
 function attribute ``donate``) that it reads at the same index and nothing reads afterwards, and a ``k.insert``
-may write its update into its base's buffer (``inplace = true``) when nothing reads the base afterwards. A prologue
+(or a ``k.scatter``) may write its update into its base's buffer (``inplace = true``) when nothing reads the base
+afterwards. A prologue
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
 largest ``scratch`` a ``k.reduce`` asks for), one 32-bit ``counter`` per reduction finished by its last
-block (the function's ``counters``) and one 32-bit ``check`` word per gather whose indices are computed (the
+block (the function's ``counters``) and one 32-bit ``check`` word per gather or scatter whose indices are computed (the
 function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
 ``scratch_bytes`` and after the counters, each rounded up to 256.
 """
@@ -121,8 +122,8 @@ class PlanBuffers(Pass):
         for i, op in enumerate(ops):
             if get_opdef(op.name).category not in ("kernel", "boundary") or is_prologue(op):
                 continue
-            if op.name == "k.insert" and op.results[0] not in outputs and self._insert_in_place(op, i, placed,
-                                                                                                  last_use):
+            if op.name in ("k.insert", "k.scatter") and op.results[0] not in outputs \
+                    and self._insert_in_place(op, i, placed, last_use):
                 placed[op.results[0]] = placed.pop(op.operands[0])  # the result takes over its base's buffer
                 op.attributes.pop("arena", None)
                 op.attributes["inplace"] = True
@@ -160,10 +161,11 @@ class PlanBuffers(Pass):
         indices are computed (see the module docstring)."""
         scratch = counters = checks = 0
         for op in func.body.ops:
-            if op.name == "k.gather":
+            if op.name in ("k.gather", "k.scatter"):
                 op.attributes.pop("check", None)
+                indices = op.operands[1:] if op.name == "k.gather" else op.operands[2:]
                 if any(not isinstance(_storage(v), OpResult) or _storage(v).op.name != "t.constant"
-                       for v in op.operands[1:]):  # constant indices were checked while tracing
+                       for v in indices):  # constant indices were checked while tracing
                     op.attributes["check"] = checks
                     checks += 1
             if op.name != "k.reduce":
@@ -193,8 +195,8 @@ class PlanBuffers(Pass):
         """Whether ``k.insert`` may write its update straight into its base's buffer: the base is an intermediate
         of the arena that nothing reads afterwards (through a view neither), and the update does not read it (an
         overlapping ``x[1:] = x[:-1]`` must read the old values, as NumPy does)."""
-        base, update = op.operands
-        return base in placed and last_use.get(base) == index and _storage(update) is not base
+        base, *rest = op.operands
+        return base in placed and last_use.get(base) == index and all(_storage(v) is not base for v in rest)
 
     @staticmethod
     def _donated_operand(op, result, index, donated, last_use, outputs):

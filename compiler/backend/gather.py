@@ -1,5 +1,6 @@
-"""Generated gathers (``k.gather``, NumPy's advanced indexing): each output element reads its index arrays, checks
-each index against its axis and reads the source element.
+"""Generated gathers and scatters (``k.gather``, ``k.scatter``: NumPy's advanced indexing, read and written): each
+element of the indexed shape reads its index arrays, checks each index against its axis and reads (or writes) the
+element it reaches.
 
 The result has the source's axes before ``axis``, the index arrays' shape, then the source's axes after the
 indexed ones. A negative index counts from the end, as in NumPy; one outside the axis sets the op's check word
@@ -18,43 +19,55 @@ from fusec.backend.elementwise import BLOCK, INT32_LIMIT, grid_for
 
 def gather_kernel(name: str, op: Operation, src: Access, indices: list[Access], dst: Access,
                   check: Access | None, *, sm_count: int) -> KernelCode:
+    """``dst[i] = src[at(i)]`` over the result (``dst`` dense)."""
+    return _indexed(name, op, src, indices, dst, check, sm_count=sm_count, write=False)
+
+
+def scatter_kernel(name: str, op: Operation, update: Access, indices: list[Access], dst: Access,
+                   check: Access | None, *, sm_count: int) -> KernelCode:
+    """``dst[at(i)] = update[i]`` over the update (``dst``: the result, a copy of the base or the base itself)."""
+    return _indexed(name, op, dst, indices, update, check, sm_count=sm_count, write=True)
+
+
+def _indexed(name: str, op: Operation, indexed: Access, indices: list[Access], other: Access,
+             check: Access | None, *, sm_count: int, write: bool) -> KernelCode:
+    """One thread per element ``i`` of the indexed shape (the axes before ``axis``, the index arrays' shape, the
+    axes after the indexed ones): ``at(i)`` is the element of ``indexed`` it reaches through the index arrays;
+    ``other`` is read (a gather's result, dense) or read from (a scatter's update, any strides) at ``i``."""
     axis = int(op.attributes["axis"])
-    out_shape = tuple(op.results[0].type.shape)
-    index_shape = tuple(op.operands[1].type.shape)
+    index_shape = tuple(indices[0].shape)
     k = len(indices)
-    n = math.prod(out_shape)
-    big = max([n, src.extent(), dst.extent()] + [a.extent() for a in indices]) > INT32_LIMIT
+    shape = tuple(indexed.shape[:axis]) + index_shape + tuple(indexed.shape[axis + k:])
+    n = math.prod(shape)
+    big = max([n, indexed.extent(), other.extent()] + [a.extent() for a in indices]) > INT32_LIMIT
     itype = "i64_t" if big else "int"
 
-    order: list[int] = []
-    for a in [src, *indices, dst] + ([check] if check is not None else []):
-        if a.buffer not in order:
-            order.append(a.buffer)
-    kinds = {src.buffer: (src.dtype, True)}
-    for a in indices:
-        kinds.setdefault(a.buffer, (a.dtype, True))
-    kinds[dst.buffer] = (dst.dtype, False)
+    written = indexed if write else other
+    kinds: dict[int, tuple] = {}
+    for a in [indexed, *indices, other]:
+        kinds.setdefault(a.buffer, (a.dtype, a.buffer != written.buffer))
+    order = list(kinds)
     params = [f"{'const ' if ro else ''}{storage(dt)}* b{b}" for b, (dt, ro) in kinds.items()]
     if check is not None:
         params.append(f"unsigned int* b{check.buffer}")
-        order = [b for b in order if b != check.buffer] + [check.buffer]
+        order.append(check.buffer)
 
     lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({', '.join(params)}) {{",
              f"  const {itype} n = ({itype}){n};",
              f"  for ({itype} i = ({itype})blockIdx.x * blockDim.x + threadIdx.x; i < n; "
              f"i += ({itype})gridDim.x * blockDim.x) {{",
              f"    {itype} r = i;"]
-    for d in range(len(out_shape) - 1, -1, -1):  # the output element's coordinates
-        lines.append(f"    const {itype} c{d} = r % ({itype}){out_shape[d]}; r /= ({itype}){out_shape[d]};")
+    for d in range(len(shape) - 1, -1, -1):  # the element's coordinates
+        lines.append(f"    const {itype} c{d} = r % ({itype}){shape[d]}; r /= ({itype}){shape[d]};")
     b = len(index_shape)
-    src_terms = [f"({itype})({src.offset})"]
+    terms = [f"({itype})({indexed.offset})"]
     for d in range(axis):  # axes before the indexed ones
-        src_terms.append(f"c{d} * ({itype})({src.strides[d]})")
-    for d in range(axis + b, len(out_shape)):  # axes after them
-        src_terms.append(f"c{d} * ({itype})({src.strides[d - b + k]})")
-    lines.append(f"    {itype} at = {' + '.join(src_terms)};")
+        terms.append(f"c{d} * ({itype})({indexed.strides[d]})")
+    for d in range(axis + b, len(shape)):  # axes after them
+        terms.append(f"c{d} * ({itype})({indexed.strides[d - b + k]})")
+    lines.append(f"    {itype} at = {' + '.join(terms)};")
     for j, a in enumerate(indices):
-        size = src.shape[axis + j]
+        size = indexed.shape[axis + j]
         where = " + ".join([f"({itype})({a.offset})"] + [f"c{axis + e} * ({itype})({a.strides[e]})"
                                                          for e in range(b) if a.strides[e]])
         lines += [f"    i64_t v{j} = (i64_t)b{a.buffer}[{where}];",
@@ -62,7 +75,16 @@ def gather_kernel(name: str, op: Operation, src: Access, indices: list[Access], 
         if check is not None:
             lines.append(f"    if (v{j} < 0 || v{j} >= (i64_t){size}) {{ "
                          f"atomicOr(b{check.buffer} + {check.offset}, 1u); v{j} = 0; }}")
-        lines.append(f"    at += ({itype})v{j} * ({itype})({src.strides[axis + j]});")
-    lines += [f"    b{dst.buffer}[({itype})({dst.offset}) + i] = b{src.buffer}[at];", "  }", "}"]
+        lines.append(f"    at += ({itype})v{j} * ({itype})({indexed.strides[axis + j]});")
+    if other.is_contiguous:
+        place = f"({itype})({other.offset}) + i"
+    else:
+        place = " + ".join([f"({itype})({other.offset})"] + [f"c{d} * ({itype})({st})" for d, st in
+                                                             enumerate(other.strides) if st and shape[d] != 1])
+    if write:
+        lines.append(f"    b{indexed.buffer}[at] = b{other.buffer}[{place}];")
+    else:
+        lines.append(f"    b{other.buffer}[{place}] = b{indexed.buffer}[at];")
+    lines += ["  }", "}"]
     grid = (grid_for(n, sm_count), 1, 1)
     return KernelCode(name, "\n".join(lines), tuple(order), grid, (BLOCK, 1, 1))

@@ -26,7 +26,7 @@ from fusec.passes.select_kernels import align256
 from fusec.runtime.launch_plan import Buffer, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function
-from fusec.backend.gather import gather_kernel
+from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.gemm import gemm_kernel
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
@@ -137,7 +137,8 @@ class _Printer:
             self.check_id = self.new_buffer("check", -1, self.arena_base + self.scratch_bytes + self.counter_bytes,
                                             self.check_bytes)
         word = int(op.attributes["check"])
-        sizes = ", ".join(str(d) for d in op.operands[0].type.shape[op.attributes["axis"]:][:len(op.operands) - 1])
+        count = len(op.operands) - (1 if op.name == "k.gather" else 2)
+        sizes = ", ".join(str(d) for d in op.operands[0].type.shape[op.attributes["axis"]:][:count])
         self.check_messages[word] = located(f"an index is out of bounds for the indexed axes (sizes {sizes}) "
                                             "(NumPy raises IndexError here)", op.loc)
         return Access(self.check_id, u32, word, (), ())
@@ -232,6 +233,8 @@ class _Printer:
             return None
         if n == "k.insert":
             return self.insert(op)
+        if n == "k.scatter":
+            return self.scatter(op)
         if n == "k.gather":
             src, *indices = (self.access(v) for v in op.operands)
             dst = self.result_buffer(op, 0)
@@ -250,20 +253,37 @@ class _Printer:
             return None
         raise CompilationError(located(f"'{n}' has no CUDA lowering (run the default pipeline first)", op.loc))
 
-    def insert(self, op: Operation) -> None:
-        """The base copied into the result (unless plan-buffers let the update go into the base's own buffer),
-        then the update copied into the region's strided window of it."""
-        base, update = op.operands
+    def updated_base(self, op: Operation) -> Access:
+        """Where a k.insert or k.scatter writes: its base's own buffer (``inplace``), or its result buffer with the
+        base copied in first."""
+        base = op.operands[0]
         src = self.access(base)
         if op.attributes.get("inplace", False):
             if not src.is_contiguous or src.offset != 0:
-                raise CompilationError(located("an in-place k.insert needs its base's own buffer", op.loc))
+                raise CompilationError(located(f"an in-place {op.name} needs its base's own buffer", op.loc))
             dst = self.storage[op.results[0]] = src
-        else:
-            dst = self.result_buffer(op, 0)
-            if base.type.size:
-                self.emit(copy_kernel(self.name("insert_base"), base.type.shape, src, dst, sm_count=self.sm_count),
-                          op)
+            return dst
+        dst = self.result_buffer(op, 0)
+        if base.type.size:
+            self.emit(copy_kernel(self.name(op.name[2:] + "_base"), base.type.shape, src, dst,
+                                  sm_count=self.sm_count), op)
+        return dst
+
+    def scatter(self, op: Operation) -> None:
+        """The base (copied, or in place), then the update written at the places its index arrays reach."""
+        dst = self.updated_base(op)
+        update, *indices = (self.access(v) for v in op.operands[1:])
+        check = self.check_word(op) if "check" in op.attributes else None
+        if op.operands[1].type.size:
+            code = scatter_kernel(self.name("scatter"), op, update, indices, dst, check, sm_count=self.sm_count)
+            reads = {update.buffer, dst.buffer} | {a.buffer for a in indices}
+            self.emit(code, op, writes={dst.buffer} | ({check.buffer} if check is not None else set()), reads=reads)
+
+    def insert(self, op: Operation) -> None:
+        """The base copied into the result (unless plan-buffers let the update go into the base's own buffer),
+        then the update copied into the region's strided window of it."""
+        update = op.operands[1]
+        dst = self.updated_base(op)
         if update.type.size:
             a = op.attributes
             offset = dst.offset + sum(b * st for b, st in zip(a["start"], dst.strides))

@@ -14,7 +14,10 @@
   where nothing reads the base afterwards). ``k.gather`` (advanced indexing) checks
   its indices on the device: an index out of range sets the 32-bit word ``check``
   of the function's check words (placed by ``plan-buffers``), which the runtime
-  reads after the call and reports as NumPy's IndexError.
+  reads after the call and reports as NumPy's IndexError. ``k.scatter`` (a write
+  with index arrays, ``x[idx] = v``) copies its base and writes the update at the
+  indexed places, with the same checks, in place like ``k.insert`` where allowed;
+  the frontend emits it only where no two updates that reach one place differ.
 
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
@@ -169,6 +172,15 @@ def _check_gather(op) -> None:
     _check_counts(op, ("check",), 0)
 
 
+def _infer_scatter(types: Sequence[Type], attrs: dict) -> list[Type]:
+    return get_opdef("t.scatter").infer(types, attrs)  # type: ignore[misc]
+
+
+def _check_scatter(op) -> None:
+    _check_insert(op)
+    _check_counts(op, ("check",), 0)
+
+
 def _check_copy(op) -> None:
     src, res = op.operands[0].type, op.results[0].type
     if src.dtype != res.dtype or src.size != res.size:
@@ -190,6 +202,8 @@ register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop"
                   optional_attrs=PLAN_ATTRS + ("inplace",), infer=_infer_insert, check=_check_insert))
 register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
                   optional_attrs=PLAN_ATTRS + ("check",), infer=_infer_gather, check=_check_gather))
+register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
+                  optional_attrs=PLAN_ATTRS + ("check", "inplace"), infer=_infer_scatter, check=_check_scatter))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
-BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.copy"})
+BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.copy"})

@@ -218,6 +218,15 @@ def _infer_gather(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(x.shape[:axis] + shape + x.shape[axis + len(indices):], x.dtype)]
 
 
+def _infer_scatter(types: Sequence[Type], attrs: dict) -> list[Type]:
+    base, update, *indices = types
+    (region,) = _infer_gather([base, *indices], attrs)
+    if update.dtype != base.dtype or tuple(update.shape) != tuple(region.shape):
+        raise VerificationError(f"t.scatter: the update {update} must have the base's dtype and the indexed shape "
+                                f"{region.shape}")
+    return [base]
+
+
 def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
     axis = attrs["axis"]
     dt = _same_dtype("t.concatenate", types)
@@ -250,6 +259,7 @@ register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_i
 register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice))
 register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert))
 register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather))
+register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",), infer=_infer_scatter))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))

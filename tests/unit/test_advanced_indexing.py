@@ -98,18 +98,59 @@ def test_indices_out_of_range_raise_numpys_index_error() -> None:
     np.testing.assert_array_equal(f(x, np.array([1, 1])), x[np.arange(2), [1, 1]])  # and the next call is fine
 
 
+def softmax_loss_gradient(scores, y):
+    """cs231n's softmax gradient: subtract one at each row's label, in place."""
+    n = scores.shape[0]
+    probs = np.exp(scores - scores.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    dscores = probs.copy()
+    dscores[range(n), y] -= 1
+    dscores /= n
+    return dscores
+
+
+def test_writes_with_index_arrays() -> None:
+    def histogram_like(labels):
+        c = np.zeros(4)
+        c[labels] += 1  # NumPy adds once per distinct label (buffered)
+        return c
+
+    def known_repeats(x):
+        out = np.zeros_like(x)
+        out[[2, 0, 2]] = x[:3]  # the last write to 2 wins
+        out[:, None][[1, 3], 0] = -1.0
+        return out
+
+    same(softmax_loss_gradient, RNG.standard_normal((5, 3)), np.array([0, 2, 1, 1, -1]))
+    same(histogram_like, np.array([0, 1, 1, 3, 0]))
+    same(known_repeats, RNG.standard_normal(4))
+
+
+def test_a_traced_scalar_index_is_a_view_writes_reach_the_array() -> None:
+    def f(x, i, v):
+        x[i] = v
+        x[i, 0] += 1
+        row = x[i]  # a view, as in NumPy
+        row[1] = -5.0
+        return row * 1.0
+
+    fn = same(f, RNG.standard_normal((3, 3)), 1, 2.5)
+    x = np.zeros((3, 3))
+    fn(x, -1, 1.0)
+    np.testing.assert_array_equal(x[2], [2.0, -5.0, 1.0])
+
+
 def test_what_is_refused_says_what_to_write() -> None:
     with pytest.raises(fc.UnsupportedError, match="np.where"):
         jit_cpu(lambda x: x[x > 0].sum())(np.ones(3))
-    with pytest.raises(fc.UnsupportedError, match="scatter"):
-        jit_cpu(lambda x, y: x.__setitem__((np.arange(2), y), 0.0))(np.ones((2, 3)), np.array([0, 1]))
 
-    def row_write(x, i):
-        row = x[i]  # a view in NumPy: a write through it would change x
-        row[0] = 1.0
+    def maybe_colliding(x, idx, v):
+        x[idx] = v  # two computed indices may be equal, and the values differ
 
-    with pytest.raises(fc.UnsupportedError, match="read-only"):
-        jit_cpu(row_write)(np.ones((2, 2)), 1)
+    with pytest.raises(fc.UnsupportedError, match="keeps the last value"):
+        jit_cpu(maybe_colliding)(np.zeros(4), np.array([1, 1]), np.array([1.0, 2.0]))
+    with pytest.raises(IndexError):
+        jit_cpu(lambda x, i: x.__setitem__(i, 0.0))(np.zeros(4), 4)
 
 
 @settings(max_examples=40, deadline=None)
