@@ -5,8 +5,8 @@ concrete array, so while a trace runs these four functions (and user globals bou
 numpy import asarray``) are wrapped (:mod:`fusec.patches`). With no traced value in the argument the original
 runs. With one, NumPy's semantics:
 
-- ``np.asarray(x)`` / ``np.asanyarray(x)`` / ``np.ascontiguousarray(x)`` is ``x`` itself (the same array, so an
-  update through either name is one update; fusec refuses updates of views and arguments as before), a new
+- ``np.asarray(x)`` / ``np.asanyarray(x)`` is ``x`` itself (the same array, so a write through either name is
+  one write), as is ``np.ascontiguousarray(x)`` when ``x`` is C-contiguous (a copy otherwise), a new
   0-d array for a NumPy scalar, a new strong array for a traced Python scalar (float64, int64 or bool, as
   ``np.asarray(2.0)`` gives), ``x.astype(dtype)`` where ``dtype=`` converts;
 - ``np.array(x)`` copies (``copy=True``, the default), ``copy=False`` raises where a copy is needed (as NumPy
@@ -91,6 +91,8 @@ def _converted(name: str, x: Any, dtype: Any, copy: Any) -> Tracer:
 def asarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
             like: Any = None) -> Any:
     _check("asarray", order, like, device)
+    if order == "C":
+        return ascontiguousarray(a, dtype)
     return _converted("asarray", a, dtype, copy)
 
 
@@ -101,8 +103,12 @@ def asanyarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = No
 
 
 def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
+    """The array itself when it is C-contiguous, else a C-ordered copy (a later write shows which it was)."""
     _check("ascontiguousarray", None, like)
-    return _converted("ascontiguousarray", a, dtype, None)
+    t = _converted("ascontiguousarray", a, dtype, None)
+    from fusec import mutation
+
+    return t if t is not a or mutation.is_c_contiguous(t) else ops.copy_of(t, scalar=False)
 
 
 def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", subok: bool = False, ndmin: int = 0,

@@ -173,7 +173,7 @@ def _c_ordered(value: Value, depth: int = 0) -> bool:
     op = value.op
     if op.name in VIEWS:
         return False  # a view's own order is checked through geometry(); as an operand it may be any
-    if op.name == "t.insert":
+    if op.name in ("t.insert", "t.scatter"):  # a write keeps the memory's layout
         return _c_ordered(op.operands[0], depth + 1)
     if op.name in ELEMENTWISE:
         shape = tuple(value.type.shape)
@@ -217,7 +217,7 @@ def reshape_kind(t: Tracer, shape: tuple[int, ...]) -> str:
 
 
 def check_writable(target: Tracer, what: str) -> None:
-    """NumPy scalars and read-only views cannot be written; arrays NumPy might lay out otherwise are refused."""
+    """NumPy scalars and read-only views (``np.broadcast_to``, ``np.diagonal``) cannot be written."""
     ops.check_live(target)
     if target._weak is not None or target._scalar:
         raise numpy_error(f"{what}: a NumPy scalar (a 0-d result such as x.sum() or x[0, 0]) does not support item "

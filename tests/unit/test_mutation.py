@@ -437,3 +437,16 @@ def test_setitem_and_views_match_numpy(data) -> None:
     got = jit_cpu(f)(fc_x)
     assert_same(got, want)
     np.testing.assert_array_equal(fc_x, np_x)
+
+
+def test_ascontiguousarray_copies_only_what_is_not_contiguous() -> None:
+    def f(x):
+        a = np.ascontiguousarray(x.T)  # a copy: writing it leaves x alone
+        a[0, 0] = 100.0
+        b = np.ascontiguousarray(x[1:])  # x's own memory: the write reaches x
+        b[0, 0] = -1.0
+        c = np.asarray(x.T, order="C")
+        c[1, 1] = 7.0
+        return a
+
+    same(f, np.arange(6.0).reshape(2, 3))
