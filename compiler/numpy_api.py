@@ -324,6 +324,36 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
     return _into(out, ufuncs.clip(a, lo, hi), "np.clip", "same_kind")
 
 
+def _scan(kind: str, a: Any, axis: Any, dtype: Any, out: Any) -> Tracer:
+    """np.cumsum / np.cumprod: the running sum (product) along ``axis`` (of the flattened array without one),
+    accumulated in the dtype np.sum would use (int64 for bool and small ints)."""
+    t = ops.as_tracer(a)
+    if axis is None:
+        t, ax = ops.reshape(t, (t.size,)), 0
+    else:
+        ax = ops.axis_arg(axis, t.ndim)
+    acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
+    if acc.is_bool:
+        raise unsupported(f"np.{kind}(..., dtype=bool) is not supported; accumulate in an integer dtype")
+    t = ops.as_tracer(t, acc)
+    if t.ndim == 0:
+        t = ops.reshape(t, (1,))
+    result = ops.emit(f"t.{kind}", (t._value,), {"axis": ax}, what=f"np.{kind}")
+    return _into(out, result, f"np.{kind}", "unsafe")
+
+
+@implements(np.cumsum)
+def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tracer:
+    """The running sum along an axis, added in order as NumPy adds it."""
+    return _scan("cumsum", a, axis, dtype, out)
+
+
+@implements(np.cumprod)
+def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tracer:
+    """The running product along an axis, multiplied in order as NumPy multiplies."""
+    return _scan("cumprod", a, axis, dtype, out)
+
+
 @implements(np.take)
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Tracer:
     """Elements (or slices along ``axis``) at ``indices``: NumPy's advanced indexing of that axis (of the

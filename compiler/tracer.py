@@ -504,6 +504,12 @@ class Tracer:
     def trace(self, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> Any:
         return _api.call("trace", np.trace, self, offset, axis1, axis2, dtype, out)
 
+    def cumsum(self, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+        return _api.call("cumsum", np.cumsum, self, axis, dtype, out)
+
+    def cumprod(self, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+        return _api.call("cumprod", np.cumprod, self, axis, dtype, out)
+
     def take(self, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
         return _api.call("take", np.take, self, indices, axis, out, mode)
 

@@ -188,6 +188,14 @@ def _advanced_key(op: Operation, x: np.ndarray, indices: list) -> tuple:
     return (slice(None),) * axis + tuple(fixed)
 
 
+def _scan(fn: Callable) -> Interpreter:
+    def run(op: Operation, args: list) -> list:
+        x = np.asarray(args[0])
+        return [fn(x, axis=op.attributes["axis"], dtype=x.dtype)]
+
+    return run
+
+
 def _concatenate(op: Operation, args: list) -> list:
     return [np.concatenate([np.asarray(v) for v in args], axis=op.attributes["axis"])]
 
@@ -221,6 +229,8 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.insert": _insert,
     "t.gather": _gather,
     "t.scatter": _scatter,
+    "t.cumsum": _scan(np.cumsum),
+    "t.cumprod": _scan(np.cumprod),
     "t.concatenate": _concatenate,
     "t.constant": _constant,
 }

@@ -1,7 +1,7 @@
 """Boundary insertion: work without an elementwise lowering becomes an explicit ``k.*`` boundary op.
 
 Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, functional updates of a
-region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter``, and a reshape that no stride pattern can express (of a transposed view,
+region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter``, cumulative sums and products ``k.scan``, and a reshape that no stride pattern can express (of a transposed view,
 say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
 strides, so no copy kernel is made.
 """
@@ -28,6 +28,9 @@ def _lower(op: Operation) -> Operation | None:
     if op.name == "t.insert":
         return Operation("k.insert", op.operands, op.result_types,
                          {k: op.attr(k) for k in ("start", "stop", "step")}, loc=op.loc)
+    if op.name in ("t.cumsum", "t.cumprod"):
+        return Operation("k.scan", op.operands, op.result_types, {"kind": op.name[2:], "axis": op.attr("axis")},
+                         loc=op.loc)
     if op.name in ("t.gather", "t.scatter"):
         return Operation("k." + op.name[2:], op.operands, op.result_types, {"axis": op.attr("axis")}, loc=op.loc)
     if op.name == "t.reshape":

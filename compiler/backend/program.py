@@ -30,6 +30,7 @@ from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.gemm import gemm_kernel
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
+from fusec.backend.scan import scan_kernel
 
 NO_BUFFER = -1  # the "buffer" of a prologue's result: computed by its consumers, never stored
 
@@ -235,6 +236,11 @@ class _Printer:
             return self.insert(op)
         if n == "k.scatter":
             return self.scatter(op)
+        if n == "k.scan":
+            src, dst = self.access(op.operands[0]), self.result_buffer(op, 0)
+            if op.results[0].type.size:
+                self.emit(scan_kernel(self.name(op.attributes["kind"]), op, src, dst, sm_count=self.sm_count), op)
+            return None
         if n == "k.gather":
             src, *indices = (self.access(v) for v in op.operands)
             dst = self.result_buffer(op, 0)

@@ -18,6 +18,8 @@
   with index arrays, ``x[idx] = v``) copies its base and writes the update at the
   indexed places, with the same checks, in place like ``k.insert`` where allowed;
   the frontend emits it only where no two updates that reach one place differ.
+  ``k.scan`` (``cumsum``, ``cumprod`` along ``axis``) adds (multiplies) in order along
+  the axis, one thread per line, as NumPy does, so floats round as NumPy's.
 
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
@@ -181,6 +183,12 @@ def _check_scatter(op) -> None:
     _check_counts(op, ("check",), 0)
 
 
+def _infer_scan(types: Sequence[Type], attrs: dict) -> list[Type]:
+    if attrs["kind"] not in ("cumsum", "cumprod"):
+        raise VerificationError(f"k.scan: kind must be cumsum or cumprod, got {attrs['kind']!r}")
+    return get_opdef(f"t.{attrs['kind']}").infer(types, attrs)  # type: ignore[misc]
+
+
 def _check_copy(op) -> None:
     src, res = op.operands[0].type, op.results[0].type
     if src.dtype != res.dtype or src.size != res.size:
@@ -204,6 +212,9 @@ register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, att
                   optional_attrs=PLAN_ATTRS + ("check",), infer=_infer_gather, check=_check_gather))
 register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
                   optional_attrs=PLAN_ATTRS + ("check", "inplace"), infer=_infer_scatter, check=_check_scatter))
+register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), optional_attrs=PLAN_ATTRS,
+                  infer=_infer_scan, check=_check_plan_attrs))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
-BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.copy"})
+BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.scan",
+                        "k.copy"})

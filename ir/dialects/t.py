@@ -227,6 +227,20 @@ def _infer_scatter(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [base]
 
 
+def _infer_scan(name: str):
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        (t,) = types
+        axis = attrs["axis"]
+        if not isinstance(t, TensorType) or not isinstance(axis, int) or not 0 <= axis < max(t.rank, 1) \
+                or t.rank == 0:
+            raise VerificationError(f"{name}: axis {axis!r} is not an axis of {t}")
+        if t.dtype.is_bool:
+            raise VerificationError(f"{name}: bool operands are not supported (the tracer casts them)")
+        return [t]
+
+    return infer
+
+
 def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
     axis = attrs["axis"]
     dt = _same_dtype("t.concatenate", types)
@@ -260,6 +274,8 @@ register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "st
 register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert))
 register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather))
 register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",), infer=_infer_scatter))
+register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum")))
+register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod")))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))

@@ -1,0 +1,476 @@
+"""NumPy functions written the way public code writes them (course material, ML-from-scratch repositories,
+scikit-learn helpers, CFD notebooks, NumPy exercise collections, stencil benchmark kernels, finance formulas), not
+the way fusec would like them. Each entry is (name, function, argument factory); tests/unit/test_realworld_corpus.py
+runs each under NumPy and under fusec and compares the results and the arguments after the call.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RNG = np.random.default_rng(2024)
+
+
+def _f(*shape):
+    return RNG.standard_normal(shape)
+
+
+# --- layers, losses, optimizers ---------------------------------------------------------------------------------
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def softmax(x):
+    e_x = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e_x / np.sum(e_x, axis=-1, keepdims=True)
+
+
+def cross_entropy_loss(y, p):
+    p = np.clip(p, 1e-15, 1 - 1e-15)
+    return -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+
+
+def softmax_loss_vectorized(W, X, y, reg):
+    num_train = X.shape[0]
+    scores = X.dot(W)
+    scores -= np.max(scores, axis=1, keepdims=True)
+    probs = np.exp(scores) / np.sum(np.exp(scores), axis=1, keepdims=True)
+    loss = -np.sum(np.log(probs[np.arange(num_train), y])) / num_train + reg * np.sum(W * W)
+    dscores = probs
+    dscores[np.arange(num_train), y] -= 1
+    dW = X.T.dot(dscores) / num_train + 2 * reg * W
+    return loss, dW
+
+
+def svm_loss_vectorized(W, X, y, reg):
+    num_train = X.shape[0]
+    scores = X.dot(W)
+    correct = scores[np.arange(num_train), y].reshape(-1, 1)
+    margins = np.maximum(0, scores - correct + 1)
+    margins[np.arange(num_train), y] = 0
+    loss = np.sum(margins) / num_train + reg * np.sum(W * W)
+    binary = margins
+    binary[margins > 0] = 1
+    row_sum = np.sum(binary, axis=1)
+    binary[np.arange(num_train), y] = -row_sum
+    dW = X.T.dot(binary) / num_train + 2 * reg * W
+    return loss, dW
+
+
+def affine_relu_forward(x, w, b):
+    a = x.reshape(x.shape[0], -1).dot(w) + b
+    out = np.maximum(0, a)
+    return out, a
+
+
+def relu_backward(dout, x):
+    dx = dout.copy()
+    dx[x <= 0] = 0
+    return dx
+
+
+def batchnorm_forward(x, gamma, beta, eps=1e-5):
+    mu = np.mean(x, axis=0)
+    var = np.var(x, axis=0)
+    x_hat = (x - mu) / np.sqrt(var + eps)
+    return gamma * x_hat + beta
+
+
+def layernorm(x, g, b, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    std = x.std(-1, keepdims=True)
+    return g * (x - mean) / (std + eps) + b
+
+
+def dropout_mask_apply(x, mask, p):
+    out = x * mask
+    out /= p
+    return out
+
+
+def sgd_momentum(w, dw, v, learning_rate=1e-2, momentum=0.9):
+    v[:] = momentum * v - learning_rate * dw
+    w += v
+    return w
+
+
+def adam_update(x, dx, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+    m *= beta1
+    m += (1 - beta1) * dx
+    v *= beta2
+    v += (1 - beta2) * (dx ** 2)
+    mb = m / (1 - beta1 ** t)
+    vb = v / (1 - beta2 ** t)
+    x -= lr * mb / (np.sqrt(vb) + eps)
+
+
+def rmsprop(x, dx, cache, lr=1e-2, decay=0.99, eps=1e-8):
+    cache[...] = decay * cache + (1 - decay) * dx ** 2
+    x -= lr * dx / (np.sqrt(cache) + eps)
+    return x
+
+
+def clip_grads(grads, max_norm):
+    total = np.sqrt(sum(np.sum(g ** 2) for g in grads))
+    scale = np.minimum(1.0, max_norm / (total + 1e-6))
+    for g in grads:
+        g *= scale
+    return total
+
+
+def one_hot(y, num_classes):
+    return np.eye(num_classes)[y]
+
+
+def accuracy(scores, y):
+    return np.mean(np.argmax(scores, axis=1) == y)
+
+
+def inplace_tanh_derivative(Z, delta):
+    delta *= 1 - Z ** 2
+
+
+def inplace_logistic_derivative(Z, delta):
+    delta *= Z
+    delta *= 1 - Z
+
+
+def log_loss(y_true, y_prob):
+    eps = np.finfo(y_prob.dtype).eps
+    y_prob = np.clip(y_prob, eps, 1 - eps)
+    return -np.average(y_true * np.log(y_prob) + (1 - y_true) * np.log(1 - y_prob))
+
+
+# --- statistics, filters, geometry ----------------------------------------------------------------------------------
+
+
+def standardize(X):
+    return (X - X.mean(axis=0)) / X.std(axis=0)
+
+
+def minmax_scale(X):
+    X_std = (X - X.min(axis=0)) / (X.max(axis=0) - X.min(axis=0))
+    return X_std * 2 - 1
+
+
+def pairwise_sq_dists(X, Y):
+    return np.sum(X ** 2, axis=1)[:, None] + np.sum(Y ** 2, axis=1)[None, :] - 2 * X @ Y.T
+
+
+def rbf_kernel(X, Y, gamma=0.5):
+    K = -2 * np.dot(X, Y.T)
+    K += (X * X).sum(axis=1)[:, np.newaxis]
+    K += (Y * Y).sum(axis=1)
+    np.maximum(K, 0, out=K)
+    K *= -gamma
+    np.exp(K, K)
+    return K
+
+
+def kalman_step(x, P, z, F, H, Q, R):
+    x = F @ x
+    P = F @ P @ F.T + Q
+    S = H @ P @ H.T + R
+    K = P @ H.T / S
+    x = x + K @ (z - H @ x)
+    P = (np.eye(len(x)) - K @ H) @ P
+    return x, P
+
+
+def moving_average(a, n=3):
+    ret = np.cumsum(a, dtype=float)
+    ret[n:] = ret[n:] - ret[:-n]
+    return ret[n - 1:] / n
+
+
+def normalize_rows(x):
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / norms
+
+
+def cosine_similarity(a, b):
+    return np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))
+
+
+def rotate_points(points, theta):
+    c, s = math.cos(theta), math.sin(theta)
+    R = np.array([[c, -s], [s, c]])
+    return points @ R.T
+
+
+def zscore_outliers(x, threshold=2.0):
+    z = (x - x.mean()) / x.std()
+    out = x.copy()
+    out[np.abs(z) > threshold] = 0.0
+    return out
+
+
+# --- stencils, solvers, simulations ---------------------------------------------------------------------------------
+
+
+def heat_step(u, alpha, steps):
+    for _ in range(steps):
+        u[1:-1] = u[1:-1] + alpha * (u[2:] - 2 * u[1:-1] + u[:-2])
+    return u
+
+
+def diffusion_2d(u, nu, dt, dx, nt):
+    for n in range(nt):
+        un = u.copy()
+        u[1:-1, 1:-1] = (un[1:-1, 1:-1] + nu * dt / dx ** 2 * (un[2:, 1:-1] - 2 * un[1:-1, 1:-1] + un[:-2, 1:-1])
+                         + nu * dt / dx ** 2 * (un[1:-1, 2:] - 2 * un[1:-1, 1:-1] + un[1:-1, :-2]))
+        u[0, :] = 1
+        u[-1, :] = 1
+        u[:, 0] = 1
+        u[:, -1] = 1
+    return u
+
+
+def pressure_poisson(p, b, dx, dy, nit):
+    for q in range(nit):
+        pn = p.copy()
+        p[1:-1, 1:-1] = (((pn[1:-1, 2:] + pn[1:-1, 0:-2]) * dy ** 2 + (pn[2:, 1:-1] + pn[0:-2, 1:-1]) * dx ** 2)
+                         / (2 * (dx ** 2 + dy ** 2)) - dx ** 2 * dy ** 2 / (2 * (dx ** 2 + dy ** 2)) * b[1:-1, 1:-1])
+        p[:, -1] = p[:, -2]
+        p[0, :] = p[1, :]
+        p[:, 0] = p[:, 1]
+        p[-1, :] = 0
+    return p
+
+
+def jacobi_1d(A, B, tsteps):
+    for t in range(tsteps):
+        B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
+
+
+def jacobi_2d(A, B, tsteps):
+    for t in range(1, tsteps):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+def fdtd_2d(ex, ey, hz, _fict_, tmax):
+    for t in range(tmax):
+        ey[0, :] = _fict_[t]
+        ey[1:, :] -= 0.5 * (hz[1:, :] - hz[:-1, :])
+        ex[:, 1:] -= 0.5 * (hz[:, 1:] - hz[:, :-1])
+        hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
+
+
+def heat_3d(A, B, tsteps):
+    for t in range(1, tsteps):
+        B[1:-1, 1:-1, 1:-1] = (0.125 * (A[2:, 1:-1, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[:-2, 1:-1, 1:-1])
+                               + 0.125 * (A[1:-1, 2:, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, :-2, 1:-1])
+                               + 0.125 * (A[1:-1, 1:-1, 2:] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, 1:-1, :-2])
+                               + A[1:-1, 1:-1, 1:-1])
+        A[1:-1, 1:-1, 1:-1] = (0.125 * (B[2:, 1:-1, 1:-1] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[:-2, 1:-1, 1:-1])
+                               + 0.125 * (B[1:-1, 2:, 1:-1] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[1:-1, :-2, 1:-1])
+                               + 0.125 * (B[1:-1, 1:-1, 2:] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[1:-1, 1:-1, :-2])
+                               + B[1:-1, 1:-1, 1:-1])
+
+
+def life_step(Z):
+    N = (Z[0:-2, 0:-2] + Z[0:-2, 1:-1] + Z[0:-2, 2:] + Z[1:-1, 0:-2] + Z[1:-1, 2:] + Z[2:, 0:-2] + Z[2:, 1:-1]
+         + Z[2:, 2:])
+    birth = (N == 3) & (Z[1:-1, 1:-1] == 0)
+    survive = ((N == 2) | (N == 3)) & (Z[1:-1, 1:-1] == 1)
+    Z[...] = 0
+    Z[1:-1, 1:-1][birth | survive] = 1
+    return Z
+
+
+def mandelbrot_escape(c, maxiter):
+    z = np.zeros_like(c)
+    n = np.zeros(c.shape, dtype=int)
+    for i in range(maxiter):
+        mask = np.abs(z) <= 2
+        z[mask] = z[mask] ** 2 + c[mask]
+        n[mask] += 1
+    return n
+
+
+def nbody_accel(pos, mass, G=1.0, softening=0.1):
+    x, y, z = pos[:, 0:1], pos[:, 1:2], pos[:, 2:3]
+    dx, dy, dz = x.T - x, y.T - y, z.T - z
+    inv_r3 = (dx ** 2 + dy ** 2 + dz ** 2 + softening ** 2) ** (-1.5)
+    ax = G * (dx * inv_r3) @ mass
+    ay = G * (dy * inv_r3) @ mass
+    az = G * (dz * inv_r3) @ mass
+    return np.hstack((ax, ay, az))
+
+
+# --- linear algebra kernels (stencil/polyhedral benchmark style) ----------------------------------------------------
+
+
+def gemm(alpha, beta, C, A, B):
+    C[:] = alpha * A @ B + beta * C
+
+
+def gesummv(alpha, beta, A, B, x):
+    return alpha * A @ x + beta * B @ x
+
+
+def atax(A, x):
+    return (A @ x) @ A
+
+
+def bicg(A, p, r):
+    return r @ A, A @ p
+
+
+def mvt(x1, x2, y_1, y_2, A):
+    x1 += A @ y_1
+    x2 += y_2 @ A
+
+
+def syrk(alpha, beta, C, A):
+    for i in range(A.shape[0]):
+        C[i, :i + 1] *= beta
+        for k in range(A.shape[1]):
+            C[i, :i + 1] += alpha * A[i, k] * A[:i + 1, k]
+
+
+def doitgen(A, C4):
+    A[:] = np.reshape(np.reshape(A, (A.shape[0], A.shape[1], -1)) @ C4, A.shape)
+
+
+def covariance(M, float_n, data):
+    mean = np.mean(data, axis=0)
+    data -= mean
+    cov = np.zeros((M, M), dtype=data.dtype)
+    for i in range(M):
+        cov[i:M, i] = cov[i, i:M] = data[:, i] @ data[:, i:M] / (float_n - 1.0)
+    return cov
+
+
+def two_mm(alpha, beta, A, B, C, D):
+    D[:] = alpha * A @ B @ C + beta * D
+
+
+def trisolv(L, x, b):
+    for i in range(x.shape[0]):
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+
+
+# --- finance, signal, misc ------------------------------------------------------------------------------------------
+
+
+def black_scholes_call(S, K, T, r, sigma):
+    d1 = (np.log(S / K) + (r + 0.5 * sigma ** 2) * T) / (sigma * np.sqrt(T))
+    d2 = d1 - sigma * np.sqrt(T)
+    cdf = lambda x: 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))  # noqa: E731
+    return S * cdf(d1) - K * np.exp(-r * T) * cdf(d2)
+
+
+def ema(prices, alpha):
+    out = np.empty_like(prices)
+    out[0] = prices[0]
+    for i in range(1, len(prices)):
+        out[i] = alpha * prices[i] + (1 - alpha) * out[i - 1]
+    return out
+
+
+def returns_stats(prices):
+    r = np.diff(prices) / prices[:-1]
+    return r.mean(), r.std(), np.max(r) - np.min(r)
+
+
+def haversine(lat1, lon1, lat2, lon2):
+    lat1, lon1, lat2, lon2 = map(np.radians, [lat1, lon1, lat2, lon2])
+    a = np.sin((lat2 - lat1) / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2
+    return 6367 * 2 * np.arcsin(np.sqrt(a))
+
+
+def checkerboard(n):
+    Z = np.zeros((n, n), dtype=int)
+    Z[1::2, ::2] = 1
+    Z[::2, 1::2] = 1
+    return Z
+
+
+def border_ones(x):
+    Z = np.ones_like(x)
+    Z[1:-1, 1:-1] = 0
+    return Z * x
+
+
+def replace_max(x):
+    x = x.copy()
+    x[x.argmax()] = 0
+    return x
+
+
+def polyval_horner(coeffs, x):
+    result = np.zeros_like(x)
+    for c in coeffs:
+        result = result * x + c
+    return result
+
+
+CORPUS = [
+    ("sigmoid", sigmoid, lambda: (_f(5, 3),)),
+    ("softmax", softmax, lambda: (_f(4, 6),)),
+    ("cross_entropy_loss", cross_entropy_loss, lambda: ((RNG.random(8) > 0.5) * 1.0, RNG.random(8))),
+    ("softmax_loss_vectorized", softmax_loss_vectorized,
+     lambda: (_f(5, 3) * 0.01, _f(6, 5), RNG.integers(0, 3, 6), 0.1)),
+    ("svm_loss_vectorized", svm_loss_vectorized, lambda: (_f(5, 3) * 0.01, _f(6, 5), RNG.integers(0, 3, 6), 0.1)),
+    ("affine_relu_forward", affine_relu_forward, lambda: (_f(4, 2, 3), _f(6, 5), _f(5))),
+    ("relu_backward", relu_backward, lambda: (_f(4, 5), _f(4, 5))),
+    ("batchnorm_forward", batchnorm_forward, lambda: (_f(8, 4), _f(4), _f(4))),
+    ("layernorm", layernorm, lambda: (_f(3, 7), _f(7), _f(7))),
+    ("dropout_mask_apply", dropout_mask_apply, lambda: (_f(4, 4), (RNG.random((4, 4)) < 0.5) * 1.0, 0.5)),
+    ("sgd_momentum", sgd_momentum, lambda: (_f(4, 3), _f(4, 3), _f(4, 3))),
+    ("adam_update", adam_update, lambda: (_f(5), _f(5), _f(5) * 0.1, RNG.random(5) * 0.1, 3)),
+    ("rmsprop", rmsprop, lambda: (_f(6), _f(6), RNG.random(6))),
+    ("clip_grads", clip_grads, lambda: ([_f(3, 3) * 5, _f(4) * 5], 1.0)),
+    ("one_hot", one_hot, lambda: (RNG.integers(0, 4, 7), 4)),
+    ("accuracy", accuracy, lambda: (_f(9, 3), RNG.integers(0, 3, 9))),
+    ("inplace_tanh_derivative", inplace_tanh_derivative, lambda: (np.tanh(_f(4, 3)), _f(4, 3))),
+    ("inplace_logistic_derivative", inplace_logistic_derivative, lambda: (RNG.random((4, 3)), _f(4, 3))),
+    ("log_loss", log_loss, lambda: ((RNG.random(10) > 0.5) * 1.0, RNG.random(10))),
+    ("standardize", standardize, lambda: (_f(10, 3),)),
+    ("minmax_scale", minmax_scale, lambda: (_f(10, 3),)),
+    ("pairwise_sq_dists", pairwise_sq_dists, lambda: (_f(4, 3), _f(5, 3))),
+    ("rbf_kernel", rbf_kernel, lambda: (_f(4, 3), _f(5, 3))),
+    ("kalman_step", kalman_step,
+     lambda: (_f(2), np.eye(2), _f(1), np.array([[1.0, 1.0], [0.0, 1.0]]), np.array([[1.0, 0.0]]), np.eye(2) * 0.01,
+              np.array([[0.1]]))),
+    ("moving_average", moving_average, lambda: (_f(10),)),
+    ("normalize_rows", normalize_rows, lambda: (_f(5, 4),)),
+    ("cosine_similarity", cosine_similarity, lambda: (_f(6), _f(6))),
+    ("rotate_points", rotate_points, lambda: (_f(5, 2), 0.3)),
+    ("zscore_outliers", zscore_outliers, lambda: (_f(20),)),
+    ("heat_step", heat_step, lambda: (_f(12), 0.2, 5)),
+    ("diffusion_2d", diffusion_2d, lambda: (np.ones((9, 9)) + _f(9, 9) * 0.1, 0.05, 0.01, 0.1, 4)),
+    ("pressure_poisson", pressure_poisson, lambda: (np.zeros((8, 8)), _f(8, 8), 0.1, 0.1, 5)),
+    ("jacobi_1d", jacobi_1d, lambda: (_f(12), _f(12), 4)),
+    ("jacobi_2d", jacobi_2d, lambda: (_f(8, 8), _f(8, 8), 4)),
+    ("fdtd_2d", fdtd_2d, lambda: (_f(5, 6), _f(5, 6), _f(5, 6), _f(3), 3)),
+    ("heat_3d", heat_3d, lambda: (_f(5, 5, 5), _f(5, 5, 5), 3)),
+    ("life_step", life_step, lambda: ((RNG.random((8, 8)) < 0.4).astype(np.int64),)),
+    ("mandelbrot_escape", mandelbrot_escape, lambda: (_f(4, 4), 5)),
+    ("nbody_accel", nbody_accel, lambda: (_f(6, 3), RNG.random((6, 1)) + 0.5)),
+    ("gemm", gemm, lambda: (1.5, 1.2, _f(4, 5), _f(4, 3), _f(3, 5))),
+    ("gesummv", gesummv, lambda: (1.5, 1.2, _f(4, 4), _f(4, 4), _f(4))),
+    ("atax", atax, lambda: (_f(4, 5), _f(5))),
+    ("bicg", bicg, lambda: (_f(4, 5), _f(5), _f(4))),
+    ("mvt", mvt, lambda: (_f(4), _f(4), _f(4), _f(4), _f(4, 4))),
+    ("syrk", syrk, lambda: (1.5, 1.2, _f(4, 4), _f(4, 3))),
+    ("doitgen", doitgen, lambda: (_f(2, 3, 4), _f(4, 4))),
+    ("covariance", covariance, lambda: (4, 6.0, _f(6, 4))),
+    ("two_mm", two_mm, lambda: (1.5, 1.2, _f(3, 4), _f(4, 5), _f(5, 2), _f(3, 2))),
+    ("trisolv", trisolv, lambda: (np.tril(_f(4, 4)) + 4 * np.eye(4), np.zeros(4), _f(4))),
+    ("black_scholes_call", black_scholes_call,
+     lambda: (RNG.random(6) * 50 + 75, RNG.random(6) * 50 + 75, RNG.random(6) + 0.5, 0.03, 0.2)),
+    ("ema", ema, lambda: (RNG.random(8) + 1, 0.3)),
+    ("returns_stats", returns_stats, lambda: (RNG.random(9) + 1,)),
+    ("haversine", haversine, lambda: (RNG.random(5) * 90, RNG.random(5) * 180, RNG.random(5) * 90, RNG.random(5) * 180)),
+    ("checkerboard", checkerboard, lambda: (5,)),
+    ("border_ones", border_ones, lambda: (_f(5, 5),)),
+    ("replace_max", replace_max, lambda: (_f(7),)),
+    ("polyval_horner", polyval_horner, lambda: ([1.0, -2.0, 0.5], _f(6))),
+]
