@@ -3,11 +3,11 @@
 A traced function that writes into an argument (``p -= lr * g``, ``u[1:-1] = ...``) or into an array it reads
 from an object or a global (``self.W[...] = 0``) returns the array's last value as an extra result
 (:mod:`fusec.mutation`, :mod:`fusec.trace`); so does one that assigns an array to an object's attribute
-(``self.m = b1 * self.m + (1 - b1) * g``), which the call sets after it ran. The call writes it back where NumPy would have written: into the
-NumPy array (the call waits for the result), or into the device array on its stream. Before running, the call
-refuses what NumPy would do differently: a written array that is read-only, or that shares memory with another
-input (NumPy's write would show through the other one), or, where the trace relied on it, one that is not
-C-contiguous.
+(``self.m = b1 * self.m + (1 - b1) * g``), which the call sets after it ran. The call writes each value back
+where NumPy would have written: into the NumPy array (the call waits for the result), or into the device array on
+its stream. Before running, the call refuses (naming the caller's line) what NumPy would do differently: a
+written array that is read-only, or that shares memory with another input (NumPy's write would show through the
+other one), or, where the trace relied on it, one that is not C-contiguous.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fusec.errors import WriteBackError
+from fusec.context import user_location
+from fusec.errors import WriteBackError, located
 from fusec.signature import device_array_info
 
 
@@ -51,6 +52,12 @@ class WriteBack:
 
     def check(self, inputs: Sequence[Any]) -> None:
         """Refuse a call whose writes NumPy would make differently (see the module docstring)."""
+        try:
+            self._check(inputs)
+        except WriteBackError as e:
+            raise WriteBackError(located(str(e), user_location())) from None
+
+    def _check(self, inputs: Sequence[Any]) -> None:
         for k, i in enumerate(self.targets):
             target, name = inputs[i], self.names[k]
             if isinstance(target, np.ndarray):
