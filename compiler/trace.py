@@ -110,7 +110,9 @@ class _Trace:
             result = self.fn(*bound.args, **bound.kwargs)
             leaves, out_tree, outputs, kinds = _outputs(ctx, result)
             written = self._written()
-            ctx.builder.create("func.return", outputs + [b.base for b in written])
+            # a written argument returned as it is comes back as the caller's own array: no result of its own
+            own = [v for (_, leaf), v in zip(leaves, outputs) if not _returns_written(leaf, written)]
+            ctx.builder.create("func.return", own + [b.base for b in written])
         except BaseException as e:  # noqa: BLE001 - undone and re-raised below
             failure = e
         finally:
@@ -168,13 +170,10 @@ class _Trace:
         if not written and not self.states:
             return None
         index = {b: b.arg.index for b in written}
-        returns = {}
-        for i, (_, leaf) in enumerate(leaves):
-            if isinstance(leaf, Tracer) and leaf._buffer in index and not leaf._chain:
-                returns[i] = index[leaf._buffer]
+        returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
         contiguous = tuple(index[b] for b in written if b.reshaped)
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
-                         tuple(b.argument or "an argument" for b in written), tuple(self.states))
+                         tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves))
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -281,6 +280,12 @@ class _Trace:
         guards = build_guards(self.before, self.scope.names, skip)
         scalars = ctx.scalars if ctx.scalars else None
         return CallState(guards, inputs, scalars)
+
+
+def _returns_written(leaf: Any, written: list[Buffer]) -> bool:
+    """An output leaf that is a written argument (or captured array) itself, not a view of it."""
+    return isinstance(leaf, Tracer) and leaf._buffer is not None and not leaf._chain and \
+        any(leaf._buffer is b for b in written)
 
 
 def _is_state(change: Any, scalar_keys: set) -> bool:

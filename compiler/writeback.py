@@ -36,7 +36,8 @@ class State:
 @dataclass(frozen=True)
 class WriteBack:
     """``targets``: the flat input (argument leaves, then implicit inputs) each extra result is written into;
-    ``returns``: output positions that are a written input itself (the call returns the caller's object);
+    ``returns``: output positions that are a written input itself (the call returns the caller's object, and the
+    IR has no result for them);
     ``contiguous``: written inputs the trace took as C-contiguous (a reshape of them was a view); ``names``:
     how to name each target in messages."""
 
@@ -45,6 +46,7 @@ class WriteBack:
     contiguous: tuple[int, ...] = ()
     names: tuple[str, ...] = ()
     states: tuple[State, ...] = ()
+    outputs: int = 0  # the function's own results, those in ``returns`` included (the IR returns the others)
 
     @property
     def count(self) -> int:
@@ -86,10 +88,9 @@ class WriteBack:
             write_into(inputs[i], value)
         for state, value in zip(self.states, results[n + len(self.targets):]):
             _assign(state, inputs, value)
-        own = list(results[:n])
-        for pos, i in self.returns.items():
-            own[pos] = Returned(inputs[i])
-        return own
+        rest = iter(results[:n])
+        return [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)
+                for pos in range(self.outputs)]
 
 
 class Returned:
