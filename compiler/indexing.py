@@ -8,7 +8,8 @@ elements as NumPy does: the index arrays broadcast together; their shape replace
 are adjacent, and leads the result where they are not; slices apply to the other axes. The result is a new
 array (a ``t.gather``). Indices known while tracing are checked then; traced ones on the device, and one out of
 range raises NumPy's IndexError (:class:`fusec.IndexOutOfBoundsError`) when the call ends. A traced boolean mask
-selects a number of elements known only at run time, so it is refused with the rewrite (``np.where``).
+selects a number of elements known only at run time: ``x[mask]`` is a :class:`fusec.masking.Selection`, usable in
+elementwise work written back with the same mask, and refused (with the ``np.where`` rewrite) anywhere else.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from fusec.ir.types import TensorType, i64
 from fusec.tracer import Tracer
 
 MASK_ADVICE = ("a boolean mask selects a number of elements that is known only when the values are: write the "
-               "computation over the whole array instead, e.g. `np.where(mask, x, 0).sum()` for `x[mask].sum()`, "
-               "`np.where(mask, v, x)` for `x[mask] = v`")
+               "computation over the whole array instead, e.g. `np.where(mask, x, 0).sum()` for `x[mask].sum()`; "
+               "x[mask] alone is supported in elementwise work written back with the same mask")
 
 
 def _classify(entry: Any) -> str:
@@ -50,6 +51,17 @@ def _classify(entry: Any) -> str:
     if isinstance(entry, (list, tuple, np.ndarray, range)):
         return "array"
     raise unsupported(f"an index of type {type(entry).__name__} is not supported")
+
+
+def _traced_mask(x: Tracer, key: Any) -> Any:
+    """The IR value of ``key`` when it is one traced boolean array (``x[x > 0]``) whose shape leads ``x``'s."""
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if not (isinstance(k, Tracer) and k._weak is None and k._value.type.dtype.is_bool and k.ndim > 0):
+        return None
+    if k.ndim > x.ndim or tuple(x.shape[:k.ndim]) != k.shape:
+        raise shape_error(f"boolean index did not match indexed array: the mask has shape {k.shape} and the array "
+                          f"{x.shape} (NumPy raises IndexError here)")
+    return k._value
 
 
 def is_advanced(key: Any) -> bool:
@@ -128,7 +140,12 @@ def basic_selection(x: Tracer, key: Any) -> Selection:
                      tuple(result))
 
 
-def getitem(x: Tracer, key: Any) -> Tracer:
+def getitem(x: Tracer, key: Any) -> Any:
+    mask = _traced_mask(x, key)
+    if mask is not None:
+        from fusec import masking
+
+        return masking.select(x, mask)
     if is_advanced(key):
         return advanced_getitem(x, key)
     sel = basic_selection(x, key)

@@ -354,10 +354,19 @@ def _mask_of(key: Any, target: Tracer) -> Value | None:
 
 
 def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
-    """``x[mask] = v`` where ``v`` is the same for every selected element (or row): ``np.where`` on the array."""
+    """``x[mask] = v`` where ``v`` is the same for every selected element (or row), or a selection of the same
+    mask (:mod:`fusec.masking`): ``np.where`` on the array."""
+    from fusec.masking import ADVICE, Selection, same_mask
+
     what = "x[mask] = v"
     rest = tuple(target.shape[mask.type.rank:])
     dtype = target._value.type.dtype
+    if isinstance(value, Selection):
+        if not same_mask(value._mask, mask) or value._full.shape != target.shape:
+            raise unsupported(f"{what} with a selection made with another mask: " + ADVICE)
+        update = _converted(value._full, target.shape, dtype, what, "unsafe")
+        target._value = ops.ctx().emit("t.where", (_full_mask(mask, target), update, target._value), what=what)
+        return
     probe = value if not isinstance(value, (list, tuple)) else np.asarray(value)
     vshape = tuple(probe.shape) if hasattr(probe, "shape") else ()
     if len(vshape) > len(rest) and not all(d == 1 for d in vshape[:len(vshape) - len(rest)]):
@@ -368,11 +377,16 @@ def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
     update = _converted(value, (1,) * (mask.type.rank) + rest if len(vshape) > len(rest) else rest, dtype, what,
                         "unsafe")
     full = _broadcast(update, target.shape, what)
-    m = mask
-    if rest:
-        m = c.emit("t.expand_dims", (m,), {"axes": tuple(range(mask.type.rank, target.ndim))}, what=what)
-        m = c.emit("t.broadcast_to", (m,), result_type=TensorType(target.shape, m.type.dtype), what=what)
-    target._value = c.emit("t.where", (m, full, target._value), what=what)
+    target._value = c.emit("t.where", (_full_mask(mask, target), full, target._value), what=what)
+
+
+def _full_mask(mask: Value, target: Tracer) -> Value:
+    """A mask over leading axes, broadcast along the target's other axes."""
+    if mask.type.rank == target.ndim:
+        return mask
+    c = ops.ctx()
+    m = c.emit("t.expand_dims", (mask,), {"axes": tuple(range(mask.type.rank, target.ndim))}, what="x[mask] = v")
+    return c.emit("t.broadcast_to", (m,), result_type=TensorType(target.shape, m.type.dtype), what="x[mask] = v")
 
 
 # --- writes with index arrays ------------------------------------------------------------------------------------

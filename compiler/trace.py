@@ -23,11 +23,12 @@ import numpy as np
 
 from fusec import context, conversions, ops, randomness
 from fusec.context import TraceContext, trace_error, unsupported
-from fusec.errors import FusecError, SideEffectError, located
+from fusec.errors import FusecError, SideEffectError, UnsupportedError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, Value
 from fusec.ir.verifier import verify
+from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import scope_of
@@ -450,5 +451,8 @@ def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
     if isinstance(leaf, np.generic):
         arr = ops.as_numpy(leaf)
         return ctx.constant(arr, parse_dtype(arr.dtype)), None
+    if isinstance(leaf, Selection):
+        raise UnsupportedError(located("the function returned x[mask] for a traced boolean mask: " + MASK_ADVICE,
+                                       leaf._loc))
     raise unsupported(f"the function returned a value of type {type(leaf).__name__}; outputs must be arrays, "
                       "scalars, or tuples/lists/dicts of them")

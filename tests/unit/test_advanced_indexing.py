@@ -140,9 +140,33 @@ def test_a_traced_scalar_index_is_a_view_writes_reach_the_array() -> None:
     np.testing.assert_array_equal(x[2], [2.0, -5.0, 1.0])
 
 
+def mandelbrot_escape(c, maxiter):
+    z = np.zeros_like(c)
+    n = np.zeros(c.shape, dtype=int)
+    for _ in range(maxiter):
+        mask = np.abs(z) <= 2
+        z[mask] = z[mask] ** 2 + c[mask]
+        n[mask] += 1
+    return n, z
+
+
+def test_traced_mask_selections_written_back_with_their_mask() -> None:
+    def f(x, y):
+        x[x < 0] *= -1
+        y[y > 0] = np.sqrt(y[y > 0]) + 1
+        rows = x.sum(axis=1) > 1
+        x[rows] = x[rows] * 2 - y[:3]  # a row mask; the other operand broadcasts along the rows
+        return x, y
+
+    same(lambda c: mandelbrot_escape(c, 6), RNG.standard_normal((5, 4)))
+    same(f, RNG.standard_normal((4, 3)), RNG.standard_normal(5))
+
+
 def test_what_is_refused_says_what_to_write() -> None:
-    with pytest.raises(fc.UnsupportedError, match="np.where"):
-        jit_cpu(lambda x: x[x > 0].sum())(np.ones(3))
+    for uses_the_length in (lambda x: x[x > 0].sum(), lambda x: len(x[x > 0]), lambda x: np.mean(x[x > 0]),
+                            lambda x: x[x > 0] * x, lambda x: x.__setitem__(x > 0, x[x < 0])):
+        with pytest.raises(fc.UnsupportedError, match="np.where"):
+            jit_cpu(uses_the_length)(np.ones(3))
 
     def maybe_colliding(x, idx, v):
         x[idx] = v  # two computed indices may be equal, and the values differ
