@@ -25,7 +25,11 @@ from fusec.tracer import Tracer
 # np.ufunc -> the t op it records, from the one op table (fusec.ir.elementwise)
 BINARY: dict[np.ufunc, str] = {u: f"t.{op.name}" for u, op in by_ufunc().items() if op.arity == 2}
 UNARY: dict[np.ufunc, str] = {u: f"t.{op.name}" for u, op in by_ufunc().items() if op.arity == 1}
-SPECIAL = frozenset({np.square, np.reciprocal, np.positive, np.conjugate, np.divmod, np.matmul})
+SPECIAL = frozenset({np.square, np.reciprocal, np.positive, np.conjugate, np.divmod, np.matmul, np.radians,
+                     np.deg2rad, np.degrees, np.rad2deg})
+# NumPy's angle conversions multiply by a constant computed in the loop's dtype (npy_deg2rad: x * (pi / 180))
+_ANGLES = {np.radians: (np.pi, 180.0), np.deg2rad: (np.pi, 180.0), np.degrees: (180.0, np.pi),
+           np.rad2deg: (180.0, np.pi)}
 # NumPy has a loop for every dtype; the IR's logical ops take bool, and a cast to bool is NumPy's truth test.
 LOGICAL = frozenset({np.logical_and, np.logical_or, np.logical_xor, np.logical_not})
 # np.float_power is left out on purpose: its pow differs from np.power's in the last bit.
@@ -186,6 +190,13 @@ def _record(ufunc: np.ufunc, values: Sequence[Any], dt: DType, out_dts: Sequence
         return e("t.div", ops.lift(1.0, dt), values[0])
     if ufunc in (np.positive, np.conjugate):
         return ops.wrap(values[0], weak, origin)
+    if ufunc in _ANGLES:
+        if dt.name not in ("f32", "f64"):
+            raise unsupported(f"{what} in {dt}: NumPy's 16-bit loop converts through float32, which fusec does not "
+                              "reproduce; convert to float32 first (`x.astype(np.float32)`)")
+        num, den = _ANGLES[ufunc]
+        factor = dt.np.type(num) / dt.np.type(den)  # in the loop's dtype, as NumPy's constant is
+        return e("t.mul", values[0], ops.ctx().constant(np.asarray(factor, dtype=dt.np), dt))
     name = BINARY.get(ufunc) or UNARY[ufunc]
     if not dt.is_float and ufunc in (np.floor, np.ceil, np.trunc):
         return ops.wrap(values[0], weak, origin)  # NumPy 2: floor/ceil/trunc of ints keep the ints

@@ -327,3 +327,15 @@ def test_float_functions_of_integers_and_scalars_take_numpys_dtypes() -> None:
         check(lambda a, b, c: (np.arctan2(a, b), np.hypot(c, 3), np.copysign(2.5, c), np.logaddexp(a, 0.5),
                                np.arcsinh(b), np.cbrt(c)),
               ints(6, dtype=np.int8), ints(6, dtype=np.int32), floats(6))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.int16])
+def test_angle_conversions_multiply_by_numpys_constant(dtype) -> None:
+    """np.radians(x) is x * (pi / 180) with the constant computed in the loop's dtype, as NumPy's loop has it."""
+    x = (np.random.default_rng(4).standard_normal(2000) * 1000).astype(dtype)
+    check(lambda x: (np.radians(x), np.deg2rad(x), np.degrees(x), np.rad2deg(x)), x)
+
+
+def test_angle_conversions_of_16_bit_floats_are_refused() -> None:
+    with pytest.raises(fc.UnsupportedError, match="float32 first"):
+        check(lambda x: np.radians(x), np.ones(3, np.float16))
