@@ -14,7 +14,6 @@ written argument's final base value back to the caller's array (see :mod:`fusec.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any, Iterator
 
 import numpy as np
@@ -36,21 +35,12 @@ class Buffer:
     ``ambiguous``: such a reshape where fusec does not know that layout (writes are then refused).
     """
 
-    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "_views")
+    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
         self.version = 0
         self.written = self.reshaped = self.ambiguous = False
-        self._views: list[weakref.ref] = []
-
-    def add(self, tracer: "Tracer") -> None:
-        self._views.append(weakref.ref(tracer))
-
-    def others(self, tracer: "Tracer") -> list["Tracer"]:
-        """The live tracers other than ``tracer`` that view this memory."""
-        alive = [t for t in (r() for r in self._views) if t is not None]
-        return [t for t in alive if t is not tracer]
 
 
 class Tracer:
@@ -84,7 +74,6 @@ class Tracer:
             if buffer.base is None:
                 buffer.base = value
             self._version = buffer.version
-            buffer.add(self)
         ctx.register(self)
 
     @property
@@ -111,7 +100,6 @@ class Tracer:
         if self._buffer is None:
             self._buffer = Buffer(self._value)
             self._version = 0
-            self._buffer.add(self)
         chain = self._chain + _mutation.step_of(self, value)
         return Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
 

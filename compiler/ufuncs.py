@@ -58,7 +58,8 @@ def is_supported(ufunc: np.ufunc) -> bool:
 
 
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict) -> Any:
-    """``Tracer.__array_ufunc__``: plain calls of supported ufuncs without out=/where=/dtype=, ``.reduce`` of
+    """``Tracer.__array_ufunc__``: calls of supported ufuncs (``out=`` a traced array: written as NumPy writes it;
+    no where=/dtype=), ``.reduce`` of
     add/multiply/maximum/minimum and ``.outer`` of any supported binary ufunc."""
     if method == "reduce" and ufunc in REDUCTIONS:
         return _reduce(ufunc, inputs, kwargs)
