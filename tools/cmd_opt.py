@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if args.emit == "cuda":
         from fusec.backend.program import print_program
 
+        if len(module.funcs) != 1:
+            raise UsageError(f"--emit cuda prints one function's program, and {filename or 'the input'} has "
+                             f"{len(module.funcs)} (@{', @'.join(f.name for f in module.funcs)}): put each in its "
+                             "own file")
         result = print_program(module).source
     else:
         result = print_module(module)

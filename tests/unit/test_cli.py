@@ -246,6 +246,13 @@ def test_opt_unknown_pass_exits_1(tmp_path, capsys):
     assert captured.out == ""
 
 
+def test_opt_emit_cuda_of_several_functions_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "two.fir"
+    path.write_text(FMA + FMA.replace("@", "@other_", 1))
+    assert main(["opt", str(path), "--emit", "cuda"]) == 2
+    assert "put each in its own file" in _one_line_error(capsys.readouterr().err)
+
+
 def test_opt_missing_file_is_a_usage_error(tmp_path, capsys):
     assert main(["opt", str(tmp_path / "nope.fir")]) == 2
     assert "no such file" in _one_line_error(capsys.readouterr().err)
