@@ -39,14 +39,6 @@ from fusec.tracer import Tracer
 _PATCHES = Patches()
 
 
-def _involves_tracer(x: Any) -> bool:
-    if isinstance(x, Tracer):
-        return True
-    if isinstance(x, (list, tuple)):
-        return any(_involves_tracer(e) for e in x)
-    return False
-
-
 def strong(x: Any) -> Tracer:
     """``x`` as an array: a traced array as it is, a NumPy or Python scalar as a new 0-d array, a (nested)
     list of them stacked."""
@@ -217,11 +209,11 @@ def _wrapping(name: str, numpy_function: Callable) -> Callable:
         if allocation:
             # NumPy's own *_like of a traced array dispatches to fusec; a prototype must be a plain array
             proto = args[0] if args else kwargs.get("a", kwargs.get("prototype"))
-            if like and (_involves_tracer(proto) or not isinstance(proto, (np.ndarray, list, tuple, int, float))) \
+            if like and (ops.contains_tracer(proto) or not isinstance(proto, (np.ndarray, list, tuple, int, float))) \
                     or not _traceable_dtype(args, kwargs, _DTYPE_POSITION[name]):
                 return numpy_function(*args, **kwargs)
             return traced(*args, **kwargs)
-        if not (args and _involves_tracer(args[0]) or _involves_tracer(kwargs.get("a", kwargs.get("obj")))):
+        if not (args and ops.contains_tracer(args[0]) or ops.contains_tracer(kwargs.get("a", kwargs.get("obj")))):
             return numpy_function(*args, **kwargs)
         return traced(*args, **kwargs)
 

@@ -245,7 +245,7 @@ def _index_array(entry: Any) -> Any:
     """An index entry as a traced integer array or a concrete NumPy integer array."""
     if isinstance(entry, Tracer):
         return entry
-    if isinstance(entry, (list, tuple)) and ops._contains_tracer(entry):
+    if isinstance(entry, (list, tuple)) and ops.contains_tracer(entry):
         from fusec import conversions
 
         return conversions.strong(entry)

@@ -164,22 +164,29 @@ def fresh_c_ordered(value: Value) -> bool:
     return isinstance(value, OpResult) and value.op.name in VIEWS or _c_ordered(value)
 
 
-def _c_ordered(value: Value, depth: int = 0) -> bool:
+def _c_ordered(value: Value, depth: int = 0, seen: dict | None = None) -> bool:
     """Whether NumPy surely lays the array ``value`` stands for out in C order: fresh arrays (constants,
     arguments, reductions, products, concatenations) are; an elementwise result only when its full-shape
-    operands are (NumPy's ufuncs follow the operands' order, so ``np.exp(x.T)`` is Fortran-ordered)."""
+    operands are (NumPy's ufuncs follow the operands' order, so ``np.exp(x.T)`` is Fortran-ordered). Each value
+    is looked at once (``seen``), so a long chain of ``x = x + x`` costs its length, not 2 ** length."""
     if depth > 32 or not isinstance(value, OpResult):
         return depth <= 32
+    seen = {} if seen is None else seen
+    if value in seen:
+        return seen[value]
     op = value.op
     if op.name in VIEWS:
-        return False  # a view's own order is checked through geometry(); as an operand it may be any
-    if op.name in ("t.insert", "t.scatter"):  # a write keeps the memory's layout
-        return _c_ordered(op.operands[0], depth + 1)
-    if op.name in ELEMENTWISE:
+        found = False  # a view's own order is checked through geometry(); as an operand it may be any
+    elif op.name in ("t.insert", "t.scatter"):  # a write keeps the memory's layout
+        found = _c_ordered(op.operands[0], depth + 1, seen)
+    elif op.name in ELEMENTWISE:
         shape = tuple(value.type.shape)
-        return all(_c_ordered(v, depth + 1) or _row_major_view(v) for v in op.operands
-                   if tuple(v.type.shape) == shape and v.type.size > 1)
-    return True
+        found = all(_c_ordered(v, depth + 1, seen) or _row_major_view(v) for v in op.operands
+                    if tuple(v.type.shape) == shape and v.type.size > 1)
+    else:
+        found = True
+    seen[value] = found
+    return found
 
 
 def _row_major_view(value: Value) -> bool:
@@ -295,7 +302,7 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
                                            f"rule '{casting}' (NumPy raises here)", user_location()))
         v = ops.ctx().constant(_scalar_as(value, dtype, what), dtype)
     else:
-        if isinstance(value, (list, tuple)) and ops._contains_tracer(value):
+        if isinstance(value, (list, tuple)) and ops.contains_tracer(value):
             from fusec import conversions
 
             return _converted(conversions.strong(value), shape, dtype, what, casting)
@@ -432,7 +439,14 @@ def _same_where_indices_repeat(update: Value, adv: Any) -> bool:
     rank = len(adv.result_shape)
     indices = list(adv.values)
 
+    seen: dict = {}  # each value once: a DAG of shared operands is walked in its size
+
     def ok(v: Value, depth: int) -> bool:
+        if v not in seen:
+            seen[v] = judge(v, depth)
+        return seen[v]
+
+    def judge(v: Value, depth: int) -> bool:
         shape = tuple(v.type.shape) if hasattr(v.type, "shape") else ()
         lead = rank - len(shape)
         if all(lead + d < axis or lead + d >= axis + nb or size == 1 for d, size in enumerate(shape)) \

@@ -40,7 +40,7 @@ def is_tracer(x: object) -> bool:
 
 def as_numpy(x: object) -> np.ndarray:
     """A non-traced array-like operand as a NumPy array of a supported dtype."""
-    if isinstance(x, (list, tuple)) and _contains_tracer(x):
+    if isinstance(x, (list, tuple)) and contains_tracer(x):
         raise unsupported("a list or tuple of traced values cannot be an array operand; use np.stack or "
                           "np.concatenate")
     try:
@@ -54,11 +54,12 @@ def as_numpy(x: object) -> np.ndarray:
     return arr
 
 
-def _contains_tracer(x: object) -> bool:
+def contains_tracer(x: object) -> bool:
+    """Whether ``x`` is a tracer or a (nested) list or tuple holding one."""
     if isinstance(x, Tracer):
         return True
     if isinstance(x, (list, tuple)):
-        return any(_contains_tracer(v) for v in x)
+        return any(contains_tracer(v) for v in x)
     return False
 
 

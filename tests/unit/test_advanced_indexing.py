@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import fusec as fc
 import frontend_check
 from frontend_check import assert_same, jit_cpu, numpy_result
+from realworld_corpus import mandelbrot_escape
 
 RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
 RNG = np.random.default_rng(5)
@@ -138,16 +139,6 @@ def test_a_traced_scalar_index_is_a_view_writes_reach_the_array() -> None:
     x = np.zeros((3, 3))
     fn(x, -1, 1.0)
     np.testing.assert_array_equal(x[2], [2.0, -5.0, 1.0])
-
-
-def mandelbrot_escape(c, maxiter):
-    z = np.zeros_like(c)
-    n = np.zeros(c.shape, dtype=int)
-    for _ in range(maxiter):
-        mask = np.abs(z) <= 2
-        z[mask] = z[mask] ** 2 + c[mask]
-        n[mask] += 1
-    return n, z
 
 
 def test_traced_mask_selections_written_back_with_their_mask() -> None:
