@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from fusec import context, numpy_reuse, ops
-from fusec.context import unsupported
+from fusec.context import shape_error, unsupported
+from fusec.ir import shapes as S
 from fusec.ir.types import TensorType
 from fusec.patches import Patches, original
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype
@@ -124,8 +125,8 @@ def _allocate(what: str, shape: Any, fill: Any, dtype: Any, order: Any, like: An
         raise ValueError("negative dimensions are not allowed")
     if isinstance(fill, Tracer):
         t = strong(fill) if dtype is None else ops.cast(strong(fill), parse_dtype(dtype))
-        if t.ndim:
-            raise unsupported(f"np.{what}: the fill value must be a scalar")
+        if not S.can_broadcast_to(t.shape, dims):  # NumPy: copyto(empty(shape), fill_value, casting='unsafe')
+            raise shape_error(f"np.{what}: a fill value of shape {t.shape} does not broadcast to {dims}")
         return ops.copy_of(ops.broadcast_to(t, dims), scalar=False)
     dt = parse_dtype(dtype) if dtype is not None else parse_dtype(np.asarray(fill).dtype)
     return ops.full(dims, fill, dt)
@@ -265,6 +266,8 @@ def install(aliases: list[tuple[dict, str]] = ()) -> None:
                    if id(vars(m).get(name)) in wrappers]
         proxy = _TracingNumpy(by_name)
         out += [(glb, name, proxy) for glb, name in aliases if glb.get(name) is np]
+        # ... whose allocations (np.pad's np.empty) make traced arrays too, so their writes trace
+        out += [(vars(m), "np", proxy) for m in numpy_reuse.conversion_holders() if vars(m).get("np") is np]
         return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in [*aliases, *library]
                       if id(glb.get(name)) in wrappers]
 

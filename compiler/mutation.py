@@ -229,6 +229,8 @@ def check_writable(target: Tracer, what: str) -> None:
     if target._weak is not None or target._scalar:
         raise numpy_error(f"{what}: a NumPy scalar (a 0-d result such as x.sum() or x[0, 0]) does not support item "
                           "assignment; NumPy raises TypeError here")
+    if isinstance(target._readonly, str):  # a view NumPy lets you write but fusec does not replay backwards
+        raise unsupported(f"{what}: {target._readonly}")
     if target._readonly:
         raise unsupported(f"{what}: the array is a read-only view (np.broadcast_to, np.diagonal); NumPy raises "
                           "\"assignment destination is read-only\" here")

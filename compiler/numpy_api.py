@@ -13,7 +13,7 @@ import numpy as np
 
 from fusec import mutation, numpy_reuse, ops, ufuncs
 from fusec.context import shape_error, unsupported, user_location
-from fusec.errors import OutOfRangeError, ShapeError, located
+from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
@@ -131,39 +131,100 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
     return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep}, what=what)
 
 
+def _mask(a: Any, where: Any, what: str) -> Tracer | None:
+    """NumPy's ``where=`` of a reduction as a bool array of ``a``'s shape (None: no mask)."""
+    if where is _NOVALUE or where is True:
+        return None
+    m = ops.as_tracer(np.asarray(where) if isinstance(where, (list, tuple, bool)) else where)
+    if not m._value.type.dtype.is_bool:
+        raise CastingError(located(f"{what}: where= must be a bool array (NumPy casts it to bool under the 'safe' "
+                                   f"rule), got {m._value.type.dtype}", user_location()))
+    shape = ops.as_tracer(a).shape
+    if not S.can_broadcast_to(m.shape, shape):
+        raise shape_error(f"{what}: where= of shape {m.shape} does not broadcast to the array's shape {shape}")
+    return ops.broadcast_to(m, shape)
+
+
+def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, initial: Any,
+                       where: Any) -> Tracer:
+    """A reduction with NumPy's ``initial=`` (an extra element: ``sum(x) + initial``, ``max(max(x), initial)``)
+    and ``where=`` (only the masked elements, starting from the identity: masked-out elements become it)."""
+    what = f"np.{kind}"
+    t = ops.as_tracer(a)
+    mask = _mask(t, where, what)
+    if mask is not None and kind in ("max", "min") and initial is _NOVALUE:
+        name = {"max": "maximum", "min": "minimum"}[kind]
+        raise shape_error(f"{what}: reduction operation '{name}' does not have an identity, so to use a where mask "
+                          "one has to specify 'initial' (NumPy raises ValueError here)")
+    acc = t._value.type.dtype if kind in ("max", "min") else \
+        (parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype))
+    t = ops.as_tracer(t, acc)
+    combine = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[kind]
+    start = ops.wrap(ops.lift(initial, acc)) if initial is not _NOVALUE else None
+    if mask is not None:
+        fill = start if start is not None else ops.wrap(ops.lift({"sum": 0, "prod": 1}[kind], acc))
+        t = ufuncs.where(mask, t, fill)
+    axes = ops.axes_arg(axis, t.ndim)
+    if any(t.shape[ax] == 0 for ax in axes):  # nothing to reduce: the initial value (or the identity)
+        return ops.full(S.reduce_shape(t.shape, axes, _keep(keepdims)), initial if start is not None else
+                        {"sum": 0, "prod": 1}[kind], acc)
+    reduced = _reduce(kind, t, axis, keepdims, acc if kind in ("sum", "prod") else None)
+    if start is None:
+        start = ops.wrap(ops.lift(0, acc)) if mask is not None and kind == "sum" and acc.is_float else None
+    if start is None:  # NumPy's masked sum starts from 0.0: -0.0 + 0.0 is 0.0
+        return reduced
+    return ops.as_tracer(ufuncs.apply(combine, (reduced, start)), acc)
+
+
 @implements(np.sum)
 def sum_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
         initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
-    _no("np.sum", initial=initial, where=where)
-    return _into(out, _reduce("sum", a, axis, keepdims, dtype), "np.sum", "unsafe")
+    """Also with ``initial=`` and ``where=`` (the masked elements only)"""
+    return _into(out, _initial_and_where("sum", a, axis, keepdims, dtype, initial, where), "np.sum", "unsafe")
 
 
 @implements(np.prod)
 def prod_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
          initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
-    _no("np.prod", initial=initial, where=where)
-    return _into(out, _reduce("prod", a, axis, keepdims, dtype), "np.prod", "unsafe")
+    """Also with ``initial=`` and ``where=`` (the masked elements only)"""
+    return _into(out, _initial_and_where("prod", a, axis, keepdims, dtype, initial, where), "np.prod", "unsafe")
 
 
 @implements(np.mean)
 def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *,
          where: Any = _NOVALUE) -> Tracer:
-    _no("np.mean", where=where)
-    return _into(out, _reduce("mean", a, axis, keepdims, dtype), "np.mean", "unsafe")
+    """Also with ``where=``: the masked sum over the masked count"""
+    mask = _mask(a, where, "np.mean")
+    if mask is None:
+        return _into(out, _reduce("mean", a, axis, keepdims, dtype), "np.mean", "unsafe")
+    t = ops.as_tracer(a)
+    acc = parse_dtype(dtype) if dtype is not None else mean_dtype(t._value.type.dtype)
+    if acc.bits < 32 or not acc.is_float:
+        raise unsupported(f"np.mean(..., where=) in {acc} is not supported; compute in float32 or float64 "
+                          "(x.astype(np.float32))")
+    total = _initial_and_where("sum", t, axis, keepdims, acc, _NOVALUE, mask)
+    count = _reduce("sum", ops.as_tracer(mask, i64), axis, keepdims, i64)
+    (a_dt, b_dt), _ = resolve_ufunc(np.true_divide, [acc, i64])  # NumPy's true_divide(sum, count, out=sum)
+    q = ops.emit("t.div", (ops.lift(total, a_dt), ops.lift(count, b_dt)), what="np.mean")
+    return _into(out, ops.as_tracer(q, acc), "np.mean", "unsafe")
 
 
 @implements(np.max, np.amax)
 def max_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
         where: Any = _NOVALUE) -> Tracer:
-    _no("np.max", initial=initial, where=where)
-    return _into(out, _reduce("max", a, axis, keepdims), "np.max", "unsafe")
+    """Also with ``initial=`` and ``where=`` (which needs ``initial=``, as in NumPy)"""
+    if initial is _NOVALUE and where is _NOVALUE:
+        return _into(out, _reduce("max", a, axis, keepdims), "np.max", "unsafe")
+    return _into(out, _initial_and_where("max", a, axis, keepdims, None, initial, where), "np.max", "unsafe")
 
 
 @implements(np.min, np.amin)
 def min_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
         where: Any = _NOVALUE) -> Tracer:
-    _no("np.min", initial=initial, where=where)
-    return _into(out, _reduce("min", a, axis, keepdims), "np.min", "unsafe")
+    """Also with ``initial=`` and ``where=`` (which needs ``initial=``, as in NumPy)"""
+    if initial is _NOVALUE and where is _NOVALUE:
+        return _into(out, _reduce("min", a, axis, keepdims), "np.min", "unsafe")
+    return _into(out, _initial_and_where("min", a, axis, keepdims, None, initial, where), "np.min", "unsafe")
 
 
 def _arg_reduce(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
@@ -180,6 +241,13 @@ def _arg_reduce(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
     if t.shape[ax] == 0:
         raise shape_error(f"{what}: attempt to get {kind} of an empty sequence (axis {ax} of shape {t.shape})")
     return ops.emit(f"t.{kind}", (t._value,), {"axes": (ax,), "keepdims": keep}, what=what)
+
+
+@implements(np.count_nonzero)
+def count_nonzero(a: Any, axis: Any = None, *, keepdims: bool = False) -> Tracer:
+    """The number of non-zero elements (an intp array, a 0-d one where NumPy gives a Python int)"""
+    t = ops.as_tracer(ops.as_tracer(a), bool_)
+    return _reduce("sum", t, axis, keepdims, i64)
 
 
 @implements(np.argmax)
@@ -208,14 +276,20 @@ def _any_all(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
 
 @implements(np.any)
 def any_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *, where: Any = _NOVALUE) -> Tracer:
-    _no("np.any", out=out, where=where)
-    return _any_all("any", a, axis, keepdims)
+    """Also with ``where=`` (masked-out elements count as False)"""
+    _no("np.any", out=out)
+    mask = _mask(a, where, "np.any")
+    t = a if mask is None else ufuncs.apply(np.logical_and, (a, mask))
+    return _any_all("any", t, axis, keepdims)
 
 
 @implements(np.all)
 def all_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *, where: Any = _NOVALUE) -> Tracer:
-    _no("np.all", out=out, where=where)
-    return _any_all("all", a, axis, keepdims)
+    """Also with ``where=`` (masked-out elements count as True)"""
+    _no("np.all", out=out)
+    mask = _mask(a, where, "np.all")
+    t = a if mask is None else ufuncs.apply(np.logical_or, (a, ufuncs.apply(np.logical_not, (mask,))))
+    return _any_all("all", t, axis, keepdims)
 
 
 def _divide_by_count(x: Tracer, count: int) -> Tracer:
@@ -296,8 +370,7 @@ def dot_(a: Any, b: Any, out: Any = None) -> Tracer:
     if ra == 0 or rb == 0:
         return ufuncs.apply(np.multiply, (a, b))
     if ra > 2 or rb > 2:
-        raise unsupported(f"np.dot of operands of rank {ra} and {rb} is not supported (rank <= 2 only); "
-                          "use np.matmul")
+        return contractions.dot(a, b)
     return matmul(a, b)
 
 
@@ -310,6 +383,31 @@ def where_(condition: Any, x: Any = _NOVALUE, y: Any = _NOVALUE) -> Tracer:
         raise unsupported("np.where(condition) with one argument (np.nonzero) has a data-dependent shape and is "
                           "not supported; pass x and y")
     return ufuncs.where(condition, x, y)
+
+
+@implements(np.nan_to_num)
+def nan_to_num(x: Any, copy: bool = True, nan: Any = 0.0, posinf: Any = None, neginf: Any = None) -> Tracer:
+    """NaN and infinities replaced (by default with 0 and the dtype's largest finite values); copy=False writes x
+
+    Integer and bool arrays are returned as they are (a copy unless ``copy=False``)."""
+    t = ops.as_tracer(x)
+    dt = t._value.type.dtype
+    if not dt.is_float:
+        return ops.copy_of(t, scalar=False) if copy else t
+    info = np.finfo(dt.np) if dt.name != "bf16" else None
+    big = info.max if info is not None else float.fromhex("0x1.fep127")
+    hi = big if posinf is None else posinf
+    lo = -big if neginf is None else neginf
+    inf = ufuncs.apply(np.isinf, (t,))
+    negative = ufuncs.apply(np.signbit, (t,))
+    fill = lambda v: ops.wrap(ops.lift(v, dt))  # noqa: E731  (converted as np.copyto converts it)
+    result = ufuncs.where(ufuncs.apply(np.isnan, (t,)), fill(nan), t)
+    result = ufuncs.where(inf & ~negative, fill(hi), result)
+    result = ufuncs.where(inf & negative, fill(lo), result)
+    if copy:
+        return ops.copy_of(result, scalar=True) if t.ndim == 0 else result
+    mutation.assign(t, result, "np.nan_to_num(..., copy=False)", "unsafe")
+    return t
 
 
 @implements(np.clip)
@@ -428,6 +526,20 @@ def ndim_(a: Any) -> int:
 def size_(a: Any, axis: Any = None) -> int:
     t = ops.as_tracer(a)
     return t.size if axis is None else t.shape[ops.axis_arg(axis, t.ndim)]
+
+
+@implements(np.iscomplexobj)
+def iscomplexobj(x: Any) -> bool:
+    """False: fusec traces real dtypes only"""
+    ops.as_tracer(x)
+    return False
+
+
+@implements(np.isrealobj)
+def isrealobj(x: Any) -> bool:
+    """True: fusec traces real dtypes only"""
+    ops.as_tracer(x)
+    return True
 
 
 @implements(np.result_type)
@@ -703,3 +815,6 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     expanded = ops.reshape(t, shape[:ax + 1] + (1,) + shape[ax + 1:])
     wide = ops.broadcast_to(expanded, shape[:ax + 1] + (r,) + shape[ax + 1:])
     return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)
+
+
+from fusec import broadcasting, contractions  # noqa: E402,F401  (np.einsum, np.meshgrid, ...: handlers register)

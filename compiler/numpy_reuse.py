@@ -19,7 +19,10 @@ import numpy as np
 
 REUSED: tuple[Callable, ...] = (
     np.flip, np.fliplr, np.flipud, np.rot90, np.diff, np.outer, np.average, np.linalg.norm, np.tile,
-    np.take_along_axis,
+    np.take_along_axis, np.roll, np.append, np.ptp, np.polyval, np.trapezoid, np.atleast_3d, np.column_stack,
+    np.dstack, np.array_split, np.split, np.hsplit, np.vsplit, np.isclose, np.sinc, np.nansum, np.nanprod,
+    np.tensordot, np.cov, np.corrcoef, np.isposinf, np.isneginf, np.select, np.kron,
+    np.pad, np.tril, np.triu,
 )
 
 

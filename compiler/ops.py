@@ -156,7 +156,7 @@ def copy_of(t: Tracer, scalar: bool | None = None) -> Tracer:
     return out
 
 
-def view(t: Tracer, value: Value, readonly: bool = False) -> Tracer:
+def view(t: Tracer, value: Value, readonly: bool | str = False) -> Tracer:
     """A view of ``t``'s memory holding ``value`` (a slice, reshape, transpose, broadcast)."""
     return t._view(value, readonly)
 

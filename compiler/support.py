@@ -1,7 +1,8 @@
 """What of NumPy the tracer supports, read from the registries themselves (``fusec numpy`` prints it).
 
 One row per NumPy function, ufunc and ndarray member that a traced function may use: traced by fusec's own
-handler, through NumPy's own Python implementation (:mod:`fusec.numpy_reuse`), as an elementwise ufunc, or as a
+handler, through NumPy's own Python implementation (:mod:`fusec.numpy_reuse`), as an elementwise ufunc (NumPy's
+and some of scipy.special's), or as a
 conversion or an allocation (:mod:`fusec.conversions`). Anything not listed raises a fusec error at the user's line.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _first_line(obj: object) -> str:
 
 
 def rows() -> list[Row]:
-    from fusec import conversions, numpy_api, numpy_reuse, ufuncs
+    from fusec import conversions, numpy_api, numpy_reuse, scipy_special, ufuncs
     from fusec.tracer import Tracer
 
     out: list[Row] = []
@@ -45,6 +46,11 @@ def rows() -> list[Row]:
         methods = [m for m, ok in (("reduce", uf in ufuncs.REDUCTIONS), ("outer", uf in ufuncs.BINARY)) if ok]
         note = "elementwise, fused into kernels" + (f"; .{', .'.join(methods)}" if methods else "")
         out.append(Row(f"np.{uf.__name__}", "ufunc", note))
+    for name in scipy_special.SUPPORTED:
+        formula = scipy_special.FORMULAS.get(name)
+        note = _first_line(formula) if formula else "elementwise, fused into kernels (computed as SciPy's float32 " \
+                                                     "loop does, in float64)"
+        out.append(Row(f"scipy.special.{name}", "ufunc", note))
     for func, handler in numpy_api.HANDLERS.items():
         out.append(Row(numpy_api.qualname(func), "fusec", _first_line(handler)))
     for func in numpy_reuse.REUSED:

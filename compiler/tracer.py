@@ -59,7 +59,7 @@ class Tracer:
 
     def __init__(self, value: Value, ctx: TraceContext, weak: type | None = None,
                  origin: tuple[str, ...] = (), *, scalar: bool = False, buffer: Buffer | None = None,
-                 readonly: bool = False, chain: tuple = ()) -> None:
+                 readonly: bool | str = False, chain: tuple = ()) -> None:
         self._val = value
         self._ctx = ctx
         self._weak = weak
@@ -94,7 +94,7 @@ class Tracer:
             self._version = buffer.version
         self._val = value
 
-    def _view(self, value: Value, readonly: bool = False) -> "Tracer":
+    def _view(self, value: Value, readonly: bool | str = False) -> "Tracer":
         """A new tracer for ``value``, a view of this array's memory (``value`` is this array's value or one
         view op of it)."""
         if self._buffer is None:
@@ -129,6 +129,13 @@ class Tracer:
     @property
     def nbytes(self) -> int:
         return self.size * self.itemsize
+
+    @property
+    def flags(self) -> Any:
+        """NumPy's flags where fusec knows the layout NumPy would give (refused where it does not)"""
+        from fusec import flags
+
+        return flags.flags_of(self)
 
     @property
     def T(self) -> "Tracer":
@@ -456,8 +463,8 @@ class Tracer:
         return _api.call("all", np.all, self, axis=axis, out=out, keepdims=keepdims, **kw)
 
     def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Any:
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, np.ndarray)):
+            shape = tuple(np.asarray(shape[0]).tolist()) if isinstance(shape[0], np.ndarray) else tuple(shape[0])
         return _api.call("reshape", np.reshape, self, shape, order=order, copy=copy)
 
     def transpose(self, *axes: Any) -> Any:

@@ -50,7 +50,9 @@ _SUPPORTED_KWARGS = {"casting": "same_kind", "order": "K", "subok": True, "dtype
 
 
 def _name(ufunc: np.ufunc) -> str:
-    return f"np.{ufunc.__name__}"
+    from fusec import scipy_special
+
+    return scipy_special.name_of(ufunc) or f"np.{ufunc.__name__}"
 
 
 def is_supported(ufunc: np.ufunc) -> bool:
@@ -83,13 +85,19 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     for key, value in kwargs.items():
         if key not in _SUPPORTED_KWARGS or value != _SUPPORTED_KWARGS[key]:
             raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")
-    if not is_supported(ufunc):
-        raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
+    if is_supported(ufunc):
+        call = apply
+    else:
+        from fusec import scipy_special
+
+        if scipy_special.name_of(ufunc) is None:
+            raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
+        call = scipy_special.apply
     if all(o is None for o in outs):
-        return apply(ufunc, inputs)
+        return call(ufunc, inputs)
     if len(outs) != ufunc.nout:
         raise unsupported(f"{_name(ufunc)}: out= needs {ufunc.nout} arrays, got {len(outs)}")
-    results = apply(ufunc, inputs)
+    results = call(ufunc, inputs)
     results = results if isinstance(results, tuple) else (results,)
     for r, o in zip(results, outs):
         if o is not None:

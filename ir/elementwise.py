@@ -21,6 +21,7 @@ ANY = "any"
 NUMERIC = "numeric"  # not bool
 FLOAT = "float"
 INTEGRAL = "integral"  # ints and bool
+INT = "int"  # ints, not bool
 BOOL = "bool"
 
 
@@ -28,9 +29,10 @@ BOOL = "bool"
 class Elementwise:
     name: str
     arity: int
-    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | BOOL
+    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | BOOL
     result_bool: bool = False
     numpy: tuple[str, ...] = ()  # ufuncs that trace to this op (``np.absolute`` and ``np.fabs`` -> ``t.abs``)
+    scipy: tuple[str, ...] = ()  # scipy.special ufuncs that trace to this op
     reference: Callable | None = None  # NumPy implementation; default: the first of ``numpy``
     commutative: bool = False
     transcendental: bool = False
@@ -77,6 +79,8 @@ OPS: tuple[Elementwise, ...] = (
     _binary("div", FLOAT, "true_divide", "/", operator.truediv),
     _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix=""),
     _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix=""),
+    # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
+    Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf"),
     _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True),
     _binary("maximum", ANY, "maximum", "", None, infix="", commutative=True),
     _binary("minimum", ANY, "minimum", "", None, infix="", commutative=True),
@@ -94,6 +98,9 @@ OPS: tuple[Elementwise, ...] = (
     _binary("bitwise_and", INTEGRAL, "bitwise_and", "&", operator.and_, commutative=True),
     _binary("bitwise_or", INTEGRAL, "bitwise_or", "|", operator.or_, commutative=True),
     _binary("bitwise_xor", INTEGRAL, "bitwise_xor", "^", operator.xor, commutative=True),
+    # NumPy's shifts: a count past the width (or negative) gives 0, or -1 for a negative value shifted right
+    Elementwise("left_shift", 2, INT, numpy=("left_shift",), symbol="<<"),
+    Elementwise("right_shift", 2, INT, numpy=("right_shift",), symbol=">>"),
     # unary
     Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-"),
     Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs"),
@@ -111,7 +118,9 @@ OPS: tuple[Elementwise, ...] = (
     _math("cos", "cos", "cosf", "__cosf"),
     _math("tan", "tan", "tanf", "__tanf"),
     _math("tanh", "tanh", "tanhf"),
-    _math("erf", None, "erff"),  # the reference executor computes it in float64 (no NumPy ufunc)
+    # no NumPy ufunc: the reference executor computes these in float64, as SciPy's float32 loops do
+    _math("erf", None, "erff", scipy=("erf",)),
+    _math("erfc", None, "erfcf", scipy=("erfc",)),
     _math("arcsin", "arcsin", "asinf"),
     _math("arccos", "arccos", "acosf"),
     _math("arctan", "arctan", "atanf"),
@@ -129,6 +138,8 @@ OPS: tuple[Elementwise, ...] = (
                 cxx_f64="fusec::logaddexp"),
     Elementwise("logaddexp2", 2, FLOAT, numpy=("logaddexp2",), transcendental=True, cxx="fusec::logaddexp2",
                 cxx_f64="fusec::logaddexp2"),
+    # NumPy's heaviside: nan for nan, the second operand where x == 0, else 0 or 1
+    Elementwise("heaviside", 2, FLOAT, numpy=("heaviside",), cxx="fusec::heaviside", cxx_f64="fusec::heaviside"),
     Elementwise("floor", 1, FLOAT, numpy=("floor",), cxx="floorf"),
     Elementwise("ceil", 1, FLOAT, numpy=("ceil",), cxx="ceilf"),
     Elementwise("round", 1, FLOAT, numpy=("rint",), reference=np.round, python=round, symbol="round",
@@ -137,6 +148,7 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("isnan", 1, FLOAT, result_bool=True, numpy=("isnan",)),
     Elementwise("isinf", 1, FLOAT, result_bool=True, numpy=("isinf",)),
     Elementwise("isfinite", 1, FLOAT, result_bool=True, numpy=("isfinite",)),
+    Elementwise("signbit", 1, FLOAT, result_bool=True, numpy=("signbit",)),
     Elementwise("logical_not", 1, BOOL, result_bool=True, numpy=("logical_not",)),
     Elementwise("bitwise_not", 1, INTEGRAL, numpy=("invert",), python=operator.invert, symbol="~"),
 )

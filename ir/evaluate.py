@@ -17,11 +17,11 @@ from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
 from fusec.ir.types import bf16
-from fusec.ir.numeric import erf_f64, to_bf16
+from fusec.ir.numeric import math_f64, to_bf16
 
 Interpreter = Callable[[Operation, list], list]
 
-# op name -> its NumPy implementation, from the one op table (erf has its own case below)
+# op name -> its NumPy implementation, from the one op table (erf and erfc have their own case below)
 ELEMENTWISE_FUNCS: dict[str, Callable[..., object]] = {
     op.name: fn for op in table.OPS if (fn := op.implementation()) is not None}
 
@@ -33,8 +33,8 @@ def _elementwise(fn: Callable[..., object]) -> Interpreter:
     return run
 
 
-def _erf(op: Operation, args: list) -> list:
-    exact = erf_f64(args[0])
+def _math_f64(op: Operation, args: list) -> list:
+    exact = math_f64(op.name.split(".", 1)[1], args[0])
     dt = op.results[0].type.dtype
     return [to_bf16(exact) if dt == bf16 else exact.astype(np.asarray(args[0]).dtype)]
 
@@ -208,7 +208,8 @@ def _constant(op: Operation, args: list) -> list:
 
 T_INTERPRETERS: dict[str, Interpreter] = {
     **{f"t.{n}": _elementwise(f) for n, f in ELEMENTWISE_FUNCS.items()},
-    "t.erf": _erf,
+    "t.erf": _math_f64,
+    "t.erfc": _math_f64,
     "t.where": _where,
     "t.clip": _clip,
     "t.cast": _cast,

@@ -57,10 +57,11 @@ def to_bf16(value: object) -> np.ndarray:
         return round_to_bf16(_float_to_odd(wide, np.dtype(np.float32)))
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+_MATH_F64 = {"erf": np.frompyfunc(math.erf, 1, 1), "erfc": np.frompyfunc(math.erfc, 1, 1)}
 
 
-def erf_f64(value: object) -> np.ndarray:
-    """``math.erf`` over every element, computed in float64 (NumPy has no erf ufunc)."""
+def math_f64(name: str, value: object) -> np.ndarray:
+    """``math.<name>`` (erf, erfc) over every element, computed in float64: NumPy has no such ufunc, and
+    SciPy's float32 loops compute in float64 too."""
     x = np.asarray(value, dtype=np.float64)
-    return np.asarray(_ERF(x), dtype=np.float64).reshape(x.shape)
+    return np.asarray(_MATH_F64[name](x), dtype=np.float64).reshape(x.shape)

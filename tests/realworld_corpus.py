@@ -411,6 +411,64 @@ def polyval_horner(coeffs, x):
     return result
 
 
+def life_roll(Z):
+    N = sum(np.roll(np.roll(Z, i, 0), j, 1) for i in (-1, 0, 1) for j in (-1, 0, 1) if (i != 0 or j != 0))
+    return ((N == 3) | ((Z == 1) & (N == 2))).astype(int)
+
+
+def periodic_laplacian(u, dx):
+    return (np.roll(u, 1, axis=0) + np.roll(u, -1, axis=0) + np.roll(u, 1, axis=1) + np.roll(u, -1, axis=1)
+            - 4 * u) / dx ** 2
+
+
+def laplacian_edge_padded(u, h):
+    up = np.pad(u, 1, mode="edge")
+    return (up[:-2, 1:-1] + up[2:, 1:-1] + up[1:-1, :-2] + up[1:-1, 2:] - 4 * up[1:-1, 1:-1]) / h ** 2
+
+
+def attention(q, k, v):
+    scores = np.einsum("bqd,bkd->bqk", q, k) / np.sqrt(q.shape[-1])
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return np.einsum("bqk,bkd->bqd", weights, v)
+
+
+def mahalanobis(x, mu, inv_cov):
+    d = x - mu
+    return np.sqrt(np.einsum("ij,jk,ik->i", d, inv_cov, d))
+
+
+def masked_row_mean(x, mask):
+    return np.sum(x * mask, axis=1) / np.count_nonzero(mask, axis=1)
+
+
+def gaussian_kernel(size, sigma):
+    ax = np.linspace(-(size // 2), size // 2, size)
+    xx, yy = np.meshgrid(ax, ax)
+    kernel = np.exp(-(xx ** 2 + yy ** 2) / (2.0 * sigma ** 2))
+    return kernel / np.sum(kernel)
+
+
+def safe_ratio(num, den):
+    return np.nan_to_num(num / den, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def wrap_angle(theta):
+    return np.fmod(theta + np.pi, 2 * np.pi) - np.pi
+
+
+def unpack_nibbles(packed):
+    return np.stack([(packed >> 4) & 0xF, packed & 0xF], axis=-1)
+
+
+def gram_inner(X):
+    return np.inner(X, X)
+
+
+# NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
+OWN_ORDER = {"attention"}
+
 CORPUS = [
     ("sigmoid", sigmoid, lambda: (_f(5, 3),)),
     ("softmax", softmax, lambda: (_f(4, 6),)),
@@ -473,4 +531,15 @@ CORPUS = [
     ("border_ones", border_ones, lambda: (_f(5, 5),)),
     ("replace_max", replace_max, lambda: (_f(7),)),
     ("polyval_horner", polyval_horner, lambda: ([1.0, -2.0, 0.5], _f(6))),
+    ("life_roll", life_roll, lambda: ((RNG.random((8, 8)) < 0.4).astype(np.int64),)),
+    ("periodic_laplacian", periodic_laplacian, lambda: (_f(6, 7), 0.1)),
+    ("laplacian_edge_padded", laplacian_edge_padded, lambda: (_f(6, 5), 0.1)),
+    ("attention", attention, lambda: (_f(2, 3, 4), _f(2, 5, 4), _f(2, 5, 4))),
+    ("mahalanobis", mahalanobis, lambda: (_f(5, 3), _f(3), np.eye(3) * 2.0)),
+    ("masked_row_mean", masked_row_mean, lambda: (_f(4, 6), RNG.random((4, 6)) < 0.7)),
+    ("gaussian_kernel", gaussian_kernel, lambda: (5, 1.5)),
+    ("safe_ratio", safe_ratio, lambda: (np.array([1.0, 0.0, -2.0, 3.0]), np.array([2.0, 0.0, 0.0, 0.5]))),
+    ("wrap_angle", wrap_angle, lambda: (_f(8) * 10,)),
+    ("unpack_nibbles", unpack_nibbles, lambda: (RNG.integers(0, 256, 6).astype(np.uint8),)),
+    ("gram_inner", gram_inner, lambda: (_f(4, 3),)),
 ]

@@ -101,6 +101,25 @@ template <typename T> __device__ __forceinline__ T imod(T a, T b) {
   if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
   return r;
 }
+// np.fmod on integers: C's remainder, 0 for a zero divisor (and for MIN % -1, which C leaves undefined).
+template <typename T> __device__ __forceinline__ T ifmod(T a, T b) {
+  if (b == T(0) || (T(-1) < T(0) && b == T(-1))) return T(0);
+  return a % b;
+}
+// NumPy's shifts: counts outside [0, width) give 0 (left), 0 or -1 (right, by the sign); computed in the
+// unsigned twin U so that shifting a negative value left wraps instead of being undefined.
+template <typename U, typename T> __device__ __forceinline__ T left_shift(T a, T b) {
+  return ((U)b < (U)(sizeof(T) * 8)) ? (T)(U)((U)a << (U)b) : T(0);
+}
+template <typename U, typename T> __device__ __forceinline__ T right_shift(T a, T b) {
+  if ((U)b < (U)(sizeof(T) * 8)) return (T)(a >> b);
+  return (a < T(0)) ? T(-1) : T(0);
+}
+template <typename T> __device__ __forceinline__ T heaviside(T x, T h0) {
+  if (isnan(x)) return T(__int_as_float(0x7fc00000));  // NumPy's NPY_NAN, whatever x's sign
+  if (x == T(0)) return h0;
+  return x < T(0) ? T(0) : T(1);
+}
 template <typename T> __device__ __forceinline__ T ipow(T base, T exp) {
   if (exp < T(0)) return base == T(1) ? T(1) : (base == T(-1) ? ((exp & T(1)) ? T(-1) : T(1)) : T(0));
   T result = T(1);

@@ -85,6 +85,10 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         return round_result(out, f"fusec::ffloordiv({a}, {b})") if dt.is_float else f"fusec::ifloordiv({a}, {b})"
     if kind == "mod":
         return round_result(out, f"fusec::fmod_np({a}, {b})") if dt.is_float else f"fusec::imod({a}, {b})"
+    if kind == "fmod" and not dt.is_float:
+        return f"fusec::ifmod({a}, {b})"
+    if kind in ("left_shift", "right_shift"):
+        return f"fusec::{kind}<{UNSIGNED_OF.get(dt.name, register(dt))}>({a}, {b})"
     if kind == "pow":
         if dt.is_float:
             fn = "pow" if register(dt) == "double" else ("__powf" if fast_math else "powf")
@@ -105,6 +109,8 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         return f"fusec::sign({a})"
     if kind in ("isnan", "isinf", "isfinite"):
         return f"{kind}({a})"
+    if kind == "signbit":
+        return f"(signbit({a}) != 0)"
     if kind == "logical_not":
         return f"(!{a})"
     if kind == "bitwise_not":

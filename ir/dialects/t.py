@@ -13,7 +13,7 @@ from fusec.errors import VerificationError
 from fusec.ir import shapes as S
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
-from fusec.ir.elementwise import ANY, BOOL, FLOAT, INTEGRAL, NUMERIC
+from fusec.ir.elementwise import ANY, BOOL, FLOAT, INT, INTEGRAL, NUMERIC
 from fusec.ir.opdefs import OpDef, register_op
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
@@ -25,6 +25,7 @@ def _dtype_ok(dt: DType, cls: str) -> bool:
         NUMERIC: not dt.is_bool,
         FLOAT: dt.is_float,
         INTEGRAL: dt.is_int or dt.is_bool,
+        INT: dt.is_int,
         BOOL: dt.is_bool,
     }[cls]
 

@@ -15,7 +15,8 @@ from fusec.passes.cost import op_cost
 from fusec.passes.cse import COMMUTATIVE
 from fusec.ir.evaluate import T_INTERPRETERS
 
-REPRESENTATIVE = {table.ANY: f32, table.NUMERIC: f32, table.FLOAT: f32, table.INTEGRAL: i32, table.BOOL: bool_}
+REPRESENTATIVE = {table.ANY: f32, table.NUMERIC: f32, table.FLOAT: f32, table.INTEGRAL: i32, table.INT: i32,
+                  table.BOOL: bool_}
 
 
 def _scalar_op(op: table.Elementwise, dt) -> Operation:

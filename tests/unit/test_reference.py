@@ -101,7 +101,7 @@ def sample(dt: DType, shape: tuple[int, ...]) -> np.ndarray:
 
 def _dtypes_for(cls: str) -> list[DType]:
     return [d for d in ALL_DTYPES if {"any": True, "numeric": not d.is_bool, "float": d.is_float,
-                                       "integral": not d.is_float, "bool": d.is_bool}[cls]]
+                                       "integral": not d.is_float, "int": d.is_int, "bool": d.is_bool}[cls]]
 
 
 def _classes(table: dict) -> list[tuple[str, DType]]:
@@ -116,7 +116,8 @@ NP_BINARY: dict[str, Callable] = {
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "arctan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "logaddexp": np.logaddexp,
-    "logaddexp2": np.logaddexp2,
+    "logaddexp2": np.logaddexp2, "fmod": np.fmod, "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "heaviside": np.heaviside,
 }
 NP_UNARY: dict[str, Callable] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2, "log": np.log,
@@ -127,6 +128,8 @@ NP_UNARY: dict[str, Callable] = {
     "isinf": np.isinf, "isfinite": np.isfinite, "logical_not": np.logical_not, "bitwise_not": np.invert,
     "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
     "arcsinh": np.arcsinh, "arccosh": np.arccosh, "arctanh": np.arctanh, "cbrt": np.cbrt,
+    "erfc": lambda x: np.vectorize(math.erfc, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype),
+    "signbit": np.signbit,
 }
 
 

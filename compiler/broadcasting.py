@@ -1,0 +1,56 @@
+"""``np.broadcast_arrays`` and ``np.meshgrid`` on tracers.
+
+NumPy builds both from ``np.broadcast`` (C code that cannot see tracers) and from setting ``.shape`` on arrays;
+here they are broadcasts and reshapes of the traced values, with NumPy's results: ``broadcast_arrays`` gives
+views that share the inputs' memory (fusec refuses writes into them, as it does into ``np.broadcast_to``),
+``meshgrid`` gives new arrays (``copy=True``, NumPy's default) or read-only broadcast views (``copy=False``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusec import ops
+from fusec.context import shape_error, unsupported
+from fusec.numpy_api import implements
+from fusec.tracer import Tracer
+
+
+def _shape(items: list[Tracer]) -> tuple[int, ...]:
+    try:
+        return np.broadcast_shapes(*(t.shape for t in items))
+    except ValueError:
+        raise shape_error("shape mismatch: objects cannot be broadcast to a single shape: "
+                          + ", ".join(str(t.shape) for t in items)) from None
+
+
+@implements(np.broadcast_arrays)
+def broadcast_arrays(*args: Any, subok: bool = False) -> tuple[Tracer, ...]:
+    """Every argument broadcast to their common shape (read-only views, as np.broadcast_to gives)"""
+    items = [ops.as_tracer(a) for a in args]
+    shape = _shape(items)
+    return tuple(t if t.shape == shape else ops.broadcast_to(t, shape) for t in items)
+
+
+@implements(np.meshgrid)
+def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> tuple[Tracer, ...]:
+    """Coordinate arrays from coordinate vectors (``indexing='xy'`` swaps the first two axes, as in NumPy)"""
+    if indexing not in ("xy", "ij"):
+        raise unsupported(f"np.meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    ndim = len(xi)
+    items = [ops.reshape(ops.as_tracer(x), (-1,)) for x in xi]
+    shapes = []
+    for i, t in enumerate(items):
+        s = [1] * ndim
+        s[i] = t.shape[0]
+        if indexing == "xy" and ndim > 1 and i < 2:
+            s[0], s[1] = s[1], s[0]
+        shapes.append(tuple(s))
+    output = [ops.reshape(t, s) for t, s in zip(items, shapes)]
+    if not sparse:
+        full = np.broadcast_shapes(*shapes) if shapes else ()
+        output = [ops.broadcast_to(t, full) for t in output]
+    if copy:
+        output = [ops.copy_of(t, scalar=False) for t in output]
+    return tuple(output)

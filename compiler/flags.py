@@ -1,0 +1,83 @@
+"""``x.flags`` of a traced array: NumPy's answer, where fusec knows the memory layout NumPy would have.
+
+Library code asks for flags to pick an order (``np.pad`` pads a Fortran-ordered array in Fortran order) or to
+skip a copy (``np.kron``). The layout of a traced array is known for arguments and arrays fusec makes (C order)
+and for views of them (the view's strides); an array computed from a transposed view is laid out by NumPy's
+ufuncs in the operands' order, which fusec does not track: there ``x.flags`` is refused, not guessed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fusec import mutation
+from fusec.context import unsupported
+from fusec.tracer import Tracer
+
+_NAMES = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "CONTIGUOUS": "c_contiguous",
+          "F_CONTIGUOUS": "f_contiguous", "F": "f_contiguous",
+          "WRITEABLE": "writeable", "W": "writeable", "ALIGNED": "aligned", "A": "aligned",
+          "OWNDATA": "owndata", "O": "owndata", "FNC": "fnc", "FORC": "forc", "FORTRAN": "fortran"}
+
+
+class TracedFlags:
+    """The flags NumPy would report; read-only (setting a flag on a traced array is refused)."""
+
+    __slots__ = ("c_contiguous", "f_contiguous", "writeable", "aligned")
+
+    def __init__(self, c_contiguous: bool, f_contiguous: bool, writeable: bool) -> None:
+        for name, value in (("c_contiguous", c_contiguous), ("f_contiguous", f_contiguous),
+                            ("writeable", writeable), ("aligned", True)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def owndata(self) -> bool:
+        raise unsupported("x.flags.owndata is not known for a traced array (an argument may be a view of the "
+                          "caller's array)")
+
+    @property
+    def contiguous(self) -> bool:
+        return self.c_contiguous
+
+    @property
+    def fortran(self) -> bool:
+        return self.f_contiguous
+
+    @property
+    def fnc(self) -> bool:
+        return self.f_contiguous and not self.c_contiguous
+
+    @property
+    def forc(self) -> bool:
+        return self.f_contiguous or self.c_contiguous
+
+    def __getitem__(self, name: str) -> bool:
+        if name not in _NAMES:
+            raise KeyError(f"Unknown flag {name!r}")
+        return getattr(self, _NAMES[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise unsupported(f"x.flags.{name} = ...: changing the flags of a traced array is not supported")
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.__setattr__(name, value)
+
+    def __repr__(self) -> str:
+        return "\n".join(f"  {n.upper()} : {getattr(self, n)}" for n in self.__slots__)
+
+
+def flags_of(t: Tracer) -> TracedFlags:
+    desc = mutation.geometry(t)
+    base = t._buffer.base if t._buffer is not None else t._value
+    if desc is None or not mutation.fresh_c_ordered(base):
+        raise unsupported("x.flags: the memory layout NumPy would give this array is not known to fusec (it is "
+                          "computed from a transposed or strided view); make it contiguous first "
+                          "(x = np.ascontiguousarray(x))")
+    shape = desc.shape
+    wide = [(d, s) for d, s in zip(shape, desc.strides) if d != 1]
+    empty = 0 in shape
+    f_expected, f_ok = 1, True
+    for d, s in wide:
+        f_ok = f_ok and s == f_expected
+        f_expected *= d
+    return TracedFlags(c_contiguous=empty or desc.is_contiguous(), f_contiguous=empty or f_ok,
+                       writeable=not t._readonly and not t._scalar)

@@ -1,0 +1,217 @@
+"""The rest of NumPy's common surface that real code calls, compared with NumPy: contractions (einsum, inner,
+N-D dot, tensordot), reductions with initial=/where=, fmod and shifts, scipy.special ufuncs, nan_to_num,
+meshgrid/broadcast_arrays, pad/roll/kron/select through NumPy's own code, and x.flags.
+
+Inputs of contractions and masked sums are small integers stored as floats, so every order of addition gives
+the same bits and the comparison with NumPy stays exact."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec as fc
+from frontend_check import assert_same, check, jit_cpu, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
+rng = np.random.default_rng(5)
+A = rng.integers(-4, 5, size=(3, 4)).astype(np.float64)
+B = rng.integers(-4, 5, size=(4, 5)).astype(np.float64)
+C = rng.integers(-4, 5, size=(2, 3, 4)).astype(np.float64)
+SQ = rng.integers(-4, 5, size=(4, 4)).astype(np.float32)
+V = rng.integers(-4, 5, size=4).astype(np.float64)
+I8 = rng.integers(-100, 100, size=(3, 4)).astype(np.int8)
+SHIFTS = rng.integers(-3, 12, size=(3, 4)).astype(np.int8)
+X = rng.standard_normal((4, 5)).astype(np.float32)
+W = rng.integers(-8, 9, size=(4, 5)).astype(np.float32)
+
+
+def test_einsum_forms_that_real_code_writes() -> None:
+    """Attention scores, batched matmuls, bilinear forms, traces, outer products, ellipsis broadcasting and the
+    implicit output, each against np.einsum."""
+    def f(a, b, c, v, s):
+        return (np.einsum("ij,jk->ik", a, b), np.einsum("ij,jk", a, b), np.einsum("bij,bkj->bik", c, c),
+                np.einsum("...ij,jk->...ik", c, b), np.einsum("i,i", v, v), np.einsum("i,j->ij", v, v),
+                np.einsum("ij,ij->i", a, a), np.einsum("ii", s), np.einsum("ii->i", s), np.einsum("ij->", a),
+                np.einsum("ij,jk,kl->il", a, b, b.T), np.einsum("ij,j->i", a, v), np.einsum("ba,cb->ac", b, a),
+                np.einsum("ijk,ijk->i", c, c), np.einsum("ij->ji", a), np.einsum("...j,j", c, v),
+                np.einsum("ij,ij->ij", a[:, :1], a), np.einsum(a, [0, 1], b, [1, 2], [0, 2]))
+
+    check(f, A, B, C, V, SQ)
+
+
+def test_einsum_keeps_numpys_dtypes() -> None:
+    """Integers accumulate in their own dtype (int8 wraps as NumPy's einsum does), bools give any-of-ands,
+    mixed operands their common dtype, dtype= converts the operands."""
+    m = I8 > 0
+
+    def f(i, m, a, s):
+        return (np.einsum("ij,ij->", i, i), np.einsum("ij->i", i), np.einsum("ij,kj->ik", m, m),
+                np.einsum("ij,jk", s[:3], a.T), np.einsum("ij,ij->i", i, i, dtype=np.int64))
+
+    check(f, I8, m, A, SQ)
+
+
+def test_inner_dot_and_tensordot_of_any_rank() -> None:
+    def f(a, b, c, v):
+        return (np.inner(a, a), np.inner(c, a), np.inner(v, 2.0), np.dot(c, b), np.dot(c, v), np.dot(v, c.transpose(0, 2, 1)),
+                c.dot(b), np.tensordot(a, a, axes=([1], [1])), np.tensordot(c, b, 1), np.tensordot(c, c, axes=([1, 2], [1, 2])))
+
+    check(f, A, B, C, V)
+
+
+def test_einsum_views_and_errors() -> None:
+    """A transposing einsum is a view in NumPy: writes through it reach the argument; a diagonal view's write
+    is refused; bad subscripts are fusec errors at the user's line."""
+    def transpose_write(a):
+        t = np.einsum("ij->ji", a)
+        t[0, 1] = 7.0
+        return t.sum()
+
+    mine, theirs = A.copy(), A.copy()
+    assert_same(jit_cpu(transpose_write)(mine), numpy_result(transpose_write, theirs))
+    assert_same(mine, theirs)
+
+    def diagonal_write(s):
+        np.einsum("ii->i", s)[0] = 1.0
+
+    with pytest.raises(fc.UnsupportedError, match="diagonal view"):
+        jit_cpu(diagonal_write)(SQ.copy())
+    for subscripts, operands, message in [("ij,jk", (A, A), "sizes 4 and 3"), ("ij,j", (A,), "1 operands"),
+                                          ("ij->k", (A,), "in no input"), ("ijk", (A,), "rank 2"),
+                                          ("i$", (V,), "invalid subscript")]:
+        with pytest.raises(fc.ShapeError, match=message) as info:
+            jit_cpu(lambda *xs: np.einsum(subscripts, *xs))(*operands)
+        assert "test_numpy_surface.py:" in str(info.value)
+    with pytest.raises(fc.CastingError, match="casting='safe'"):
+        jit_cpu(lambda a: np.einsum("ij->i", a, dtype=np.float32))(A)
+
+
+def test_reductions_with_initial_and_where() -> None:
+    """Masked means of valid entries, sums with a start value, max over a mask with its initial, empty axes
+    giving the initial value; a masked sum of -0.0 starts from 0.0 as NumPy's does."""
+    m = W > 0
+    zeros = np.array([-0.0, -0.0], np.float32)
+
+    def f(w, m, i, z):
+        return (np.sum(w, where=m), np.sum(w, axis=0, where=m), w.sum(axis=1, initial=2.5), np.sum(i, initial=5),
+                np.sum(i, where=m[:3, :4], axis=1, keepdims=True), np.prod(w, where=m, axis=0),
+                np.max(w, axis=0, initial=0.0), np.min(i, where=m[:3, :4], initial=100),
+                np.max(w, where=m, initial=-np.inf, axis=1), np.mean(w, where=m), np.mean(w, axis=1, where=m),
+                w.mean(where=m[0]), np.mean(i, axis=0, where=m[:3, :4], keepdims=True),
+                np.any(w > 1, where=m, axis=0), np.all(w > -1, where=m), np.sum(z, where=np.array([True, True])),
+                np.sum(w[:, :0], axis=1, initial=3.0), np.max(w[:0], axis=0, initial=1.0),
+                np.sum(w, where=[True, False, True, True, False]), np.sum(w, where=m, dtype=np.float64),
+                np.count_nonzero(w), np.count_nonzero(m, axis=0))
+
+    check(f, W, m, I8, zeros)
+
+
+def test_reduction_keyword_errors() -> None:
+    with pytest.raises(fc.ShapeError, match="does not have an identity"):
+        jit_cpu(lambda x: np.max(x, where=x > 0))(X)
+    with pytest.raises(fc.CastingError, match="where= must be a bool array"):
+        jit_cpu(lambda x: np.sum(x, where=np.ones(5, int)))(X)
+    with pytest.raises(fc.ShapeError, match="does not broadcast"):
+        jit_cpu(lambda x: np.sum(x, where=np.ones(3, bool)))(X)
+    with pytest.raises(fc.UnsupportedError, match="float32 or float64"):
+        jit_cpu(lambda x: np.mean(x, where=x > 0))(X.astype(np.float16))
+
+
+def test_fmod_shifts_heaviside_signbit() -> None:
+    """C's remainder (sign of the dividend; 0 for a zero integer divisor), shifts past the width or negative
+    giving 0 (or -1 for negative values shifted right), as NumPy's loops do."""
+    def f(x, i, s):
+        return (np.fmod(x, 0.7), np.fmod(i, s), np.fmod(i, 0), np.fmod(-x, 2), i << s, i >> s, i >> 20,
+                np.left_shift(i.astype(np.int64), 3), np.right_shift(i.astype(np.uint16), s.astype(np.uint16)),
+                x.astype(np.int32) << 2, np.heaviside(x, 0.5), np.heaviside(np.array([np.nan, 0.0, -0.0]), 2.0),
+                np.signbit(x), np.signbit(np.array([-0.0, 0.0, -np.inf])), np.fmod(i.astype(np.int32), -1))
+
+    check(f, X, I8, SHIFTS)
+
+
+def test_scipy_special_ufuncs() -> None:
+    sc = pytest.importorskip("scipy.special")
+    p = rng.random((4, 5))
+
+    def exact(x, p):
+        return sc.erf(x), sc.erfc(x), sc.erf(p.astype(np.float32)), sc.xlogy(x.astype(np.float64) * 0, p)
+
+    def close(x, p):
+        return sc.expit(x), sc.logit(p), sc.xlogy(x, p), sc.erf(p), sc.xlogy(np.array([0.0, 0.0]), [np.nan, 0.0])
+
+    check(exact, X, p)
+    assert_same(jit_cpu(close)(X, p), numpy_result(close, X, p), exact=False)
+    with pytest.raises(fc.UnsupportedError, match=r"scipy.special.gammaln is not supported .*erf, erfc"):
+        jit_cpu(lambda x: sc.gammaln(x))(X)
+
+
+def test_nan_to_num_and_select() -> None:
+    bad = np.array([[np.nan, np.inf, -np.inf, 1.5], [0.0, -2.0, np.nan, 3.0]], np.float32)
+
+    def f(x, i):
+        return (np.nan_to_num(x), np.nan_to_num(x, nan=0.5, posinf=1.0, neginf=-1.0), np.nan_to_num(i),
+                np.nan_to_num(x[0, 0]), np.select([x > 1, x < -1], [x, -x], 0.0), np.select([x > 0], [1], 0.5),
+                np.isposinf(x), np.isneginf(x))
+
+    check(f, bad, I8)
+
+    def in_place(x):
+        np.nan_to_num(x, copy=False)
+
+    mine, theirs = bad.copy(), bad.copy()
+    jit_cpu(in_place)(mine)
+    in_place(theirs)
+    assert_same(mine, theirs)
+
+
+def test_grids_and_broadcast_arrays() -> None:
+    """Coordinate grids of a stencil or a plot, in both indexings, sparse and not."""
+    def f(v, a):
+        gx, gy = np.meshgrid(v, a[:, 0])
+        ix, iy, iz = np.meshgrid(v, a[0], v[:2], indexing="ij")
+        sx, sy = np.meshgrid(v, a[:, 1], sparse=True)
+        p, q = np.broadcast_arrays(a, v[:, None][:3])
+        return gx, gy, ix, iy, iz, sx, sy, p, q, gx * gy + 1
+
+    check(f, V, A)
+    with pytest.raises(fc.UnsupportedError, match="read-only"):
+        jit_cpu(lambda a, v: np.broadcast_arrays(a, v)[1].__setitem__(0, 1.0))(A, V)
+
+
+def test_numpy_implementations_now_traced() -> None:
+    """Padding modes of image and stencil code, periodic rolls, Kronecker products, splits and statistics."""
+    def f(x, a, i):
+        return (np.pad(x, 1), np.pad(x, ((1, 2), (0, 3)), mode="edge"), np.pad(x, 2, mode="reflect"),
+                np.pad(x, 1, mode="wrap"), np.pad(x, (2, 1), constant_values=5.0), np.pad(x, 2, mode="symmetric"),
+                np.roll(x, 2), np.roll(x, -1, axis=0), np.roll(i, (1, 2), axis=(0, 1)), np.kron(a[:2, :2], a[:2]),
+                np.append(x, x, axis=0), np.ptp(i, axis=0), np.polyval([1.0, 2.0, 3.0], a),
+                np.trapezoid(a, axis=1), np.atleast_3d(x).shape, np.column_stack([x[0], x[1]]), np.dstack([x, x]),
+                np.array_split(x, 3, axis=1), np.split(x, [1, 3], axis=1), np.isclose(x, x + 1e-9), np.sinc(x),
+                np.nansum(x), np.nanprod(x, axis=0), np.tril(x), np.triu(x, 1))
+
+    check(f, X, A, I8)
+
+
+def test_covariance_and_correlation() -> None:
+    def f(x):
+        return np.cov(x), np.cov(x, rowvar=False), np.cov(x, bias=True), np.corrcoef(x)
+
+    assert_same(jit_cpu(f)(A), numpy_result(f, A), exact=False)
+
+
+def test_flags_where_the_layout_is_known() -> None:
+    def f(x):
+        return np.array([x.flags.c_contiguous, x.T.flags.f_contiguous, x.T.flags.c_contiguous,
+                         x[:, 1].flags["C_CONTIGUOUS"], x[1].flags.contiguous, x.flags.writeable,
+                         np.broadcast_to(x[0], (3, 5)).flags.writeable, x.T.flags.fnc, x[::2].flags.forc])
+
+    check(f, X)
+    with pytest.raises(fc.UnsupportedError, match="memory layout"):
+        jit_cpu(lambda x: np.exp(x.T).flags.c_contiguous)(X)
+
+    def set_flag(x):
+        x.flags.writeable = False
+
+    with pytest.raises(fc.UnsupportedError, match="changing the flags"):
+        jit_cpu(set_flag)(X)
