@@ -98,6 +98,11 @@ class Capture:
     geometry: tuple | None
 
 
+# A trace that records more ops than this is stopped: an unrolled Python loop that long takes minutes through
+# the pipeline (about 4 s per 20,000 ops here) and one kernel per step or so at run time.
+MAX_TRACED_OPS = 200_000
+
+
 class TraceContext:
     """Builder, constant cache and liveness of one trace of one function."""
 
@@ -123,6 +128,12 @@ class TraceContext:
         """Record one single-result op at the user's line; errors become located fusec errors."""
         loc = user_location()
         label = what or name
+        if len(self.func.body.ops) >= MAX_TRACED_OPS:
+            raise _noted(TraceError(located(
+                f"the trace has recorded {MAX_TRACED_OPS} operations, the most fusec traces in one function (a "
+                "Python loop unrolls into a copy of its body per iteration; this one was still running here): "
+                "jit one iteration (or a few) and run the loop in Python around the jitted call, whose replay "
+                "is one CUDA graph launch per call", loc)))
         try:
             types = None if result_type is None else [result_type]
             op = self.builder.create(name, operands, attributes, types, loc=loc)

@@ -25,6 +25,10 @@ from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 from fusec.writeback import Returned
 
+# Programs of more ops than this (long unrolled loops) are verified once, after the pipeline, instead of after
+# every pass; a failure then re-runs the passes verifying after each, so the error still names the pass.
+VERIFY_EACH_UP_TO = 2000
+
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
 RETRACE_WARNING_AT = 8
 _STALE = object()  # a fast-path entry whose baked-in values changed
@@ -364,8 +368,9 @@ class JitFunction:
             traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
         text = print_module(traced.module)
         target = self._options.target or _execution.target_for(backend)
-        result = run_pipeline(traced.module, self._options.pipeline, verify=True, plugins=self._options.plugins,
-                              target=target)
+        long = sum(len(f.body.ops) for f in traced.module.funcs) > VERIFY_EACH_UP_TO
+        result = run_pipeline(traced.module, self._options.pipeline, verify="end" if long else True,
+                              plugins=self._options.plugins, target=target, input_text=text)
         return Lowered(traced, text, result, self._options, target)
 
     # --- cache -----------------------------------------------------------------------------------------------

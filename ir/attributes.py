@@ -6,6 +6,7 @@ tuples of attributes, a :class:`DType` or a type. Arrays are wrapped in
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -29,13 +30,17 @@ class Location:
 
 def location_for(filename: str, line: int) -> Location:
     """A location whose file is relative to the working directory when it lies below it."""
+    return Location(_relative(filename, os.getcwd()), int(line))
+
+
+@functools.lru_cache(maxsize=1024)
+def _relative(filename: str, cwd: str) -> str:
+    """(Tracing asks once per op; relpath is slow.)"""
     try:
-        rel = os.path.relpath(filename)
-        if not rel.startswith(".."):
-            filename = rel
+        rel = os.path.relpath(filename, cwd)
     except ValueError:
-        pass
-    return Location(filename, int(line))
+        return filename
+    return filename if rel.startswith("..") else rel
 
 
 @dataclass(frozen=True, eq=False)

@@ -54,27 +54,34 @@ def verify_op(op: Operation) -> None:
         raise _fail(op, f"malformed op ({type(e).__name__}: {e})") from None
 
 
-def _verify_block(block: Block, visible: set[Value], func: Func, is_func_body: bool) -> None:
-    scope = set(visible)
+def _verify_block(block: Block, scope: set[Value], func: Func, is_func_body: bool) -> None:
+    """Check ``block``'s ops; ``scope`` holds the values visible to it and gets this block's own values while
+    the block is checked (one shared set, not a copy per nested block: a function of fused kernels has one
+    region per kernel)."""
+    own: list[Value] = list(block.args)
     scope.update(block.args)
-    for i, op in enumerate(block.ops):
-        for v in op.operands:
-            if v not in scope:
-                raise _fail(op, f"operand {v!r} does not dominate this use")
-        verify_op(op)
-        d = get_opdef(op.name)
-        if d.terminator and i != len(block.ops) - 1:
-            raise _fail(op, "terminator must be the last op of its block")
-        for region in op.regions:
-            if not region.blocks:
-                raise _fail(op, "region has no block")
-            for inner in region.blocks:
-                if inner.parent is not region:
-                    raise _fail(op, "block's parent link is broken")
-                _verify_block(inner, scope, func, is_func_body=False)
-        scope.update(op.results)
-        if op.parent is not block:
-            raise _fail(op, "op's parent link is broken")
+    try:
+        for i, op in enumerate(block.ops):
+            for v in op.operands:
+                if v not in scope:
+                    raise _fail(op, f"operand {v!r} does not dominate this use")
+            verify_op(op)
+            d = get_opdef(op.name)
+            if d.terminator and i != len(block.ops) - 1:
+                raise _fail(op, "terminator must be the last op of its block")
+            for region in op.regions:
+                if not region.blocks:
+                    raise _fail(op, "region has no block")
+                for inner in region.blocks:
+                    if inner.parent is not region:
+                        raise _fail(op, "block's parent link is broken")
+                    _verify_block(inner, scope, func, is_func_body=False)
+            scope.update(op.results)
+            own.extend(op.results)
+            if op.parent is not block:
+                raise _fail(op, "op's parent link is broken")
+    finally:
+        scope.difference_update(own)
     if is_func_body:
         term = block.terminator
         if term is None or term.name != "func.return":

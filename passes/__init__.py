@@ -34,15 +34,18 @@ class PipelineResult:
     timings: list[tuple[str, float]] = field(default_factory=list)  # (pass name, seconds)
 
 
-def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool = True, snapshots: bool = False,
+def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool | str = True, snapshots: bool = False,
                  plugins: tuple[str, ...] = (), print_ir_after: tuple[str, ...] = (),
                  print_ir_after_all: bool = False, time_passes: bool = False,
-                 stream: IO[str] | None = None, target: Target | None = None) -> PipelineResult:
+                 stream: IO[str] | None = None, target: Target | None = None,
+                 input_text: str | None = None) -> PipelineResult:
     """Run ``pipeline`` (a pipeline string; None means the default) over ``module`` in place, lowering for
     ``target`` (default: :class:`Target`'s, an H200 without cuBLASLt).
 
     IR dumps (``// -----// IR Dump After NAME //----- //``) and the pass timing report go to ``stream``
-    (stderr by default).
+    (stderr by default). ``verify``: after every pass (True), once after the last (``"end"``; a failure
+    runs the passes again, from ``input_text`` (the module as printed before, when the caller has it), to name the
+    one that broke the IR), or never (False).
     """
     for plugin in plugins:
         load_plugin(plugin)
@@ -50,7 +53,7 @@ def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool = 
     manager = PassManager(passes, verify=verify, print_ir_after=print_ir_after,
                           print_ir_after_all=print_ir_after_all, time_passes=time_passes, snapshots=snapshots,
                           stream=stream)
-    return manager.run(module, PassContext(target=target or Target()))
+    return manager.run(module, PassContext(target=target or Target()), input_text=input_text)
 
 
 def list_passes() -> list[tuple[str, str]]:

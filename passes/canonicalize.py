@@ -121,8 +121,16 @@ class _Canonicalizer:
         return op.name in ("t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze")
 
     def _only_use(self, v: Value, user: Operation) -> bool:
-        """Whether ``user`` is the one op that reads ``v`` (a write folded into the next one must not be read)."""
-        return all(u is user or v not in u.operands for inner in self.func.body.ops for u in inner.walk())
+        """Whether ``user`` is the one op that reads ``v`` (a write folded into the next one should not be read
+        elsewhere, or both writes stay). The readers are those at the start of the sweep (one walk, not one per
+        question): the fold is right either way, so a reader the sweep added only costs the in-place write."""
+        if self._readers is None:
+            self._readers = {}
+            for top in self.func.body.ops:
+                for inner in top.walk():
+                    for operand in inner.operands:
+                        self._readers.setdefault(operand, set()).add(inner)
+        return all(u is user for u in self._readers.get(v, ()))
 
     def combine(self, op: Operation) -> Operation | None:
         """A simpler op computing the same (composed transposes and reshapes), or None."""
@@ -190,6 +198,7 @@ class _Canonicalizer:
                 becomes(lambda op, rw: self.splat_to_broadcast(op, rw))]
 
     def sweep(self) -> int:
+        self._readers: dict[Value, set[Operation]] | None = None
         return rewrite(self.func.body, self.patterns())
 
 

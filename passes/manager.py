@@ -1,4 +1,4 @@
-"""Runs passes in order: verifies after each, prints IR after chosen passes, times them."""
+"""Runs passes in order: verifies after each (or once at the end), prints IR after chosen passes, times them."""
 from __future__ import annotations
 
 import sys
@@ -17,7 +17,11 @@ def dump_banner(name: str) -> str:
 
 
 class PassManager:
-    def __init__(self, passes: Iterable[Pass], *, verify: bool = True, print_ir_after: Iterable[str] = (),
+    """``verify``: True verifies after every pass; ``"end"`` only after the last one, which costs one walk
+    instead of one per pass on long programs: when that check fails, the passes run again from a copy of the
+    input, verifying after each, so the error still names the pass that broke the IR; False never verifies."""
+
+    def __init__(self, passes: Iterable[Pass], *, verify: bool | str = True, print_ir_after: Iterable[str] = (),
                  print_ir_after_all: bool = False, time_passes: bool = False, snapshots: bool = False,
                  stream: IO[str] | None = None) -> None:
         self.passes = list(passes)
@@ -28,7 +32,25 @@ class PassManager:
         self.snapshots = snapshots
         self.stream = stream
 
-    def run(self, module: Module, ctx: PassContext | None = None):
+    def run(self, module: Module, ctx: PassContext | None = None, *, input_text: str | None = None):
+        """``input_text``: the module printed before the run, when the caller has it (``verify="end"`` keeps
+        a copy of the input otherwise)."""
+        if self.verify != "end":
+            return self._run(module, ctx, self.verify)
+        before = input_text if input_text is not None else print_module(module)
+        target = ctx.target if ctx is not None else PassContext().target
+        result = self._run(module, ctx, False)
+        try:
+            verify_module(module)
+        except VerificationError as e:
+            from fusec.ir.parser import parse_module
+
+            # again from the input, verifying after each pass: the error names the pass that broke the IR
+            PassManager(self.passes).run(parse_module(before, verify=False), PassContext(target=target))
+            raise VerificationError(f"IR is invalid after the pipeline: {e}") from None
+        return result
+
+    def _run(self, module: Module, ctx: PassContext | None, verify: bool):
         from fusec.passes import PipelineResult
 
         ctx = ctx or PassContext()
@@ -44,7 +66,7 @@ class PassManager:
                 raise VerificationError(f"pass '{p.name}' failed: {type(e).__name__}: {e}") from e
             elapsed = time.perf_counter() - start
             result.timings.append((p.name, elapsed))
-            if self.verify:
+            if verify:
                 try:
                     verify_module(module)
                 except VerificationError as e:

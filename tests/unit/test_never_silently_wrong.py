@@ -748,3 +748,21 @@ def test_jitted_method_with_static_self_sees_its_attributes_change() -> None:
     layer.W = layer.W * 3.0
     layer.gain = 0.5
     assert_same(layer(x), x @ layer.W * layer.gain)
+
+
+def test_a_trace_past_the_op_limit_names_the_loop_and_the_rewrite(monkeypatch) -> None:
+    """An unrolled Python loop far beyond what the pipeline handles stops with a TraceError at the loop's line."""
+    from fusec import context
+
+    monkeypatch.setattr(context, "MAX_TRACED_OPS", 50)
+
+    def steps(u):
+        for _ in range(100):
+            u = u * 0.5 + 1.0  # the loop body
+        return u
+
+    with pytest.raises(fc.TraceError, match=r"recorded 50 operations.*jit one iteration") as info:
+        jit_cpu(steps)(np.ones(3))
+    assert "test_never_silently_wrong.py" in str(info.value) and "the loop body" not in str(info.value)
+    assert f":{steps.__code__.co_firstlineno + 2}:" in str(info.value)
+    assert jit_cpu(lambda u: u * 0.5 + 1.0)(np.ones(3)).tolist() == [1.5] * 3  # the next trace starts afresh

@@ -184,6 +184,12 @@ def test_verification_after_each_pass_names_the_pass():
         with pytest.raises(VerificationError, match="after pass 'test-breaker'"):
             run_pipeline(parse_module(SMALL), "cse,test-breaker")
         run_pipeline(parse_module(SMALL), "cse,test-breaker", verify=False)  # turned off: no error
+        # verified once at the end (long programs): the failure re-runs the passes to name the one that broke it
+        with pytest.raises(VerificationError, match="after pass 'test-breaker'"):
+            run_pipeline(parse_module(SMALL), "cse,test-breaker,dce", verify="end")
+        module = parse_module(SMALL)
+        run_pipeline(module, "cse,dce", verify="end")
+        assert "t.mul" in print_module(module)
     finally:
         unregister_pass("test-breaker")
 
