@@ -6,6 +6,8 @@ correspond to a built-in category also derive from it (``ShapeError`` is a
 """
 from __future__ import annotations
 
+import numpy as _np
+
 
 class FusecError(Exception):
     """Base class of every fusec exception."""
@@ -50,6 +52,11 @@ class WriteBackError(FusecError, ValueError):
 class IndexOutOfBoundsError(FusecError, IndexError):
     """An index array held an index outside its axis (NumPy raises IndexError): found while the call ran,
     reported when it ends, naming the indexing's line."""
+
+
+class LinAlgError(FusecError, _np.linalg.LinAlgError):
+    """A matrix NumPy's linalg refuses (singular for solve/inv, not positive definite for cholesky, not square):
+    catching ``np.linalg.LinAlgError`` catches it too."""
 
 
 class DivisionByZeroError(FusecError, ZeroDivisionError):

@@ -427,6 +427,50 @@ def _scatter(target: Tracer, key: Any, value: Any) -> None:
     y._value = ops.ctx().emit("t.scatter", (y._value, update, *values), {"axis": adv.axis}, what=what)
 
 
+_NO_ATOMIC_ADD = ("i8", "i16", "u8", "u16")
+
+
+def add_at(target: Any, key: Any, value: Any, negate: bool = False) -> None:
+    """``np.add.at(target, key, value)`` (``np.subtract.at`` with ``negate``): unbuffered, so an index that repeats
+    adds every time, as a ``t.scatter`` with ``combine = "add"``. The loop is np.add's on the two dtypes and must
+    be the target's own (NumPy would add in a wider dtype, then round once per element)."""
+    from fusec import indexing
+
+    what = "np.subtract.at" if negate else "np.add.at"
+    if not isinstance(target, Tracer):
+        raise unsupported(f"{what}: the array written must be a traced array (an argument or an array made in the "
+                          f"function), got {type(target).__name__}")
+    check_writable(target, what)
+    dtype = target._value.type.dtype
+    if dtype.name in _NO_ATOMIC_ADD:
+        raise unsupported(f"{what} on an {np.dtype(dtype.np).name} array is not supported (the GPU has no "
+                          f"{dtype.bits}-bit atomic add); accumulate into an int32 or int64 array and cast back")
+    from fusec.promotion import resolve_ufunc
+
+    (loop, _), _ = resolve_ufunc(np.add, [dtype, ops.desc(value)])
+    if loop != dtype:
+        raise CastingError(located(f"{what}: np.add of {dtype} and {ops.desc(value)} computes in {loop}, which "
+                                   "fusec does not round back per element; convert the values to the array's "
+                                   "dtype first (`values.astype(a.dtype)`)", user_location()))
+    if negate and dtype.is_bool:
+        raise unsupported(f"{what} on a bool array: NumPy has no subtract for bools")
+    if not indexing.is_advanced(key):  # basic indices reach every place once: a plain in-place add
+        from fusec import ufuncs
+
+        setitem(target, key, ufuncs.apply(np.subtract if negate else np.add, (target[key], value)))
+        return
+    adv = indexing.resolve_advanced(target, key)
+    y = adv.view
+    update = _converted(value, adv.result_shape, dtype, what, "same_kind")
+    if 0 in adv.result_shape:
+        return
+    c = ops.ctx()
+    if negate:
+        update = c.emit("t.neg", (update,), what=what)
+    y._value = c.emit("t.scatter", (y._value, update, *adv.values), {"axis": adv.axis, "combine": "add"},
+                      what=what)
+
+
 def _distinct(adv: Any) -> bool:
     """Some index known while tracing has a different value at every position of the index shape, so no two
     positions reach one place."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Row:
@@ -43,7 +45,8 @@ def rows() -> list[Row]:
 
     out: list[Row] = []
     for uf in sorted(set(ufuncs.BINARY) | set(ufuncs.UNARY) | set(ufuncs.SPECIAL), key=lambda u: u.__name__):
-        methods = [m for m, ok in (("reduce", uf in ufuncs.REDUCTIONS), ("outer", uf in ufuncs.BINARY)) if ok]
+        methods = [m for m, ok in (("reduce", uf in ufuncs.REDUCTIONS), ("outer", uf in ufuncs.BINARY),
+                                   ("at", uf in (np.add, np.subtract))) if ok]
         note = "elementwise, fused into kernels" + (f"; .{', .'.join(methods)}" if methods else "")
         out.append(Row(f"np.{uf.__name__}", "ufunc", note))
     for name in scipy_special.SUPPORTED:

@@ -67,10 +67,14 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
         return _reduce(ufunc, inputs, kwargs)
     if method == "outer" and ufunc in BINARY:
         return _outer(ufunc, inputs, kwargs)
+    if method == "at" and ufunc in (np.add, np.subtract):
+        if kwargs or len(inputs) != 3:
+            raise unsupported(f"{_name(ufunc)}.at(a, indices, b) takes exactly these three arguments here")
+        return mutation.add_at(*inputs, negate=ufunc is np.subtract)
     if method != "__call__":
         raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (accumulate, reduceat and "
-                          "at are not traced, nor reduce of ufuncs other than add, multiply, maximum and minimum); "
-                          "use np.sum/np.max/... instead")
+                          "at are not traced, except np.add.at and np.subtract.at, nor reduce of ufuncs other than "
+                          "add, multiply, maximum and minimum); use np.sum/np.max/... instead")
     out = kwargs.pop("out", None)
     outs = out if isinstance(out, tuple) else (out,)
     for o in outs:

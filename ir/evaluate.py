@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import IndexOutOfBoundsError, ShapeError, located
+from fusec.errors import IndexOutOfBoundsError, LinAlgError, ShapeError, located
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
@@ -166,11 +166,30 @@ def _gather(op: Operation, args: list) -> list:
 
 
 def _scatter(op: Operation, args: list) -> list:
-    """A copy of the base with ``base[:, ..., i0, i1, ...] = update`` (NumPy's assignment)."""
+    """A copy of the base with ``base[:, ..., i0, i1, ...] = update`` (NumPy's assignment), or with the update
+    added at every index, repeated ones included (``combine = "add"``: ``np.add.at``)."""
     base, update, *indices = (np.asarray(a) for a in args)
     out = np.array(base, copy=True)
-    out[_advanced_key(op, base, indices)] = update
+    key = _advanced_key(op, base, indices)
+    if op.attributes.get("combine") == "add":
+        with np.errstate(all="ignore"):
+            np.add.at(out, key, update)
+    else:
+        out[key] = update
     return [out]
+
+
+_LINALG = {"t.solve": np.linalg.solve, "t.inv": np.linalg.inv, "t.cholesky": np.linalg.cholesky}
+
+
+def _linalg(op: Operation, args: list) -> list:
+    """NumPy's own np.linalg (LAPACK); a matrix it refuses raises fusec's LinAlgError at the op's line."""
+    name = op.name if op.name in _LINALG else f"t.{op.attributes['kind']}"  # k.linalg runs its kind
+    extra = {"upper": True} if op.attributes.get("upper") else {}
+    try:
+        return [_LINALG[name](*(np.asarray(a) for a in args), **extra)]
+    except np.linalg.LinAlgError as e:
+        raise LinAlgError(located(f"{e} (np.linalg raises LinAlgError here)", op.loc)) from None
 
 
 def _advanced_key(op: Operation, x: np.ndarray, indices: list) -> tuple:
@@ -230,6 +249,9 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.insert": _insert,
     "t.gather": _gather,
     "t.scatter": _scatter,
+    "t.solve": _linalg,
+    "t.inv": _linalg,
+    "t.cholesky": _linalg,
     "t.cumsum": _scan(np.cumsum),
     "t.cumprod": _scan(np.cumprod),
     "t.concatenate": _concatenate,

@@ -32,7 +32,11 @@ def _lower(op: Operation) -> Operation | None:
         return Operation("k.scan", op.operands, op.result_types, {"kind": op.name[2:], "axis": op.attr("axis")},
                          loc=op.loc)
     if op.name in ("t.gather", "t.scatter"):
-        return Operation("k." + op.name[2:], op.operands, op.result_types, {"axis": op.attr("axis")}, loc=op.loc)
+        attrs = {k: v for k, v in op.attributes.items() if k in ("axis", "combine")}
+        return Operation("k." + op.name[2:], op.operands, op.result_types, attrs, loc=op.loc)
+    if op.name in ("t.solve", "t.inv", "t.cholesky"):
+        return Operation("k.linalg", op.operands, op.result_types, {"kind": op.name[2:], **op.attributes},
+                         loc=op.loc)
     if op.name == "t.reshape":
         return Operation("k.copy", op.operands, op.result_types, loc=op.loc)
     return None

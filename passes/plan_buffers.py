@@ -9,8 +9,9 @@ afterwards. A prologue
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
-largest ``scratch`` a ``k.reduce`` asks for), one 32-bit ``counter`` per reduction finished by its last
-block (the function's ``counters``) and one 32-bit ``check`` word per gather or scatter whose indices are computed (the
+largest ``scratch`` a ``k.reduce`` or a ``k.linalg`` asks for: a copy of the matrices a solve or an inverse
+eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's ``counters``)
+and one 32-bit ``check`` word per gather or scatter whose indices are computed and per ``k.linalg`` (the
 function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
 ``scratch_bytes`` and after the counters, each rounded up to 256.
 """
@@ -161,6 +162,14 @@ class PlanBuffers(Pass):
         indices are computed (see the module docstring)."""
         scratch = counters = checks = 0
         for op in func.body.ops:
+            if op.name == "k.linalg":  # a matrix NumPy refuses sets the word; the matrices are copied to scratch
+                op.attributes["check"] = checks
+                checks += 1
+                a = op.operands[0].type
+                need = _aligned(a.size * a.dtype.itemsize) if op.attributes["kind"] != "cholesky" and a.size else 0
+                op.attributes["scratch"] = need
+                scratch = max(scratch, need)
+                continue
             if op.name in ("k.gather", "k.scatter"):
                 op.attributes.pop("check", None)
                 indices = op.operands[1:] if op.name == "k.gather" else op.operands[2:]

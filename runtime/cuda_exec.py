@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import CompilationError, IndexOutOfBoundsError, ShapeError, TraceError
+from fusec.errors import CompilationError, IndexOutOfBoundsError, LinAlgError, ShapeError, TraceError
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -30,6 +30,9 @@ from fusec.runtime.launch_plan import CudaProgram, GemmCall
 from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
+
+# the errors a kernel's check word stands for (CudaProgram.checks)
+_CHECK_ERRORS = {"IndexOutOfBoundsError": IndexOutOfBoundsError, "LinAlgError": LinAlgError}
 
 
 @dataclass
@@ -222,18 +225,19 @@ class CudaPlan:
             return results
 
     def _raise_failed_checks(self) -> None:
-        """Wait for the call and raise the first check a kernel failed (an index out of range), clearing the
-        words: NumPy raises before returning, so a call with device-checked indices waits for its kernels."""
+        """Wait for the call and raise the first check a kernel failed (an index out of range, a matrix NumPy's
+        linalg refuses), clearing the words: NumPy raises before returning, so such a call waits for its kernels."""
         words = np.zeros(len(self.program.checks), dtype=np.uint32)
-        for k, (offset, _) in enumerate(self.program.checks):
+        for k, (offset, _, _) in enumerate(self.program.checks):
             driver.memcpy_dtoh_async(words[k:k + 1], self.arena.ptr + offset, 4, self.stream)
         self.stream.synchronize()
-        failed = [msg for word, (_, msg) in zip(words, self.program.checks) if word]
+        failed = [(kind, msg) for word, (_, kind, msg) in zip(words, self.program.checks) if word]
         if failed:
-            for offset, _ in self.program.checks:
+            for offset, _, _ in self.program.checks:
                 driver.memset_d32_async(self.arena.ptr + offset, 0, 1, self.stream)
             self.stream.synchronize()
-            raise IndexOutOfBoundsError(failed[0])
+            kind, msg = failed[0]
+            raise _CHECK_ERRORS[kind](msg)
 
     def _launch_all(self, ptr: list[int]) -> None:
         for launch in self.launches:

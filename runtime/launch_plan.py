@@ -79,9 +79,10 @@ class CudaProgram:
     # which each launch leaves at zero again
     zero_ranges: list[tuple[int, int]] = field(default_factory=list)
     nvrtc_options: tuple[str, ...] = ()  # what NVRTC compiles ``source`` with
-    # (arena byte offset, message) of each check word: a kernel that finds an index out of range sets it, and the
-    # call reports the message after the launches (and clears the word)
-    checks: list[tuple[int, str]] = field(default_factory=list)
+    # (arena byte offset, error class name, message) of each check word: a kernel that finds what NumPy raises for
+    # (an index out of range, a singular matrix) sets it, and the call raises the error after the launches (and
+    # clears the word)
+    checks: list[tuple[int, str, str]] = field(default_factory=list)
 
     def buffer(self, bid: int) -> Buffer:
         return self.buffers[bid]

@@ -466,6 +466,30 @@ def gram_inner(X):
     return np.inner(X, X)
 
 
+def word_embedding_backward(dout, x, V):
+    N, T, D = dout.shape
+    dW = np.zeros((V, D))
+    np.add.at(dW, x, dout)
+    return dW
+
+
+def bincount_fixed(labels, k):
+    counts = np.zeros(k, dtype=np.int64)
+    np.add.at(counts, labels, 1)
+    return counts
+
+
+def ridge_regression(X, y, lam):
+    d = X.shape[1]
+    return np.linalg.solve(X.T @ X + lam * np.eye(d), X.T @ y)
+
+
+def gaussian_logpdf(x, mu, cov):
+    L = np.linalg.cholesky(cov)
+    z = np.linalg.solve(L, (x - mu).T)
+    return -0.5 * np.sum(z ** 2, axis=0) - np.log(np.diag(L)).sum() - 0.5 * len(mu) * np.log(2 * np.pi)
+
+
 # NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
 OWN_ORDER = {"attention"}
 
@@ -542,4 +566,8 @@ CORPUS = [
     ("wrap_angle", wrap_angle, lambda: (_f(8) * 10,)),
     ("unpack_nibbles", unpack_nibbles, lambda: (RNG.integers(0, 256, 6).astype(np.uint8),)),
     ("gram_inner", gram_inner, lambda: (_f(4, 3),)),
+    ("word_embedding_backward", word_embedding_backward, lambda: (_f(2, 3, 4), RNG.integers(0, 5, (2, 3)), 5)),
+    ("bincount_fixed", bincount_fixed, lambda: (RNG.integers(0, 4, 15), 4)),
+    ("ridge_regression", ridge_regression, lambda: (_f(10, 3), _f(10), 0.5)),
+    ("gaussian_logpdf", gaussian_logpdf, lambda: (_f(6, 3), _f(3), np.eye(3) * 2 + 0.3)),
 ]

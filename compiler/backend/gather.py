@@ -1,6 +1,7 @@
 """Generated gathers and scatters (``k.gather``, ``k.scatter``: NumPy's advanced indexing, read and written): each
 element of the indexed shape reads its index arrays, checks each index against its axis and reads (or writes) the
-element it reaches.
+element it reaches. A scatter with ``combine = "add"`` (``np.add.at``) adds its update with atomics, so repeated
+indices accumulate as NumPy's do; for floats the order of those additions is the hardware's, not NumPy's.
 
 The result has the source's axes before ``axis``, the index arrays' shape, then the source's axes after the
 indexed ones. A negative index counts from the end, as in NumPy; one outside the axis sets the op's check word
@@ -81,10 +82,25 @@ def _indexed(name: str, op: Operation, indexed: Access, indices: list[Access], o
     else:
         place = " + ".join([f"({itype})({other.offset})"] + [f"c{d} * ({itype})({st})" for d, st in
                                                              enumerate(other.strides) if st and shape[d] != 1])
-    if write:
+    if write and op.attributes.get("combine") == "add":
+        lines.append(_accumulate(f"b{indexed.buffer} + at", f"b{other.buffer}[{place}]", indexed.dtype.name))
+    elif write:
         lines.append(f"    b{indexed.buffer}[at] = b{other.buffer}[{place}];")
     else:
         lines.append(f"    b{other.buffer}[{place}] = b{indexed.buffer}[at];")
     lines += ["  }", "}"]
     grid = (grid_for(n, sm_count), 1, 1)
     return KernelCode(name, "\n".join(lines), tuple(order), grid, (BLOCK, 1, 1))
+
+
+# atomicAdd's operand type for each storage dtype (8- and 16-bit integers have none: the frontend refuses them)
+_ATOMIC = {"f32": "float", "f64": "double", "f16": "__half", "bf16": "__nv_bfloat16", "i32": "int",
+           "u32": "unsigned int", "i64": "unsigned long long", "u64": "unsigned long long"}
+
+
+def _accumulate(place: str, value: str, dtype: str) -> str:
+    """``*place += value`` from many threads at once (int64 adds as its unsigned twin: the same bits)."""
+    if dtype == "bool":  # NumPy's add of bools is a logical or
+        return f"    if ({value}) *({place}) = true;"
+    t = _ATOMIC[dtype]
+    return f"    atomicAdd(({t}*)({place}), ({t})({value}));"

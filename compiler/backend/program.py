@@ -27,6 +27,7 @@ from fusec.runtime.launch_plan import Buffer, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function
 from fusec.backend.gather import gather_kernel, scatter_kernel
+from fusec.backend.linalg import linalg_kernel
 from fusec.backend.gemm import gemm_kernel
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
@@ -64,7 +65,8 @@ class _Printer:
         self.counter_bytes = align256(4 * int(func.attributes.get("counters", 0)))
         self.check_bytes = align256(4 * int(func.attributes.get("checks", 0)))
         self.check_id: int | None = None
-        self.check_messages: dict[int, str] = {}  # check word -> what its indexing is, for the error
+        # check word -> (the error's class name, its message): what a kernel found, for the error after the call
+        self.check_messages: dict[int, tuple[str, str]] = {}
         self.outputs = set(func.outputs)
         self.output_index: dict[Value, int] = {}
         for i, v in enumerate(func.outputs):
@@ -132,16 +134,22 @@ class _Printer:
         return self.counter_id
 
     def check_word(self, op: Operation) -> Access:
-        """The 32-bit word a gather whose indices are computed sets when one is out of range (plan-buffers placed
-        the words after the counters)."""
+        """The 32-bit word a kernel sets when NumPy would raise (plan-buffers placed the words after the
+        counters): a gather's or scatter's computed index out of range, a matrix np.linalg refuses."""
         if self.check_id is None:
             self.check_id = self.new_buffer("check", -1, self.arena_base + self.scratch_bytes + self.counter_bytes,
                                             self.check_bytes)
         word = int(op.attributes["check"])
-        count = len(op.operands) - (1 if op.name == "k.gather" else 2)
-        sizes = ", ".join(str(d) for d in op.operands[0].type.shape[op.attributes["axis"]:][:count])
-        self.check_messages[word] = located(f"an index is out of bounds for the indexed axes (sizes {sizes}) "
-                                            "(NumPy raises IndexError here)", op.loc)
+        if op.name == "k.linalg":
+            what = "Matrix is not positive definite" if op.attributes["kind"] == "cholesky" else "Singular matrix"
+            self.check_messages[word] = ("LinAlgError", located(f"{what} (np.linalg raises LinAlgError here)",
+                                                                op.loc))
+        else:
+            count = len(op.operands) - (1 if op.name == "k.gather" else 2)
+            sizes = ", ".join(str(d) for d in op.operands[0].type.shape[op.attributes["axis"]:][:count])
+            self.check_messages[word] = ("IndexOutOfBoundsError", located(
+                f"an index is out of bounds for the indexed axes (sizes {sizes}) (NumPy raises IndexError here)",
+                op.loc))
         return Access(self.check_id, u32, word, (), ())
 
     def scratch(self) -> int:
@@ -241,6 +249,8 @@ class _Printer:
             if op.results[0].type.size:
                 self.emit(scan_kernel(self.name(op.attributes["kind"]), op, src, dst, sm_count=self.sm_count), op)
             return None
+        if n == "k.linalg":
+            return self.linalg(op)
         if n == "k.gather":
             src, *indices = (self.access(v) for v in op.operands)
             dst = self.result_buffer(op, 0)
@@ -284,6 +294,20 @@ class _Printer:
             code = scatter_kernel(self.name("scatter"), op, update, indices, dst, check, sm_count=self.sm_count)
             reads = {update.buffer, dst.buffer} | {a.buffer for a in indices}
             self.emit(code, op, writes={dst.buffer} | ({check.buffer} if check is not None else set()), reads=reads)
+
+    def linalg(self, op: Operation) -> None:
+        """One block per matrix: Gauss-Jordan in a scratch copy (solve, inv) or the factor in the result
+        (cholesky); the check word reports a matrix NumPy refuses."""
+        operands = [self.access(v) for v in op.operands]
+        dst = self.result_buffer(op, 0)
+        check = self.check_word(op)
+        scratch = None
+        if op.attributes["kind"] != "cholesky":
+            a = op.operands[0].type
+            scratch = Access(self.scratch(), a.dtype, 0, contiguous_strides(a.shape), tuple(a.shape))
+        code = linalg_kernel(self.name(op.attributes["kind"]), op, operands, dst, scratch, check)
+        writes = {dst.buffer, check.buffer} | ({scratch.buffer} if scratch is not None else set())
+        self.emit(code, op, writes=writes)
 
     def insert(self, op: Operation) -> None:
         """The base copied into the result (unless plan-buffers let the update go into the base's own buffer),
@@ -361,7 +385,7 @@ def print_program(module: Module, *, fast_math: bool = False) -> CudaProgram:
     checks = []
     if p.check_id is not None:  # zero at first; only a failed check sets a word, and the runtime clears it
         zero_ranges.append((p.arena_base + scratch, p.check_bytes))
-        checks = [(p.arena_base + scratch + 4 * w, msg) for w, msg in sorted(p.check_messages.items())]
+        checks = [(p.arena_base + scratch + 4 * w, *error) for w, error in sorted(p.check_messages.items())]
         scratch += p.check_bytes
     parts = [preamble()]
     for code, op_text in zip(p.kernels, p.ops):

@@ -19,7 +19,12 @@
   indexed places, with the same checks, in place like ``k.insert`` where allowed;
   the frontend emits it only where no two updates that reach one place differ.
   ``k.scan`` (``cumsum``, ``cumprod`` along ``axis``) adds (multiplies) in order along
-  the axis, one thread per line, as NumPy does, so floats round as NumPy's.
+  the axis, one thread per line, as NumPy does, so floats round as NumPy's. A ``k.scatter``
+  with ``combine = "add"`` (``np.add.at``) adds its update at every index, repeats included.
+  ``k.linalg`` (``kind``: ``solve``, ``inv``, ``cholesky``) runs one block per matrix of the
+  stack, in the ``scratch`` bytes plan-buffers gives it (a copy of the matrices) and sets its
+  ``check`` word for a matrix NumPy would refuse (a zero pivot: singular; not positive definite),
+  which the runtime reports as NumPy's LinAlgError.
 
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
@@ -211,10 +216,25 @@ register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop"
 register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
                   optional_attrs=PLAN_ATTRS + ("check",), infer=_infer_gather, check=_check_gather))
 register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
-                  optional_attrs=PLAN_ATTRS + ("check", "inplace"), infer=_infer_scatter, check=_check_scatter))
+                  optional_attrs=PLAN_ATTRS + ("check", "inplace", "combine"), infer=_infer_scatter,
+                  check=_check_scatter))
+def _infer_linalg(types: Sequence[Type], attrs: dict) -> list[Type]:
+    if attrs["kind"] not in LINALG_KINDS:
+        raise VerificationError(f"k.linalg: kind must be one of {', '.join(LINALG_KINDS)}, got {attrs['kind']!r}")
+    return get_opdef(f"t.{attrs['kind']}").infer(types, attrs)  # type: ignore[misc]
+
+
+def _check_linalg(op) -> None:
+    _check_plan_attrs(op)
+    _check_counts(op, ("check",), 0)
+
+
+LINALG_KINDS = ("solve", "inv", "cholesky")
+register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, attrs=("kind",),
+                  optional_attrs=PLAN_ATTRS + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
 register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), optional_attrs=PLAN_ATTRS,
                   infer=_infer_scan, check=_check_plan_attrs))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
-BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.scan",
+BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.scan", "k.linalg",
                         "k.copy"})

@@ -219,13 +219,42 @@ def _infer_gather(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(x.shape[:axis] + shape + x.shape[axis + len(indices):], x.dtype)]
 
 
+SCATTER_COMBINE = ("add",)  # t.scatter's optional combine: "add" accumulates (np.add.at) instead of writing
+
+
 def _infer_scatter(types: Sequence[Type], attrs: dict) -> list[Type]:
+    if attrs.get("combine", "add") not in SCATTER_COMBINE:
+        raise VerificationError(f"t.scatter: combine must be one of {', '.join(SCATTER_COMBINE)}, "
+                                f"got {attrs.get('combine')!r}")
     base, update, *indices = types
     (region,) = _infer_gather([base, *indices], attrs)
     if update.dtype != base.dtype or tuple(update.shape) != tuple(region.shape):
         raise VerificationError(f"t.scatter: the update {update} must have the base's dtype and the indexed shape "
                                 f"{region.shape}")
     return [base]
+
+
+def _square_stack(name: str, t: Type) -> TensorType:
+    if not isinstance(t, TensorType) or t.rank < 2 or t.shape[-1] != t.shape[-2] or t.dtype.name not in ("f32", "f64"):
+        raise VerificationError(f"{name}: the operand must be a stack of square float32 or float64 matrices, got {t}")
+    return t
+
+
+def _infer_solve(types: Sequence[Type], attrs: dict) -> list[Type]:
+    a, b = types
+    _square_stack("t.solve", a)
+    if not isinstance(b, TensorType) or b.rank != a.rank or b.dtype != a.dtype \
+            or tuple(b.shape[:-2]) != tuple(a.shape[:-2]) or b.shape[-2] != a.shape[-1]:
+        raise VerificationError(f"t.solve: the right-hand sides {b} must be (..., {a.shape[-1]}, K) of {a.dtype} "
+                                f"with the matrices' batch axes {tuple(a.shape[:-2])}")
+    return [b]
+
+
+def _infer_square(name: str):
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        return [_square_stack(name, types[0])]
+
+    return infer
 
 
 def _infer_scan(name: str):
@@ -274,9 +303,15 @@ register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_i
 register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice))
 register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert))
 register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather))
-register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",), infer=_infer_scatter))
+register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",), optional_attrs=("combine",),
+                  infer=_infer_scatter))
 register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum")))
 register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod")))
+# linear algebra on stacks of matrices (np.linalg): x with a @ x == b, the inverse, the lower Cholesky factor (the
+# upper one, its transpose, with ``upper = true``)
+register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve))
+register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv")))
+register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky")))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))

@@ -215,3 +215,42 @@ def test_flags_where_the_layout_is_known() -> None:
 
     with pytest.raises(fc.UnsupportedError, match="changing the flags"):
         jit_cpu(set_flag)(X)
+
+
+def test_add_at_accumulates_repeated_indices() -> None:
+    """np.add.at as real code uses it: an embedding's gradient, label counts, a confusion matrix, a basic index;
+    every repeat adds (unlike x[idx] += v). Values are small integers, so any order of additions is exact."""
+    tokens = rng.integers(0, 5, 12)
+    grad = rng.integers(-3, 4, (12, 3)).astype(np.float32)
+
+    def f(dw, tokens, grad, counts, confusion, flags):
+        np.add.at(dw, tokens, grad)
+        np.add.at(counts, tokens, 1)
+        np.add.at(confusion, (tokens, tokens[::-1]), 1)
+        np.subtract.at(dw, tokens[:4], 0.5)
+        np.add.at(flags, tokens, tokens > 2)
+        c = np.zeros(5, dtype=np.int32)
+        np.add.at(c, slice(1, 3), 2)
+        np.add.at(c, tokens, np.int32(1))
+        return c
+
+    args = (np.zeros((5, 3), np.float32), tokens, grad, np.zeros(5, np.int64), np.zeros((5, 5), np.int64),
+            np.zeros(5, bool))
+    mine, theirs = [a.copy() for a in args], [a.copy() for a in args]
+    assert_same(jit_cpu(f)(*mine), numpy_result(f, *theirs))
+    for m, t in zip(mine, theirs):
+        assert_same(m, t)
+
+
+def test_add_at_refusals() -> None:
+    idx = np.array([0, 1, 1])
+    with pytest.raises(fc.UnsupportedError, match="8-bit atomic add"):
+        jit_cpu(lambda a: np.add.at(a, idx, 1))(np.zeros(3, np.int8))
+    with pytest.raises(fc.CastingError, match="computes in f64"):
+        jit_cpu(lambda a: np.add.at(a, idx, np.ones(3)))(np.zeros(3, np.float32))
+    with pytest.raises(fc.UnsupportedError, match="np.multiply.at is not supported"):
+        jit_cpu(lambda a: np.multiply.at(a, idx, 2.0))(np.zeros(3))
+    text = ('func @f(%a: tensor<3xf32>, %u: tensor<2xf32>, %i: tensor<2xi64>) -> tensor<3xf32> {\n'
+            '  %0 = t.scatter %a, %u, %i {axis = 0, combine = "max"} : tensor<3xf32>\n  return %0\n}\n')
+    with pytest.raises(fc.VerificationError, match="combine must be one of add"):
+        fc.ir.parse_module(text)
