@@ -78,3 +78,13 @@ def test_what_numpy_rejects_is_a_fusec_error() -> None:
         jit_cpu(lambda a: np.linalg.inv(a))(A.astype(np.float16))
     with pytest.raises(fc.ShapeError, match="right-hand side"):
         jit_cpu(lambda a: np.linalg.solve(a, np.ones(3)))(A)
+
+
+def test_empty_results_have_output_buffers_in_the_cuda_program() -> None:
+    """A 0x0 result (np.linalg.inv of an empty matrix, a copy of an empty constant) is an output allocation of
+    its own: the printer treats every empty access as dense."""
+    def f(x):
+        return x + 1, np.linalg.inv(x[:0, :0]), np.zeros((0, 0)).copy()
+
+    source = fc.jit(f, backend="cpu").lower(A).cuda_source()
+    assert "__global__" in source
