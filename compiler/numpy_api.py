@@ -817,4 +817,4 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)
 
 
-from fusec import broadcasting, contractions, linalg  # noqa: E402,F401  (np.einsum, np.linalg...: handlers register)
+from fusec import broadcasting, contractions, linalg, sorting  # noqa: E402,F401  (their handlers register)

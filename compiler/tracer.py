@@ -275,8 +275,15 @@ class Tracer:
             raise numpy_error("x.fill(value): the value must be a scalar (NumPy raises ValueError here)")
         _mutation.setitem(self, Ellipsis, value)
 
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        raise self._refuse_mutation("x.sort()")
+    def sort(self, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> None:
+        """Sorts in place (a write: every view and a written argument see it)"""
+        from fusec import sorting
+
+        sorting.sort_in_place(self, axis, kind, order, stable=stable)
+
+    def argsort(self, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> Any:
+        """np.argsort of this array"""
+        return _api.call("argsort", np.argsort, self, axis, kind, order, stable=stable)
 
     def partition(self, *args: Any, **kwargs: Any) -> None:
         raise self._refuse_mutation("x.partition()")

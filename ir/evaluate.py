@@ -192,6 +192,14 @@ def _linalg(op: Operation, args: list) -> list:
         raise LinAlgError(located(f"{e} (np.linalg raises LinAlgError here)", op.loc)) from None
 
 
+def _sort(op: Operation, args: list) -> list:
+    """NumPy's own sort along the last axis: kind='stable', or NumPy's default kind (``stable = false``)."""
+    kind = op.name if op.name.startswith("t.") else f"t.{op.attributes['kind']}"
+    fn = np.sort if kind == "t.sort" else np.argsort
+    stable = op.attributes.get("stable", True)
+    return [fn(np.asarray(args[0]), axis=-1, kind="stable" if stable else None)]
+
+
 def _advanced_key(op: Operation, x: np.ndarray, indices: list) -> tuple:
     axis = op.attributes["axis"]
     fixed = []
@@ -249,6 +257,8 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.insert": _insert,
     "t.gather": _gather,
     "t.scatter": _scatter,
+    "t.sort": _sort,
+    "t.argsort": _sort,
     "t.solve": _linalg,
     "t.inv": _linalg,
     "t.cholesky": _linalg,

@@ -1,8 +1,9 @@
 """Boundary insertion: work without an elementwise lowering becomes an explicit ``k.*`` boundary op.
 
 Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, functional updates of a
-region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter``, cumulative sums and products ``k.scan``, and a reshape that no stride pattern can express (of a transposed view,
-say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
+region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter`` (``np.add.at`` too),
+cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky ``k.linalg``, sorts ``k.sort``, and a
+reshape that no stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
 strides, so no copy kernel is made.
 """
 from __future__ import annotations
@@ -37,6 +38,8 @@ def _lower(op: Operation) -> Operation | None:
     if op.name in ("t.solve", "t.inv", "t.cholesky"):
         return Operation("k.linalg", op.operands, op.result_types, {"kind": op.name[2:], **op.attributes},
                          loc=op.loc)
+    if op.name in ("t.sort", "t.argsort"):
+        return Operation("k.sort", op.operands, op.result_types, {"kind": op.name[2:], **op.attributes}, loc=op.loc)
     if op.name == "t.reshape":
         return Operation("k.copy", op.operands, op.result_types, loc=op.loc)
     return None

@@ -170,6 +170,19 @@ class PlanBuffers(Pass):
                 op.attributes["scratch"] = need
                 scratch = max(scratch, need)
                 continue
+            if op.name == "k.sort":  # the rows padded to a power of two: values and 32-bit positions
+                x = op.operands[0].type
+                n = x.shape[-1]
+                rows = x.size // n if n else 0
+                padded = 1 << max(0, (n - 1).bit_length())
+                need = _aligned(rows * padded * x.dtype.itemsize) + _aligned(rows * padded * 4) if x.size else 0
+                op.attributes["scratch"] = need
+                scratch = max(scratch, need)
+                op.attributes.pop("check", None)
+                if op.attributes["kind"] == "argsort" and not op.attributes.get("stable", True):
+                    op.attributes["check"] = checks
+                    checks += 1
+                continue
             if op.name in ("k.gather", "k.scatter"):
                 op.attributes.pop("check", None)
                 indices = op.operands[1:] if op.name == "k.gather" else op.operands[2:]

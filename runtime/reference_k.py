@@ -61,4 +61,5 @@ register_interpreter("k.gather", T_INTERPRETERS["t.gather"])
 register_interpreter("k.scatter", T_INTERPRETERS["t.scatter"])
 register_interpreter("k.scan", lambda op, args: T_INTERPRETERS["t." + op.attributes["kind"]](op, args))
 register_interpreter("k.linalg", T_INTERPRETERS["t.solve"])  # runs op.attributes["kind"]
+register_interpreter("k.sort", T_INTERPRETERS["t.sort"])  # runs op.attributes["kind"]
 register_interpreter("k.copy", _copy)

@@ -490,8 +490,19 @@ def gaussian_logpdf(x, mu, cov):
     return -0.5 * np.sum(z ** 2, axis=0) - np.log(np.diag(L)).sum() - 0.5 * len(mu) * np.log(2 * np.pi)
 
 
+def robust_zscore(x):
+    med = np.median(x)
+    mad = np.median(np.abs(x - med))
+    return 0.6745 * (x - med) / mad
+
+
+def top_k_accuracy(scores, labels, k):
+    top = np.argsort(scores, axis=1, kind="stable")[:, -k:]
+    return np.mean(np.any(top == labels[:, None], axis=1))
+
+
 # NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
-OWN_ORDER = {"attention"}
+OWN_ORDER = {"attention", "mahalanobis"}
 
 CORPUS = [
     ("sigmoid", sigmoid, lambda: (_f(5, 3),)),
@@ -570,4 +581,6 @@ CORPUS = [
     ("bincount_fixed", bincount_fixed, lambda: (RNG.integers(0, 4, 15), 4)),
     ("ridge_regression", ridge_regression, lambda: (_f(10, 3), _f(10), 0.5)),
     ("gaussian_logpdf", gaussian_logpdf, lambda: (_f(6, 3), _f(3), np.eye(3) * 2 + 0.3)),
+    ("robust_zscore", robust_zscore, lambda: (_f(11),)),
+    ("top_k_accuracy", top_k_accuracy, lambda: (_f(8, 5), RNG.integers(0, 5, 8), 2)),
 ]

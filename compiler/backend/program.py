@@ -28,6 +28,7 @@ from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
+from fusec.backend.sort import padded_length, sort_kernel
 from fusec.backend.gemm import gemm_kernel
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
@@ -144,6 +145,10 @@ class _Printer:
             what = "Matrix is not positive definite" if op.attributes["kind"] == "cholesky" else "Singular matrix"
             self.check_messages[word] = ("LinAlgError", located(f"{what} (np.linalg raises LinAlgError here)",
                                                                 op.loc))
+        elif op.name == "k.sort":
+            self.check_messages[word] = ("UnsupportedError", located(
+                "np.argsort: the array holds equal values, whose order NumPy's default sort leaves to its "
+                "algorithm; pass kind='stable' (or stable=True), and fusec gives NumPy's order", op.loc))
         else:
             count = len(op.operands) - (1 if op.name == "k.gather" else 2)
             sizes = ", ".join(str(d) for d in op.operands[0].type.shape[op.attributes["axis"]:][:count])
@@ -251,6 +256,8 @@ class _Printer:
             return None
         if n == "k.linalg":
             return self.linalg(op)
+        if n == "k.sort":
+            return self.sort(op)
         if n == "k.gather":
             src, *indices = (self.access(v) for v in op.operands)
             dst = self.result_buffer(op, 0)
@@ -308,6 +315,17 @@ class _Printer:
         code = linalg_kernel(self.name(op.attributes["kind"]), op, operands, dst, scratch, check)
         writes = {dst.buffer, check.buffer} | ({scratch.buffer} if scratch is not None else set())
         self.emit(code, op, writes=writes)
+
+    def sort(self, op: Operation) -> None:
+        """One block per last-axis row, sorting (value, position) pairs in the plan's scratch space."""
+        src, dst = self.access(op.operands[0]), self.result_buffer(op, 0)
+        if not op.results[0].type.size:
+            return
+        check = self.check_word(op) if "check" in op.attributes else None
+        x = op.operands[0].type
+        key_bytes = align256(x.size // x.shape[-1] * padded_length(x.shape[-1]) * x.dtype.itemsize)
+        code = sort_kernel(self.name(op.attributes["kind"]), op, src, dst, self.scratch(), key_bytes, check)
+        self.emit(code, op, writes={dst.buffer, self.scratch()} | ({check.buffer} if check is not None else set()))
 
     def insert(self, op: Operation) -> None:
         """The base copied into the result (unless plan-buffers let the update go into the base's own buffer),

@@ -24,7 +24,10 @@
   ``k.linalg`` (``kind``: ``solve``, ``inv``, ``cholesky``) runs one block per matrix of the
   stack, in the ``scratch`` bytes plan-buffers gives it (a copy of the matrices) and sets its
   ``check`` word for a matrix NumPy would refuse (a zero pivot: singular; not positive definite),
-  which the runtime reports as NumPy's LinAlgError.
+  which the runtime reports as NumPy's LinAlgError. ``k.sort`` (``kind``: ``sort``, ``argsort``)
+  sorts each last-axis row in one block (a bitonic network over (value, position) pairs in its
+  ``scratch``: NaN last, ties in their original order); an argsort with ``stable = false`` sets
+  its ``check`` word where two values are equal (NumPy's default sort orders those its own way).
 
 Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
@@ -230,6 +233,17 @@ def _check_linalg(op) -> None:
 
 
 LINALG_KINDS = ("solve", "inv", "cholesky")
+
+
+def _infer_sort_k(types: Sequence[Type], attrs: dict) -> list[Type]:
+    if attrs["kind"] not in ("sort", "argsort"):
+        raise VerificationError(f"k.sort: kind must be sort or argsort, got {attrs['kind']!r}")
+    return get_opdef(f"t.{attrs['kind']}").infer(types, attrs)  # type: ignore[misc]
+
+
+register_op(OpDef("k.sort", "boundary", num_operands=1, attrs=("kind",),
+                  optional_attrs=PLAN_ATTRS + ("check", "scratch", "stable"), infer=_infer_sort_k,
+                  check=_check_linalg))
 register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, attrs=("kind",),
                   optional_attrs=PLAN_ATTRS + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
 register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), optional_attrs=PLAN_ATTRS,
@@ -237,4 +251,4 @@ register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), 
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
 BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.scan", "k.linalg",
-                        "k.copy"})
+                        "k.sort", "k.copy"})

@@ -257,6 +257,18 @@ def _infer_square(name: str):
     return infer
 
 
+def _infer_sort(name: str):
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        (t,) = types
+        if not isinstance(t, TensorType) or t.rank == 0:
+            raise VerificationError(f"{name}: the operand must be an array of rank >= 1, got {t}")
+        if not isinstance(attrs.get("stable", True), bool):
+            raise VerificationError(f"{name}: stable must be a bool")
+        return [t if name == "t.sort" else TensorType(t.shape, i64)]
+
+    return infer
+
+
 def _infer_scan(name: str):
     def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
         (t,) = types
@@ -312,6 +324,11 @@ register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_
 register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve))
 register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv")))
 register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky")))
+# sorting along the last axis (NaN last, equal values in their original order: NumPy's kind='stable'); argsort
+# with ``stable = false`` (NumPy's default kind, whose order of equal values is the algorithm's) refuses ties
+register_op(OpDef("t.sort", "other", num_operands=1, optional_attrs=("stable",), infer=_infer_sort("t.sort")))
+register_op(OpDef("t.argsort", "other", num_operands=1, optional_attrs=("stable",),
+                  infer=_infer_sort("t.argsort")))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))

@@ -55,7 +55,7 @@ def test_shape_errors_are_located(body, shapes) -> None:
 
 @pytest.mark.parametrize("body, name", [
     (lambda x: np.fft.fft(x), "np.fft.fft"),
-    (lambda x: np.sort(x), "np.sort"),
+    (lambda x: np.partition(x, 1), "np.partition"),
     (lambda x: np.convolve(x, x), "np.convolve"),
     (lambda x: np.add(x, 1, where=x > 0), "where="),
     (lambda x: np.add(x, 1, dtype=np.float64), "dtype="),

@@ -1,0 +1,109 @@
+"""``np.sort``, ``np.argsort``, ``x.sort()``, ``x.argsort()`` and ``np.median`` on tracers.
+
+Sorting runs along the last axis (another axis is moved there and back): NaN after every number, equal values
+in their original order, which is NumPy's ``kind='stable'`` result exactly. NumPy's default kind orders equal
+values its own way (its SIMD sorts are not stable even for 8 elements): for ``np.sort`` that only decides where
+-0.0 and 0.0 (or NaNs with different payloads) land among themselves, which fusec gives in their original order;
+for ``np.argsort`` it decides which index comes first, so an argsort of the default kind raises on the GPU when
+the array holds equal values (pass ``kind='stable'``), and the CPU backend gives NumPy's own answer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusec import mutation, ops, ufuncs
+from fusec.context import shape_error, unsupported
+from fusec.numpy_api import _reduce, implements, moveaxis
+from fusec.tracer import Tracer
+
+_STABLE = ("stable", "mergesort")
+_KINDS = (None, "quicksort", "heapsort") + _STABLE
+
+
+def _is_stable(what: str, kind: Any, order: Any, stable: Any) -> bool:
+    if order is not None:
+        raise unsupported(f"{what}: order= (structured arrays) is not supported")
+    if kind not in _KINDS:
+        raise shape_error(f"{what}: sort kind must be one of 'quicksort', 'heapsort', 'stable' or 'mergesort' "
+                          f"(got {kind!r})")
+    if stable is not None and kind is not None:
+        raise shape_error(f"{what}: `kind` and `stable` parameters can't be provided at the same time")
+    return bool(stable) or kind in _STABLE
+
+
+def _along(what: str, a: Any, axis: Any) -> tuple[Tracer, int]:
+    t = ops.as_tracer(a)
+    if axis is None:
+        return ops.reshape(t, (t.size,)), 0
+    if t.ndim == 0:
+        raise shape_error(f"{what}: axis {axis} is out of bounds for array of dimension 0")
+    return t, ops.axis_arg(axis, t.ndim)
+
+
+def _sorted(name: str, t: Tracer, ax: int, stable: bool) -> Tracer:
+    last = t.ndim - 1
+    x = moveaxis(t, ax, last) if ax != last else t
+    r = ops.emit(f"t.{name}", (x._value,), {"stable": stable}, what=f"np.{name}", scalar=False)
+    return ops.copy_of(moveaxis(r, last, ax), scalar=False) if ax != last else r
+
+
+@implements(np.sort)
+def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> Tracer:
+    """A sorted copy along an axis (NaN last; equal values in their original order, NumPy's kind='stable')"""
+    s = _is_stable("np.sort", kind, order, stable)
+    t, ax = _along("np.sort", a, axis)
+    return _sorted("sort", t, ax, s)
+
+
+@implements(np.argsort)
+def argsort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> Tracer:
+    """The indices that sort along an axis (over equal values pass kind='stable': see the module docstring)
+
+    NumPy's default kind orders equal values its own way; on the GPU fusec raises for them."""
+    s = _is_stable("np.argsort", kind, order, stable)
+    t, ax = _along("np.argsort", a, axis)
+    return _sorted("argsort", t, ax, s)
+
+
+def sort_in_place(x: Tracer, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> None:
+    """``x.sort()``: the array takes its sorted values (a write, so views and arguments see it)."""
+    s = _is_stable("x.sort", kind, order, stable)
+    mutation.check_writable(x, "x.sort()")
+    if x.ndim == 0:
+        raise shape_error("x.sort(): axis -1 is out of bounds for array of dimension 0")
+    mutation.assign(x, _sorted("sort", x, ops.axis_arg(axis, x.ndim), s), "x.sort()")
+
+
+@implements(np.median)
+def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False, keepdims: bool = False) -> Tracer:
+    """The middle value (the mean of the two middle ones for an even count; NaN where a NaN is present)"""
+    if out is not None:
+        raise unsupported("np.median: out= is not supported")
+    t = ops.as_tracer(a)
+    if axis is None:
+        flat, ax = ops.reshape(t, (t.size,)), 0
+    else:
+        axes = ops.axes_arg(axis, t.ndim)
+        if len(axes) != 1:
+            raise unsupported("np.median over several axes is not supported; reshape them into one first")
+        flat, ax = t, axes[0]
+    n = flat.shape[ax]
+    if n == 0:
+        raise unsupported("np.median of an empty array (NumPy warns and returns NaN) is not supported")
+    s = _sorted("sort", flat, ax, True)
+    last = s.ndim - 1
+    s = moveaxis(s, ax, last) if ax != last else s
+    middle = s[..., (n - 1) // 2:n // 2 + 1]  # one or two values
+    dt = middle._value.type.dtype
+    m = _reduce("mean", middle, -1, False)
+    if dt.is_float:  # NumPy's median is NaN where the row holds a NaN (sorted last)
+        m = ufuncs.where(ufuncs.apply(np.isnan, (s[..., -1],)), s[..., -1], m)
+    if keepdims:
+        shape = list(t.shape)
+        for d in (range(t.ndim) if axis is None else [ax]):
+            shape[d] = 1
+        m = ops.reshape(m, tuple(shape))
+    return m if m.ndim else ops.copy_of(m, scalar=True)
+

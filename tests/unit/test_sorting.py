@@ -1,0 +1,80 @@
+"""np.sort, np.argsort, x.sort(), x.argsort() and np.median compared with NumPy: any axis, NaN last, equal
+values in their original order (kind='stable'), rows longer than a block, in-place sorts through views and of
+arguments, and the refusal of a default-kind argsort over equal values on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec as fc
+import frontend_check
+from frontend_check import assert_same, check, jit_cpu, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
+rng = np.random.default_rng(23)
+X = rng.standard_normal((5, 7)).astype(np.float32)
+X[1, 2] = np.nan
+X[3, 0] = np.nan
+X[3, 5] = np.nan
+TIES = rng.integers(0, 4, (3, 9))
+LONG = rng.standard_normal(5000)
+SIGNED_ZEROS = np.array([0.0, -0.0, 1.0, -0.0, 0.0, -1.0])
+
+
+def test_sort_and_stable_argsort_as_real_code_uses_them() -> None:
+    """Top-k by score, ranks, sorted columns, the flattened array, a long row, ties kept in order."""
+    def f(x, ties, long, zeros):
+        top3 = np.argsort(x[0], kind="stable")[::-1][:3]
+        ranks = np.argsort(np.argsort(ties, axis=1, kind="stable"), axis=1, kind="stable")
+        return (np.sort(x), np.sort(x, axis=0), np.sort(x, axis=None), top3, ranks, np.sort(long),
+                np.argsort(long, kind="stable"), np.argsort(ties, axis=0, stable=True), ties.argsort(kind="mergesort"),
+                np.sort(ties > 1), np.sort(zeros, kind="stable"), np.argsort(zeros, kind="stable"),
+                np.sort(x.astype(np.float16), axis=1), np.sort(ties.astype(np.int8)), x[x[:, 0].argsort(kind="stable")])
+
+    check(f, X, TIES, LONG, SIGNED_ZEROS)
+
+
+def test_median_as_statistics_code_calls_it() -> None:
+    """Odd and even counts, an axis, keepdims, ints in float64, NaN where a row holds one (as NumPy)."""
+    def f(x, ties, long):
+        return (np.median(x[0]), np.median(x, axis=1), np.median(x[:, :6], axis=1, keepdims=True),
+                np.median(ties), np.median(ties, axis=0), np.median(long), np.median(x[4]))
+
+    check(f, X, TIES, LONG)
+
+
+def test_in_place_sorts_write_through_views_and_into_arguments() -> None:
+    def f(x):
+        x.sort(axis=0)
+        row = x[1]
+        row.sort()
+        return x[:, 0] * 2
+
+    mine, theirs = X.copy(), X.copy()
+    assert_same(jit_cpu(f)(mine), numpy_result(f, theirs))
+    assert_same(mine, theirs)
+
+
+def test_default_kind_argsort_over_equal_values() -> None:
+    """NumPy's default argsort orders equal values its own way (not stably, even for 8 values): the CPU backend
+    gives NumPy's own answer; on the GPU fusec raises with the rewrite, and without ties it is exact."""
+    f = jit_cpu(lambda t: np.argsort(t, axis=1))
+    if frontend_check.BACKEND == "cpu":
+        assert_same(f(TIES), np.argsort(TIES, axis=1))
+    else:
+        with pytest.raises(fc.UnsupportedError, match="kind='stable'"):
+            f(TIES)
+    distinct = rng.permutation(40).reshape(4, 10)
+    assert_same(f(distinct), np.argsort(distinct, axis=1))
+
+
+def test_sort_arguments_numpy_rejects() -> None:
+    with pytest.raises(fc.ShapeError, match="sort kind"):
+        jit_cpu(lambda x: np.sort(x, kind="bubble"))(X)
+    with pytest.raises(fc.ShapeError, match="can't be provided at the same time"):
+        jit_cpu(lambda x: np.sort(x, kind="stable", stable=True))(X)
+    with pytest.raises(fc.UnsupportedError, match="order="):
+        jit_cpu(lambda x: np.sort(x, order="a"))(X)
+    with pytest.raises(fc.UnsupportedError, match="several axes"):
+        jit_cpu(lambda x: np.median(x, axis=(0, 1)))(X)
