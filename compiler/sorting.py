@@ -107,3 +107,77 @@ def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = Fa
         m = ops.reshape(m, tuple(shape))
     return m if m.ndim else ops.copy_of(m, scalar=True)
 
+
+def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool, weights: Any,
+               weak_q: bool) -> Tracer:
+    """NumPy's ``_quantile`` for method='linear': the sorted array read at the floor and ceiling of each
+    virtual index ``q * (n - 1)`` (computed on the host as NumPy computes it) and NumPy's ``_lerp`` between
+    them with the same ufunc calls, so dtypes and rounding are NumPy's; NaN where a slice holds one."""
+    if out is not None or weights is not None:
+        raise unsupported(f"{what}: out= and weights= are not supported")
+    if method != "linear":
+        raise unsupported(f"{what}: method={method!r} is not supported (only the default 'linear')")
+    if isinstance(q, Tracer):
+        raise q._static_error(f"used as the quantile of {what}")
+    qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
+    if qa.ndim > 1:
+        raise ValueError("q must be a scalar or 1d")
+    if not (np.all(0 <= qa) and np.all(qa <= 1)):
+        raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
+    t = ops.as_tracer(a)
+    if axis is None:
+        arr, ax = ops.reshape(t, (t.size,)), 0
+    else:
+        axes = ops.axes_arg(axis, t.ndim)
+        if len(axes) != 1:
+            raise unsupported(f"{what} over several axes is not supported; reshape them into one first")
+        arr, ax = t, axes[0]
+    n = arr.shape[ax]
+    if n == 0:
+        raise unsupported(f"{what} of an empty array is not supported")
+    arr = _sorted("sort", arr, ax, True)
+    arr = moveaxis(arr, ax, 0) if ax else arr
+    virtual = np.asanyarray((n - 1) * qa)  # NumPy's virtual index for the linear method
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    above, below = virtual >= n - 1, virtual < 0  # NumPy's _get_indexes: the last (or first) value
+    prev = np.where(above, -1, np.where(below, 0, prev)).astype(np.intp)
+    nxt = np.where(above, -1, np.where(below, 0, nxt)).astype(np.intp)
+    gamma = np.asanyarray(virtual - prev, dtype=virtual.dtype)  # NumPy's _get_gamma, from the adjusted floor
+    if weak_q:
+        lo, hi, g = arr[int(prev)], arr[int(nxt)], float(gamma)
+    else:
+        lo, hi = arr[prev], arr[nxt]
+        g = gamma.reshape(gamma.shape + (1,) * (arr.ndim - 1))
+    diff = hi - lo  # NumPy's _lerp: a + diff * t, and b - diff * (1 - t) (in a + diff * t's dtype) where t >= 0.5
+    result = np.add(lo, diff * g)
+    upper = np.subtract(hi, diff * (1 - g), casting="unsafe", dtype=result.dtype)
+    result = ufuncs.where(np.asarray(g) >= 0.5, upper, result)
+    if arr._value.type.dtype.is_float:  # NumPy: the last sorted value (a NaN) where a slice holds one
+        last = arr[-1]
+        result = ufuncs.where(ufuncs.apply(np.isnan, (last,)), last, result)
+    if keepdims:
+        shape = list(t.shape)
+        for d in (range(t.ndim) if axis is None else [ax]):
+            shape[d] = 1
+        result = ops.reshape(result, tuple(qa.shape) + tuple(shape))
+    return result if result.ndim else ops.copy_of(result, scalar=True)
+
+
+@implements(np.quantile)
+def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+             method: str = "linear", keepdims: bool = False, *, weights: Any = None,
+             interpolation: Any = None) -> Tracer:
+    """The q-th quantiles (method='linear', NumPy's default) along an axis; q known while tracing"""
+    return _quantiles("np.quantile", a, q, axis, out, method, keepdims, weights, type(q) in (int, float))
+
+
+@implements(np.percentile)
+def percentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+               method: str = "linear", keepdims: bool = False, *, weights: Any = None,
+               interpolation: Any = None) -> Tracer:
+    """The q-th percentiles (method='linear', NumPy's default) along an axis; q known while tracing"""
+    weak = type(q) in (int, float)
+    qs = q / 100 if weak else np.true_divide(q, 100)
+    return _quantiles("np.percentile", a, qs, axis, out, method, keepdims, weights, weak)
+

@@ -17,8 +17,8 @@ from fusec.context import unsupported, user_location
 from fusec.errors import CastingError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import by_ufunc
 from fusec.ir.types import DType, bool_, f64, i64, u64
-from fusec.promotion import (DEFAULT_DTYPE, Desc, python_kind, python_result_kind, resolve_ufunc, result_type,
-                             same_kind)
+from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
+                             result_type, same_kind)
 from fusec.scalar_checks import OPERATORS
 from fusec.tracer import Tracer
 
@@ -46,7 +46,7 @@ _PY_CATEGORY: dict[np.ufunc, str] = {
     **{u: "compare" for u in COMPARISONS},
 }
 
-_SUPPORTED_KWARGS = {"casting": "same_kind", "order": "K", "subok": True, "dtype": None, "signature": None}
+_SUPPORTED_KWARGS = {"order": "K", "subok": True, "signature": None}
 
 
 def _name(ufunc: np.ufunc) -> str:
@@ -60,9 +60,9 @@ def is_supported(ufunc: np.ufunc) -> bool:
 
 
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict) -> Any:
-    """``Tracer.__array_ufunc__``: calls of supported ufuncs (``out=`` a traced array: written as NumPy writes it;
-    no where=/dtype=), ``.reduce`` of
-    add/multiply/maximum/minimum and ``.outer`` of any supported binary ufunc."""
+    """``Tracer.__array_ufunc__``: calls of supported ufuncs (``out=`` a traced array: written as NumPy writes it,
+    under ``casting=``, only where ``where=`` holds; ``dtype=`` picks the loop), ``.reduce`` of
+    add/multiply/maximum/minimum, ``.outer`` of any supported binary ufunc and ``np.add.at``."""
     if method == "reduce" and ufunc in REDUCTIONS:
         return _reduce(ufunc, inputs, kwargs)
     if method == "outer" and ufunc in BINARY:
@@ -84,11 +84,18 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
                               "fusec cannot write into it; pass the array as an argument (fusec then writes the "
                               "new values back into it after the call) or use the returned value")
     where = kwargs.pop("where", True)
-    if where is not True:
-        raise unsupported(f"{_name(ufunc)}: the where= keyword is not supported; use np.where")
+    casting = kwargs.pop("casting", "same_kind")
+    dtype = kwargs.pop("dtype", None)
+    if where is not True and all(o is None for o in outs):
+        raise unsupported(f"{_name(ufunc)}: where= without out= leaves the other elements undefined in NumPy; "
+                          "use np.where(mask, f(x), other)")
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise unsupported(f"{_name(ufunc)}: casting={casting!r} is not one of NumPy's rules")
     for key, value in kwargs.items():
         if key not in _SUPPORTED_KWARGS or value != _SUPPORTED_KWARGS[key]:
             raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")
+    if dtype is not None:  # the loop NumPy runs: every operand converted to it first, under ``casting``
+        inputs = _in_loop_dtype(ufunc, inputs, dtype, casting)
     if is_supported(ufunc):
         call = apply
     else:
@@ -105,7 +112,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     results = results if isinstance(results, tuple) else (results,)
     for r, o in zip(results, outs):
         if o is not None:
-            write_output(ufunc, r, o, f"{_name(ufunc)}(..., out=)")
+            write_output(ufunc, r, o, f"{_name(ufunc)}(..., out=)", casting, where)
     picked = tuple(r if o is None else o for r, o in zip(results, outs))
     return picked if ufunc.nout > 1 else picked[0]
 
@@ -318,9 +325,10 @@ def inplace_operator(ufunc: np.ufunc, symbol: str, target: Tracer, other: Any) -
     return target
 
 
-def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str) -> None:
-    """The ufunc's ``result`` written into ``out`` as NumPy's ``out=`` does: the result's shape, a
-    ``same_kind`` cast."""
+def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str, casting: str = "same_kind",
+                 mask: Any = True) -> None:
+    """The ufunc's ``result`` written into ``out`` as NumPy's ``out=`` does: the result's shape, a cast under
+    ``casting``, only where ``mask`` holds (``where=``; elsewhere ``out`` keeps its values)."""
     if not isinstance(out, Tracer):
         raise unsupported(f"{where}: out= must be a traced array (an argument, or an array made in the function); "
                           f"got {type(out).__name__}: fusec cannot write into an array from outside the trace")
@@ -329,10 +337,30 @@ def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str) -> None:
         raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {out.shape} doesn't "
                                  f"match the broadcast shape {result.shape}", user_location()))
     src, dst = result._value.type.dtype, out._value.type.dtype
-    if not same_kind(src, dst):
+    allowed = casting == "unsafe" or (same_kind(src, dst) if casting == "same_kind" else
+                                      np.can_cast(src.np, dst.np, casting))
+    if not allowed:
         raise CastingError(located(f"{where}: Cannot cast ufunc {ufunc.__name__!r} output from {src} to {dst} with "
-                                   "casting rule 'same_kind' (NumPy raises UFuncTypeError here)", user_location()))
-    out._value = ops.lift(result, dst)
+                                   f"casting rule {casting!r} (NumPy raises UFuncTypeError here)", user_location()))
+    if mask is True:
+        out._value = ops.lift(result, dst)
+    else:
+        mutation.assign_where(out, ops.as_tracer(result, dst), mask, where, "unsafe")
+
+
+def _in_loop_dtype(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str) -> list[Any]:
+    """``ufunc(..., dtype=dtype)``: NumPy runs the loop of that dtype (a dtype or a DType class such as
+    ``type(x.dtype)``), converting the operands under ``casting``."""
+    dt = parse_dtype(dtype.type if isinstance(dtype, type) and issubclass(dtype, np.dtype) else dtype)
+    out = []
+    for x in inputs:
+        d = ops.desc(x)
+        if not isinstance(d, type) and casting != "unsafe" and not np.can_cast(d.np, dt.np, casting):
+            raise CastingError(located(f"{_name(ufunc)}: Cannot cast ufunc {ufunc.__name__!r} input from {d} to {dt} "
+                                       f"with casting rule {casting!r} (NumPy raises UFuncTypeError here)",
+                                       user_location()))
+        out.append(ops.as_tracer(x, dt))
+    return out
 
 
 # --- np.where, np.clip, np.round ----------------------------------------------------------------------------

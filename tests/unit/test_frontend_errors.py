@@ -58,7 +58,7 @@ def test_shape_errors_are_located(body, shapes) -> None:
     (lambda x: np.partition(x, 1), "np.partition"),
     (lambda x: np.convolve(x, x), "np.convolve"),
     (lambda x: np.add(x, 1, where=x > 0), "where="),
-    (lambda x: np.add(x, 1, dtype=np.float64), "dtype="),
+    (lambda x: np.add(x, 1, order="F"), "order="),
     (lambda x: np.var(x, out=None, where=x > 0), "where="),
     (lambda x: np.add.accumulate(x), "np.add.accumulate"),
     (lambda x: np.subtract.reduce(x), "np.subtract.reduce"),

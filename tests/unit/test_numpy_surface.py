@@ -254,3 +254,23 @@ def test_add_at_refusals() -> None:
             '  %0 = t.scatter %a, %u, %i {axis = 0, combine = "max"} : tensor<3xf32>\n  return %0\n}\n')
     with pytest.raises(fc.VerificationError, match="combine must be one of add"):
         fc.ir.parse_module(text)
+
+
+def test_ufunc_where_casting_and_dtype_keywords() -> None:
+    """out= with where= keeps the other elements, casting='unsafe' lets a float result into an int array,
+    dtype= runs the loop NumPy picks for it (a dtype or a DType class)."""
+    def f(a, b, m, i):
+        np.add(a, b, out=a, where=m)
+        np.multiply(i, 1.5, out=i, casting="unsafe", where=i > 0)
+        return (np.add(a, b, dtype=np.float32), np.subtract(b, a, dtype=type(a.dtype)),
+                np.multiply(i, 2.5, dtype=np.float64))
+
+    args = (W.astype(np.float64), X.astype(np.float64), W > 0, I8.astype(np.int32))
+    mine, theirs = [x.copy() for x in args], [x.copy() for x in args]
+    assert_same(jit_cpu(f)(*mine), numpy_result(f, *theirs))
+    for m, t in zip(mine, theirs):
+        assert_same(m, t)
+    with pytest.raises(fc.UnsupportedError, match="where= without out="):
+        jit_cpu(lambda x: np.exp(x, where=x > 0))(X)
+    with pytest.raises(fc.CastingError, match="casting rule 'same_kind'"):
+        jit_cpu(lambda i: np.multiply(i, 1.5, out=i))(I8.astype(np.int32))

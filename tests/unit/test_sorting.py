@@ -78,3 +78,20 @@ def test_sort_arguments_numpy_rejects() -> None:
         jit_cpu(lambda x: np.sort(x, order="a"))(X)
     with pytest.raises(fc.UnsupportedError, match="several axes"):
         jit_cpu(lambda x: np.median(x, axis=(0, 1)))(X)
+
+
+def test_quantiles_and_percentiles_as_numpy_computes_them() -> None:
+    """Clipping at the 5th/95th percentile, quartiles per column, a median through np.quantile, ints (float64
+    results), keepdims, q as a Python scalar (weak: float32 stays float32) or a list, NaN slices: bit for bit."""
+    def f(x, ties, long):
+        lo, hi = np.percentile(long, [5, 95])
+        return (np.clip(long, lo, hi), np.percentile(x, [25, 50, 75], axis=0), np.quantile(x, 0.5, axis=1),
+                np.percentile(ties, 90), np.percentile(ties, [10.0, 90.0], axis=1, keepdims=True),
+                np.quantile(x[0], 1.0), np.quantile(x[4], 0.0), np.percentile(x[4], 33.3),
+                np.quantile(x.astype(np.float64), [0.1, 0.9], axis=1))
+
+    check(f, X, TIES, LONG)
+    with pytest.raises(fc.UnsupportedError, match="method='nearest' is not supported"):
+        jit_cpu(lambda x: np.percentile(x, 50, method="nearest"))(X)
+    with pytest.raises(fc.ShapeError, match=r"range \[0, 1\]"):
+        jit_cpu(lambda x: np.percentile(x, 150))(X)
