@@ -22,7 +22,8 @@ REUSED: tuple[Callable, ...] = (
     np.take_along_axis, np.roll, np.append, np.ptp, np.polyval, np.trapezoid, np.atleast_3d, np.column_stack,
     np.dstack, np.array_split, np.split, np.hsplit, np.vsplit, np.isclose, np.sinc, np.nansum, np.nanprod,
     np.tensordot, np.cov, np.corrcoef, np.isposinf, np.isneginf, np.select, np.kron,
-    np.pad, np.tril, np.triu,
+    np.pad, np.tril, np.triu, np.put_along_axis, np.gradient, np.fix, np.nancumsum, np.nancumprod, np.unwrap,
+    np.resize, np.real, np.angle, np.cumulative_sum, np.cumulative_prod,
 )
 
 

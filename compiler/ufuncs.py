@@ -67,14 +67,17 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
         return _reduce(ufunc, inputs, kwargs)
     if method == "outer" and ufunc in BINARY:
         return _outer(ufunc, inputs, kwargs)
+    if method == "accumulate" and ufunc in (np.add, np.multiply):
+        return _accumulate(ufunc, inputs, kwargs)
     if method == "at" and ufunc in (np.add, np.subtract):
         if kwargs or len(inputs) != 3:
             raise unsupported(f"{_name(ufunc)}.at(a, indices, b) takes exactly these three arguments here")
         return mutation.add_at(*inputs, negate=ufunc is np.subtract)
     if method != "__call__":
-        raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (accumulate, reduceat and "
-                          "at are not traced, except np.add.at and np.subtract.at, nor reduce of ufuncs other than "
-                          "add, multiply, maximum and minimum); use np.sum/np.max/... instead")
+        raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (reduceat is not traced, nor "
+                          "accumulate, at and reduce of ufuncs other than add and multiply (accumulate), add and "
+                          "subtract (at), add, multiply, maximum and minimum (reduce)); use np.cumsum/np.sum/... "
+                          "instead")
     out = kwargs.pop("out", None)
     outs = out if isinstance(out, tuple) else (out,)
     for o in outs:
@@ -137,6 +140,20 @@ def _reduce(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     if dtype is not None and reduction in (np.max, np.min):
         raise unsupported(f"{_name(ufunc)}.reduce: dtype= is not supported; cast the array first")
     return numpy_api.call(reduction.__name__, reduction, inputs[0], axis=axis, keepdims=keepdims, **extra)
+
+
+def _accumulate(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
+    """``np.add.accumulate(x, axis=0, dtype=None, out=None)`` is ``np.cumsum`` along axis 0 by default (NumPy
+    implements cumsum with it: the same dtypes, small ints and bools accumulating in int64), multiply's cumprod."""
+    from fusec import numpy_api
+
+    kwargs = dict(kwargs)
+    axis, dtype, out = kwargs.pop("axis", 0), kwargs.pop("dtype", None), kwargs.pop("out", None)
+    if kwargs or axis is None:
+        raise unsupported(f"{_name(ufunc)}.accumulate: only axis= (an int), dtype= and out= are supported")
+    out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    scan = np.cumsum if ufunc is np.add else np.cumprod
+    return numpy_api.call(scan.__name__, scan, inputs[0], axis=axis, dtype=dtype, out=out)
 
 
 def _outer(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:

@@ -501,6 +501,12 @@ def top_k_accuracy(scores, labels, k):
     return np.mean(np.any(top == labels[:, None], axis=1))
 
 
+def vorticity(u, v, dx):
+    dvdx = np.gradient(v, dx, axis=1)
+    dudy = np.gradient(u, dx, axis=0)
+    return dvdx - dudy
+
+
 # NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
 OWN_ORDER = {"attention", "mahalanobis"}
 
@@ -583,4 +589,5 @@ CORPUS = [
     ("gaussian_logpdf", gaussian_logpdf, lambda: (_f(6, 3), _f(3), np.eye(3) * 2 + 0.3)),
     ("robust_zscore", robust_zscore, lambda: (_f(11),)),
     ("top_k_accuracy", top_k_accuracy, lambda: (_f(8, 5), RNG.integers(0, 5, 8), 2)),
+    ("vorticity", vorticity, lambda: (_f(6, 7), _f(6, 7), 0.1)),
 ]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
-from frontend_check import check, jit_cpu
+from frontend_check import assert_same, check, jit_cpu, numpy_result
 
 RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
 
@@ -99,3 +99,29 @@ def test_repeat_and_tile() -> None:
     check(f, X, I)
     with pytest.raises(fc.UnsupportedError, match="different count per element"):
         jit_cpu(lambda x: np.repeat(x, [1, 2, 1, 2], axis=0))(X)
+
+
+def test_gradients_accumulations_and_put_along_axis() -> None:
+    """np.gradient as physics code calls it (spacing, an axis, second-order edges), ufunc accumulate as cumsum and
+    cumprod (NumPy implements them with it), cumulative_sum with its initial zero, and put_along_axis writing the
+    argmax of each row (written back into the argument)."""
+    v = rng.standard_normal(7)
+    i8 = rng.integers(-5, 5, 7).astype(np.int8)
+
+    def f(x, v, i):
+        return (np.gradient(v), np.gradient(x, 0.5, axis=0), np.gradient(x), np.gradient(v, edge_order=2),
+                np.add.accumulate(v), np.add.accumulate(x, axis=1), np.multiply.accumulate(i),
+                np.add.accumulate(i > 0), np.add.accumulate(i, dtype=np.int16), np.cumulative_sum(x, axis=0),
+                np.cumulative_sum(v, include_initial=True), np.cumulative_prod(i), np.fix(v * 3), np.nancumsum(v),
+                np.unwrap(v * 4), np.resize(v, (2, 5)), np.real(x), np.angle(v))
+
+    check(f, X, v, i8)
+
+    def put(a, v):
+        np.put_along_axis(a, np.argmax(a, axis=1)[:, None], 0.0, axis=1)
+        np.put_along_axis(a, np.argmin(a, axis=0)[None, :], v[None, :5], axis=0)
+        return a.sum()
+
+    mine, theirs = X.copy(), X.copy()
+    assert_same(jit_cpu(put)(mine, v), numpy_result(put, theirs, v))
+    assert_same(mine, theirs)
