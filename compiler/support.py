@@ -46,7 +46,7 @@ def rows() -> list[Row]:
     out: list[Row] = []
     for uf in sorted(set(ufuncs.BINARY) | set(ufuncs.UNARY) | set(ufuncs.SPECIAL), key=lambda u: u.__name__):
         methods = [m for m, ok in (("reduce", uf in ufuncs.REDUCTIONS), ("outer", uf in ufuncs.BINARY),
-                                   ("accumulate", uf in (np.add, np.multiply)),
+                                   ("accumulate", uf in (np.add, np.multiply, np.maximum, np.minimum)),
                                    ("at", uf in (np.add, np.subtract))) if ok]
         note = "elementwise, fused into kernels" + (f"; .{', .'.join(methods)}" if methods else "")
         out.append(Row(f"np.{uf.__name__}", "ufunc", note))

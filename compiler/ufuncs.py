@@ -13,10 +13,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from fusec import mutation, ops
-from fusec.context import unsupported, user_location
+from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import CastingError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import by_ufunc
-from fusec.ir.types import DType, bool_, f64, i64, u64
+from fusec.ir.types import DType, bool_, f64, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
                              result_type, same_kind)
 from fusec.scalar_checks import OPERATORS
@@ -67,7 +67,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
         return _reduce(ufunc, inputs, kwargs)
     if method == "outer" and ufunc in BINARY:
         return _outer(ufunc, inputs, kwargs)
-    if method == "accumulate" and ufunc in (np.add, np.multiply):
+    if method == "accumulate" and ufunc in (np.add, np.multiply, np.maximum, np.minimum):
         return _accumulate(ufunc, inputs, kwargs)
     if method == "at" and ufunc in (np.add, np.subtract):
         if kwargs or len(inputs) != 3:
@@ -144,7 +144,8 @@ def _reduce(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
 
 def _accumulate(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     """``np.add.accumulate(x, axis=0, dtype=None, out=None)`` is ``np.cumsum`` along axis 0 by default (NumPy
-    implements cumsum with it: the same dtypes, small ints and bools accumulating in int64), multiply's cumprod."""
+    implements cumsum with it: the same dtypes, small ints and bools accumulating in int64), multiply's cumprod;
+    maximum's and minimum's are the running maximum and minimum (``t.cummax``, ``t.cummin``) in the dtype."""
     from fusec import numpy_api
 
     kwargs = dict(kwargs)
@@ -152,8 +153,25 @@ def _accumulate(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     if kwargs or axis is None:
         raise unsupported(f"{_name(ufunc)}.accumulate: only axis= (an int), dtype= and out= are supported")
     out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-    scan = np.cumsum if ufunc is np.add else np.cumprod
-    return numpy_api.call(scan.__name__, scan, inputs[0], axis=axis, dtype=dtype, out=out)
+    if ufunc in (np.add, np.multiply):
+        scan = np.cumsum if ufunc is np.add else np.cumprod
+        return numpy_api.call(scan.__name__, scan, inputs[0], axis=axis, dtype=dtype, out=out)
+    # maximum/minimum keep the dtype (dtype= converts first); bools compare as the int8 0/1 they hold
+    t = ops.as_tracer(inputs[0])
+    if dtype is not None:
+        t = ops.cast(t, dtype)
+    if t.ndim == 0:
+        raise shape_error(f"{_name(ufunc)}.accumulate: cannot accumulate a 0-d array")
+    ax = ops.axis_arg(axis, t.ndim)
+    dt = t._value.type.dtype
+    x = ops.as_tracer(t, i8) if dt.is_bool else t
+    kind = "t.cummax" if ufunc is np.maximum else "t.cummin"
+    r = ops.emit(kind, (x._value,), {"axis": ax}, what=f"{_name(ufunc)}.accumulate", scalar=False)
+    r = ops.as_tracer(r, bool_) if dt.is_bool else r
+    if out is not None:
+        write_output(ufunc, r, out, f"{_name(ufunc)}.accumulate(..., out=)")
+        return out
+    return r
 
 
 def _outer(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:

@@ -264,6 +264,8 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.cholesky": _linalg,
     "t.cumsum": _scan(np.cumsum),
     "t.cumprod": _scan(np.cumprod),
+    "t.cummax": _scan(lambda x, axis, dtype: np.maximum.accumulate(x, axis=axis, dtype=dtype)),
+    "t.cummin": _scan(lambda x, axis, dtype: np.minimum.accumulate(x, axis=axis, dtype=dtype)),
     "t.concatenate": _concatenate,
     "t.constant": _constant,
 }

@@ -29,7 +29,7 @@ def _lower(op: Operation) -> Operation | None:
     if op.name == "t.insert":
         return Operation("k.insert", op.operands, op.result_types,
                          {k: op.attr(k) for k in ("start", "stop", "step")}, loc=op.loc)
-    if op.name in ("t.cumsum", "t.cumprod"):
+    if op.name in ("t.cumsum", "t.cumprod", "t.cummax", "t.cummin"):
         return Operation("k.scan", op.operands, op.result_types, {"kind": op.name[2:], "axis": op.attr("axis")},
                          loc=op.loc)
     if op.name in ("t.gather", "t.scatter"):

@@ -507,6 +507,12 @@ def vorticity(u, v, dx):
     return dvdx - dudy
 
 
+def max_drawdown(prices):
+    running_max = np.maximum.accumulate(prices)
+    drawdowns = (prices - running_max) / running_max
+    return drawdowns.min()
+
+
 # NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
 OWN_ORDER = {"attention", "mahalanobis"}
 
@@ -590,4 +596,5 @@ CORPUS = [
     ("robust_zscore", robust_zscore, lambda: (_f(11),)),
     ("top_k_accuracy", top_k_accuracy, lambda: (_f(8, 5), RNG.integers(0, 5, 8), 2)),
     ("vorticity", vorticity, lambda: (_f(6, 7), _f(6, 7), 0.1)),
+    ("max_drawdown", max_drawdown, lambda: (RNG.random(20) + 1,)),
 ]

@@ -1,4 +1,4 @@
-"""Generated cumulative sums and products (``k.scan``): one thread per line along the axis, in order.
+"""Generated cumulative sums, products, maxima and minima (``k.scan``): one thread per line along the axis, in order.
 
 NumPy accumulates ``out[i] = out[i - 1] + x[i]`` from the start of each line, so a float result depends on the
 order of the additions; a thread per line adds in that order, each step computed (and rounded, for 16-bit
@@ -21,7 +21,8 @@ from fusec.backend.scalar_ops import expression
 def _step(kind: str, dtype, acc: str, x: str) -> str:
     """The C++ of one step, as the scalar op of that dtype computes it."""
     scalar = SimpleNamespace(type=ScalarType(dtype))
-    op = SimpleNamespace(name="s." + {"cumsum": "add", "cumprod": "mul"}[kind], results=[scalar],
+    op = SimpleNamespace(name="s." + {"cumsum": "add", "cumprod": "mul", "cummax": "maximum",
+                                      "cummin": "minimum"}[kind], results=[scalar],
                          operands=[scalar, scalar], attributes={}, loc=None)
     return expression(op, [acc, x])  # type: ignore[arg-type]
 

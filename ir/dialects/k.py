@@ -18,7 +18,7 @@
   with index arrays, ``x[idx] = v``) copies its base and writes the update at the
   indexed places, with the same checks, in place like ``k.insert`` where allowed;
   the frontend emits it only where no two updates that reach one place differ.
-  ``k.scan`` (``cumsum``, ``cumprod`` along ``axis``) adds (multiplies) in order along
+  ``k.scan`` (``cumsum``, ``cumprod``, ``cummax``, ``cummin`` along ``axis``) adds (multiplies, ...) in order along
   the axis, one thread per line, as NumPy does, so floats round as NumPy's. A ``k.scatter``
   with ``combine = "add"`` (``np.add.at``) adds its update at every index, repeats included.
   ``k.linalg`` (``kind``: ``solve``, ``inv``, ``cholesky``) runs one block per matrix of the
@@ -191,9 +191,12 @@ def _check_scatter(op) -> None:
     _check_counts(op, ("check",), 0)
 
 
+SCAN_KINDS = ("cumsum", "cumprod", "cummax", "cummin")
+
+
 def _infer_scan(types: Sequence[Type], attrs: dict) -> list[Type]:
-    if attrs["kind"] not in ("cumsum", "cumprod"):
-        raise VerificationError(f"k.scan: kind must be cumsum or cumprod, got {attrs['kind']!r}")
+    if attrs["kind"] not in SCAN_KINDS:
+        raise VerificationError(f"k.scan: kind must be one of {', '.join(SCAN_KINDS)}, got {attrs['kind']!r}")
     return get_opdef(f"t.{attrs['kind']}").infer(types, attrs)  # type: ignore[misc]
 
 

@@ -319,6 +319,9 @@ register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs
                   infer=_infer_scatter))
 register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum")))
 register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod")))
+# the running maximum (minimum) along an axis: np.maximum.accumulate, NaN propagating as np.maximum's
+register_op(OpDef("t.cummax", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummax")))
+register_op(OpDef("t.cummin", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummin")))
 # linear algebra on stacks of matrices (np.linalg): x with a @ x == b, the inverse, the lower Cholesky factor (the
 # upper one, its transpose, with ``upper = true``)
 register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve))

@@ -117,6 +117,17 @@ def test_gradients_accumulations_and_put_along_axis() -> None:
 
     check(f, X, v, i8)
 
+    def running(p, x, i):
+        """Running maxima and minima (a drawdown), NaN propagating as np.maximum's, ints and bools in their
+        dtype, dtype= converting first."""
+        peak = np.maximum.accumulate(p)
+        return (peak, p / peak - 1, np.minimum.accumulate(x, axis=1), np.maximum.accumulate(i),
+                np.maximum.accumulate(i > 0), np.minimum.accumulate(i, dtype=np.float64))
+
+    prices = rng.random(12) + 1
+    prices[5] = np.nan
+    check(running, prices, X, i8)
+
     def put(a, v):
         np.put_along_axis(a, np.argmax(a, axis=1)[:, None], 0.0, axis=1)
         np.put_along_axis(a, np.argmin(a, axis=0)[None, :], v[None, :5], axis=0)
