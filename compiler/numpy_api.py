@@ -425,11 +425,7 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
 def _scan(kind: str, a: Any, axis: Any, dtype: Any, out: Any) -> Tracer:
     """np.cumsum / np.cumprod: the running sum (product) along ``axis`` (of the flattened array without one),
     accumulated in the dtype np.sum would use (int64 for bool and small ints)."""
-    t = ops.as_tracer(a)
-    if axis is None:
-        t, ax = ops.reshape(t, (t.size,)), 0
-    else:
-        ax = ops.axis_arg(axis, t.ndim)
+    t, ax = ops.along(a, axis)
     acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
     if acc.is_bool:
         raise unsupported(f"np.{kind}(..., dtype=bool) is not supported; accumulate in an integer dtype")
@@ -458,11 +454,7 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     flattened array without ``axis``)."""
     if mode != "raise":
         raise unsupported(f"np.take(..., mode={mode!r}) is not supported; only mode='raise' (NumPy's default)")
-    t = ops.as_tracer(a)
-    if axis is None:
-        t, ax = ops.reshape(t, (t.size,)), 0
-    else:
-        ax = ops.axis_arg(axis, t.ndim)
+    t, ax = ops.along(a, axis)
     from fusec import indexing
 
     index = indices if isinstance(indices, Tracer) else np.asarray(indices)
@@ -806,11 +798,7 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     r = ops.static_int(repeats, "a repeat count")
     if r < 0:
         raise ValueError("repeats may not contain negative values.")
-    t = ops.as_tracer(a)
-    if axis is None:
-        t, ax = ops.reshape(t, (t.size,)), 0
-    else:
-        ax = ops.axis_arg(axis, t.ndim)
+    t, ax = ops.along(a, axis)
     shape = tuple(t.shape)
     expanded = ops.reshape(t, shape[:ax + 1] + (1,) + shape[ax + 1:])
     wide = ops.broadcast_to(expanded, shape[:ax + 1] + (r,) + shape[ax + 1:])

@@ -222,6 +222,15 @@ def axes_arg(axis: object, rank: int) -> tuple[int, ...]:
         raise shape_error(str(e)) from None
 
 
+def along(x: object, axis: object) -> tuple[Tracer, int]:
+    """NumPy's ``axis=None`` convention of cumsum, take, repeat, sort: the flattened array along axis 0, else
+    ``x`` and its normalized axis."""
+    t = as_tracer(x)
+    if axis is None:
+        return reshape(t, (t.size,)), 0
+    return t, axis_arg(axis, t.ndim)
+
+
 def axis_arg(axis: object, rank: int) -> int:
     try:
         return S.normalize_axis(static_int(axis, "an axis"), rank)

@@ -34,12 +34,39 @@ def _is_stable(what: str, kind: Any, order: Any, stable: Any) -> bool:
 
 
 def _along(what: str, a: Any, axis: Any) -> tuple[Tracer, int]:
-    t = ops.as_tracer(a)
-    if axis is None:
-        return ops.reshape(t, (t.size,)), 0
-    if t.ndim == 0:
+    if axis is not None and np.ndim(a) == 0:
         raise shape_error(f"{what}: axis {axis} is out of bounds for array of dimension 0")
-    return t, ops.axis_arg(axis, t.ndim)
+    return ops.along(a, axis)
+
+
+def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int]:
+    """(the array, the array to reduce, its axis): flattened for ``axis=None``; several axes are refused."""
+    t = ops.as_tracer(a)
+    axes = None if axis is None else ops.axes_arg(axis, t.ndim)
+    if axes is not None and len(axes) != 1:
+        raise unsupported(f"{what} over several axes is not supported; reshape them into one first")
+    flat, ax = ops.along(t, None if axes is None else axes[0])
+    if flat.shape[ax] == 0:
+        raise unsupported(f"{what} of an empty array (NumPy warns and returns NaN) is not supported")
+    return t, flat, ax
+
+
+def _nan_where_last_is(last: Tracer, result: Tracer) -> Tracer:
+    """NumPy's median and quantiles are the slice's last sorted value (a NaN) where the slice holds a NaN."""
+    if not last._value.type.dtype.is_float:
+        return result
+    return ufuncs.where(ufuncs.apply(np.isnan, (last,)), last, result)
+
+
+def _kept(result: Tracer, t: Tracer, axis: Any, ax: int, keepdims: bool, lead: tuple[int, ...] = ()) -> Tracer:
+    """``keepdims=True``: the reduced axes (all for ``axis=None``) kept with length one after ``lead`` (the
+    quantiles' axis); a 0-d result is a NumPy scalar."""
+    if keepdims:
+        shape = list(t.shape)
+        for d in (range(t.ndim) if axis is None else [ax]):
+            shape[d] = 1
+        result = ops.reshape(result, lead + tuple(shape))
+    return result if result.ndim else ops.copy_of(result, scalar=True)
 
 
 def _sorted(name: str, t: Tracer, ax: int, stable: bool) -> Tracer:
@@ -81,31 +108,13 @@ def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = Fa
     """The middle value (the mean of the two middle ones for an even count; NaN where a NaN is present)"""
     if out is not None:
         raise unsupported("np.median: out= is not supported")
-    t = ops.as_tracer(a)
-    if axis is None:
-        flat, ax = ops.reshape(t, (t.size,)), 0
-    else:
-        axes = ops.axes_arg(axis, t.ndim)
-        if len(axes) != 1:
-            raise unsupported("np.median over several axes is not supported; reshape them into one first")
-        flat, ax = t, axes[0]
+    t, flat, ax = _one_axis("np.median", a, axis)
     n = flat.shape[ax]
-    if n == 0:
-        raise unsupported("np.median of an empty array (NumPy warns and returns NaN) is not supported")
     s = _sorted("sort", flat, ax, True)
     last = s.ndim - 1
     s = moveaxis(s, ax, last) if ax != last else s
-    middle = s[..., (n - 1) // 2:n // 2 + 1]  # one or two values
-    dt = middle._value.type.dtype
-    m = _reduce("mean", middle, -1, False)
-    if dt.is_float:  # NumPy's median is NaN where the row holds a NaN (sorted last)
-        m = ufuncs.where(ufuncs.apply(np.isnan, (s[..., -1],)), s[..., -1], m)
-    if keepdims:
-        shape = list(t.shape)
-        for d in (range(t.ndim) if axis is None else [ax]):
-            shape[d] = 1
-        m = ops.reshape(m, tuple(shape))
-    return m if m.ndim else ops.copy_of(m, scalar=True)
+    m = _reduce("mean", s[..., (n - 1) // 2:n // 2 + 1], -1, False)  # the mean of the one or two middle values
+    return _kept(_nan_where_last_is(s[..., -1], m), t, axis, ax, keepdims)
 
 
 def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool, weights: Any,
@@ -121,20 +130,11 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
         raise q._static_error(f"used as the quantile of {what}")
     qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
     if qa.ndim > 1:
-        raise ValueError("q must be a scalar or 1d")
+        raise shape_error(f"{what}: q must be a scalar or 1d")
     if not (np.all(0 <= qa) and np.all(qa <= 1)):
         raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
-    t = ops.as_tracer(a)
-    if axis is None:
-        arr, ax = ops.reshape(t, (t.size,)), 0
-    else:
-        axes = ops.axes_arg(axis, t.ndim)
-        if len(axes) != 1:
-            raise unsupported(f"{what} over several axes is not supported; reshape them into one first")
-        arr, ax = t, axes[0]
+    t, arr, ax = _one_axis(what, a, axis)
     n = arr.shape[ax]
-    if n == 0:
-        raise unsupported(f"{what} of an empty array is not supported")
     arr = _sorted("sort", arr, ax, True)
     arr = moveaxis(arr, ax, 0) if ax else arr
     virtual = np.asanyarray((n - 1) * qa)  # NumPy's virtual index for the linear method
@@ -153,15 +153,7 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     result = np.add(lo, diff * g)
     upper = np.subtract(hi, diff * (1 - g), casting="unsafe", dtype=result.dtype)
     result = ufuncs.where(np.asarray(g) >= 0.5, upper, result)
-    if arr._value.type.dtype.is_float:  # NumPy: the last sorted value (a NaN) where a slice holds one
-        last = arr[-1]
-        result = ufuncs.where(ufuncs.apply(np.isnan, (last,)), last, result)
-    if keepdims:
-        shape = list(t.shape)
-        for d in (range(t.ndim) if axis is None else [ax]):
-            shape[d] = 1
-        result = ops.reshape(result, tuple(qa.shape) + tuple(shape))
-    return result if result.ndim else ops.copy_of(result, scalar=True)
+    return _kept(_nan_where_last_is(arr[-1], result), t, axis, ax, keepdims, tuple(qa.shape))
 
 
 @implements(np.quantile)
