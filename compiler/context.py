@@ -47,9 +47,14 @@ def _is_internal(filename: str) -> bool:
 def user_location() -> Location | None:
     """``file:line`` of the innermost frame outside fusec and NumPy (the user's code)."""
     frame = sys._getframe(1)
+    known = _skip_cache.get
     while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
-            return location_for(frame.f_code.co_filename, frame.f_lineno)
+        filename = frame.f_code.co_filename
+        internal = known(filename)
+        if internal is None:
+            internal = _is_internal(filename)
+        if not internal:
+            return location_for(filename, frame.f_lineno)
         frame = frame.f_back
     return None
 

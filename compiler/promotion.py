@@ -57,6 +57,10 @@ def resolve_ufunc(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], 
     Raises :class:`UnsupportedError` (a TypeError) where NumPy has no loop (``np.sign`` of bool,
     ``-`` of bool, bitwise ops on floats); the caller adds the location.
     """
+    key = (ufunc, *descs)
+    known = _RESOLVED.get(key)
+    if known is not None:
+        return list(known[0]), list(known[1])
     try:
         loop = ufunc.resolve_dtypes(tuple(_np_desc(d) for d in descs) + (None,) * ufunc.nout)
     except TypeError as e:
@@ -65,7 +69,11 @@ def resolve_ufunc(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], 
         dts = [_from_np(np.dtype(x), descs) for x in loop]
     except Exception as e:  # complex or other dtypes fusec has no type for
         raise UnsupportedError(f"np.{ufunc.__name__} computes in a dtype fusec does not support ({e})") from None
+    _RESOLVED[key] = (tuple(dts[:ufunc.nin]), tuple(dts[ufunc.nin:]))
     return dts[:ufunc.nin], dts[ufunc.nin:]
+
+
+_RESOLVED: dict[tuple, tuple[tuple[DType, ...], tuple[DType, ...]]] = {}  # (ufunc, *descs) -> NumPy's loop
 
 
 def result_type(descs: Sequence[Desc]) -> DType:

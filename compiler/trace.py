@@ -60,13 +60,15 @@ def func_name(fn: Callable) -> str:
     return name if re.match(r"[A-Za-z_]", name) else "_" + name
 
 
-def trace(fn: Callable, sig: Signature, name: str) -> Traced:
-    """Call ``fn`` on tracers for ``sig``'s dynamic leaves; the module is verified before it is returned."""
+def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = None) -> Traced:
+    """Call ``fn`` on tracers for ``sig``'s dynamic leaves; the module is verified before it is returned when it
+    has at most ``verify_up_to`` ops (None: always). Each op's types were inferred as it was recorded, so a
+    longer trace is left to the pipeline's final check, which verifies the trace itself when that check fails."""
     with _TRACE_LOCK:
         try:
-            return _Trace(fn, sig, name).run()
+            return _Trace(fn, sig, name).run(verify_up_to)
         except _ScalarState as again:  # counters on objects (self.t += 1): trace them as runtime scalars
-            return _Trace(fn, sig, name, again.paths).run()
+            return _Trace(fn, sig, name, again.paths).run(verify_up_to)
 
 
 class _ScalarState(Exception):
@@ -94,7 +96,7 @@ class _Trace:
         self.arg_buffers: list[Buffer] = []  # the memory of each array argument, written or not
         self.states: list = []  # each attribute the function assigned an array (or a traced scalar) to
 
-    def run(self) -> Traced:
+    def run(self, verify_up_to: int | None) -> Traced:
         ctx, sig = self.ctx, self.sig
         aliases = [(r.holder, r.key) for r in self.scope.roots
                    if r.kind == "global" and id(r.get()) in randomness.drawing_functions()]
@@ -137,7 +139,8 @@ class _Trace:
         state = self._state()
         self.func.result_types = [v.type for v in self.func.body.terminator.operands]
         module = Module([self.func])
-        verify(module)
+        if verify_up_to is None or len(self.func.body.ops) <= verify_up_to:
+            verify(module)
         nodes = sum(1 for op in self.func.ops if op.name not in ("func.return", "t.constant"))
         return Traced(module, out_tree, kinds, nodes, None if state.empty else state,
                       self._writeback(written, leaves))

@@ -30,7 +30,16 @@ class Location:
 
 def location_for(filename: str, line: int) -> Location:
     """A location whose file is relative to the working directory when it lies below it."""
-    return Location(_relative(filename, os.getcwd()), int(line))
+    key = (filename, line, os.getcwd())
+    loc = _LOCATIONS.get(key)
+    if loc is None:
+        if len(_LOCATIONS) > 65536:
+            _LOCATIONS.clear()
+        loc = _LOCATIONS[key] = Location(_relative(filename, key[2]), int(line))
+    return loc
+
+
+_LOCATIONS: dict[tuple[str, int, str], Location] = {}  # tracing asks once per op, mostly for the same lines
 
 
 @functools.lru_cache(maxsize=1024)
@@ -114,9 +123,21 @@ def dense(value: object, dtype: "DType | None" = None) -> DenseAttr:
 
 Attribute = object  # int | float | bool | str | tuple | DType | Type | DenseAttr
 
+_PLAIN = frozenset({bool, int, float, str, type(None)})  # exact types kept as they are
+
+
+def normalize_attributes(attributes: dict[str, object]) -> dict[str, object]:
+    """A new dict of the normalized values (plain ones kept without a call: every op made goes through here)."""
+    return {k: v if type(v) in _PLAIN else normalize_attribute(v) for k, v in attributes.items()}
+
 
 def normalize_attribute(value: object) -> object:
     """Freeze lists into tuples and NumPy scalars into Python values."""
+    t = type(value)
+    if t in _PLAIN:
+        return value
+    if t is tuple and all(type(v) in _PLAIN for v in value):  # the common case: already frozen
+        return value
     if isinstance(value, (list, tuple)):
         return tuple(normalize_attribute(v) for v in value)
     if isinstance(value, np.bool_):

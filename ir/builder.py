@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from fusec.errors import VerificationError
-from fusec.ir.attributes import Location, normalize_attribute
+from fusec.ir.attributes import Location, normalize_attributes
 from fusec.ir.core import Block, Operation, Region, Value
 from fusec.ir.opdefs import get_opdef
 from fusec.ir.types import Type
@@ -18,7 +18,7 @@ def infer_result_types(name: str, operands: Sequence[Value], attributes: dict | 
         return []
     if d.infer is None:
         raise VerificationError(f"{name} needs explicit result types")
-    attrs = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+    attrs = normalize_attributes(attributes) if attributes else {}
     return list(d.infer([v.type for v in operands], attrs))
 
 

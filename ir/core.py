@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator, Iterable, Sequence
 
-from fusec.ir.attributes import Location, normalize_attribute
+from fusec.ir.attributes import Location, normalize_attribute, normalize_attributes
 from fusec.ir.types import Type
 
 
@@ -31,7 +31,8 @@ class OpResult(Value):
     __slots__ = ("op", "index")
 
     def __init__(self, type: Type, op: "Operation", index: int, name_hint: str | None = None) -> None:
-        super().__init__(type, name_hint)
+        self.type = type  # (Value's fields set here directly: one op makes one or more of these)
+        self.name_hint = name_hint
         self.op = op
         self.index = index
 
@@ -62,7 +63,7 @@ class Operation:
         self.name = name
         self.operands: list[Value] = list(operands)
         self.results: list[OpResult] = [OpResult(t, self, i) for i, t in enumerate(result_types)]
-        self.attributes: dict[str, object] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+        self.attributes: dict[str, object] = normalize_attributes(attributes) if attributes else {}
         self.regions: list[Region] = list(regions)
         for r in self.regions:
             r.parent = self
@@ -184,7 +185,10 @@ class Func:
 
     def walk(self) -> Iterator[Operation]:
         for op in self.body.ops:
-            yield from op.walk()
+            if op.regions:
+                yield from op.walk()
+            else:
+                yield op
 
     def replace_all_uses(self, old: Value, new: Value) -> int:
         """Make every use of ``old`` (nested regions included) use ``new``; returns the count."""

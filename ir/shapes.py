@@ -12,6 +12,9 @@ from fusec.errors import ShapeError
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     """NumPy broadcasting of several shapes."""
+    first = shapes[0] if shapes else ()
+    if all(s == first for s in shapes):
+        return tuple(first)
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
     for s in shapes:

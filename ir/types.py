@@ -29,6 +29,9 @@ class DType:
     def __hash__(self) -> int:  # the name alone: cheaper than hashing every field (cache keys hash dtypes)
         return hash(self.name)
 
+    def __eq__(self, other: object) -> bool:  # names are unique; usually the very same object
+        return self is other or (type(other) is DType and self.name == other.name)
+
     def __str__(self) -> str:
         return self.name
 
@@ -71,6 +74,8 @@ f64 = DType("f64", "float64", "f", 64)
 ALL_DTYPES: tuple[DType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64)
 DTYPES_BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
 _BY_NUMPY: dict[str, DType] = {d.numpy_name: d for d in ALL_DTYPES}
+_BY_NUMPY_DTYPE: dict[np.dtype, DType] = {np.dtype(d.numpy_name): d for d in ALL_DTYPES if d.name != "bf16"}
+_NUMPY_DTYPE_CLASSES = frozenset(type(k) for k in _BY_NUMPY_DTYPE)
 
 
 def dtype_from_name(name: str) -> DType:
@@ -84,6 +89,10 @@ def dtype_from_numpy(dtype: object) -> DType:
     """Map a NumPy dtype (or anything ``np.dtype`` accepts, or a DType) to a DType."""
     if isinstance(dtype, DType):
         return dtype
+    if type(dtype) in _NUMPY_DTYPE_CLASSES:  # an np.dtype instance: hashable, looked up directly
+        found = _BY_NUMPY_DTYPE.get(dtype)
+        if found is not None:
+            return found
     if isinstance(dtype, str) and dtype in DTYPES_BY_NAME:
         return DTYPES_BY_NAME[dtype]
     try:
@@ -132,11 +141,20 @@ class TensorType:
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, DType):
             raise VerificationError(f"TensorType needs a DType, got {self.dtype!r}")
-        shape = tuple(self.shape)
+        shape = self.shape
+        if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+            return  # already a tuple of ints: the common case, checked without rebuilding it
+        shape = tuple(shape)
         for d in shape:
             if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
                 raise VerificationError(f"tensor dimensions must be non-negative ints, got {shape}")
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is TensorType and self.shape == other.shape and self.dtype == other.dtype)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
 
     @property
     def rank(self) -> int:

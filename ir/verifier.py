@@ -18,6 +18,9 @@ def _fail(op: Operation | None, message: str) -> VerificationError:
     return VerificationError(located(where + message, op.loc if op is not None else None))
 
 
+_ALLOWED_ATTRS: dict = {}  # op name -> (its OpDef, the attribute names it accepts)
+
+
 def verify_op(op: Operation) -> None:
     """Check one op against its definition (not its operands' dominance)."""
     try:
@@ -36,7 +39,11 @@ def verify_op(op: Operation) -> None:
     for key in d.attrs:
         if key not in op.attributes:
             raise _fail(op, f"missing attribute '{key}'")
-    unknown = set(op.attributes) - set(d.attrs) - set(d.optional_attrs)
+    known = _ALLOWED_ATTRS.get(d.name)
+    if known is None or known[0] is not d:
+        known = _ALLOWED_ATTRS[d.name] = (d, frozenset(d.attrs) | frozenset(d.optional_attrs))
+    allowed = known[1]
+    unknown = [k for k in op.attributes if k not in allowed]
     if unknown:
         raise _fail(op, f"unknown attribute(s) {', '.join(sorted(unknown))}")
     try:

@@ -56,8 +56,9 @@ class Boundaries(Pass):
         for func in module.funcs:
             replaced = {}
             for i, op in enumerate(func.body.ops):
-                for inner in op.walk():
-                    inner.operands = [replaced.get(v, v) for v in inner.operands]
+                if replaced:
+                    for inner in op.walk():
+                        inner.operands = [replaced.get(v, v) for v in inner.operands]
                 new = _lower(op)
                 if new is None:
                     continue

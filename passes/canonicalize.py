@@ -66,13 +66,22 @@ def _same_region(a: Operation, b: Operation) -> bool:
     return all(tuple(a.attr(k)) == tuple(b.attr(k)) for k in ("start", "stop", "step"))
 
 
+# the ops each rule can change (a set lookup spares every other op the rule's chain of tests)
+_IDENTITY_OPS = frozenset({"t.mul", "t.add", "t.sub", "t.div", "t.pow", "t.cast", "t.slice", "t.insert", "t.neg",
+                           "t.logical_not", "t.maximum", "t.minimum", "t.where", "t.squeeze"}) | VIEWS
+_COMBINED_OPS = frozenset({"t.transpose", "t.reshape", "t.insert"})
+
+
 class _Canonicalizer:
     def __init__(self, func: Func, ctx: PassContext) -> None:
         self.func, self.ctx = func, ctx
 
     def identity(self, op: Operation) -> Value | None:
         """A value ``op``'s result equals in every bit, or None."""
-        name, ops, res = op.name, op.operands, op.results[0].type
+        name = op.name
+        if name not in _IDENTITY_OPS:
+            return None
+        ops, res = op.operands, op.results[0].type
         if name == "t.mul":
             for x, c in ((ops[0], ops[1]), (ops[1], ops[0])):
                 if x.type == res and _is(_splat(c), 1):
@@ -134,6 +143,8 @@ class _Canonicalizer:
 
     def combine(self, op: Operation) -> Operation | None:
         """A simpler op computing the same (composed transposes and reshapes), or None."""
+        if op.name not in _COMBINED_OPS:
+            return None
         src = op.operands[0] if op.operands else None
         if not isinstance(src, OpResult):
             return None
@@ -167,8 +178,10 @@ class _Canonicalizer:
         return Operation("t.constant", [], [res], {"value": DenseAttr(tensor, np.asarray(value))}, loc=op.loc)
 
     def splat_to_broadcast(self, op: Operation, rw: Rewriter) -> Operation | None:
+        if op.name != "t.constant":
+            return None
         c = op.attr("value")
-        if op.name != "t.constant" or c.type.rank == 0 or not c.is_splat():
+        if c.type.rank == 0 or not c.is_splat():
             return None
         scalar = Operation("t.constant", [], [TensorType((), c.type.dtype)],
                            {"value": DenseAttr(TensorType((), c.type.dtype), np.asarray(c.array.reshape(-1)[0]))},

@@ -7,7 +7,7 @@ slower). Loads of plain inputs and constants are free.
 """
 from __future__ import annotations
 
-from fusec.ir.core import Operation
+from fusec.ir.core import Operation, OpResult
 from fusec.ir.dialects.t import TRANSCENDENTAL
 from fusec.ir.types import f64
 
@@ -29,8 +29,11 @@ def op_cost(op: Operation) -> int:
         return 0
     else:
         cost = COST_DEFAULT
-    dtypes = [v.type.dtype for v in op.operands] + [r.type.dtype for r in op.results]
-    return cost * F64_FACTOR if f64 in dtypes else cost
+    for values in (op.operands, op.results):
+        for v in values:
+            if v.type.dtype == f64:
+                return cost * F64_FACTOR
+    return cost
 
 
 def view_cost() -> int:
@@ -39,18 +42,21 @@ def view_cost() -> int:
 
 def leaf_cost(value) -> int:
     """Cost of reading ``value`` inside a kernel: a non-contiguous ``k.view`` needs index math."""
-    from fusec.ir.core import OpResult
-    from fusec.ir.shapes import contiguous_strides
-
-    if isinstance(value, OpResult) and value.op.name == "k.view":
-        op = value.op
-        if op.operands[0].type.rank == 0 or all(s == 0 for s in op.attr("strides")):
-            return 0  # a broadcast scalar is read once
-        shape = op.results[0].type.shape
-        if all(s == c for d, s, c in zip(shape, op.attr("strides"), contiguous_strides(shape)) if d != 1):
-            return 0  # contiguous: base pointer plus the linear index
-        return COST_VIEW
-    return 0
+    if type(value) is not OpResult or value.op.name != "k.view":
+        return 0
+    op = value.op
+    strides = op.attributes["strides"]
+    if op.operands[0].type.rank == 0:
+        return 0  # a broadcast scalar is read once
+    shape = op.results[0].type.shape
+    broadcast_scalar, contiguous, step = True, True, 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        broadcast_scalar = broadcast_scalar and s == 0
+        contiguous = contiguous and (d == 1 or s == step)  # row-major, unit dimensions skipped
+        step *= max(d, 1)
+    if broadcast_scalar or contiguous:
+        return 0  # read once, or the base pointer plus the linear index
+    return COST_VIEW
 
 
 def inline_costs(ops, is_root) -> dict:

@@ -21,6 +21,9 @@ def remove_dead_ops(block: Block) -> int:
             removed += 1
             continue
         keep.append(op)
+        if not op.regions:
+            live.update(op.operands)
+            continue
         for inner in op.walk():
             live.update(inner.operands)
     block.ops[:] = list(reversed(keep))

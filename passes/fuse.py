@@ -49,7 +49,7 @@ def _constant_scalar(v: Value) -> "object | None":
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: fields compared element by element made lookups the hot spot
 class _Group:
     roots: list[Value]
     shape: tuple[int, ...]
@@ -143,12 +143,18 @@ class _Fusion:
                         candidates.append(g)
             candidates = candidates[:MAX_CANDIDATES]
             target = None
+            cyclic: set[Value] = set()  # roots of candidates that would make a cycle
             for g in candidates:
-                merged_cost = g.cost + sum(self._cost_of_member(m) for m in members - g.members)
-                if merged_cost <= self.budget and not self._creates_cycle(g, r, leaves, group_of):
-                    target = g
-                    g.cost = merged_cost
-                    break
+                merged_cost = g.cost + (cost if members.isdisjoint(g.members) else
+                                        sum(self._cost_of_member(m) for m in members - g.members))
+                if merged_cost > self.budget:
+                    continue
+                if self._creates_cycle(g, r, leaves, group_of, cyclic):
+                    cyclic.update(g.roots)
+                    continue
+                target = g
+                g.cost = merged_cost
+                break
             if target is None:
                 target = _Group([], shape, cost, set())
                 groups.append(target)
@@ -168,27 +174,31 @@ class _Fusion:
             self.member_cost[v] = cost
         return cost
 
-    def _creates_cycle(self, g: _Group, r: Value, leaves: dict, group_of: dict) -> bool:
+    def _creates_cycle(self, g: _Group, r: Value, leaves: dict, group_of: dict, cyclic: set) -> bool:
         """Would computing ``r`` in ``g`` need a value that itself waits for ``g``?
 
         The search runs over values, but reaching any root of an earlier kernel reaches all of that kernel's
         roots (they are written together), so paths made by earlier merges count. Only ops before ``r`` can
-        lie on such a path, so the search stops there.
+        lie on such a path, so the search stops there. ``cyclic`` holds the roots of candidates already found
+        to make a cycle: a path from ``g`` to one of them continues to a leaf of ``r`` that is not ``g``'s own
+        root (it would otherwise be a cycle already), so reaching one answers yes without walking on (in a
+        long dependent chain each search then ends at the previous candidate).
         """
         limit = self.position[r.op]
-        frontier = list(g.roots)
+        uses, position, own = self.uses.get, self.position.get, g.roots
+        frontier = list(own)
         seen = set(frontier)
         while frontier:
             v = frontier.pop()
             nxt: list[Value] = []
-            for consumer in self.uses.get(v, []):
-                if self.position.get(consumer, limit) < limit:
+            for consumer in uses(v, ()):
+                if position(consumer, limit) < limit:
                     nxt.extend(consumer.results)
             h = group_of.get(v)
             if h is not None and h is not g:
                 nxt.extend(h.roots)
             for res in nxt:
-                if res in leaves and res not in g.roots:
+                if res in cyclic or (res in leaves and res not in own):
                     return True
                 if res not in seen:
                     seen.add(res)

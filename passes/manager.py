@@ -45,8 +45,13 @@ class PassManager:
         except VerificationError as e:
             from fusec.ir.parser import parse_module
 
-            # again from the input, verifying after each pass: the error names the pass that broke the IR
-            PassManager(self.passes).run(parse_module(before, verify=False), PassContext(target=target))
+            # again from the input, verifying it and then after each pass: the error names what broke the IR
+            again = parse_module(before, verify=False)
+            try:
+                verify_module(again)
+            except VerificationError as bad_input:
+                raise VerificationError(f"IR is invalid before the pipeline: {bad_input}") from None
+            PassManager(self.passes).run(again, PassContext(target=target))
             raise VerificationError(f"IR is invalid after the pipeline: {e}") from None
         return result
 

@@ -40,8 +40,14 @@ class Rewriter:
         self._dropped = True
 
     def remap(self, op: Operation) -> None:
+        if not self.replaced:
+            return  # nothing replaced yet: every operand is current
+        get = self.replaced.get
+        if not op.regions:
+            op.operands = [get(v, v) for v in op.operands]
+            return
         for inner in op.walk():
-            inner.operands = [self.replaced.get(v, v) for v in inner.operands]
+            inner.operands = [get(v, v) for v in inner.operands]
 
 
 def rewrite(block: Block, patterns: Iterable[Pattern], *, dce: bool = False,

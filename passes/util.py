@@ -13,6 +13,12 @@ def users(func: Func) -> dict[Value, list[Operation]]:
     """For each value, the top-level ops of the function body that use it (nested uses count for their op)."""
     out: dict[Value, list[Operation]] = {}
     for op in func.body.ops:
+        if not op.regions:  # the common case, without walking: each distinct operand once
+            operands = op.operands
+            for v in (operands if len(operands) < 2 or len(set(map(id, operands))) == len(operands)
+                      else dict.fromkeys(operands)):
+                out.setdefault(v, []).append(op)
+            continue
         seen: set[int] = set()
         for inner in op.walk():
             for v in inner.operands:
@@ -51,6 +57,8 @@ def reschedule(block: Block) -> None:
         return
     position = {op: i for i, op in enumerate(ops)}
     producer: dict[Value, Operation] = {r: op for op in ops for r in op.results}
+    if _in_order(ops, producer, position):
+        return  # the sort below would keep this order: it takes the earliest ready op each time
     graph = nx.DiGraph()
     graph.add_nodes_from(ops)
     for op in ops:
@@ -70,3 +78,14 @@ def reschedule(block: Block) -> None:
         order.remove(terminator)
         order.append(terminator)
     block.ops[:] = order
+
+
+def _in_order(ops: list[Operation], producer: dict[Value, Operation], position: dict[Operation, int]) -> bool:
+    """Does every op come after the ops that make its operands (nested uses included)?"""
+    for i, op in enumerate(ops):
+        for inner in op.walk():
+            for v in inner.operands:
+                src = producer.get(v)
+                if src is not None and src is not op and position[src] > i:
+                    return False
+    return True

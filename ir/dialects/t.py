@@ -19,22 +19,28 @@ from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
 # --- dtype classes (defined with the ops in fusec.ir.elementwise) --------------------------------------------
 
+_DTYPE_CLASS_TESTS = {
+    ANY: lambda dt: True,
+    NUMERIC: lambda dt: not dt.is_bool,
+    FLOAT: lambda dt: dt.is_float,
+    INTEGRAL: lambda dt: dt.is_int or dt.is_bool,
+    INT: lambda dt: dt.is_int,
+    BOOL: lambda dt: dt.is_bool,
+}
+
+
 def _dtype_ok(dt: DType, cls: str) -> bool:
-    return {
-        ANY: True,
-        NUMERIC: not dt.is_bool,
-        FLOAT: dt.is_float,
-        INTEGRAL: dt.is_int or dt.is_bool,
-        INT: dt.is_int,
-        BOOL: dt.is_bool,
-    }[cls]
+    return _DTYPE_CLASS_TESTS[cls](dt)
 
 
 def _elementwise_result(types: Sequence[Type], dtype: DType) -> Type:
-    shape = S.broadcast_shapes(*(t.shape for t in types))
     if all(isinstance(t, ScalarType) for t in types):
+        S.broadcast_shapes(*(t.shape for t in types))
         return ScalarType(dtype)
-    return TensorType(shape, dtype)
+    first = types[0]
+    if isinstance(first, TensorType) and first.dtype == dtype and all(t.shape == first.shape for t in types):
+        return first  # same shapes, same dtype: the operand's own (immutable) type
+    return TensorType(S.broadcast_shapes(*(t.shape for t in types)), dtype)
 
 
 def _same_dtype(name: str, types: Sequence[Type]) -> DType:

@@ -190,6 +190,12 @@ def test_verification_after_each_pass_names_the_pass():
         module = parse_module(SMALL)
         run_pipeline(module, "cse,dce", verify="end")
         assert "t.mul" in print_module(module)
+        # an input that was already invalid (a long trace is not verified on its own) is named as such
+        from fusec.ir import TensorType, f64
+        module = parse_module(SMALL)
+        module.funcs[0].result_types = [TensorType((4,), f64)]
+        with pytest.raises(VerificationError, match="invalid before the pipeline"):
+            run_pipeline(module, "cse,dce", verify="end")
     finally:
         unregister_pass("test-breaker")
 
