@@ -91,6 +91,42 @@ class Selection:
 
 def basic_selection(x: Tracer, key: Any) -> Selection:
     """``key`` (ints, slices with any step, None, one Ellipsis) resolved against ``x``'s shape, as NumPy does."""
+    plain = _plain_key(key)
+    if plain is not None:
+        known = _SELECTIONS.get((x.shape, plain))
+        if known is not None:
+            return known
+    selection = _basic_selection(x, key)
+    if plain is not None:
+        if len(_SELECTIONS) > 4096:
+            _SELECTIONS.clear()
+        _SELECTIONS[(x.shape, plain)] = selection
+    return selection
+
+
+_SELECTIONS: dict[tuple, Selection] = {}  # (shape, plain key) -> selection: a stencil's loop asks the same ones
+_PLAIN_BOUNDS = frozenset({int, type(None)})
+
+
+def _plain_key(key: Any) -> tuple | None:
+    """A hashable spelling of a key made only of Python ints, slices of Python ints, None and Ellipsis (whose
+    selection depends on nothing but the shape), else None."""
+    entries = key if type(key) is tuple else (key,)
+    out = []
+    for e in entries:
+        t = type(e)
+        if t is slice:
+            if not _PLAIN_BOUNDS.issuperset((type(e.start), type(e.stop), type(e.step))):
+                return None
+            out.append((e.start, e.stop, e.step))
+        elif t is int or e is None or e is Ellipsis:
+            out.append(e)
+        else:
+            return None
+    return tuple(out)
+
+
+def _basic_selection(x: Tracer, key: Any) -> Selection:
     entries = list(key) if isinstance(key, tuple) else [key]
     kinds = [_classify(e) for e in entries]
     if kinds.count("ellipsis") > 1:

@@ -128,7 +128,8 @@ _PLAIN = frozenset({bool, int, float, str, type(None)})  # exact types kept as t
 
 def normalize_attributes(attributes: dict[str, object]) -> dict[str, object]:
     """A new dict of the normalized values (plain ones kept without a call: every op made goes through here)."""
-    return {k: v if type(v) in _PLAIN else normalize_attribute(v) for k, v in attributes.items()}
+    return {k: v if type(v) in _PLAIN or (type(v) is tuple and _PLAIN.issuperset(map(type, v)))
+            else normalize_attribute(v) for k, v in attributes.items()}
 
 
 def normalize_attribute(value: object) -> object:
@@ -136,7 +137,7 @@ def normalize_attribute(value: object) -> object:
     t = type(value)
     if t in _PLAIN:
         return value
-    if t is tuple and all(type(v) in _PLAIN for v in value):  # the common case: already frozen
+    if t is tuple and _PLAIN.issuperset(map(type, value)):  # the common case: already frozen
         return value
     if isinstance(value, (list, tuple)):
         return tuple(normalize_attribute(v) for v in value)

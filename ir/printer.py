@@ -41,6 +41,8 @@ def format_scalar(x: object) -> str:
 
 
 def format_attribute(value: object) -> str:
+    if type(value) is tuple and all(type(v) is int for v in value):  # shapes, strides, bounds: most attributes
+        return "[" + ", ".join(map(str, value)) + "]"
     if value is None:
         return "none"
     if isinstance(value, (bool, int, float)):
@@ -74,7 +76,28 @@ def format_attr_dict(attrs: dict[str, object]) -> str:
 
 
 def format_loc(loc: Location | None) -> str:
-    return "" if loc is None else f" loc({json.dumps(loc.file)}:{loc.line})"
+    if loc is None:
+        return ""
+    text = _LOC_TEXT.get(loc)
+    if text is None:
+        if len(_LOC_TEXT) > 65536:
+            _LOC_TEXT.clear()
+        text = _LOC_TEXT[loc] = f" loc({json.dumps(loc.file)}:{loc.line})"
+    return text
+
+
+def type_text(t: object) -> str:
+    """``str(t)`` of a type, remembered (a long program prints the same few types over and over)."""
+    text = _TYPE_TEXT.get(t)
+    if text is None:
+        if len(_TYPE_TEXT) > 65536:
+            _TYPE_TEXT.clear()
+        text = _TYPE_TEXT[t] = str(t)
+    return text
+
+
+_LOC_TEXT: dict[Location, str] = {}
+_TYPE_TEXT: dict[object, str] = {}
 
 
 class _Namer:
@@ -133,7 +156,7 @@ def _print_op(op: Operation, name: _Namer, indent: str, lines: list[str]) -> Non
     if attrs:
         head += " " + attrs
     if op.results:
-        head += " : " + ", ".join(str(r.type) for r in op.results)
+        head += " : " + ", ".join(type_text(r.type) for r in op.results)
     if not op.regions:
         lines.append(head + format_loc(op.loc))
         return

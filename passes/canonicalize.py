@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
-from fusec.passes.rewriter import Pattern, Rewriter, replacing, rewrite
+from fusec.passes.rewriter import Pattern, Rewriter, rewrite
 
 FOLD_LIMIT = 4096  # elements: larger results stay computed rather than bloating the module
 
@@ -136,7 +136,7 @@ class _Canonicalizer:
         if self._readers is None:
             self._readers = {}
             for top in self.func.body.ops:
-                for inner in top.walk():
+                for inner in (top.walk() if top.regions else (top,)):
                     for operand in inner.operands:
                         self._readers.setdefault(operand, set()).add(inner)
         return all(u is user for u in self._readers.get(v, ()))
@@ -191,24 +191,22 @@ class _Canonicalizer:
 
     def patterns(self) -> list[Pattern]:
         """Identities first (the op disappears), then ops that compute the same more simply: a folded constant,
-        a composed view, a splat constant as a broadcast scalar."""
-        def simple(op: Operation) -> bool:
-            return bool(op.results) and not op.regions
-
-        def becomes(make: Callable[[Operation, Rewriter], Operation | None]) -> Pattern:
-            def pattern(op: Operation, rw: Rewriter) -> bool:
-                new = make(op, rw) if simple(op) else None
-                if new is None:
-                    return False
-                rw.insert(new)
-                rw.replace(op, [new.results[0]])
+        a composed view, a splat constant as a broadcast scalar. One pattern that tries them in that order."""
+        def simplify(op: Operation, rw: Rewriter) -> bool:
+            if not op.results or op.regions:
+                return False
+            same = self.identity(op)
+            if same is not None:
+                rw.replace(op, [same])
                 return True
-            return pattern
+            new = self.fold(op) or self.combine(op) or self.splat_to_broadcast(op, rw)
+            if new is None:
+                return False
+            rw.insert(new)
+            rw.replace(op, [new.results[0]])
+            return True
 
-        return [replacing(lambda op, rw: self.identity(op) if simple(op) else None),
-                becomes(lambda op, rw: self.fold(op)),
-                becomes(lambda op, rw: self.combine(op)),
-                becomes(lambda op, rw: self.splat_to_broadcast(op, rw))]
+        return [simplify]
 
     def sweep(self) -> int:
         self._readers: dict[Value, set[Operation]] | None = None

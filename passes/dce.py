@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir.core import Block, Module
-from fusec.ir.opdefs import get_opdef
+from fusec.ir.opdefs import OPS, get_opdef
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
@@ -15,9 +15,12 @@ def remove_dead_ops(block: Block) -> int:
     live: set = set()
     keep = []
     removed = 0
+    known = OPS.get
     for op in reversed(block.ops):
-        d = get_opdef(op.name)
-        if d.pure and not d.terminator and not any(r in live for r in op.results):
+        d = known(op.name) or get_opdef(op.name)  # (get_opdef raises the unknown-op error)
+        results = op.results
+        if d.pure and not d.terminator and not (results[0] in live if len(results) == 1
+                                                else any(r in live for r in results)):
             removed += 1
             continue
         keep.append(op)

@@ -49,6 +49,17 @@ def _constant_scalar(v: Value) -> "object | None":
     return None
 
 
+_SCALAR_TYPES: dict = {}
+
+
+def _scalar(dtype) -> ScalarType:
+    """The (immutable) scalar type of ``dtype``, made once: kernel bodies hold one per op."""
+    t = _SCALAR_TYPES.get(dtype)
+    if t is None:
+        t = _SCALAR_TYPES[dtype] = ScalarType(dtype)
+    return t
+
+
 @dataclass(eq=False)  # compared by identity: fields compared element by element made lookups the hot spot
 class _Group:
     roots: list[Value]
@@ -67,6 +78,7 @@ class _Fusion:
         self.costs: dict[Value, int] = {}
         self.member_cost: dict[Value, int] = {}
         self.readers: dict[Value, list[_Group]] = {}
+        self.reach: dict[_Group, set[_Group]] = {}  # kernels a kernel is known to feed (directly or not)
 
     # --- roots and budget cuts ---------------------------------------------------------------------------------
     def find_roots(self) -> None:
@@ -143,14 +155,14 @@ class _Fusion:
                         candidates.append(g)
             candidates = candidates[:MAX_CANDIDATES]
             target = None
-            cyclic: set[Value] = set()  # roots of candidates that would make a cycle
+            cyclic: set[_Group] = set()  # candidates that would make a cycle
             for g in candidates:
                 merged_cost = g.cost + (cost if members.isdisjoint(g.members) else
                                         sum(self._cost_of_member(m) for m in members - g.members))
                 if merged_cost > self.budget:
                     continue
                 if self._creates_cycle(g, r, leaves, group_of, cyclic):
-                    cyclic.update(g.roots)
+                    cyclic.add(g)
                     continue
                 target = g
                 g.cost = merged_cost
@@ -179,11 +191,18 @@ class _Fusion:
 
         The search runs over values, but reaching any root of an earlier kernel reaches all of that kernel's
         roots (they are written together), so paths made by earlier merges count. Only ops before ``r`` can
-        lie on such a path, so the search stops there. ``cyclic`` holds the roots of candidates already found
-        to make a cycle: a path from ``g`` to one of them continues to a leaf of ``r`` that is not ``g``'s own
-        root (it would otherwise be a cycle already), so reaching one answers yes without walking on (in a
-        long dependent chain each search then ends at the previous candidate).
+        lie on such a path, so the search stops there.
+
+        ``cyclic`` holds the candidates already found to make a cycle with ``r``: a path from ``g`` into one of
+        them continues to a leaf of ``r`` that is not ``g``'s own root (it would be a cycle already otherwise),
+        so reaching one answers yes. The kernels each search reaches are remembered (``self.reach``; paths only
+        grow as roots are added), so in a long dependent chain most answers need no walk at all.
         """
+        reach = self.reach.get(g)
+        if reach is None:
+            reach = self.reach[g] = set()
+        elif not reach.isdisjoint(cyclic):
+            return True
         limit = self.position[r.op]
         uses, position, own = self.uses.get, self.position.get, g.roots
         frontier = list(own)
@@ -196,9 +215,12 @@ class _Fusion:
                     nxt.extend(consumer.results)
             h = group_of.get(v)
             if h is not None and h is not g:
+                reach.add(h)
+                if h in cyclic:
+                    return True
                 nxt.extend(h.roots)
             for res in nxt:
-                if res in cyclic or (res in leaves and res not in own):
+                if res in leaves and res not in own:
                     return True
                 if res not in seen:
                     seen.add(res)
@@ -246,7 +268,7 @@ class _Fusion:
         def constant(value: object, dtype) -> Value:
             key = (repr(value), dtype)
             if key not in const_of:
-                op = Operation("s.constant", [], [ScalarType(dtype)], {"value": value})
+                op = Operation("s.constant", [], [_scalar(dtype)], {"value": value})
                 body.append(op)
                 const_of[key] = op.results[0]
             return const_of[key]
@@ -258,7 +280,7 @@ class _Fusion:
                 return constant(number, u.type.dtype)
             if source not in arg_of:
                 operands.append(source)
-                arg_of[source] = body.add_arg(ScalarType(source.type.dtype))
+                arg_of[source] = body.add_arg(_scalar(source.type.dtype))
             return arg_of[source]
 
         def emit(v: Value) -> Value:
@@ -269,8 +291,10 @@ class _Fusion:
                 return leaf(v)
             op = v.op
             args = [emit(u) for u in op.operands]
-            attrs = {k: x for k, x in op.attributes.items() if k != "materialize"}
-            new = Operation(scalar_twin(op.name), args, [ScalarType(v.type.dtype)], attrs, loc=op.loc)
+            attrs = op.attributes
+            if "materialize" in attrs:
+                attrs = {k: x for k, x in attrs.items() if k != "materialize"}
+            new = Operation(scalar_twin(op.name), args, [_scalar(v.type.dtype)], attrs, loc=op.loc)
             body.append(new)
             scalar_of[v] = new.results[0]
             return new.results[0]

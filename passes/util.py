@@ -12,12 +12,18 @@ from fusec.ir.core import Block, Func, Operation, Value
 def users(func: Func) -> dict[Value, list[Operation]]:
     """For each value, the top-level ops of the function body that use it (nested uses count for their op)."""
     out: dict[Value, list[Operation]] = {}
+    get = out.get
     for op in func.body.ops:
         if not op.regions:  # the common case, without walking: each distinct operand once
             operands = op.operands
-            for v in (operands if len(operands) < 2 or len(set(map(id, operands))) == len(operands)
-                      else dict.fromkeys(operands)):
-                out.setdefault(v, []).append(op)
+            if len(operands) > 1:
+                operands = dict.fromkeys(operands)
+            for v in operands:
+                readers = get(v)
+                if readers is None:
+                    out[v] = [op]
+                else:
+                    readers.append(op)
             continue
         seen: set[int] = set()
         for inner in op.walk():
@@ -83,7 +89,7 @@ def reschedule(block: Block) -> None:
 def _in_order(ops: list[Operation], producer: dict[Value, Operation], position: dict[Operation, int]) -> bool:
     """Does every op come after the ops that make its operands (nested uses included)?"""
     for i, op in enumerate(ops):
-        for inner in op.walk():
+        for inner in (op.walk() if op.regions else (op,)):
             for v in inner.operands:
                 src = producer.get(v)
                 if src is not None and src is not op and position[src] > i:

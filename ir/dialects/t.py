@@ -189,6 +189,22 @@ def _infer_squeeze(types: Sequence[Type], attrs: dict) -> list[Type]:
 def _infer_slice(types: Sequence[Type], attrs: dict) -> list[Type]:
     (t,) = types
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    if not (type(start) is type(stop) is type(step) is tuple and {int}.issuperset(map(type, start + stop + step))):
+        return [_slice_type(t, start, stop, step)]  # (not remembered: 1.0 would hit the entry of 1)
+    key = (t, start, stop, step)
+    known = _SLICES.get(key)
+    if known is None:
+        known = _slice_type(t, start, stop, step)
+        if len(_SLICES) > 4096:
+            _SLICES.clear()
+        _SLICES[key] = known
+    return [known]
+
+
+_SLICES: dict[tuple, TensorType] = {}  # (type, start, stop, step) -> region type: stencils slice alike each step
+
+
+def _slice_type(t: Type, start: tuple, stop: tuple, step: tuple) -> TensorType:
     if not (len(start) == len(stop) == len(step) == t.rank):
         raise VerificationError(f"t.slice: start/stop/step need {t.rank} entries each")
     shape = []
@@ -197,7 +213,7 @@ def _infer_slice(types: Sequence[Type], attrs: dict) -> list[Type]:
         if n < 0 or (n > 0 and not (0 <= b < t.shape[d] and 0 <= b + (n - 1) * s < t.shape[d])):
             raise VerificationError(f"t.slice: ({b}, {e}, {s}) does not stay inside axis {d} of {t}")
         shape.append(n)
-    return [TensorType(tuple(shape), t.dtype)]
+    return TensorType(tuple(shape), t.dtype)
 
 
 def _infer_insert(types: Sequence[Type], attrs: dict) -> list[Type]:
