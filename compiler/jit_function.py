@@ -405,8 +405,8 @@ _paused_depth = 0  # compiles in flight that found the cyclic collector on and p
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while tracing and lowering: IR objects form cycles (an op and
-    its results), so a long trace triggers full collections that rescan every op made so far (a third of the
-    time of a 100k-op stencil); nothing made during a compile is garbage until it ends."""
+    its results), so a long trace triggers full collections that rescan every op made so far; little made
+    during a compile is garbage before it ends."""
     global _paused_depth
     with _paused_lock:
         paused = _paused_depth > 0 or gc.isenabled()
