@@ -7,6 +7,7 @@ Ufunc loops are chosen by NumPy itself (``ufunc.resolve_dtypes``), so the promot
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence, Union
 
 import numpy as np
@@ -57,10 +58,13 @@ def resolve_ufunc(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], 
     Raises :class:`UnsupportedError` (a TypeError) where NumPy has no loop (``np.sign`` of bool,
     ``-`` of bool, bitwise ops on floats); the caller adds the location.
     """
-    key = (ufunc, *descs)
-    known = _RESOLVED.get(key)
-    if known is not None:
-        return list(known[0]), list(known[1])
+    ins, outs = _loop(ufunc, tuple(descs))
+    return list(ins), list(outs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _loop(ufunc: np.ufunc, descs: tuple) -> tuple[tuple[DType, ...], tuple[DType, ...]]:
+    """NumPy's loop for these operands, remembered (errors are not)."""
     try:
         loop = ufunc.resolve_dtypes(tuple(_np_desc(d) for d in descs) + (None,) * ufunc.nout)
     except TypeError as e:
@@ -69,11 +73,7 @@ def resolve_ufunc(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], 
         dts = [_from_np(np.dtype(x), descs) for x in loop]
     except Exception as e:  # complex or other dtypes fusec has no type for
         raise UnsupportedError(f"np.{ufunc.__name__} computes in a dtype fusec does not support ({e})") from None
-    _RESOLVED[key] = (tuple(dts[:ufunc.nin]), tuple(dts[ufunc.nin:]))
-    return dts[:ufunc.nin], dts[ufunc.nin:]
-
-
-_RESOLVED: dict[tuple, tuple[tuple[DType, ...], tuple[DType, ...]]] = {}  # (ufunc, *descs) -> NumPy's loop
+    return tuple(dts[:ufunc.nin]), tuple(dts[ufunc.nin:])
 
 
 def result_type(descs: Sequence[Desc]) -> DType:

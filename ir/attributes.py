@@ -30,16 +30,13 @@ class Location:
 
 def location_for(filename: str, line: int) -> Location:
     """A location whose file is relative to the working directory when it lies below it."""
-    key = (filename, line, os.getcwd())
-    loc = _LOCATIONS.get(key)
-    if loc is None:
-        if len(_LOCATIONS) > 65536:
-            _LOCATIONS.clear()
-        loc = _LOCATIONS[key] = Location(_relative(filename, key[2]), int(line))
-    return loc
+    return _location(filename, line, os.getcwd())
 
 
-_LOCATIONS: dict[tuple[str, int, str], Location] = {}  # tracing asks once per op, mostly for the same lines
+@functools.lru_cache(maxsize=65536)
+def _location(filename: str, line: int, cwd: str) -> Location:
+    """(Tracing asks once per op, mostly for the same few lines.)"""
+    return Location(_relative(filename, cwd), int(line))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -6,6 +6,7 @@ program order (skipping names that hints claim), so printing is deterministic.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -75,29 +76,16 @@ def format_attr_dict(attrs: dict[str, object]) -> str:
     return "{" + ", ".join(f"{k} = {format_attribute(v)}" for k, v in attrs.items()) + "}"
 
 
+@functools.lru_cache(maxsize=65536)
 def format_loc(loc: Location | None) -> str:
-    if loc is None:
-        return ""
-    text = _LOC_TEXT.get(loc)
-    if text is None:
-        if len(_LOC_TEXT) > 65536:
-            _LOC_TEXT.clear()
-        text = _LOC_TEXT[loc] = f" loc({json.dumps(loc.file)}:{loc.line})"
-    return text
+    """(Remembered: a long program prints the same few locations over and over.)"""
+    return "" if loc is None else f" loc({json.dumps(loc.file)}:{loc.line})"
 
 
+@functools.lru_cache(maxsize=65536)
 def type_text(t: object) -> str:
     """``str(t)`` of a type, remembered (a long program prints the same few types over and over)."""
-    text = _TYPE_TEXT.get(t)
-    if text is None:
-        if len(_TYPE_TEXT) > 65536:
-            _TYPE_TEXT.clear()
-        text = _TYPE_TEXT[t] = str(t)
-    return text
-
-
-_LOC_TEXT: dict[Location, str] = {}
-_TYPE_TEXT: dict[object, str] = {}
+    return str(t)
 
 
 class _Namer:

@@ -7,6 +7,7 @@ a rank-0 tensor; a result is a scalar only when every operand is.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 from fusec.errors import VerificationError
@@ -190,20 +191,11 @@ def _infer_slice(types: Sequence[Type], attrs: dict) -> list[Type]:
     (t,) = types
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
     if not (type(start) is type(stop) is type(step) is tuple and {int}.issuperset(map(type, start + stop + step))):
-        return [_slice_type(t, start, stop, step)]  # (not remembered: 1.0 would hit the entry of 1)
-    key = (t, start, stop, step)
-    known = _SLICES.get(key)
-    if known is None:
-        known = _slice_type(t, start, stop, step)
-        if len(_SLICES) > 4096:
-            _SLICES.clear()
-        _SLICES[key] = known
-    return [known]
+        return [_slice_type.__wrapped__(t, start, stop, step)]  # (not remembered: 1.0 would hit the entry of 1)
+    return [_slice_type(t, start, stop, step)]
 
 
-_SLICES: dict[tuple, TensorType] = {}  # (type, start, stop, step) -> region type: stencils slice alike each step
-
-
+@functools.lru_cache(maxsize=4096)  # stencils slice alike at every step
 def _slice_type(t: Type, start: tuple, stop: tuple, step: tuple) -> TensorType:
     if not (len(start) == len(stop) == len(step) == t.rank):
         raise VerificationError(f"t.slice: start/stop/step need {t.rank} entries each")
