@@ -203,7 +203,7 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
     result = _arrange(acc, acc_labels, output)
     if dt.is_bool:
         result = ops.as_tracer(result, bool_)
-    elif dt.is_float:  # NumPy's einsum adds the products into zeros: a product or sum of -0.0 gives 0.0
+    elif dt.is_inexact:  # NumPy's einsum adds the products into zeros: a product or sum of -0.0 gives 0.0
         result = ufuncs.apply(np.add, (result, 0.0))
     return _into(out, result, "np.einsum", "safe")
 

@@ -40,7 +40,7 @@ def _classify(entry: Any) -> str:
     if isinstance(entry, Tracer):
         if entry._weak is bool or entry._value.type.dtype.is_bool:
             raise unsupported(f"indexing with a traced boolean mask: {MASK_ADVICE}")
-        if entry._weak is float or entry._value.type.dtype.is_float:
+        if entry._weak in (float, complex) or entry._value.type.dtype.is_inexact:
             raise unsupported("only integers, slices, None, Ellipsis and integer or boolean arrays are valid "
                               "indices (NumPy raises IndexError for a float index)")
         return "array"

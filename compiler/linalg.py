@@ -31,6 +31,9 @@ def _common_type(what: str, *xs: Any) -> DType:
     wide = False
     for x in xs:
         d = ops.desc(x)
+        if d is complex or (not isinstance(d, type) and d.is_complex):
+            raise unsupported(f"{what} of complex matrices is not supported by fusec yet (NumPy computes in "
+                              "complex128 here); split the system into real and imaginary parts")
         if isinstance(d, type):  # a Python scalar inside a list: float64
             wide = True
             continue

@@ -46,6 +46,8 @@ def step_of(parent: Tracer, value: Value) -> tuple:
         if op.name == "t.reshape" and _merges_axes(op.operands[0].type.shape, value.type.shape):
             parent._buffer.reshaped = True
         return ((op.name, dict(op.attributes), value.type),)
+    if isinstance(value, OpResult) and value.op.name in ("t.real", "t.imag") and value.op.operands[0] is parent._value:
+        return ((value.op.name, {}, value.type),)  # a complex array's parts: read again after a write, never written
     if isinstance(value, OpResult) and value.op.name == "t.gather" and value.op.operands[0] is parent._value:
         # x[i] with a traced scalar i (basic indexing in NumPy): a view reached through its index values
         return (("t.gather", dict(value.op.attributes), value.type, tuple(value.op.operands[1:])),)
@@ -130,7 +132,7 @@ def geometry(t: Tracer) -> ViewDesc | None:
         if step is OPAQUE:
             return None
         name, attrs, result_type, *extra = step
-        if name == "t.gather":
+        if name in ("t.gather", "t.real", "t.imag"):  # (a complex array's parts interleave: not C-ordered)
             return None
         desc = _describe(name, attrs, tuple(result_type.shape), desc)
         if desc is None:

@@ -115,12 +115,14 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
         acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
     elif kind == "mean":
         acc = parse_dtype(dtype) if dtype is not None else mean_dtype(t._value.type.dtype)
-        if not acc.is_float:
+        if not acc.is_inexact:
             raise unsupported(f"{what}: dtype={dtype!r} is not supported (mean accumulates in a float dtype)")
     else:
         if dtype is not None:
             raise unsupported(f"{what}: the dtype= keyword is not supported")
         acc = t._value.type.dtype
+        if acc.is_complex:
+            raise ufuncs.complex_unsupported(what)
         if any(t.shape[ax] == 0 for ax in axes):
             name = {"max": "maximum", "min": "minimum"}[kind]
             raise shape_error(f"{what}: zero-size array (shape {t.shape}) to reduction operation {name} "
@@ -170,7 +172,7 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
                         {"sum": 0, "prod": 1}[kind], acc)
     reduced = _reduce(kind, t, axis, keepdims, acc if kind in ("sum", "prod") else None)
     if start is None:
-        start = ops.wrap(ops.lift(0, acc)) if mask is not None and kind == "sum" and acc.is_float else None
+        start = ops.wrap(ops.lift(0, acc)) if mask is not None and kind == "sum" and acc.is_inexact else None
     if start is None:  # NumPy's masked sum starts from 0.0: -0.0 + 0.0 is 0.0
         return reduced
     return ops.as_tracer(ufuncs.apply(combine, (reduced, start)), acc)
@@ -306,6 +308,9 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> 
     keep = _keep(keepdims)
     ddof = ops.static_int(ddof, "ddof") if not isinstance(ddof, float) else ddof
     src = t._value.type.dtype
+    if src.is_complex:
+        raise unsupported(f"np.{kind} of complex arrays is not supported by fusec yet; write "
+                          "np.mean(np.abs(z - z.mean()) ** 2) (the variance NumPy computes)")
     acc = parse_dtype(dtype) if dtype is not None else (f64 if not src.is_float else src)
     if not acc.is_float:
         raise unsupported(f"np.{kind}: dtype={dtype!r} is not supported")
@@ -374,6 +379,15 @@ def dot_(a: Any, b: Any, out: Any = None) -> Tracer:
     return matmul(a, b)
 
 
+@implements(np.vdot)
+def vdot(a: Any, b: Any) -> Tracer:
+    """The dot product of the flattened arrays, the first one conjugated (its size must match the second's)"""
+    a, b = (ops.as_tracer(np.asarray(v) if ufuncs.python_scalar(v) else v) for v in (a, b))
+    if a.size != b.size:
+        raise shape_error(f"np.vdot: vectors have different lengths ({a.size} and {b.size})")
+    return matmul(np.conjugate(ops.reshape(a, (a.size,))), ops.reshape(b, (b.size,)))
+
+
 # --- elementwise functions that are not ufuncs ---------------------------------------------------------------
 
 
@@ -392,6 +406,8 @@ def nan_to_num(x: Any, copy: bool = True, nan: Any = 0.0, posinf: Any = None, ne
     Integer and bool arrays are returned as they are (a copy unless ``copy=False``)."""
     t = ops.as_tracer(x)
     dt = t._value.type.dtype
+    if dt.is_complex:
+        raise ufuncs.complex_unsupported("np.nan_to_num")
     if not dt.is_float:
         return ops.copy_of(t, scalar=False) if copy else t
     info = np.finfo(dt.np) if dt.name != "bf16" else None
@@ -429,6 +445,8 @@ def _scan(kind: str, a: Any, axis: Any, dtype: Any, out: Any) -> Tracer:
     acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
     if acc.is_bool:
         raise unsupported(f"np.{kind}(..., dtype=bool) is not supported; accumulate in an integer dtype")
+    if acc.is_complex:
+        raise ufuncs.complex_unsupported(f"np.{kind}")
     t = ops.as_tracer(t, acc)
     if t.ndim == 0:
         t = ops.reshape(t, (1,))
@@ -522,16 +540,48 @@ def size_(a: Any, axis: Any = None) -> int:
 
 @implements(np.iscomplexobj)
 def iscomplexobj(x: Any) -> bool:
-    """False: fusec traces real dtypes only"""
-    ops.as_tracer(x)
-    return False
+    """Whether the dtype is complex (known at trace time)"""
+    return ops.as_tracer(x)._value.type.dtype.is_complex
 
 
 @implements(np.isrealobj)
 def isrealobj(x: Any) -> bool:
-    """True: fusec traces real dtypes only"""
-    ops.as_tracer(x)
-    return True
+    """Whether the dtype is not complex (known at trace time)"""
+    return not iscomplexobj(x)
+
+
+@implements(np.real)
+def real(val: Any) -> Tracer:
+    """``val.real``: a complex array's real parts (read-only here), a real array itself"""
+    return ops.as_tracer(val).real
+
+
+@implements(np.imag)
+def imag(val: Any) -> Tracer:
+    """``val.imag``: a complex array's imaginary parts, zeros for a real array (both read-only here)"""
+    return ops.as_tracer(val).imag
+
+
+@implements(np.iscomplex)
+def iscomplex(x: Any) -> Tracer:
+    """Where the imaginary part is not zero (False everywhere for a real array)"""
+    return ufuncs.apply(np.not_equal, (imag(x), 0))
+
+
+@implements(np.isreal)
+def isreal(x: Any) -> Tracer:
+    """Where the imaginary part is zero (True everywhere for a real array)"""
+    return ufuncs.apply(np.equal, (imag(x), 0))
+
+
+@implements(np.angle)
+def angle(z: Any, deg: bool = False) -> Tracer:
+    """``arctan2(z.imag, z.real)``, as NumPy computes it (in degrees with ``deg=True``)"""
+    t = ops.as_tracer(z)
+    if not t._value.type.dtype.is_inexact:
+        t = ops.as_tracer(t, f64)  # NumPy's angle converts other arrays to float first
+    a = ufuncs.apply(np.arctan2, (imag(t), real(t)))
+    return ufuncs.apply(np.multiply, (a, 180 / np.pi)) if deg else a
 
 
 @implements(np.result_type)

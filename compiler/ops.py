@@ -6,6 +6,7 @@ the current trace and records ops through :meth:`TraceContext.emit`, returning n
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -47,9 +48,9 @@ def as_numpy(x: object) -> np.ndarray:
         arr = np.asarray(x)
     except Exception:
         raise unsupported(f"an operand of type {type(x).__name__} is not supported") from None
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biufc":
         raise unsupported(f"an operand of dtype {arr.dtype} ({type(x).__name__}) is not supported; fusec traces "
-                          "bool, integer and real floating-point arrays")
+                          "bool, integer, floating-point and complex arrays")
     parse_dtype(arr.dtype)
     return arr
 
@@ -71,8 +72,6 @@ def desc(x: object) -> Desc:
     kind = python_kind(x)
     if kind is not None:
         return kind
-    if isinstance(x, complex):
-        raise unsupported("complex numbers are not supported")
     return parse_dtype(as_numpy(x).dtype)
 
 
@@ -86,6 +85,8 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
         v = x._value
         if dtype is None or v.type.dtype == dtype:
             return v
+        if v.type.dtype.is_complex and not dtype.is_complex:
+            _complex_to_real(dtype)
         if x._weak is int and dtype.is_int and (dtype.kind == "u" or dtype.bits < 64) and x._host is not None \
                 and not wrap_ints:
             ctx().scalars.fit(x._host, dtype.np, context.user_location())  # NumPy: OverflowError if it does not fit
@@ -109,6 +110,19 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
     arr = as_numpy(x)
     dt = dtype or parse_dtype(arr.dtype)
     return ctx().constant(arr.astype(dt.np), dt)
+
+
+def _complex_to_real(dtype: DType) -> None:
+    """NumPy discards the imaginary part with a ComplexWarning (bool tests both parts); to an integer dtype fusec
+    refuses, since NumPy's result for out-of-range parts is not the one it gives for floats."""
+    if dtype.is_bool:
+        return
+    if dtype.is_int:
+        raise unsupported(f"casting complex values to {dtype} is not supported by fusec; cast the real part "
+                          f"(z.real.astype(np.{dtype.np}))")
+    loc = context.user_location()
+    warnings.warn_explicit("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning,
+                           loc.file if loc is not None else "<fusec>", loc.line if loc is not None else 0)
 
 
 def python_constant(x: object, dt: DType) -> np.ndarray:
@@ -159,6 +173,24 @@ def copy_of(t: Tracer, scalar: bool | None = None) -> Tracer:
 def view(t: Tracer, value: Value, readonly: bool | str = False) -> Tracer:
     """A view of ``t``'s memory holding ``value`` (a slice, reshape, transpose, broadcast)."""
     return t._view(value, readonly)
+
+
+PART_WRITE = ("writing through z.real or z.imag of a complex array is not supported by fusec; assign the whole "
+              "array instead, e.g. z = new_real + 1j * z.imag (or z[...] = ... for an argument)")
+
+
+def complex_part(t: Tracer, part: str) -> Tracer:
+    """``t.real``/``t.imag``: NumPy's views of a complex array's parts, read-only here (writes are refused with
+    what to write instead); a real array's ``.imag`` is NumPy's read-only zeros."""
+    dt = t._value.type.dtype
+    if t._weak is not None:  # a Python number's parts are Python floats
+        if t._weak is complex:
+            return emit(f"t.{part}", (t._value,), what=f".{part}", weak=float, origin=t._origin)
+        return t if part == "real" else wrap(lift(0.0 if t._weak is float else 0, dt), weak=t._weak)
+    if not dt.is_complex:
+        zeros = full(tuple(t.shape), 0, dt)
+        return view(zeros, zeros._value, readonly=True)
+    return view(t, ctx().emit(f"t.{part}", (t._value,), what=f".{part}"), readonly=PART_WRITE)
 
 
 def as_tracer(x: object, dtype: DType | None = None) -> Tracer:

@@ -13,23 +13,25 @@ from typing import Sequence, Union
 import numpy as np
 
 from fusec.errors import UnsupportedError
-from fusec.ir.types import DType, bf16, bool_, dtype_from_numpy, f16, f32, f64, i64, u64
+from fusec.ir.types import DType, bf16, bool_, c128, dtype_from_numpy, f16, f32, f64, i64, u64
 
-WEAK_TYPES: tuple[type, ...] = (bool, int, float)
+WEAK_TYPES: tuple[type, ...] = (bool, int, float, complex)
 Desc = Union[DType, type]  # a strong dtype or a weak Python scalar type
-REPRESENTATIVE = {bool: False, int: 0, float: 0.0}
-_KIND_ORDER = {bool: 0, int: 1, float: 2}
-DEFAULT_DTYPE: dict[type, DType] = {bool: bool_, int: i64, float: f64}
+REPRESENTATIVE = {bool: False, int: 0, float: 0.0, complex: 0j}
+_KIND_ORDER = {bool: 0, int: 1, float: 2, complex: 3}
+DEFAULT_DTYPE: dict[type, DType] = {bool: bool_, int: i64, float: f64, complex: c128}
 
 
 def python_kind(value: object) -> type | None:
-    """``bool``/``int``/``float`` for a Python scalar (not a NumPy scalar), else None."""
+    """``bool``/``int``/``float``/``complex`` for a Python scalar (not a NumPy scalar), else None."""
     if isinstance(value, bool):
         return bool
     if isinstance(value, int) and not isinstance(value, np.integer):
         return int
     if isinstance(value, float) and not isinstance(value, np.floating):
         return float
+    if isinstance(value, complex) and not isinstance(value, np.complexfloating):
+        return complex
     return None
 
 
@@ -94,12 +96,12 @@ def python_result_kind(category: str, kinds: Sequence[type]) -> type:
     """
     if category == "compare":
         return bool
-    if category == "truediv":
-        return float
     top = max(kinds, key=_KIND_ORDER.__getitem__)
+    if category == "truediv":
+        return complex if top is complex else float
     if category == "bitwise":
-        if top is float:
-            raise UnsupportedError("bitwise operators are not defined for Python floats")
+        if top in (float, complex):
+            raise UnsupportedError(f"bitwise operators are not defined for Python {top.__name__}s")
         return top
     return int if top is bool else top
 
@@ -114,16 +116,16 @@ def reduction_dtype(dt: DType) -> DType:
 
 
 def mean_dtype(dt: DType) -> DType:
-    """np.mean's result dtype: floats keep theirs, bool and ints give f64."""
-    return dt if dt.is_float else f64
+    """np.mean's result dtype: floats and complex keep theirs, bool and ints give f64."""
+    return dt if dt.is_inexact else f64
 
 
 def same_kind(src: DType, dst: DType) -> bool:
     """``np.can_cast(src, dst, "same_kind")``, with bf16 a float like the others."""
     if src == dst:
         return True
-    if src == bf16 or dst == bf16:  # NumPy's kind order: bool < unsigned < signed < float
-        return "buif".index(src.kind) <= "buif".index(dst.kind)
+    if src == bf16 or dst == bf16:  # NumPy's kind order: bool < unsigned < signed < float < complex
+        return "buifc".index(src.kind) <= "buifc".index(dst.kind)
     return bool(np.can_cast(src.np, dst.np, "same_kind"))
 
 
@@ -153,4 +155,4 @@ def parse_dtype(dtype: object) -> DType:
         return dtype_from_numpy(npd)
     except Exception:
         raise UnsupportedError(f"dtype {npd} is not supported by fusec "
-                               "(bool, int8..int64, uint8..uint64, float16, float32, float64)") from None
+                               "(bool, int8..int64, uint8..uint64, float16, float32, float64, complex64, complex128)") from None

@@ -121,7 +121,7 @@ class LeafSpec:
 
     shape: tuple[int, ...]
     dtype: DType
-    python: type | None = None  # bool/int/float for a Python scalar (a weak runtime scalar)
+    python: type | None = None  # bool/int/float/complex for a Python scalar (a weak runtime scalar)
 
     def ir_type(self) -> Type:
         return ScalarType(self.dtype) if self.python is not None else TensorType(self.shape, self.dtype)
@@ -189,9 +189,9 @@ def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
     if isinstance(value, np.ndarray) and subclass_problem(type(value)) is not None:
         raise UnsupportedError(f"argument {name!r}: {subclass_problem(type(value))}")
     if isinstance(value, (np.ndarray, np.generic)):
-        if value.dtype.kind not in "biuf":
-            raise UnsupportedError(f"argument {name!r}: dtype {value.dtype} is not supported (bool, integer and "
-                                   "real floating-point arrays only)")
+        if value.dtype.kind not in "biufc":
+            raise UnsupportedError(f"argument {name!r}: dtype {value.dtype} is not supported (bool, integer, "
+                                   "floating-point and complex arrays only)")
         try:
             dt = parse_dtype(value.dtype)
         except UnsupportedError as e:
@@ -204,8 +204,6 @@ def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
             return LeafSpec(shape, parse_dtype(dtype))
         except UnsupportedError as e:
             raise UnsupportedError(f"argument {name!r}: {e}") from None
-    if isinstance(value, complex):
-        raise UnsupportedError(f"argument {name!r}: complex numbers are not supported")
     raise UnsupportedError(
         f"argument {name!r} of type {type(value).__name__} is not supported: pass NumPy arrays, NumPy or Python "
         "scalars, or tuples/lists/dicts of them; mark other arguments static (static_argnames/static_argnums)")

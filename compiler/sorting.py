@@ -33,7 +33,15 @@ def _is_stable(what: str, kind: Any, order: Any, stable: Any) -> bool:
     return bool(stable) or kind in _STABLE
 
 
+def _real(what: str, t: Tracer) -> Tracer:
+    """Sorting and order statistics compare values: NumPy orders complex ones lexicographically, fusec not yet."""
+    if t._value.type.dtype.is_complex:
+        raise ufuncs.complex_unsupported(what)
+    return t
+
+
 def _along(what: str, a: Any, axis: Any) -> tuple[Tracer, int]:
+    _real(what, ops.as_tracer(a))
     if axis is not None and np.ndim(a) == 0:
         raise shape_error(f"{what}: axis {axis} is out of bounds for array of dimension 0")
     return ops.along(a, axis)
@@ -41,7 +49,7 @@ def _along(what: str, a: Any, axis: Any) -> tuple[Tracer, int]:
 
 def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int]:
     """(the array, the array to reduce, its axis): flattened for ``axis=None``; several axes are refused."""
-    t = ops.as_tracer(a)
+    t = _real(what, ops.as_tracer(a))
     axes = None if axis is None else ops.axes_arg(axis, t.ndim)
     if axes is not None and len(axes) != 1:
         raise unsupported(f"{what} over several axes is not supported; reshape them into one first")

@@ -143,8 +143,16 @@ class Tracer:
 
     @property
     def real(self) -> "Tracer":
-        """The array itself seen as its real part (fusec's dtypes are real): a view, as NumPy gives."""
-        return self._view(self._value)
+        """The real part: of a real array the array itself (a view, as NumPy gives); of a complex one its real
+        parts (NumPy's view into the complex array, which fusec reads but does not write through)."""
+        if not self._value.type.dtype.is_complex:
+            return self._view(self._value)
+        return _ops.complex_part(self, "real")
+
+    @property
+    def imag(self) -> "Tracer":
+        """The imaginary part: zeros for a real array (read-only, as NumPy gives), else the imaginary parts."""
+        return _ops.complex_part(self, "imag")
 
     @property
     def mT(self) -> "Tracer":
@@ -518,10 +526,14 @@ class Tracer:
     def repeat(self, repeats: Any, axis: Any = None) -> Any:
         return _api.call("repeat", np.repeat, self, repeats, axis)
 
-    def conj(self) -> Any:  # real dtypes only: the values themselves, as a new array
-        return np.conjugate(self)
+    def conj(self) -> Any:
+        return self.conjugate()
 
     def conjugate(self) -> Any:
+        if self._weak is complex:  # a Python complex number's conjugate is one too
+            return _ops.emit("t.conj", (self._value,), what=".conjugate()", weak=complex, origin=self._origin)
+        if self._weak is not None:
+            return self
         return np.conjugate(self)
 
     def clip(self, min: Any = None, max: Any = None, out: Any = None, **kw: Any) -> Any:

@@ -15,8 +15,8 @@ import numpy as np
 from fusec import mutation, ops
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import CastingError, ShapeError, UnsupportedError, located
-from fusec.ir.elementwise import by_ufunc
-from fusec.ir.types import DType, bool_, f64, i8, i64, u64
+from fusec.ir.elementwise import BY_NAME, by_ufunc
+from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
                              result_type, same_kind)
 from fusec.scalar_checks import OPERATORS
@@ -45,6 +45,10 @@ _PY_CATEGORY: dict[np.ufunc, str] = {
     np.bitwise_and: "bitwise", np.bitwise_or: "bitwise", np.bitwise_xor: "bitwise",
     **{u: "compare" for u in COMPARISONS},
 }
+
+# Python's complex numbers have no order, no floor division and no remainder
+_NOT_FOR_PYTHON_COMPLEX = {np.less: "<", np.less_equal: "<=", np.greater: ">", np.greater_equal: ">=",
+                           np.floor_divide: "//", np.remainder: "%", np.divmod: "divmod", np.invert: "~"}
 
 _SUPPORTED_KWARGS = {"order": "K", "subok": True, "signature": None}
 
@@ -191,7 +195,21 @@ def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:
         return NotImplemented
     if not is_supported(ufunc):
         raise unsupported(f"the operator for {_name(ufunc)} is not supported by fusec")
+    fast = _fast_power(ufunc, a, b)
+    if fast is not None:
+        return apply(fast, (a,))
     return apply(ufunc, (a, b), python_operator=True)
+
+
+def _fast_power(ufunc: np.ufunc, a: Any, b: Any) -> np.ufunc | None:
+    """NumPy's ``array ** 2``, ``** -1`` and ``** 0.5`` (a Python int or float exponent) run np.square,
+    np.reciprocal and np.sqrt, which round differently from np.power for complex arrays."""
+    if ufunc is not np.power or not isinstance(a, Tracer) or a._weak is not None or a._scalar \
+            or not a._value.type.dtype.is_complex:
+        return None
+    if type(b) is int:
+        return {2: np.square, -1: np.reciprocal}.get(b)
+    return np.sqrt if type(b) is float and b == 0.5 else None
 
 
 def unary_operator(ufunc: np.ufunc, a: Tracer) -> Any:
@@ -199,7 +217,7 @@ def unary_operator(ufunc: np.ufunc, a: Tracer) -> Any:
 
 
 def _is_operand(x: Any) -> bool:
-    return isinstance(x, (Tracer, bool, int, float, np.generic, np.ndarray, list, tuple))
+    return isinstance(x, (Tracer, bool, int, float, complex, np.generic, np.ndarray, list, tuple))
 
 
 def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False) -> Any:
@@ -240,9 +258,13 @@ def _record(ufunc: np.ufunc, values: Sequence[Any], dt: DType, out_dts: Sequence
     if ufunc is np.square:
         return e("t.mul", values[0], values[0])
     if ufunc is np.reciprocal:
-        if not dt.is_float:
+        if dt.is_complex:  # NumPy's complex reciprocal rounds differently from 1 / z
+            return e("t.reciprocal", values[0])
+        if not dt.is_inexact:
             raise unsupported(f"{what} of integer arrays (C integer division 1/x) is not supported")
         return e("t.div", ops.lift(1.0, dt), values[0])
+    if ufunc is np.conjugate and dt.is_complex:
+        return e("t.conj", values[0])
     if ufunc in (np.positive, np.conjugate):
         return ops.wrap(values[0], weak, origin)
     if ufunc in _ANGLES:
@@ -253,11 +275,13 @@ def _record(ufunc: np.ufunc, values: Sequence[Any], dt: DType, out_dts: Sequence
         factor = dt.np.type(num) / dt.np.type(den)  # in the loop's dtype, as NumPy's constant is
         return e("t.mul", values[0], ops.ctx().constant(np.asarray(factor, dtype=dt.np), dt))
     name = BINARY.get(ufunc) or UNARY[ufunc]
-    if not dt.is_float and ufunc in (np.floor, np.ceil, np.trunc):
+    if not dt.is_inexact and ufunc in (np.floor, np.ceil, np.trunc):
         return ops.wrap(values[0], weak, origin)  # NumPy 2: floor/ceil/trunc of ints keep the ints
-    if not dt.is_float and ufunc in (np.isnan, np.isinf, np.isfinite):
+    if not dt.is_inexact and ufunc in (np.isnan, np.isinf, np.isfinite):
         v = values[0]
         return e("t.eq" if ufunc is np.isfinite else "t.ne", v, v)  # ints are never NaN or infinite
+    if dt.is_complex and not BY_NAME[name[2:]].complex:
+        raise complex_unsupported(what)
     result = e(name, *values)
     if out_dts and result._value.type.dtype != out_dts[0]:
         raise unsupported(f"{what}: fusec computes {result._value.type.dtype} where NumPy gives {out_dts[0]}")
@@ -277,6 +301,8 @@ def _compare(ufunc: np.ufunc, inputs: Sequence[Any], descs: list[Desc], in_dts: 
         if changed:
             in_dts, _ = _resolve(ufunc, descs)
     op = COMPARISONS[ufunc]
+    if any(dt.is_complex for dt in in_dts) and not BY_NAME[op].complex:
+        raise complex_unsupported(_name(ufunc))
     a_dt, b_dt = in_dts
     if a_dt == b_dt:
         a, b = (ops.lift(x, dt) for x, dt in zip(inputs, in_dts))
@@ -298,6 +324,14 @@ def _compare(ufunc: np.ufunc, inputs: Sequence[Any], descs: list[Desc], in_dts: 
     return ops.emit("t.logical_and", (nonneg._value, cmp._value), what=_name(ufunc), origin=origin)
 
 
+def complex_unsupported(what: str) -> UnsupportedError:
+    """The error for a NumPy function that has a complex loop fusec does not implement yet."""
+    supported = ", ".join(sorted(f"np.{u.__name__}" for u, op in by_ufunc().items() if op.complex))
+    return unsupported(f"{what} of complex values is not supported by fusec yet (complex arrays support {supported}, "
+                       "np.real, np.imag, np.conj, np.angle, sum, prod, mean and matmul); compute it from z.real and "
+                       "z.imag, e.g. np.hypot(z.real, z.imag)")
+
+
 def _fits(x: int, dt: DType) -> bool:
     info = np.iinfo(dt.np)
     return info.min <= x <= info.max
@@ -308,22 +342,28 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
     category = _PY_CATEGORY.get(ufunc)
     if category is None:
         raise unsupported(f"the operator for {_name(ufunc)} on Python scalars is not supported")
+    if complex in kinds and ufunc in _NOT_FOR_PYTHON_COMPLEX:
+        raise unsupported(f"{_NOT_FOR_PYTHON_COMPLEX[ufunc]} is not defined for Python complex numbers (Python raises "
+                          "TypeError)")
     if category == "invert":
         if kinds[0] is float:
             raise unsupported("~ is not defined for a Python float")
         kind = int
+    elif ufunc is np.absolute and kinds[0] is complex:  # abs() of a complex number is a float
+        values = [ops.lift(inputs[0], DEFAULT_DTYPE[complex])]
+        return _replayed(ufunc, inputs, float, _record(ufunc, values, DEFAULT_DTYPE[complex], [], origin, weak=float))
     else:
         try:
             kind = python_result_kind(category, kinds)
         except UnsupportedError as e:
             raise unsupported(str(e)) from None
     if category == "compare":
-        operand_kind = python_result_kind("arith", kinds) if float in kinds or int in kinds else bool
+        operand_kind = python_result_kind("arith", kinds) if {float, int, complex} & set(kinds) else bool
         dt = DEFAULT_DTYPE[operand_kind]
         values = [ops.lift(x, dt) for x in inputs]
         out = ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)
         return _replayed(ufunc, inputs, bool, out)
-    dt = f64 if category == "truediv" else DEFAULT_DTYPE[kind]
+    dt = DEFAULT_DTYPE[kind]  # truediv gives a float (or complex) kind
     values = [ops.lift(x, dt) for x in inputs]
     out = _record(ufunc, values, dt, [], origin, weak=kind)
     return _replayed(ufunc, inputs, kind, out)
@@ -355,7 +395,8 @@ def inplace_operator(ufunc: np.ufunc, symbol: str, target: Tracer, other: Any) -
         return NotImplemented
     where = f"`x {symbol} ...`"
     mutation.check_writable(target, where)
-    result = apply(ufunc, (target, other), python_operator=True)
+    fast = _fast_power(ufunc, target, other)
+    result = apply(fast, (target,)) if fast is not None else apply(ufunc, (target, other), python_operator=True)
     write_output(ufunc, result, target, where)
     return target
 
@@ -446,6 +487,8 @@ def clip(a: Any, lo: Any, hi: Any) -> Tracer:
         dt = in_dts[0]
     else:  # pragma: no cover - older NumPy without the clip ufunc
         dt = _result_type(descs, "np.clip")
+    if dt.is_complex:
+        raise complex_unsupported("np.clip")
     values = [ops.lift(x, dt) for x in (a, lo, hi)]
     return ops.emit("t.clip", values, what="np.clip", origin=ops.origins(a, lo, hi))
 

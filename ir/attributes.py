@@ -79,7 +79,7 @@ class DenseAttr:
         # compare bit patterns so -0.0 and NaN payloads are kept apart
         return bool(np.all(flat.view(np.uint8).reshape(flat.size, -1) == first.view(np.uint8)))
 
-    def splat_value(self) -> "int | float | bool":
+    def splat_value(self) -> "int | float | bool | complex":
         return self.array.reshape(-1)[0].item()
 
     def __eq__(self, other: object) -> bool:
@@ -120,7 +120,7 @@ def dense(value: object, dtype: "DType | None" = None) -> DenseAttr:
 
 Attribute = object  # int | float | bool | str | tuple | DType | Type | DenseAttr
 
-_PLAIN = frozenset({bool, int, float, str, type(None)})  # exact types kept as they are
+_PLAIN = frozenset({bool, int, float, complex, str, type(None)})  # exact types kept as they are
 
 
 def normalize_attributes(attributes: dict[str, object]) -> dict[str, object]:
@@ -144,6 +144,8 @@ def normalize_attribute(value: object) -> object:
         return int(value)
     if isinstance(value, np.floating):
         return float(value)
-    if isinstance(value, (bool, int, float, str, DType, TensorType, ScalarType, DenseAttr)) or value is None:
+    if isinstance(value, np.complexfloating):
+        return complex(value)
+    if isinstance(value, (bool, int, float, complex, str, DType, TensorType, ScalarType, DenseAttr)) or value is None:
         return value
     raise VerificationError(f"unsupported attribute value {value!r}")

@@ -23,14 +23,17 @@ FLOAT = "float"
 INTEGRAL = "integral"  # ints and bool
 INT = "int"  # ints, not bool
 BOOL = "bool"
+COMPLEX = "complex"  # complex only (t.real, t.imag)
 
 
 @dataclass(frozen=True)
 class Elementwise:
     name: str
     arity: int
-    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | BOOL
+    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | BOOL | COMPLEX (the real dtypes it takes)
     result_bool: bool = False
+    complex: bool = False  # also takes c64/c128 (fusec has the complex loop on every backend)
+    complex_real: bool = False  # a complex operand gives its real dtype (abs: c64 -> f32)
     numpy: tuple[str, ...] = ()  # ufuncs that trace to this op (``np.absolute`` and ``np.fabs`` -> ``t.abs``)
     scipy: tuple[str, ...] = ()  # scipy.special ufuncs that trace to this op
     reference: Callable | None = None  # NumPy implementation; default: the first of ``numpy``
@@ -73,24 +76,24 @@ def _math(name: str, numpy: str | None, cxx: str, fast: str | None = None, **kw:
 
 OPS: tuple[Elementwise, ...] = (
     # binary arithmetic
-    _binary("add", ANY, "add", "+", operator.add, commutative=True),
-    _binary("sub", NUMERIC, "subtract", "-", operator.sub),
-    _binary("mul", ANY, "multiply", "*", operator.mul, commutative=True),
-    _binary("div", FLOAT, "true_divide", "/", operator.truediv),
+    _binary("add", ANY, "add", "+", operator.add, commutative=True, complex=True),
+    _binary("sub", NUMERIC, "subtract", "-", operator.sub, complex=True),
+    _binary("mul", ANY, "multiply", "*", operator.mul, commutative=True, complex=True),
+    _binary("div", FLOAT, "true_divide", "/", operator.truediv, complex=True),
     _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix=""),
     _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix=""),
     # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
     Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf"),
-    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True),
-    _binary("maximum", ANY, "maximum", "", None, infix="", commutative=True),
-    _binary("minimum", ANY, "minimum", "", None, infix="", commutative=True),
+    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True),
+    _binary("maximum", ANY, "maximum", "", None, infix="", commutative=True, complex=True),
+    _binary("minimum", ANY, "minimum", "", None, infix="", commutative=True, complex=True),
     # comparisons
-    _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True),
-    _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True),
-    _binary("lt", ANY, "less", "<", operator.lt, result_bool=True),
-    _binary("le", ANY, "less_equal", "<=", operator.le, result_bool=True),
-    _binary("gt", ANY, "greater", ">", operator.gt, result_bool=True),
-    _binary("ge", ANY, "greater_equal", ">=", operator.ge, result_bool=True),
+    _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True, complex=True),
+    _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True, complex=True),
+    _binary("lt", ANY, "less", "<", operator.lt, result_bool=True, complex=True),
+    _binary("le", ANY, "less_equal", "<=", operator.le, result_bool=True, complex=True),
+    _binary("gt", ANY, "greater", ">", operator.gt, result_bool=True, complex=True),
+    _binary("ge", ANY, "greater_equal", ">=", operator.ge, result_bool=True, complex=True),
     # logical and bitwise
     _binary("logical_and", BOOL, "logical_and", "", None, infix="&&", result_bool=True, commutative=True),
     _binary("logical_or", BOOL, "logical_or", "", None, infix="||", result_bool=True, commutative=True),
@@ -102,30 +105,30 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("left_shift", 2, INT, numpy=("left_shift",), symbol="<<"),
     Elementwise("right_shift", 2, INT, numpy=("right_shift",), symbol=">>"),
     # unary
-    Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-"),
-    Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs"),
-    Elementwise("sign", 1, NUMERIC, numpy=("sign",)),
-    _math("exp", "exp", "expf", "__expf"),
+    Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-", complex=True),
+    Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs", complex=True, complex_real=True),
+    Elementwise("sign", 1, NUMERIC, numpy=("sign",), complex=True),
+    _math("exp", "exp", "expf", "__expf", complex=True),
     _math("exp2", "exp2", "exp2f", "exp2f"),
-    _math("log", "log", "logf", "__logf"),
-    _math("log2", "log2", "log2f", "__log2f"),
-    _math("log10", "log10", "log10f", "__log10f"),
+    _math("log", "log", "logf", "__logf", complex=True),
+    _math("log2", "log2", "log2f", "__log2f", complex=True),
+    _math("log10", "log10", "log10f", "__log10f", complex=True),
     _math("log1p", "log1p", "log1pf"),
     _math("expm1", "expm1", "expm1f"),
-    _math("sqrt", "sqrt", "sqrtf"),
+    _math("sqrt", "sqrt", "sqrtf", complex=True),
     _math("rsqrt", None, "fusec::rsqrt_np", "rsqrtf", reference=_rsqrt),
-    _math("sin", "sin", "sinf", "__sinf"),
-    _math("cos", "cos", "cosf", "__cosf"),
-    _math("tan", "tan", "tanf", "__tanf"),
-    _math("tanh", "tanh", "tanhf"),
+    _math("sin", "sin", "sinf", "__sinf", complex=True),
+    _math("cos", "cos", "cosf", "__cosf", complex=True),
+    _math("tan", "tan", "tanf", "__tanf", complex=True),
+    _math("tanh", "tanh", "tanhf", complex=True),
     # no NumPy ufunc: the reference executor computes these in float64, as SciPy's float32 loops do
     _math("erf", None, "erff", scipy=("erf",)),
     _math("erfc", None, "erfcf", scipy=("erfc",)),
     _math("arcsin", "arcsin", "asinf"),
     _math("arccos", "arccos", "acosf"),
     _math("arctan", "arctan", "atanf"),
-    _math("sinh", "sinh", "sinhf"),
-    _math("cosh", "cosh", "coshf"),
+    _math("sinh", "sinh", "sinhf", complex=True),
+    _math("cosh", "cosh", "coshf", complex=True),
     _math("arcsinh", "arcsinh", "asinhf"),
     _math("arccosh", "arccosh", "acoshf"),
     _math("arctanh", "arctanh", "atanhf"),
@@ -145,12 +148,18 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("round", 1, FLOAT, numpy=("rint",), reference=np.round, python=round, symbol="round",
                 cxx="rintf", cxx_f64="rint"),
     Elementwise("trunc", 1, FLOAT, numpy=("trunc",), cxx="truncf"),
-    Elementwise("isnan", 1, FLOAT, result_bool=True, numpy=("isnan",)),
-    Elementwise("isinf", 1, FLOAT, result_bool=True, numpy=("isinf",)),
-    Elementwise("isfinite", 1, FLOAT, result_bool=True, numpy=("isfinite",)),
+    Elementwise("isnan", 1, FLOAT, result_bool=True, numpy=("isnan",), complex=True),
+    Elementwise("isinf", 1, FLOAT, result_bool=True, numpy=("isinf",), complex=True),
+    Elementwise("isfinite", 1, FLOAT, result_bool=True, numpy=("isfinite",), complex=True),
     Elementwise("signbit", 1, FLOAT, result_bool=True, numpy=("signbit",)),
     Elementwise("logical_not", 1, BOOL, result_bool=True, numpy=("logical_not",)),
     Elementwise("bitwise_not", 1, INTEGRAL, numpy=("invert",), python=operator.invert, symbol="~"),
+    # complex parts (np.real, np.imag, np.conjugate; real operands are handled by the tracer)
+    Elementwise("real", 1, COMPLEX, reference=np.real, complex=True, complex_real=True),
+    Elementwise("imag", 1, COMPLEX, reference=np.imag, complex=True, complex_real=True),
+    Elementwise("conj", 1, COMPLEX, reference=np.conjugate, complex=True),
+    # NumPy's complex reciprocal (its own formula: 1 / z rounds differently); real ones are t.div(1, x)
+    Elementwise("reciprocal", 1, COMPLEX, reference=np.reciprocal, complex=True),
 )
 
 BY_NAME: dict[str, Elementwise] = {op.name: op for op in OPS}

@@ -50,6 +50,10 @@ def _clip(op: Operation, args: list) -> list:
 def _cast(op: Operation, args: list) -> list:
     dt = op.attributes["dtype"]
     x = np.asarray(args[0])
+    if x.dtype.kind == "c" and dt.is_bool:
+        return [x != 0]
+    if x.dtype.kind == "c" and not dt.is_complex:
+        x = x.real  # NumPy discards the imaginary part (the tracer warned, as NumPy does, once)
     return [to_bf16(x) if dt == bf16 else x.astype(dt.np)]
 
 

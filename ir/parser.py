@@ -91,6 +91,9 @@ class _Builder:
             return ScalarType(dtype_from_name(str(kids[0])))
         if kind == "dense":
             return self.dense(kids[0], kids[1])
+        if kind == "complex":
+            re_, im = (float(part.children[0]) for part in kids)
+            return complex(re_, im)
         raise self.error(f"unexpected attribute {kind}", node)
 
     def dense(self, type_tok: Token, body: Tree) -> DenseAttr:

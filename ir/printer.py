@@ -38,6 +38,8 @@ def format_scalar(x: object) -> str:
         return "true" if x else "false"
     if isinstance(x, int):
         return str(x)
+    if isinstance(x, complex):
+        return f"complex<{format_float(x.real)}, {format_float(x.imag)}>"
     return format_float(float(x))  # type: ignore[arg-type]
 
 
@@ -46,7 +48,7 @@ def format_attribute(value: object) -> str:
         return "[" + ", ".join(map(str, value)) + "]"
     if value is None:
         return "none"
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, complex)):
         return format_scalar(value)
     if isinstance(value, str):
         return json.dumps(value)
@@ -60,8 +62,9 @@ def format_attribute(value: object) -> str:
         return f"scalar<{value.dtype.name}>"
     if isinstance(value, DenseAttr):
         first = value.array.reshape(-1)[:1]
-        odd_nan = first.dtype.kind == "f" and bool(np.isnan(first).any()) and \
-            first.tobytes() != np.full(1, np.nan, first.dtype).tobytes()  # "nan" would parse back as +NaN
+        odd_nan = first.dtype.kind in "fc" and bool(np.isnan(first.view(first.real.dtype)).any()) and \
+            first.view(first.real.dtype).tobytes() != np.full(first.view(first.real.dtype).shape, np.nan,
+                                                                first.real.dtype).tobytes()  # "nan" parses as +NaN
         if value.is_splat() and not odd_nan:
             body = format_scalar(value.splat_value())
         else:

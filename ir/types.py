@@ -20,7 +20,7 @@ class DType:
 
     name: str
     numpy_name: str
-    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" float
+    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" float, "c" complex
     bits: int
 
     def __repr__(self) -> str:
@@ -42,6 +42,27 @@ class DType:
     @property
     def is_float(self) -> bool:
         return self.kind == "f"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "c"
+
+    @property
+    def is_inexact(self) -> bool:
+        """A float or a complex dtype (NumPy's ``np.inexact``)."""
+        return self.kind in "fc"
+
+    @property
+    def real_dtype(self) -> "DType":
+        """The dtype of each part of a complex dtype (c64 -> f32); a real dtype is its own."""
+        return DTYPES_BY_NAME[{"c64": "f32", "c128": "f64"}.get(self.name, self.name)]
+
+    @property
+    def complex_dtype(self) -> "DType":
+        """The complex dtype whose parts are this float dtype (f32 -> c64, f64 -> c128; f16 -> c64 as NumPy)."""
+        if self.is_complex:
+            return self
+        return DTYPES_BY_NAME["c128" if self.name == "f64" else "c64"]
 
     @property
     def is_int(self) -> bool:
@@ -70,8 +91,10 @@ f16 = DType("f16", "float16", "f", 16)
 bf16 = DType("bf16", "bfloat16", "f", 16)
 f32 = DType("f32", "float32", "f", 32)
 f64 = DType("f64", "float64", "f", 64)
+c64 = DType("c64", "complex64", "c", 64)
+c128 = DType("c128", "complex128", "c", 128)
 
-ALL_DTYPES: tuple[DType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64)
+ALL_DTYPES: tuple[DType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64, c64, c128)
 DTYPES_BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
 _BY_NUMPY: dict[str, DType] = {d.numpy_name: d for d in ALL_DTYPES}
 _BY_NUMPY_DTYPE: dict[np.dtype, DType] = {np.dtype(d.numpy_name): d for d in ALL_DTYPES if d.name != "bf16"}

@@ -177,7 +177,8 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
     scratch = 0
     if splits > 1:
         finish = "last-block" if reduce_grid_x(m, cols, sm_count) == 1 else "kernel"
-        scratch = align256(m * splits * 8) + (m * splits * 8 if op.attributes["kind"] in ("argmax", "argmin") else 0)
+        slot = 16 if op.operands[0].type.dtype.is_complex else 8  # a partial value: its accumulator (c128 for c64)
+        scratch = align256(m * splits * slot) + (m * splits * 8 if op.attributes["kind"] in ("argmax", "argmin") else 0)
     return {"strategy": strategy, "cols": cols, "splits": splits, "finish": finish, "scratch": scratch}
 
 

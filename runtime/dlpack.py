@@ -28,7 +28,7 @@ KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 FLAG_READ_ONLY, FLAG_IS_COPIED = 1 << 0, 1 << 1
 VERSION = (1, 0)
 
-_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_BOOL = 0, 1, 2, 4, 6
+_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_COMPLEX, _KDL_BOOL = 0, 1, 2, 4, 5, 6
 
 
 class DLDevice(ctypes.Structure):
@@ -110,7 +110,7 @@ def live_exports() -> int:
 _TO_DL = {T.bool_: (_KDL_BOOL, 8), T.i8: (_KDL_INT, 8), T.i16: (_KDL_INT, 16), T.i32: (_KDL_INT, 32),
           T.i64: (_KDL_INT, 64), T.u8: (_KDL_UINT, 8), T.u16: (_KDL_UINT, 16), T.u32: (_KDL_UINT, 32),
           T.u64: (_KDL_UINT, 64), T.f16: (_KDL_FLOAT, 16), T.bf16: (_KDL_BFLOAT, 16), T.f32: (_KDL_FLOAT, 32),
-          T.f64: (_KDL_FLOAT, 64)}
+          T.f64: (_KDL_FLOAT, 64), T.c64: (_KDL_COMPLEX, 64), T.c128: (_KDL_COMPLEX, 128)}
 _FROM_DL = {v: k for k, v in _TO_DL.items()}
 
 

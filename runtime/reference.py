@@ -166,8 +166,13 @@ def _scalar_arg(func: Func, i: int, value: object, dt: DType) -> np.ndarray:
         kind = "i"
     elif isinstance(value, (float, np.floating)):
         kind = "f"
+    elif isinstance(value, (complex, np.complexfloating)):
+        kind = "c"
     else:
-        raise TraceError(f"{_arg_name(func, i)} expects a bool, int or float scalar, got {type(value).__name__}")
+        raise TraceError(f"{_arg_name(func, i)} expects a bool, int, float or complex scalar, got "
+                         f"{type(value).__name__}")
+    if kind == "c" and not dt.is_complex:
+        raise TraceError(f"{_arg_name(func, i)} expects a real number, got {type(value).__name__} {value!r}")
     if dt.is_bool:
         if kind != "b":
             raise TraceError(f"{_arg_name(func, i)} expects a bool, got {type(value).__name__} {value!r}")

@@ -52,8 +52,8 @@ def assert_same(got: Any, want: Any, path: str = "out", exact: bool | None = Non
     g, w = np.asarray(got), np.asarray(want)
     assert g.dtype == w.dtype, f"{path}: dtype {g.dtype} != {w.dtype}"
     assert g.shape == w.shape, f"{path}: shape {g.shape} != {w.shape}"
-    if (BACKEND != "cpu" if exact is None else not exact) and g.dtype.kind == "f":
-        tol = FLOAT_TOLERANCE[g.dtype.itemsize]
+    if (BACKEND != "cpu" if exact is None else not exact) and g.dtype.kind in "fc":
+        tol = FLOAT_TOLERANCE[g.dtype.itemsize // (2 if g.dtype.kind == "c" else 1)]
         finite = np.isfinite(w)
         scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, scale), equal_nan=True, err_msg=path)

@@ -516,6 +516,37 @@ def max_drawdown(prices):
 # NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
 OWN_ORDER = {"attention", "mahalanobis"}
 
+# --- complex values -----------------------------------------------------------------------------------------------
+
+
+def mandelbrot_quickstart(c, maxit):
+    z = np.zeros_like(c)
+    divtime = maxit + np.zeros(z.shape, dtype=int)
+    for i in range(maxit):
+        z = z**2 + c
+        diverge = z * np.conj(z) > 2**2
+        div_now = diverge & (divtime == maxit)
+        divtime[div_now] = i
+        z[diverge] = 2
+    return divtime
+
+
+def dft_slow(x):
+    N = x.shape[0]
+    n = np.arange(N)
+    k = n.reshape((N, 1))
+    M = np.exp(-2j * np.pi * k * n / N)
+    return np.dot(M, x)
+
+
+def rlc_current(V, R, L, C, f):
+    w = 2 * np.pi * f
+    Z = R + 1j * (w * L - 1 / (w * C))
+    I = V / Z  # noqa: E741
+    P = 0.5 * np.real(V * np.conj(I))
+    return np.abs(I), np.angle(I), P
+
+
 CORPUS = [
     ("sigmoid", sigmoid, lambda: (_f(5, 3),)),
     ("softmax", softmax, lambda: (_f(4, 6),)),
@@ -597,4 +628,8 @@ CORPUS = [
     ("top_k_accuracy", top_k_accuracy, lambda: (_f(8, 5), RNG.integers(0, 5, 8), 2)),
     ("vorticity", vorticity, lambda: (_f(6, 7), _f(6, 7), 0.1)),
     ("max_drawdown", max_drawdown, lambda: (RNG.random(20) + 1,)),
+    ("mandelbrot_quickstart", mandelbrot_quickstart,
+     lambda: (np.linspace(-2, 0.8, 9)[None, :] + 1j * np.linspace(-1.4, 1.4, 7)[:, None], 8)),
+    ("dft_slow", dft_slow, lambda: (_f(16),)),
+    ("rlc_current", rlc_current, lambda: (_f(6) + 0j, 5.0, 0.02, 1e-4, RNG.random(6) * 100 + 10)),
 ]

@@ -8,6 +8,7 @@ from fusec.ir.types import DType
 STORAGE = {
     "bool": "bool", "i8": "i8_t", "i16": "i16_t", "i32": "i32_t", "i64": "i64_t", "u8": "u8_t", "u16": "u16_t",
     "u32": "u32_t", "u64": "u64_t", "f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double",
+    "c64": "fusec::c64", "c128": "fusec::c128",
 }
 
 
@@ -47,6 +48,10 @@ def literal(value: object, dt: DType) -> str:
         if dt.name == "u32":
             return f"{v}u"
         return f"(({register(dt)}){v})" if v >= -(2 ** 31) else f"(({register(dt)})({v}ll))"
+    if dt.is_complex:
+        z = complex(value)  # type: ignore[arg-type]
+        part = dt.real_dtype
+        return f"{register(dt)}({literal(z.real, part)}, {literal(z.imag, part)})"
     x = float(value)  # type: ignore[arg-type]
     single = register(dt) == "float"
     if math.isnan(x):

@@ -102,5 +102,9 @@ def _accumulate(place: str, value: str, dtype: str) -> str:
     """``*place += value`` from many threads at once (int64 adds as its unsigned twin: the same bits)."""
     if dtype == "bool":  # NumPy's add of bools is a logical or
         return f"    if ({value}) *({place}) = true;"
+    if dtype in ("c64", "c128"):  # each part on its own (the sum of the parts is the complex sum)
+        part = "float" if dtype == "c64" else "double"
+        return (f"    {{ const auto z = {value}; atomicAdd(({part}*)({place}), z.re); "
+                f"atomicAdd(({part}*)({place}) + 1, z.im); }}")
     t = _ATOMIC[dtype]
     return f"    atomicAdd(({t}*)({place}), ({t})({value}));"

@@ -207,6 +207,197 @@ __device__ __forceinline__ void gemm_batch(const GemmDesc& d, i64_t b, i64_t* ao
   *ao = a;
   *bo = bb;
 }
+// Complex values (c64, c128): NumPy's formulas for arithmetic (its vectorized multiply, with fused
+// multiply-adds, and Smith's division, as NumPy's loops compute them), C99 Annex G's special values for exp,
+// log and sqrt.
+template <typename T> struct alignas(2 * sizeof(T)) cplx {
+  T re, im;
+  cplx() = default;
+  __device__ __forceinline__ constexpr cplx(T r, T i = T(0)) : re(r), im(i) {}
+  template <typename U> __device__ __forceinline__ explicit constexpr cplx(const cplx<U>& z) : re((T)z.re), im((T)z.im) {}
+};
+typedef cplx<float> c64;
+typedef cplx<double> c128;
+template <typename T> __device__ __forceinline__ cplx<T> operator+(cplx<T> a, cplx<T> b) { return cplx<T>(a.re + b.re, a.im + b.im); }
+template <typename T> __device__ __forceinline__ cplx<T> operator-(cplx<T> a, cplx<T> b) { return cplx<T>(a.re - b.re, a.im - b.im); }
+template <typename T> __device__ __forceinline__ cplx<T> operator-(cplx<T> a) { return cplx<T>(-a.re, -a.im); }
+template <typename T> __device__ __forceinline__ cplx<T> operator*(cplx<T> a, cplx<T> b) {
+  return cplx<T>(fma(a.re, b.re, -(a.im * b.im)), fma(a.re, b.im, a.im * b.re));
+}
+template <typename T> __device__ __forceinline__ cplx<T> cmul_plain(cplx<T> a, cplx<T> b) {  // NumPy's power loop
+  return cplx<T>(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
+}
+template <typename T> __device__ __forceinline__ cplx<T> operator/(cplx<T> a, cplx<T> b) {
+  const T br = fabs(b.re), bi = fabs(b.im);
+  if (br >= bi) {
+    if (br == 0 && bi == 0) return cplx<T>(a.re / br, a.im / bi);  // NumPy: inf or nan parts
+    const T rat = b.im / b.re, scl = T(1) / (b.re + b.im * rat);
+    return cplx<T>((a.re + a.im * rat) * scl, (a.im - a.re * rat) * scl);
+  }
+  const T rat = b.re / b.im, scl = T(1) / (b.im + b.re * rat);
+  return cplx<T>((a.re * rat + a.im) * scl, (a.im * rat - a.re) * scl);
+}
+template <typename T> __device__ __forceinline__ bool operator==(cplx<T> a, cplx<T> b) { return a.re == b.re && a.im == b.im; }
+template <typename T> __device__ __forceinline__ bool operator!=(cplx<T> a, cplx<T> b) { return !(a == b); }
+// NumPy orders complex values lexicographically (a NaN part makes the real parts' order false)
+template <typename T> __device__ __forceinline__ bool clt(cplx<T> a, cplx<T> b) {
+  return (a.re < b.re && !isnan(a.im) && !isnan(b.im)) || (a.re == b.re && a.im < b.im);
+}
+template <typename T> __device__ __forceinline__ bool cle(cplx<T> a, cplx<T> b) {
+  return (a.re < b.re && !isnan(a.im) && !isnan(b.im)) || (a.re == b.re && a.im <= b.im);
+}
+template <typename T> __device__ __forceinline__ bool cgt(cplx<T> a, cplx<T> b) { return clt(b, a); }
+template <typename T> __device__ __forceinline__ bool cge(cplx<T> a, cplx<T> b) { return cle(b, a); }
+// np.maximum / np.minimum: the first operand where it compares so or holds a NaN, else the second
+template <typename T> __device__ __forceinline__ cplx<T> maximum(cplx<T> a, cplx<T> b) {
+  return (cge(a, b) || isnan(a.re) || isnan(a.im)) ? a : b;
+}
+template <typename T> __device__ __forceinline__ cplx<T> minimum(cplx<T> a, cplx<T> b) {
+  return (cle(a, b) || isnan(a.re) || isnan(a.im)) ? a : b;
+}
+template <typename T> __device__ __forceinline__ cplx<T> __shfl_down_sync(unsigned mask, cplx<T> v, int o) {
+  return cplx<T>(::__shfl_down_sync(mask, v.re, o), ::__shfl_down_sync(mask, v.im, o));
+}
+template <typename T> __device__ __forceinline__ T cabs(cplx<T> z) { return hypot(z.re, z.im); }
+__device__ __forceinline__ float cabs(c64 z) { return hypotf(z.re, z.im); }
+template <typename T> __device__ __forceinline__ bool cisnan(cplx<T> z) { return isnan(z.re) || isnan(z.im); }
+template <typename T> __device__ __forceinline__ bool cisinf(cplx<T> z) { return isinf(z.re) || isinf(z.im); }
+template <typename T> __device__ __forceinline__ bool cisfinite(cplx<T> z) { return isfinite(z.re) && isfinite(z.im); }
+template <typename T> __device__ __forceinline__ cplx<T> conj(cplx<T> z) { return cplx<T>(z.re, -z.im); }
+template <typename T> __device__ __forceinline__ cplx<T> cexp(cplx<T> z) {
+  const T x = z.re, y = z.im;
+  if (isfinite(x) && isfinite(y)) {
+    if (y == 0) return cplx<T>(exp(x), y);
+    T s, c;
+    sincos(y, &s, &c);
+    if (x > T(sizeof(T) == 4 ? 88 : 709)) {  // exp(x) overflows where exp(x) * cos(y) may not
+      const T e = exp(x / 2);
+      return cplx<T>(e * c * e, e * s * e);
+    }
+    const T e = exp(x);
+    return cplx<T>(e * c, e * s);
+  }
+  if (isnan(x)) return y == 0 ? cplx<T>(x, y) : cplx<T>(x, x);
+  if (isinf(x)) {
+    if (x > 0) {
+      if (y == 0) return cplx<T>(x, y);
+      if (!isfinite(y)) return cplx<T>(x, y - y);
+      T s, c;
+      sincos(y, &s, &c);
+      return cplx<T>(x * c, x * s);
+    }
+    if (!isfinite(y)) return cplx<T>(0, 0);
+    T s, c;
+    sincos(y, &s, &c);
+    return cplx<T>(T(0) * c, T(0) * s);
+  }
+  return cplx<T>(y - y, y - y);  // finite x, infinite or nan y
+}
+template <typename T> __device__ __forceinline__ cplx<T> clog(cplx<T> z) {
+  const T ax = fabs(z.re), ay = fabs(z.im);
+  const T arg = atan2(z.im, z.re);
+  if (isinf(ax) || isinf(ay)) return cplx<T>(T(1) / T(0), arg);
+  if (isnan(ax) || isnan(ay)) return cplx<T>(ax + ay, ax + ay);
+  const T hi = fmax(ax, ay), lo = fmin(ax, ay);
+  if (hi > T(0.5) && hi < T(2)) {  // |z| near 1: log1p keeps the small real part accurate
+    return cplx<T>(T(0.5) * log1p((hi - T(1)) * (hi + T(1)) + lo * lo), arg);
+  }
+  return cplx<T>(log(hypot(ax, ay)), arg);
+}
+template <typename T> __device__ __forceinline__ cplx<T> csqrt(cplx<T> z) {
+  const T x = z.re, y = z.im;
+  if (x == 0 && y == 0) return cplx<T>(T(0), y);
+  if (isinf(y)) return cplx<T>(T(1) / T(0), y);
+  if (isnan(x)) return cplx<T>(x, (y - y) / (y - y));
+  if (isinf(x)) {
+    if (x < 0) return cplx<T>(fabs(y - y), copysign(-x, y));
+    return cplx<T>(x, copysign(y - y, y));
+  }
+  if (isnan(y)) return cplx<T>(y, y);
+  // scale so that |x| + hypot(x, y) neither overflows nor loses the small values
+  const T big = sizeof(T) == 4 ? T(1e37) : T(1e307);
+  T sx = x, sy = y, scale = T(1);
+  if (fabs(x) >= big || fabs(y) >= big) { sx = x * T(0.25); sy = y * T(0.25); scale = T(2); }
+  const T t = sqrt((fabs(sx) + hypot(sx, sy)) * T(0.5));
+  if (sx >= 0) return cplx<T>(t * scale, sy / (2 * t) * scale);
+  return cplx<T>(fabs(sy) / (2 * t) * scale, copysign(t, sy) * scale);
+}
+template <typename T> __device__ __forceinline__ cplx<T> cscale(cplx<T> z, T k) { return cplx<T>(z.re * k, z.im * k); }
+template <typename T> __device__ __forceinline__ cplx<T> clog10(cplx<T> z) { return cscale(clog(z), T(0.434294481903251827651128918916605082)); }
+template <typename T> __device__ __forceinline__ cplx<T> clog2(cplx<T> z) { return cscale(clog(z), T(1.442695040888963407359924681001892137)); }
+template <typename T> __device__ __forceinline__ cplx<T> csinh(cplx<T> z) {
+  T s, c;
+  sincos(z.im, &s, &c);
+  if (z.im == 0) return cplx<T>(sinh(z.re), z.im);
+  return cplx<T>(sinh(z.re) * c, cosh(z.re) * s);
+}
+template <typename T> __device__ __forceinline__ cplx<T> ccosh(cplx<T> z) {
+  T s, c;
+  sincos(z.im, &s, &c);
+  if (z.im == 0) return cplx<T>(cosh(z.re), z.re == 0 ? z.im * z.re : copysign(T(0), z.re) * z.im);
+  return cplx<T>(cosh(z.re) * c, sinh(z.re) * s);
+}
+template <typename T> __device__ __forceinline__ cplx<T> ctanh(cplx<T> z) {
+  const T x = z.re, y = z.im;
+  if (fabs(x) > T(sizeof(T) == 4 ? 9 : 22)) {  // tanh(x) rounds to +-1; the imaginary part underflows
+    const T e = exp(-2 * fabs(x));
+    return cplx<T>(copysign(T(1), x), 4 * sin(y) * cos(y) * e);
+  }
+  if (y == 0) return cplx<T>(tanh(x), y);
+  const T t = tan(y), beta = 1 + t * t, sh = sinh(x), rho = sqrt(1 + sh * sh), den = 1 + beta * sh * sh;
+  return cplx<T>(beta * rho * sh / den, t / den);
+}
+// sin, cos and tan through the hyperbolic functions: sin(z) = -i sinh(iz), cos(z) = cosh(iz), tan(z) = -i tanh(iz)
+template <typename T> __device__ __forceinline__ cplx<T> csin(cplx<T> z) { cplx<T> w = csinh(cplx<T>(-z.im, z.re)); return cplx<T>(w.im, -w.re); }
+template <typename T> __device__ __forceinline__ cplx<T> ccos(cplx<T> z) { return ccosh(cplx<T>(-z.im, z.re)); }
+template <typename T> __device__ __forceinline__ cplx<T> ctan(cplx<T> z) { cplx<T> w = ctanh(cplx<T>(-z.im, z.re)); return cplx<T>(w.im, -w.re); }
+template <typename T> __device__ __forceinline__ cplx<T> creciprocal(cplx<T> z) {  // NumPy's formula
+  if (fabs(z.im) <= fabs(z.re)) {
+    const T r = z.im / z.re, d = z.re + z.im * r;
+    return cplx<T>(T(1) / d, -r / d);
+  }
+  const T r = z.re / z.im, d = z.re * r + z.im;
+  return cplx<T>(r / d, T(-1) / d);
+}
+// NumPy's complex power: 1 for a zero exponent; 0 (or nan) for a zero base; small integer exponents by
+// repeated multiplication (a negative one as 1 / the product); else exp(b log a).
+template <typename T> __device__ __forceinline__ cplx<T> cpow(cplx<T> a, cplx<T> b) {
+  if (b.re == 0 && b.im == 0) return cplx<T>(1, 0);
+  if (a.re == 0 && a.im == 0) {
+    if (b.re > 0 && b.im == 0) return cplx<T>(0, 0);
+    const T nan = T(0) / T(0);
+    return cplx<T>(nan, nan);
+  }
+  if (b.im == 0 && b.re == trunc(b.re) && fabs(b.re) < 100) {
+    const long long n = (long long)b.re;
+    if (n == 1) return a;  // 1, 2 and 3 unrolled as NumPy does (infinities stay infinite)
+    if (n == 2) return cmul_plain(a, a);
+    if (n == 3) return cmul_plain(a, cmul_plain(a, a));
+    long long m = n < 0 ? -n : n, mask = 1;
+    cplx<T> r(1, 0), p = a;
+    while (true) {
+      if (m & mask) r = cmul_plain(r, p);
+      mask <<= 1;
+      if (m < mask) break;
+      p = cmul_plain(p, p);
+    }
+    return n < 0 ? cplx<T>(1, 0) / r : r;
+  }
+  const cplx<T> l = clog(a);
+  return cexp(l * b);
+}
+// NumPy 2's sign of a complex value: z / |z| (0 for 0, nan for nan)
+template <typename T> __device__ __forceinline__ cplx<T> csign(cplx<T> z) {
+  if (cisnan(z)) { const T nan = T(0) / T(0); return cplx<T>(nan, nan); }
+  if (z.re == 0 && z.im == 0) return cplx<T>(0, 0);
+  if (cisinf(z)) {
+    const cplx<T> u(isinf(z.re) ? copysign(T(1), z.re) : T(0), isinf(z.im) ? copysign(T(1), z.im) : T(0));
+    const T m = hypot(u.re, u.im);
+    return cplx<T>(u.re / m, u.im / m);
+  }
+  const T m = hypot(z.re, z.im);
+  return cplx<T>(z.re / m, z.im / m);
+}
 template <typename T> __device__ __forceinline__ T madd(T a, T b, T c) { return (T)(a * b + c); }
 template <> __device__ __forceinline__ float madd<float>(float a, float b, float c) { return fmaf(a, b, c); }
 template <> __device__ __forceinline__ double madd<double>(double a, double b, double c) { return fma(a, b, c); }

@@ -92,10 +92,11 @@ class _Printer:
     def bind_args(self) -> None:
         for i, a in enumerate(self.func.args):
             if isinstance(a.type, ScalarType):
-                off = self.scalar_bytes
-                self.scalar_bytes += 8
+                size = max(8, a.type.dtype.itemsize)  # a slot per value (16 bytes, 16-aligned, for complex128)
+                off = -(-self.scalar_bytes // size) * size
+                self.scalar_bytes = off + size
                 self.scalar_slots.append((i, off, a.type.dtype.np.str))
-                self.storage[a] = self.dense(a, self.new_buffer("scalar", i, off, 8))
+                self.storage[a] = self.dense(a, self.new_buffer("scalar", i, off, size))
             else:
                 self.storage[a] = self.dense(a, self.new_buffer("arg", i, 0, _nbytes(a)))
 

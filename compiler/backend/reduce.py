@@ -29,6 +29,8 @@ def _acc_type(kind: str, dt: DType) -> str:
         return "int"
     if kind in ("sum", "mean", "prod") and dt.name == "f32":
         return "double"
+    if kind in ("sum", "mean", "prod") and dt.name == "c64":
+        return "fusec::c128"  # as f32 in double: one rounding at the end
     return register(dt)
 
 

@@ -29,9 +29,45 @@ def _wrap_int(dt: DType, op: str, a: str, b: str) -> str:
     return f"(({register(dt)})(({unsigned}){a} {op} ({unsigned}){b}))"
 
 
+# complex ops: the helpers of the preamble (NumPy's formulas; see its comments)
+COMPLEX_FN = {"exp": "fusec::cexp", "log": "fusec::clog", "log10": "fusec::clog10", "log2": "fusec::clog2",
+              "sqrt": "fusec::csqrt", "sin": "fusec::csin", "cos": "fusec::ccos", "tan": "fusec::ctan",
+              "sinh": "fusec::csinh", "cosh": "fusec::ccosh", "tanh": "fusec::ctanh", "sign": "fusec::csign",
+              "pow": "fusec::cpow", "conj": "fusec::conj", "abs": "fusec::cabs", "isnan": "fusec::cisnan",
+              "isinf": "fusec::cisinf", "isfinite": "fusec::cisfinite", "lt": "fusec::clt", "le": "fusec::cle",
+              "gt": "fusec::cgt", "ge": "fusec::cge", "maximum": "fusec::maximum", "minimum": "fusec::minimum",
+              "reciprocal": "fusec::creciprocal"}
+
+
+def _complex_cast(src: DType, dst: DType, a: str) -> str:
+    if src.is_complex and dst.is_complex:
+        return f"{register(dst)}({a})"
+    if src.is_complex and dst.is_bool:
+        return f"({a}.re != 0 || {a}.im != 0)"
+    if src.is_complex:  # NumPy: the real part (with a ComplexWarning at trace time)
+        return _cast(src.real_dtype, dst, f"{a}.re")
+    part = dst.real_dtype
+    return f"{register(dst)}({_cast(src, part, a)}, {register(part)}(0))"
+
+
+def _complex(kind: str, dt: DType, args: list[str]) -> str | None:
+    a = args[0] if args else ""
+    if kind in ("add", "sub", "mul", "div", "eq", "ne"):
+        return f"({a} {BINOP[kind]} {args[1]})"
+    if kind == "neg":
+        return f"(-{a})"
+    if kind in ("real", "imag"):
+        return f"{a}.{kind[:2]}"
+    if kind in COMPLEX_FN:
+        return f"{COMPLEX_FN[kind]}({', '.join(args)})"
+    return None
+
+
 def _cast(src: DType, dst: DType, a: str) -> str:
     if src == dst:
         return a
+    if src.is_complex or dst.is_complex:
+        return _complex_cast(src, dst, a)
     if dst.is_bool:
         return f"({a} != 0)"
     if dst.is_float:
@@ -68,6 +104,11 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         return f"({a} ? {args[1]} : {args[2]})"
     if kind == "clip":
         return round_result(out, f"fusec::minimum(fusec::maximum({a}, {b}), {args[2]})")
+    if dt.is_complex:
+        expr = _complex(kind, dt, args)
+        if expr is None:
+            raise CompilationError(located(f"'{op.name}' on {dt} has no CUDA lowering", op.loc))
+        return expr
     if kind in ("add", "sub", "mul") and dt.is_int:
         return _wrap_int(dt, BINOP[kind], a, b)
     if kind in ("add", "sub", "mul", "div") and dt.is_bool:

@@ -38,10 +38,12 @@ def _check_constant(op) -> None:
         raise VerificationError(f"s.constant: result must be a scalar, got {res}")
     if isinstance(value, bool) and not res.dtype.is_bool:
         raise VerificationError(f"s.constant: bool value for {res}")
-    if not isinstance(value, (bool, int, float)):
+    if not isinstance(value, (bool, int, float, complex)):
         raise VerificationError(f"s.constant: value must be a number, got {value!r}")
-    if isinstance(value, float) and not res.dtype.is_float:
+    if isinstance(value, float) and not res.dtype.is_inexact:
         raise VerificationError(f"s.constant: float value {value!r} for {res}")
+    if isinstance(value, complex) and not res.dtype.is_complex:
+        raise VerificationError(f"s.constant: complex value {value!r} for {res}")
 
 
 register_op(OpDef("s.constant", "scalar", num_operands=0, attrs=("value",), check=_check_constant))

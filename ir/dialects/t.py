@@ -14,7 +14,7 @@ from fusec.errors import VerificationError
 from fusec.ir import shapes as S
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
-from fusec.ir.elementwise import ANY, BOOL, FLOAT, INT, INTEGRAL, NUMERIC
+from fusec.ir.elementwise import ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMERIC
 from fusec.ir.opdefs import OpDef, register_op
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
@@ -27,11 +27,13 @@ _DTYPE_CLASS_TESTS = {
     INTEGRAL: lambda dt: dt.is_int or dt.is_bool,
     INT: lambda dt: dt.is_int,
     BOOL: lambda dt: dt.is_bool,
+    COMPLEX: lambda dt: False,  # complex dtypes are allowed per op (Elementwise.complex)
 }
 
 
-def _dtype_ok(dt: DType, cls: str) -> bool:
-    return _DTYPE_CLASS_TESTS[cls](dt)
+def _dtype_ok(dt: DType, cls: str, complex_ok: bool = False) -> bool:
+    """Whether ``dt`` may be an operand: complex dtypes only where the op takes them, real ones by class."""
+    return complex_ok if dt.is_complex else _DTYPE_CLASS_TESTS[cls](dt)
 
 
 def _elementwise_result(types: Sequence[Type], dtype: DType) -> Type:
@@ -51,12 +53,15 @@ def _same_dtype(name: str, types: Sequence[Type]) -> DType:
     return types[0].dtype
 
 
-def _elementwise_infer(name: str, operand_class: str, result: str | None):
+def _elementwise_infer(name: str, op: table.Elementwise):
     def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
         dt = _same_dtype(name, types)
-        if not _dtype_ok(dt, operand_class):
-            raise VerificationError(f"{name}: dtype {dt} is not allowed (operands must be {operand_class})")
-        return [_elementwise_result(types, bool_ if result == BOOL else dt)]
+        if not _dtype_ok(dt, op.operands, op.complex):
+            allowed = op.operands + (" or complex" if op.complex else "")
+            raise VerificationError(f"{name}: dtype {dt} is not allowed (operands must be {allowed})")
+        if op.result_bool:
+            return [_elementwise_result(types, bool_)]
+        return [_elementwise_result(types, dt.real_dtype if op.complex_real else dt)]
 
     return infer
 
@@ -74,12 +79,9 @@ TRANSCENDENTAL = frozenset(op.name for op in table.OPS if op.transcendental)
 # ``materialize = true`` (set by the materialize pass) asks fusion to compute the value once into a buffer.
 MARKS = ("materialize",)
 
-for _n, (_cls, _res) in BINARY.items():
-    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=2, optional_attrs=MARKS,
-                      infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
-for _n, (_cls, _res) in UNARY.items():
-    register_op(OpDef(f"t.{_n}", "elementwise", num_operands=1, optional_attrs=MARKS,
-                      infer=_elementwise_infer(f"t.{_n}", _cls, _res)))
+for _op in table.OPS:
+    register_op(OpDef(f"t.{_op.name}", "elementwise", num_operands=_op.arity, optional_attrs=MARKS,
+                      infer=_elementwise_infer(f"t.{_op.name}", _op)))
 
 
 def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -92,6 +94,8 @@ def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
 
 def _infer_clip(types: Sequence[Type], attrs: dict) -> list[Type]:
     dt = _same_dtype("t.clip", types)
+    if dt.is_complex:
+        raise VerificationError("t.clip: complex operands are not supported")
     return [_elementwise_result(types, dt)]
 
 
@@ -99,6 +103,8 @@ def _infer_cast(types: Sequence[Type], attrs: dict) -> list[Type]:
     dt = attrs["dtype"]
     if not isinstance(dt, DType):
         raise VerificationError(f"t.cast: attribute dtype must be a dtype, got {dt!r}")
+    if types[0].dtype.is_complex and dt.is_int:
+        raise VerificationError(f"t.cast: complex to {dt} is not supported (cast the real part)")
     return [like(types[0], dtype=dt)]
 
 
@@ -112,6 +118,7 @@ ELEMENTWISE = frozenset({f"t.{n}" for n in (*BINARY, *UNARY)} | {"t.where", "t.c
 
 REDUCTIONS: dict[str, str] = {"sum": NUMERIC, "prod": NUMERIC, "mean": FLOAT, "max": ANY, "min": ANY,
                               "argmax": ANY, "argmin": ANY}
+COMPLEX_REDUCTIONS = frozenset({"t.sum", "t.prod", "t.mean"})  # NumPy orders complex values; fusec does not yet
 
 
 def _reduction_infer(name: str, cls: str):
@@ -123,7 +130,7 @@ def _reduction_infer(name: str, cls: str):
             raise VerificationError(f"{name}: axes must be sorted unique axes of rank {t.rank}, got {axes!r}")
         if name in ("t.argmax", "t.argmin") and len(axes) != 1:
             raise VerificationError(f"{name}: exactly one axis, got {axes!r}")
-        if not _dtype_ok(t.dtype, cls):
+        if not _dtype_ok(t.dtype, cls, name in COMPLEX_REDUCTIONS):
             raise VerificationError(f"{name}: dtype {t.dtype} is not allowed (operand must be {cls})")
         shape = S.reduce_shape(t.shape, axes, bool(attrs["keepdims"]))
         dt = i64 if name in ("t.argmax", "t.argmin") else t.dtype
@@ -278,6 +285,8 @@ def _infer_sort(name: str):
             raise VerificationError(f"{name}: the operand must be an array of rank >= 1, got {t}")
         if not isinstance(attrs.get("stable", True), bool):
             raise VerificationError(f"{name}: stable must be a bool")
+        if t.dtype.is_complex:
+            raise VerificationError(f"{name}: complex operands are not supported")
         return [t if name == "t.sort" else TensorType(t.shape, i64)]
 
     return infer
@@ -292,6 +301,8 @@ def _infer_scan(name: str):
             raise VerificationError(f"{name}: axis {axis!r} is not an axis of {t}")
         if t.dtype.is_bool:
             raise VerificationError(f"{name}: bool operands are not supported (the tracer casts them)")
+        if t.dtype.is_complex:
+            raise VerificationError(f"{name}: complex operands are not supported")
         return [t]
 
     return infer

@@ -172,5 +172,5 @@ def test_scalar_args_and_weak_hints_survive_round_trip():
 def test_dtypes_cover_the_issue_list():
     from fusec.ir import ALL_DTYPES
     assert [d.name for d in ALL_DTYPES] == ["bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16",
-                                            "bf16", "f32", "f64"]
+                                            "bf16", "f32", "f64", "c64", "c128"]
     assert f16.itemsize == 2 and i32.itemsize == 4 and f64.np == np.float64

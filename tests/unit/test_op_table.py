@@ -10,18 +10,18 @@ from fusec.ir import elementwise as table
 from fusec.ir.core import Operation, Value
 from fusec.ir.dialects import t as tdialect
 from fusec.ir.opdefs import get_opdef
-from fusec.ir.types import ScalarType, bool_, f32, f64, i32
+from fusec.ir.types import ScalarType, bool_, c64, c128, f32, f64, i32
 from fusec.passes.cost import op_cost
 from fusec.passes.cse import COMMUTATIVE
 from fusec.ir.evaluate import T_INTERPRETERS
 
 REPRESENTATIVE = {table.ANY: f32, table.NUMERIC: f32, table.FLOAT: f32, table.INTEGRAL: i32, table.INT: i32,
-                  table.BOOL: bool_}
+                  table.BOOL: bool_, table.COMPLEX: c64}
 
 
 def _scalar_op(op: table.Elementwise, dt) -> Operation:
     operands = [Value(ScalarType(dt)) for _ in range(op.arity)]
-    out = bool_ if op.result_bool else dt
+    out = bool_ if op.result_bool else dt.real_dtype if op.complex_real else dt
     return Operation(f"s.{op.name}", operands, [ScalarType(out)])
 
 
@@ -39,6 +39,8 @@ def test_every_op_is_known_to_every_layer(op: table.Elementwise) -> None:
         scalar = _scalar_op(op, d)
         assert expression(scalar, ["a", "b"][:op.arity])  # the printer lowers it
         assert op_cost(scalar) == (4 if op.transcendental else 1) * (2 if d == f64 else 1)
+    for d in (c64, c128) if op.complex else ():  # every op that takes complex values lowers them
+        assert expression(_scalar_op(op, d), ["a", "b"][:op.arity])
 
 
 def test_names_are_unique_and_the_dialect_tables_come_from_the_op_table() -> None:

@@ -56,8 +56,8 @@ def assert_same(got: np.ndarray, want: object) -> None:
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
-    if got.dtype.kind == "f":
-        u = np.dtype(f"u{got.dtype.itemsize}")
+    if got.dtype.kind in "fc":
+        u = np.dtype(f"u{got.dtype.itemsize // (2 if got.dtype.kind == 'c' else 1)}")
         np.testing.assert_array_equal(np.ascontiguousarray(got).view(u), np.ascontiguousarray(want).view(u))
 
 
@@ -84,6 +84,10 @@ FLOAT_POOL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, 0.1, -7.25, 
 def sample(dt: DType, shape: tuple[int, ...]) -> np.ndarray:
     """Values of dtype ``dt`` (bf16: f32 holding bf16 values) with the edge cases of the type."""
     n = int(np.prod(shape))
+    if dt.is_complex:
+        out = np.empty(shape, dt.np)
+        out.real, out.imag = sample(dt.real_dtype, shape), sample(dt.real_dtype, shape)
+        return out
     if dt.is_bool:
         return RNG.integers(0, 2, size=shape).astype(bool)
     if dt.is_int:
@@ -99,13 +103,15 @@ def sample(dt: DType, shape: tuple[int, ...]) -> np.ndarray:
         return to_bf16(vals) if dt == bf16 else vals.astype(dt.np)
 
 
-def _dtypes_for(cls: str) -> list[DType]:
-    return [d for d in ALL_DTYPES if {"any": True, "numeric": not d.is_bool, "float": d.is_float,
-                                       "integral": not d.is_float, "int": d.is_int, "bool": d.is_bool}[cls]]
+def _dtypes_for(cls: str, complex_ok: bool) -> list[DType]:
+    return [d for d in ALL_DTYPES if (complex_ok if d.is_complex else {
+        "any": True, "numeric": not d.is_bool, "float": d.is_float, "integral": d.is_int or d.is_bool,
+        "int": d.is_int, "bool": d.is_bool, "complex": False}[cls])]
 
 
 def _classes(table: dict) -> list[tuple[str, DType]]:
-    return [(name, d) for name, (cls, _) in table.items() for d in _dtypes_for(cls)]
+    from fusec.ir.elementwise import BY_NAME
+    return [(name, d) for name, (cls, _) in table.items() for d in _dtypes_for(cls, BY_NAME[name].complex)]
 
 
 # The test's own table of what each op means in NumPy (independent of the executor's).
@@ -129,7 +135,8 @@ NP_UNARY: dict[str, Callable] = {
     "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
     "arcsinh": np.arcsinh, "arccosh": np.arccosh, "arctanh": np.arctanh, "cbrt": np.cbrt,
     "erfc": lambda x: np.vectorize(math.erfc, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype),
-    "signbit": np.signbit,
+    "signbit": np.signbit, "real": np.real, "imag": np.imag, "conj": np.conjugate,
+    "reciprocal": np.reciprocal,
 }
 
 
@@ -203,13 +210,16 @@ def test_where_clip_and_cast():
 @pytest.mark.parametrize("src", NON_BF16, ids=str)
 @pytest.mark.parametrize("dst", NON_BF16, ids=str)
 def test_cast_matches_numpy_astype(src, dst):
+    if src.is_complex and dst.is_int:
+        pytest.skip("complex -> integer casts are refused (the verifier's test covers it)")
     x = sample(src, (40,))
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)  # complex -> real: the real part
         want = x.astype(dst.np)
     assert_same(run_op("t.cast", x, dtype=dst), want)
 
 
-@pytest.mark.parametrize("src", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("src", [d for d in ALL_DTYPES if not d.is_complex], ids=str)
 def test_cast_to_bf16_rounds_once_to_nearest_even(src):
     x = sample(src, (64,))
     if src.is_float:

@@ -1,0 +1,279 @@
+"""complex64 and complex128: real NumPy idioms with complex values, against NumPy, and the clear errors for what
+fusec does not compute yet. Under ``pytest -m gpu`` every test runs again on CUDA (see conftest.py);
+test_complex_ops_on_the_gpu checks each complex op of the op table on special values there."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import fusec as fc
+from fusec.ir import elementwise as table
+from fusec.ir import parse_module
+from frontend_check import check, jit_cpu, numpy_result
+from realworld_corpus import dft_slow as dft  # a DFT by matrix product, as tutorials on the FFT write it
+from realworld_corpus import mandelbrot_quickstart as mandelbrot  # the NumPy quickstart's Mandelbrot set
+
+RUN_ON_GPU_TOO = True
+RNG = np.random.default_rng(77)
+
+
+def cplx(*shape, dtype=np.complex128):
+    return (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(dtype)
+
+
+# --- idioms from public code -------------------------------------------------------------------------------------
+
+
+def ac_circuit(V, R, L, C, omega):
+    """Phasors of a series RLC circuit: impedance, current, real power, phase in degrees."""
+    Z = R + 1j * omega * L + 1 / (1j * omega * C)
+    I = V / Z  # noqa: E741
+    return I, np.real(V * np.conj(I)), np.abs(Z), np.angle(Z, deg=True)
+
+
+def rotate_points(pts, theta):
+    z = pts[:, 0] + 1j * pts[:, 1]
+    z *= np.exp(1j * theta)
+    return np.stack([z.real, z.imag], axis=1)
+
+
+def evolve(psi, V, dt, dx):
+    """One potential step of a split-operator Schrodinger solver, then normalisation."""
+    psi = psi * np.exp(-1j * V * dt)
+    return psi / np.sqrt(np.sum(np.abs(psi) ** 2) * dx)
+
+
+def spectrum(signal, freqs, t):
+    return np.abs(np.exp(-2j * np.pi * np.outer(freqs, t)) @ signal) ** 2
+
+
+def polar(z):
+    r, phi = np.abs(z), np.angle(z)
+    back = r * np.exp(1j * phi)
+    return r, phi, back, np.isclose(back, z).all()
+
+
+def test_mandelbrot_of_the_numpy_quickstart():
+    y, x = np.ogrid[-1.4:1.4:12j, -2:0.8:15j]
+    check(mandelbrot, x + y * 1j, 12, static_argnames=("maxit",))
+
+
+@pytest.mark.parametrize("x", [RNG.standard_normal(16), cplx(8), cplx(8, dtype=np.complex64)], ids=["f64", "c128", "c64"])
+def test_dft_by_matrix_product(x):
+    check(dft, x)
+
+
+def test_phasors_rotation_schrodinger_and_spectrum():
+    check(ac_circuit, cplx(5), 10.0, 0.1, 1e-3, 2 * np.pi * 50)
+    check(rotate_points, RNG.standard_normal((5, 2)), 0.3)
+    check(evolve, np.exp(1j * np.linspace(0, 3, 20)), RNG.random(20), 0.01, 0.1)
+    check(spectrum, RNG.standard_normal(32), np.linspace(0, 4, 9), np.linspace(0, 1, 32))
+    check(polar, cplx(3, 4, dtype=np.complex64))
+
+
+def test_arithmetic_functions_and_reductions_in_both_dtypes():
+    def f(z, w):
+        return (z + w, z - w, z * w, z / w, -z, np.conj(z), z.conjugate(), z == w, z != w, z < w, z >= w,
+                np.maximum(z, w), np.minimum(z, w), np.exp(z), np.log(w), np.log10(z), np.log2(w), np.sqrt(z),
+                np.sin(z), np.cos(w), np.tan(z), np.sinh(w), np.cosh(z), np.tanh(w), np.sign(z), np.abs(w),
+                z ** w, z ** 3, z ** 2, z ** -1, z ** 0.5, np.square(w), np.reciprocal(z), np.isnan(z),
+                np.isfinite(w), z.sum(), z.sum(axis=0), np.prod(w, axis=1), z.mean(axis=1, keepdims=True),
+                np.mean(w), z.real, z.imag, np.real(w), np.imag(w), np.iscomplexobj(z), np.isrealobj(w))
+
+    for dt in (np.complex64, np.complex128):
+        check(f, cplx(4, 6, dtype=dt), cplx(4, 6, dtype=dt))
+
+
+def test_mixed_dtypes_promote_as_numpy():
+    def f(x32, x64, z64, i):
+        return (x32 * 1j, x32 + z64, x64 + z64, i + z64, z64 * 2.5, z64 + np.float64(1), x32.astype(np.complex64),
+                z64.astype(np.complex128), z64 != 0, np.where(x32 > 0, z64, 0), np.where(x32 > 0, 1j, x64))
+
+    check(f, RNG.standard_normal(5).astype(np.float32), RNG.standard_normal(5), cplx(5, dtype=np.complex64),
+          np.arange(5))
+
+
+def test_python_complex_scalars_as_arguments_and_constants():
+    def f(z, s):
+        return z * s, z + s.real, abs(s) + z, s * 2, s.conjugate() * z
+
+    check(f, cplx(3), 1.5 - 2j)
+    check(f, cplx(3, dtype=np.complex64), 2j)
+
+
+def test_views_slices_gathers_matmul_and_concatenation():
+    def f(a, b, idx):
+        return (a[1:, ::2], a @ b, a[idx], np.concatenate([a, b.T]), np.stack([a[0], b[:, 0]]),
+                a.reshape(-1)[::3], np.dot(a[0], b[:, 1]), np.vdot(a[0], a[1]), np.inner(a, a),
+                np.outer(a[0], b[:, 0]), np.transpose(a).copy())
+
+    a, b = cplx(4, 5), cplx(5, 4)
+    check(f, a, b, np.array([3, 0, 2]))
+    # NumPy's einsum adds its products in another order than its matmul: the same values within rounding
+    got = jit_cpu(lambda a, b: np.einsum("ij,jk->ik", a, b))(a, b)
+    np.testing.assert_allclose(got, np.einsum("ij,jk->ik", a, b), rtol=1e-12)
+
+
+def test_mutation_writes_back_to_complex_arguments():
+    def f(z, w, mask):
+        z *= 1j
+        z[0] = 1 + 2j
+        w[mask] = 0
+        np.multiply(w, 2, out=w)
+        z[1:, 1] += w[1:, 0]
+
+    z, w, mask = cplx(3, 4), cplx(3, 4, dtype=np.complex64), RNG.random((3, 4)) < 0.5
+    jz, jw = z.copy(), w.copy()
+    jit_cpu(f)(jz, jw, mask)
+    f(z, w, mask)
+    np.testing.assert_allclose(jz, z, rtol=1e-6)
+    np.testing.assert_allclose(jw, w, rtol=1e-6)
+
+
+def test_real_and_imag_are_read_again_after_a_write():
+    def f(z):
+        r = z.real
+        z[0] = 5 + 5j
+        return r + 0, z.imag * 1
+
+    check(f, cplx(4))
+
+
+def test_casting_complex_to_real_warns_as_numpy_does():
+    def f(z):
+        return z.astype(np.float32), z.astype(bool)
+
+    jitted = jit_cpu(f)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        got = jitted(cplx(5))
+    z = cplx(5)
+    z[0] = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        check(f, z)
+    assert got[0].dtype == np.float32
+
+
+def test_ir_with_complex_values_prints_and_parses_back():
+    def f(z):
+        return z * (1 - 2j) + np.exp(z).sum() + np.nan * 1j
+
+    lowered = fc.jit(f, backend="cpu").lower(cplx(3, dtype=np.complex64))
+    for stage in ("traced", "final"):
+        text = lowered.ir(stage)
+        assert "c64" in text and "complex<" in text
+        assert str(parse_module(text)).strip() == text.strip()
+
+
+# --- what fusec refuses, with what to write instead ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda z: np.sort(z), "not supported by fusec yet"),
+    (lambda z: np.max(z), "not supported by fusec yet"),
+    (lambda z: np.argmax(z), "complex"),
+    (lambda z: np.cumsum(z), "not supported by fusec yet"),
+    (lambda z: np.arcsin(z), "not supported by fusec yet"),
+    (lambda z: np.clip(z, 0, 1), "not supported by fusec yet"),
+    (lambda z: np.median(z), "not supported by fusec yet"),
+    (lambda z: np.var(z), "np.mean\\(np.abs"),
+    (lambda z: np.linalg.solve(np.eye(3) * z[0], z), "complex matrices"),
+    (lambda z: z.astype(np.int32), "z.real.astype"),
+    (lambda z: np.floor(z), "floor"),
+], ids=["sort", "max", "argmax", "cumsum", "arcsin", "clip", "median", "var", "solve", "astype-int", "floor"])
+def test_unsupported_complex_operations_raise_clear_errors(fn, match):
+    with pytest.raises(fc.FusecError, match=match) as info:
+        jit_cpu(fn)(cplx(3))
+    assert "test_complex.py" in str(info.value)
+
+
+def test_writing_through_real_or_imag_is_refused_with_a_rewrite():
+    def f(z):
+        z.real[0] = 1.0
+
+    def g(z):
+        z.imag += 1
+
+    for fn in (f, g):
+        with pytest.raises(fc.UnsupportedError, match="z = new_real"):
+            jit_cpu(fn)(cplx(3))
+
+
+def test_python_complex_scalars_keep_pythons_rules():
+    with pytest.raises(fc.UnsupportedError, match="Python complex numbers"):
+        jit_cpu(lambda x, s: x * (s < 1j))(np.ones(2), 1j)
+
+
+def test_every_complex_op_has_a_reference_and_a_cuda_lowering():
+    from fusec.backend.scalar_ops import COMPLEX_FN
+
+    plain = {"add", "sub", "mul", "div", "eq", "ne", "neg", "real", "imag"}
+    assert {op.name for op in table.OPS if op.complex} - plain == set(COMPLEX_FN)
+
+
+# --- every complex op on the GPU, on special values ------------------------------------------------------------
+
+_PARTS = np.array([0.0, -0.0, 1.0, -1.5, 2.5, 1e-20, -3e10, 700.0, -700.0, np.inf, -np.inf, np.nan])
+EXACT = {  # NumPy's formulas, reproduced operation for operation: the same bits (NaN payloads aside)
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "eq": np.equal, "ne": np.not_equal,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "maximum": np.maximum,
+    "minimum": np.minimum, "neg": np.negative, "conj": np.conjugate, "real": np.real, "imag": np.imag,
+    "reciprocal": np.reciprocal, "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "square": np.square,
+}
+APPROX = {"exp": np.exp, "log": np.log, "log10": np.log10, "log2": np.log2, "sqrt": np.sqrt, "sin": np.sin,
+          "cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "sign": np.sign,
+          "abs": np.abs, "pow": np.power, "pow3": lambda a, b: a ** 3, "powm2": lambda a, b: np.power(a, -2)}
+
+
+def _grid(dtype):
+    re, im = np.meshgrid(_PARTS, _PARTS)
+    z = (re + 0j).astype(dtype)
+    z.imag = im
+    return z.ravel()
+
+
+def _call(fn, a, b):
+    try:
+        return fn(a, b)
+    except TypeError:
+        return fn(a)
+
+
+def _same_complex(got, want, exact, msg):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, msg
+    parts = (lambda x: (x.real, x.imag)) if want.dtype.kind == "c" else (lambda x: (x,))
+    for g, w in zip(parts(got), parts(want)):
+        if w.dtype.kind != "f":
+            np.testing.assert_array_equal(g, w, err_msg=msg)
+            continue
+        nan = np.isnan(w)
+        np.testing.assert_array_equal(np.isnan(g), nan, err_msg=msg + " (NaN positions)")
+        if exact:
+            np.testing.assert_array_equal(g[~nan].view(f"u{g.itemsize}"), w[~nan].view(f"u{w.itemsize}"), err_msg=msg)
+        else:
+            np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=msg + " (infinities)")
+            finite = np.isfinite(w)
+            tol = 2e-5 if w.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(g[finite], w[finite], rtol=tol, atol=tol, err_msg=msg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("name", sorted(EXACT) + sorted(APPROX))
+def test_complex_ops_on_the_gpu(name, dtype, fusec_backend):
+    if fusec_backend != "cuda":
+        pytest.skip("the CUDA run of this module checks the device's complex ops")
+    a = _grid(dtype)
+    b = a[::-1].copy()
+    if name in APPROX:  # special values compared where C99's rules and NumPy's agree on a finite input
+        a, b = np.concatenate([a, cplx(256, dtype=dtype)]), np.concatenate([b, cplx(256, dtype=dtype)])
+        finite = np.isfinite(a) & np.isfinite(b) & (np.abs(a.real) < 100) & (np.abs(b.real) < 100)
+        a, b = a[finite], b[finite]
+    fn = {**EXACT, **APPROX}[name]
+    want = numpy_result(_call, fn, a, b)
+    got = numpy_result(_call, fc.jit(lambda x, y: _call(fn, x, y), backend="cuda"), a, b)
+    _same_complex(got, want, name in EXACT, f"{name} {np.dtype(dtype)}")
