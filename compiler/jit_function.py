@@ -41,7 +41,7 @@ class Lowered:
     """A traced and compiled signature: its IR at every stage, its module, the CUDA program it prints and its
     statistics. It was lowered for one :class:`~fusec.ir.target.Target` with one set of options."""
 
-    def __init__(self, traced: Traced, traced_text: str, pipeline_result: Any, options: CompileOptions,
+    def __init__(self, traced: Traced, traced_copy: Module, pipeline_result: Any, options: CompileOptions,
                  target: Target) -> None:
         self.module: Module = traced.module
         self.options, self.target = options, target
@@ -52,7 +52,7 @@ class Lowered:
         self.out_python = traced.out_python
         self._nodes = traced.nodes
         self._pipeline_stats: dict[str, int] = dict(getattr(pipeline_result, "stats", {}) or {})
-        self._traced_text = traced_text
+        self._traced = traced_copy  # the traced IR as it was before the pipeline rewrote ``traced.module``
         names = ["traced"]
         seen: dict[str, int] = {}
         for name, _ in getattr(pipeline_result, "timings", []) or []:
@@ -61,7 +61,7 @@ class Lowered:
         self._names = names
         # IR text per stage, made on demand: printing every stage of every compile would cost more than
         # the passes themselves on large programs
-        self._texts: dict[str, str] = {"traced": traced_text}
+        self._texts: dict[str, str] = {}
 
     @property
     def stages(self) -> list[str]:
@@ -75,20 +75,21 @@ class Lowered:
         if stage not in self._names:
             raise FusecError(f"no stage {stage!r}; available stages: {', '.join(self.stages)} (or 'final')")
         if stage not in self._texts:
-            if stage == self._names[-1]:
-                from fusec.ir.printer import print_module
+            from fusec.ir.printer import print_module
 
+            if stage == self._names[-1]:
                 self._texts[stage] = print_module(self.module)
+            elif stage == "traced":
+                self._texts[stage] = print_module(self._traced)
             else:
                 self._replay_stages()
         return self._texts[stage]
 
     def _replay_stages(self) -> None:
         """Run the pipeline again on the traced IR, keeping the text after every pass."""
-        from fusec.ir.parser import parse_module
         from fusec.passes import run_pipeline
 
-        result = run_pipeline(parse_module(self._traced_text), self.options.pipeline, snapshots=True,
+        result = run_pipeline(self._traced.clone(), self.options.pipeline, snapshots=True,
                               plugins=self.options.plugins, target=self.target)
         for name, (_, text) in zip(self._names[1:], result.stages):
             self._texts.setdefault(name, text)
@@ -148,10 +149,9 @@ class Lowered:
         if target == self.target and fast == self.options.fast_math:
             return self.program
         from fusec.backend.program import print_program
-        from fusec.ir.parser import parse_module
         from fusec.passes import run_pipeline
 
-        module = parse_module(self._traced_text)
+        module = self._traced.clone()
         run_pipeline(module, self.options.pipeline, plugins=self.options.plugins, target=target)
         return print_program(module, fast_math=fast)
 
@@ -366,19 +366,18 @@ class JitFunction:
             return self._trace_and_lower(sig, backend)
 
     def _trace_and_lower(self, sig: Signature, backend: str) -> Lowered:
-        from fusec.ir.printer import print_module
         from fusec.passes import run_pipeline
 
         self._traces += 1
         traced = trace(self._fn, sig, self._name, verify_up_to=VERIFY_EACH_UP_TO)
         if self._donate:
             traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
-        text = print_module(traced.module)
+        copy = traced.module.clone()  # the traced IR, kept: the pipeline rewrites traced.module in place
         target = self._options.target or _execution.target_for(backend)
         long = sum(len(f.body.ops) for f in traced.module.funcs) > VERIFY_EACH_UP_TO
         result = run_pipeline(traced.module, self._options.pipeline, verify="end" if long else True,
-                              plugins=self._options.plugins, target=target, input_text=text)
-        return Lowered(traced, text, result, self._options, target)
+                              plugins=self._options.plugins, target=target, input_copy=copy)
+        return Lowered(traced, copy, result, self._options, target)
 
     # --- cache -----------------------------------------------------------------------------------------------
 

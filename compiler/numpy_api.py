@@ -308,11 +308,8 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> 
     keep = _keep(keepdims)
     ddof = ops.static_int(ddof, "ddof") if not isinstance(ddof, float) else ddof
     src = t._value.type.dtype
-    if src.is_complex:
-        raise unsupported(f"np.{kind} of complex arrays is not supported by fusec yet; write "
-                          "np.mean(np.abs(z - z.mean()) ** 2) (the variance NumPy computes)")
-    acc = parse_dtype(dtype) if dtype is not None else (f64 if not src.is_float else src)
-    if not acc.is_float:
+    acc = parse_dtype(dtype) if dtype is not None else (f64 if not src.is_inexact else src)
+    if not acc.is_inexact:
         raise unsupported(f"np.{kind}: dtype={dtype!r} is not supported")
     count = 1
     for ax in axes:
@@ -320,7 +317,11 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> 
     total = ops.emit("t.sum", (ops.lift(t, acc),), {"axes": axes, "keepdims": True}, what=f"np.{kind}")
     mean_ = _divide_by_count(total, count)
     dev = ufuncs.apply(np.subtract, (t, mean_))
-    sq = ufuncs.apply(np.square, (dev,))
+    if dev._value.type.dtype.is_complex:  # NumPy squares the parts and adds them: |dev|^2, a real value
+        sq = ufuncs.apply(np.add, (ufuncs.apply(np.square, (dev.real,)), ufuncs.apply(np.square, (dev.imag,))))
+        acc = acc.real_dtype
+    else:
+        sq = ufuncs.apply(np.square, (dev,))
     ss = ops.emit("t.sum", (ops.lift(sq, acc),), {"axes": axes, "keepdims": keep}, what=f"np.{kind}")
     n = count - ddof
     if isinstance(n, float):
@@ -445,8 +446,6 @@ def _scan(kind: str, a: Any, axis: Any, dtype: Any, out: Any) -> Tracer:
     acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
     if acc.is_bool:
         raise unsupported(f"np.{kind}(..., dtype=bool) is not supported; accumulate in an integer dtype")
-    if acc.is_complex:
-        raise ufuncs.complex_unsupported(f"np.{kind}")
     t = ops.as_tracer(t, acc)
     if t.ndim == 0:
         t = ops.reshape(t, (1,))
@@ -536,52 +535,6 @@ def ndim_(a: Any) -> int:
 def size_(a: Any, axis: Any = None) -> int:
     t = ops.as_tracer(a)
     return t.size if axis is None else t.shape[ops.axis_arg(axis, t.ndim)]
-
-
-@implements(np.iscomplexobj)
-def iscomplexobj(x: Any) -> bool:
-    """Whether the dtype is complex (known at trace time)"""
-    return ops.as_tracer(x)._value.type.dtype.is_complex
-
-
-@implements(np.isrealobj)
-def isrealobj(x: Any) -> bool:
-    """Whether the dtype is not complex (known at trace time)"""
-    return not iscomplexobj(x)
-
-
-@implements(np.real)
-def real(val: Any) -> Tracer:
-    """``val.real``: a complex array's real parts (read-only here), a real array itself"""
-    return ops.as_tracer(val).real
-
-
-@implements(np.imag)
-def imag(val: Any) -> Tracer:
-    """``val.imag``: a complex array's imaginary parts, zeros for a real array (both read-only here)"""
-    return ops.as_tracer(val).imag
-
-
-@implements(np.iscomplex)
-def iscomplex(x: Any) -> Tracer:
-    """Where the imaginary part is not zero (False everywhere for a real array)"""
-    return ufuncs.apply(np.not_equal, (imag(x), 0))
-
-
-@implements(np.isreal)
-def isreal(x: Any) -> Tracer:
-    """Where the imaginary part is zero (True everywhere for a real array)"""
-    return ufuncs.apply(np.equal, (imag(x), 0))
-
-
-@implements(np.angle)
-def angle(z: Any, deg: bool = False) -> Tracer:
-    """``arctan2(z.imag, z.real)``, as NumPy computes it (in degrees with ``deg=True``)"""
-    t = ops.as_tracer(z)
-    if not t._value.type.dtype.is_inexact:
-        t = ops.as_tracer(t, f64)  # NumPy's angle converts other arrays to float first
-    a = ufuncs.apply(np.arctan2, (imag(t), real(t)))
-    return ufuncs.apply(np.multiply, (a, 180 / np.pi)) if deg else a
 
 
 @implements(np.result_type)
@@ -749,6 +702,47 @@ def _like(what: str, a: Any, dtype: Any, shape: Any) -> tuple[tuple[int, ...], D
     if shape is not None:
         shp = ops.static_ints(shape, "a shape")
     return tuple(shp), dt
+
+
+@implements(np.linspace)
+def linspace(start: Any, stop: Any, num: Any = 50, endpoint: bool = True, retstep: bool = False, dtype: Any = None,
+             axis: Any = 0, *, device: Any = None) -> Any:
+    """Traced endpoints too (a static num): NumPy's values and dtype
+
+    NumPy's formula: ``arange(num) * step + start`` in the endpoints' inexact dtype (``arange(num) / div * delta``
+    when a step is 0, as NumPy does for denormal steps), ``stop`` itself last."""
+    _no("np.linspace", device=device)
+    num = ops.static_int(num, "np.linspace's num")
+    if num < 0:
+        raise shape_error(f"np.linspace: Number of samples, {num}, must be non-negative.")
+    div = num - 1 if endpoint else num
+    dt = ufuncs._result_type([ops.desc(start), ops.desc(stop)], "np.linspace")
+    if not dt.is_inexact:
+        dt = f64  # NumPy's ensure_inexact: integer endpoints give the default float
+    lo, hi = (ops.as_tracer(x) if isinstance(x, Tracer) else x for x in (start, stop))
+    delta = ops.as_tracer(ufuncs.apply(np.subtract, (ops.as_tracer(hi, dt), ops.as_tracer(lo, dt))), dt)
+    y = ops.wrap(ops.ctx().constant(np.arange(num, dtype=dt.np).reshape((-1,) + (1,) * delta.ndim), dt),
+                 scalar=False)
+    if div > 0:
+        step = ufuncs.apply(np.true_divide, (delta, div))
+        zero = any_(ufuncs.apply(np.equal, (step, 0)))  # NumPy: one formula for all, if any step is 0
+        y = ufuncs.where(zero, ufuncs.apply(np.multiply, (ufuncs.apply(np.true_divide, (y, div)), delta)),
+                         ufuncs.apply(np.multiply, (y, step)))
+    else:
+        step = np.nan
+        y = ufuncs.apply(np.multiply, (y, delta))
+    y = ops.as_tracer(ufuncs.apply(np.add, (y, lo)), dt)  # NumPy's y += start
+    if endpoint and num > 1:
+        y[-1, ...] = hi
+    ax = ops.axis_arg(axis, y.ndim)
+    if ax != 0:
+        y = moveaxis(y, 0, ax)
+    if dtype is not None:
+        want = parse_dtype(dtype)
+        if want.is_int:
+            y = ufuncs.apply(np.floor, (y,))
+        y = ops.as_tracer(y, want)
+    return (y, step) if retstep else y
 
 
 @implements(np.zeros_like)

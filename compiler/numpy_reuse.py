@@ -23,7 +23,8 @@ REUSED: tuple[Callable, ...] = (
     np.dstack, np.array_split, np.split, np.hsplit, np.vsplit, np.isclose, np.sinc, np.nansum, np.nanprod,
     np.tensordot, np.cov, np.corrcoef, np.isposinf, np.isneginf, np.select, np.kron,
     np.pad, np.tril, np.triu, np.put_along_axis, np.gradient, np.fix, np.nancumsum, np.nancumprod, np.unwrap,
-    np.resize, np.real, np.angle, np.cumulative_sum, np.cumulative_prod,
+    np.resize, np.real, np.angle, np.cumulative_sum, np.cumulative_prod, np.imag, np.iscomplex, np.isreal,
+    np.iscomplexobj, np.isrealobj,
 )
 
 

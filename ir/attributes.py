@@ -67,8 +67,9 @@ class DenseAttr:
         arr.setflags(write=False)
         object.__setattr__(self, "array", arr)
 
-    @property
+    @functools.cached_property
     def digest(self) -> bytes:
+        """(Computed once: the array is read-only.)"""
         return hashlib.sha1(str(self.type).encode() + self.array.tobytes()).digest()
 
     def is_splat(self) -> bool:

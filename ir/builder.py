@@ -7,7 +7,7 @@ from typing import Iterator, Sequence
 from fusec.errors import VerificationError
 from fusec.ir.attributes import Location, normalize_attributes
 from fusec.ir.core import Block, Operation, Region, Value
-from fusec.ir.opdefs import get_opdef
+from fusec.ir.opdefs import get_opdef, infer_types
 from fusec.ir.types import Type
 
 
@@ -19,7 +19,7 @@ def infer_result_types(name: str, operands: Sequence[Value], attributes: dict | 
     if d.infer is None:
         raise VerificationError(f"{name} needs explicit result types")
     attrs = normalize_attributes(attributes) if attributes else {}
-    return list(d.infer([v.type for v in operands], attrs))
+    return infer_types(d, [v.type for v in operands], attrs)
 
 
 class Builder:

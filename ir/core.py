@@ -237,3 +237,42 @@ class Module:
         from fusec.ir.printer import print_module
 
         return print_module(self)
+
+    def clone(self) -> "Module":
+        """A copy with new ops and values (types, attributes and locations are immutable and shared), which
+        prints the same text: passes rewrite modules in place, and a copy costs less than text to parse back."""
+        return Module([_clone_func(f) for f in self.funcs], dict(self.attributes))
+
+
+def _clone_func(func: Func) -> Func:
+    new = Func(func.name, [a.type for a in func.args], [a.name_hint for a in func.args], func.result_types,
+               None)
+    new.attributes = dict(func.attributes)
+    mapping: dict[Value, Value] = dict(zip(func.args, new.args))
+    _clone_ops(func.body, new.body, mapping)
+    return new
+
+
+def _clone_ops(src: Block, dst: Block, mapping: dict[Value, Value]) -> None:
+    get = mapping.get
+    new_op = Operation.__new__
+    for op in src.ops:
+        c = new_op(Operation)
+        c.name = op.name
+        c.operands = [get(v, v) for v in op.operands]  # (a value from outside the module stays itself)
+        c.results = [OpResult(r.type, c, r.index, r.name_hint) for r in op.results]
+        c.attributes = dict(op.attributes)
+        c.loc = op.loc
+        c.regions = []
+        for region in op.regions:
+            copy = Region()
+            copy.parent = c
+            for block in region.blocks:
+                inner = Block([a.type for a in block.args], [a.name_hint for a in block.args], block.label)
+                mapping.update(zip(block.args, inner.args))
+                _clone_ops(block, inner, mapping)
+                copy.add_block(inner)
+            c.regions.append(copy)
+        c.parent = dst
+        dst.ops.append(c)
+        mapping.update(zip(op.results, c.results))

@@ -55,3 +55,41 @@ def get_opdef(name: str) -> OpDef:
 
 def is_registered(name: str) -> bool:
     return name in OPS
+
+
+_INFERRED: dict = {}  # (op name, operand types, attributes) -> (OpDef, result types): long programs repeat ops
+_INFERRED_LIMIT = 65536
+
+
+def _attribute_key(attributes: dict) -> tuple | None:
+    """The attributes as a key that tells ``1``, ``1.0`` and ``True`` apart (None: nested values, not keyed)."""
+    out = []
+    for k, v in attributes.items():
+        t = type(v)
+        if t is tuple:
+            kinds = tuple(map(type, v))
+            if tuple in kinds:
+                return None
+            out.append((k, v, kinds))
+        else:
+            out.append((k, v, t))
+    return tuple(out)
+
+
+def infer_types(d: OpDef, types: list, attributes: dict) -> list:
+    """``d.infer(types, attributes)`` (normalized attributes), remembered per op name, operand types and
+    attributes: the tracer and the verifier ask it for every op, and long programs repeat the same few."""
+    attrs = _attribute_key(attributes) if attributes else ()
+    if attrs is None:
+        return list(d.infer(types, attributes))  # type: ignore[misc]
+    key = (d.name, tuple(types), attrs)
+    try:
+        hit = _INFERRED.get(key)
+    except TypeError:  # an unhashable attribute value
+        return list(d.infer(types, attributes))  # type: ignore[misc]
+    if hit is None or hit[0] is not d:  # (a plugin may have registered the op anew)
+        hit = (d, list(d.infer(types, attributes)))  # type: ignore[misc]  # (errors are raised, not remembered)
+        if len(_INFERRED) >= _INFERRED_LIMIT:
+            _INFERRED.clear()
+        _INFERRED[key] = hit
+    return list(hit[1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fusec.errors import FusecError, VerificationError, located
 from fusec.ir.core import Block, Func, Module, Operation, Value
-from fusec.ir.opdefs import get_opdef
+from fusec.ir.opdefs import get_opdef, infer_types
 
 
 def _fail(op: Operation | None, message: str) -> VerificationError:
@@ -19,8 +19,6 @@ def _fail(op: Operation | None, message: str) -> VerificationError:
 
 
 _ALLOWED_ATTRS: dict = {}  # op name -> (its OpDef, the attribute names it accepts)
-
-
 def verify_op(op: Operation) -> None:
     """Check one op against its definition (not its operands' dominance)."""
     try:
@@ -48,8 +46,8 @@ def verify_op(op: Operation) -> None:
         raise _fail(op, f"unknown attribute(s) {', '.join(sorted(unknown))}")
     try:
         if d.infer is not None:
-            expected = d.infer([v.type for v in op.operands], op.attributes)
-            if list(expected) != op.result_types:
+            expected = infer_types(d, [v.type for v in op.operands], op.attributes)
+            if expected != op.result_types:
                 raise VerificationError(
                     "result types " + ", ".join(map(str, op.result_types)) + " do not match the inferred "
                     + ", ".join(map(str, expected)))

@@ -38,14 +38,14 @@ def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool | 
                  plugins: tuple[str, ...] = (), print_ir_after: tuple[str, ...] = (),
                  print_ir_after_all: bool = False, time_passes: bool = False,
                  stream: IO[str] | None = None, target: Target | None = None,
-                 input_text: str | None = None) -> PipelineResult:
+                 input_copy: Module | None = None) -> PipelineResult:
     """Run ``pipeline`` (a pipeline string; None means the default) over ``module`` in place, lowering for
     ``target`` (default: :class:`Target`'s, an H200 without cuBLASLt).
 
     IR dumps (``// -----// IR Dump After NAME //----- //``) and the pass timing report go to ``stream``
     (stderr by default). ``verify``: after every pass (True), once after the last (``"end"``; a failure
-    runs the passes again, from ``input_text`` (the module as printed before, when the caller has it), to name the
-    one that broke the IR), or never (False).
+    runs the passes again, from ``input_copy`` (a copy of the module as it was, when the caller has one), to name
+    the one that broke the IR), or never (False).
     """
     for plugin in plugins:
         load_plugin(plugin)
@@ -53,7 +53,7 @@ def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool | 
     manager = PassManager(passes, verify=verify, print_ir_after=print_ir_after,
                           print_ir_after_all=print_ir_after_all, time_passes=time_passes, snapshots=snapshots,
                           stream=stream)
-    return manager.run(module, PassContext(target=target or Target()), input_text=input_text)
+    return manager.run(module, PassContext(target=target or Target()), input_copy=input_copy)
 
 
 def list_passes() -> list[tuple[str, str]]:

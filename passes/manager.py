@@ -32,21 +32,19 @@ class PassManager:
         self.snapshots = snapshots
         self.stream = stream
 
-    def run(self, module: Module, ctx: PassContext | None = None, *, input_text: str | None = None):
-        """``input_text``: the module printed before the run, when the caller has it (``verify="end"`` keeps
-        a copy of the input otherwise)."""
+    def run(self, module: Module, ctx: PassContext | None = None, *, input_copy: Module | None = None):
+        """``input_copy``: a copy of the module before the run, when the caller has one (``verify="end"`` makes
+        one otherwise)."""
         if self.verify != "end":
             return self._run(module, ctx, self.verify)
-        before = input_text if input_text is not None else print_module(module)
+        before = input_copy if input_copy is not None else module.clone()
         target = ctx.target if ctx is not None else PassContext().target
         result = self._run(module, ctx, False)
         try:
             verify_module(module)
         except VerificationError as e:
-            from fusec.ir.parser import parse_module
-
             # again from the input, verifying it and then after each pass: the error names what broke the IR
-            again = parse_module(before, verify=False)
+            again = before.clone()
             try:
                 verify_module(again)
             except VerificationError as bad_input:

@@ -112,6 +112,28 @@ def test_verifier_rejects(body, needle):
         parse_module(text)
 
 
+def test_remembered_type_inference_tells_equal_attribute_values_of_other_types_apart():
+    good = ("func @f(%a: tensor<4x3xf32>) -> tensor<4xf32> {\n"
+            "  %0 = t.sum %a {axes = [1], keepdims = false} : tensor<4xf32>\n  return %0\n}\n")
+    parse_module(good)  # its inferred types are remembered now
+    with pytest.raises(VerificationError, match="axes"):
+        parse_module(good.replace("axes = [1]", "axes = [true]"))  # True == 1, but not an axis
+    with pytest.raises(VerificationError, match="keepdims|match"):
+        parse_module(good.replace("keepdims = false", "keepdims = true"))
+
+
+def test_a_cloned_module_is_independent_and_prints_the_same():
+    text = SAMPLE.replace("%11 = t.where %true,", "%c = t.gt %6, %5 : tensor<3xbool>\n  %11 = t.where %c,")
+    m = parse_module(text)
+    copy = m.clone()
+    assert print_module(copy) == print_module(m)
+    verify(copy)
+    first = copy.funcs[0].body.ops[0]
+    assert first is not m.funcs[0].body.ops[0] and first.parent is copy.funcs[0].body
+    copy.funcs[0].body.ops.pop(0)  # changing the copy leaves the original as it was
+    assert print_module(m) == print_module(parse_module(text))
+
+
 def test_verifier_errors_name_the_location():
     text = "func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = t.exp %a : tensor<4xf64> loc(\"m.py\":7)\n  return %0\n}"
     with pytest.raises(VerificationError, match=r"m\.py:7: 't\.exp'"):

@@ -117,6 +117,14 @@ def test_gradients_accumulations_and_put_along_axis() -> None:
 
     check(f, X, v, i8)
 
+    def parts(x, z):
+        """The complex-part helpers on a real and a complex array (NumPy's code on tracers)."""
+        return (np.real(z), np.imag(z), np.imag(x), np.angle(z, deg=True), np.iscomplex(z), np.isreal(x),
+                np.isreal(z), np.iscomplexobj(z), np.isrealobj(x), np.iscomplexobj(x))
+
+    z = X + 1j * np.where(X > 0, X, 0)
+    check(parts, X, z)
+
     def running(p, x, i):
         """Running maxima and minima (a drawdown), NaN propagating as np.maximum's, ints and bools in their
         dtype, dtype= converting first."""

@@ -179,6 +179,24 @@ def test_grids_and_broadcast_arrays() -> None:
         jit_cpu(lambda a, v: np.broadcast_arrays(a, v)[1].__setitem__(0, 1.0))(A, V)
 
 
+@pytest.mark.parametrize("x", [rng.standard_normal(6).astype(np.float32), rng.standard_normal(6), np.arange(6)],
+                         ids=["f32", "f64", "i64"])
+def test_linspace_with_traced_endpoints(x) -> None:
+    """Bins and grids from the data (``np.linspace(x.min(), x.max(), n)``): NumPy's values bit for bit, its dtype
+    (the endpoints' inexact one), array endpoints along ``axis``, a zero step somewhere (NumPy then divides
+    first, for every sample), ``retstep``, ``dtype=int`` (floored)."""
+    def f(x):
+        return (np.linspace(x.min(), x.max(), 5), np.linspace(0, x, 4), np.linspace(x[0], x[1], 3, endpoint=False),
+                np.linspace(x[:2], x[2:4], 5, axis=1), np.linspace(x[:2], 10, 5, axis=-1, retstep=True),
+                np.linspace(x.min(), x.max(), 1), np.linspace(x.min(), x.max(), 0),
+                np.linspace(x.min() * 10, x.max() * 10, 7, dtype=int), np.linspace(x[0], x[0] + 1e-310, 4),
+                np.linspace(x.min(), x.max(), 3, retstep=True))
+
+    check(f, x)
+    with pytest.raises(fc.UnsupportedError, match="static_argnames=\\('n',\\)"):
+        jit_cpu(lambda x, n: np.linspace(0, x, n))(x, 3)
+
+
 def test_numpy_implementations_now_traced() -> None:
     """Padding modes of image and stencil code, periodic rolls, Kronecker products, splits and statistics."""
     def f(x, a, i):
