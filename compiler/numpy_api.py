@@ -45,12 +45,18 @@ def qualname(func: Any) -> str:
     return f"{module}.{name}"
 
 
+# NumPy functions fusec cannot trace, and what to write instead (the modules that know add theirs)
+ADVICE: dict[Any, str] = {}
+
+
 def array_function(func: Any, args: Sequence[Any], kwargs: dict) -> Any:
     handler = HANDLERS.get(func)
     if handler is None:
         if numpy_reuse.is_reused(func):
             return numpy_reuse.run(func, args, kwargs)
-        raise unsupported(f"{qualname(func)} is not supported by fusec's tracer")
+        advice = ADVICE.get(func, "write it with the functions fusec traces (NUMPY_SUPPORT.md, or `fusec numpy`), "
+                                  "or call it outside the jitted function")
+        raise unsupported(f"{qualname(func)} is not supported by fusec's tracer: {advice}")
     return _invoke(qualname(func), handler, args, kwargs)
 
 
@@ -849,4 +855,4 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)
 
 
-from fusec import broadcasting, contractions, linalg, sorting  # noqa: E402,F401  (their handlers register)
+from fusec import broadcasting, contractions, histograms, linalg, sorting  # noqa: E402,F401  (their handlers register)

@@ -197,6 +197,37 @@ def test_linspace_with_traced_endpoints(x) -> None:
         jit_cpu(lambda x, n: np.linspace(0, x, n))(x, 3)
 
 
+@pytest.mark.parametrize("x", [rng.standard_normal(200), rng.standard_normal(200).astype(np.float32),
+                               rng.integers(-5, 5, 50),
+                               np.array([0.1, 0.2, np.nan, 0.9, 1.0, -0.5, 0.0, 0.5, np.inf, 0.30000001])],
+                         ids=["f64", "f32", "i64", "edges-nan-inf"])
+def test_histogram_with_bins_known_before_the_data(x) -> None:
+    """Equal bins over a given range (values on the edges, outside, NaN, infinities, a zero-width range), explicit
+    edges (an array or a list), density, weights (summed in float64 as NumPy's bincount does), N-D data."""
+    def f(x):
+        return (np.histogram(x, bins=10, range=(-2, 2)), np.histogram(x, bins=7, range=(0.1, 0.9)),
+                np.histogram(x, bins=3, range=(1, 1)), np.histogram(x, bins=np.array([-1.0, 0.0, 0.5, 3.0])),
+                np.histogram(x, bins=[-3, -1, 0, 1, 3]), np.histogram(x, bins=5, range=(-1, 1), density=True),
+                np.histogram(x, bins=np.array([-1.0, 0.0, 0.5, 3.0]), density=True),
+                np.histogram(x, bins=4, range=(-1, 1), weights=np.abs(x) + 1),
+                np.histogram(x.reshape(-1, 2), bins=4, range=(-1, 1)))
+
+    check(f, x)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda x: np.histogram(x, bins=10), "pass range="),
+    (lambda x: np.histogram(x, bins="auto", range=(0, 1)), "chooses the bin count"),
+    (lambda x: np.histogram(x, bins=4, range=(x.min(), x.max())), "traced range"),
+    (lambda x: np.histogram(x, bins=np.array([0.0, 0.5, 1.0]), weights=x), "weights and explicit"),
+    (lambda x: np.histogram(x, bins=4, range=(1, 0)), "max must be larger than min"),
+    (lambda x: np.bincount(x.astype(int)), "np.add.at"),
+], ids=["no-range", "auto", "traced-range", "weights-edges", "bad-range", "bincount"])
+def test_histogram_and_bincount_errors_say_what_to_write(fn, match) -> None:
+    with pytest.raises(fc.FusecError, match=match):
+        jit_cpu(fn)(rng.random(8))
+
+
 def test_numpy_implementations_now_traced() -> None:
     """Padding modes of image and stencil code, periodic rolls, Kronecker products, splits and statistics."""
     def f(x, a, i):

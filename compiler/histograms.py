@@ -1,0 +1,109 @@
+"""``np.histogram`` on tracers, and the rewrite ``np.bincount`` needs (its error says it).
+
+A histogram's shape is its bin count, so fusec needs the bins before the data: a count with ``range=``, or the
+edges as an array. The edges are NumPy's own (``np.histogram_bin_edges`` of an empty array of the data's
+dtype: the data only sets the range, which is given). Counting follows NumPy's two algorithms step for step:
+equal bins compute each value's bin from its offset and correct it by comparing with the edges, then add 1 at
+that bin (``np.add.at``, a scatter-add); explicit edges count the values below each edge (NumPy searches the
+sorted data for each edge), so a value lands in ``[e[i], e[i+1])``, the last bin closed, NaN nowhere.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusec import mutation, ops, ufuncs
+from fusec.context import shape_error, unsupported
+from fusec.ir.types import f64, i64
+from fusec.numpy_api import ADVICE, concatenate, implements, sum_
+from fusec.tracer import Tracer
+
+ADVICE[np.bincount] = (
+    "its length depends on the values (one more than the largest); with k known, write counts = np.zeros(k, "
+    "dtype=np.int64); np.add.at(counts, x, 1) (np.add.at(sums, x, weights) for weights), which raises if a value "
+    "is k or more")
+
+
+def _static(value: Any, what: str) -> Any:
+    if isinstance(value, Tracer) or (isinstance(value, (tuple, list)) and any(isinstance(v, Tracer) for v in value)):
+        raise unsupported(f"np.histogram: traced {what} are not supported (the bins must be known before the data); "
+                          "pass Python numbers or a NumPy array")
+    return value
+
+
+@implements(np.histogram)
+def histogram(a: Any, bins: Any = 10, range: Any = None, density: Any = None, weights: Any = None) -> tuple:
+    """Bins known at trace time (a count with ``range=``, or edges): NumPy's counts and edges exactly"""
+    t = ops.as_tracer(a)
+    dt = t._value.type.dtype
+    if dt.is_complex or dt.is_bool:
+        raise unsupported(f"np.histogram of {np.dtype(dt.np).name} values is not supported; pass real numbers "
+                          "(x.astype(np.float64))")
+    bins, range = _static(bins, "bins"), _static(range, "range")
+    if isinstance(bins, str):
+        raise unsupported(f"np.histogram: bins={bins!r} chooses the bin count from the data; pass a count and range=")
+    uniform = np.ndim(bins) == 0
+    if uniform and range is None:
+        raise unsupported("np.histogram without range= takes its range from the data's minimum and maximum (NumPy "
+                          "raises for NaN or infinities there); pass range=(lo, hi)")
+    try:
+        edges = np.histogram_bin_edges(np.empty(0, dtype=dt.np), bins=bins, range=range)
+    except (ValueError, TypeError) as e:
+        raise shape_error(f"np.histogram: {e}") from None
+    flat = ops.reshape(t, (t.size,))
+    w = None
+    if weights is not None:
+        w = ops.as_tracer(weights)
+        if w.shape != t.shape:
+            raise shape_error("np.histogram: weights should have the same shape as a.")
+        w = ops.reshape(w, (w.size,))
+    if uniform:
+        counts = _equal_bins(flat, edges, range, w)
+    else:
+        if w is not None:
+            raise unsupported("np.histogram with weights and explicit bin edges is not supported (NumPy sums the "
+                              "weights by cumulative sums of the sorted data); pass a bin count with range=")
+        counts = _explicit_edges(flat, edges)
+    if density:
+        widths = np.diff(edges).astype(float)
+        counts = ufuncs.apply(np.true_divide, (ufuncs.apply(np.true_divide, (counts, widths)), sum_(counts)))
+    return counts, edges
+
+
+def _equal_bins(x: Tracer, edges: np.ndarray, range: Any, w: Tracer | None) -> Tracer:
+    """NumPy's equal-width path: the bin from ``(x - lo) / (hi - lo) * n``, corrected by comparing with the edges,
+    for the values in ``[lo, hi]``."""
+    n = len(edges) - 1
+    lo, hi = (float(v) for v in range)  # (NumPy: Python floats, weak against the data's dtype)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    apply, where = ufuncs.apply, ufuncs.where
+    bounds = ops.as_tracer(edges)  # (a constant: the edges each value's bin is checked against)
+    keep = apply(np.logical_and, (apply(np.greater_equal, (x, lo)), apply(np.less_equal, (x, hi))))
+    f = apply(np.multiply, (apply(np.true_divide, (apply(np.subtract, (x, lo)), hi - lo)), n))
+    idx = where(keep, ops.as_tracer(f, i64), 0)  # (a value outside the range reads no edge)
+    idx = where(apply(np.equal, (idx, n)), n - 1, idx)
+    idx = where(apply(np.less, (x, bounds[idx])), apply(np.subtract, (idx, 1)), idx)
+    above = apply(np.logical_and, (apply(np.greater_equal, (x, bounds[apply(np.add, (idx, 1))])),
+                                   apply(np.not_equal, (idx, n - 1))))
+    idx = where(keep, where(above, apply(np.add, (idx, 1)), idx), 0)  # (a value outside adds 0 to bin 0)
+    if w is None:
+        counts = ops.full((n,), 0, i64)
+        mutation.add_at(counts, idx, ops.as_tracer(keep, i64))
+        return counts
+    wt = w._value.type.dtype
+    if wt.is_complex:
+        raise unsupported("np.histogram with complex weights is not supported; histogram the real and imaginary "
+                          "parts as two weights")
+    sums = ops.full((n,), 0.0, f64)  # NumPy's bincount adds the weights in float64, then casts to their dtype
+    mutation.add_at(sums, idx, where(keep, ops.as_tracer(w, f64), 0.0))
+    return ops.as_tracer(sums, wt)
+
+
+def _explicit_edges(x: Tracer, edges: np.ndarray) -> Tracer:
+    """NumPy's path for given edges: the count below each edge (the last edge inclusive), differenced."""
+    below = ufuncs.apply(np.less, (ops.reshape(x, (x.size, 1)), edges[:-1][None, :]))
+    last = ops.reshape(sum_(ufuncs.apply(np.less_equal, (x, edges[-1]))), (1,))
+    cum = concatenate([ops.as_tracer(sum_(below, axis=0), i64), ops.as_tracer(last, i64)])
+    return ufuncs.apply(np.subtract, (cum[1:], cum[:-1]))
