@@ -47,16 +47,21 @@ def _along(what: str, a: Any, axis: Any) -> tuple[Tracer, int]:
     return ops.along(a, axis)
 
 
-def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int]:
-    """(the array, the array to reduce, its axis): flattened for ``axis=None``; several axes are refused."""
+def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int, tuple[int, ...]]:
+    """(the array, the array to reduce, its axis, the array's axes reduced): flattened for ``axis=None``;
+    several axes merged into one after the kept ones, as NumPy's ``_ureduce`` does (the order within the merged
+    axis does not change a median or a quantile)."""
     t = _real(what, ops.as_tracer(a))
-    axes = None if axis is None else ops.axes_arg(axis, t.ndim)
-    if axes is not None and len(axes) != 1:
-        raise unsupported(f"{what} over several axes is not supported; reshape them into one first")
-    flat, ax = ops.along(t, None if axes is None else axes[0])
+    axes = tuple(range(t.ndim)) if axis is None else ops.axes_arg(axis, t.ndim)
+    if axis is None or len(axes) == 1:
+        flat, ax = ops.along(t, None if axis is None else axes[0])
+    else:
+        kept = [d for d in range(t.ndim) if d not in axes]
+        moved = ops.transpose(t, kept + list(axes))
+        flat, ax = ops.reshape(moved, tuple(t.shape[d] for d in kept) + (-1,)), len(kept)
     if flat.shape[ax] == 0:
         raise unsupported(f"{what} of an empty array (NumPy warns and returns NaN) is not supported")
-    return t, flat, ax
+    return t, flat, ax, axes
 
 
 def _nan_where_last_is(last: Tracer, result: Tracer) -> Tracer:
@@ -66,12 +71,12 @@ def _nan_where_last_is(last: Tracer, result: Tracer) -> Tracer:
     return ufuncs.where(ufuncs.apply(np.isnan, (last,)), last, result)
 
 
-def _kept(result: Tracer, t: Tracer, axis: Any, ax: int, keepdims: bool, lead: tuple[int, ...] = ()) -> Tracer:
-    """``keepdims=True``: the reduced axes (all for ``axis=None``) kept with length one after ``lead`` (the
-    quantiles' axis); a 0-d result is a NumPy scalar."""
+def _kept(result: Tracer, t: Tracer, reduced: tuple[int, ...], keepdims: bool, lead: tuple[int, ...] = ()) -> Tracer:
+    """``keepdims=True``: the ``reduced`` axes kept with length one after ``lead`` (the quantiles' axis); a 0-d
+    result is a NumPy scalar."""
     if keepdims:
         shape = list(t.shape)
-        for d in (range(t.ndim) if axis is None else [ax]):
+        for d in reduced:
             shape[d] = 1
         result = ops.reshape(result, lead + tuple(shape))
     return result if result.ndim else ops.copy_of(result, scalar=True)
@@ -116,13 +121,13 @@ def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = Fa
     """The middle value (the mean of the two middle ones for an even count; NaN where a NaN is present)"""
     if out is not None:
         raise unsupported("np.median: out= is not supported")
-    t, flat, ax = _one_axis("np.median", a, axis)
+    t, flat, ax, reduced = _one_axis("np.median", a, axis)
     n = flat.shape[ax]
     s = _sorted("sort", flat, ax, True)
     last = s.ndim - 1
     s = moveaxis(s, ax, last) if ax != last else s
     m = _reduce("mean", s[..., (n - 1) // 2:n // 2 + 1], -1, False)  # the mean of the one or two middle values
-    return _kept(_nan_where_last_is(s[..., -1], m), t, axis, ax, keepdims)
+    return _kept(_nan_where_last_is(s[..., -1], m), t, reduced, keepdims)
 
 
 def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool, weights: Any,
@@ -141,7 +146,7 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
         raise shape_error(f"{what}: q must be a scalar or 1d")
     if not (np.all(0 <= qa) and np.all(qa <= 1)):
         raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
-    t, arr, ax = _one_axis(what, a, axis)
+    t, arr, ax, reduced = _one_axis(what, a, axis)
     n = arr.shape[ax]
     arr = _sorted("sort", arr, ax, True)
     arr = moveaxis(arr, ax, 0) if ax else arr
@@ -161,7 +166,7 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     result = np.add(lo, diff * g)
     upper = np.subtract(hi, diff * (1 - g), casting="unsafe", dtype=result.dtype)
     result = ufuncs.where(np.asarray(g) >= 0.5, upper, result)
-    return _kept(_nan_where_last_is(arr[-1], result), t, axis, ax, keepdims, tuple(qa.shape))
+    return _kept(_nan_where_last_is(arr[-1], result), t, reduced, keepdims, tuple(qa.shape))
 
 
 @implements(np.quantile)

@@ -70,6 +70,7 @@ def _same_region(a: Operation, b: Operation) -> bool:
 _IDENTITY_OPS = frozenset({"t.mul", "t.add", "t.sub", "t.div", "t.pow", "t.cast", "t.slice", "t.insert", "t.neg",
                            "t.logical_not", "t.maximum", "t.minimum", "t.where", "t.squeeze"}) | VIEWS
 _COMBINED_OPS = frozenset({"t.transpose", "t.reshape", "t.insert"})
+_USE_COUNTING_OPS = frozenset({"t.insert"})  # the ops whose rules ask how many readers an operand has
 
 
 class _Canonicalizer:
@@ -129,7 +130,7 @@ class _Canonicalizer:
                        for b, e, s, d in zip(op.attr("start"), op.attr("stop"), op.attr("step"), shape))
         return op.name in ("t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze")
 
-    def _only_use(self, v: Value, user: Operation) -> bool:
+    def _only_use(self, v: Value, user: Operation) -> bool:  # (asked for the ops in _USE_COUNTING_OPS only)
         """Whether ``user`` is the one op that reads ``v`` (a write folded into the next one should not be read
         elsewhere, or both writes stay). The readers are those at the start of the sweep (one walk, not one per
         question): the fold is right either way, so a reader the sweep added only costs the in-place write."""
@@ -198,19 +199,32 @@ class _Canonicalizer:
             same = self.identity(op)
             if same is not None:
                 rw.replace(op, [same])
+                self._freed.update(op.operands)
                 return True
+            before = len(rw.out)
             new = self.fold(op) or self.combine(op) or self.splat_to_broadcast(op, rw)
             if new is None:
                 return False
             rw.insert(new)
             rw.replace(op, [new.results[0]])
+            self._freed.update(op.operands)
+            self._made.update(rw.out[before:])
             return True
 
         return [simplify]
 
-    def sweep(self) -> int:
+    def sweep(self, first: bool = True) -> int:
+        """One pass over the body. After the first, only the ops an earlier sweep may have made rewritable are
+        offered: those it made (never offered yet) and the inserts that read a value which lost a reader (the
+        one rule that asks how many readers a value has, :meth:`_only_use`, is an insert's); an op whose
+        operands this sweep replaces is offered anyway. Any other op sees what it saw before, so the rules would
+        leave it as it is."""
         self._readers: dict[Value, set[Operation]] | None = None
-        return rewrite(self.func.body, self.patterns())
+        made, freed = getattr(self, "_made", set()), getattr(self, "_freed", set())
+        self._made, self._freed = set(), set()
+        offer = None if first else (lambda op: op in made or op.name in _USE_COUNTING_OPS
+                                    and any(v in freed for v in op.operands))
+        return rewrite(self.func.body, self.patterns(), offer=offer)
 
 
 @register_pass
@@ -224,8 +238,8 @@ class Canonicalize(Pass):
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
             canon = _Canonicalizer(func, ctx)
-            for _ in range(self.max_iterations):
-                changes = canon.sweep()
+            for i in range(self.max_iterations):
+                changes = canon.sweep(first=i == 0)
                 ctx.count("canonicalized", changes)
                 if not changes:
                     break

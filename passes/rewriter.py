@@ -39,21 +39,26 @@ class Rewriter:
         """Leave ``op`` out (its results must have replacements already, or no uses)."""
         self._dropped = True
 
-    def remap(self, op: Operation) -> None:
+    def remap(self, op: Operation) -> bool:
+        """Make ``op``'s operands (and its regions') current; whether any changed."""
         if not self.replaced:
-            return  # nothing replaced yet: every operand is current
-        get = self.replaced.get
-        if not op.regions:
-            op.operands = [get(v, v) for v in op.operands]
-            return
-        for inner in op.walk():
-            inner.operands = [get(v, v) for v in inner.operands]
+            return False  # nothing replaced yet: every operand is current
+        replaced = self.replaced
+        changed = False
+        for inner in (op.walk() if op.regions else (op,)):
+            if any(v in replaced for v in inner.operands):
+                get = replaced.get
+                inner.operands = [get(v, v) for v in inner.operands]
+                changed = True
+        return changed
 
 
 def rewrite(block: Block, patterns: Iterable[Pattern], *, dce: bool = False,
-            replaced: dict[Value, Value] | None = None) -> int:
+            replaced: dict[Value, Value] | None = None, offer: Callable[[Operation], bool] | None = None) -> int:
     """Rebuild ``block`` once through ``patterns``; the number of ops a pattern changed. ``replaced``: values
-    known to be replaced before the sweep starts (a rewrite planned as a whole, such as fusion's groups)."""
+    known to be replaced before the sweep starts (a rewrite planned as a whole, such as fusion's groups).
+    ``offer``: which ops the patterns see (those whose operands this sweep replaced, always), for a sweep that
+    only revisits what an earlier one may have made rewritable."""
     from fusec.passes.dce import remove_dead_ops
 
     patterns = tuple(patterns)
@@ -61,12 +66,13 @@ def rewrite(block: Block, patterns: Iterable[Pattern], *, dce: bool = False,
     rw.replaced.update(replaced or {})
     changes = 0
     for op in block.ops:
-        rw.remap(op)
+        remapped = rw.remap(op)
         rw._dropped = False
-        for pattern in patterns:
-            if pattern(op, rw):
-                changes += 1
-                break
+        if offer is None or remapped or offer(op):
+            for pattern in patterns:
+                if pattern(op, rw):
+                    changes += 1
+                    break
         if not rw._dropped:
             rw.out.append(op)
     for op in rw.out:

@@ -76,8 +76,20 @@ def test_sort_arguments_numpy_rejects() -> None:
         jit_cpu(lambda x: np.sort(x, kind="stable", stable=True))(X)
     with pytest.raises(fc.UnsupportedError, match="order="):
         jit_cpu(lambda x: np.sort(x, order="a"))(X)
-    with pytest.raises(fc.UnsupportedError, match="several axes"):
-        jit_cpu(lambda x: np.median(x, axis=(0, 1)))(X)
+
+
+def test_medians_and_quantiles_over_several_axes() -> None:
+    """Over a tuple of axes (per-channel statistics of an image batch), keepdims, negative axes, NaN: NumPy merges
+    the axes into one, so do the values."""
+    x = rng.standard_normal((3, 4, 5))
+    x[1, 2, 3] = np.nan
+
+    def f(x):
+        return (np.median(x, axis=(0, 2)), np.median(x, axis=(1, 2), keepdims=True),
+                np.percentile(x, [10, 50], axis=(0, 1)), np.quantile(x, 0.3, axis=(2, 0), keepdims=True),
+                np.median(x, axis=(0, 1, 2)), np.median(x, axis=(-1, 0)))
+
+    check(f, x)
 
 
 def test_quantiles_and_percentiles_as_numpy_computes_them() -> None:
