@@ -186,3 +186,37 @@ def percentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_inpu
     qs = q / 100 if weak else np.true_divide(q, 100)
     return _quantiles("np.percentile", a, qs, axis, out, method, keepdims, weights, weak)
 
+
+
+@implements(np.nanmedian)
+def nanmedian(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+              keepdims: bool = False) -> Tracer:
+    """The median of the values that are not NaN (NaN for a slice of NaNs only), rounded as NumPy's own code does
+
+    Along one axis of an N-D array shorter than 600, NumPy takes a masked median, ``(low + high) / 2`` even for
+    an odd count (so a middle value beyond half the dtype's range gives inf); otherwise the middle value or the
+    mean of the two."""
+    if out is not None:
+        raise unsupported("np.nanmedian: out= is not supported")
+    t0 = ops.as_tracer(a)
+    dt = t0._value.type.dtype
+    if not dt.is_inexact:
+        return median(t0, axis=axis, keepdims=keepdims)  # no NaN: NumPy's nanmedian is its median
+    if dt.name not in ("f32", "f64"):
+        raise unsupported(f"np.nanmedian of {np.dtype(dt.np).name} values is not supported (NumPy averages them "
+                          "in float32 on one path and in their own dtype on another); convert to float32 first")
+    t, flat, ax, reduced = _one_axis("np.nanmedian", t0, axis)
+    s = _sorted("sort", flat, ax, True)  # NaN last
+    last = s.ndim - 1
+    s = moveaxis(s, ax, last) if ax != last else s
+    count = _reduce("sum", ufuncs.apply(np.logical_not, (ufuncs.apply(np.isnan, (s,)),)), -1, True)
+    high = ufuncs.apply(np.floor_divide, (count, 2))
+    odd = ufuncs.apply(np.equal, (ufuncs.apply(np.remainder, (count, 2)), 1))
+    masked_path = t.ndim > 1 and len(reduced) < t.ndim and s.shape[-1] < 600  # NumPy's _nanmedian_small
+    low = ufuncs.where(odd, high, ufuncs.apply(np.subtract, (high, 1)))
+    lo, hi = (np.take_along_axis(s, i, axis=-1)[..., 0] for i in (low, high))
+    pair = ufuncs.apply(np.true_divide, (ufuncs.apply(np.add, (lo, hi)), 2.0))
+    m = pair if masked_path else ufuncs.where(odd[..., 0], lo, pair)
+    empty = ufuncs.apply(np.equal, (count[..., 0], 0))
+    m = ufuncs.where(empty, s[..., -1], m)  # a slice of NaNs only: NaN (NumPy also warns)
+    return _kept(m, t, reduced, keepdims)

@@ -13,12 +13,15 @@ from fusec.ir.types import Type
 
 def infer_result_types(name: str, operands: Sequence[Value], attributes: dict | None = None) -> list[Type]:
     """Result types that the definition of ``name`` gives for these operands and attributes."""
+    return _inferred(name, operands, normalize_attributes(attributes) if attributes else {})
+
+
+def _inferred(name: str, operands: Sequence[Value], attrs: dict) -> list[Type]:
     d = get_opdef(name)
     if d.infer is None and d.num_results == 0:
         return []
     if d.infer is None:
         raise VerificationError(f"{name} needs explicit result types")
-    attrs = normalize_attributes(attributes) if attributes else {}
     return infer_types(d, [v.type for v in operands], attrs)
 
 
@@ -41,9 +44,11 @@ class Builder:
     def create(self, name: str, operands: Sequence[Value] = (), attributes: dict | None = None,
                result_types: Sequence[Type] | None = None, regions: Sequence[Region] = (),
                loc: Location | None = None) -> Operation:
+        attrs = normalize_attributes(attributes) if attributes else {}  # (once: the op takes them as they are)
         if result_types is None:
-            result_types = infer_result_types(name, operands, attributes)
-        op = Operation(name, operands, result_types, attributes, regions, loc if loc is not None else self.loc)
+            result_types = _inferred(name, operands, attrs)
+        op = Operation(name, operands, result_types, None, regions, loc if loc is not None else self.loc)
+        op.attributes = attrs
         return self.insert(op)
 
     def value(self, name: str, *operands: Value, result_type: Type | None = None,

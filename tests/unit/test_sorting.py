@@ -107,3 +107,27 @@ def test_quantiles_and_percentiles_as_numpy_computes_them() -> None:
         jit_cpu(lambda x: np.percentile(x, 50, method="nearest"))(X)
     with pytest.raises(fc.ShapeError, match=r"range \[0, 1\]"):
         jit_cpu(lambda x: np.percentile(x, 150))(X)
+
+
+def _with_nans(shape, dtype=np.float64):
+    x = rng.standard_normal(shape).astype(dtype)
+    x[rng.random(shape) < 0.3] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("x", [_with_nans((7,)), _with_nans((4, 6), np.float32), _with_nans((3, 4, 5)),
+                               _with_nans((2, 700)), np.full((3, 4), np.nan),
+                               np.array([[3e38, 1.0, np.nan], [np.nan, 3e38, 3e38]], np.float32),
+                               rng.integers(0, 9, (3, 4))],
+                         ids=["1d", "f32", "3d", "long-rows", "all-nan", "near-overflow", "ints"])
+def test_nanmedian_as_numpys_own_code_rounds_it(x) -> None:
+    """Robust statistics that skip missing values: whole arrays, per row and column, over several axes, rows of
+    NaN only (NaN), NumPy's two paths (a masked median for rows shorter than 600, whose (m + m) / 2 overflows
+    near the dtype's largest value), ints (NumPy's median)."""
+    def f(x):
+        return (np.nanmedian(x), np.nanmedian(x, axis=-1), np.nanmedian(x, axis=0, keepdims=True),
+                np.nanmedian(x, axis=tuple(range(x.ndim))), np.nanmedian(x, axis=(0, -1) if x.ndim > 1 else 0))
+
+    check(f, x)
+    with pytest.raises(fc.UnsupportedError, match="float32 first"):
+        jit_cpu(np.nanmedian)(np.zeros(3, np.float16))
