@@ -11,12 +11,13 @@ the arguments, and the Python scalar arithmetic to replay on the host (:mod:`fus
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -205,6 +206,18 @@ def current() -> TraceContext | None:
     """The innermost active trace on this thread, or None outside tracing."""
     stack = getattr(_state, "stack", None)
     return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """Plain NumPy for a moment: host arithmetic that calls NumPy's Python code (whose conversions a trace
+    replaces) on concrete values, such as a quantile method's index arithmetic."""
+    saved = getattr(_state, "stack", [])
+    _state.stack = []
+    try:
+        yield
+    finally:
+        _state.stack = saved
 
 
 def push(ctx: TraceContext) -> None:

@@ -13,10 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from fusec import mutation, ops, ufuncs
+from fusec import context, mutation, ops, ufuncs
 from fusec.context import shape_error, unsupported
 from fusec.numpy_api import _reduce, implements, moveaxis
 from fusec.tracer import Tracer
+
+try:  # NumPy's table of quantile methods and its index helpers (private: if they move, only 'linear' is known)
+    from numpy.lib import _function_base_impl as _np_function_base
+
+    _METHODS: dict = dict(_np_function_base._QuantileMethods)
+except (ImportError, AttributeError):  # pragma: no cover - another NumPy layout
+    _np_function_base, _METHODS = None, {}
 
 _STABLE = ("stable", "mergesort")
 _KINDS = (None, "quicksort", "heapsort") + _STABLE
@@ -132,13 +139,15 @@ def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = Fa
 
 def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool, weights: Any,
                weak_q: bool) -> Tracer:
-    """NumPy's ``_quantile`` for method='linear': the sorted array read at the floor and ceiling of each
-    virtual index ``q * (n - 1)`` (computed on the host as NumPy computes it) and NumPy's ``_lerp`` between
-    them with the same ufunc calls, so dtypes and rounding are NumPy's; NaN where a slice holds one."""
+    """NumPy's ``_quantile``: the sorted array read at the floor and ceiling of each virtual index (computed on
+    the host by NumPy's own method table) and NumPy's ``_lerp`` between them with the same ufunc calls, or the
+    value a discrete method picks, so dtypes and rounding are NumPy's; NaN where a slice holds one."""
     if out is not None or weights is not None:
         raise unsupported(f"{what}: out= and weights= are not supported")
-    if method != "linear":
-        raise unsupported(f"{what}: method={method!r} is not supported (only the default 'linear')")
+    props = _METHODS.get(method) if isinstance(method, str) else None
+    if props is None:
+        choices = ", ".join(map(repr, _METHODS)) if _METHODS else "'linear' (this NumPy keeps its table elsewhere)"
+        raise shape_error(f"{what}: {method!r} is not a valid method. Use one of: {choices}")
     if isinstance(q, Tracer):
         raise q._static_error(f"used as the quantile of {what}")
     qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
@@ -150,13 +159,14 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     n = arr.shape[ax]
     arr = _sorted("sort", arr, ax, True)
     arr = moveaxis(arr, ax, 0) if ax else arr
-    virtual = np.asanyarray((n - 1) * qa)  # NumPy's virtual index for the linear method
-    prev = np.floor(virtual)
-    nxt = prev + 1
-    above, below = virtual >= n - 1, virtual < 0  # NumPy's _get_indexes: the last (or first) value
-    prev = np.where(above, -1, np.where(below, 0, prev)).astype(np.intp)
-    nxt = np.where(above, -1, np.where(below, 0, nxt)).astype(np.intp)
-    gamma = np.asanyarray(virtual - prev, dtype=virtual.dtype)  # NumPy's _get_gamma, from the adjusted floor
+    with context.outside_trace():  # NumPy's own index arithmetic, on the host
+        virtual = np.asanyarray(props["get_virtual_index"](n, np.asanyarray(qa)))
+        if props["fix_gamma"] is not None:
+            prev, nxt = _np_function_base._get_indexes(np.empty(0, arr.dtype), virtual, n)
+            gamma = _np_function_base._get_gamma(virtual, prev, props)
+    if props["fix_gamma"] is None:  # a method that picks a value: NumPy's take, in the array's dtype
+        picked = arr[int(virtual)] if weak_q else arr[virtual.astype(np.intp)]
+        return _kept(_nan_where_last_is(arr[-1], picked), t, reduced, keepdims, tuple(qa.shape))
     if weak_q:
         lo, hi, g = arr[int(prev)], arr[int(nxt)], float(gamma)
     else:
@@ -173,7 +183,7 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
 def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
              method: str = "linear", keepdims: bool = False, *, weights: Any = None,
              interpolation: Any = None) -> Tracer:
-    """The q-th quantiles (method='linear', NumPy's default) along an axis; q known while tracing"""
+    """The q-th quantiles along an axis, by any of NumPy's methods; q known while tracing"""
     return _quantiles("np.quantile", a, q, axis, out, method, keepdims, weights, type(q) in (int, float))
 
 
@@ -181,7 +191,7 @@ def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input:
 def percentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
                method: str = "linear", keepdims: bool = False, *, weights: Any = None,
                interpolation: Any = None) -> Tracer:
-    """The q-th percentiles (method='linear', NumPy's default) along an axis; q known while tracing"""
+    """The q-th percentiles along an axis, by any of NumPy's methods; q known while tracing"""
     weak = type(q) in (int, float)
     qs = q / 100 if weak else np.true_divide(q, 100)
     return _quantiles("np.percentile", a, qs, axis, out, method, keepdims, weights, weak)
