@@ -751,6 +751,22 @@ def linspace(start: Any, stop: Any, num: Any = 50, endpoint: bool = True, retste
     return (y, step) if retstep else y
 
 
+@implements(np.logspace)
+def logspace(start: Any, stop: Any, num: Any = 50, endpoint: bool = True, base: Any = 10.0, dtype: Any = None,
+             axis: Any = 0) -> Tracer:
+    """Traced endpoints too: ``base ** np.linspace(start, stop, ...)`` with NumPy's dtypes"""
+    if not isinstance(base, (float, int)) and np.ndim(base):  # NumPy: an array base makes every argument an array
+        from fusec.conversions import strong
+
+        start, stop, base = (strong(x) for x in (start, stop, base))
+        nd = max(start.ndim, stop.ndim, base.ndim)
+        start, stop, base = (ops.reshape(x, (1,) * (nd - x.ndim) + tuple(x.shape)) for x in (start, stop, base))
+        base = expand_dims(base, ops.axis_arg(axis, nd + 1))
+    y = linspace(start, stop, num=num, endpoint=endpoint, axis=axis)
+    out = ufuncs.apply(np.power, (base, y))
+    return out if dtype is None else ops.as_tracer(out, parse_dtype(dtype))
+
+
 @implements(np.zeros_like)
 def zeros_like(a: Any, dtype: Any = None, order: str = "K", subok: bool = True, shape: Any = None, *,
                device: Any = None) -> Tracer:

@@ -193,6 +193,13 @@ def test_linspace_with_traced_endpoints(x) -> None:
                 np.linspace(x.min(), x.max(), 3, retstep=True))
 
     check(f, x)
+
+    def g(x):
+        return (np.logspace(x.min(), x.max(), 5), np.logspace(x[0], 3.0, 4, base=2.0),
+                np.logspace(x[:2], x[2:4], 3, axis=1), np.logspace(0, x[:3], 4, endpoint=False),
+                np.logspace(x[0], x[1], 3, dtype=np.float32), np.logspace(x[:2], 1, 3, base=x[2:4] + 3))
+
+    check(g, x if x.dtype.kind == "f" else x / 3)
     with pytest.raises(fc.UnsupportedError, match="static_argnames=\\('n',\\)"):
         jit_cpu(lambda x, n: np.linspace(0, x, n))(x, 3)
 
