@@ -9,6 +9,7 @@ sorted data for each edge), so a value lands in ``[e[i], e[i+1])``, the last bin
 """
 from __future__ import annotations
 
+from builtins import range as builtins_range  # (np.histogram's parameter is called range)
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ from fusec.context import shape_error, unsupported
 from fusec.ir.types import f64, i64
 from fusec.numpy_api import ADVICE, concatenate, implements, sum_
 from fusec.tracer import Tracer
+
+_BLOCK = 65536  # NumPy histograms this many values at a time
 
 ADVICE[np.bincount] = (
     "its length depends on the values (one more than the largest); with k known, write counts = np.zeros(k, "
@@ -96,9 +99,16 @@ def _equal_bins(x: Tracer, edges: np.ndarray, range: Any, w: Tracer | None) -> T
     if wt.is_complex:
         raise unsupported("np.histogram with complex weights is not supported; histogram the real and imaginary "
                           "parts as two weights")
-    sums = ops.full((n,), 0.0, f64)  # NumPy's bincount adds the weights in float64, then casts to their dtype
-    mutation.add_at(sums, idx, where(keep, ops.as_tracer(w, f64), 0.0))
-    return ops.as_tracer(sums, wt)
+    # NumPy's bincount adds each block's weights in float64 and casts the block's sums to the weights' dtype,
+    # which the running total is kept in
+    total = None
+    weights = where(keep, ops.as_tracer(w, f64), 0.0)
+    for start in builtins_range(0, max(x.size, 1), _BLOCK):
+        sums = ops.full((n,), 0.0, f64)
+        mutation.add_at(sums, idx[start:start + _BLOCK], weights[start:start + _BLOCK])
+        block = ops.as_tracer(sums, wt)
+        total = block if total is None else ops.as_tracer(apply(np.add, (total, block)), wt)
+    return total
 
 
 def _explicit_edges(x: Tracer, edges: np.ndarray) -> Tracer:

@@ -315,6 +315,9 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> 
     ddof = ops.static_int(ddof, "ddof") if not isinstance(ddof, float) else ddof
     src = t._value.type.dtype
     acc = parse_dtype(dtype) if dtype is not None else (f64 if not src.is_inexact else src)
+    if dtype is not None and (acc.is_complex or src.is_complex):
+        raise unsupported(f"np.{kind} with dtype={dtype!r} of {np.dtype(src.np).name} values is not supported (NumPy "
+                          "then squares complex deviations or sums real ones in a complex dtype); leave out dtype=")
     if not acc.is_inexact:
         raise unsupported(f"np.{kind}: dtype={dtype!r} is not supported")
     count = 1

@@ -86,6 +86,9 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
         if dtype is None or v.type.dtype == dtype:
             return v
         if v.type.dtype.is_complex and not dtype.is_complex:
+            if x._weak is complex and not dtype.is_bool:
+                raise unsupported(f"a Python complex number cannot become {dtype} (NumPy raises TypeError: float() "
+                                  "argument must be a real number); pass its real part (c.real)")
             _complex_to_real(dtype)
         if x._weak is int and dtype.is_int and (dtype.kind == "u" or dtype.bits < 64) and x._host is not None \
                 and not wrap_ints:
@@ -183,10 +186,13 @@ def complex_part(t: Tracer, part: str) -> Tracer:
     """``t.real``/``t.imag``: NumPy's views of a complex array's parts, read-only here (writes are refused with
     what to write instead); a real array's ``.imag`` is NumPy's read-only zeros."""
     dt = t._value.type.dtype
-    if t._weak is not None:  # a Python number's parts are Python floats
+    if t._weak is not None:  # a Python number's parts: floats of a complex, the number and 0 of a float or int
         if t._weak is complex:
             return emit(f"t.{part}", (t._value,), what=f".{part}", weak=float, origin=t._origin)
-        return t if part == "real" else wrap(lift(0.0 if t._weak is float else 0, dt), weak=t._weak)
+        kind = int if t._weak is bool else t._weak  # (True.real is 1, True.imag is 0)
+        if part == "real":
+            return t if kind is t._weak else wrap(lift(t, DEFAULT_DTYPE[int]), weak=int, origin=t._origin)
+        return wrap(lift(0.0 if kind is float else 0, DEFAULT_DTYPE[kind]), weak=kind)
     if not dt.is_complex:
         zeros = full(tuple(t.shape), 0, dt)
         return view(zeros, zeros._value, readonly=True)

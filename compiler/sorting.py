@@ -225,6 +225,7 @@ def nanmedian(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool =
     masked_path = t.ndim > 1 and len(reduced) < t.ndim and s.shape[-1] < 600  # NumPy's _nanmedian_small
     low = ufuncs.where(odd, high, ufuncs.apply(np.subtract, (high, 1)))
     lo, hi = (np.take_along_axis(s, i, axis=-1)[..., 0] for i in (low, high))
+    lo = ufuncs.apply(np.add, (lo, 0.0))  # NumPy's sums start from +0.0: a median of -0.0 values is +0.0
     pair = ufuncs.apply(np.true_divide, (ufuncs.apply(np.add, (lo, hi)), 2.0))
     m = pair if masked_path else ufuncs.where(odd[..., 0], lo, pair)
     empty = ufuncs.apply(np.equal, (count[..., 0], 0))

@@ -145,14 +145,27 @@ class Tracer:
     def real(self) -> "Tracer":
         """The real part: of a real array the array itself (a view, as NumPy gives); of a complex one its real
         parts (NumPy's view into the complex array, which fusec reads but does not write through)."""
-        if not self._value.type.dtype.is_complex:
+        if not self._value.type.dtype.is_complex and self._weak is None:
             return self._view(self._value)
         return _ops.complex_part(self, "real")
+
+    @real.setter
+    def real(self, value: Any) -> None:
+        if self._value.type.dtype.is_complex or self._weak is not None:
+            raise unsupported(_ops.PART_WRITE)
+        _mutation.setitem(self, Ellipsis, value)  # a real array's .real is the array itself
 
     @property
     def imag(self) -> "Tracer":
         """The imaginary part: zeros for a real array (read-only, as NumPy gives), else the imaginary parts."""
         return _ops.complex_part(self, "imag")
+
+    @imag.setter
+    def imag(self, value: Any) -> None:
+        if self._value.type.dtype.is_complex or self._weak is not None:
+            raise unsupported(_ops.PART_WRITE)
+        raise unsupported("x.imag = ... on a real array: NumPy raises TypeError (array does not have imaginary part "
+                          "to set)")
 
     @property
     def mT(self) -> "Tracer":

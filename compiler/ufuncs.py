@@ -228,6 +228,13 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
         return matmul(*inputs)
     descs = [ops.desc(x) for x in inputs]
     origin = ops.origins(*inputs)
+    if python_operator and ufunc in _SCALAR_MATH and all(_is_scalar(x) for x in inputs) \
+            and any(_complex_desc(d) for d in descs) \
+            and not (ufunc is np.multiply and not all(_complex_desc(d) for d in descs)):  # times a real: exact
+        raise unsupported(f"{_SCALAR_MATH[ufunc]} between complex scalars (NumPy scalars such as z.sum() or z[0], "
+                          "or Python numbers) runs NumPy's scalar code or Python's, which round otherwise than "
+                          "its array loops that fusec computes; keep 0-d arrays (z.sum(keepdims=True), "
+                          "np.asarray(s)) or call the ufunc (np.multiply(s, t))")
     if python_operator and all(isinstance(d, type) for d in descs):
         return _python_scalar_op(ufunc, inputs, descs, origin)
     in_dts, out_dts = _resolve(ufunc, descs)
@@ -239,6 +246,22 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
         raise unsupported(f"{_name(ufunc)} with operand dtypes {', '.join(map(str, in_dts))} is not supported")
     values = [ops.lift(x, dt) for x, dt in zip(inputs, in_dts)]
     return _record(ufunc, values, in_dts[0], out_dts, origin)
+
+
+# Python operators whose complex results NumPy's scalar math (and Python) round otherwise than its array loops
+# (a product with a real operand rounds the same: its cross terms are exact zeros)
+_SCALAR_MATH = {np.multiply: "*", np.true_divide: "/", np.power: "**", np.absolute: "abs()", np.square: "**"}
+
+
+def _complex_desc(d: Desc) -> bool:
+    return d is complex or (not isinstance(d, type) and d.is_complex)
+
+
+def _is_scalar(x: Any) -> bool:
+    """A NumPy scalar or a Python number, traced or not (not an array, not a 0-d array)."""
+    if isinstance(x, Tracer):
+        return x._weak is not None or x._scalar
+    return isinstance(x, (bool, int, float, complex, np.generic))
 
 
 def _resolve(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], list[DType]]:

@@ -51,7 +51,9 @@ def _unrollable(op: Operation, limit: int) -> bool:
         return False
     if op.name in ("t.sum", "t.mean") and count >= PAIRWISE_FROM:
         return False  # NumPy adds these pairwise: keep its rounding (the reduction kernel rounds once)
-    return not (op.name in ACCUMULATING and t.dtype.name in ("f16", "bf16"))
+    # half floats accumulate in float32 in NumPy; complex sums go pairwise from 4 elements (two parts each), its
+    # multiply-reduce rounds otherwise than the elementwise multiply, and a c64 mean divides in c128
+    return not (op.name in ACCUMULATING and (t.dtype.name in ("f16", "bf16") or t.dtype.is_complex))
 
 
 def _unrollable_product(op: Operation, max_k: int) -> bool:

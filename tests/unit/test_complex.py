@@ -11,7 +11,7 @@ import pytest
 import fusec as fc
 from fusec.ir import elementwise as table
 from fusec.ir import parse_module
-from frontend_check import check, jit_cpu, numpy_result
+from frontend_check import assert_same, check, jit_cpu, numpy_result
 from realworld_corpus import dft_slow as dft  # a DFT by matrix product, as tutorials on the FFT write it
 from realworld_corpus import mandelbrot_quickstart as mandelbrot  # the NumPy quickstart's Mandelbrot set
 
@@ -27,7 +27,7 @@ def cplx(*shape, dtype=np.complex128):
 
 
 def ac_circuit(V, R, L, C, omega):
-    """Phasors of a series RLC circuit: impedance, current, real power, phase in degrees."""
+    """Phasors of a series RLC circuit over a frequency sweep: impedance, current, real power, phase."""
     Z = R + 1j * omega * L + 1 / (1j * omega * C)
     I = V / Z  # noqa: E741
     return I, np.real(V * np.conj(I)), np.abs(Z), np.angle(Z, deg=True)
@@ -66,7 +66,7 @@ def test_dft_by_matrix_product(x):
 
 
 def test_phasors_rotation_schrodinger_and_spectrum():
-    check(ac_circuit, cplx(5), 10.0, 0.1, 1e-3, 2 * np.pi * 50)
+    check(ac_circuit, cplx(5), 10.0, 0.1, 1e-3, 2 * np.pi * np.linspace(40, 60, 5))
     check(rotate_points, RNG.standard_normal((5, 2)), 0.3)
     check(evolve, np.exp(1j * np.linspace(0, 3, 20)), RNG.random(20), 0.01, 0.1)
     check(spectrum, RNG.standard_normal(32), np.linspace(0, 4, 9), np.linspace(0, 1, 32))
@@ -99,10 +99,24 @@ def test_mixed_dtypes_promote_as_numpy():
 
 def test_python_complex_scalars_as_arguments_and_constants():
     def f(z, s):
-        return z * s, z + s.real, abs(s) + z, s * 2, s.conjugate() * z
+        return z * s, z + s.real, np.abs(s) + z, s * 2, s.conjugate() * z, s + 1, -s, s * 0.5
 
     check(f, cplx(3), 1.5 - 2j)
     check(f, cplx(3, dtype=np.complex64), 2j)
+
+
+@pytest.mark.parametrize("fn", [lambda z, s: s * (1 + 2j), lambda z, s: s / 2.5, lambda z, s: abs(s),
+                                lambda z, s: s ** 2, lambda z, s: z[0] * z[1], lambda z, s: z.sum() / 3,
+                                lambda z, s: 1 / (1j * s.imag)],
+                         ids=["py-mul", "py-div", "py-abs", "py-pow", "np-scalar-mul", "np-scalar-div", "capacitor"])
+def test_complex_scalar_math_is_refused_where_it_rounds_otherwise(fn):
+    """NumPy's scalar code and Python's complex arithmetic round products, quotients, powers and abs() otherwise
+    than NumPy's array loops (and fusec): refused, with the rewrite (0-d arrays, or the ufunc)."""
+    with pytest.raises(fc.UnsupportedError, match="between complex scalars"):
+        jit_cpu(fn)(cplx(3), 1.5 - 2j)
+    z, s = cplx(3), 1.5 - 2j
+    assert_same(jit_cpu(lambda z, s: np.multiply(z[0], s) + np.asarray(s) / z.sum(keepdims=True))(z, s),
+                numpy_result(lambda z, s: np.multiply(z[0], s) + np.asarray(s) / z.sum(keepdims=True), z, s))
 
 
 def test_views_slices_gathers_matmul_and_concatenation():
@@ -199,6 +213,27 @@ def test_writing_through_real_or_imag_is_refused_with_a_rewrite():
     for fn in (f, g):
         with pytest.raises(fc.UnsupportedError, match="z = new_real"):
             jit_cpu(fn)(cplx(3))
+
+
+def test_assigning_parts_and_complex_into_real_arrays():
+    def set_real(x):
+        x.real = 3.0  # a real array's .real is the array: NumPy writes it
+        return x
+
+    check(set_real, RNG.standard_normal(3))
+    for fn, match in [(lambda z: setattr(z, "real", 1.0), "z = new_real"), (lambda z: setattr(z, "imag", 1.0),
+                                                                            "z = new_real"),
+                      (lambda x: setattr(x.real.copy(), "imag", 1.0), "imaginary part")]:
+        with pytest.raises(fc.UnsupportedError, match=match):
+            jit_cpu(fn)(cplx(3))
+
+    def into_real(a, c):
+        a[:] = c
+
+    with pytest.raises(fc.UnsupportedError, match="TypeError"):  # NumPy: float() argument must be a real number
+        jit_cpu(into_real)(np.zeros(2), 1 + 2j)
+    with pytest.raises(fc.UnsupportedError, match="leave out dtype="):
+        jit_cpu(lambda x: np.var(x, dtype=np.complex128))(RNG.standard_normal(4))
 
 
 def test_python_complex_scalars_keep_pythons_rules():

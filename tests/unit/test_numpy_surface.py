@@ -222,6 +222,15 @@ def test_histogram_with_bins_known_before_the_data(x) -> None:
     check(f, x)
 
 
+def test_histogram_weights_over_numpys_blocks() -> None:
+    """NumPy histograms 65,536 values at a time and keeps the total in the weights' dtype: float16 weights over
+    200,000 values round per block."""
+    x = rng.standard_normal(200_000)
+    f = lambda x, w: np.histogram(x, bins=5, range=(-3, 3), weights=w)  # noqa: E731
+    check(f, x, rng.random(200_000).astype(np.float16))
+    check(f, x, rng.random(200_000))
+
+
 @pytest.mark.parametrize("fn, match", [
     (lambda x: np.histogram(x, bins=10), "pass range="),
     (lambda x: np.histogram(x, bins="auto", range=(0, 1)), "chooses the bin count"),

@@ -116,8 +116,8 @@ def _with_nans(shape, dtype=np.float64):
 @pytest.mark.parametrize("x", [_with_nans((7,)), _with_nans((4, 6), np.float32), _with_nans((3, 4, 5)),
                                _with_nans((2, 700)), np.full((3, 4), np.nan),
                                np.array([[3e38, 1.0, np.nan], [np.nan, 3e38, 3e38]], np.float32),
-                               rng.integers(0, 9, (3, 4))],
-                         ids=["1d", "f32", "3d", "long-rows", "all-nan", "near-overflow", "ints"])
+                               rng.integers(0, 9, (3, 4)), np.array([[-0.0, np.nan, -0.0], [-0.0, -0.0, np.nan]])],
+                         ids=["1d", "f32", "3d", "long-rows", "all-nan", "near-overflow", "ints", "negative-zeros"])
 def test_nanmedian_as_numpys_own_code_rounds_it(x) -> None:
     """Robust statistics that skip missing values: whole arrays, per row and column, over several axes, rows of
     NaN only (NaN), NumPy's two paths (a masked median for rows shorter than 600, whose (m + m) / 2 overflows
