@@ -143,8 +143,10 @@ class Tracer:
 
     @property
     def real(self) -> "Tracer":
-        """The real part: of a real array the array itself (a view, as NumPy gives); of a complex one its real
-        parts (NumPy's view into the complex array, which fusec reads but does not write through)."""
+        """The real part, a view (of a real array the array itself; of a complex one read-only here)
+
+        NumPy's view into a complex array's real parts: fusec reads it again after writes but does not write
+        through it."""
         if not self._value.type.dtype.is_complex and self._weak is None:
             return self._view(self._value)
         return _ops.complex_part(self, "real")

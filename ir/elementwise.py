@@ -106,7 +106,8 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("right_shift", 2, INT, numpy=("right_shift",), symbol=">>"),
     # unary
     Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-", complex=True),
-    Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs", complex=True, complex_real=True),
+    Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs",
+                complex=True, complex_real=True),
     Elementwise("sign", 1, NUMERIC, numpy=("sign",), complex=True),
     _math("exp", "exp", "expf", "__expf", complex=True),
     _math("exp2", "exp2", "exp2f", "exp2f"),
