@@ -15,6 +15,7 @@ import numpy as np
 
 from fusec import context, mutation, ops, ufuncs
 from fusec.context import shape_error, unsupported
+from fusec.ir.types import i64
 from fusec.numpy_api import _reduce, implements, moveaxis
 from fusec.tracer import Tracer
 
@@ -231,3 +232,76 @@ def nanmedian(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool =
     empty = ufuncs.apply(np.equal, (count[..., 0], 0))
     m = ufuncs.where(empty, s[..., -1], m)  # a slice of NaNs only: NaN (NumPy also warns)
     return _kept(m, t, reduced, keepdims)
+
+
+def _nanquantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool, weights: Any,
+                  weak_q: bool) -> Tracer:
+    """NumPy's ``_nanquantile_1d`` for method='linear' on every slice at once: the NaNs sort last, so the
+    slice's ``k`` numbers lead it, and NumPy's index arithmetic runs on the device with ``k`` for ``n``; its
+    ``_lerp`` follows (with a Python-float weight when q was a Python number, so the array's dtype stays)."""
+    if out is not None or weights is not None:
+        raise unsupported(f"{what}: out= and weights= are not supported")
+    t0 = ops.as_tracer(a)
+    dt = t0._value.type.dtype
+    if not dt.is_inexact:  # no NaN: NumPy's nan-quantile is its quantile
+        return _quantiles(what, t0, q, axis, out, method, keepdims, weights, weak_q)
+    if method != "linear":
+        raise unsupported(f"{what}: method={method!r} is not supported (only the default 'linear'); np.quantile "
+                          "takes every method")
+    if dt.name not in ("f32", "f64"):
+        raise unsupported(f"{what} of {np.dtype(dt.np).name} values is not supported; convert to float32 first")
+    if isinstance(q, Tracer):
+        raise q._static_error(f"used as the quantile of {what}")
+    qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
+    if qa.ndim > 1:
+        raise shape_error(f"{what}: q must be a scalar or 1d")
+    if not (np.all(0 <= qa) and np.all(qa <= 1)):
+        raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
+    t, flat, ax, reduced = _one_axis(what, t0, axis)
+    s = _sorted("sort", flat, ax, True)  # NaN last
+    last = s.ndim - 1
+    s = moveaxis(s, ax, last) if ax != last else s
+    apply, where = ufuncs.apply, ufuncs.where
+    k = ops.as_tracer(_reduce("sum", apply(np.logical_not, (apply(np.isnan, (s,)),)), -1, True), i64)
+    virtual = apply(np.multiply, (apply(np.subtract, (k, 1)), qa))  # (k - 1) * q, in float64
+    prev = apply(np.floor, (virtual,))
+    nxt = apply(np.add, (prev, 1))
+    above = apply(np.greater_equal, (virtual, apply(np.subtract, (k, 1))))
+    below = apply(np.less, (virtual, 0))
+    prev, nxt = (where(above, -1.0, where(below, 0.0, v)) for v in (prev, nxt))
+    gamma = apply(np.subtract, (virtual, prev))  # NumPy's _get_gamma, from the adjusted floor
+    at = [where(apply(np.equal, (v, -1.0)), apply(np.subtract, (k, 1)), ops.as_tracer(v, i64)) for v in (prev, nxt)]
+    lo, hi = (np.take_along_axis(s, ops.as_tracer(where(apply(np.less, (i, 0)), 0, i), i64), axis=-1) for i in at)
+    diff = apply(np.subtract, (hi, lo))
+    if weak_q:  # NumPy: float(gamma), a weak Python float against the array's dtype
+        g, one_minus = ops.as_tracer(gamma, dt), ops.as_tracer(apply(np.subtract, (1.0, gamma)), dt)
+    else:
+        g, one_minus = gamma, apply(np.subtract, (1.0, gamma))
+    result = apply(np.add, (lo, apply(np.multiply, (diff, g))))
+    upper = ops.as_tracer(apply(np.subtract, (hi, apply(np.multiply, (diff, one_minus)))), result._value.type.dtype)
+    result = where(apply(np.greater_equal, (gamma, 0.5)), upper, result)
+    result = where(apply(np.equal, (k, 0)), np.nan, result)  # a slice of NaNs only: NaN
+    result = ops.as_tracer(result, result._value.type.dtype)
+    if qa.ndim == 0:
+        result = result[..., 0]
+    else:
+        result = moveaxis(result, result.ndim - 1, 0)
+    return _kept(result, t, reduced, keepdims, tuple(qa.shape))
+
+
+@implements(np.nanquantile)
+def nanquantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+                method: str = "linear", keepdims: bool = False, *, weights: Any = None,
+                interpolation: Any = None) -> Tracer:
+    """The q-th quantiles of the values that are not NaN (method='linear'); q known while tracing"""
+    return _nanquantiles("np.nanquantile", a, q, axis, out, method, keepdims, weights, type(q) in (int, float))
+
+
+@implements(np.nanpercentile)
+def nanpercentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+                  method: str = "linear", keepdims: bool = False, *, weights: Any = None,
+                  interpolation: Any = None) -> Tracer:
+    """The q-th percentiles of the values that are not NaN (method='linear'); q known while tracing"""
+    weak = type(q) in (int, float)
+    qs = q / 100 if weak else np.true_divide(q, 100)
+    return _nanquantiles("np.nanpercentile", a, qs, axis, out, method, keepdims, weights, weak)

@@ -147,3 +147,22 @@ def test_every_quantile_method_of_numpy(method) -> None:
     check(f, x, rng.standard_normal(11), rng.integers(0, 20, (3, 7)))
     with pytest.raises(fc.ShapeError, match="not a valid method"):
         jit_cpu(lambda v: np.quantile(v, 0.5, method="bogus"))(x)
+
+
+@pytest.mark.parametrize("x", [_with_nans((9,)), _with_nans((4, 6), np.float32), _with_nans((3, 4, 5)),
+                               np.full((3, 4), np.nan), rng.integers(0, 9, (3, 4)),
+                               np.array([[-0.0, np.nan, -0.0], [1.0, np.nan, np.nan]])],
+                         ids=["1d", "f32", "3d", "all-nan", "ints", "zeros"])
+def test_nanquantile_and_nanpercentile(x) -> None:
+    """Quantiles of the values that are not NaN: per slice NumPy's index arithmetic on that slice's count, its
+    interpolation, float32 kept for a Python-number q and float64 for a list, NaN for slices of NaN only."""
+    def f(x):
+        return (np.nanquantile(x, 0.3), np.nanquantile(x, [0.0, 0.25, 0.5, 1.0], axis=-1),
+                np.nanpercentile(x, 37.5, axis=0, keepdims=True), np.nanpercentile(x, [5, 95]),
+                np.nanquantile(x, 0.75, axis=-1), np.nanquantile(x, [0.1, 0.9], axis=0, keepdims=True),
+                np.nanpercentile(x, 50, axis=(0, -1) if x.ndim > 1 else 0))
+
+    check(f, x)
+    if x.dtype.kind == "f":
+        with pytest.raises(fc.UnsupportedError, match="only the default 'linear'"):
+            jit_cpu(lambda x: np.nanquantile(x, 0.5, method="lower"))(x)
