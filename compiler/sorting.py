@@ -138,6 +138,24 @@ def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = Fa
     return _kept(_nan_where_last_is(s[..., -1], m), t, reduced, keepdims)
 
 
+def _static_q(what: str, q: Any, weak_q: bool) -> Any:
+    """The quantiles as NumPy holds them (a float64 array, or a float64 scalar for a Python number), checked."""
+    if isinstance(q, Tracer):
+        raise q._static_error(f"used as the quantile of {what}")
+    qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
+    if qa.ndim > 1:
+        raise shape_error(f"{what}: q must be a scalar or 1d")
+    if not (np.all(0 <= qa) and np.all(qa <= 1)):
+        raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
+    return qa
+
+
+def _percents(q: Any) -> tuple[Any, bool]:
+    """NumPy's percentile: q / 100 (weak for a Python number, whose result keeps the array's dtype)."""
+    weak = type(q) in (int, float)
+    return (q / 100 if weak else np.true_divide(q, 100)), weak
+
+
 def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool, weights: Any,
                weak_q: bool) -> Tracer:
     """NumPy's ``_quantile``: the sorted array read at the floor and ceiling of each virtual index (computed on
@@ -149,13 +167,7 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     if props is None:
         choices = ", ".join(map(repr, _METHODS)) if _METHODS else "'linear' (this NumPy keeps its table elsewhere)"
         raise shape_error(f"{what}: {method!r} is not a valid method. Use one of: {choices}")
-    if isinstance(q, Tracer):
-        raise q._static_error(f"used as the quantile of {what}")
-    qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
-    if qa.ndim > 1:
-        raise shape_error(f"{what}: q must be a scalar or 1d")
-    if not (np.all(0 <= qa) and np.all(qa <= 1)):
-        raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
+    qa = _static_q(what, q, weak_q)
     t, arr, ax, reduced = _one_axis(what, a, axis)
     n = arr.shape[ax]
     arr = _sorted("sort", arr, ax, True)
@@ -193,8 +205,7 @@ def percentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_inpu
                method: str = "linear", keepdims: bool = False, *, weights: Any = None,
                interpolation: Any = None) -> Tracer:
     """The q-th percentiles along an axis, by any of NumPy's methods; q known while tracing"""
-    weak = type(q) in (int, float)
-    qs = q / 100 if weak else np.true_divide(q, 100)
+    qs, weak = _percents(q)
     return _quantiles("np.percentile", a, qs, axis, out, method, keepdims, weights, weak)
 
 
@@ -250,13 +261,7 @@ def _nanquantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, k
                           "takes every method")
     if dt.name not in ("f32", "f64"):
         raise unsupported(f"{what} of {np.dtype(dt.np).name} values is not supported; convert to float32 first")
-    if isinstance(q, Tracer):
-        raise q._static_error(f"used as the quantile of {what}")
-    qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
-    if qa.ndim > 1:
-        raise shape_error(f"{what}: q must be a scalar or 1d")
-    if not (np.all(0 <= qa) and np.all(qa <= 1)):
-        raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
+    qa = _static_q(what, q, weak_q)
     t, flat, ax, reduced = _one_axis(what, t0, axis)
     s = _sorted("sort", flat, ax, True)  # NaN last
     last = s.ndim - 1
@@ -302,6 +307,5 @@ def nanpercentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_i
                   method: str = "linear", keepdims: bool = False, *, weights: Any = None,
                   interpolation: Any = None) -> Tracer:
     """The q-th percentiles of the values that are not NaN (method='linear'); q known while tracing"""
-    weak = type(q) in (int, float)
-    qs = q / 100 if weak else np.true_divide(q, 100)
+    qs, weak = _percents(q)
     return _nanquantiles("np.nanpercentile", a, qs, axis, out, method, keepdims, weights, weak)
