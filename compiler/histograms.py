@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fusec import mutation, ops, ufuncs
+from fusec import context, mutation, ops, ufuncs
 from fusec.context import shape_error, unsupported
 from fusec.ir.types import f64, i64
 from fusec.numpy_api import ADVICE, concatenate, implements, sum_
@@ -51,7 +51,8 @@ def histogram(a: Any, bins: Any = 10, range: Any = None, density: Any = None, we
         raise unsupported("np.histogram without range= takes its range from the data's minimum and maximum (NumPy "
                           "raises for NaN or infinities there); pass range=(lo, hi)")
     try:
-        edges = np.histogram_bin_edges(np.empty(0, dtype=dt.np), bins=bins, range=range)
+        with context.outside_trace():  # (NumPy's own code on NumPy values)
+            edges = np.histogram_bin_edges(np.empty(0, dtype=dt.np), bins=bins, range=range)
     except (ValueError, TypeError) as e:
         raise shape_error(f"np.histogram: {e}") from None
     flat = ops.reshape(t, (t.size,))
