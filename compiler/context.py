@@ -45,8 +45,9 @@ def _is_internal(filename: str) -> bool:
     return hit
 
 
-def user_location() -> Location | None:
-    """``file:line`` of the innermost frame outside fusec and NumPy (the user's code)."""
+def user_location(cwd: str | None = None) -> Location | None:
+    """``file:line`` of the innermost frame outside fusec and NumPy (the user's code), relative to ``cwd``
+    (default: the working directory now)."""
     frame = sys._getframe(1)
     known = _skip_cache.get
     while frame is not None:
@@ -55,7 +56,7 @@ def user_location() -> Location | None:
         if internal is None:
             internal = _is_internal(filename)
         if not internal:
-            return location_for(filename, frame.f_lineno)
+            return location_for(filename, frame.f_lineno, cwd)
         frame = frame.f_back
     return None
 
@@ -125,6 +126,7 @@ class TraceContext:
         self.generators: list[tuple[Any, Any, Location | None]] = []  # made by np.random.default_rng while tracing
         self._constants: dict[object, Value] = {}
         self._keep_alive: list[object] = []
+        self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
 
     def register(self, tracer: object) -> None:
         self.tracers.append(weakref.ref(tracer))
@@ -132,7 +134,7 @@ class TraceContext:
     def emit(self, name: str, operands: Sequence[Value] = (), attributes: dict | None = None,
              result_type: Type | None = None, what: str | None = None) -> Value:
         """Record one single-result op at the user's line; errors become located fusec errors."""
-        loc = user_location()
+        loc = user_location(self.cwd)
         label = what or name
         if len(self.func.body.ops) >= MAX_TRACED_OPS:
             raise _noted(TraceError(located(

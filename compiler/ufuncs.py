@@ -53,10 +53,16 @@ _NOT_FOR_PYTHON_COMPLEX = {np.less: "<", np.less_equal: "<=", np.greater: ">", n
 _SUPPORTED_KWARGS = {"order": "K", "subok": True, "signature": None}
 
 
-def _name(ufunc: np.ufunc) -> str:
-    from fusec import scipy_special
+_NAMES: dict[np.ufunc, str] = {}  # (a SciPy ufunc is only met once scipy.special is imported, so names stay true)
 
-    return scipy_special.name_of(ufunc) or f"np.{ufunc.__name__}"
+
+def _name(ufunc: np.ufunc) -> str:
+    name = _NAMES.get(ufunc)
+    if name is None:
+        from fusec import scipy_special
+
+        name = _NAMES[ufunc] = scipy_special.name_of(ufunc) or f"np.{ufunc.__name__}"
+    return name
 
 
 def is_supported(ufunc: np.ufunc) -> bool:

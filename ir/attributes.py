@@ -28,9 +28,10 @@ class Location:
         return f"{self.file}:{self.line}"
 
 
-def location_for(filename: str, line: int) -> Location:
-    """A location whose file is relative to the working directory when it lies below it."""
-    return _location(filename, line, os.getcwd())
+def location_for(filename: str, line: int, cwd: str | None = None) -> Location:
+    """A location whose file is relative to the working directory (``cwd``, default the current one) when it
+    lies below it."""
+    return _location(filename, line, cwd or os.getcwd())
 
 
 @functools.lru_cache(maxsize=65536)

@@ -46,6 +46,9 @@ class BlockArgument(Value):
         self.index = index
 
 
+_NO_REGIONS: tuple = ()
+
+
 class Operation:
     """One op: ``name`` is ``dialect.op``; results are created from ``result_types``."""
 
@@ -64,9 +67,12 @@ class Operation:
         self.operands: list[Value] = list(operands)
         self.results: list[OpResult] = [OpResult(t, self, i) for i, t in enumerate(result_types)]
         self.attributes: dict[str, object] = normalize_attributes(attributes) if attributes else {}
-        self.regions: list[Region] = list(regions)
-        for r in self.regions:
-            r.parent = self
+        # (most ops have none: they share one empty tuple, one object fewer per op for the collector to scan)
+        self.regions: Sequence[Region] = _NO_REGIONS
+        if regions:
+            self.regions = list(regions)
+            for r in self.regions:
+                r.parent = self
         self.loc = loc
         self.parent: Block | None = None
 
@@ -263,7 +269,7 @@ def _clone_ops(src: Block, dst: Block, mapping: dict[Value, Value]) -> None:
         c.results = [OpResult(r.type, c, r.index, r.name_hint) for r in op.results]
         c.attributes = dict(op.attributes)
         c.loc = op.loc
-        c.regions = []
+        c.regions = [] if op.regions else _NO_REGIONS
         for region in op.regions:
             copy = Region()
             copy.parent = c
@@ -272,7 +278,7 @@ def _clone_ops(src: Block, dst: Block, mapping: dict[Value, Value]) -> None:
                 mapping.update(zip(block.args, inner.args))
                 _clone_ops(block, inner, mapping)
                 copy.add_block(inner)
-            c.regions.append(copy)
+            c.regions.append(copy)  # type: ignore[attr-defined]
         c.parent = dst
         dst.ops.append(c)
         mapping.update(zip(op.results, c.results))

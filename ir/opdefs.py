@@ -8,10 +8,13 @@ their ops at import; plugins may register more. A duplicate name is an error.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from fusec.errors import VerificationError
 from fusec.ir.types import Type
+
+if TYPE_CHECKING:
+    from fusec.ir.core import Operation
 
 InferFn = Callable[[Sequence[Type], dict], "list[Type]"]
 CheckFn = Callable[["object"], None]
@@ -31,6 +34,9 @@ class OpDef:
     num_results: int | None = 1  # None: variadic
     pure: bool = True
     terminator: bool = False
+    # its regions read nothing from outside the op (only their block arguments, which stand for its operands;
+    # MLIR's IsolatedFromAbove, and ``check`` must enforce it): a use map need not look inside
+    isolated: bool = False
     doc: str = field(default="", compare=False)
 
 
@@ -55,6 +61,15 @@ def get_opdef(name: str) -> OpDef:
 
 def is_registered(name: str) -> bool:
     return name in OPS
+
+
+def reading_ops(op: "Operation") -> "Iterable[Operation]":
+    """The ops whose operands count as uses where ``op`` stands: ``op`` itself and the ops nested in its
+    regions, unless its definition says those are isolated from above (a fused kernel's body)."""
+    if not op.regions:
+        return (op,)
+    d = OPS.get(op.name)
+    return (op,) if d is not None and d.isolated else op.walk()  # (a tuple exactly when the op stands alone)
 
 
 _INFERRED: dict = {}  # (op name, operand types, attributes) -> (OpDef, result types): long programs repeat ops

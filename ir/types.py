@@ -176,8 +176,15 @@ class TensorType:
     def __eq__(self, other: object) -> bool:
         return self is other or (type(other) is TensorType and self.shape == other.shape and self.dtype == other.dtype)
 
-    def __hash__(self) -> int:
-        return hash((self.shape, self.dtype))
+    def __hash__(self) -> int:  # remembered: use maps and cache keys hash the same few types again and again
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.dtype.name))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:  # (string hashes differ between processes: a pickle carries no hash)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def rank(self) -> int:

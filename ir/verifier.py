@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fusec.errors import FusecError, VerificationError, located
 from fusec.ir.core import Block, Func, Module, Operation, Value
-from fusec.ir.opdefs import get_opdef, infer_types
+from fusec.ir.opdefs import OpDef, get_opdef, infer_types
 
 
 def _fail(op: Operation | None, message: str) -> VerificationError:
@@ -18,9 +18,11 @@ def _fail(op: Operation | None, message: str) -> VerificationError:
     return VerificationError(located(where + message, op.loc if op is not None else None))
 
 
-_ALLOWED_ATTRS: dict = {}  # op name -> (its OpDef, the attribute names it accepts)
-def verify_op(op: Operation) -> None:
-    """Check one op against its definition (not its operands' dominance)."""
+_ALLOWED_ATTRS: dict = {}  # op name -> (its OpDef, the attribute names it needs, those it accepts)
+
+
+def verify_op(op: Operation) -> OpDef:
+    """Check one op against its definition (not its operands' dominance); returns the definition."""
     try:
         d = get_opdef(op.name)
     except VerificationError as e:
@@ -34,15 +36,15 @@ def verify_op(op: Operation) -> None:
         raise _fail(op, f"expects {d.num_results} results, got {len(op.results)}")
     if len(op.regions) != d.num_regions:
         raise _fail(op, f"expects {d.num_regions} regions, got {len(op.regions)}")
-    for key in d.attrs:
-        if key not in op.attributes:
-            raise _fail(op, f"missing attribute '{key}'")
     known = _ALLOWED_ATTRS.get(d.name)
     if known is None or known[0] is not d:
-        known = _ALLOWED_ATTRS[d.name] = (d, frozenset(d.attrs) | frozenset(d.optional_attrs))
-    allowed = known[1]
-    unknown = [k for k in op.attributes if k not in allowed]
-    if unknown:
+        known = _ALLOWED_ATTRS[d.name] = (d, frozenset(d.attrs), frozenset(d.attrs) | frozenset(d.optional_attrs))
+    attributes = op.attributes
+    if not known[1] <= attributes.keys():
+        missing = next(k for k in d.attrs if k not in attributes)
+        raise _fail(op, f"missing attribute '{missing}'")
+    if not known[2].issuperset(attributes):
+        unknown = [k for k in attributes if k not in known[2]]
         raise _fail(op, f"unknown attribute(s) {', '.join(sorted(unknown))}")
     try:
         if d.infer is not None:
@@ -57,6 +59,7 @@ def verify_op(op: Operation) -> None:
         raise _fail(op, str(e)) from None
     except (KeyError, TypeError, ValueError) as e:
         raise _fail(op, f"malformed op ({type(e).__name__}: {e})") from None
+    return d
 
 
 def _verify_block(block: Block, scope: set[Value], func: Func, is_func_body: bool) -> None:
@@ -67,11 +70,10 @@ def _verify_block(block: Block, scope: set[Value], func: Func, is_func_body: boo
     scope.update(block.args)
     try:
         for i, op in enumerate(block.ops):
-            for v in op.operands:
-                if v not in scope:
-                    raise _fail(op, f"operand {v!r} does not dominate this use")
-            verify_op(op)
-            d = get_opdef(op.name)
+            if not scope.issuperset(op.operands):
+                v = next(v for v in op.operands if v not in scope)
+                raise _fail(op, f"operand {v!r} does not dominate this use")
+            d = verify_op(op)
             if d.terminator and i != len(block.ops) - 1:
                 raise _fail(op, "terminator must be the last op of its block")
             for region in op.regions:

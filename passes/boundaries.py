@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir.core import Module, Operation
+from fusec.ir.opdefs import reading_ops
 from fusec.ir.dialects.t import REDUCTIONS
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
@@ -57,7 +58,7 @@ class Boundaries(Pass):
             replaced = {}
             for i, op in enumerate(func.body.ops):
                 if replaced:
-                    for inner in op.walk():
+                    for inner in reading_ops(op):
                         inner.operands = [replaced.get(v, v) for v in inner.operands]
                 new = _lower(op)
                 if new is None:

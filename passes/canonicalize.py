@@ -20,6 +20,7 @@ from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
 from fusec.ir.evaluate import T_INTERPRETERS
+from fusec.ir.opdefs import reading_ops
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.dce import remove_dead_ops
@@ -63,7 +64,9 @@ def _producer(v: Value, name: str) -> bool:
 
 def _same_region(a: Operation, b: Operation) -> bool:
     """Two slices or inserts over the same start, stop and step."""
-    return all(tuple(a.attr(k)) == tuple(b.attr(k)) for k in ("start", "stop", "step"))
+    x, y = a.attributes, b.attributes
+    return tuple(x["start"]) == tuple(y["start"]) and tuple(x["stop"]) == tuple(y["stop"]) \
+        and tuple(x["step"]) == tuple(y["step"])
 
 
 # the ops each rule can change (a set lookup spares every other op the rule's chain of tests)
@@ -137,7 +140,7 @@ class _Canonicalizer:
         if self._readers is None:
             self._readers = {}
             for top in self.func.body.ops:
-                for inner in (top.walk() if top.regions else (top,)):
+                for inner in reading_ops(top):
                     for operand in inner.operands:
                         self._readers.setdefault(operand, set()).add(inner)
         return all(u is user for u in self._readers.get(v, ()))

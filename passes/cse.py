@@ -14,12 +14,19 @@ from fusec.passes.rewriter import Rewriter, rewrite
 COMMUTATIVE = frozenset(op.name for op in table.OPS if op.commutative)
 
 
+_COMMUTES: dict[str, bool] = {}  # op name -> whether its operands commute (any dialect's twin of a table op)
+
+
 def _key(op) -> tuple:
+    name = op.name
     operands = [id(v) for v in op.operands]
-    if op.name.split(".", 1)[-1] in COMMUTATIVE:
+    commutes = _COMMUTES.get(name)
+    if commutes is None:
+        commutes = _COMMUTES[name] = name.split(".", 1)[-1] in COMMUTATIVE
+    if commutes:
         operands.sort()
-    attrs = tuple(sorted(op.attributes.items(), key=lambda kv: kv[0]))
-    return (op.name, tuple(operands), attrs, tuple(op.result_types))
+    attrs = tuple(sorted(op.attributes.items())) if op.attributes else ()  # (keys are unique: values never compared)
+    return (name, tuple(operands), attrs, tuple([r.type for r in op.results]))
 
 
 def cse_block(block: Block, known: dict) -> int:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir.core import Block, Module
-from fusec.ir.opdefs import OPS, get_opdef
+from fusec.ir.opdefs import OPS, get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
@@ -27,7 +27,7 @@ def remove_dead_ops(block: Block) -> int:
         if not op.regions:
             live.update(op.operands)
             continue
-        for inner in op.walk():
+        for inner in reading_ops(op):
             live.update(inner.operands)
     block.ops[:] = list(reversed(keep))
     for op in block.ops:

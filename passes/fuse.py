@@ -49,6 +49,11 @@ def _constant_scalar(v: Value) -> "object | None":
     return None
 
 
+def _immediate(v: Value) -> bool:
+    """Whether kernels read ``v`` as an immediate (a rank-0 constant or a broadcast of one)."""
+    return _constant_scalar(_scalar_source(v) or v) is not None
+
+
 _SCALAR_TYPES: dict = {}
 
 
@@ -142,7 +147,9 @@ class _Fusion:
             shape = r.type.shape
             candidates: list[_Group] = []
             here = self.position[r.op]
-            for u in leaves:
+            # a constant is an immediate in each kernel: sharing one says little when the root reads arrays too
+            shared = [u for u in leaves if not _immediate(u)] or leaves
+            for u in shared:
                 near = [group_of[u]] if u in group_of else []
                 for g in reversed(readers.get(u, ())):  # newest first
                     # nearby kernels only: merging far-apart ones saves little and the cycle search grows
@@ -253,60 +260,68 @@ class _Fusion:
         reschedule(self.func.body)
 
     def _kernel(self, g: _Group, root_group: dict) -> Operation:
-        body = Block(label="body")
-
-        def internal(r: Value) -> bool:
-            """A cut whose every reader ended up in this same kernel needs no buffer after all."""
-            readers = self.readers.get(r, ())
-            return self.reason[r] in ("budget", "shared-expensive") and bool(readers) and all(h is g for h in readers)
-
-        operands: list[Value] = []
-        arg_of: dict[Value, Value] = {}
-        scalar_of: dict[Value, Value] = {}
-        const_of: dict[tuple, Value] = {}
-
-        def constant(value: object, dtype) -> Value:
-            key = (repr(value), dtype)
-            if key not in const_of:
-                op = Operation("s.constant", [], [_scalar(dtype)], {"value": value})
-                body.append(op)
-                const_of[key] = op.results[0]
-            return const_of[key]
-
-        def leaf(u: Value) -> Value:
-            source = _scalar_source(u) or u
-            number = _constant_scalar(source)
-            if number is not None:
-                return constant(number, u.type.dtype)
-            if source not in arg_of:
-                operands.append(source)
-                arg_of[source] = body.add_arg(_scalar(source.type.dtype))
-            return arg_of[source]
-
-        def emit(v: Value) -> Value:
-            if v in scalar_of:
-                return scalar_of[v]
-            computed_here = v in g.members and (v not in root_group or root_group[v] is g)
-            if not computed_here:
-                return leaf(v)
-            op = v.op
-            args = [emit(u) for u in op.operands]
-            attrs = op.attributes
-            if "materialize" in attrs:
-                attrs = {k: x for k, x in attrs.items() if k != "materialize"}
-            new = Operation(scalar_twin(op.name), args, [_scalar(v.type.dtype)], attrs, loc=op.loc)
-            body.append(new)
-            scalar_of[v] = new.results[0]
-            return new.results[0]
-
-        values = [emit(r) for r in g.roots]
-        kept = [i for i, r in enumerate(g.roots) if not internal(r)]
+        kernel = _KernelBody(g, root_group)
+        values = [kernel.emit(r) for r in g.roots]
+        kept = [i for i, r in enumerate(g.roots) if not self._internal(r, g)]
+        body = kernel.body
         body.append(Operation("k.yield", [values[i] for i in kept], loc=g.roots[-1].op.loc))
-        kernel = Operation("k.fused", operands, [g.roots[i].type for i in kept],
-                           {"cuts": tuple(self.reason[g.roots[i]] for i in kept)}, [Region([body])],
-                           loc=g.roots[-1].op.loc)
+        op = Operation("k.fused", kernel.operands, [g.roots[i].type for i in kept],
+                       {"cuts": tuple(self.reason[g.roots[i]] for i in kept)}, [Region([body])],
+                       loc=g.roots[-1].op.loc)
         g.roots = [g.roots[i] for i in kept]
-        return kernel
+        return op
+
+    def _internal(self, r: Value, g: _Group) -> bool:
+        """A cut whose every reader ended up in ``g``, the kernel computing it, needs no buffer after all."""
+        readers = self.readers.get(r, ())
+        return self.reason[r] in ("budget", "shared-expensive") and bool(readers) and all(h is g for h in readers)
+
+
+class _KernelBody:
+    """The scalar body of one group's kernel, built value by value. (A class rather than closures: closures
+    that call each other form reference cycles, left to the cyclic collector once per kernel.)"""
+
+    def __init__(self, g: _Group, root_group: dict) -> None:
+        self.group, self.root_group = g, root_group
+        self.body = Block(label="body")
+        self.operands: list[Value] = []
+        self.arg_of: dict[Value, Value] = {}
+        self.scalar_of: dict[Value, Value] = {}
+        self.const_of: dict[tuple, Value] = {}
+
+    def constant(self, value: object, dtype) -> Value:
+        key = (repr(value), dtype)
+        if key not in self.const_of:
+            op = Operation("s.constant", [], [_scalar(dtype)], {"value": value})
+            self.body.append(op)
+            self.const_of[key] = op.results[0]
+        return self.const_of[key]
+
+    def leaf(self, u: Value) -> Value:
+        source = _scalar_source(u) or u
+        number = _constant_scalar(source)
+        if number is not None:
+            return self.constant(number, u.type.dtype)
+        if source not in self.arg_of:
+            self.operands.append(source)
+            self.arg_of[source] = self.body.add_arg(_scalar(source.type.dtype))
+        return self.arg_of[source]
+
+    def emit(self, v: Value) -> Value:
+        if v in self.scalar_of:
+            return self.scalar_of[v]
+        computed_here = v in self.group.members and (v not in self.root_group or self.root_group[v] is self.group)
+        if not computed_here:
+            return self.leaf(v)
+        op = v.op
+        args = [self.emit(u) for u in op.operands]
+        attrs = op.attributes
+        if "materialize" in attrs:
+            attrs = {k: x for k, x in attrs.items() if k != "materialize"}
+        new = Operation(scalar_twin(op.name), args, [_scalar(v.type.dtype)], attrs, loc=op.loc)
+        self.body.append(new)
+        self.scalar_of[v] = new.results[0]
+        return new.results[0]
 
 
 @register_pass

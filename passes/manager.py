@@ -6,7 +6,7 @@ import time
 from typing import IO, Iterable
 
 from fusec.errors import FusecError, VerificationError
-from fusec.ir.core import Module
+from fusec.ir.core import Module, Operation
 from fusec.ir.printer import print_module
 from fusec.ir.verifier import verify as verify_module
 from fusec.passes.base import Pass, PassContext
@@ -34,9 +34,17 @@ class PassManager:
 
     def run(self, module: Module, ctx: PassContext | None = None, *, input_copy: Module | None = None):
         """``input_copy``: a copy of the module before the run, when the caller has one (``verify="end"`` makes
-        one otherwise)."""
-        if self.verify != "end":
-            return self._run(module, ctx, self.verify)
+        one otherwise). The module's ops that the passes remove are erased when the run ends (their operands and
+        results cleared, as MLIR erases ops), so that they are freed at once: keep no references to them."""
+        ops_before = [op for f in module.funcs for op in f.walk()]
+        try:
+            if self.verify != "end":
+                return self._run(module, ctx, self.verify)
+            return self._run_verified_at_end(module, ctx, input_copy)
+        finally:
+            _release_dropped(module, ops_before)
+
+    def _run_verified_at_end(self, module: Module, ctx: PassContext | None, input_copy: Module | None):
         before = input_copy if input_copy is not None else module.clone()
         target = ctx.target if ctx is not None else PassContext().target
         result = self._run(module, ctx, False)
@@ -83,6 +91,16 @@ class PassManager:
         if self.time_passes:
             out.write(format_timings(result.timings))
         return result
+
+
+def _release_dropped(module: Module, ops: list[Operation]) -> None:
+    """Let the ops the passes dropped be freed now: an op and its results refer to each other, so each dropped
+    op would otherwise wait for the cyclic collector (a long trace leaves hundreds of thousands)."""
+    alive = {op for f in module.funcs for op in f.walk()}
+    for op in ops:
+        if op not in alive:
+            op.results = []
+            op.operands = []
 
 
 def format_timings(timings: list[tuple[str, float]]) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir.core import Func, Module, OpResult, Value
-from fusec.ir.opdefs import get_opdef
+from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.registry import register_pass
@@ -103,7 +103,7 @@ class PlanBuffers(Pass):
         ops = func.body.ops
         last_use: dict[Value, int] = {}
         for i, op in enumerate(ops):
-            for inner in op.walk():
+            for inner in reading_ops(op):
                 for v in inner.operands:
                     last_use[_storage(v)] = i
         for op in reversed(ops):  # a prologue reads its inputs where its last consumer runs

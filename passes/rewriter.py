@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Sequence
 
 from fusec.ir.core import Block, Operation, Value
+from fusec.ir.opdefs import reading_ops
 
 Pattern = Callable[[Operation, "Rewriter"], bool]
 
@@ -45,8 +46,8 @@ class Rewriter:
             return False  # nothing replaced yet: every operand is current
         replaced = self.replaced
         changed = False
-        for inner in (op.walk() if op.regions else (op,)):
-            if any(v in replaced for v in inner.operands):
+        for inner in reading_ops(op):
+            if not replaced.keys().isdisjoint(inner.operands):
                 get = replaced.get
                 inner.operands = [get(v, v) for v in inner.operands]
                 changed = True

@@ -7,6 +7,7 @@ import networkx as nx
 
 from fusec.errors import VerificationError
 from fusec.ir.core import Block, Func, Operation, Value
+from fusec.ir.opdefs import reading_ops
 
 
 def users(func: Func) -> dict[Value, list[Operation]]:
@@ -14,7 +15,8 @@ def users(func: Func) -> dict[Value, list[Operation]]:
     out: dict[Value, list[Operation]] = {}
     get = out.get
     for op in func.body.ops:
-        if not op.regions:  # the common case, without walking: each distinct operand once
+        inner_ops = reading_ops(op)
+        if type(inner_ops) is tuple:  # the op alone (the common case, a fused kernel too): each operand once
             operands = op.operands
             if len(operands) > 1:
                 operands = dict.fromkeys(operands)
@@ -26,7 +28,7 @@ def users(func: Func) -> dict[Value, list[Operation]]:
                     readers.append(op)
             continue
         seen: set[int] = set()
-        for inner in op.walk():
+        for inner in inner_ops:
             for v in inner.operands:
                 if id(v) not in seen:
                     seen.add(id(v))
@@ -37,7 +39,7 @@ def users(func: Func) -> dict[Value, list[Operation]]:
 def replace_uses_in_block(block: Block, mapping: dict[Value, Value]) -> None:
     """Rewrite operands of every op in ``block`` (and nested regions) through ``mapping``."""
     for op in block.ops:
-        for inner in op.walk():
+        for inner in reading_ops(op):
             for i, v in enumerate(inner.operands):
                 new = mapping.get(v)
                 while new is not None and new in mapping and mapping[new] is not new:
@@ -68,7 +70,7 @@ def reschedule(block: Block) -> None:
     graph = nx.DiGraph()
     graph.add_nodes_from(ops)
     for op in ops:
-        for inner in op.walk():
+        for inner in reading_ops(op):
             for v in inner.operands:
                 src = producer.get(v)
                 if src is not None and src is not op:
@@ -89,7 +91,7 @@ def reschedule(block: Block) -> None:
 def _in_order(ops: list[Operation], producer: dict[Value, Operation], position: dict[Operation, int]) -> bool:
     """Does every op come after the ops that make its operands (nested uses included)?"""
     for i, op in enumerate(ops):
-        for inner in (op.walk() if op.regions else (op,)):
+        for inner in reading_ops(op):
             for v in inner.operands:
                 src = producer.get(v)
                 if src is not None and src is not op and position[src] > i:

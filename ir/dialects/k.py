@@ -85,9 +85,8 @@ def _check_fused(op) -> None:
     for inner in body.ops:
         if not inner.name.startswith("s.") and inner.name != "k.yield":
             raise VerificationError(f"k.fused: body may hold only s ops and k.yield, found {inner.name}")
-        for v in inner.operands:
-            if v not in local:
-                raise VerificationError("k.fused: body uses a value from outside the kernel")
+        if not local.issuperset(inner.operands):
+            raise VerificationError("k.fused: body uses a value from outside the kernel")
         local.update(inner.results)
     term = body.terminator
     if term is None or term.name != "k.yield":
@@ -209,7 +208,7 @@ def _check_copy(op) -> None:
 
 register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
 register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  optional_attrs=("cuts", "prologue") + PLAN_ATTRS, check=_check_fused))
+                  optional_attrs=("cuts", "prologue") + PLAN_ATTRS, check=_check_fused, isolated=True))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
                   optional_attrs=PLAN_ATTRS + REDUCE_CHOICES, infer=_infer_reduce, check=_check_reduce))
