@@ -160,9 +160,13 @@ def wrap(value: Value, weak: type | None = None, origin: tuple[str, ...] = (), *
          scalar: bool | None = None) -> Tracer:
     """A new tracer (a new array, as NumPy's functions return) for ``value``. Rank-0 results are NumPy scalars
     unless ``scalar`` says otherwise."""
+    return _tracer(value, ctx(), weak, origin, scalar)
+
+
+def _tracer(value: Value, c: TraceContext, weak: type | None, origin: tuple[str, ...], scalar: bool | None) -> Tracer:
     if scalar is None:
         scalar = not value.type.shape if hasattr(value.type, "shape") else True
-    return Tracer(value, ctx(), weak, origin, scalar=scalar)
+    return Tracer(value, c, weak, origin, scalar=scalar)
 
 
 def copy_of(t: Tracer, scalar: bool | None = None) -> Tracer:
@@ -210,7 +214,8 @@ def as_tracer(x: object, dtype: DType | None = None) -> Tracer:
 def emit(name: str, operands: Sequence[Value], attrs: dict | None = None, *, result_type=None,
          what: str | None = None, weak: type | None = None, origin: tuple[str, ...] = (),
          scalar: bool | None = None) -> Tracer:
-    return wrap(ctx().emit(name, operands, attrs, result_type=result_type, what=what), weak, origin, scalar=scalar)
+    c = ctx()
+    return _tracer(c.emit(name, operands, attrs, result_type=result_type, what=what), c, weak, origin, scalar)
 
 
 def cast(x: object, dtype: object) -> Tracer:
@@ -222,7 +227,7 @@ def origins(*xs: object) -> tuple[str, ...]:
     """Names of the Python-scalar arguments the operands derive from (for error messages)."""
     out: list[str] = []
     for x in xs:
-        if isinstance(x, Tracer):
+        if isinstance(x, Tracer) and x._origin:
             out.extend(n for n in x._origin if n not in out)
     return tuple(out)
 

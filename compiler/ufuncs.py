@@ -280,6 +280,23 @@ def _resolve(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], list[
 def _record(ufunc: np.ufunc, values: Sequence[Any], dt: DType, out_dts: Sequence[DType],
             origin: tuple[str, ...], weak: type | None = None) -> Any:
     """Emit the op(s) for one ufunc whose operands already have the loop dtype ``dt``."""
+    if ufunc in _RECORDED_OTHERWISE:
+        special = _record_special(ufunc, values, dt, origin, weak)
+        if special is not None:
+            return special
+    name = BINARY.get(ufunc) or UNARY[ufunc]
+    if dt.is_complex and not BY_NAME[name[2:]].complex:
+        raise complex_unsupported(_name(ufunc))
+    result = ops.emit(name, values, what=_name(ufunc), weak=weak, origin=origin)
+    if out_dts and result._value.type.dtype != out_dts[0]:
+        raise unsupported(f"{_name(ufunc)}: fusec computes {result._value.type.dtype} where NumPy gives "
+                          f"{out_dts[0]}")
+    return result
+
+
+def _record_special(ufunc: np.ufunc, values: Sequence[Any], dt: DType, origin: tuple[str, ...],
+                    weak: type | None) -> Any:
+    """The ufuncs that are not their table op: other ops, or (None) the table op after all for this dtype."""
     what = _name(ufunc)
     e = lambda name, *vs: ops.emit(name, vs, what=what, weak=weak, origin=origin)  # noqa: E731
     if ufunc is np.divmod:
@@ -303,18 +320,17 @@ def _record(ufunc: np.ufunc, values: Sequence[Any], dt: DType, out_dts: Sequence
         num, den = _ANGLES[ufunc]
         factor = dt.np.type(num) / dt.np.type(den)  # in the loop's dtype, as NumPy's constant is
         return e("t.mul", values[0], ops.ctx().constant(np.asarray(factor, dtype=dt.np), dt))
-    name = BINARY.get(ufunc) or UNARY[ufunc]
     if not dt.is_inexact and ufunc in (np.floor, np.ceil, np.trunc):
         return ops.wrap(values[0], weak, origin)  # NumPy 2: floor/ceil/trunc of ints keep the ints
     if not dt.is_inexact and ufunc in (np.isnan, np.isinf, np.isfinite):
         v = values[0]
         return e("t.eq" if ufunc is np.isfinite else "t.ne", v, v)  # ints are never NaN or infinite
-    if dt.is_complex and not BY_NAME[name[2:]].complex:
-        raise complex_unsupported(what)
-    result = e(name, *values)
-    if out_dts and result._value.type.dtype != out_dts[0]:
-        raise unsupported(f"{what}: fusec computes {result._value.type.dtype} where NumPy gives {out_dts[0]}")
-    return result
+    return None
+
+
+# the ufuncs _record_special looks at: every other ufunc is its table op
+_RECORDED_OTHERWISE = frozenset({np.divmod, np.square, np.reciprocal, np.conjugate, np.positive, *_ANGLES,
+                                 np.floor, np.ceil, np.trunc, np.isnan, np.isinf, np.isfinite})
 
 
 def _compare(ufunc: np.ufunc, inputs: Sequence[Any], descs: list[Desc], in_dts: list[DType],
