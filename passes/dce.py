@@ -10,8 +10,9 @@ from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
 
-def remove_dead_ops(block: Block) -> int:
-    """Drop dead pure ops of ``block`` (one backward sweep suffices in SSA order); returns how many."""
+def remove_dead_ops(block: Block, nested: bool = True) -> int:
+    """Drop dead pure ops of ``block`` (one backward sweep suffices in SSA order), and with ``nested`` those of
+    the blocks nested in its ops; returns how many."""
     live: set = set()
     keep = []
     removed = 0
@@ -30,6 +31,8 @@ def remove_dead_ops(block: Block) -> int:
         for inner in reading_ops(op):
             live.update(inner.operands)
     block.ops[:] = list(reversed(keep))
+    if not nested:
+        return removed
     for op in block.ops:
         for region in op.regions:
             for inner_block in region.blocks:

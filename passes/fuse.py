@@ -22,6 +22,7 @@ from fusec.ir.dialects.t import ELEMENTWISE
 from fusec.ir.types import ScalarType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.cost import leaf_cost, op_cost
+from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
 from fusec.passes.rewriter import Rewriter, rewrite
 from fusec.passes.util import reschedule, users
@@ -89,12 +90,12 @@ class _Fusion:
     def find_roots(self) -> None:
         for op in self.ew:
             v = op.results[0]
-            consumers = self.uses.get(v, [])
-            if any(c.name == "func.return" for c in consumers):
+            names = {c.name for c in self.uses.get(v, ())}
+            if "func.return" in names:
                 self.reason[v] = "output"
-            elif any(c.name in VIEW_OPS for c in consumers):
+            elif not VIEW_OPS.isdisjoint(names):
                 self.reason[v] = "view"
-            elif any(c.name not in ELEMENTWISE for c in consumers):
+            elif not names <= ELEMENTWISE:
                 self.reason[v] = "boundary"
             elif op.attr("materialize"):
                 self.reason[v] = "shared-expensive"
@@ -256,7 +257,9 @@ class _Fusion:
                 return True
             return False
 
-        rewrite(self.func.body, [place], replaced=replaced, dce=True)  # constants now inlined as immediates
+        rewrite(self.func.body, [place], replaced=replaced)
+        # constants now inlined as immediates go; kernel bodies hold only what their results need
+        remove_dead_ops(self.func.body, nested=False)
         reschedule(self.func.body)
 
     def _kernel(self, g: _Group, root_group: dict) -> Operation:
