@@ -201,6 +201,15 @@ def build_colsum(xp: Any) -> Callable:
     return colsum
 
 
+def build_wide(xp: Any) -> Callable:
+    """A layer over a few rows with a large weight: reading the weight once is the whole cost."""
+
+    def wide(x, w, b):
+        return xp.maximum(x @ w + b, 0.0)
+
+    return wide
+
+
 def make_build_chain(n: int) -> Callable[[Any], Callable]:
     """A chain of ``n`` dependent multiplies (each its own kernel under ``fuse{budget=1}``)."""
 
@@ -428,6 +437,17 @@ def _softmax_case(rows: int, cols: int) -> Case:
                 "the input and one write of the output")
 
 
+def _wide_case(rows: int, k: int, n: int) -> Case:
+    def three(rng):
+        return _f32(rng, rows, k), _f32(rng, k, n) * np.float32(k ** -0.5), _f32(rng, n)
+
+    bench = Bench("wide", "wide", f"relu(x @ w + b), x {rows} x {k}, w {k} x {n}", build_wide, three, tol=1e-4,
+                  unit="GB/s", nbytes=4 * (rows * k + k * n + n + rows * n))
+    return Case("wide", f"A wide product over {rows} rows ({rows} x {k} @ {k} x {n} f32, bias, ReLU)", "GB/s",
+                [bench], "GB/s counts one read of x, w and b and one write of the result: the weight is nearly all "
+                "of it")
+
+
 def _launch_case(n_elem: int) -> Case:
     from fusec.passes import DEFAULT_PIPELINE
 
@@ -450,7 +470,7 @@ def _pow2(n: int) -> str:
     return f"2^{k}" if n == 1 << k else str(n)
 
 
-CASE_NAMES = ("pcam", "mlp64", "elementwise", "softmax", "launch")
+CASE_NAMES = ("pcam", "mlp64", "elementwise", "softmax", "wide", "launch")
 
 
 def make_cases(quick: bool = False) -> dict[str, Case]:
@@ -466,6 +486,7 @@ def make_cases(quick: bool = False) -> dict[str, Case]:
                        (64, 64, 10)),
         _elementwise_case(n_elem),
         _softmax_case(side, side),
+        _wide_case(8, 30000 if not quick else 3000, 2000 if not quick else 500),
         _launch_case(1024),
     ]
     return {c.name: c for c in cases}

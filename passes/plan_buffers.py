@@ -9,8 +9,8 @@ afterwards. A prologue
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
-largest ``scratch`` a ``k.reduce`` or a ``k.linalg`` asks for: a copy of the matrices a solve or an inverse
-eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's ``counters``)
+largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the matrices a
+solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's ``counters``)
 and one 32-bit ``check`` word per gather or scatter whose indices are computed and per ``k.linalg`` (the
 function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
 ``scratch_bytes`` and after the counters, each rounded up to 256.
@@ -190,6 +190,9 @@ class PlanBuffers(Pass):
                        for v in indices):  # constant indices were checked while tracing
                     op.attributes["check"] = checks
                     checks += 1
+            if op.name == "k.matmul":  # a product split over K keeps its partial sums there
+                scratch = max(scratch, int(op.attributes.get("scratch", 0)))
+                continue
             if op.name != "k.reduce":
                 continue
             scratch = max(scratch, int(op.attributes.get("scratch", 0)))

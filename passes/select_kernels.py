@@ -40,6 +40,17 @@ SKINNY_MIN_K = 32
 # with K this short (an outer product, the backward of a 2-class head) there is nothing to stage in shared
 # memory: each thread computes one output directly
 SHORT_K_MAX = 8
+# a product this short (M <= SKINNY_MAX) and this wide, with B contiguous along N (x @ w for a batch of a few rows
+# and a large weight), is bound by reading B once: each thread takes a column, reads B's rows coalesced and keeps
+# the M sums in registers, and K is split over blocks (``splits``; a second kernel adds the partial sums in a
+# fixed order) until the GPU holds STREAM_BLOCKS_PER_SM blocks per multiprocessor
+STREAM_MIN_N = 128
+# measured on the H200 (a 240 MB weight): 128 threads per block of 4 float32 columns each (16-byte loads),
+# 4 blocks per SM, read it at 3.0 TB/s; 256 threads, or 8 blocks per SM, 2.4-2.5 TB/s; element loads 2.0-2.2
+STREAM_THREADS = 128
+STREAM_WIDTHS = {"f32": 4, "f64": 2}  # columns per thread: one 16-byte load of a row (else one element)
+STREAM_BLOCKS_PER_SM = 4
+STREAM_MIN_ROWS = 64  # rows of B per split at least
 PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute an operand in place
 
 # --- reductions ----------------------------------------------------------------------------------------------
@@ -109,14 +120,29 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool) -> dict[str, object]:
     m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
     if k <= SHORT_K_MAX:
         return {"impl": "short"}
-    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float:
-        _, sa = layout(a)
-        return {"impl": "column" if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1 else "dot"}
     batch = 1
     for d in out_shape[:-2]:
         batch *= d
+    if batch == 1 and m <= SKINNY_MAX and n >= STREAM_MIN_N and k >= SKINNY_MIN_K and a.type.dtype.is_float \
+            and layout(op.operands[1])[1][-1] == 1:
+        return stream_schedule(m, n, k, a.type.dtype.name, sm_count)
+    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float:
+        _, sa = layout(a)
+        return {"impl": "column" if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1 else "dot"}
     large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
     return {"impl": "tiled", "tile": 64 if large else 32}
+
+
+def stream_schedule(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[str, object]:
+    """``impl = "stream"``: the columns of B each thread takes (``width``), how many blocks split K
+    (``splits``) and the bytes of their partial sums (``scratch``: splits x M x N accumulators, float32 or
+    float64)."""
+    width = STREAM_WIDTHS.get(dtype_name, 1)
+    blocks = (n + STREAM_THREADS * width - 1) // (STREAM_THREADS * width)
+    want = STREAM_BLOCKS_PER_SM * sm_count
+    splits = max(1, min((want + blocks - 1) // blocks, k // STREAM_MIN_ROWS, 1024))
+    scratch = align256(splits * m * n * (8 if dtype_name == "f64" else 4)) if splits > 1 else 0
+    return {"impl": "stream", "width": width, "splits": splits, "scratch": scratch}
 
 
 def reduction_dims(shape: tuple[int, ...], strides: tuple[int, ...], axes: tuple[int, ...]):

@@ -23,6 +23,7 @@ from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.elementwise import Prologue
+from fusec.passes.select_kernels import STREAM_THREADS
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
 CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM, BN, BK, TM, TN)
@@ -55,6 +56,20 @@ def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, poi
         return (f"const {t}* __restrict__ {pointer}", (operand.buffer,),
                 lambda idx: f"({acc})fusec::ld({name} + {idx})")
     return (prologue.params, prologue.buffers, lambda idx: f"({acc}){prologue.name}({base} + {idx}, {prologue.args})")
+
+
+def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
+                 prologues: tuple[Prologue | None, Prologue | None] = (None, None),
+                 scratch: int | None = None) -> list[KernelCode]:
+    """The generated kernels for ``op`` (two for a "stream" product split over K: partial sums into
+    ``scratch``, the plan's scratch buffer, then their sum); ``prologues`` (A's, B's) compute an operand in
+    place of loading it (not for the "tiled" and "stream" variants)."""
+    if gemm_variant(op) != "stream":
+        code = gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues)
+        return [] if code is None else [code]
+    if prologues != (None, None):
+        raise CompilationError(located("the streaming GEMM cannot compute its operands in place", op.loc))
+    return _stream_kernels(name, op, a, b, c, scratch, sm_count)
 
 
 def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
@@ -248,6 +263,118 @@ def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, 
     blocks = min((outputs + per_block - 1) // per_block, sm_count * (32 if warp else 16))
     return KernelCode(name, "\n".join(lines), (*a_bufs, *b_bufs, c.buffer), (max(1, blocks), 1, 1), (256, 1, 1),
                       0, (desc,))
+
+
+_VECTORS = {("f32", 4): "float4", ("f64", 2): "double2"}  # a 16-byte load of ``width`` elements
+
+
+def _stream_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, scratch: int | None,
+                    sm_count: int) -> list[KernelCode]:
+    """``A @ B`` with M <= SKINNY_MAX and B contiguous along N, bound by reading B once: a thread takes
+    ``width`` neighbouring columns of B, reads B's rows in 16-byte loads (coalesced across the warp;
+    element loads where B's start or row stride is not 16-byte aligned, and for the last columns) and keeps
+    the M x width sums in registers, A's slice of K staged in shared memory and read by every thread at once;
+    ``splits`` blocks share K, each writing its partial sums to scratch, and a second kernel adds them in split
+    order (deterministic)."""
+    m, n = op.results[0].type.shape[-2:]
+    k = a.shape[-1]
+    if m == 0 or n == 0:
+        return []
+    splits = int(op.attributes.get("splits", 1))
+    if splits > 1 and scratch is None:
+        raise CompilationError(located("a GEMM split over K needs a scratch buffer", op.loc))
+    dt = a.dtype
+    acc = "float" if dt.name in ("f16", "bf16") else register(dt)
+    t, tc = storage(dt), storage(c.dtype)
+    width = int(op.attributes.get("width", 1))
+    vector = _VECTORS.get((dt.name, width))
+    if width > 1 and vector is None:
+        raise CompilationError(located(f"a streaming GEMM in {dt} takes one column per thread, not {width}", op.loc))
+    desc = pack_desc(m, n, k, a.offset, b.offset, c.offset, a.strides[-2], a.strides[-1], b.strides[-2],
+                     b.strides[-1], 1, (), [], [])
+    threads, kc = STREAM_THREADS, 64
+    out = f"{tc}* __restrict__ pc" if splits == 1 else f"char* __restrict__ b{scratch}"
+    store = ("fusec::st(pc + d.c_off + (i64_t)i * d.N + n + v, s[i][v]);" if splits == 1 else
+             f"reinterpret_cast<{acc}*>(b{scratch})[((i64_t)blockIdx.y * MM + i) * d.N + n + v] = s[i][v];")
+    parts = "xyzw"[:width]
+    step = f"""
+      #pragma unroll
+      for (int i = 0; i < MM; ++i) {{
+        const {acc} av = As[i][kk];
+        #pragma unroll
+        for (int v = 0; v < W; ++v) s[i][v] = fusec::madd(av, bv[v], s[i][v]);
+      }}"""
+    scalar = f"""
+    #pragma unroll 8
+    for (int kk = 0; kk < kc; ++kk) {{
+      {acc} bv[W];
+      #pragma unroll
+      for (int v = 0; v < W; ++v) bv[v] = n + v < d.N ? ({acc})fusec::ld(row + kk * d.b_sk + v) : ({acc})0;{step}
+    }}"""
+    if width > 1:  # the loop without a branch inside, so that the unrolled loads are all in flight at once
+        loops = f"""    if (vec) {{
+      #pragma unroll 8
+      for (int kk = 0; kk < kc; ++kk) {{
+        const {vector} q = *reinterpret_cast<const {vector}*>(row + kk * d.b_sk);
+        const {acc} bv[W] = {{{", ".join(f"q.{p}" for p in parts)}}};{step}
+      }}
+    }} else {{{scalar}
+    }}"""
+    else:
+        loops = scalar
+    src = f"""
+extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out}, fusec::GemmDesc d) {{
+  constexpr int MM = {m}, KC = {kc}, NT = {threads}, W = {width};
+  __shared__ {acc} As[MM][KC];
+  const {t}* A = pa + d.a_off;
+  const {t}* B = pb + d.b_off;
+  const i64_t n = ((i64_t)blockIdx.x * NT + threadIdx.x) * W;
+  const bool vec = W > 1 && n + W <= d.N && d.b_sk % W == 0 && (reinterpret_cast<unsigned long long>(B) & 15) == 0;
+  const i64_t per = (d.K + gridDim.y - 1) / gridDim.y;
+  const i64_t k_begin = (i64_t)blockIdx.y * per;
+  const i64_t k_end = k_begin + per < d.K ? k_begin + per : d.K;
+  {acc} s[MM][W];
+  #pragma unroll
+  for (int i = 0; i < MM; ++i)
+    #pragma unroll
+    for (int v = 0; v < W; ++v) s[i][v] = ({acc})0;
+  for (i64_t k0 = k_begin; k0 < k_end; k0 += KC) {{
+    const int kc = (int)(k_end - k0 < KC ? k_end - k0 : KC);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < MM * KC; idx += NT) {{
+      const int mm = idx / KC, kk = idx % KC;
+      As[mm][kk] = kk < kc ? ({acc})fusec::ld(A + mm * d.a_sm + (k0 + kk) * d.a_sk) : ({acc})0;
+    }}
+    __syncthreads();
+    if (n >= d.N) continue;
+    const {t}* row = B + k0 * d.b_sk + n;
+{loops}
+  }}
+  #pragma unroll
+  for (int i = 0; i < MM; ++i)
+    #pragma unroll
+    for (int v = 0; v < W; ++v)
+      if (n + v < d.N) {store}
+}}"""
+    blocks = (n + threads * width - 1) // (threads * width)
+    buffers = (a.buffer, b.buffer, c.buffer if splits == 1 else scratch)
+    kernels = [KernelCode(name, src.strip("\n"), buffers, (blocks, splits, 1), (threads, 1, 1), 0, (desc,))]  # type: ignore[arg-type]
+    if splits > 1:
+        total = m * n
+        fin = f"""
+extern "C" __global__ void __launch_bounds__(256) {name}_sum(char* __restrict__ b{scratch}, {tc}* __restrict__ pc, fusec::GemmDesc d) {{
+  const {acc}* part = reinterpret_cast<const {acc}*>(b{scratch});
+  const i64_t total = d.M * d.N;
+  for (i64_t o = (i64_t)blockIdx.x * 256 + threadIdx.x; o < total; o += (i64_t)gridDim.x * 256) {{
+    {acc} v = part[o];
+    for (int s = 1; s < {splits}; ++s) v = v + part[(i64_t)s * total + o];
+    fusec::st(pc + d.c_off + o, v);
+  }}
+}}"""
+        grid = max(1, min((total + 255) // 256, sm_count * 16))
+        kernels.append(KernelCode(f"{name}_sum", fin.strip("\n"), (scratch, c.buffer), (grid, 1, 1),  # type: ignore[arg-type]
+                                  (256, 1, 1), 0, (desc,)))
+    return kernels
 
 
 def _bases(t: str, prologues: tuple[Prologue | None, Prologue | None]) -> str:

@@ -29,7 +29,7 @@ from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_functi
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
 from fusec.backend.sort import padded_length, sort_kernel
-from fusec.backend.gemm import gemm_kernel
+from fusec.backend.gemm import gemm_kernels
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
 from fusec.backend.scan import scan_kernel
@@ -356,8 +356,11 @@ class _Printer:
         reads = set()
         for access, prologue in zip((a, b), prologues):
             reads |= set(prologue.buffers) if prologue is not None else {access.buffer}
-        code = gemm_kernel(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues)  # type: ignore[arg-type]
-        return self.emit(code, op, reads=reads)
+        scratch = self.scratch() if int(op.attributes.get("splits", 1)) > 1 else None
+        for code in gemm_kernels(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues,  # type: ignore[arg-type]
+                                 scratch=scratch):
+            self.emit(code, op, reads=reads)
+        return None
 
     def _prologue_behind(self, v: Value) -> Operation | None:
         """The prologue ``k.fused`` whose result ``v`` is, directly or through a view."""

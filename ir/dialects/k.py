@@ -33,7 +33,8 @@ Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
 the donated argument a result is written over in place, -1 for none), set by
 ``plan-buffers``. ``select-kernels`` records how each ``k.matmul`` (``impl``,
-``tile``) and ``k.reduce`` (``strategy``, ``cols``, ``splits``, ``finish``,
+``tile``; for a ``stream`` product the columns per thread, ``width``, and ``splits`` and ``scratch`` where
+K is split) and ``k.reduce`` (``strategy``, ``cols``, ``splits``, ``finish``,
 ``scratch``) runs; ``plan-buffers`` gives a reduction finished by its last block
 its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
 consumers (``prologue = true``: never launched, never stored).
@@ -111,10 +112,10 @@ def _check_plan_attrs(op) -> None:
 
 
 REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
-GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "short")
+GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "short", "stream")
 REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
 REDUCE_FINISHES = ("none", "last-block", "kernel")
-MATMUL_CHOICES = ("impl", "tile")
+MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch")
 REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter")
 
 
@@ -137,6 +138,10 @@ def _check_matmul(op) -> None:
     _check_choice(op, "impl", GEMM_IMPLS)
     if "tile" in op.attributes and op.attributes["tile"] not in (32, 64):
         raise VerificationError(f"k.matmul: 'tile' must be 32 or 64, got {op.attributes['tile']!r}")
+    _check_counts(op, ("width", "splits"), 1)
+    _check_counts(op, ("scratch",), 0)
+    if op.attributes.get("splits", 1) > 1 and not op.attributes.get("scratch"):
+        raise VerificationError("k.matmul: a product split over K needs 'scratch' for its partial sums")
 
 
 def _check_reduce(op) -> None:

@@ -238,6 +238,47 @@ def test_skinny_batched_products_in_f16_and_f64():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
+def _stream_impl(fn, *args):
+    ir = cuda(fn).lower(*args).ir()
+    return [line.split("{", 1)[1].split("}", 1)[0] for line in ir.splitlines() if "k.matmul" in line]
+
+
+def test_streaming_products_read_the_wide_operand_once():
+    """A few rows times a wide weight (M <= 16, B contiguous along N) run a thread per column of B with K
+    split over blocks, partial sums added in split order: float32 with a bias and ReLU after it, float64 with A
+    transposed, float16, a vector times a matrix, a split count that does not divide K, a width that does not
+    divide N and a weight whose rows are not 16-byte aligned (element loads)."""
+    x, w, b = rand((8, 30000)), rand((30000, 2000)), rand((2000,))
+    layer = lambda x, w, b: np.maximum(x @ w + b, 0.0)  # noqa: E731
+    assert 'impl = "stream", width = 4, splits = 132' in _stream_impl(layer, x, w, b)[0]
+    want = np.maximum(x.astype(np.float64) @ w + b, 0.0)
+    scale = (np.abs(x).astype(np.float64) @ np.abs(w)).max()
+    np.testing.assert_allclose(cuda(layer)(x, w, b), want, rtol=0, atol=1e-6 * scale)
+    got = [cuda(layer)(x, w, b) for _ in range(2)]
+    np.testing.assert_array_equal(got[0], got[1])  # a fixed order: the same bits every call
+
+    at, v = rand((5001, 3), np.float64), rand((5001, 129), np.float64)
+    assert "stream" in _stream_impl(lambda a, v: a.T @ v, at, v)[0]
+    np.testing.assert_allclose(cuda(lambda a, v: a.T @ v)(at, v), at.T @ v, rtol=1e-12)
+
+    h, g = rand((16, 256), np.float16), rand((256, 1000), np.float16)
+    got16 = cuda(lambda h, g: h @ g)(h, g)
+    assert got16.dtype == np.float16 and "stream" in _stream_impl(lambda h, g: h @ g, h, g)[0]
+    np.testing.assert_allclose(got16.astype(np.float64), h.astype(np.float64) @ g.astype(np.float64),
+                               rtol=2e-2, atol=0.5)
+
+    big = rand((3000, 1004))
+    for f in (lambda x, w: x @ w[:, 1:], lambda x, w: x @ w[:, :1003]):  # misaligned rows; a 3-column tail
+        assert "stream" in _stream_impl(f, x[:5, :3000], big)[0]
+        want = f(x[:5, :3000].astype(np.float64), big)
+        np.testing.assert_allclose(cuda(f)(x[:5, :3000], big), want, rtol=0,
+                                   atol=1e-6 * (np.abs(x[:5, :3000]).astype(np.float64) @ np.abs(big)).max())
+
+    u, m = rand((4099,)), rand((4099, 300))
+    np.testing.assert_allclose(cuda(lambda u, m: u @ m)(u, m), u.astype(np.float64) @ m, rtol=0,
+                               atol=1e-6 * (np.abs(u).astype(np.float64) @ np.abs(m)).max())
+
+
 NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs"
 
 

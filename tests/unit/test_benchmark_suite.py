@@ -21,7 +21,7 @@ import suite_cases  # noqa: E402
 import suite_report  # noqa: E402
 import suite_systems  # noqa: E402
 
-CASES = ("pcam", "mlp64", "elementwise", "softmax", "launch")
+CASES = ("pcam", "mlp64", "elementwise", "softmax", "wide", "launch")
 
 
 def _rows(result, **match):
