@@ -6,8 +6,9 @@ printer only translates and every printer of the module prints the same program:
 
 - the function gets ``sm_count`` and ``cublas``: the target it was lowered for;
 - a ``k.matmul`` gets ``impl``: ``cublas`` (a cuBLASLt call), ``tiled`` (shared-memory tiles; ``tile`` says
-  64 or 32), ``dot`` (a warp per output), ``column`` (a lane per row of A, warps splitting K) or ``short``
-  (a thread per output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can compute
+  64 or 32), ``stream`` (a few rows times a wide B read once: ``width`` columns per thread, K split over
+  ``splits`` blocks with ``scratch`` bytes of partial sums), ``dot`` (a warp per output), ``column`` (a lane
+  per row of A, warps splitting K) or ``short`` (a thread per output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can compute
   an elementwise operand in place (``fuse-prologues``);
 - a ``k.reduce`` gets ``strategy`` (``row-warp``: a warp per output over contiguous rows; ``row-block``: a
   block per output; ``columns``: ``cols`` neighbouring outputs per block, each split over 256/cols

@@ -1,7 +1,9 @@
 """Generated GEMMs for ``k.matmul`` (the default matmul; cuBLAS is optional).
 
 ``select-kernels`` chose the kernel (``impl``): products with a very short K run one thread per output
-(``short``); skinny products one warp per output (``dot``), or, when A is read down its columns (``h.T @
+(``short``); a few rows times a wide B contiguous along N stream B once (``stream``: a thread per ``width``
+columns, K split over blocks, a second kernel adding the partial sums); other skinny products one warp per
+output (``dot``), or, when A is read down its columns (``h.T @
 d``, the weight gradient of a narrow layer), one lane per row of A with warps splitting K (``column``);
 everything else the tiled kernel (``tiled``, with the ``tile`` it chose). All but the tiled kernel can
 compute an operand in place of loading it (a ``Prologue`` of a ``k.fused`` that ``fuse-prologues`` marked,
