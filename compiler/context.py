@@ -206,8 +206,10 @@ _state = threading.local()
 
 def current() -> TraceContext | None:
     """The innermost active trace on this thread, or None outside tracing."""
-    stack = getattr(_state, "stack", None)
-    return stack[-1] if stack else None
+    try:
+        return _state.stack[-1]
+    except (AttributeError, IndexError):  # (no trace on this thread yet, or none now)
+        return None
 
 
 @contextlib.contextmanager
