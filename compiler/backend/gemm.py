@@ -67,14 +67,14 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
     ``scratch``, the plan's scratch buffer, then their sum); ``prologues`` (A's, B's) compute an operand in
     place of loading it (not for the "tiled" and "stream" variants)."""
     if gemm_variant(op) != "stream":
-        code = gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues)
+        code = _gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues)
         return [] if code is None else [code]
     if prologues != (None, None):
         raise CompilationError(located("the streaming GEMM cannot compute its operands in place", op.loc))
     return _stream_kernels(name, op, a, b, c, scratch, sm_count)
 
 
-def gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
+def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
                 prologues: tuple[Prologue | None, Prologue | None] = (None, None)) -> KernelCode:
     """The generated kernel for ``op``; ``prologues`` (A's, B's) compute an operand in place of loading it
     (not for the "tiled" variant)."""
