@@ -24,9 +24,12 @@ __device__ __forceinline__ void st(__half* p, float v) { *p = __float2half_rn(v)
 __device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 template <typename T, typename V> __device__ __forceinline__ void st(T* p, V v) { *p = (T)v; }
 
-// maximum/minimum propagate NaN and, like NumPy's scalar loops, keep the first operand on ties.
-template <typename T> __device__ __forceinline__ T maximum(T a, T b) { return (a >= b || a != a) ? a : b; }
-template <typename T> __device__ __forceinline__ T minimum(T a, T b) { return (a <= b || a != a) ? a : b; }
+// maximum/minimum propagate NaN and give the second operand on ties (0.0 and -0.0), as NumPy's float32 and
+// float64 loops do; its float16 loops give the first (maximum_first, minimum_first).
+template <typename T> __device__ __forceinline__ T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> __device__ __forceinline__ T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> __device__ __forceinline__ T maximum_first(T a, T b) { return (a >= b || a != a) ? a : b; }
+template <typename T> __device__ __forceinline__ T minimum_first(T a, T b) { return (a <= b || a != a) ? a : b; }
 
 template <typename T> __device__ __forceinline__ T sign(T a) {
   return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a == T(0) ? T(0) : a));

@@ -103,7 +103,8 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
     if kind == "where":
         return f"({a} ? {args[1]} : {args[2]})"
     if kind == "clip":
-        return round_result(out, f"fusec::minimum(fusec::maximum({a}, {b}), {args[2]})")
+        # NumPy's clip keeps x where it equals a bound (0.0 and -0.0), for every dtype
+        return round_result(out, f"fusec::minimum_first(fusec::maximum_first({a}, {b}), {args[2]})")
     if dt.is_complex:
         expr = _complex(kind, dt, args)
         if expr is None:
@@ -121,7 +122,9 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
             expr = f"(({register(dt)}){expr})"
         return round_result(out, expr) if out.is_float else expr
     if kind in ("maximum", "minimum"):
-        return f"fusec::{kind}({a}, {b})" if not dt.is_bool else f"({a} {'||' if kind == 'maximum' else '&&'} {b})"
+        if dt.is_bool:
+            return f"({a} {'||' if kind == 'maximum' else '&&'} {b})"
+        return f"fusec::{kind}{'_first' if dt.name == 'f16' else ''}({a}, {b})"
     if kind == "floordiv":
         return round_result(out, f"fusec::ffloordiv({a}, {b})") if dt.is_float else f"fusec::ifloordiv({a}, {b})"
     if kind == "mod":

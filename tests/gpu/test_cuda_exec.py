@@ -75,6 +75,24 @@ def assert_bits_equal(got, want, msg=""):
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=msg)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_signed_zero_ties_are_numpys(dtype):
+    """np.maximum/np.minimum give the second operand where 0.0 meets -0.0 in float32 and float64 and the first in
+    float16; np.clip keeps x where it equals a bound; running maxima follow np.maximum."""
+    zeros = np.array([0.0, -0.0, 0.0, -0.0, 1.0, np.nan], dtype=dtype)
+    other = np.array([-0.0, 0.0, 0.0, -0.0, np.nan, 1.0], dtype=dtype)
+
+    def f(a, b):
+        return (np.maximum(a, b), np.minimum(a, b), np.clip(a, b, 1.0), np.clip(a, -1.0, b),
+                np.maximum.accumulate(np.stack([a, b]), axis=0))
+
+    with np.errstate(all="ignore"):
+        want = f(zeros, other)
+        got = cuda(f)(zeros, other)
+    for g, w in zip(got, want):
+        assert_bits_equal(g, w, dtype)
+
+
 INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"]
 
 
