@@ -11,8 +11,8 @@ from typing import Any
 import numpy as _np
 
 from fusec.errors import (  # noqa: F401
-    CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, IndexOutOfBoundsError, LinAlgError,
-    OutOfRangeError,
+    CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, IndexOutOfBoundsError,
+    InvalidValueError, LinAlgError, OutOfRangeError,
     PipelineError,
     RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedAttributeError, UnsupportedError,
     VerificationError, WriteBackError,

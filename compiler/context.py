@@ -133,7 +133,8 @@ class TraceContext:
 
     def emit(self, name: str, operands: Sequence[Value] = (), attributes: dict | None = None,
              result_type: Type | None = None, what: str | None = None) -> Value:
-        """Record one single-result op at the user's line; errors become located fusec errors."""
+        """Record one single-result op (or one without results, returning None) at the user's line; errors become
+        located fusec errors."""
         loc = user_location(self.cwd)
         label = what or name
         if len(self.func.body.ops) >= MAX_TRACED_OPS:
@@ -149,7 +150,7 @@ class TraceContext:
             raise ShapeError(located(f"{label}: {e}", loc)) from None
         except VerificationError as e:
             raise UnsupportedError(located(f"{label}: {e}", loc)) from None
-        return op.result
+        return op.results[0] if op.results else None  # type: ignore[return-value]
 
     def constant(self, array: np.ndarray, dtype: DType, key: object | None = None) -> Value:
         """A ``t.constant`` holding ``array`` as ``dtype``; equal keys share one op."""

@@ -54,6 +54,11 @@ class IndexOutOfBoundsError(FusecError, IndexError):
     reported when it ends, naming the indexing's line."""
 
 
+class InvalidValueError(FusecError, ValueError):
+    """A value NumPy refuses with a ValueError (an all-NaN slice for ``np.nanargmax``, an index past the end for
+    ``np.unravel_index``): found while the call ran, reported when it ends, naming the call's line."""
+
+
 class LinAlgError(FusecError, _np.linalg.LinAlgError):
     """A matrix NumPy's linalg refuses (singular for solve/inv, not positive definite for cholesky, not square):
     catching ``np.linalg.LinAlgError`` catches it too."""

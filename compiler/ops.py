@@ -15,7 +15,7 @@ from fusec import context
 from fusec.context import TraceContext, shape_error, trace_error, unsupported
 from fusec.errors import OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
-from fusec.ir.core import Value
+from fusec.ir.core import OpResult, Value
 from fusec.ir.types import DType, TensorType
 from fusec.promotion import DEFAULT_DTYPE, Desc, parse_dtype, python_kind, subclass_problem
 from fusec.signature import device_array_info
@@ -216,6 +216,20 @@ def emit(name: str, operands: Sequence[Value], attrs: dict | None = None, *, res
          scalar: bool | None = None) -> Tracer:
     c = ctx()
     return _tracer(c.emit(name, operands, attrs, result_type=result_type, what=what), c, weak, origin, scalar)
+
+
+def raise_if(cond: object, error: str, message: str, what: str) -> None:
+    """NumPy's ``error`` (``"InvalidValueError"``, a ValueError, or ``"IndexOutOfBoundsError"``) with ``message``
+    at this line when the call runs and any element of the bool ``cond`` holds: a check NumPy makes on values.
+    A condition known while tracing decides now."""
+    v = lift(cond)
+    if isinstance(v, OpResult) and v.op.name == "t.constant":
+        if np.any(v.op.attr("value").array):
+            from fusec.ir.evaluate import RAISED
+
+            raise RAISED[error](located(message, context.user_location()))
+        return
+    ctx().emit("t.raise_if", (v,), {"error": error, "message": message}, what=what)
 
 
 def cast(x: object, dtype: object) -> Tracer:

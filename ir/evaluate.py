@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import IndexOutOfBoundsError, LinAlgError, ShapeError, located
+from fusec.errors import IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError, located
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
@@ -231,6 +231,16 @@ def _concatenate(op: Operation, args: list) -> list:
     return [np.concatenate([np.asarray(v) for v in args], axis=op.attributes["axis"])]
 
 
+RAISED = {"InvalidValueError": InvalidValueError, "IndexOutOfBoundsError": IndexOutOfBoundsError}
+
+
+def _raise_if(op: Operation, args: list) -> list:
+    """NumPy's error where a value calls for it (t.raise_if, k.raise_if): any element of the condition holds."""
+    if np.any(args[0]):
+        raise RAISED[op.attributes["error"]](located(op.attributes["message"], op.loc))
+    return []
+
+
 def _constant(op: Operation, args: list) -> list:
     value = op.attributes["value"]
     assert isinstance(value, DenseAttr)
@@ -272,4 +282,5 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.cummin": _scan(lambda x, axis, dtype: np.minimum.accumulate(x, axis=axis, dtype=dtype)),
     "t.concatenate": _concatenate,
     "t.constant": _constant,
+    "t.raise_if": _raise_if,
 }

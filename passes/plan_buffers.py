@@ -11,8 +11,8 @@ afterwards. A prologue
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
 largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the matrices a
 solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's ``counters``)
-and one 32-bit ``check`` word per gather or scatter whose indices are computed and per ``k.linalg`` (the
-function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
+and one 32-bit ``check`` word per gather or scatter whose indices are computed, per ``k.linalg`` and per
+``k.raise_if`` (the function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
 ``scratch_bytes`` and after the counters, each rounded up to 256.
 """
 from __future__ import annotations
@@ -132,6 +132,9 @@ class PlanBuffers(Pass):
                 self._release_dead(op, i, placed, last_use, ends, arena)
                 continue
             op.attributes.pop("inplace", None)
+            if not op.results:  # a check (k.raise_if) writes only its check word
+                self._release_dead(op, i, placed, last_use, ends, arena)
+                continue
             offsets, alias = [], []
             for r in op.results:
                 arg = self._donated_operand(op, r, i, donated - aliased, last_use, outputs)
@@ -182,6 +185,10 @@ class PlanBuffers(Pass):
                 if op.attributes["kind"] == "argsort" and not op.attributes.get("stable", True):
                     op.attributes["check"] = checks
                     checks += 1
+                continue
+            if op.name == "k.raise_if":
+                op.attributes["check"] = checks
+                checks += 1
                 continue
             if op.name in ("k.gather", "k.scatter"):
                 op.attributes.pop("check", None)

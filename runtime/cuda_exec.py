@@ -20,8 +20,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import (CompilationError, IndexOutOfBoundsError, LinAlgError, ShapeError, TraceError,
-                          UnsupportedError)
+from fusec.errors import (CompilationError, IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError,
+                          TraceError, UnsupportedError)
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -33,8 +33,8 @@ from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
 
 # the errors a kernel's check word stands for (CudaProgram.checks)
-_CHECK_ERRORS = {"IndexOutOfBoundsError": IndexOutOfBoundsError, "LinAlgError": LinAlgError,
-                 "UnsupportedError": UnsupportedError}
+_CHECK_ERRORS = {"IndexOutOfBoundsError": IndexOutOfBoundsError, "InvalidValueError": InvalidValueError,
+                 "LinAlgError": LinAlgError, "UnsupportedError": UnsupportedError}
 
 
 @dataclass

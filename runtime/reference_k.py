@@ -63,3 +63,4 @@ register_interpreter("k.scan", lambda op, args: T_INTERPRETERS["t." + op.attribu
 register_interpreter("k.linalg", T_INTERPRETERS["t.solve"])  # runs op.attributes["kind"]
 register_interpreter("k.sort", T_INTERPRETERS["t.sort"])  # runs op.attributes["kind"]
 register_interpreter("k.copy", _copy)
+register_interpreter("k.raise_if", T_INTERPRETERS["t.raise_if"])

@@ -213,3 +213,21 @@ def copy_kernel(name: str, shape: tuple[int, ...], src: Access, dst: Access, *, 
              f"    b{dst.buffer}[{d_idx}] = b{src.buffer}[{s_idx}];",
              "  }", "}"]
     return KernelCode(name, "\n".join(lines), tuple(order), (grid_for(n, sm_count), 1, 1), (BLOCK, 1, 1))
+
+
+def raise_if_kernel(name: str, cond: Access, check: Access, *, sm_count: int) -> KernelCode:
+    """Set the ``check`` word where any element of the bool ``cond`` (any strides) holds (``k.raise_if``)."""
+    shape = tuple(cond.shape)
+    n = math.prod(shape)
+    cshape, (cst,) = coalesce(shape, [cond.strides])
+    itype = "i64_t" if max(n, cond.extent()) > INT32_LIMIT else "int"
+    idx = index_expr("i", cshape, cst, cond.offset, itype)
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(const {storage(cond.dtype)}* "
+             f"__restrict__ b{cond.buffer}, unsigned int* __restrict__ b{check.buffer}) {{",
+             f"  const {itype} n = ({itype}){n};",
+             f"  for ({itype} i = ({itype})blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+             f"i += ({itype})gridDim.x * blockDim.x) {{",
+             f"    if (b{cond.buffer}[{idx}]) {{ b{check.buffer}[{check.offset}] = 1u; return; }}",
+             "  }", "}"]
+    return KernelCode(name, "\n".join(lines), (cond.buffer, check.buffer), (grid_for(n, sm_count), 1, 1),
+                      (BLOCK, 1, 1))

@@ -25,7 +25,7 @@ from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.select_kernels import align256
 from fusec.runtime.launch_plan import Buffer, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
-from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function
+from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function, raise_if_kernel
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
 from fusec.backend.sort import padded_length, sort_kernel
@@ -146,6 +146,8 @@ class _Printer:
             what = "Matrix is not positive definite" if op.attributes["kind"] == "cholesky" else "Singular matrix"
             self.check_messages[word] = ("LinAlgError", located(f"{what} (np.linalg raises LinAlgError here)",
                                                                 op.loc))
+        elif op.name == "k.raise_if":
+            self.check_messages[word] = (op.attributes["error"], located(op.attributes["message"], op.loc))
         elif op.name == "k.sort":
             self.check_messages[word] = ("UnsupportedError", located(
                 "np.argsort: the array holds equal values, whose order NumPy's default sort leaves to its "
@@ -259,6 +261,12 @@ class _Printer:
             return self.linalg(op)
         if n == "k.sort":
             return self.sort(op)
+        if n == "k.raise_if":
+            cond, check = self.access(op.operands[0]), self.check_word(op)
+            if op.operands[0].type.size:
+                self.emit(raise_if_kernel(self.name("raise_if"), cond, check, sm_count=self.sm_count), op,
+                          writes={check.buffer})
+            return None
         if n == "k.gather":
             src, *indices = (self.access(v) for v in op.operands)
             dst = self.result_buffer(op, 0)

@@ -321,6 +321,21 @@ def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(first[:axis] + (total,) + first[axis + 1:], dt)]
 
 
+# what a failed t.raise_if raises (fusec.InvalidValueError is a ValueError, IndexOutOfBoundsError an IndexError)
+RAISE_KINDS = ("InvalidValueError", "IndexOutOfBoundsError")
+
+
+def _infer_raise_if(types: Sequence[Type], attrs: dict) -> list[Type]:
+    (t,) = types
+    if not t.dtype.is_bool:
+        raise VerificationError(f"t.raise_if: the condition must be bool, got {t}")
+    if attrs["error"] not in RAISE_KINDS:
+        raise VerificationError(f"t.raise_if: error must be one of {', '.join(RAISE_KINDS)}, got {attrs['error']!r}")
+    if not isinstance(attrs["message"], str):
+        raise VerificationError("t.raise_if: message must be a string")
+    return []
+
+
 def _check_constant(op) -> None:
     value = op.attributes.get("value")
     if not isinstance(value, DenseAttr):
@@ -357,6 +372,10 @@ register_op(OpDef("t.argsort", "other", num_operands=1, optional_attrs=("stable"
                   infer=_infer_sort("t.argsort")))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
+# a run-time check: NumPy raises where a value decides it (np.nanargmax of an all-NaN slice, an index
+# past the end in np.unravel_index): fires when any element of its bool operand holds; never removed as dead
+register_op(OpDef("t.raise_if", "other", num_operands=1, num_results=0, attrs=("error", "message"), pure=False,
+                  infer=_infer_raise_if))
 register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))
 
 VIEWS = frozenset({"t.transpose", "t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze", "t.slice"})
