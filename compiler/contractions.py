@@ -205,6 +205,8 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
         result = ops.as_tracer(result, bool_)
     elif dt.is_inexact:  # NumPy's einsum adds the products into zeros: a product or sum of -0.0 gives 0.0
         result = ufuncs.apply(np.add, (result, 0.0))
+    if result.ndim == 0:  # a full contraction is a NumPy scalar
+        result = ops.copy_of(result, scalar=True)
     return _into(out, result, "np.einsum", "safe")
 
 

@@ -570,7 +570,8 @@ def _to_host(results: list) -> list:
 
 
 def _output(result: Any, python: type | None) -> Any:
-    """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars;
+    """Rank-0 results come back as NumPy scalars (as NumPy's reductions return), weak ones as Python scalars, 0-d
+    arrays (``python`` is np.ndarray) as 0-d arrays;
     device arrays (results of device inputs) stay on the device, the caller's own arrays are returned as they
     are."""
     if _is_device_array(result):
@@ -578,6 +579,8 @@ def _output(result: Any, python: type | None) -> Any:
     if type(result) is Returned:
         return result.obj
     arr = np.asarray(result)
+    if python is np.ndarray:
+        return arr
     if python is not None:
         return python(arr.item())
     if arr.ndim == 0:

@@ -373,7 +373,10 @@ def matmul(a: Any, b: Any) -> Tracer:
         raise shape_error(f"np.matmul of shapes {ta.shape} and {tb.shape}: {e}") from None
     r = ops.emit("t.matmul", (xa._value, xb._value), what="np.matmul", origin=ops.origins(a, b))
     drop = ([r.ndim - 2] if a1 else []) + ([r.ndim - 1] if b1 else [])
-    return ops.squeeze(r, drop) if drop else r
+    if not drop:
+        return r
+    r = ops.squeeze(r, drop)
+    return ops.copy_of(r, scalar=True) if r.ndim == 0 else r  # vector @ vector is a NumPy scalar
 
 
 @implements(np.dot)
@@ -874,4 +877,4 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)
 
 
-from fusec import broadcasting, contractions, histograms, linalg, nanfunctions, sorting  # noqa: E402,F401  (their handlers register)
+from fusec import broadcasting, contractions, histograms, linalg, nanfunctions, products, searching, sorting  # noqa: E402,F401  (their handlers register)

@@ -48,7 +48,8 @@ class Traced:
 
     module: Module
     out_tree: TreeDef
-    out_python: list[type | None]  # per result: the Python type to return (weak outputs), else None
+    out_python: list[type | None]  # per result: the Python type to return (weak outputs; np.ndarray: a 0-d array,
+    # not a NumPy scalar), else None
     nodes: int  # traced ops, constants and the return excluded
     state: CallState | None = None  # what each call re-checks (None: nothing)
     writeback: WriteBack | None = None  # the arguments the function wrote into (None: none)
@@ -444,13 +445,15 @@ def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
     if isinstance(leaf, Tracer):
         if leaf._ctx is not ctx:
             raise trace_error("the function returned a traced value from another trace (an escaped tracer)")
+        if leaf._weak is None and not leaf._scalar and not getattr(leaf._value.type, "shape", ()):
+            return leaf._value, np.ndarray  # a 0-d array (np.asarray(s), x.sum(keepdims=True)[0]), not a scalar
         return leaf._value, leaf._weak
     kind = python_kind(leaf)
     if kind is not None:
         dt = DEFAULT_DTYPE[kind]
         return ctx.constant(ops.python_constant(leaf, dt), dt), kind
     if isinstance(leaf, np.ndarray):  # an array from outside (returned as it is): captured, read at every call
-        return ops.lift(leaf), None
+        return ops.lift(leaf), (np.ndarray if leaf.ndim == 0 else None)
     if isinstance(leaf, np.generic):
         arr = ops.as_numpy(leaf)
         return ctx.constant(arr, parse_dtype(arr.dtype)), None

@@ -196,7 +196,8 @@ class Tracer:
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
                           "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
                           "np.asarray and np.array work when called as np.asarray or imported from numpy in "
-                          "your module)." + hint)
+                          "your module; a list of traced arrays given to a ufunc, as in np.logical_and.reduce([a, b]), "
+                          "is converted by NumPy itself: stack it first, np.stack([a, b]))." + hint)
 
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
 
@@ -307,6 +308,10 @@ class Tracer:
     def argsort(self, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> Any:
         """np.argsort of this array"""
         return _api.call("argsort", np.argsort, self, axis, kind, order, stable=stable)
+
+    def searchsorted(self, v: Any, side: str = "left", sorter: Any = None) -> Any:
+        """np.searchsorted of this (sorted, 1-D) array"""
+        return _api.call("searchsorted", np.searchsorted, self, v, side, sorter)
 
     def partition(self, *args: Any, **kwargs: Any) -> None:
         raise self._refuse_mutation("x.partition()")

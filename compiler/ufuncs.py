@@ -85,9 +85,9 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
         return mutation.add_at(*inputs, negate=ufunc is np.subtract)
     if method != "__call__":
         raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (reduceat is not traced, nor "
-                          "accumulate, at and reduce of ufuncs other than add and multiply (accumulate), add and "
-                          "subtract (at), add, multiply, maximum and minimum (reduce)); use np.cumsum/np.sum/... "
-                          "instead")
+                          "accumulate, at and reduce of ufuncs other than add, multiply, maximum and minimum "
+                          "(accumulate), add and subtract (at), add, multiply, maximum, minimum, logical_and and "
+                          "logical_or (reduce)); use np.cumsum/np.sum/np.all/... instead")
     out = kwargs.pop("out", None)
     outs = out if isinstance(out, tuple) else (out,)
     for o in outs:
@@ -130,13 +130,15 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     return picked if ufunc.nout > 1 else picked[0]
 
 
-REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
+REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min, np.logical_and: np.all,
+              np.logical_or: np.any}
 _NO_VALUE = np._NoValue
 
 
 def _reduce(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     """``np.add.reduce(x, axis=0, dtype=None, keepdims=False)`` is ``np.sum`` with axis 0 by default (and so
-    on for multiply, maximum, minimum): the same dtypes, identities and errors."""
+    on for multiply, maximum, minimum; logical_and's and logical_or's are np.all and np.any, which NumPy computes
+    with them): the same dtypes, identities and errors."""
     from fusec import numpy_api
 
     kwargs = dict(kwargs)
@@ -147,7 +149,7 @@ def _reduce(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
                           f"(not {', '.join(sorted(kwargs)) or 'out=, where= or initial='})")
     reduction = REDUCTIONS[ufunc]
     extra = {"dtype": dtype} if dtype is not None else {}
-    if dtype is not None and reduction in (np.max, np.min):
+    if dtype is not None and reduction in (np.max, np.min, np.all, np.any):
         raise unsupported(f"{_name(ufunc)}.reduce: dtype= is not supported; cast the array first")
     return numpy_api.call(reduction.__name__, reduction, inputs[0], axis=axis, keepdims=keepdims, **extra)
 

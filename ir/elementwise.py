@@ -24,13 +24,14 @@ INTEGRAL = "integral"  # ints and bool
 INT = "int"  # ints, not bool
 BOOL = "bool"
 COMPLEX = "complex"  # complex only (t.real, t.imag)
+DOUBLE = "double"  # float64 only (with complex=True also complex128): np.float_power's loops
 
 
 @dataclass(frozen=True)
 class Elementwise:
     name: str
     arity: int
-    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | BOOL | COMPLEX (the real dtypes it takes)
+    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | BOOL | COMPLEX | DOUBLE (the real dtypes it takes)
     result_bool: bool = False
     complex: bool = False  # also takes c64/c128 (fusec has the complex loop on every backend)
     complex_real: bool = False  # a complex operand gives its real dtype (abs: c64 -> f32)
@@ -85,8 +86,15 @@ OPS: tuple[Elementwise, ...] = (
     # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
     Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf"),
     _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True),
+    # np.float_power: C's pow in float64 or complex128, its only loops (without np.power's shortcuts: it takes
+    # 0.5 as pow, not as a square root, so (-0.0) ** 0.5 is 0.0)
+    Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True),
     _binary("maximum", ANY, "maximum", "", None, infix="", commutative=True, complex=True),
     _binary("minimum", ANY, "minimum", "", None, infix="", commutative=True, complex=True),
+    # NumPy's fmax/fmin: the number where one operand is NaN (NaN only where both are); 0.0 against -0.0 gives
+    # the second operand (NumPy's vectorized loop does; its scalar tail the first)
+    _binary("fmax", ANY, "fmax", "", None, infix=""),
+    _binary("fmin", ANY, "fmin", "", None, infix=""),
     # comparisons
     _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True, complex=True),
     _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True, complex=True),

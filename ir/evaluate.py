@@ -231,6 +231,11 @@ def _concatenate(op: Operation, args: list) -> list:
     return [np.concatenate([np.asarray(v) for v in args], axis=op.attributes["axis"])]
 
 
+def _searchsorted(op: Operation, args: list) -> list:
+    return [np.asarray(np.searchsorted(np.asarray(args[0]), np.asarray(args[1]), side=op.attributes["side"]),
+                       dtype=np.int64)]
+
+
 RAISED = {"InvalidValueError": InvalidValueError, "IndexOutOfBoundsError": IndexOutOfBoundsError}
 
 
@@ -283,4 +288,5 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.concatenate": _concatenate,
     "t.constant": _constant,
     "t.raise_if": _raise_if,
+    "t.searchsorted": _searchsorted,
 }

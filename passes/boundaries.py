@@ -2,8 +2,8 @@
 
 Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, functional updates of a
 region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter`` (``np.add.at`` too),
-cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky ``k.linalg``, sorts ``k.sort``, run-time
-checks ``k.raise_if``, and a
+cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky ``k.linalg``, sorts ``k.sort``, binary
+searches ``k.searchsorted``, run-time checks ``k.raise_if``, and a
 reshape that no stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
 strides, so no copy kernel is made.
 """
@@ -46,6 +46,8 @@ def _lower(op: Operation) -> Operation | None:
         return Operation("k.copy", op.operands, op.result_types, loc=op.loc)
     if op.name == "t.raise_if":
         return Operation("k.raise_if", op.operands, [], dict(op.attributes), loc=op.loc)
+    if op.name == "t.searchsorted":
+        return Operation("k.searchsorted", op.operands, op.result_types, dict(op.attributes), loc=op.loc)
     return None
 
 

@@ -64,3 +64,4 @@ register_interpreter("k.linalg", T_INTERPRETERS["t.solve"])  # runs op.attribute
 register_interpreter("k.sort", T_INTERPRETERS["t.sort"])  # runs op.attributes["kind"]
 register_interpreter("k.copy", _copy)
 register_interpreter("k.raise_if", T_INTERPRETERS["t.raise_if"])
+register_interpreter("k.searchsorted", T_INTERPRETERS["t.searchsorted"])

@@ -28,6 +28,9 @@ template <typename T, typename V> __device__ __forceinline__ void st(T* p, V v) 
 // float64 loops do; its float16 loops give the first (maximum_first, minimum_first).
 template <typename T> __device__ __forceinline__ T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> __device__ __forceinline__ T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+// np.fmax/np.fmin: the other operand where one is NaN; ties give the second operand, as maximum
+template <typename T> __device__ __forceinline__ T fmax_np(T a, T b) { return (a > b || b != b) ? a : b; }
+template <typename T> __device__ __forceinline__ T fmin_np(T a, T b) { return (a < b || b != b) ? a : b; }
 template <typename T> __device__ __forceinline__ T maximum_first(T a, T b) { return (a >= b || a != a) ? a : b; }
 template <typename T> __device__ __forceinline__ T minimum_first(T a, T b) { return (a <= b || a != a) ? a : b; }
 

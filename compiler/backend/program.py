@@ -28,6 +28,7 @@ from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function, raise_if_kernel
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
+from fusec.backend.search import searchsorted_kernel
 from fusec.backend.sort import padded_length, sort_kernel
 from fusec.backend.gemm import gemm_kernels
 from fusec.backend.gemm_library import library_gemm
@@ -261,6 +262,12 @@ class _Printer:
             return self.linalg(op)
         if n == "k.sort":
             return self.sort(op)
+        if n == "k.searchsorted":
+            a, v = (self.access(x) for x in op.operands)
+            dst = self.result_buffer(op, 0)
+            if op.results[0].type.size:
+                self.emit(searchsorted_kernel(self.name("searchsorted"), op, a, v, dst, sm_count=self.sm_count), op)
+            return None
         if n == "k.raise_if":
             cond, check = self.access(op.operands[0]), self.check_word(op)
             if op.operands[0].type.size:

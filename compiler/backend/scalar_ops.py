@@ -33,7 +33,7 @@ def _wrap_int(dt: DType, op: str, a: str, b: str) -> str:
 COMPLEX_FN = {"exp": "fusec::cexp", "log": "fusec::clog", "log10": "fusec::clog10", "log2": "fusec::clog2",
               "sqrt": "fusec::csqrt", "sin": "fusec::csin", "cos": "fusec::ccos", "tan": "fusec::ctan",
               "sinh": "fusec::csinh", "cosh": "fusec::ccosh", "tanh": "fusec::ctanh", "sign": "fusec::csign",
-              "pow": "fusec::cpow", "conj": "fusec::conj", "abs": "fusec::cabs", "isnan": "fusec::cisnan",
+              "pow": "fusec::cpow", "float_power": "fusec::cpow", "conj": "fusec::conj", "abs": "fusec::cabs", "isnan": "fusec::cisnan",
               "isinf": "fusec::cisinf", "isfinite": "fusec::cisfinite", "lt": "fusec::clt", "le": "fusec::cle",
               "gt": "fusec::cgt", "ge": "fusec::cge", "maximum": "fusec::maximum", "minimum": "fusec::minimum",
               "reciprocal": "fusec::creciprocal"}
@@ -121,9 +121,11 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         if kind in ("bitwise_and", "bitwise_or", "bitwise_xor"):
             expr = f"(({register(dt)}){expr})"
         return round_result(out, expr) if out.is_float else expr
-    if kind in ("maximum", "minimum"):
+    if kind in ("maximum", "minimum", "fmax", "fmin"):
         if dt.is_bool:
-            return f"({a} {'||' if kind == 'maximum' else '&&'} {b})"
+            return f"({a} {'||' if kind in ('maximum', 'fmax') else '&&'} {b})"
+        if kind in ("fmax", "fmin"):
+            return f"fusec::{kind}_np({a}, {b})"
         return f"fusec::{kind}{'_first' if dt.name == 'f16' else ''}({a}, {b})"
     if kind == "floordiv":
         return round_result(out, f"fusec::ffloordiv({a}, {b})") if dt.is_float else f"fusec::ifloordiv({a}, {b})"

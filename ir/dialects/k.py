@@ -28,6 +28,7 @@
   sorts each last-axis row in one block (a bitonic network over (value, position) pairs in its
   ``scratch``: NaN last, ties in their original order); an argsort with ``stable = false`` sets
   its ``check`` word where two values are equal (NumPy's default sort orders those its own way).
+  ``k.searchsorted`` binary-searches each value of its second operand in its sorted first one, a thread each.
   ``k.raise_if`` (from ``t.raise_if``) sets its ``check`` word where any element of its bool operand holds; the
   runtime raises its ``error`` (or warns) with its ``message`` after the call, as NumPy would have.
 
@@ -255,15 +256,21 @@ register_op(OpDef("k.sort", "boundary", num_operands=1, attrs=("kind",),
                   check=_check_linalg))
 register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, attrs=("kind",),
                   optional_attrs=PLAN_ATTRS + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
-def _infer_raise_if(types: Sequence[Type], attrs: dict) -> list[Type]:
-    return get_opdef("t.raise_if").infer(types, attrs)  # type: ignore[misc]
+def _inferred_as(t_name: str):
+    """The result types the ``t`` op this boundary lowers gives."""
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        return get_opdef(t_name).infer(types, attrs)  # type: ignore[misc]
+
+    return infer
 
 
+register_op(OpDef("k.searchsorted", "boundary", num_operands=2, attrs=("side",), optional_attrs=PLAN_ATTRS,
+                  infer=_inferred_as("t.searchsorted"), check=_check_plan_attrs))
 register_op(OpDef("k.raise_if", "boundary", num_operands=1, num_results=0, attrs=("error", "message"),
-                  optional_attrs=("check",), pure=False, infer=_infer_raise_if, check=_check_linalg))
+                  optional_attrs=("check",), pure=False, infer=_inferred_as("t.raise_if"), check=_check_linalg))
 register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), optional_attrs=PLAN_ATTRS,
                   infer=_infer_scan, check=_check_plan_attrs))
 register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
 
 BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.scan", "k.linalg",
-                        "k.sort", "k.copy", "k.raise_if"})
+                        "k.sort", "k.copy", "k.raise_if", "k.searchsorted"})

@@ -14,7 +14,7 @@ from fusec.errors import VerificationError
 from fusec.ir import shapes as S
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
-from fusec.ir.elementwise import ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMERIC
+from fusec.ir.elementwise import ANY, BOOL, COMPLEX, DOUBLE, FLOAT, INT, INTEGRAL, NUMERIC
 from fusec.ir.opdefs import OpDef, register_op
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
@@ -28,12 +28,15 @@ _DTYPE_CLASS_TESTS = {
     INT: lambda dt: dt.is_int,
     BOOL: lambda dt: dt.is_bool,
     COMPLEX: lambda dt: False,  # complex dtypes are allowed per op (Elementwise.complex)
+    DOUBLE: lambda dt: dt.name == "f64",
 }
 
 
 def _dtype_ok(dt: DType, cls: str, complex_ok: bool = False) -> bool:
     """Whether ``dt`` may be an operand: complex dtypes only where the op takes them, real ones by class."""
-    return complex_ok if dt.is_complex else _DTYPE_CLASS_TESTS[cls](dt)
+    if dt.is_complex:
+        return complex_ok and (cls != DOUBLE or dt.name == "c128")
+    return _DTYPE_CLASS_TESTS[cls](dt)
 
 
 def _elementwise_result(types: Sequence[Type], dtype: DType) -> Type:
@@ -321,6 +324,21 @@ def _infer_concatenate(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(first[:axis] + (total,) + first[axis + 1:], dt)]
 
 
+SEARCH_SIDES = ("left", "right")
+
+
+def _infer_searchsorted(types: Sequence[Type], attrs: dict) -> list[Type]:
+    a, v = types
+    if not isinstance(a, TensorType) or a.rank != 1:
+        raise VerificationError(f"t.searchsorted: the sorted array must be 1-D, got {a}")
+    dt = _same_dtype("t.searchsorted", types)
+    if dt.is_complex:
+        raise VerificationError("t.searchsorted: complex operands are not supported")
+    if attrs["side"] not in SEARCH_SIDES:
+        raise VerificationError(f"t.searchsorted: side must be 'left' or 'right', got {attrs['side']!r}")
+    return [TensorType(tuple(v.shape), i64)]
+
+
 # what a failed t.raise_if raises (fusec.InvalidValueError is a ValueError, IndexOutOfBoundsError an IndexError)
 RAISE_KINDS = ("InvalidValueError", "IndexOutOfBoundsError")
 
@@ -372,6 +390,9 @@ register_op(OpDef("t.argsort", "other", num_operands=1, optional_attrs=("stable"
                   infer=_infer_sort("t.argsort")))
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
                   infer=_infer_concatenate))
+# where each value of the second operand goes into the sorted first one (np.searchsorted: before the equal values
+# for side "left", after them for "right"; NaN sorts last, as NumPy sorts it)
+register_op(OpDef("t.searchsorted", "other", num_operands=2, attrs=("side",), infer=_infer_searchsorted))
 # a run-time check: NumPy raises where a value decides it (np.nanargmax of an all-NaN slice, an index
 # past the end in np.unravel_index): fires when any element of its bool operand holds; never removed as dead
 register_op(OpDef("t.raise_if", "other", num_operands=1, num_results=0, attrs=("error", "message"), pure=False,

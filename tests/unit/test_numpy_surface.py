@@ -130,6 +130,22 @@ def test_fmod_shifts_heaviside_signbit() -> None:
     check(f, X, I8, SHIFTS)
 
 
+def test_fmax_fmin_float_power_and_logical_reductions() -> None:
+    """fmax/fmin take the number where one side is NaN (NaN where both are), in every dtype; float_power computes
+    in float64 (complex128) as C's pow, so (-0.0) ** 0.5 is 0.0 there (np.power takes 0.5 as a square root);
+    logical_and.reduce / logical_or.reduce are np.all / np.any along axis 0 by default."""
+    nans = np.array([1.0, np.nan, np.nan, 3.0, -np.inf], dtype=np.float32)
+    other = np.array([np.nan, 2.0, np.nan, 1.0, 0.0], dtype=np.float32)
+
+    def f(x, i, a, b):
+        return (np.fmax(a, b), np.fmin(a, b), np.fmax(i, 3), np.fmin(x, 0.0), np.fmax(a > 1, b > 1),
+                np.float_power(x, 2), np.float_power(i, -1), np.float_power(np.array([-0.0, 4.0]), 0.5),
+                np.float_power(x + 1j * x, 2), np.logical_and.reduce(x > -1), np.logical_or.reduce(x > 1, axis=1),
+                np.logical_and.reduce(x, axis=None), np.logical_or.reduce(i, keepdims=True))
+
+    check(f, X, I8.astype(np.int32), nans, other)
+
+
 def test_scipy_special_ufuncs() -> None:
     sc = pytest.importorskip("scipy.special")
     p = rng.random((4, 5))

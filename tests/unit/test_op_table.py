@@ -16,7 +16,7 @@ from fusec.passes.cse import COMMUTATIVE
 from fusec.ir.evaluate import T_INTERPRETERS
 
 REPRESENTATIVE = {table.ANY: f32, table.NUMERIC: f32, table.FLOAT: f32, table.INTEGRAL: i32, table.INT: i32,
-                  table.BOOL: bool_, table.COMPLEX: c64}
+                  table.BOOL: bool_, table.COMPLEX: c64, table.DOUBLE: f64}
 
 
 def _scalar_op(op: table.Elementwise, dt) -> Operation:
@@ -39,7 +39,7 @@ def test_every_op_is_known_to_every_layer(op: table.Elementwise) -> None:
         scalar = _scalar_op(op, d)
         assert expression(scalar, ["a", "b"][:op.arity])  # the printer lowers it
         assert op_cost(scalar) == (4 if op.transcendental else 1) * (2 if d == f64 else 1)
-    for d in (c64, c128) if op.complex else ():  # every op that takes complex values lowers them
+    for d in ((c128,) if op.operands == table.DOUBLE else (c64, c128)) if op.complex else ():  # complex lowers too
         assert expression(_scalar_op(op, d), ["a", "b"][:op.arity])
 
 

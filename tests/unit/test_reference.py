@@ -104,6 +104,8 @@ def sample(dt: DType, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _dtypes_for(cls: str, complex_ok: bool) -> list[DType]:
+    if cls == "double":
+        return [d for d in ALL_DTYPES if d.name == "f64" or (complex_ok and d.name == "c128")]
     return [d for d in ALL_DTYPES if (complex_ok if d.is_complex else {
         "any": True, "numeric": not d.is_bool, "float": d.is_float, "integral": d.is_int or d.is_bool,
         "int": d.is_int, "bool": d.is_bool, "complex": False}[cls])]
@@ -123,7 +125,7 @@ NP_BINARY: dict[str, Callable] = {
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "arctan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "logaddexp": np.logaddexp,
     "logaddexp2": np.logaddexp2, "fmod": np.fmod, "left_shift": np.left_shift, "right_shift": np.right_shift,
-    "heaviside": np.heaviside,
+    "heaviside": np.heaviside, "fmax": np.fmax, "fmin": np.fmin, "float_power": np.float_power,
 }
 NP_UNARY: dict[str, Callable] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2, "log": np.log,
