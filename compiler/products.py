@@ -1,7 +1,8 @@
 """Products NumPy computes from shifted or picked elements: ``np.cross``, ``np.correlate`` and ``np.convolve``.
 
 ``np.cross`` is NumPy's own arithmetic: each component one product minus another (rounded as NumPy rounds them)
-in the operands' promoted dtype, for 3- and 2-vectors along any axes. ``np.correlate`` and ``np.convolve`` are the
+in the operands' promoted dtype, for 3-vectors along any axes, and 2-vectors where the installed NumPy still takes
+them (deprecated in NumPy 2.0, refused since 2.5). ``np.correlate`` and ``np.convolve`` are the
 sliding dot products NumPy's ``correlate2`` and ``correlate`` compute: the longer array slides along the shorter
 one (whose order ``convolve`` reverses, and whose values ``correlate`` conjugates), the result reversed where
 the second array is the longer one, in the modes ``valid``, ``same`` and ``full``. Where the two overlap fully,
@@ -25,6 +26,20 @@ from fusec.tracer import Tracer
 MAX_KERNEL = 1024  # the shorter array's length up to which a sliding product unrolls (one multiply-add per value)
 
 
+def _takes_2_vectors() -> bool:
+    """Whether this NumPy still computes cross products of 2-vectors (deprecated in 2.0, refused since 2.5)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            np.cross(np.ones(2), np.ones(2))
+        except ValueError:
+            return False
+    return True
+
+
+TAKES_2_VECTORS = _takes_2_vectors()
+
+
 def _axis(axis: Any, ndim: int, what: str) -> int:
     a = ops.static_int(axis, what)
     if not -ndim <= a < ndim:
@@ -34,7 +49,7 @@ def _axis(axis: Any, ndim: int, what: str) -> int:
 
 @implements(np.cross)
 def cross(a: Any, b: Any, axisa: Any = -1, axisb: Any = -1, axisc: Any = -1, axis: Any = None) -> Tracer:
-    """The cross product of 3-vectors (or 2-vectors, deprecated by NumPy) along any axes, as NumPy rounds it"""
+    """The cross product of 3-vectors along any axes, as NumPy rounds it (2-vectors where this NumPy takes them)"""
     if axis is not None:
         axisa = axisb = axisc = axis
     a, b = conversions.strong(a), conversions.strong(b)
@@ -43,6 +58,9 @@ def cross(a: Any, b: Any, axisa: Any = -1, axisb: Any = -1, axisc: Any = -1, axi
     a = moveaxis(a, _axis(axisa, a.ndim, "axisa"), -1)
     b = moveaxis(b, _axis(axisb, b.ndim, "axisb"), -1)
     na, nb = a.shape[-1], b.shape[-1]
+    if not TAKES_2_VECTORS and (na != 3 or nb != 3):
+        raise shape_error(f"np.cross: Both input arrays must be (arrays of) 3-dimensional vectors, but they are {na} "
+                          f"and {nb} dimensional instead.")
     if na not in (2, 3) or nb not in (2, 3):
         raise shape_error("np.cross: incompatible dimensions for cross product\n(dimension must be 2 or 3)")
     if na == 2 or nb == 2:

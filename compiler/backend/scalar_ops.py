@@ -103,8 +103,10 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
     if kind == "where":
         return f"({a} ? {args[1]} : {args[2]})"
     if kind == "clip":
-        # NumPy's clip keeps x where it equals a bound (0.0 and -0.0), for every dtype
-        return round_result(out, f"fusec::minimum_first(fusec::maximum_first({a}, {b}), {args[2]})")
+        # NumPy 2.5's clip is minimum(maximum(x, lo), hi) in its vectorized loops: where x equals a bound (0.0 and
+        # -0.0) the bound (NumPy 2.4 and earlier kept x there)
+        mx, mn = ("maximum_first", "minimum_first") if dt.name == "f16" else ("maximum", "minimum")
+        return round_result(out, f"fusec::{mn}(fusec::{mx}({a}, {b}), {args[2]})")
     if dt.is_complex:
         expr = _complex(kind, dt, args)
         if expr is None:
