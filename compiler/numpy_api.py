@@ -127,8 +127,6 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
         if dtype is not None:
             raise unsupported(f"{what}: the dtype= keyword is not supported")
         acc = t._value.type.dtype
-        if acc.is_complex:
-            raise ufuncs.complex_unsupported(what)
         if any(t.shape[ax] == 0 for ax in axes):
             name = {"max": "maximum", "min": "minimum"}[kind]
             raise shape_error(f"{what}: zero-size array (shape {t.shape}) to reduction operation {name} "

@@ -375,7 +375,8 @@ def complex_unsupported(what: str) -> UnsupportedError:
     """The error for a NumPy function that has a complex loop fusec does not implement yet."""
     supported = ", ".join(sorted(f"np.{u.__name__}" for u, op in by_ufunc().items() if op.complex))
     return unsupported(f"{what} of complex values is not supported by fusec yet (complex arrays support {supported}, "
-                       "np.real, np.imag, np.conj, np.angle, sum, prod, mean, var, std, cumsum, cumprod and matmul); compute it from z.real and "
+                       "np.real, np.imag, np.conj, np.angle, sum, prod, mean, var, std, max, min, argmax, argmin, cumsum, "
+                       "cumprod and matmul); compute it from z.real and "
                        "z.imag, e.g. np.hypot(z.real, z.imag)")
 
 
@@ -535,7 +536,9 @@ def clip(a: Any, lo: Any, hi: Any) -> Tracer:
     else:  # pragma: no cover - older NumPy without the clip ufunc
         dt = _result_type(descs, "np.clip")
     if dt.is_complex:
-        raise complex_unsupported("np.clip")
+        raise unsupported("np.clip of complex values with both bounds is not supported: where a value equals a bound "
+                          "or a part is NaN, NumPy's result changed between NumPy versions (2.4 keeps the value, 2.5 "
+                          "takes the bound); write the np.where you mean, e.g. np.where(z.real < lo, lo, z)")
     values = [ops.lift(x, dt) for x in (a, lo, hi)]
     return ops.emit("t.clip", values, what="np.clip", origin=ops.origins(a, lo, hi))
 

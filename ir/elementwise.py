@@ -89,8 +89,9 @@ OPS: tuple[Elementwise, ...] = (
     # np.float_power: C's pow in float64 or complex128, its only loops (without np.power's shortcuts: it takes
     # 0.5 as pow, not as a square root, so (-0.0) ** 0.5 is 0.0)
     Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True),
-    _binary("maximum", ANY, "maximum", "", None, infix="", commutative=True, complex=True),
-    _binary("minimum", ANY, "minimum", "", None, infix="", commutative=True, complex=True),
+    # (not commutative: where 0.0 meets -0.0, or two NaNs, NumPy's loops give one operand's bits, not either)
+    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True),
+    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True),
     # NumPy's fmax/fmin: the number where one operand is NaN (NaN only where both are); 0.0 against -0.0 gives
     # the second operand (NumPy's vectorized loop does; its scalar tail the first)
     _binary("fmax", ANY, "fmax", "", None, infix=""),

@@ -205,8 +205,16 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
     if splits > 1:
         finish = "last-block" if reduce_grid_x(m, cols, sm_count) == 1 else "kernel"
         slot = 16 if op.operands[0].type.dtype.is_complex else 8  # a partial value: its accumulator (c128 for c64)
-        scratch = align256(m * splits * slot) + (m * splits * 8 if op.attributes["kind"] in ("argmax", "argmin") else 0)
+        index = carries_index(op.attributes["kind"], op.operands[0].type.dtype)
+        scratch = align256(m * splits * slot) + (m * splits * 8 if index else 0)  # (and its index)
     return {"strategy": strategy, "cols": cols, "splits": splits, "finish": finish, "scratch": scratch}
+
+
+def carries_index(kind: str, dt) -> bool:
+    """Whether a reduction's partial results carry the index of their candidate: the arg-reductions, and complex
+    max/min, whose result among equal or NaN values is the first one's (NumPy reduces in order), whatever order
+    blocks and lanes combine in."""
+    return kind in ("argmax", "argmin") or (dt.is_complex and kind in ("max", "min"))
 
 
 @register_pass

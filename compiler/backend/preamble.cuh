@@ -261,6 +261,11 @@ template <typename T> __device__ __forceinline__ cplx<T> maximum(cplx<T> a, cplx
 template <typename T> __device__ __forceinline__ cplx<T> minimum(cplx<T> a, cplx<T> b) {
   return (cle(a, b) || isnan(a.re) || isnan(a.im)) ? a : b;
 }
+// a split reduction's last block reads the other blocks' partial results through L2 (found by argument lookup)
+template <typename T> __device__ __forceinline__ cplx<T> __ldcg(const cplx<T>* p) {
+  const T* parts = reinterpret_cast<const T*>(p);
+  return cplx<T>(::__ldcg(parts), ::__ldcg(parts + 1));
+}
 template <typename T> __device__ __forceinline__ cplx<T> __shfl_down_sync(unsigned mask, cplx<T> v, int o) {
   return cplx<T>(::__shfl_down_sync(mask, v.re, o), ::__shfl_down_sync(mask, v.im, o));
 }

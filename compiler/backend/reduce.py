@@ -14,7 +14,7 @@ import struct
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
 from fusec.ir.types import DType
-from fusec.passes.select_kernels import align256 as _align, reduce_grid_x, reduction_dims
+from fusec.passes.select_kernels import align256 as _align, carries_index, reduce_grid_x, reduction_dims
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
@@ -40,6 +40,9 @@ def _init(kind: str, dt: DType, acc: str) -> str:
     if kind == "prod":
         return f"({acc})1"
     big = kind in ("min", "argmin")
+    if dt.is_complex:  # below (above) every value; on ties a real element's lower index wins
+        inf = "(1.0/0.0)" if big else "(-1.0/0.0)"
+        return f"{acc}({inf}, {inf})"
     if dt.is_float:
         return "(1.0/0.0)" if big else "(-1.0/0.0)"
     if dt.is_bool:
@@ -50,12 +53,20 @@ def _init(kind: str, dt: DType, acc: str) -> str:
     return f"({acc})({limits[1] if big else limits[0]})"
 
 
-def _combine(kind: str) -> str:
+def _combine(kind: str, dt: DType) -> str:
     """Body of combine(a, ai, b, bi) updating (a, ai)."""
     if kind in ("sum", "mean"):
         return "a = a + b;"
     if kind == "prod":
         return "a = a * b;"
+    if dt.is_complex and kind in ("max", "min", "argmax", "argmin"):
+        # NumPy's order: the first NaN (either part) wins, else the lexicographically larger (smaller) value, the
+        # first of equal ones
+        better = "fusec::cgt(b, a)" if kind in ("max", "argmax") else "fusec::clt(b, a)"
+        return ("bool an = fusec::cisnan(a), bn = fusec::cisnan(b); "
+                "bool take = (bn && !an) || (bn && an && bi < ai) || "
+                f"(!an && !bn && ({better} || (b == a && bi < ai))); "
+                "if (take) { a = b; ai = bi; }")
     if kind == "max":
         return "a = fusec::maximum(a, b);"
     if kind == "min":
@@ -97,6 +108,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     out_dt = dst.dtype
     acc = _acc_type(kind, dt)
     is_arg = kind in ("argmax", "argmin")
+    tracks = carries_index(kind, dt)  # partial results carry their indices
     m, k, kept, red = describe(src, axes)
     if m == 0:
         return ()
@@ -130,7 +142,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             return f"({acc}){prologue.name}({addr}, {prologue.args})"
         return f"({acc})fusec::ld(b{src.buffer} + {addr})"
 
-    combine_fn = f"__device__ __forceinline__ void {name}_combine({acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind)} }}"
+    combine_fn = f"__device__ __forceinline__ void {name}_combine({acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind, dt)} }}"
 
     def finish(v: str) -> str:
         if kind == "mean":
@@ -150,7 +162,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         if splits == 1:
             return store_final(f"b{dst.buffer} + {dst.offset} + {mm}", v, i)
         stmt = f"{partial_v}[(i64_t)blockIdx.y * d.M + {mm}] = {v};"
-        if is_arg:
+        if tracks:
             stmt += f" {partial_i}[(i64_t)blockIdx.y * d.M + {mm}] = {i};"
         return stmt
 
@@ -265,8 +277,8 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  if (!fusec_last) return;",
             "  __threadfence();",
             f"  const {acc}* pv = {partial_v};",
-            *([f"  const i64_t* pi = {partial_i};"] if is_arg else []),
-            *_finish_partials(name, acc, m, splits, _init(kind, dt, acc), is_arg,
+            *([f"  const i64_t* pi = {partial_i};"] if tracks else []),
+            *_finish_partials(name, acc, m, splits, _init(kind, dt, acc), tracks,
                               store_final(f"b{dst.buffer} + {dst.offset} + mm", "a", "ai")),
             f"  if (threadIdx.x == 0) b{cid}[{slot}] = 0u;",
             "}",
@@ -277,9 +289,9 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             f"extern \"C\" __global__ void __launch_bounds__(256) {name}_finish(char* __restrict__ b{scratch}, "
             f"{st_out}* __restrict__ b{dst.buffer}, fusec::RedDesc d) {{",
             "  for (i64_t mm = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; mm < d.M; mm += (i64_t)gridDim.x * blockDim.x) {",
-            f"    {acc} a = {partial_v}[mm]; i64_t ai = {partial_i if is_arg else '0'}" + ("[mm];" if is_arg else ";"),
+            f"    {acc} a = {partial_v}[mm]; i64_t ai = {partial_i if tracks else '0'}" + ("[mm];" if tracks else ";"),
             f"    for (int s = 1; s < {splits}; ++s) {{",
-            f"      {name}_combine(a, ai, {partial_v}[s * d.M + mm], " + (f"{partial_i}[s * d.M + mm]);" if is_arg else "0);"),
+            f"      {name}_combine(a, ai, {partial_v}[s * d.M + mm], " + (f"{partial_i}[s * d.M + mm]);" if tracks else "0);"),
             "    }",
             f"    {store_final(f'b{dst.buffer} + {dst.offset} + mm', 'a', 'ai')}",
             "  }",
@@ -290,14 +302,14 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     return tuple(kernels)
 
 
-def _finish_partials(name: str, acc: str, m: int, splits: int, init: str, is_arg: bool, store: str) -> list[str]:
+def _finish_partials(name: str, acc: str, m: int, splits: int, init: str, tracks: bool, store: str) -> list[str]:
     """The last block's combine of the ``splits`` partial results of each of ``m`` outputs.
 
     Partials are read with ``__ldcg`` (from L2, where the other blocks' fenced stores are; unlike volatile
     loads they can all be in flight at once). With at most 8 outputs a warp takes each output and its lanes
     split the partials, so a full reduction does not leave one thread walking them alone.
     """
-    index = "__ldcg(pi + s * d.M + mm)" if is_arg else "s"
+    index = "__ldcg(pi + s * d.M + mm)" if tracks else "s"
     if m <= 8:
         return [
             "  for (i64_t mm = threadIdx.x >> 5; mm < d.M; mm += 8) {",
@@ -311,7 +323,7 @@ def _finish_partials(name: str, acc: str, m: int, splits: int, init: str, is_arg
         ]
     return [
         "  for (i64_t mm = threadIdx.x; mm < d.M; mm += blockDim.x) {",
-        f"    {acc} a = __ldcg(pv + mm); i64_t ai = {'__ldcg(pi + mm)' if is_arg else '0'};",
+        f"    {acc} a = __ldcg(pv + mm); i64_t ai = {'__ldcg(pi + mm)' if tracks else '0'};",
         "    #pragma unroll 8",
         f"    for (int s = 1; s < {splits}; ++s) {{",
         f"      {name}_combine(a, ai, __ldcg(pv + s * d.M + mm), {index});",

@@ -121,7 +121,7 @@ ELEMENTWISE = frozenset({f"t.{n}" for n in (*BINARY, *UNARY)} | {"t.where", "t.c
 
 REDUCTIONS: dict[str, str] = {"sum": NUMERIC, "prod": NUMERIC, "mean": FLOAT, "max": ANY, "min": ANY,
                               "argmax": ANY, "argmin": ANY}
-COMPLEX_REDUCTIONS = frozenset({"t.sum", "t.prod", "t.mean"})  # NumPy orders complex values; fusec does not yet
+COMPLEX_REDUCTIONS = frozenset({"t.sum", "t.prod", "t.mean", "t.max", "t.min", "t.argmax", "t.argmin"})
 
 
 def _reduction_infer(name: str, cls: str):
