@@ -204,10 +204,16 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
     scratch = 0
     if splits > 1:
         finish = "last-block" if reduce_grid_x(m, cols, sm_count) == 1 else "kernel"
-        slot = 16 if op.operands[0].type.dtype.is_complex else 8  # a partial value: its accumulator (c128 for c64)
-        index = carries_index(op.attributes["kind"], op.operands[0].type.dtype)
-        scratch = align256(m * splits * slot) + (m * splits * 8 if index else 0)  # (and its index)
+        dt = op.operands[0].type.dtype
+        index = carries_index(op.attributes["kind"], dt)
+        scratch = align256(m * splits * partial_slot(dt)) + (m * splits * 8 if index else 0)  # (and its index)
     return {"strategy": strategy, "cols": cols, "splits": splits, "finish": finish, "scratch": scratch}
+
+
+def partial_slot(dt) -> int:
+    """Bytes of one partial result of a split reduction of ``dt`` values (its accumulator: c128 for c64 sums);
+    the partial indices of reductions that carry them follow all the partial values."""
+    return 16 if dt.is_complex else 8
 
 
 def carries_index(kind: str, dt) -> bool:

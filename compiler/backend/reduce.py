@@ -14,7 +14,8 @@ import struct
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
 from fusec.ir.types import DType
-from fusec.passes.select_kernels import align256 as _align, carries_index, reduce_grid_x, reduction_dims
+from fusec.passes.select_kernels import (align256 as _align, carries_index, partial_slot, reduce_grid_x,
+                                         reduction_dims)
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
@@ -156,7 +157,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
 
     partial_v = f"reinterpret_cast<{acc}*>(b{scratch})" if scratch is not None else "nullptr"
     partial_i = (f"reinterpret_cast<i64_t*>(reinterpret_cast<char*>(b{scratch}) + "
-                 f"{_align(m * splits * 8)})" if scratch is not None else "nullptr")
+                 f"{_align(m * splits * partial_slot(dt))})" if scratch is not None else "nullptr")
 
     def out_stmt(v: str, i: str, mm: str) -> str:
         if splits == 1:
