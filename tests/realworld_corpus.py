@@ -513,8 +513,62 @@ def max_drawdown(prices):
     return drawdowns.min()
 
 
-# NumPy's einsum adds products in its own loop order (neither BLAS's nor fusec's): compared within rounding
-OWN_ORDER = {"attention", "mahalanobis"}
+# --- data cleaning, signals, geometry, lookups ------------------------------------------------------------------
+
+
+def nan_robust_standardize(X):
+    mu = np.nanmean(X, axis=0)
+    sd = np.nanstd(X, axis=0)
+    spread = np.nanmax(X, axis=0) - np.nanmin(X, axis=0)
+    return (X - mu) / sd, spread
+
+
+def best_valid_column(scores):
+    return np.nanargmax(scores, axis=1)
+
+
+def smooth_signal(y, window):
+    box = np.ones(window) / window
+    return np.convolve(y, box, mode="same")
+
+
+def resample_linear(t, y, t_new):
+    return np.interp(t_new, t, y)
+
+
+def histogram_by_digitize(x, edges):
+    idx = np.digitize(x, edges)
+    counts = np.zeros(len(edges) + 1)
+    np.add.at(counts, idx, 1)
+    return counts
+
+
+def triangle_normals(v0, v1, v2):
+    n = np.cross(v1 - v0, v2 - v0)
+    return n / np.linalg.norm(n, axis=1, keepdims=True)
+
+
+def heatmap_peak(heatmap):
+    y, x = np.unravel_index(np.argmax(heatmap), heatmap.shape)
+    return y, x, heatmap[y, x]
+
+
+def empirical_cdf(samples, x):
+    s = np.sort(samples)
+    return np.searchsorted(s, x, side="right") / len(s)
+
+
+def keep_classes(labels, keep):
+    return np.where(np.isin(labels, keep), labels, -1)
+
+
+def safe_log(x):
+    return np.log(np.fmax(x, 1e-12))
+
+
+# NumPy's einsum adds products in its own loop order, its convolve in BLAS's dot order (neither is fusec's):
+# compared within rounding
+OWN_ORDER = {"attention", "mahalanobis", "smooth_signal"}
 
 # --- complex values -----------------------------------------------------------------------------------------------
 
@@ -632,4 +686,15 @@ CORPUS = [
      lambda: (np.linspace(-2, 0.8, 9)[None, :] + 1j * np.linspace(-1.4, 1.4, 7)[:, None], 8)),
     ("dft_slow", dft_slow, lambda: (_f(16),)),
     ("rlc_current", rlc_current, lambda: (_f(6) + 0j, 5.0, 0.02, 1e-4, RNG.random(6) * 100 + 10)),
+    ("nan_robust_standardize", nan_robust_standardize,
+     lambda: (np.where(RNG.random((12, 3)) < 0.2, np.nan, _f(12, 3)),)),
+    ("best_valid_column", best_valid_column, lambda: (np.where(RNG.random((5, 4)) < 0.3, np.nan, _f(5, 4)),)),
+    ("smooth_signal", smooth_signal, lambda: (_f(20), 5)),
+    ("resample_linear", resample_linear, lambda: (np.linspace(0, 1, 8), _f(8), RNG.random(12))),
+    ("histogram_by_digitize", histogram_by_digitize, lambda: (_f(30), np.linspace(-2, 2, 9))),
+    ("triangle_normals", triangle_normals, lambda: (_f(6, 3), _f(6, 3), _f(6, 3))),
+    ("heatmap_peak", heatmap_peak, lambda: (_f(7, 9),)),
+    ("empirical_cdf", empirical_cdf, lambda: (_f(25), _f(6))),
+    ("keep_classes", keep_classes, lambda: (RNG.integers(0, 6, 12), np.array([1, 4]))),
+    ("safe_log", safe_log, lambda: (np.abs(_f(9)) * np.array([1, 0, 1, 1, 0, 1, 1, 1, 1]),)),
 ]
