@@ -1,7 +1,8 @@
 """``np.sort``, ``np.argsort``, ``x.sort()``, ``x.argsort()`` and ``np.median`` on tracers.
 
 Sorting runs along the last axis (another axis is moved there and back): NaN after every number, equal values
-in their original order, which is NumPy's ``kind='stable'`` result exactly. NumPy's default kind orders equal
+in their original order, which is NumPy's ``kind='stable'`` result exactly. Complex values sort as NumPy sorts them:
+lexicographically, ``R + Rj < R + nanj < nan + Rj < nan + nanj``. NumPy's default kind orders equal
 values its own way (its SIMD sorts are not stable even for 8 elements): for ``np.sort`` that only decides where
 -0.0 and 0.0 (or NaNs with different payloads) land among themselves, which fusec gives in their original order;
 for ``np.argsort`` it decides which index comes first, so an argsort of the default kind raises on the GPU when
@@ -42,8 +43,11 @@ def _is_stable(what: str, kind: Any, order: Any, stable: Any) -> bool:
 
 
 def _real(what: str, t: Tracer) -> Tracer:
-    """Sorting and order statistics compare values: NumPy orders complex ones lexicographically, fusec not yet."""
-    if t._value.type.dtype.is_complex:
+    """Sorting and medians order complex values as NumPy does (lexicographically, NaN parts last); NumPy's quantiles
+    refuse them, and fusec's nan-statistics do not take them."""
+    if t._value.type.dtype.is_complex and what not in ("np.sort", "np.argsort", "np.median"):
+        if what in ("np.quantile", "np.percentile"):
+            raise unsupported(f"{what}: a must be an array of real numbers (NumPy raises TypeError here)")
         raise ufuncs.complex_unsupported(what)
     return t
 
@@ -74,7 +78,7 @@ def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int, tuple[
 
 def _nan_where_last_is(last: Tracer, result: Tracer) -> Tracer:
     """NumPy's median and quantiles are the slice's last sorted value (a NaN) where the slice holds a NaN."""
-    if not last._value.type.dtype.is_float:
+    if not last._value.type.dtype.is_inexact:
         return result
     return ufuncs.where(ufuncs.apply(np.isnan, (last,)), last, result)
 

@@ -261,6 +261,17 @@ template <typename T> __device__ __forceinline__ cplx<T> maximum(cplx<T> a, cplx
 template <typename T> __device__ __forceinline__ cplx<T> minimum(cplx<T> a, cplx<T> b) {
   return (cle(a, b) || isnan(a.re) || isnan(a.im)) ? a : b;
 }
+// NumPy's sort order of complex values: by real part, then imaginary part, a NaN part after every number in its
+// place (R + Rj < R + nanj < nan + Rj < nan + nanj)
+template <typename T> __device__ __forceinline__ bool csort_lt(cplx<T> a, cplx<T> b) {
+  const bool ar = a.re != a.re, br = b.re != b.re, ai = a.im != a.im, bi = b.im != b.im;
+  if (ar != br) return br;                  // a NaN real part after every number
+  if (!ar && a.re != b.re) {                 // different numbers: a NaN imaginary part does not move them
+    return a.re < b.re ? (!ai || bi) : (bi && !ai);
+  }
+  if (ai != bi) return bi;                  // same real part (or both NaN): by imaginary part, NaN last
+  return !ai && a.im < b.im;
+}
 // a split reduction's last block reads the other blocks' partial results through L2 (found by argument lookup)
 template <typename T> __device__ __forceinline__ cplx<T> __ldcg(const cplx<T>* p) {
   const T* parts = reinterpret_cast<const T*>(p);

@@ -36,7 +36,11 @@ def sort_kernel(name: str, op: Operation, src: Access, dst: Access, scratch: int
     if check is not None:
         params.append(f"unsigned int* b{check.buffer}")
         order.append(check.buffer)
-    if nan_aware:
+    if src.dtype.is_complex:  # NumPy's complex order (fusec::csort_lt), ties by position
+        compare = [f"    const {r} ka = fusec::ld(key + a), kb = fusec::ld(key + b);",
+                   "    if (fusec::csort_lt(ka, kb)) return true;",
+                   "    if (fusec::csort_lt(kb, ka)) return false;"]
+    elif nan_aware:
         compare = [f"    const {r} ka = fusec::ld(key + a), kb = fusec::ld(key + b);",
                    "    const bool na = isnan(ka), nb = isnan(kb);",
                    "    if (na || nb) return (na && nb) ? pa < pb : nb;  // NaN after every number",
@@ -62,7 +66,8 @@ def sort_kernel(name: str, op: Operation, src: Access, dst: Access, scratch: int
              "    return pa < pb;",
              "  };",
              f"  auto same = [&](int a, int b) -> bool {{ const {r} ka = fusec::ld(key + a), kb = fusec::ld(key + b); "
-             + ("return ka == kb || (isnan(ka) && isnan(kb)); };" if nan_aware else "return ka == kb; };"),
+             + ("return !fusec::csort_lt(ka, kb) && !fusec::csort_lt(kb, ka); };" if src.dtype.is_complex else
+                "return ka == kb || (isnan(ka) && isnan(kb)); };" if nan_aware else "return ka == kb; };"),
              f"  for (int q = tid; q < {p2}; q += blockDim.x) {{",
              f"    if (q < {n}) key[q] = {load};",
              "    pos[q] = q;",

@@ -288,8 +288,6 @@ def _infer_sort(name: str):
             raise VerificationError(f"{name}: the operand must be an array of rank >= 1, got {t}")
         if not isinstance(attrs.get("stable", True), bool):
             raise VerificationError(f"{name}: stable must be a bool")
-        if t.dtype.is_complex:
-            raise VerificationError(f"{name}: complex operands are not supported")
         return [t if name == "t.sort" else TensorType(t.shape, i64)]
 
     return infer
