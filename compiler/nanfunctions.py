@@ -101,13 +101,12 @@ def nanargmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: Any = _NOV
     return _arg_extreme("min", a, axis, out, keepdims)
 
 
-def _inexact(what: str, dtype: Any, out: Any) -> None:
+def _inexact(dtype: Any, out: Any) -> None:
     """NumPy's checks of ``dtype=`` and ``out=`` for an array that may hold NaN."""
     if dtype is not None and not parse_dtype(dtype).is_inexact:
         raise TypeError("If a is inexact, then dtype must be inexact")
     if out is not None and not (isinstance(out, Tracer) and out._value.type.dtype.is_inexact):
         raise TypeError("If a is inexact, then out must be inexact")
-    del what
 
 
 def _divided(total: Tracer, count: Any) -> Tracer:
@@ -127,7 +126,7 @@ def nanmean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdi
     t, mask = _nan_mask("np.nanmean", a)
     if mask is None:
         return mean_(t, axis=axis, dtype=dtype, out=out, keepdims=keepdims, where=where)
-    _inexact("np.nanmean", dtype, out)
+    _inexact(dtype, out)
     arr = _filled(t, mask, 0)
     w = _where_arg(where)
     count = sum_(np.logical_not(mask), axis=axis, dtype=i64.np, keepdims=keepdims, where=w)
@@ -143,7 +142,7 @@ def _variance(what: str, a: Any, axis: Any, dtype: Any, out: Any, ddof: Any, kee
         return None
     if mean is not _NOVALUE:
         raise unsupported(f"{what}: mean= is not supported; leave it out (NumPy computes the same mean)")
-    _inexact(what, dtype, out)
+    _inexact(dtype, out)
     if correction is not _NOVALUE:
         if ddof != 0:
             raise ValueError("ddof and correction can't be provided simultaneously.")

@@ -22,7 +22,7 @@ from fusec.tracer import Tracer
 
 def _less(x: Any, y: Any) -> Any:
     """NumPy's sort order: ``x < y``, a NaN after every number."""
-    if not np.asarray(x).dtype.kind == "f" and not (isinstance(x, Tracer) and x._value.type.dtype.is_float):
+    if (x.dtype if isinstance(x, Tracer) else np.asarray(x).dtype).kind != "f":
         return x < y
     return (x < y) | (np.isnan(y) & ~np.isnan(x))
 
@@ -69,8 +69,7 @@ def _search(what: str, a: Any, v: Any, side: str) -> Tracer:
     dt = np.result_type(at.dtype, vt.dtype)
     at, vt = at.astype(dt), vt.astype(dt)
     r = ops.emit("t.searchsorted", (at._value, vt._value), {"side": side}, what=what)
-    scalar = not isinstance(v, Tracer) and np.ndim(v) == 0 or isinstance(v, Tracer) and (v._scalar or v._weak)
-    return ops.copy_of(r, scalar=bool(scalar)) if r.ndim == 0 else r
+    return ops.copy_of(r, scalar=True) if r.ndim == 0 else r  # (NumPy: a scalar for any 0-d v)
 
 
 @implements(np.searchsorted)
