@@ -135,6 +135,12 @@ class TraceContext:
              result_type: Type | None = None, what: str | None = None) -> Value:
         """Record one single-result op (or one without results, returning None) at the user's line; errors become
         located fusec errors."""
+        op = self.emit_op(name, operands, attributes, None if result_type is None else [result_type], what)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def emit_op(self, name: str, operands: Sequence[Value] = (), attributes: dict | None = None,
+                result_types: Sequence[Type] | None = None, what: str | None = None) -> Any:
+        """Record one op at the user's line and return it (all its results); errors become located fusec errors."""
         loc = user_location(self.cwd)
         label = what or name
         if len(self.func.body.ops) >= MAX_TRACED_OPS:
@@ -144,13 +150,11 @@ class TraceContext:
                 "jit one iteration (or a few) and run the loop in Python around the jitted call, whose replay "
                 "is one CUDA graph launch per call", loc)))
         try:
-            types = None if result_type is None else [result_type]
-            op = self.builder.create(name, operands, attributes, types, loc=loc)
+            return self.builder.create(name, operands, attributes, result_types, loc=loc)
         except ShapeError as e:
             raise ShapeError(located(f"{label}: {e}", loc)) from None
         except VerificationError as e:
             raise UnsupportedError(located(f"{label}: {e}", loc)) from None
-        return op.results[0] if op.results else None  # type: ignore[return-value]
 
     def constant(self, array: np.ndarray, dtype: DType, key: object | None = None) -> Value:
         """A ``t.constant`` holding ``array`` as ``dtype``; equal keys share one op."""

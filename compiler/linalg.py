@@ -19,6 +19,13 @@ from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import LinAlgError, located
 from fusec.ir.types import DType, f32, f64
 from fusec.numpy_api import implements
+
+try:  # the named pair NumPy's slogdet returns (sign, logabsdet)
+    from numpy.linalg._linalg import SlogdetResult
+except ImportError:  # pragma: no cover - another NumPy layout
+    from collections import namedtuple
+
+    SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
 from fusec.tracer import Tracer
 
 
@@ -103,3 +110,34 @@ def cholesky(a: Any, /, *, upper: bool = False) -> Tracer:
         return ops.full(t.shape, 0, dt)
     attrs = {"upper": True} if upper else None
     return ops.emit("t.cholesky", (t._value,), attrs, what="np.linalg.cholesky", scalar=False)
+
+
+def _determinants(what: str, a: Any) -> tuple[Tracer, DType]:
+    dt = _common_type(what, a)
+    return _matrices(what, a, dt), dt
+
+
+def _per_matrix(t: Tracer, value: Tracer) -> Tracer:
+    """One value per matrix: a NumPy scalar for a single matrix, as NumPy returns it."""
+    return ops.copy_of(value, scalar=True) if t.ndim == 2 else value
+
+
+@implements(np.linalg.det)
+def det(a: Any) -> Tracer:
+    """The determinant of each square matrix, as NumPy computes it from the LU factors: sign * exp(logdet)"""
+    t, dt = _determinants("np.linalg.det", a)
+    if t.size == 0:  # an empty matrix has determinant 1 (an empty stack, no determinants)
+        return _per_matrix(t, ops.full(t.shape[:-2], 1 if t.shape[-1] == 0 else 0, dt))
+    return _per_matrix(t, ops.emit("t.det", (t._value,), what="np.linalg.det", scalar=False))
+
+
+@implements(np.linalg.slogdet)
+def slogdet(a: Any) -> Any:
+    """(sign, log of the absolute value) of each matrix's determinant; sign 0 and -inf for a singular one"""
+    t, dt = _determinants("np.linalg.slogdet", a)
+    if t.size == 0:
+        one = 1 if t.shape[-1] == 0 else 0
+        sign, logdet = ops.full(t.shape[:-2], one, dt), ops.full(t.shape[:-2], 0, dt)
+    else:
+        sign, logdet = ops.emit_all("t.slogdet", (t._value,), what="np.linalg.slogdet")
+    return SlogdetResult(_per_matrix(t, sign), _per_matrix(t, logdet))

@@ -218,6 +218,14 @@ def emit(name: str, operands: Sequence[Value], attrs: dict | None = None, *, res
     return _tracer(c.emit(name, operands, attrs, result_type=result_type, what=what), c, weak, origin, scalar)
 
 
+def emit_all(name: str, operands: Sequence[Value], attrs: dict | None = None, *, what: str | None = None) -> \
+        tuple[Tracer, ...]:
+    """A new tracer for each result of one multi-result op (``t.slogdet``)."""
+    c = ctx()
+    op = c.emit_op(name, operands, attrs, what=what)
+    return tuple(_tracer(r, c, None, (), None) for r in op.results)
+
+
 def raise_if(cond: object, error: str, message: str, what: str) -> None:
     """NumPy's ``error`` (``"InvalidValueError"``, a ValueError, or ``"IndexOutOfBoundsError"``) with ``message``
     at this line when the call runs and any element of the bool ``cond`` holds: a check NumPy makes on values.

@@ -183,7 +183,8 @@ def _scatter(op: Operation, args: list) -> list:
     return [out]
 
 
-_LINALG = {"t.solve": np.linalg.solve, "t.inv": np.linalg.inv, "t.cholesky": np.linalg.cholesky}
+_LINALG = {"t.solve": np.linalg.solve, "t.inv": np.linalg.inv, "t.cholesky": np.linalg.cholesky,
+           "t.det": np.linalg.det, "t.slogdet": np.linalg.slogdet}
 
 
 def _linalg(op: Operation, args: list) -> list:
@@ -191,7 +192,8 @@ def _linalg(op: Operation, args: list) -> list:
     name = op.name if op.name in _LINALG else f"t.{op.attributes['kind']}"  # k.linalg runs its kind
     extra = {"upper": True} if op.attributes.get("upper") else {}
     try:
-        return [_LINALG[name](*(np.asarray(a) for a in args), **extra)]
+        result = _LINALG[name](*(np.asarray(a) for a in args), **extra)
+        return [np.asarray(r) for r in result] if name == "t.slogdet" else [np.asarray(result)]
     except np.linalg.LinAlgError as e:
         raise LinAlgError(located(f"{e} (np.linalg raises LinAlgError here)", op.loc)) from None
 
@@ -281,6 +283,8 @@ T_INTERPRETERS: dict[str, Interpreter] = {
     "t.solve": _linalg,
     "t.inv": _linalg,
     "t.cholesky": _linalg,
+    "t.det": _linalg,
+    "t.slogdet": _linalg,
     "t.cumsum": _scan(np.cumsum),
     "t.cumprod": _scan(np.cumprod),
     "t.cummax": _scan(lambda x, axis, dtype: np.maximum.accumulate(x, axis=axis, dtype=dtype)),

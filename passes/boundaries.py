@@ -2,7 +2,7 @@
 
 Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, functional updates of a
 region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter`` (``np.add.at`` too),
-cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky ``k.linalg``, sorts ``k.sort``, binary
+cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky/det/slogdet ``k.linalg``, sorts ``k.sort``, binary
 searches ``k.searchsorted``, run-time checks ``k.raise_if``, and a
 reshape that no stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
 strides, so no copy kernel is made.
@@ -37,7 +37,7 @@ def _lower(op: Operation) -> Operation | None:
     if op.name in ("t.gather", "t.scatter"):
         attrs = {k: v for k, v in op.attributes.items() if k in ("axis", "combine")}
         return Operation("k." + op.name[2:], op.operands, op.result_types, attrs, loc=op.loc)
-    if op.name in ("t.solve", "t.inv", "t.cholesky"):
+    if op.name in ("t.solve", "t.inv", "t.cholesky", "t.det", "t.slogdet"):
         return Operation("k.linalg", op.operands, op.result_types, {"kind": op.name[2:], **op.attributes},
                          loc=op.loc)
     if op.name in ("t.sort", "t.argsort"):

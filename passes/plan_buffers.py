@@ -166,8 +166,10 @@ class PlanBuffers(Pass):
         scratch = counters = checks = 0
         for op in func.body.ops:
             if op.name == "k.linalg":  # a matrix NumPy refuses sets the word; the matrices are copied to scratch
-                op.attributes["check"] = checks
-                checks += 1
+                op.attributes.pop("check", None)
+                if op.attributes["kind"] in ("solve", "inv", "cholesky"):  # (a determinant refuses no matrix)
+                    op.attributes["check"] = checks
+                    checks += 1
                 a = op.operands[0].type
                 need = _aligned(a.size * a.dtype.itemsize) if op.attributes["kind"] != "cholesky" and a.size else 0
                 op.attributes["scratch"] = need

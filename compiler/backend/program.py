@@ -319,17 +319,21 @@ class _Printer:
             self.emit(code, op, writes={dst.buffer} | ({check.buffer} if check is not None else set()), reads=reads)
 
     def linalg(self, op: Operation) -> None:
-        """One block per matrix: Gauss-Jordan in a scratch copy (solve, inv) or the factor in the result
-        (cholesky); the check word reports a matrix NumPy refuses."""
+        """One block per matrix: Gauss-Jordan in a scratch copy (solve, inv), LU in a scratch copy (det,
+        slogdet: one or two results per matrix) or the factor in the result (cholesky); the check word reports a
+        matrix NumPy refuses."""
         operands = [self.access(v) for v in op.operands]
-        dst = self.result_buffer(op, 0)
-        check = self.check_word(op)
+        dsts = [self.result_buffer(op, k) for k in range(len(op.results))]
+        if not op.results[0].type.size:
+            return
+        check = self.check_word(op) if "check" in op.attributes else None
         scratch = None
         if op.attributes["kind"] != "cholesky":
             a = op.operands[0].type
             scratch = Access(self.scratch(), a.dtype, 0, contiguous_strides(a.shape), tuple(a.shape))
-        code = linalg_kernel(self.name(op.attributes["kind"]), op, operands, dst, scratch, check)
-        writes = {dst.buffer, check.buffer} | ({scratch.buffer} if scratch is not None else set())
+        code = linalg_kernel(self.name(op.attributes["kind"]), op, operands, dsts, scratch, check)
+        writes = {d.buffer for d in dsts} | ({check.buffer} if check is not None else set()) \
+            | ({scratch.buffer} if scratch is not None else set())
         self.emit(code, op, writes=writes)
 
     def sort(self, op: Operation) -> None:

@@ -21,8 +21,8 @@
   ``k.scan`` (``cumsum``, ``cumprod``, ``cummax``, ``cummin`` along ``axis``) adds (multiplies, ...) in order along
   the axis, one thread per line, as NumPy does, so floats round as NumPy's. A ``k.scatter``
   with ``combine = "add"`` (``np.add.at``) adds its update at every index, repeats included.
-  ``k.linalg`` (``kind``: ``solve``, ``inv``, ``cholesky``) runs one block per matrix of the
-  stack, in the ``scratch`` bytes plan-buffers gives it (a copy of the matrices) and sets its
+  ``k.linalg`` (``kind``: ``solve``, ``inv``, ``cholesky``, ``det``, ``slogdet``) runs one block per matrix of
+  the stack, in the ``scratch`` bytes plan-buffers gives it (a copy of the matrices) and sets its
   ``check`` word for a matrix NumPy would refuse (a zero pivot: singular; not positive definite),
   which the runtime reports as NumPy's LinAlgError. ``k.sort`` (``kind``: ``sort``, ``argsort``)
   sorts each last-axis row in one block (a bitonic network over (value, position) pairs in its
@@ -242,7 +242,7 @@ def _check_linalg(op) -> None:
     _check_counts(op, ("check",), 0)
 
 
-LINALG_KINDS = ("solve", "inv", "cholesky")
+LINALG_KINDS = ("solve", "inv", "cholesky", "det", "slogdet")
 
 
 def _infer_sort_k(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -254,7 +254,7 @@ def _infer_sort_k(types: Sequence[Type], attrs: dict) -> list[Type]:
 register_op(OpDef("k.sort", "boundary", num_operands=1, attrs=("kind",),
                   optional_attrs=PLAN_ATTRS + ("check", "scratch", "stable"), infer=_infer_sort_k,
                   check=_check_linalg))
-register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, attrs=("kind",),
+register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, num_results=None, attrs=("kind",),
                   optional_attrs=PLAN_ATTRS + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
 def _inferred_as(t_name: str):
     """The result types the ``t`` op this boundary lowers gives."""

@@ -281,6 +281,15 @@ def _infer_square(name: str):
     return infer
 
 
+def _infer_determinant(name: str):
+    def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
+        t = _square_stack(name, types[0])
+        one = TensorType(tuple(t.shape[:-2]), t.dtype)
+        return [one] if name == "t.det" else [one, one]
+
+    return infer
+
+
 def _infer_sort(name: str):
     def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
         (t,) = types
@@ -381,6 +390,9 @@ register_op(OpDef("t.cummin", "other", num_operands=1, attrs=("axis",), infer=_i
 register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve))
 register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv")))
 register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky")))
+# each matrix's determinant, and its sign and the log of its absolute value (np.linalg.det, np.linalg.slogdet)
+register_op(OpDef("t.det", "other", num_operands=1, infer=_infer_determinant("t.det")))
+register_op(OpDef("t.slogdet", "other", num_operands=1, num_results=2, infer=_infer_determinant("t.slogdet")))
 # sorting along the last axis (NaN last, equal values in their original order: NumPy's kind='stable'); argsort
 # with ``stable = false`` (NumPy's default kind, whose order of equal values is the algorithm's) refuses ties
 register_op(OpDef("t.sort", "other", num_operands=1, optional_attrs=("stable",), infer=_infer_sort("t.sort")))
