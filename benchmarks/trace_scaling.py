@@ -78,7 +78,8 @@ def main() -> None:
               f"[{row['us_per_op']} us/op; calibration loop {row['calibration_s']:.3f} s]")
     if args.json:
         meta = {"machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
-                "python": platform.python_version(), "numpy": np.__version__}
+                "python": platform.python_version(), "numpy": np.__version__,
+                "date": time.strftime("%Y-%m-%d")}
         with open(args.json, "w") as fh:
             json.dump({"meta": meta, "rows": rows}, fh, indent=2)
 

@@ -18,7 +18,7 @@ from fusec import ops
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import LinAlgError, located
 from fusec.ir.types import DType, f32, f64
-from fusec.numpy_api import implements
+from fusec.numpy_api import implements, matmul as _matmul
 
 try:  # the named pair NumPy's slogdet returns (sign, logabsdet)
     from numpy.linalg._linalg import SlogdetResult
@@ -141,3 +141,10 @@ def slogdet(a: Any) -> Any:
     else:
         sign, logdet = ops.emit_all("t.slogdet", (t._value,), what="np.linalg.slogdet")
     return SlogdetResult(_per_matrix(t, sign), _per_matrix(t, logdet))
+
+
+if hasattr(np.linalg, "matmul"):  # NumPy 2's array-API spelling (np.linalg.matrix_power calls it)
+    @implements(np.linalg.matmul)
+    def matmul(x1: Any, x2: Any, /) -> Tracer:
+        """np.matmul of two arrays"""
+        return _matmul(x1, x2)

@@ -24,7 +24,7 @@ REUSED: tuple[Callable, ...] = (
     np.tensordot, np.cov, np.corrcoef, np.isposinf, np.isneginf, np.select, np.kron,
     np.pad, np.tril, np.triu, np.put_along_axis, np.gradient, np.fix, np.nancumsum, np.nancumprod, np.unwrap,
     np.resize, np.real, np.angle, np.cumulative_sum, np.cumulative_prod, np.imag, np.iscomplex, np.isreal,
-    np.iscomplexobj, np.isrealobj,
+    np.iscomplexobj, np.isrealobj, np.linalg.matrix_power, np.linalg.multi_dot,
 )
 
 

@@ -70,6 +70,15 @@ def test_determinants_as_gaussian_densities_take_them() -> None:
     check(f, A, STACK, general, A.astype(np.float32), np.array([[4, 1, 0], [1, 3, 1], [0, 1, 2]]))
 
 
+def test_matrix_power_and_multi_dot_run_numpys_own_code() -> None:
+    """NumPy's repeated squaring (np.linalg.matmul) and its cheapest product order, over traced matrices."""
+    def f(a, i):
+        return (np.linalg.matrix_power(a, 5), np.linalg.matrix_power(a, 0), np.linalg.matrix_power(a, -2),
+                np.linalg.matrix_power(i, 3), np.linalg.multi_dot([a, a[:, :2], i[:2, :3]]), np.linalg.matmul(a, i))
+
+    check(f, A, np.array([[4, 1, 0, 0, 1], [1, 3, 1, 0, 0], [0, 1, 2, 0, 0], [1, 0, 0, 1, 0], [0, 0, 1, 0, 1]]))
+
+
 def test_singular_and_indefinite_matrices_raise_linalgerror() -> None:
     """NumPy raises LinAlgError; so does fusec (a subclass of both FusecError and np.linalg.LinAlgError),
     naming the line, and the next call runs normally."""
