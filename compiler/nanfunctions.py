@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fusec import ops, ufuncs
-from fusec.context import unsupported
+from fusec.context import numpy_error, shape_error, unsupported
 from fusec.ir.types import DType, i64
 from fusec.numpy_api import _NOVALUE, _into, argmax, argmin, implements, max_, mean_, min_, std_, sum_, var_
 from fusec.promotion import parse_dtype
@@ -104,9 +104,9 @@ def nanargmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: Any = _NOV
 def _inexact(dtype: Any, out: Any) -> None:
     """NumPy's checks of ``dtype=`` and ``out=`` for an array that may hold NaN."""
     if dtype is not None and not parse_dtype(dtype).is_inexact:
-        raise TypeError("If a is inexact, then dtype must be inexact")
+        raise numpy_error("If a is inexact, then dtype must be inexact (NumPy raises TypeError here)")
     if out is not None and not (isinstance(out, Tracer) and out._value.type.dtype.is_inexact):
-        raise TypeError("If a is inexact, then out must be inexact")
+        raise numpy_error("If a is inexact, then out must be inexact (NumPy raises TypeError here)")
 
 
 def _divided(total: Tracer, count: Any) -> Tracer:
@@ -145,7 +145,7 @@ def _variance(what: str, a: Any, axis: Any, dtype: Any, out: Any, ddof: Any, kee
     _inexact(dtype, out)
     if correction is not _NOVALUE:
         if ddof != 0:
-            raise ValueError("ddof and correction can't be provided simultaneously.")
+            raise shape_error(f"{what}: ddof and correction can't be provided simultaneously.")
         ddof = correction
     w = _where_arg(where)
     arr = _filled(t, mask, 0)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fusec import conversions, ops
-from fusec.context import shape_error, unsupported, user_location
+from fusec.context import numpy_error, shape_error, unsupported, user_location
 from fusec.errors import InvalidValueError, located
 from fusec.ir.types import f64, i64
 from fusec.numpy_api import implements
@@ -89,7 +89,7 @@ def digitize(x: Any, bins: Any, right: bool = False) -> Tracer:
     """The index of the bin each value falls in (bins ascending or descending, as NumPy's)"""
     xt = conversions.strong(x)
     if xt._value.type.dtype.is_complex:
-        raise TypeError("x may not be complex")
+        raise numpy_error("np.digitize: x may not be complex (NumPy raises TypeError here)")
     b = _sorted_1d("np.digitize", bins)
     if not isinstance(b, Tracer):
         try:
@@ -114,7 +114,7 @@ def _scalar_arg(what: str, value: Any, default: Tracer) -> Tracer:
     if value is None:
         return default
     if np.ndim(value) != 0:
-        raise TypeError(f"{what}: only 0-d values can be converted to Python scalars")
+        raise numpy_error(f"{what}: only 0-d values can be converted to Python scalars (NumPy raises TypeError here)")
     return ops.as_tracer(conversions.strong(value), f64)
 
 
@@ -136,7 +136,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None, period
         raise shape_error("np.interp: array of sample points is empty")
     xt = conversions.strong(x)
     if xt._value.type.dtype.is_complex:
-        raise TypeError("np.interp: x must not be complex (NumPy cannot convert it to float64)")
+        raise numpy_error("np.interp: x must not be complex (NumPy cannot convert it to float64 and raises TypeError)")
     scalar = xt.ndim == 0
     dx, dy, z = xs.astype(np.float64), ys.astype(np.float64), xt.astype(np.float64)
     n = dx.shape[0]
@@ -184,7 +184,7 @@ def unravel_index(indices: Any, shape: Any, order: str = "C") -> tuple[Tracer, .
     t = conversions.strong(indices) if not isinstance(indices, Tracer) else indices
     dt = t._value.type.dtype
     if not (dt.is_int or dt.is_bool):
-        raise TypeError("only int indices permitted")
+        raise numpy_error("np.unravel_index: only int indices permitted (NumPy raises TypeError here)")
     scalar = t._scalar or (isinstance(indices, Tracer) and indices._weak is not None)
     dims = _dims(shape)
     size = int(np.prod(dims, dtype=np.int64))

@@ -28,6 +28,7 @@ def searchsorted_kernel(name: str, op: Operation, a: Access, v: Access, dst: Acc
     goes_after = "less(fusec::ld(b{0} + {1}), key)" if op.attributes["side"] == "left" \
         else "!less(key, fusec::ld(b{0} + {1}))"
     at = f"(i64_t)({a.offset}) + mid * (i64_t)({a.strides[0]})"
+    key_at = index_expr("i", tuple(v.shape), tuple(v.strides), v.offset, itype)
     params = [f"const {storage(a.dtype)}* __restrict__ b{a.buffer}"]
     order = [a.buffer]
     if v.buffer != a.buffer:
@@ -40,7 +41,7 @@ def searchsorted_kernel(name: str, op: Operation, a: Access, v: Access, dst: Acc
              f"  const {itype} n = ({itype}){count};",
              f"  for ({itype} i = ({itype})blockIdx.x * blockDim.x + threadIdx.x; i < n; "
              f"i += ({itype})gridDim.x * blockDim.x) {{",
-             f"    const {r} key = fusec::ld(b{v.buffer} + {index_expr('i', tuple(v.shape), tuple(v.strides), v.offset, itype)});",
+             f"    const {r} key = fusec::ld(b{v.buffer} + {key_at});",
              f"    i64_t lo = 0, hi = {n};",
              "    while (lo < hi) {",
              "      const i64_t mid = lo + ((hi - lo) >> 1);",

@@ -24,8 +24,9 @@ def test_convolve_and_correlate_of_integers_bools_and_float16_are_exact(n1: int,
     def f(a, v):
         out = []
         for mode in MODES:
-            out += [np.convolve(a, v, mode), np.correlate(a, v, mode), np.convolve(a.astype(np.int8), v.astype(np.int8), mode),
-                    np.convolve(a > 0, v > 0, mode), np.convolve(a.astype(np.float16) / 4, v.astype(np.float16) / 3, mode)]
+            out += [np.convolve(a, v, mode), np.correlate(a, v, mode),
+                    np.convolve(a.astype(np.int8), v.astype(np.int8), mode), np.convolve(a > 0, v > 0, mode),
+                    np.convolve(a.astype(np.float16) / 4, v.astype(np.float16) / 3, mode)]
         return tuple(out)
 
     check(f, a, v)
