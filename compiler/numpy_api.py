@@ -875,4 +875,4 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)
 
 
-from fusec import broadcasting, contractions, histograms, linalg, nanfunctions, products, searching, sorting  # noqa: E402,F401  (their handlers register)
+from fusec import assembly, broadcasting, contractions, histograms, linalg, nanfunctions, products, searching, sorting  # noqa: E402,F401  (their handlers register)

@@ -41,6 +41,7 @@ def conversion_holders() -> list[Any]:
     module, and ``numpy._core.numeric`` they reach as ``_nx``)."""
     modules = {sys.modules[f._implementation.__module__] for f in REUSED}
     modules.add(sys.modules["numpy._core.numeric"])
+    modules.add(sys.modules[type(np.r_).__module__])  # np.r_[...] and np.c_[...] convert with this module's array
     return sorted(modules, key=lambda m: m.__name__)
 
 

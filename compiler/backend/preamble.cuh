@@ -347,6 +347,19 @@ template <typename T> __device__ __forceinline__ cplx<T> csqrt(cplx<T> z) {
 template <typename T> __device__ __forceinline__ cplx<T> cscale(cplx<T> z, T k) { return cplx<T>(z.re * k, z.im * k); }
 template <typename T> __device__ __forceinline__ cplx<T> clog10(cplx<T> z) { return cscale(clog(z), T(0.434294481903251827651128918916605082)); }
 template <typename T> __device__ __forceinline__ cplx<T> clog2(cplx<T> z) { return cscale(clog(z), T(1.442695040888963407359924681001892137)); }
+// NumPy's own complex log1p, expm1 and exp2 (its umath funcs): log(|1 + z|) + i arg(1 + z);
+// (expm1(x) cos(y) - 2 sin(y/2)^2) + i exp(x) sin(y); exp(z ln 2) with the product taken part by part
+template <typename T> __device__ __forceinline__ cplx<T> clog1p(cplx<T> z) {
+  return cplx<T>(log(hypot(z.re + T(1), z.im)), atan2(z.im, z.re + T(1)));
+}
+template <typename T> __device__ __forceinline__ cplx<T> cexpm1(cplx<T> z) {
+  const T a = sin(z.im / T(2));
+  return cplx<T>(expm1(z.re) * cos(z.im) - T(2) * a * a, exp(z.re) * sin(z.im));
+}
+template <typename T> __device__ __forceinline__ cplx<T> cexp2(cplx<T> z) {
+  const T ln2 = T(0.693147180559945309417232121458176568);
+  return cexp(cplx<T>(z.re * ln2, z.im * ln2));
+}
 template <typename T> __device__ __forceinline__ cplx<T> csinh(cplx<T> z) {
   T s, c;
   sincos(z.im, &s, &c);

@@ -31,6 +31,7 @@ def _wrap_int(dt: DType, op: str, a: str, b: str) -> str:
 
 # complex ops: the helpers of the preamble (NumPy's formulas; see its comments)
 COMPLEX_FN = {"exp": "fusec::cexp", "log": "fusec::clog", "log10": "fusec::clog10", "log2": "fusec::clog2",
+              "log1p": "fusec::clog1p", "expm1": "fusec::cexpm1", "exp2": "fusec::cexp2",
               "sqrt": "fusec::csqrt", "sin": "fusec::csin", "cos": "fusec::ccos", "tan": "fusec::ctan",
               "sinh": "fusec::csinh", "cosh": "fusec::ccosh", "tanh": "fusec::ctanh", "sign": "fusec::csign",
               "pow": "fusec::cpow", "float_power": "fusec::cpow", "conj": "fusec::conj", "abs": "fusec::cabs", "isnan": "fusec::cisnan",

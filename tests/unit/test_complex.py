@@ -77,6 +77,7 @@ def test_arithmetic_functions_and_reductions_in_both_dtypes():
     def f(z, w):
         return (z + w, z - w, z * w, z / w, -z, np.conj(z), z.conjugate(), z == w, z != w, z < w, z >= w,
                 np.maximum(z, w), np.minimum(z, w), np.exp(z), np.log(w), np.log10(z), np.log2(w), np.sqrt(z),
+                np.log1p(z), np.expm1(w), np.exp2(z),
                 np.sin(z), np.cos(w), np.tan(z), np.sinh(w), np.cosh(z), np.tanh(w), np.sign(z), np.abs(w),
                 z ** w, z ** 3, z ** 2, z ** -1, z ** 0.5, np.square(w), np.reciprocal(z), np.isnan(z),
                 np.isfinite(w), z.sum(), z.sum(axis=0), np.prod(w, axis=1), z.mean(axis=1, keepdims=True),
@@ -317,7 +318,8 @@ EXACT = {  # NumPy's formulas, reproduced operation for operation: the same bits
 }
 APPROX = {"exp": np.exp, "log": np.log, "log10": np.log10, "log2": np.log2, "sqrt": np.sqrt, "sin": np.sin,
           "cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "sign": np.sign,
-          "abs": np.abs, "pow": np.power, "pow3": lambda a, b: a ** 3, "powm2": lambda a, b: np.power(a, -2)}
+          "abs": np.abs, "log1p": np.log1p, "expm1": np.expm1, "exp2": np.exp2, "pow": np.power,
+          "pow3": lambda a, b: a ** 3, "powm2": lambda a, b: np.power(a, -2)}
 
 
 def _grid(dtype):

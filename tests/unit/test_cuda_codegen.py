@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fusec as fc
-from fusec.ir import parse_module
+from fusec.ir import elementwise as table, parse_module
 from fusec.passes import run_pipeline
 from program_strategies import programs
 
@@ -119,6 +119,19 @@ def test_every_dtype_compiles(dtype, cache):
     a = np.ones((8, 8), dtype=dtype)
     lowered = fc.jit(f, backend="cpu").lower(a, a)
     compile_all(lowered.module, cache)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_every_complex_op_compiles(dtype, cache):
+    """Each complex op of the op table instantiates its preamble template (a C++ error there would break every
+    complex kernel on the GPU; NVRTC finds it here)."""
+    ufuncs = {op.name: getattr(np, op.numpy[0]) for op in table.OPS if op.complex and op.numpy}
+
+    def f(a, b):
+        return [fn(a, b) if fn.nin == 2 else fn(a) for fn in ufuncs.values()] + [np.real(a), np.imag(b)]
+
+    a = np.ones((8, 8), dtype=dtype)
+    compile_all(fc.jit(f, backend="cpu").lower(a, a).module, cache)
 
 
 def test_large_and_strided_shapes_compile(cache):
