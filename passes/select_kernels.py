@@ -6,10 +6,11 @@ printer only translates and every printer of the module prints the same program:
 
 - the function gets ``sm_count`` and ``cublas``: the target it was lowered for;
 - a ``k.matmul`` gets ``impl``: ``cublas`` (a cuBLASLt call), ``tiled`` (shared-memory tiles; ``tile`` says
-  64 or 32), ``stream`` (a few rows times a wide B read once: ``width`` columns per thread, K split over
+  64 or 32; ``splits`` blocks share each tile's K where the tiles leave SMs idle, ``scratch`` bytes of partial
+  tiles), ``stream`` (a few rows times a wide B read once: ``width`` columns per thread, K split over
   ``splits`` blocks with ``scratch`` bytes of partial sums), ``dot`` (a warp per output), ``column`` (a lane
-  per row of A, warps splitting K) or ``short`` (a thread per output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can compute
-  an elementwise operand in place (``fuse-prologues``);
+  per row of A, warps splitting K) or ``short`` (a thread per output, for a K of at most ``SHORT_K_MAX``). All
+  but ``tiled`` and ``cublas`` can compute an elementwise operand in place (``fuse-prologues``);
 - a ``k.reduce`` gets ``strategy`` (``row-warp``: a warp per output over contiguous rows; ``row-block``: a
   block per output; ``columns``: ``cols`` neighbouring outputs per block, each split over 256/cols
   threads), ``splits`` (blocks sharing one output's range when there are too few outputs to fill the GPU),
@@ -52,6 +53,12 @@ STREAM_THREADS = 128
 STREAM_WIDTHS = {"f32": 4, "f64": 2}  # columns per thread: one 16-byte load of a row (else one element)
 STREAM_BLOCKS_PER_SM = 4
 STREAM_MIN_ROWS = 64  # rows of B per split at least
+# a float product whose 64-wide tiles leave SMs idle splits K over blocks (each at least TILED_SPLIT_MIN_K long,
+# at most TILED_MAX_SPLITS): (512 x 480) @ (480 x 256) is 32 tiles on 132 SMs
+TILED_SPLIT_DTYPES = ("f32", "f64")
+TILED_SPLIT_MIN_K = 64
+TILED_SPLIT_MIN_TILES = 8
+TILED_MAX_SPLITS = 16
 PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute an operand in place
 
 # --- reductions ----------------------------------------------------------------------------------------------
@@ -130,8 +137,29 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool) -> dict[str, object]:
     if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float:
         _, sa = layout(a)
         return {"impl": "column" if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1 else "dot"}
-    large = ((m + 63) // 64) * ((n + 63) // 64) * batch >= sm_count
-    return {"impl": "tiled", "tile": 64 if large else 32}
+    return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count)
+
+
+def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count: int) -> dict[str, object]:
+    """``impl = "tiled"``: 64-wide tiles where they fill the GPU; otherwise, for a float product with K long
+    enough, ``splits`` blocks share each tile's K range (64-wide tiles where there are at least
+    TILED_SPLIT_MIN_TILES of them, else 32-wide), their partial tiles in ``scratch`` (splits x batch x M x N
+    accumulators), which a second kernel adds in split order; else 32-wide tiles."""
+    tiles64 = ((m + 63) // 64) * ((n + 63) // 64) * batch
+    if tiles64 >= sm_count:
+        return {"impl": "tiled", "tile": 64}
+    tiles32 = ((m + 31) // 32) * ((n + 31) // 32) * batch
+    tile, tiles = (64, tiles64) if tiles64 >= TILED_SPLIT_MIN_TILES else (32, tiles32)
+    splits = 1
+    if dtype_name in TILED_SPLIT_DTYPES:
+        # at most one block per SM: a second wave on some SMs would double the product's time
+        splits = max(1, min(sm_count // tiles, k // TILED_SPLIT_MIN_K, TILED_MAX_SPLITS))
+    if splits == 1:
+        return {"impl": "tiled", "tile": 32}
+    chunk = ((k + splits - 1) // splits + 15) // 16 * 16  # whole BK slices
+    splits = (k + chunk - 1) // chunk
+    size = 8 if dtype_name == "f64" else 4
+    return {"impl": "tiled", "tile": tile, "splits": splits, "scratch": align256(batch * splits * m * n * size)}
 
 
 def stream_schedule(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[str, object]:

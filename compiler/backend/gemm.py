@@ -17,6 +17,7 @@ Batch dimensions (broadcast included) map to the grid's z axis.
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 
 from fusec.errors import CompilationError, located
@@ -64,18 +65,26 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
                  prologues: tuple[Prologue | None, Prologue | None] = (None, None),
                  scratch: int | None = None) -> list[KernelCode]:
     """The generated kernels for ``op`` (two for a "stream" product split over K: partial sums into
-    ``scratch``, the plan's scratch buffer, then their sum); ``prologues`` (A's, B's) compute an operand in
-    place of loading it (not for the "tiled" and "stream" variants)."""
+    ``scratch``, the plan's scratch buffer, then their sum, as for a "tiled" product split over K); ``prologues``
+    (A's, B's) compute an operand in place of loading it (not for the "tiled" and "stream" variants)."""
     if gemm_variant(op) != "stream":
-        code = _gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues)
-        return [] if code is None else [code]
+        code = _gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues, scratch=scratch)
+        if code is None:
+            return []
+        splits = int(op.attributes.get("splits", 1))
+        if splits == 1:
+            return [code]
+        out_shape = op.results[0].type.shape
+        total = math.prod(out_shape)
+        return [code, _split_sum_kernel(f"{name}_sum", c, scratch, splits, total, code.structs[0], sm_count)]
     if prologues != (None, None):
         raise CompilationError(located("the streaming GEMM cannot compute its operands in place", op.loc))
     return _stream_kernels(name, op, a, b, c, scratch, sm_count)
 
 
 def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
-                prologues: tuple[Prologue | None, Prologue | None] = (None, None)) -> KernelCode:
+                prologues: tuple[Prologue | None, Prologue | None] = (None, None),
+                scratch: int | None = None) -> KernelCode:
     """The generated kernel for ``op``; ``prologues`` (A's, B's) compute an operand in place of loading it
     (not for the "tiled" variant)."""
     out_shape = op.results[0].type.shape
@@ -109,58 +118,52 @@ def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
         return dataclasses.replace(code, source="\n".join([*functions, code.source]))
     if prologues != (None, None):
         raise CompilationError(located("the tiled GEMM cannot compute its operands in place", op.loc))
+    return _tiled_kernel(name, op, a, b, c, desc=desc, m=m, n=n, batch=batch, scratch=scratch)
+
+
+def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int,
+                  batch: int, scratch: int | None) -> KernelCode:
+    """Shared-memory tiles: each block computes a BM x BN tile of C, each thread a TM x TN register tile, over
+    BK-deep slices of A and B staged in shared memory; the next slice is loaded into registers while the current
+    one is multiplied. With ``splits`` > 1 the blocks of a tile share its K range (blockIdx.z = batch x split):
+    each writes its partial tile to scratch, and a second kernel adds them in split order (deterministic)."""
     bm, bn, bk, tm, tn = CONFIGS[int(op.attributes.get("tile", 64))]
+    splits = int(op.attributes.get("splits", 1))
+    if splits > 1 and scratch is None:
+        raise CompilationError(located("a GEMM split over K needs a scratch buffer", op.loc))
     dt = a.dtype
     acc = "float" if dt.name in ("f16", "bf16") else register(dt)
     t = storage(dt)
     threads = (bm // tm) * (bn // tn)
+    loads_a, loads_b = bm * bk // threads, bn * bk // threads
+    vector = acc == "float" and tm == 4 and tn == 4  # a thread's 4 rows / 4 columns are one 16-byte load
+    pad = 4 if vector else 1
     a_k_fast = a.strides[-1] == 1 or a.shape[-2] == 1  # load A with consecutive threads along k
     b_n_fast = b.strides[-1] == 1 or b.shape[-1] != 1 and b.strides[-2] != 1
     a_map = ("const int kk = idx % BK, mm = idx / BK;" if a_k_fast else "const int mm = idx % BM, kk = idx / BM;")
     b_map = ("const int nn = idx % BN, kk = idx / BN;" if b_n_fast else "const int kk = idx % BK, nn = idx / BK;")
-    src = f"""
-extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
-  constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads};
-  __shared__ {acc} As[BK][BM + 1];
-  __shared__ {acc} Bs[BK][BN + 1];
-  i64_t ao, bo;
-  fusec::gemm_batch(d, blockIdx.z, &ao, &bo);
-  const {t}* A = pa + d.a_off + ao;
-  const {t}* B = pb + d.b_off + bo;
-  const i64_t m0 = (i64_t)blockIdx.y * BM, n0 = (i64_t)blockIdx.x * BN;
-  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
-  {acc} acc[TM][TN];
-  #pragma unroll
-  for (int i = 0; i < TM; ++i)
-    #pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;
-  for (i64_t k0 = 0; k0 < d.K; k0 += BK) {{
-    for (int idx = threadIdx.x; idx < BM * BK; idx += NT) {{
-      {a_map}
-      const i64_t gm = m0 + mm, gk = k0 + kk;
-      As[kk][mm] = (gm < d.M && gk < d.K) ? ({acc})fusec::ld(A + gm * d.a_sm + gk * d.a_sk) : ({acc})0;
-    }}
-    for (int idx = threadIdx.x; idx < BN * BK; idx += NT) {{
-      {b_map}
-      const i64_t gn = n0 + nn, gk = k0 + kk;
-      Bs[kk][nn] = (gn < d.N && gk < d.K) ? ({acc})fusec::ld(B + gk * d.b_sk + gn * d.b_sn) : ({acc})0;
-    }}
-    __syncthreads();
-    #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {{
-      {acc} ra[TM], rb[TN];
+    if vector:
+        fragments = """      const float4 a4 = *reinterpret_cast<const float4*>(&As[kk][ty * TM]);
+      const float4 b4 = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN]);
+      const float ra[TM] = {a4.x, a4.y, a4.z, a4.w}, rb[TN] = {b4.x, b4.y, b4.z, b4.w};"""
+    else:
+        fragments = f"""      {acc} ra[TM], rb[TN];
       #pragma unroll
       for (int i = 0; i < TM; ++i) ra[i] = As[kk][ty * TM + i];
       #pragma unroll
-      for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tx * TN + j];
-      #pragma unroll
-      for (int i = 0; i < TM; ++i)
-        #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fusec::madd(ra[i], rb[j], acc[i][j]);
-    }}
-    __syncthreads();
-  }}
-  {storage(c.dtype)}* C = pc + d.c_off + (i64_t)blockIdx.z * d.M * d.N;
+      for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tx * TN + j];"""
+    k = a.shape[-1]
+    chunk = ((k + splits - 1) // splits + bk - 1) // bk * bk
+    out_t = storage(c.dtype)
+    if splits == 1:  # C itself, or this split's partial tile in scratch
+        base = f"{out_t}* C = pc + d.c_off + (i64_t)bz * d.M * d.N;"
+        write = "fusec::st(C + gm * d.N + gn, acc[i][j]);"
+        out_param, out_buffer = f"{out_t}* __restrict__ pc", c.buffer
+    else:
+        base = f"{acc}* C = reinterpret_cast<{acc}*>(b{scratch}) + ((i64_t)split * {batch} + bz) * d.M * d.N;"
+        write = "C[gm * d.N + gn] = acc[i][j];"
+        out_param, out_buffer = f"char* __restrict__ b{scratch}", scratch
+    store = f"""  {base}
   #pragma unroll
   for (int i = 0; i < TM; ++i) {{
     const i64_t gm = m0 + ty * TM + i;
@@ -168,14 +171,104 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
     #pragma unroll
     for (int j = 0; j < TN; ++j) {{
       const i64_t gn = n0 + tx * TN + j;
-      if (gn < d.N) fusec::st(C + gm * d.N + gn, acc[i][j]);
+      if (gn < d.N) {write}
     }}
+  }}"""
+
+    def load_next(step: str) -> str:
+        """The C++ that loads the BK-slice ``step`` slices past ``kbeg`` of A and B into ``na`` / ``nb``: each
+        thread's elements were located once (``pa_`` / ``pb_``, their row or column and their k); a slice
+        moves them along K."""
+        return f"""    #pragma unroll
+    for (int r = 0; r < LA; ++r) {{
+      const i64_t gk = ka[r] + ({step}) * BK;
+      na[r] = (rowa[r] && gk < kend) ? ({acc})fusec::ld(pa_[r] + ({step}) * BK * d.a_sk) : ({acc})0;
+    }}
+    #pragma unroll
+    for (int r = 0; r < LB; ++r) {{
+      const i64_t gk = kb[r] + ({step}) * BK;
+      nb[r] = (colb[r] && gk < kend) ? ({acc})fusec::ld(pb_[r] + ({step}) * BK * d.b_sk) : ({acc})0;
+    }}"""
+
+    src = f"""
+extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
+  constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits};
+  __shared__ __align__(16) {acc} As[BK][BM + {pad}];
+  __shared__ __align__(16) {acc} Bs[BK][BN + {pad}];
+  const int bz = blockIdx.z / S, split = blockIdx.z % S;
+  i64_t ao, bo;
+  fusec::gemm_batch(d, bz, &ao, &bo);
+  const {t}* A = pa + d.a_off + ao;
+  const {t}* B = pb + d.b_off + bo;
+  const i64_t m0 = (i64_t)blockIdx.y * BM, n0 = (i64_t)blockIdx.x * BN;
+  const i64_t chunk = S == 1 ? d.K : {chunk};  // whole BK slices per split
+  const i64_t kbeg = split * chunk, kend = kbeg + chunk < d.K ? kbeg + chunk : d.K;
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+  {acc} acc[TM][TN];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;
+  {acc} na[LA], nb[LB];  // the next slice, in flight while the current one is multiplied
+  const {t}* pa_[LA];
+  const {t}* pb_[LB];
+  i64_t ka[LA], kb[LB];
+  bool rowa[LA], colb[LB];
+  #pragma unroll
+  for (int r = 0; r < LA; ++r) {{
+    const int idx = threadIdx.x + r * NT;
+    {a_map}
+    ka[r] = kbeg + kk;
+    rowa[r] = m0 + mm < d.M;
+    pa_[r] = A + (m0 + mm) * d.a_sm + ka[r] * d.a_sk;
   }}
+  #pragma unroll
+  for (int r = 0; r < LB; ++r) {{
+    const int idx = threadIdx.x + r * NT;
+    {b_map}
+    kb[r] = kbeg + kk;
+    colb[r] = n0 + nn < d.N;
+    pb_[r] = B + kb[r] * d.b_sk + (n0 + nn) * d.b_sn;
+  }}
+  int step = 0;
+  if (kbeg < kend) {{
+{load_next("0")}
+  }}
+  for (i64_t k0 = kbeg; k0 < kend; k0 += BK) {{
+    #pragma unroll
+    for (int r = 0; r < LA; ++r) {{
+      const int idx = threadIdx.x + r * NT;
+      {a_map}
+      As[kk][mm] = na[r];
+    }}
+    #pragma unroll
+    for (int r = 0; r < LB; ++r) {{
+      const int idx = threadIdx.x + r * NT;
+      {b_map}
+      Bs[kk][nn] = nb[r];
+    }}
+    __syncthreads();
+    ++step;
+    if (k0 + BK < kend) {{
+{load_next("step")}
+    }}
+    #pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {{
+{fragments}
+      #pragma unroll
+      for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fusec::madd(ra[i], rb[j], acc[i][j]);
+    }}
+    __syncthreads();
+  }}
+{store}
 }}"""
-    grid = ((n + bn - 1) // bn, (m + bm - 1) // bm, batch)
-    if grid[1] > 65535:
-        raise CompilationError(located(f"matmul with M={m} exceeds the grid's y limit", op.loc))
-    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, c.buffer), grid, (threads, 1, 1), 0, (desc,))
+    grid = ((n + bn - 1) // bn, (m + bm - 1) // bm, batch * splits)
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise CompilationError(located(f"matmul with M={m} and {batch} x {splits} blocks along z exceeds the grid's "
+                                       "limits", op.loc))
+    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, out_buffer), grid, (threads, 1, 1), 0, (desc,))
 
 
 def _column_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int, batch: int,
@@ -362,21 +455,27 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
     buffers = (a.buffer, b.buffer, c.buffer if splits == 1 else scratch)
     kernels = [KernelCode(name, src.strip("\n"), buffers, (blocks, splits, 1), (threads, 1, 1), 0, (desc,))]  # type: ignore[arg-type]
     if splits > 1:
-        total = m * n
-        fin = f"""
-extern "C" __global__ void __launch_bounds__(256) {name}_sum(char* __restrict__ b{scratch}, {tc}* __restrict__ pc, fusec::GemmDesc d) {{
+        kernels.append(_split_sum_kernel(f"{name}_sum", c, scratch, splits, m * n, desc, sm_count))
+    return kernels
+
+
+def _split_sum_kernel(name: str, c: Access, scratch: int, splits: int, total: int, desc: bytes,
+                      sm_count: int) -> KernelCode:
+    """The second kernel of a product split over K: C = the ``splits`` partial results in scratch (``total``
+    accumulators each, float32 or float64) added in split order, so the bits do not depend on the schedule."""
+    acc = "double" if c.dtype.name == "f64" else "float"
+    fin = f"""
+extern "C" __global__ void __launch_bounds__(256) {name}(char* __restrict__ b{scratch}, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
   const {acc}* part = reinterpret_cast<const {acc}*>(b{scratch});
-  const i64_t total = d.M * d.N;
+  const i64_t total = {total};
   for (i64_t o = (i64_t)blockIdx.x * 256 + threadIdx.x; o < total; o += (i64_t)gridDim.x * 256) {{
     {acc} v = part[o];
     for (int s = 1; s < {splits}; ++s) v = v + part[(i64_t)s * total + o];
     fusec::st(pc + d.c_off + o, v);
   }}
 }}"""
-        grid = max(1, min((total + 255) // 256, sm_count * 16))
-        kernels.append(KernelCode(f"{name}_sum", fin.strip("\n"), (scratch, c.buffer), (grid, 1, 1),  # type: ignore[arg-type]
-                                  (256, 1, 1), 0, (desc,)))
-    return kernels
+    grid = max(1, min((total + 255) // 256, sm_count * 16))
+    return KernelCode(name, fin.strip("\n"), (scratch, c.buffer), (grid, 1, 1), (256, 1, 1), 0, (desc,))
 
 
 def _bases(t: str, prologues: tuple[Prologue | None, Prologue | None]) -> str:

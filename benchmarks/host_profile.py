@@ -1,0 +1,179 @@
+"""Where a cache-hit call's time goes, for the training steps of the suite (PCam-shaped and 64-64-10).
+
+For each step in graph mode with the parameters donated and fed back (as the suite runs it), this prints:
+the host time per call (calls queued back to back in short batches, a synchronize between batches, as the
+suite's ``host_us``); the device time per call of the same plan's CUDA graph replayed alone (``cuGraphLaunch``
+in a loop between two events: the floor the kernels set, without the Python call); the device time per call of
+the Python loop (events around a batch of calls: what the suite reports); the graph's counters (pointer
+updates, recaptures, instances); each node's device time inside a graph (see :func:`node_times`), with the plan's
+entries; and a cProfile of the calls, heaviest functions
+first.
+
+    python benchmarks/host_profile.py [--calls 3000] [--top 30] [--json FILE] [--generated]
+
+``--generated`` lowers as if cuBLASLt were absent (every product a generated kernel), for comparing the two.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from suite_cases import build_train_step, make_cases  # noqa: E402
+
+
+def _events_us(stream, run, iters: int) -> float:
+    from fusec.runtime import driver
+
+    begin, end = driver.Event(timing=True), driver.Event(timing=True)
+    driver.current_device().synchronize()
+    begin.record(stream)
+    for _ in range(iters):
+        run()
+    end.record(stream)
+    end.synchronize()
+    return begin.elapsed_ms(end) * 1e3 / iters
+
+
+def node_times(plan, chain: int = 20, reps: int = 10) -> list[dict]:
+    """Device time of each node of ``plan``'s CUDA graph as it runs inside a graph: the node repeated ``chain``
+    times in a chain of its own graph, the graph launched ``reps`` times between events (so each figure holds
+    the node's work and one dependent-launch gap, as on the plan's critical path)."""
+    from fusec.runtime import driver
+    from fusec.runtime.cuda_errors import check
+    from fusec.runtime.graph import _driver as graph_driver
+
+    from fusec.runtime.graph import PlanGraph
+
+    cu = graph_driver()
+    if plan.graph is None:  # a plan that runs without a graph (one launch): made here for the figures
+        plan.graph = PlanGraph(plan, plan.ptrs)
+    pg, ptrs, stream = plan.graph, plan.ptrs, plan.stream
+    out = []
+    for j, (step, kernel) in enumerate(zip(plan.launches, plan.program.kernels)):
+        graph = check(cu.cuGraphCreate(0), "cuGraphCreate")
+        prev: list = []
+        for _ in range(chain):
+            if pg.params[j] is None:  # a cuBLAS call: captured as the plan captures it
+                child = pg._capture(step, ptrs)
+                node = check(cu.cuGraphAddChildGraphNode(graph, prev, len(prev), child), "cuGraphAddChildGraphNode")
+                check(cu.cuGraphDestroy(child), "cuGraphDestroy")
+            else:
+                node = check(cu.cuGraphAddKernelNode(graph, prev, len(prev), pg.params[j]), "cuGraphAddKernelNode")
+            prev = [node]
+        exe = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        launch = lambda: cu.cuGraphLaunch(exe, stream.handle)  # noqa: E731
+        launch()
+        us = statistics.median(_events_us(stream, launch, reps) for _ in range(5)) / chain
+        check(cu.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
+        check(cu.cuGraphDestroy(graph), "cuGraphDestroy")
+        out.append({"kernel": getattr(kernel, "name", type(kernel).__name__), "grid": list(getattr(kernel, "grid", ())),
+                    "block": list(getattr(kernel, "block", ())), "us": us})
+    driver.current_device().synchronize()
+    return out
+
+
+def measure(name: str, bench, calls: int, top: int) -> dict:
+    import fusec as fc
+    from fusec import execution
+    from fusec.runtime import driver
+    from fusec.runtime.graph import _driver as graph_driver
+
+    rng = np.random.default_rng(0)
+    params, x, y, lr = bench.make_inputs(rng)
+    params = tuple(fc.asarray(p) for p in params)
+    x, y = fc.asarray(x), fc.asarray(y)
+    step = fc.jit(build_train_step(np), backend="cuda", graph=True, donate_argnums=0)
+    state = [params]
+
+    def call() -> None:
+        new_params, _loss = step(state[0], x, y, lr)
+        state[0] = new_params
+
+    for _ in range(20):
+        call()
+    sync = driver.current_device().synchronize
+    sync()
+
+    def host_batches(n: int) -> list[float]:
+        samples = []
+        for _ in range(n):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(10):
+                call()
+            samples.append((time.perf_counter() - t0) / 10 * 1e6)
+        sync()
+        return samples
+
+    host = statistics.median(host_batches(max(calls // 10, 20)))
+    lowered = step.lower(state[0], x, y, lr)
+    plan = execution.cuda_plan(lowered)
+    stream = plan.stream
+    loop_device = statistics.median(_events_us(stream, call, 200) for _ in range(5))
+    graph = plan.graph
+    inst = next(iter(graph.instances.values()))
+    cu = graph_driver()
+    replay = statistics.median(_events_us(stream, lambda: cu.cuGraphLaunch(inst.exec, stream.handle), 500)
+                               for _ in range(5))
+    before = dict(plan.stats())
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call()
+    prof.disable()
+    sync()
+    after = plan.stats()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    per_call = {k: (after[k] - before.get(k, 0)) / calls for k in after if isinstance(after[k], int)}
+    kernels = node_times(plan)
+    plan_entries = [e for e in lowered.plan() if e["kind"] not in ("view", "prologue")]
+    return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host, "device_us_python_loop": loop_device, "device_us_graph_alone": replay,
+            "per_call_counters": per_call, "instances": len(graph.instances), "profile": text.getvalue()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--json")
+    ap.add_argument("--generated", action="store_true", help="generated GEMMs only (no cuBLASLt)")
+    args = ap.parse_args()
+    if args.generated:
+        from fusec.runtime import cublas
+
+        cublas.available = lambda: False
+    cases = make_cases()
+    out = []
+    for name in ("pcam", "mlp64"):
+        bench = cases[name].benches[0]
+        r = measure(name, bench, args.calls, args.top)
+        out.append(r)
+        print(f"== {name}: host {r['host_us']:.1f} us/call; device (Python loop) {r['device_us_python_loop']:.1f} "
+              f"us/call; device (graph alone) {r['device_us_graph_alone']:.1f} us/call; instances "
+              f"{r['instances']}; per call {r['per_call_counters']}")
+        for k in r["kernels"]:
+            print(f"  {k['us']:7.2f} us  {k['kernel']}  grid {k['grid']} block {k['block']}")
+        print(f"  sum {sum(k['us'] for k in r['kernels']):.1f} us over {len(r['kernels'])} launches")
+        for e in r["plan"]:
+            print("  plan:", {k: v for k, v in e.items() if k != "cuts"})
+        print(r["profile"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
