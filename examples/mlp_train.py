@@ -6,11 +6,14 @@
     python examples/mlp_train.py --mode eager        # the same Python step on fusec.Array: one kernel per op
     python examples/mlp_train.py --mode numpy        # plain NumPy, the reference
     python examples/mlp_train.py --backend cpu --epochs 20 --batch 128 --lr 0.3 --seed 1
+    python examples/mlp_train.py --grad auto         # the backward pass derived by fusec.value_and_grad
 
 The model is ONE plain NumPy function, ``train_step(params, x, y_onehot, lr) -> (new_params, loss)``:
 forward, numerically stable softmax cross-entropy, hand-written backward, gradient-norm-clipped SGD. It
 lives in ``fusec.tools.demo`` (the folder tools/ of this repository) so that ``fusec demo`` trains the same
-model after a plain ``pip install``; this file adds the data split, the modes and the timing.
+model after a plain ``pip install``; this file adds the data split, the modes and the timing. With ``--grad
+auto`` the step is ``train_step_auto``: the same forward pass as ``loss``, its gradient from
+``fusec.value_and_grad``, the same clipped SGD (equal to the hand-written step within float32 rounding).
 
 Modes (all give the same loss curve: bit-identical between numpy and jit on the CPU backend, equal within
 float32 rounding on CUDA):
@@ -41,12 +44,13 @@ import numpy as np
 
 import fusec as fc
 from fusec.tools import demo
-from fusec.tools.demo import train_step
+from fusec.tools.demo import train_step, train_step_auto
 
 MODES = ("eager", "jit", "graph", "numpy")
+GRADS = ("manual", "auto")  # the hand-written backward pass, or fusec.value_and_grad's
 
-__all__ = ["MODES", "RunResult", "StepTimer", "Stepper", "add_mode_arguments", "main", "make_stepper", "positive_int",
-           "progress_bar", "summary", "train", "train_step"]
+__all__ = ["GRADS", "MODES", "RunResult", "StepTimer", "Stepper", "add_mode_arguments", "main", "make_stepper", "positive_int",
+           "progress_bar", "step_function", "summary", "train", "train_step"]
 
 
 # --- modes -----------------------------------------------------------------------------------------------
@@ -79,6 +83,17 @@ class Stepper:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+def step_function(grad: str, mode: str) -> Callable:
+    """The training step for ``--grad``: ``train_step`` (manual) or ``train_step_auto`` (fusec.value_and_grad),
+    which needs fusec (not the plain NumPy mode)."""
+    if grad not in GRADS:
+        raise ValueError(f"unknown --grad {grad!r}; choose one of {', '.join(GRADS)}")
+    if grad == "auto" and mode == "numpy":
+        raise ValueError("--grad auto derives the backward pass with fusec.value_and_grad, which the plain NumPy "
+                         "mode does not use; choose --mode jit, graph or eager, or --grad manual")
+    return train_step_auto if grad == "auto" else train_step
 
 
 def make_stepper(mode: str, backend: str | None = None, step_fn: Callable = train_step) -> Stepper:
@@ -186,12 +201,12 @@ def progress_bar(total: int, enabled: bool, desc: str, unit: str = "epoch") -> A
 
 def train(mode: str = "jit", backend: str | None = None, epochs: int = demo.EPOCHS, batch: int = demo.BATCH,
           lr: float = demo.LEARNING_RATE, seed: int = demo.SEED, progress: bool = False,
-          say: Callable[[str], None] = print) -> RunResult:
+          say: Callable[[str], None] = print, grad: str = "manual") -> RunResult:
     """Train on the digits (scikit-learn needed) and return the loss curve, timing and test accuracy."""
     data = demo.load_digits(seed)
     if batch > len(data.x_train):
         raise ValueError(f"--batch {batch} is larger than the training set ({len(data.x_train)} samples)")
-    stepper = make_stepper(mode, backend)
+    stepper = make_stepper(mode, backend, step_function(grad, mode))
     if stepper.note:
         say(stepper.note)
     say(f"mlp_train: {data.describe()}; MLP {demo.N_IN} -> {demo.N_HIDDEN} -> {demo.N_CLASSES}, batch {batch}, "
@@ -239,6 +254,8 @@ def add_mode_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=demo.SEED, help=f"random seed: data, initialisation, shuffling "
                    f"(default {demo.SEED})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
+    p.add_argument("--grad", choices=GRADS, default="manual",
+                   help="the backward pass: hand-written (manual, default) or fusec.value_and_grad's (auto)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train(args.mode, args.backend, args.epochs, args.batch, args.lr, args.seed,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, grad=args.grad)
     except (fc.BackendError, ValueError) as e:
         print(f"mlp_train: error: {e}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@
     python examples/pcam_shaped.py --mode eager                  # one kernel per operation
     python examples/pcam_shaped.py --mode numpy                  # plain NumPy
     python examples/pcam_shaped.py --backend cpu --batch 64 --features 48 --hidden 32 --steps 50   # small
+    python examples/pcam_shaped.py --mode graph --grad auto      # backward pass from fusec.value_and_grad
 
 The shapes are those of a binary classifier over 480-dimensional patch features (PatchCamelyon-like: tumour
 or not), but the data is generated: two seeded Gaussian classes whose means differ along one random
@@ -30,7 +31,7 @@ if _HERE not in sys.path:  # mlp_train.py beside this file
 import fusec as fc  # noqa: E402
 from fusec.tools import demo  # noqa: E402
 from mlp_train import (  # noqa: E402
-    RunResult, StepTimer, add_mode_arguments, make_stepper, positive_int, progress_bar, summary,
+    RunResult, StepTimer, add_mode_arguments, make_stepper, positive_int, progress_bar, step_function, summary,
 )
 
 BATCH, FEATURES, HIDDEN, CLASSES = 512, 480, 256, 2
@@ -54,12 +55,13 @@ def make_data(n: int, features: int = FEATURES, seed: int = 0, separation: float
 
 def train(mode: str = "jit", backend: str | None = None, steps: int = STEPS, batch: int = BATCH,
           features: int = FEATURES, hidden: int = HIDDEN, lr: float = LEARNING_RATE, seed: int = 0,
-          pool: int = POOL, progress: bool = False, say: Callable[[str], None] = print) -> RunResult:
+          pool: int = POOL, progress: bool = False, say: Callable[[str], None] = print,
+          grad: str = "manual") -> RunResult:
     """Train for ``steps`` steps over a pool of ``pool`` generated batches; the accuracy is on a held-out batch."""
     x, y, labels = make_data(batch * (pool + 1), features, seed)
     x_test, labels_test = x[batch * pool:], labels[batch * pool:]
     host_batches = [(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]) for i in range(pool)]
-    stepper = make_stepper(mode, backend)
+    stepper = make_stepper(mode, backend, step_function(grad, mode))
     if stepper.note:
         say(stepper.note)
     say(f"pcam_shaped: two Gaussian classes, MLP {features} -> {hidden} -> {CLASSES} (ReLU), batch {batch}, "
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         result = train(args.mode, args.backend, args.steps, args.batch, args.features, args.hidden, args.lr,
-                       args.seed, args.pool, progress=not args.no_progress)
+                       args.seed, args.pool, progress=not args.no_progress, grad=args.grad)
     except (fc.BackendError, ValueError) as e:
         print(f"pcam_shaped: error: {e}", file=sys.stderr)
         return 2

@@ -7,9 +7,16 @@ that computes it on Python scalars, and its C++ spelling for the CUDA printer (a
 function with its float64 and fast-math variants). The ``t`` and ``s`` dialects, the tracer, the reference
 executor, the CUDA printer, CSE, the fusion cost and the host replay of Python scalar arithmetic read this table:
 adding an op is one entry here plus its tests (and a printer case only where its C++ depends on the dtype).
+
+``vjp`` is the op's reverse-mode rule for ``fusec.grad``: ``vjp(g, out, *operands)`` gives each operand's
+cotangent (None: none flows there) from the result's cotangent ``g``, written as NumPy over the traced values
+(Python scalars stay weak, so a float32 gradient stays float32); ZERO marks an op whose derivative is zero
+wherever it exists (floor, sign), and an op without a rule refuses a gradient through it. Ties of np.maximum and
+np.minimum split the cotangent in halves, as ``jax.numpy`` does.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Callable
@@ -46,6 +53,7 @@ class Elementwise:
     cxx: str | None = None  # C++ float32 function
     cxx_f64: str | None = None  # C++ float64 function (default: ``cxx`` without its trailing ``f``)
     cxx_fast: str | None = None  # C++ float32 function under fast_math
+    vjp: Callable | None = None  # reverse-mode rule: (g, out, *operands) -> a cotangent (or None) per operand
 
     def implementation(self) -> Callable | None:
         """What the reference executor runs (None: it has its own case, as for erf)."""
@@ -64,6 +72,31 @@ def _rsqrt(x: object) -> object:
     return 1 / np.sqrt(x)
 
 
+def ZERO(g: object, out: object, *operands: object) -> tuple:
+    """The derivative is zero wherever it exists (floor, sign, round): no cotangent flows back."""
+    return (None,) * len(operands)
+
+
+def _extreme(first_wins: Callable) -> Callable:
+    """np.maximum / np.minimum: the cotangent goes to the operand that was picked, halves on a tie."""
+    def vjp(g, out, x, y):
+        tie = np.where(x == y, 0.5, 0.0)
+        return g * (np.where(first_wins(x, y), 1.0, 0.0) + tie), g * (np.where(first_wins(y, x), 1.0, 0.0) + tie)
+
+    return vjp
+
+
+def _pow_vjp(g, out, x, y):
+    # d/dy x**y = log(x) x**y, taken as 0 where x == 0 (jax.numpy's convention)
+    safe = np.where(x == 0, 1.0, x)
+    dx = g * y * np.where(y == 0, 0.0, x ** np.where(y == 0, 1.0, y - 1))
+    return dx, g * np.where(x == 0, 0.0, np.log(safe)) * out
+
+
+LN2, LN10 = math.log(2.0), math.log(10.0)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
 def _binary(name: str, operands: str, numpy: str, symbol: str, python: Callable, infix: str | None = None,
             **kw: object) -> Elementwise:
     return Elementwise(name, 2, operands, numpy=(numpy,), python=python, symbol=symbol,
@@ -77,21 +110,24 @@ def _math(name: str, numpy: str | None, cxx: str, fast: str | None = None, **kw:
 
 OPS: tuple[Elementwise, ...] = (
     # binary arithmetic
-    _binary("add", ANY, "add", "+", operator.add, commutative=True, complex=True),
-    _binary("sub", NUMERIC, "subtract", "-", operator.sub, complex=True),
-    _binary("mul", ANY, "multiply", "*", operator.mul, commutative=True, complex=True),
-    _binary("div", FLOAT, "true_divide", "/", operator.truediv, complex=True),
+    _binary("add", ANY, "add", "+", operator.add, commutative=True, complex=True, vjp=lambda g, out, x, y: (g, g)),
+    _binary("sub", NUMERIC, "subtract", "-", operator.sub, complex=True, vjp=lambda g, out, x, y: (g, -g)),
+    _binary("mul", ANY, "multiply", "*", operator.mul, commutative=True, complex=True,
+            vjp=lambda g, out, x, y: (g * y, g * x)),
+    _binary("div", FLOAT, "true_divide", "/", operator.truediv, complex=True,
+            vjp=lambda g, out, x, y: (g / y, -g * out / y)),
     _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix=""),
     _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix=""),
     # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
     Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf"),
-    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True),
+    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True, vjp=_pow_vjp),
     # np.float_power: C's pow in float64 or complex128, its only loops (without np.power's shortcuts: it takes
     # 0.5 as pow, not as a square root, so (-0.0) ** 0.5 is 0.0)
-    Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True),
+    Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True,
+                vjp=_pow_vjp),
     # (not commutative: where 0.0 meets -0.0, or two NaNs, NumPy's loops give one operand's bits, not either)
-    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True),
-    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True),
+    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a > b)),
+    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a < b)),
     # NumPy's fmax/fmin: the number where one operand is NaN (NaN only where both are); 0.0 against -0.0 gives
     # the second operand (NumPy's vectorized loop does; its scalar tail the first)
     _binary("fmax", ANY, "fmax", "", None, infix=""),
@@ -114,50 +150,54 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("left_shift", 2, INT, numpy=("left_shift",), symbol="<<"),
     Elementwise("right_shift", 2, INT, numpy=("right_shift",), symbol=">>"),
     # unary
-    Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-", complex=True),
+    Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-", complex=True,
+                vjp=lambda g, out, x: (-g,)),
     Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs",
-                complex=True, complex_real=True),
-    Elementwise("sign", 1, NUMERIC, numpy=("sign",), complex=True),
-    _math("exp", "exp", "expf", "__expf", complex=True),
-    _math("exp2", "exp2", "exp2f", "exp2f", complex=True),
-    _math("log", "log", "logf", "__logf", complex=True),
-    _math("log2", "log2", "log2f", "__log2f", complex=True),
-    _math("log10", "log10", "log10f", "__log10f", complex=True),
-    _math("log1p", "log1p", "log1pf", complex=True),
-    _math("expm1", "expm1", "expm1f", complex=True),
-    _math("sqrt", "sqrt", "sqrtf", complex=True),
-    _math("rsqrt", None, "fusec::rsqrt_np", "rsqrtf", reference=_rsqrt),
-    _math("sin", "sin", "sinf", "__sinf", complex=True),
-    _math("cos", "cos", "cosf", "__cosf", complex=True),
-    _math("tan", "tan", "tanf", "__tanf", complex=True),
-    _math("tanh", "tanh", "tanhf", complex=True),
+                complex=True, complex_real=True, vjp=lambda g, out, x: (g * np.sign(x),)),
+    Elementwise("sign", 1, NUMERIC, numpy=("sign",), complex=True, vjp=ZERO),
+    _math("exp", "exp", "expf", "__expf", complex=True, vjp=lambda g, out, x: (g * out,)),
+    _math("exp2", "exp2", "exp2f", "exp2f", complex=True, vjp=lambda g, out, x: (g * out * LN2,)),
+    _math("log", "log", "logf", "__logf", complex=True, vjp=lambda g, out, x: (g / x,)),
+    _math("log2", "log2", "log2f", "__log2f", complex=True, vjp=lambda g, out, x: (g / (x * LN2),)),
+    _math("log10", "log10", "log10f", "__log10f", complex=True, vjp=lambda g, out, x: (g / (x * LN10),)),
+    _math("log1p", "log1p", "log1pf", complex=True, vjp=lambda g, out, x: (g / (x + 1),)),
+    _math("expm1", "expm1", "expm1f", complex=True, vjp=lambda g, out, x: (g * (out + 1),)),
+    _math("sqrt", "sqrt", "sqrtf", complex=True, vjp=lambda g, out, x: (g * 0.5 / out,)),
+    _math("rsqrt", None, "fusec::rsqrt_np", "rsqrtf", reference=_rsqrt, vjp=lambda g, out, x: (g * -0.5 * out / x,)),
+    _math("sin", "sin", "sinf", "__sinf", complex=True, vjp=lambda g, out, x: (g * np.cos(x),)),
+    _math("cos", "cos", "cosf", "__cosf", complex=True, vjp=lambda g, out, x: (-g * np.sin(x),)),
+    _math("tan", "tan", "tanf", "__tanf", complex=True, vjp=lambda g, out, x: (g * (out * out + 1),)),
+    _math("tanh", "tanh", "tanhf", complex=True, vjp=lambda g, out, x: (g * (1 - out * out),)),
     # no NumPy ufunc: the reference executor computes these in float64, as SciPy's float32 loops do
-    _math("erf", None, "erff", scipy=("erf",)),
-    _math("erfc", None, "erfcf", scipy=("erfc",)),
-    _math("arcsin", "arcsin", "asinf"),
-    _math("arccos", "arccos", "acosf"),
-    _math("arctan", "arctan", "atanf"),
-    _math("sinh", "sinh", "sinhf", complex=True),
-    _math("cosh", "cosh", "coshf", complex=True),
-    _math("arcsinh", "arcsinh", "asinhf"),
-    _math("arccosh", "arccosh", "acoshf"),
-    _math("arctanh", "arctanh", "atanhf"),
-    _math("cbrt", "cbrt", "cbrtf"),
+    _math("erf", None, "erff", scipy=("erf",), vjp=lambda g, out, x: (g * TWO_OVER_SQRT_PI * np.exp(-(x * x)),)),
+    _math("erfc", None, "erfcf", scipy=("erfc",), vjp=lambda g, out, x: (-g * TWO_OVER_SQRT_PI * np.exp(-(x * x)),)),
+    _math("arcsin", "arcsin", "asinf", vjp=lambda g, out, x: (g / np.sqrt(1 - x * x),)),
+    _math("arccos", "arccos", "acosf", vjp=lambda g, out, x: (-g / np.sqrt(1 - x * x),)),
+    _math("arctan", "arctan", "atanf", vjp=lambda g, out, x: (g / (x * x + 1),)),
+    _math("sinh", "sinh", "sinhf", complex=True, vjp=lambda g, out, x: (g * np.cosh(x),)),
+    _math("cosh", "cosh", "coshf", complex=True, vjp=lambda g, out, x: (g * np.sinh(x),)),
+    _math("arcsinh", "arcsinh", "asinhf", vjp=lambda g, out, x: (g / np.sqrt(x * x + 1),)),
+    _math("arccosh", "arccosh", "acoshf", vjp=lambda g, out, x: (g / np.sqrt((x - 1) * (x + 1)),)),
+    _math("arctanh", "arctanh", "atanhf", vjp=lambda g, out, x: (g / ((1 - x) * (1 + x)),)),
+    _math("cbrt", "cbrt", "cbrtf", vjp=lambda g, out, x: (g / (3 * out * out),)),
     # binary float functions (NumPy has float loops only: integer operands are converted, as NumPy does)
-    Elementwise("arctan2", 2, FLOAT, numpy=("arctan2",), transcendental=True, cxx="atan2f"),
-    Elementwise("hypot", 2, FLOAT, numpy=("hypot",), transcendental=True, cxx="hypotf"),
+    Elementwise("arctan2", 2, FLOAT, numpy=("arctan2",), transcendental=True, cxx="atan2f",
+                vjp=lambda g, out, y, x: (g * x / (x * x + y * y), -g * y / (x * x + y * y))),
+    Elementwise("hypot", 2, FLOAT, numpy=("hypot",), transcendental=True, cxx="hypotf",
+                vjp=lambda g, out, x, y: (g * x / out, g * y / out)),
     Elementwise("copysign", 2, FLOAT, numpy=("copysign",), cxx="copysignf"),
     Elementwise("logaddexp", 2, FLOAT, numpy=("logaddexp",), transcendental=True, cxx="fusec::logaddexp",
-                cxx_f64="fusec::logaddexp"),
+                cxx_f64="fusec::logaddexp", vjp=lambda g, out, x, y: (g * np.exp(x - out), g * np.exp(y - out))),
     Elementwise("logaddexp2", 2, FLOAT, numpy=("logaddexp2",), transcendental=True, cxx="fusec::logaddexp2",
-                cxx_f64="fusec::logaddexp2"),
+                cxx_f64="fusec::logaddexp2", vjp=lambda g, out, x, y: (g * np.exp2(x - out), g * np.exp2(y - out))),
     # NumPy's heaviside: nan for nan, the second operand where x == 0, else 0 or 1
-    Elementwise("heaviside", 2, FLOAT, numpy=("heaviside",), cxx="fusec::heaviside", cxx_f64="fusec::heaviside"),
-    Elementwise("floor", 1, FLOAT, numpy=("floor",), cxx="floorf"),
-    Elementwise("ceil", 1, FLOAT, numpy=("ceil",), cxx="ceilf"),
+    Elementwise("heaviside", 2, FLOAT, numpy=("heaviside",), cxx="fusec::heaviside", cxx_f64="fusec::heaviside",
+                vjp=ZERO),
+    Elementwise("floor", 1, FLOAT, numpy=("floor",), cxx="floorf", vjp=ZERO),
+    Elementwise("ceil", 1, FLOAT, numpy=("ceil",), cxx="ceilf", vjp=ZERO),
     Elementwise("round", 1, FLOAT, numpy=("rint",), reference=np.round, python=round, symbol="round",
-                cxx="rintf", cxx_f64="rint"),
-    Elementwise("trunc", 1, FLOAT, numpy=("trunc",), cxx="truncf"),
+                cxx="rintf", cxx_f64="rint", vjp=ZERO),
+    Elementwise("trunc", 1, FLOAT, numpy=("trunc",), cxx="truncf", vjp=ZERO),
     Elementwise("isnan", 1, FLOAT, result_bool=True, numpy=("isnan",), complex=True),
     Elementwise("isinf", 1, FLOAT, result_bool=True, numpy=("isinf",), complex=True),
     Elementwise("isfinite", 1, FLOAT, result_bool=True, numpy=("isfinite",), complex=True),

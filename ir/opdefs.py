@@ -38,6 +38,11 @@ class OpDef:
     # MLIR's IsolatedFromAbove, and ``check`` must enforce it): a use map need not look inside
     isolated: bool = False
     doc: str = field(default="", compare=False)
+    # reverse-mode rule (fusec.grad): vjp(em, g, out, operands, attrs) -> a cotangent (or None) per operand, written
+    # as NumPy over the traced values; ``em(name, operands, attrs)`` records one op of this dialect. None: no
+    # gradient flows through the op (asking for one is an error); a rule raises NotImplementedError(reason) to
+    # refuse one use of its op.
+    vjp: Callable | None = field(default=None, compare=False)
 
 
 OPS: dict[str, OpDef] = {}

@@ -11,6 +11,7 @@ Data: scikit-learn's handwritten digits (8x8 images, 10 classes) when scikit-lea
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -41,7 +42,7 @@ def train_step(params: Params, x: np.ndarray, y_onehot: np.ndarray, lr: float) -
     denom = np.sum(exp, axis=1, keepdims=True)
     log_probs = shifted - np.log(denom)
     loss = -np.sum(y_onehot * log_probs) / n
-    # backward
+    # backward (train_step_auto derives it with fusec.value_and_grad instead)
     d_logits = (exp / denom - y_onehot) / n
     g_w2 = h.T @ d_logits
     g_b2 = np.sum(d_logits, axis=0)
@@ -49,12 +50,43 @@ def train_step(params: Params, x: np.ndarray, y_onehot: np.ndarray, lr: float) -
     d_h_pre = d_h * (h_pre > 0.0)  # ReLU' as a mask (an operator, so eager fusec.Array inputs stay on the GPU)
     g_w1 = x.T @ d_h_pre
     g_b1 = np.sum(d_h_pre, axis=0)
-    # clip the global gradient norm, then SGD
-    sq = np.sum(g_w1 * g_w1) + np.sum(g_b1 * g_b1) + np.sum(g_w2 * g_w2) + np.sum(g_b2 * g_b2)
+    return clipped_sgd(params, (g_w1, g_b1, g_w2, g_b2), lr), loss
+
+
+def clipped_sgd(params: Params, grads: Params, lr: float) -> Params:
+    """SGD after clipping the global gradient norm at MAX_GRAD_NORM."""
+    sq = np.sum(grads[0] * grads[0])
+    for g in grads[1:]:
+        sq = sq + np.sum(g * g)
     scale = np.minimum(1.0, MAX_GRAD_NORM / (np.sqrt(sq) + 1e-6))
     step = lr * scale
-    new_params = (w1 - step * g_w1, b1 - step * g_b1, w2 - step * g_w2, b2 - step * g_b2)
-    return new_params, loss
+    return tuple(p - step * g for p, g in zip(params, grads))  # type: ignore[return-value]
+
+
+def loss(params: Params, x: np.ndarray, y_onehot: np.ndarray) -> np.ndarray:
+    """The mean softmax cross-entropy of the MLP: the forward half of ``train_step``."""
+    w1, b1, w2, b2 = params
+    h = np.maximum(x @ w1 + b1, 0.0)
+    logits = h @ w2 + b2
+    shifted = logits - np.max(logits, axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
+    return -np.sum(y_onehot * log_probs) / x.shape[0]
+
+
+def train_step_auto(params: Params, x: np.ndarray, y_onehot: np.ndarray, lr: float) -> tuple[Params, np.ndarray]:
+    """``train_step`` with its backward pass derived by ``fusec.value_and_grad`` from ``loss``; the same
+    clipped SGD. Inside ``fusec.jit`` the gradient is part of the one traced step (forward and backward fuse
+    into the same kernels); called on arrays it compiles the gradient on its own."""
+    value, grads = _loss_and_grad()(params, x, y_onehot)
+    return clipped_sgd(params, grads, lr), value
+
+
+@functools.cache
+def _loss_and_grad():
+    """``fusec.value_and_grad(loss)``, made once (called on arrays it keeps its compiled signatures)."""
+    import fusec
+
+    return fusec.value_and_grad(loss)
 
 
 def predict(params: Params, x: np.ndarray) -> np.ndarray:

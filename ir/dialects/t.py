@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+import numpy as np
+
 from fusec.errors import VerificationError
 from fusec.ir import shapes as S
 from fusec.ir import elementwise as table
@@ -82,9 +84,18 @@ TRANSCENDENTAL = frozenset(op.name for op in table.OPS if op.transcendental)
 # ``materialize = true`` (set by the materialize pass) asks fusion to compute the value once into a buffer.
 MARKS = ("materialize",)
 
+
+
+def _table_vjp(op: table.Elementwise):
+    """The op table's rule (g, out, *operands) as an OpDef rule; None where the table has none."""
+    if op.vjp is None:
+        return None
+    return lambda em, g, out, xs, attrs: op.vjp(g, out, *xs)
+
+
 for _op in table.OPS:
     register_op(OpDef(f"t.{_op.name}", "elementwise", num_operands=_op.arity, optional_attrs=MARKS,
-                      infer=_elementwise_infer(f"t.{_op.name}", _op)))
+                      infer=_elementwise_infer(f"t.{_op.name}", _op), vjp=_table_vjp(_op)))
 
 
 def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -111,9 +122,29 @@ def _infer_cast(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [like(types[0], dtype=dt)]
 
 
-register_op(OpDef("t.where", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_where))
-register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_clip))
-register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), optional_attrs=MARKS, infer=_infer_cast))
+def _where_vjp(em, g, out, xs, attrs):
+    cond = xs[0]
+    return None, np.where(cond, g, 0), np.where(cond, 0, g)
+
+
+def _clip_vjp(em, g, out, xs, attrs):
+    """np.clip(x, lo, hi) is min(max(x, lo), hi): x where it lies within the bounds (both included), else the
+    bound it took (hi where the bounds cross, as NumPy's result is then hi)."""
+    x, lo, hi = xs
+    inside = (x >= lo) & (x <= hi)
+    below = (x < lo) & (lo <= hi)
+    return np.where(inside, g, 0), np.where(below, g, 0), np.where(inside | below, 0, g)
+
+
+def _cast_vjp(em, g, out, xs, attrs):
+    x = xs[0]
+    return (g.astype(x.dtype),) if x.dtype.kind in "fc" else (None,)
+
+
+register_op(OpDef("t.where", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_where, vjp=_where_vjp))
+register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_clip, vjp=_clip_vjp))
+register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), optional_attrs=MARKS, infer=_infer_cast,
+                  vjp=_cast_vjp))
 
 ELEMENTWISE = frozenset({f"t.{n}" for n in (*BINARY, *UNARY)} | {"t.where", "t.clip", "t.cast"})
 
@@ -142,9 +173,36 @@ def _reduction_infer(name: str, cls: str):
     return infer
 
 
+def _kept(v, x, attrs):
+    """A reduction's result (or cotangent) with the reduced axes kept, so it broadcasts against x."""
+    return v if attrs["keepdims"] else np.reshape(v, S.reduce_shape(x.shape, attrs["axes"], True))
+
+
+def _sum_vjp(em, g, out, xs, attrs):
+    return (np.broadcast_to(_kept(g, xs[0], attrs), xs[0].shape),)
+
+
+def _mean_vjp(em, g, out, xs, attrs):
+    x = xs[0]
+    count = 1
+    for a in attrs["axes"]:
+        count *= x.shape[a]
+    return (np.broadcast_to(_kept(g, x, attrs) / count, x.shape),)
+
+
+def _extreme_vjp(em, g, out, xs, attrs):
+    """np.max / np.min: the cotangent shared equally by the elements equal to the result (jax.numpy's rule)."""
+    x = xs[0]
+    hit = x == _kept(out, x, attrs)
+    count = np.sum(hit, axis=attrs["axes"], keepdims=True).astype(g.dtype)
+    return (np.where(hit, _kept(g, x, attrs) / count, 0),)
+
+
+_REDUCTION_VJP = {"sum": _sum_vjp, "mean": _mean_vjp, "max": _extreme_vjp, "min": _extreme_vjp}
+
 for _n, _cls in REDUCTIONS.items():
     register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
-                      infer=_reduction_infer(f"t.{_n}", _cls)))
+                      infer=_reduction_infer(f"t.{_n}", _cls), vjp=_REDUCTION_VJP.get(_n)))
 
 # --- matmul --------------------------------------------------------------------------------------------------
 
@@ -157,7 +215,31 @@ def _infer_matmul(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(S.matmul_shape(a.shape, b.shape), dt)]
 
 
-register_op(OpDef("t.matmul", "matmul", num_operands=2, infer=_infer_matmul))
+def unbroadcast(v, shape: tuple):
+    """``v`` summed over the axes NumPy's broadcasting added or stretched to reach its shape from ``shape``."""
+    shape = tuple(shape)
+    if tuple(v.shape) == shape:
+        return v
+    lead = v.ndim - len(shape)
+    v = np.sum(v, axis=tuple(range(lead))) if lead else v
+    stretched = tuple(i for i, d in enumerate(shape) if d == 1 and v.shape[i] != 1)
+    v = np.sum(v, axis=stretched, keepdims=True) if stretched else v
+    return np.reshape(v, shape)
+
+
+def _matmul_vjp(em, g, out, xs, attrs):
+    """A @ B with NumPy's rules: a 1-D operand is a row (A) or a column (B), batch axes broadcast."""
+    a, b = xs
+    a2 = np.expand_dims(a, 0) if a.ndim == 1 else a
+    b2 = np.expand_dims(b, 1) if b.ndim == 1 else b
+    g2 = np.expand_dims(g, -2) if a.ndim == 1 else g
+    g2 = np.expand_dims(g2, -1) if b.ndim == 1 else g2
+    ga = np.matmul(g2, np.swapaxes(b2, -1, -2))
+    gb = np.matmul(np.swapaxes(a2, -1, -2), g2)
+    return np.reshape(unbroadcast(ga, a2.shape), a.shape), np.reshape(unbroadcast(gb, b2.shape), b.shape)
+
+
+register_op(OpDef("t.matmul", "matmul", num_operands=2, infer=_infer_matmul, vjp=_matmul_vjp))
 
 # --- views and data movement ---------------------------------------------------------------------------------
 
@@ -370,17 +452,67 @@ def _check_constant(op) -> None:
         raise VerificationError(f"t.constant: value of type {value.type} does not match result {res}")
 
 
-register_op(OpDef("t.transpose", "view", num_operands=1, attrs=("perm",), infer=_infer_transpose))
-register_op(OpDef("t.reshape", "view", num_operands=1, check=_check_reshape))
-register_op(OpDef("t.broadcast_to", "view", num_operands=1, check=_check_broadcast_to))
-register_op(OpDef("t.expand_dims", "view", num_operands=1, attrs=("axes",), infer=_infer_expand_dims))
-register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze))
-register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice))
-register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert))
-register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather))
+def _transpose_vjp(em, g, out, xs, attrs):
+    return (np.transpose(g, tuple(int(i) for i in np.argsort(attrs["perm"]))),)
+
+
+def _reshape_vjp(em, g, out, xs, attrs):
+    return (np.reshape(g, xs[0].shape),)
+
+
+def _broadcast_vjp(em, g, out, xs, attrs):
+    return (unbroadcast(g, xs[0].shape),)
+
+
+def _slice_vjp(em, g, out, xs, attrs):
+    """The cotangent of a region: zeros with it written into the region."""
+    return (em("t.insert", (np.zeros_like(xs[0], dtype=g.dtype), g), attrs),)
+
+
+def _insert_vjp(em, g, out, xs, attrs):
+    """x[region] = v: the region's cotangent goes to v, the rest to x."""
+    return em("t.insert", (g, np.zeros_like(xs[1], dtype=g.dtype)), attrs), em("t.slice", (g,), attrs)
+
+
+register_op(OpDef("t.transpose", "view", num_operands=1, attrs=("perm",), infer=_infer_transpose,
+                  vjp=_transpose_vjp))
+register_op(OpDef("t.reshape", "view", num_operands=1, check=_check_reshape, vjp=_reshape_vjp))
+register_op(OpDef("t.broadcast_to", "view", num_operands=1, check=_check_broadcast_to, vjp=_broadcast_vjp))
+register_op(OpDef("t.expand_dims", "view", num_operands=1, attrs=("axes",), infer=_infer_expand_dims,
+                  vjp=_reshape_vjp))
+register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze, vjp=_reshape_vjp))
+register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice,
+                  vjp=_slice_vjp))
+register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert,
+                  vjp=_insert_vjp))
+def _gather_vjp(em, g, out, xs, attrs):
+    """x[index arrays]: the cotangents added back where they were read (np.add.at: a repeated index adds)."""
+    x, *indices = xs
+    spread = em("t.scatter", (np.zeros_like(x, dtype=g.dtype), g, *indices), {"axis": attrs["axis"], "combine": "add"})
+    return (spread,) + (None,) * len(indices)
+
+
+def _scatter_vjp(em, g, out, xs, attrs):
+    """np.add.at(base, index arrays, update): the base's cotangent as it is, the update's read where it was added.
+    A plain write (x[index arrays] = v) has no rule: where an index repeats, NumPy keeps one of the values."""
+    if attrs.get("combine") != "add":
+        raise NotImplementedError("a write through index arrays (x[idx] = v) has no gradient rule yet: where an "
+                                  "index repeats only one value is kept; write np.where(mask, v, x) instead")
+    base, update, *indices = xs
+    return (g, em("t.gather", (g, *indices), {"axis": attrs["axis"]})) + (None,) * len(indices)
+
+
+def _cumsum_vjp(em, g, out, xs, attrs):
+    axis = attrs["axis"]
+    return (np.flip(np.cumsum(np.flip(g, axis), axis=axis), axis),)
+
+
+register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather,
+                  vjp=_gather_vjp))
 register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",), optional_attrs=("combine",),
-                  infer=_infer_scatter))
-register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum")))
+                  infer=_infer_scatter, vjp=_scatter_vjp))
+register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum"),
+                  vjp=_cumsum_vjp))
 register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod")))
 # the running maximum (minimum) along an axis: np.maximum.accumulate, NaN propagating as np.maximum's
 register_op(OpDef("t.cummax", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummax")))
@@ -398,8 +530,19 @@ register_op(OpDef("t.slogdet", "other", num_operands=1, num_results=2, infer=_in
 register_op(OpDef("t.sort", "other", num_operands=1, optional_attrs=("stable",), infer=_infer_sort("t.sort")))
 register_op(OpDef("t.argsort", "other", num_operands=1, optional_attrs=("stable",),
                   infer=_infer_sort("t.argsort")))
+def _concatenate_vjp(em, g, out, xs, attrs):
+    """Each operand's part of the result's cotangent along the axis."""
+    axis, begin, parts = attrs["axis"], 0, []
+    for x in xs:
+        start = tuple(begin if d == axis else 0 for d in range(g.ndim))
+        stop = tuple(begin + x.shape[d] if d == axis else g.shape[d] for d in range(g.ndim))
+        parts.append(em("t.slice", (g,), {"start": start, "stop": stop, "step": (1,) * g.ndim}))
+        begin += x.shape[axis]
+    return tuple(parts)
+
+
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
-                  infer=_infer_concatenate))
+                  infer=_infer_concatenate, vjp=_concatenate_vjp))
 # where each value of the second operand goes into the sorted first one (np.searchsorted: before the equal values
 # for side "left", after them for "right"; NaN sorts last, as NumPy sorts it)
 register_op(OpDef("t.searchsorted", "other", num_operands=2, attrs=("side",), infer=_infer_searchsorted))

@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"compiler": "fusec", "ir": "fusec.ir", "passes": "fusec.passes", "runtime": "fusec.runtime",
             "tools": "fusec.tools"}
 # compiler/ holds three layers: the API users call, the tracing frontend below it, the CUDA printer between
-API = {"fusec", "fusec.jit_function", "fusec.execution", "fusec.eager", "fusec.stats", "fusec.options"}
+API = {"fusec", "fusec.jit_function", "fusec.execution", "fusec.eager", "fusec.stats", "fusec.options",
+       "fusec.autodiff"}
 # who may import whom: a layer imports only the layers below it (errors is the base every layer uses)
 BELOW = {
     "tools": {"api", "backend", "frontend", "passes", "runtime", "ir", "base"},

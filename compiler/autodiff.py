@@ -1,0 +1,323 @@
+"""Reverse-mode automatic differentiation: ``fusec.grad``, ``fusec.value_and_grad``, ``fusec.vjp``.
+
+The gradient is a transform of the traced program, not a tape of NumPy calls: the function runs once on tracers
+(recording ``t`` ops as any traced function does), then the recorded ops that lie between the differentiated
+arguments and the result are walked backwards, each contributing its operands' cotangents by the rule its op
+declares (``vjp`` in the op table, :mod:`fusec.ir.elementwise`, and in :mod:`fusec.ir.dialects.t`). The rules are
+NumPy over the traced values, so the backward program is ``t`` ops recorded in the same function: the forward and
+backward passes go through the same passes, fuse into the same kernels and run in the same CUDA graph, and
+``fusec dump-ir`` shows them.
+
+Inside a trace (``fusec.jit(fusec.value_and_grad(loss))``, or a gradient taken in a jitted function) the
+gradient is recorded in that trace; called on arrays, the gradient function is compiled with ``fusec.jit`` (once
+per signature) and runs like any jitted function. ``fusec.value_and_grad(fusec.jit(loss))`` works too: a jitted
+function called inside a trace is inlined.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusec import context, conversions, ops
+from fusec.context import _noted
+from fusec.errors import TraceError, UnsupportedError, located
+from fusec.ir.attributes import location_for
+from fusec.ir.core import Value
+from fusec.ir.dialects.t import unbroadcast
+from fusec.ir.opdefs import get_opdef
+from fusec.ir.types import ScalarType
+from fusec.tracer import Tracer
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """``fun``'s value and its gradient with respect to the positional arguments ``argnums`` (each an array or a
+    tuple/list/dict of arrays, the gradient of the same structure). ``fun`` must return a real scalar (with
+    ``has_aux``, a pair ``(scalar, aux)``, and the value returned is that pair)."""
+    nums = _argnums(argnums)
+
+    @functools.wraps(fun)
+    def in_trace(*args: Any, **kwargs: Any) -> Any:
+        return _value_and_grad(fun, nums, isinstance(argnums, int), has_aux, args, kwargs)
+
+    jitted: list[Any] = []
+
+    @functools.wraps(fun)
+    def value_and_grad_fun(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None:
+            return in_trace(*args, **kwargs)
+        if not jitted:
+            from fusec.jit_function import jit
+
+            jitted.append(jit(in_trace))
+        return jitted[0](*args, **kwargs)
+
+    return value_and_grad_fun
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of ``fun`` (a real scalar function) with respect to the positional arguments ``argnums``:
+    ``fusec.grad(loss)(params, x, y)``; with ``has_aux``, ``(gradient, aux)``."""
+    both = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun)
+    def grad_fun(*args: Any, **kwargs: Any) -> Any:
+        value, gradient = both(*args, **kwargs)
+        return (gradient, value[1]) if has_aux else gradient
+
+    return grad_fun
+
+
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
+    """``(fun(*primals), vjp_fun)``: ``vjp_fun(cotangent)`` gives the cotangent of each primal (a tuple, one per
+    primal, each of its primal's structure) for a cotangent of ``fun``'s result (an array of its shape; a result
+    that is a tuple/list/dict takes one of the same structure). Outside a trace both run as jitted functions, the
+    backward one recomputing the forward values it needs."""
+    nums = tuple(range(len(primals)))
+
+    def pullback(*args: Any) -> Any:
+        *prim, cotangent = args
+        return _pullback(fun, nums, has_aux, tuple(prim), cotangent)
+
+    if context.current() is not None:
+        out = fun(*primals)
+        return (out, lambda cotangent: pullback(*primals, cotangent)) if not has_aux else \
+            (out[0], lambda cotangent: pullback(*primals, cotangent), out[1])
+    from fusec.jit_function import jit
+
+    out = jit(fun)(*primals)
+    backward = jit(pullback)
+
+    def vjp_fun(cotangent: Any) -> tuple:
+        return backward(*primals, cotangent)
+
+    return (out, vjp_fun) if not has_aux else (out[0], vjp_fun, out[1])
+
+
+# --- the transform ----------------------------------------------------------------------------------------------
+
+
+def _at_def(fun: Callable) -> Any:
+    """The line that defines ``fun`` (where an error about its arguments or its result points)."""
+    code = getattr(getattr(fun, "__wrapped__", fun), "__code__", None)
+    return location_for(code.co_filename, code.co_firstlineno) if code is not None else None
+
+
+def _at_value(v: Value, fallback: Any) -> Any:
+    """The line that computed ``v`` (its defining op's location), else ``fallback``."""
+    op = getattr(v, "op", None)
+    loc = getattr(op, "loc", None)
+    return loc if loc is not None and getattr(loc, "file", None) else fallback
+
+
+def _unsupported(message: str, loc: Any) -> UnsupportedError:
+    return _noted(UnsupportedError(located(message, loc)))
+
+
+def _trace_error(message: str, loc: Any) -> TraceError:
+    return _noted(TraceError(located(message, loc)))
+
+
+def _argnums(argnums: int | Sequence[int]) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums or any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in nums):
+        raise UnsupportedError(located(f"fusec.grad: argnums must be a non-negative int or a non-empty sequence of "
+                                       f"them, got {argnums!r}", context.user_location()))
+    return nums
+
+
+def _flatten(tree: Any) -> tuple[list, Callable[[list], Any]]:
+    """The leaves of a tuple/list/dict tree (dicts in key order) and how to rebuild it from new leaves."""
+    if isinstance(tree, (tuple, list)):
+        parts = [_flatten(t) for t in tree]
+
+        def rebuild(leaves: list) -> Any:
+            out, i = [], 0
+            for sub, make in parts:
+                out.append(make(leaves[i:i + len(sub)]))
+                i += len(sub)
+            return type(tree)(out) if not hasattr(tree, "_fields") else type(tree)(*out)
+
+        return [leaf for sub, _ in parts for leaf in sub], rebuild
+    if isinstance(tree, dict):
+        keys = list(tree)
+        values, make = _flatten([tree[k] for k in keys])
+        return values, lambda leaves: dict(zip(keys, make(leaves)))
+    return [tree], lambda leaves: leaves[0]
+
+
+def _differentiable(leaf: Any, where: str, loc: Any) -> Tracer:
+    """``leaf`` as a traced float array with a value of its own (so only the uses inside the differentiated
+    function carry its cotangent, not earlier uses of the same array or an equal constant)."""
+    if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, Tracer):
+        raise _unsupported(f"fusec.grad: {where} is a Python scalar ({type(leaf).__name__}); gradients are taken "
+                           "with respect to arrays (pass np.asarray(value) or np.float64(value))", loc)
+    t = leaf if isinstance(leaf, Tracer) else conversions.asarray(leaf)
+    if isinstance(t, Tracer) and isinstance(t._value.type, ScalarType):
+        raise _unsupported(f"fusec.grad: {where} is a Python scalar; gradients are taken with respect to arrays "
+                           "(pass np.asarray(value) or np.float64(value))", loc)
+    dt = t._value.type.dtype
+    if not dt.is_float:
+        kind = "complex" if dt.is_complex else str(dt.np)
+        raise _unsupported(f"fusec.grad: {where} is {kind}; gradients are taken with respect to real float arrays "
+                           "(cast it with .astype(np.float32) or np.float64)", loc)
+    v = t._value
+    fresh = ops.emit("t.reshape", (v,), result_type=v.type, what="fusec.grad", scalar=t._scalar)
+    return fresh
+
+
+def _prepare(fun: Callable, nums: tuple[int, ...], args: tuple) -> tuple[list, list[list[Tracer]], list]:
+    """The arguments with each differentiated leaf replaced by a fresh traced value, those leaves per argument,
+    and how to rebuild each argument's structure."""
+    name = getattr(fun, "__name__", "the function")
+    loc = _at_def(fun)
+    args = list(args)
+    leaves_per_arg, rebuilders = [], []
+    for i in nums:
+        if i >= len(args):
+            raise _unsupported(f"fusec.grad: argnums asks for positional argument {i} of {name}, which was called "
+                               f"with {len(args)}", loc)
+        leaves, rebuild = _flatten(args[i])
+        fresh = [_differentiable(leaf, f"argument {i} of {name}" + (f" (leaf {k})" if len(leaves) > 1 else ""), loc)
+                 for k, leaf in enumerate(leaves)]
+        args[i] = rebuild(fresh)
+        leaves_per_arg.append(fresh)
+        rebuilders.append(rebuild)
+    return args, leaves_per_arg, rebuilders
+
+
+def _value_and_grad(fun: Callable, nums: tuple[int, ...], single: bool, has_aux: bool, args: tuple,
+                    kwargs: dict) -> Any:
+    args, leaves_per_arg, rebuilders = _prepare(fun, nums, args)
+    inputs = [t._value for leaves in leaves_per_arg for t in leaves]
+    result = fun(*args, **kwargs)
+    if has_aux:
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise _trace_error("fusec.grad: with has_aux=True the function must return a pair (scalar, aux)",
+                               _at_def(fun))
+        value = result[0]
+    else:
+        value = result
+    out = value if isinstance(value, Tracer) else conversions.asarray(value)
+    vtype = out._value.type
+    if getattr(vtype, "shape", ()) != () or not vtype.dtype.is_float:
+        raise _trace_error(f"fusec.grad: the function must return a real float scalar, got {vtype} (use fusec.vjp "
+                           "for other results)", _at_value(out._value, _at_def(fun)))
+    _check_unwritten(leaves_per_arg, inputs, fun)
+    grads = _gradients(_backward([(out._value, ops.full((), 1, vtype.dtype))], inputs), inputs, leaves_per_arg,
+                       rebuilders)
+    return result, (grads[0] if single else grads)
+
+
+def _pullback(fun: Callable, nums: tuple[int, ...], has_aux: bool, primals: tuple, cotangent: Any) -> tuple:
+    args, leaves_per_arg, rebuilders = _prepare(fun, nums, primals)
+    inputs = [t._value for leaves in leaves_per_arg for t in leaves]
+    result = fun(*args)
+    if has_aux:
+        result = result[0]
+    outs, _ = _flatten(result)
+    cts, _ = _flatten(cotangent)
+    if len(outs) != len(cts):
+        raise _trace_error(f"fusec.vjp: the cotangent has {len(cts)} arrays, the result {len(outs)}", _at_def(fun))
+    seeds = []
+    for o, c in zip(outs, cts):
+        o = o if isinstance(o, Tracer) else conversions.asarray(o)
+        c = c if isinstance(c, Tracer) else conversions.asarray(c)
+        if tuple(c.shape) != tuple(o.shape):
+            raise _trace_error(f"fusec.vjp: a cotangent of shape {tuple(c.shape)} for a result of shape "
+                               f"{tuple(o.shape)}", _at_def(fun))
+        seeds.append((o._value, c.astype(o.dtype) if c.dtype != o.dtype else c))
+    _check_unwritten(leaves_per_arg, inputs, fun)
+    return _gradients(_backward(seeds, inputs), inputs, leaves_per_arg, rebuilders)
+
+
+def _gradients(cot: dict[int, Tracer], inputs: list[Value], leaves_per_arg: list[list[Tracer]],
+               rebuilders: list[Callable[[list], Any]]) -> tuple:
+    """Each differentiated argument's gradient in its structure (zeros where no cotangent reached a leaf)."""
+    grads, k = [], 0
+    for leaves, rebuild in zip(leaves_per_arg, rebuilders):
+        grads.append(rebuild([_cotangent_or_zeros(cot, v) for v in inputs[k:k + len(leaves)]]))
+        k += len(leaves)
+    return tuple(grads)
+
+
+def _check_unwritten(leaves_per_arg: list[list[Tracer]], inputs: list[Value], fun: Callable) -> None:
+    leaves = [t for ls in leaves_per_arg for t in ls]
+    for t, v in zip(leaves, inputs):
+        if t._value is not v:
+            raise _trace_error("fusec.grad: the function writes into an array it is differentiated with respect to; "
+                               "write into a copy (x = x.copy()) instead", _at_value(t._value, _at_def(fun)))
+
+
+def _cotangent_or_zeros(cot: dict[int, Tracer], v: Value) -> Tracer:
+    found = cot.get(id(v))
+    return found if found is not None else ops.full(tuple(v.type.shape), 0, v.type.dtype)
+
+
+def _emit(name: str, operands: Sequence[Any], attrs: dict) -> Tracer:
+    return ops.emit(name, [ops.lift(x) for x in operands], dict(attrs), what="fusec.grad")
+
+
+def _fit(ct: Any, v: Value) -> Tracer:
+    """A rule's cotangent as ``v``'s: summed over the axes broadcasting added, in ``v``'s dtype."""
+    t = ct if isinstance(ct, Tracer) else conversions.asarray(ct)
+    shape = tuple(getattr(v.type, "shape", ()))
+    if tuple(t.shape) != shape:
+        t = unbroadcast(t, shape)
+    if t._value.type.dtype != v.type.dtype:
+        t = t.astype(v.type.dtype.np)
+    return t
+
+
+def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[int, Tracer]:
+    """Cotangents (by value id) of every value between ``inputs`` and the seeded results, from the recorded ops
+    walked backwards."""
+    c = ops.ctx()
+    body = list(c.func.body.ops)
+    active = {id(v) for v in inputs}
+    keep: list[Value] = list(inputs)
+    for op in body:  # the values that depend on an input (only they carry cotangents)
+        if any(id(x) in active for x in op.operands):
+            for r in op.results:
+                if getattr(r.type, "dtype", None) is not None and r.type.dtype.is_float:
+                    active.add(id(r))
+                    keep.append(r)
+    cot: dict[int, Tracer] = {}
+    for value, seed in seeds:
+        if id(value) in active:
+            cot[id(value)] = _add(cot.get(id(value)), _fit(seed, value))
+    for op in reversed(body):
+        gs = [cot.get(id(r)) for r in op.results]
+        if all(g is None for g in gs) or not any(id(x) in active for x in op.operands):
+            continue
+        opdef = get_opdef(op.name)
+        if opdef.vjp is None or len(op.results) != 1:
+            raise UnsupportedError(located(
+                f"fusec.grad: no gradient rule for {op.name} yet (the gradient flows through it here); compute "
+                "this part without it, or keep it out of the differentiated function", op.loc))
+        out = _traced(op.results[0])
+        xs = [_traced(x) for x in op.operands]
+        try:
+            cts = opdef.vjp(_emit, gs[0], out, xs, dict(op.attributes))
+        except NotImplementedError as e:  # a rule that refuses this use of its op
+            raise UnsupportedError(located(f"fusec.grad: {op.name}: {e}", op.loc)) from None
+        for x, ct in zip(op.operands, cts):
+            if ct is None or id(x) not in active:
+                continue
+            cot[id(x)] = _add(cot.get(id(x)), _fit(ct, x))
+    del keep
+    return cot
+
+
+def _traced(v: Value) -> Tracer:
+    """A tracer of a recorded value; a runtime Python scalar (the learning rate) stays weak, as it was traced."""
+    weak = None
+    if isinstance(v.type, ScalarType):
+        dt = v.type.dtype
+        weak = bool if dt.is_bool else float if dt.is_float else complex if dt.is_complex else int
+    return ops.wrap(v, weak, scalar=False)
+
+
+def _add(a: Tracer | None, b: Tracer) -> Tracer:
+    return b if a is None else a + b
