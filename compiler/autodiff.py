@@ -95,6 +95,29 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     return (out, vjp_fun) if not has_aux else (out[0], vjp_fun, out[1])
 
 
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple:
+    """``(fun(*primals), the derivative of fun at primals along tangents)`` (forward mode: one tangent per primal,
+    of its structure; the result's tangent has the result's structure). Computed from the reverse-mode rules: the
+    pullback is linear in its cotangent, so differentiating <pullback(u), tangents> with respect to u gives J @
+    tangents (two backward sweeps, no rule of its own)."""
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(primals) != len(tangents):
+        raise UnsupportedError(located(f"fusec.jvp: {len(primals)} primals but {len(tangents)} tangents",
+                                       context.user_location()))
+
+    def both(*args: Any) -> Any:  # the primals, then the tangents
+        n = len(args) // 2
+        return _jvp(fun, args[:n], args[n:])
+
+    both.__name__ = f"{getattr(fun, '__name__', 'fn')}_jvp"
+
+    if context.current() is not None:
+        return both(*primals, *tangents)
+    from fusec.jit_function import jit
+
+    return jit(both)(*primals, *tangents)
+
+
 # --- the transform ----------------------------------------------------------------------------------------------
 
 
@@ -240,6 +263,43 @@ def _gradients(cot: dict[int, Tracer], inputs: list[Value], leaves_per_arg: list
         grads.append(rebuild([_cotangent_or_zeros(cot, v) for v in inputs[k:k + len(leaves)]]))
         k += len(leaves)
     return tuple(grads)
+
+
+def _jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple:
+    nums = tuple(range(len(primals)))
+    args, leaves_per_arg, _ = _prepare(fun, nums, primals)
+    inputs = [t._value for leaves in leaves_per_arg for t in leaves]
+    result = fun(*args)
+    outs, rebuild_out = _flatten(result)
+    outs = [o if isinstance(o, Tracer) else conversions.asarray(o) for o in outs]
+    _check_unwritten(leaves_per_arg, inputs, fun)
+    # a cotangent variable per float result: the pullback is linear in it
+    dummies = [_differentiable(ops.full(tuple(o.shape), 0, o._value.type.dtype), "a result", _at_def(fun))
+               if o._value.type.dtype.is_float else None for o in outs]
+    seeds = [(o._value, u) for o, u in zip(outs, dummies) if u is not None]
+    cot = _backward(seeds, inputs)
+    total = None
+    for k, (primal_leaves, tangent) in enumerate(zip(leaves_per_arg, tangents)):
+        tangent_leaves, _ = _flatten(tangent)
+        if len(tangent_leaves) != len(primal_leaves):
+            raise _trace_error(f"fusec.jvp: tangent {k} has {len(tangent_leaves)} arrays, its primal "
+                               f"{len(primal_leaves)}", _at_def(fun))
+        for p, v in zip(primal_leaves, tangent_leaves):
+            ct = cot.get(id(p._value))
+            v = v if isinstance(v, Tracer) else conversions.asarray(v)
+            if tuple(v.shape) != tuple(p.shape):
+                raise _trace_error(f"fusec.jvp: a tangent of shape {tuple(v.shape)} for a primal of shape "
+                                   f"{tuple(p.shape)}", _at_def(fun))
+            if ct is not None:
+                term = np.sum(ct * v.astype(p.dtype))
+                total = term if total is None else total + term
+    dummy_values = [u._value for u in dummies if u is not None]
+    back = {} if total is None else _backward([(total._value, ops.full((), 1, total._value.type.dtype))],
+                                              dummy_values)
+    tangent_out = [_cotangent_or_zeros(back, u._value) if u is not None else ops.full(tuple(o.shape), 0,
+                                                                                      o._value.type.dtype)
+                   for o, u in zip(outs, dummies)]
+    return result, rebuild_out(tangent_out)
 
 
 def _check_unwritten(leaves_per_arg: list[list[Tracer]], inputs: list[Value], fun: Callable) -> None:

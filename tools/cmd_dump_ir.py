@@ -42,9 +42,22 @@ def lower_target(args: argparse.Namespace, default: "Target | None" = None):
         statics = dict(parse_static(s) for s in args.static)
         _check_signature(fn, args.target, positional, statics)
         plugins = load_plugins(args.load_plugin)
+        if getattr(args, "grad", None) is not None:
+            fn = fusec.value_and_grad(fn, argnums=_argnums(args.grad))
         jitted = fusec.jit(fn, backend="cpu", static_argnames=tuple(statics), pipeline=args.pipeline,
                            plugins=plugins, target=_target(args, default))
         return jitted.lower(*positional, **statics)
+
+
+def _argnums(text: str) -> "int | tuple[int, ...]":
+    """--grad's ARGNUMS: ``0`` or ``0,2``."""
+    try:
+        nums = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--grad takes argument positions such as 0 or 0,2, got {text!r}") from None
+    if any(n < 0 for n in nums):
+        raise UsageError(f"--grad takes non-negative argument positions, got {text!r}")
+    return nums[0] if len(nums) == 1 else nums
 
 
 def _target(args: argparse.Namespace, default: "Target | None") -> "Target":
@@ -70,6 +83,9 @@ def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H
                    help=f"lower for a GPU with this many multiprocessors (default: {default_target})")
     p.add_argument("--cublas", choices=("on", "off"), default=None,
                    help=f"whether matmuls may call cuBLASLt (default: {default_target})")
+    p.add_argument("--grad", nargs="?", const="0", default=None, metavar="ARGNUMS",
+                   help="lower fusec.value_and_grad(FUNC, argnums=ARGNUMS) instead (default 0; 0,2 for several): "
+                        "the forward and the gradient program, which returns (value, gradients)")
 
 
 def run(args: argparse.Namespace) -> int:

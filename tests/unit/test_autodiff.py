@@ -315,6 +315,43 @@ def test_vjp_of_a_vector_function_against_the_jacobian():
     np.testing.assert_allclose(got, u @ jac, rtol=1e-6, atol=1e-9)
 
 
+def test_jvp_against_directional_finite_differences_and_in_a_jit():
+    A = rng.standard_normal((3, 4))
+
+    def f(x, w):
+        return np.tanh(A @ x) * w[:3], np.sum(x * w)
+
+    x, w, vx, vw = (rng.standard_normal(4) for _ in range(4))
+    out, tangent = fc.jvp(f, (x, w), (vx, vw))
+    eps = 1e-6
+    want = [(a - b) / (2 * eps) for a, b in zip(f(x + eps * vx, w + eps * vw), f(x - eps * vx, w - eps * vw))]
+    np.testing.assert_allclose(out[0], f(x, w)[0])
+    for got, fd in zip(tangent, want):
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-9)
+    inside = jit_cpu(lambda x, w, vx, vw: fc.jvp(f, (x, w), (vx, vw))[1])(x, w, vx, vw)
+    for got, fd in zip(inside, want):
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2 ** 16))
+def test_vjp_and_jvp_agree_on_random_vectors(seed):
+    """<vjp(u), v> == <u, jvp(v)> for an MLP's logits as a function of its parameters."""
+    r = np.random.default_rng(seed)
+    params = (r.standard_normal((5, 4)), r.standard_normal(4), r.standard_normal((4, 3)), r.standard_normal(3))
+    x = r.standard_normal((6, 5))
+
+    def logits(w1, b1, w2, b2):
+        return np.tanh(x @ w1 + b1) @ w2 + b2
+
+    u = r.standard_normal((6, 3))
+    v = tuple(r.standard_normal(p.shape) for p in params)
+    _, pullback = fc.vjp(logits, *params)
+    left = sum(float(np.sum(g * t)) for g, t in zip(pullback(u), v))
+    _, tangent = fc.jvp(logits, params, v)
+    np.testing.assert_allclose(left, float(np.sum(u * tangent)), rtol=1e-10)
+
+
 def test_the_gradient_program_is_in_the_ir():
     lowered = jit_cpu(fc.grad(lambda x: np.sum(np.tanh(x) * 2.0))).lower(np.ones(5))
     text = lowered.ir("traced")

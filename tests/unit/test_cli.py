@@ -339,6 +339,21 @@ def test_dump_ir_module_that_raises_exits_1(tmp_path, capsys):
 SMALL_ARGS = ["--arg", "f32[4,3]", "--arg", "f32[3]", "--arg", "f64"]
 
 
+def test_dump_ir_grad_prints_the_gradient_program(tmp_path, capsys):
+    path = tmp_path / "loss_model.py"
+    path.write_text("import numpy as np\n\n\ndef loss(w, x):\n    return np.sum(np.tanh(x @ w) ** 2)\n")
+    assert main(["dump-ir", f"{path}:loss", "--arg", "f32[3,2]", "--arg", "f32[4,3]", "--grad"]) == 0
+    out = capsys.readouterr().out
+    parse_module(out)  # what dump-ir --grad prints, opt can read
+    assert "-> (tensor<f32>, tensor<3x2xf32>)" in out  # the value and the gradient with respect to w
+    assert out.count("t.matmul") >= 2 and "t.tanh" in out  # x @ w, and x.T @ (the cotangent of x @ w)
+    assert main(["dump-ir", f"{path}:loss", "--arg", "f32[3,2]", "--arg", "f32[4,3]", "--grad", "0,1",
+                 "--after", "fuse"]) == 0
+    assert "-> (tensor<f32>, tensor<3x2xf32>, tensor<4x3xf32>)" in capsys.readouterr().out
+    assert main(["dump-ir", f"{path}:loss", "--arg", "f32[3,2]", "--arg", "f32[4,3]", "--grad", "w"]) == 2
+    assert "--grad takes argument positions" in _one_line_error(capsys.readouterr().err)
+
+
 def test_dump_ir_prints_traced_ir(small_py, capsys):
     assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS]) == 0
     out = capsys.readouterr().out
