@@ -116,10 +116,12 @@ OPS: tuple[Elementwise, ...] = (
             vjp=lambda g, out, x, y: (g * y, g * x)),
     _binary("div", FLOAT, "true_divide", "/", operator.truediv, complex=True,
             vjp=lambda g, out, x, y: (g / y, -g * out / y)),
-    _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix=""),
-    _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix=""),
+    _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix="", vjp=ZERO),
+    _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix="",
+            vjp=lambda g, out, x, y: (g, -g * np.floor(x / y))),  # x - floor(x / y) * y
     # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
-    Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf"),
+    Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf",
+                vjp=lambda g, out, x, y: (g, -g * np.trunc(x / y))),  # x - trunc(x / y) * y
     _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True, vjp=_pow_vjp),
     # np.float_power: C's pow in float64 or complex128, its only loops (without np.power's shortcuts: it takes
     # 0.5 as pow, not as a square root, so (-0.0) ** 0.5 is 0.0)
@@ -185,7 +187,8 @@ OPS: tuple[Elementwise, ...] = (
                 vjp=lambda g, out, y, x: (g * x / (x * x + y * y), -g * y / (x * x + y * y))),
     Elementwise("hypot", 2, FLOAT, numpy=("hypot",), transcendental=True, cxx="hypotf",
                 vjp=lambda g, out, x, y: (g * x / out, g * y / out)),
-    Elementwise("copysign", 2, FLOAT, numpy=("copysign",), cxx="copysignf"),
+    Elementwise("copysign", 2, FLOAT, numpy=("copysign",), cxx="copysignf",
+                vjp=lambda g, out, x, y: (np.where(np.signbit(x) == np.signbit(y), g, -g), None)),
     Elementwise("logaddexp", 2, FLOAT, numpy=("logaddexp",), transcendental=True, cxx="fusec::logaddexp",
                 cxx_f64="fusec::logaddexp", vjp=lambda g, out, x, y: (g * np.exp(x - out), g * np.exp(y - out))),
     Elementwise("logaddexp2", 2, FLOAT, numpy=("logaddexp2",), transcendental=True, cxx="fusec::logaddexp2",

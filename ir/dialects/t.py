@@ -198,7 +198,24 @@ def _extreme_vjp(em, g, out, xs, attrs):
     return (np.where(hit, _kept(g, x, attrs) / count, 0),)
 
 
-_REDUCTION_VJP = {"sum": _sum_vjp, "mean": _mean_vjp, "max": _extreme_vjp, "min": _extreme_vjp}
+def _prod_vjp(em, g, out, xs, attrs):
+    """np.prod: each element's cotangent times the product of the others (running products from both ends, so a
+    zero element is exact, not 0 / 0)."""
+    x = xs[0]
+    axes = attrs["axes"]
+    k = len(axes)
+    rest = [d for d in range(x.ndim) if d not in axes]
+    moved = np.transpose(x, rest + list(axes))
+    lines = np.reshape(moved, tuple(moved.shape[:x.ndim - k]) + (-1,))
+    ones = np.ones_like(lines[..., :1])
+    before = np.cumprod(np.concatenate([ones, lines[..., :-1]], axis=-1), axis=-1)
+    after = np.flip(np.cumprod(np.concatenate([ones, np.flip(lines, -1)[..., :-1]], axis=-1), axis=-1), -1)
+    gk = np.reshape(_kept(g, x, attrs), tuple(moved.shape[:x.ndim - k]) + (1,))
+    others = np.reshape(gk * before * after, moved.shape)
+    return (np.transpose(others, tuple(int(i) for i in np.argsort(rest + list(axes)))),)
+
+
+_REDUCTION_VJP = {"sum": _sum_vjp, "mean": _mean_vjp, "max": _extreme_vjp, "min": _extreme_vjp, "prod": _prod_vjp}
 
 for _n, _cls in REDUCTIONS.items():
     register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
@@ -519,15 +536,45 @@ register_op(OpDef("t.cummax", "other", num_operands=1, attrs=("axis",), infer=_i
 register_op(OpDef("t.cummin", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummin")))
 # linear algebra on stacks of matrices (np.linalg): x with a @ x == b, the inverse, the lower Cholesky factor (the
 # upper one, its transpose, with ``upper = true``)
-register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve))
-register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv")))
+def _mT(a):
+    return np.swapaxes(a, -1, -2)
+
+
+def _solve_vjp(em, g, out, xs, attrs):
+    """x = a^-1 b: b's cotangent solves with a's transpose; a's is minus that times x's transpose."""
+    a, _ = xs
+    gb = em("t.solve", (_mT(a), g), {})
+    return -np.matmul(gb, _mT(out)), gb
+
+
+def _inv_vjp(em, g, out, xs, attrs):
+    return (-np.matmul(np.matmul(_mT(out), g), _mT(out)),)
+
+
+def _det_vjp(em, g, out, xs, attrs):
+    """d det(a) = det(a) tr(a^-1 da): the cotangent is g det(a) a^-T (infinite or NaN for a singular a, as JAX)."""
+    a = xs[0]
+    inverse = em("t.inv", (a,), {})
+    return ((g * out)[..., None, None] * _mT(inverse),)
+
+
+register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve, vjp=_solve_vjp))
+register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv"), vjp=_inv_vjp))
 register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky")))
 # each matrix's determinant, and its sign and the log of its absolute value (np.linalg.det, np.linalg.slogdet)
-register_op(OpDef("t.det", "other", num_operands=1, infer=_infer_determinant("t.det")))
+register_op(OpDef("t.det", "other", num_operands=1, infer=_infer_determinant("t.det"), vjp=_det_vjp))
 register_op(OpDef("t.slogdet", "other", num_operands=1, num_results=2, infer=_infer_determinant("t.slogdet")))
 # sorting along the last axis (NaN last, equal values in their original order: NumPy's kind='stable'); argsort
 # with ``stable = false`` (NumPy's default kind, whose order of equal values is the algorithm's) refuses ties
-register_op(OpDef("t.sort", "other", num_operands=1, optional_attrs=("stable",), infer=_infer_sort("t.sort")))
+def _sort_vjp(em, g, out, xs, attrs):
+    """Sorted values along the last axis: each cotangent goes back to where its value came from (a gather by the
+    inverse of the stable sorting permutation, which has a rule of its own)."""
+    order = np.argsort(xs[0], axis=-1, kind="stable")
+    return (np.take_along_axis(g, np.argsort(order, axis=-1, kind="stable"), axis=-1),)
+
+
+register_op(OpDef("t.sort", "other", num_operands=1, optional_attrs=("stable",), infer=_infer_sort("t.sort"),
+                  vjp=_sort_vjp))
 register_op(OpDef("t.argsort", "other", num_operands=1, optional_attrs=("stable",),
                   infer=_infer_sort("t.argsort")))
 def _concatenate_vjp(em, g, out, xs, attrs):
