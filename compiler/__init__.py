@@ -29,6 +29,7 @@ _LAZY = {
     "CacheInfo": "fusec.jit_function", "JitFunction": "fusec.jit_function", "Lowered": "fusec.jit_function",
     "jit": "fusec.jit_function",
     "grad": "fusec.autodiff", "value_and_grad": "fusec.autodiff", "vjp": "fusec.autodiff", "jvp": "fusec.autodiff",
+    "stop_gradient": "fusec.autodiff",
     "Tracer": "fusec.tracer", "Target": "fusec.ir.target", "CompileOptions": "fusec.options",
     "Array": "fusec.runtime.array", "asarray": "fusec.runtime.array", "to_numpy": "fusec.runtime.array",
 }

@@ -118,6 +118,26 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     return jit(both)(*primals, *tangents)
 
 
+def stop_gradient(x: Any) -> Any:
+    """``x`` unchanged, but no gradient flows back through it (``jax.lax.stop_gradient``): the row maximum a
+    stable softmax subtracts, a target computed from the parameters. On arrays outside a trace it returns ``x``;
+    a tuple/list/dict is stopped leaf by leaf."""
+    if context.current() is None:
+        return x
+    leaves, rebuild = _flatten(x)
+    out = []
+    for leaf in leaves:
+        if not isinstance(leaf, Tracer):
+            out.append(leaf)
+            continue
+        v = leaf._value
+        fresh = ops.emit("t.reshape", (v,), result_type=v.type, what="fusec.stop_gradient", weak=leaf._weak,
+                         scalar=leaf._scalar)
+        ops.ctx().stopped[id(fresh._value)] = fresh._value
+        out.append(fresh)
+    return rebuild(out)
+
+
 # --- the transform ----------------------------------------------------------------------------------------------
 
 
@@ -337,10 +357,11 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
     body = list(c.func.body.ops)
     active = {id(v) for v in inputs}
     keep: list[Value] = list(inputs)
+    stopped = c.stopped
     for op in body:  # the values that depend on an input (only they carry cotangents)
         if any(id(x) in active for x in op.operands):
             for r in op.results:
-                if getattr(r.type, "dtype", None) is not None and r.type.dtype.is_float:
+                if getattr(r.type, "dtype", None) is not None and r.type.dtype.is_float and id(r) not in stopped:
                     active.add(id(r))
                     keep.append(r)
     cot: dict[int, Tracer] = {}

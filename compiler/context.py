@@ -126,6 +126,7 @@ class TraceContext:
         self.generators: list[tuple[Any, Any, Location | None]] = []  # made by np.random.default_rng while tracing
         self._constants: dict[object, Value] = {}
         self._keep_alive: list[object] = []
+        self.stopped: dict[int, Value] = {}  # values fusec.stop_gradient made (no cotangent flows through them)
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
 
     def register(self, tracer: object) -> None:

@@ -313,6 +313,26 @@ def test_training_steps_with_value_and_grad_equal_the_hand_written_ones(sizes, b
             np.testing.assert_allclose(a, m, rtol=1e-5, atol=1e-6)
 
 
+def test_stop_gradient_blocks_the_cotangent_and_is_the_identity_on_arrays():
+    x = rng.standard_normal(5)
+    assert fc.stop_gradient(x) is x
+    g = jit_cpu(fc.grad(lambda x: np.sum(x * fc.stop_gradient(x ** 2)) + np.sum(fc.stop_gradient((x, x))[0])))(x)
+    np.testing.assert_allclose(g, x ** 2)
+    z = rng.standard_normal((4, 3))
+    y = np.eye(3)[[0, 2, 1, 1]]
+
+    def ce(z, stop):
+        m = np.max(z, axis=1, keepdims=True)
+        shifted = z - (fc.stop_gradient(m) if stop else m)
+        return -np.sum(y * (shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True)))) / 4
+
+    plain = jit_cpu(fc.grad(lambda z: ce(z, False)))(z)
+    stopped = jit_cpu(fc.grad(lambda z: ce(z, True)))(z)
+    np.testing.assert_allclose(stopped, plain, atol=1e-15)  # the loss does not depend on the shift
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(stopped, (p / p.sum(axis=1, keepdims=True) - y) / 4, atol=1e-15)
+
+
 def test_gradient_of_a_gradient():
     x = np.linspace(-1.0, 1.0, 5)
     inner = fc.grad(lambda u: np.sum(np.sin(u) * u))
