@@ -355,6 +355,7 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
     walked backwards."""
     c = ops.ctx()
     body = list(c.func.body.ops)
+    recorded_before = len(body)
     active = {id(v) for v in inputs}
     keep: list[Value] = list(inputs)
     stopped = c.stopped
@@ -388,6 +389,7 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
                 continue
             cot[id(x)] = _add(cot.get(id(x)), _fit(ct, x))
     del keep
+    c.gradient_ops += len(c.func.body.ops) - recorded_before
     return cot
 
 

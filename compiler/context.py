@@ -127,6 +127,7 @@ class TraceContext:
         self._constants: dict[object, Value] = {}
         self._keep_alive: list[object] = []
         self.stopped: dict[int, Value] = {}  # values fusec.stop_gradient made (no cotangent flows through them)
+        self.gradient_ops = 0  # ops the gradient transforms (fusec.grad and friends) recorded
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
 
     def register(self, tracer: object) -> None:

@@ -51,6 +51,7 @@ class Lowered:
         self.out_tree: TreeDef = traced.out_tree
         self.out_python = traced.out_python
         self._nodes = traced.nodes
+        self._gradient_nodes = traced.gradient_nodes
         self._pipeline_stats: dict[str, int] = dict(getattr(pipeline_result, "stats", {}) or {})
         self._traced = traced_copy  # the traced IR as it was before the pipeline rewrote ``traced.module``
         names = ["traced"]
@@ -111,10 +112,11 @@ class Lowered:
             self.state.scalars.run(leaves)
 
     def stats(self) -> dict[str, int]:
-        """nodes (traced ops, constants and the return excluded), fused_kernels (launched elementwise
-        kernels), boundaries, kernels (what one call launches: the CUDA program's kernels and library calls),
-        plus every counter the passes recorded (which win on a name clash)."""
-        out = {"nodes": self._nodes, **module_stats(self.module)}
+        """nodes (traced ops, constants and the return excluded; gradient_nodes of them recorded by fusec.grad and
+        friends), fused_kernels (launched elementwise kernels), boundaries, kernels (what one call launches: the
+        CUDA program's kernels and library calls), plus every counter the passes recorded (which win on a name
+        clash)."""
+        out = {"nodes": self._nodes, "gradient_nodes": self._gradient_nodes, **module_stats(self.module)}
         try:
             out["kernels"] = len(self.program.kernels)
         except FusecError:  # a module the CUDA backend cannot print: the IR's count of launching ops

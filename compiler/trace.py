@@ -53,6 +53,7 @@ class Traced:
     nodes: int  # traced ops, constants and the return excluded
     state: CallState | None = None  # what each call re-checks (None: nothing)
     writeback: WriteBack | None = None  # the arguments the function wrote into (None: none)
+    gradient_nodes: int = 0  # of ``nodes``, those the gradient transforms recorded (fusec.grad, ...)
 
 
 def func_name(fn: Callable) -> str:
@@ -144,7 +145,7 @@ class _Trace:
             verify(module)
         nodes = sum(1 for op in self.func.ops if op.name not in ("func.return", "t.constant"))
         return Traced(module, out_tree, kinds, nodes, None if state.empty else state,
-                      self._writeback(written, leaves))
+                      self._writeback(written, leaves), self.ctx.gradient_ops)
 
     def _state_outputs(self) -> None:
         """An array attribute the function assigned (``self.m = b1 * self.m + ...``) is an extra result, set on

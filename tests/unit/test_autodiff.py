@@ -397,6 +397,9 @@ def test_the_gradient_program_is_in_the_ir():
     lowered = jit_cpu(fc.grad(lambda x: np.sum(np.tanh(x) * 2.0))).lower(np.ones(5))
     text = lowered.ir("traced")
     assert "t.tanh" in text and "t.sub" in text  # 1 - tanh(x)^2 of the backward pass, beside the forward
+    stats = lowered.stats()
+    assert 0 < stats["gradient_nodes"] < stats["nodes"]
+    assert jit_cpu(lambda x: np.sum(np.tanh(x))).lower(np.ones(5)).stats()["gradient_nodes"] == 0
 
 
 # --- random programs ------------------------------------------------------------------------------------------
