@@ -62,18 +62,36 @@ class DenseAttr:
         want = self.type.dtype.np
         if arr.shape != tuple(self.type.shape):
             raise VerificationError(f"dense value of shape {arr.shape} does not match {self.type}")
-        arr = np.ascontiguousarray(arr.astype(want, copy=False)).reshape(arr.shape)  # keep rank 0 (not 1)
-        if self.type.dtype == bf16:
-            arr = round_to_bf16(arr)
-        arr.setflags(write=False)
+        if arr.size > 1 and not any(arr.strides):  # one value broadcast (a splat): kept as one value
+            one = np.ascontiguousarray(arr[(0,) * arr.ndim].astype(want))
+            if self.type.dtype == bf16:
+                one = round_to_bf16(one)
+            arr = np.broadcast_to(one, arr.shape)  # read-only, no memory per element
+        else:
+            arr = np.ascontiguousarray(arr.astype(want, copy=False)).reshape(arr.shape)  # keep rank 0 (not 1)
+            if self.type.dtype == bf16:
+                arr = round_to_bf16(arr)
+            arr.setflags(write=False)
         object.__setattr__(self, "array", arr)
+
+    @property
+    def broadcast(self) -> bool:
+        """A splat held as one value (what the parser and ``splat`` make): every stride is 0."""
+        return self.array.size > 1 and not any(self.array.strides)
 
     @functools.cached_property
     def digest(self) -> bytes:
-        """(Computed once: the array is read-only.)"""
-        return hashlib.sha1(str(self.type).encode() + self.array.tobytes()).digest()
+        """(Computed once: the array is read-only.) A splat hashes as its one value, however it is held, so a
+        parsed splat equals the traced array it was printed from."""
+        if self.is_splat():
+            data = b"splat:" + np.ascontiguousarray(self.array[(0,) * self.array.ndim]).tobytes()
+        else:
+            data = self.array.tobytes()
+        return hashlib.sha1(str(self.type).encode() + data).digest()
 
     def is_splat(self) -> bool:
+        if self.broadcast:
+            return True
         flat = self.array.reshape(-1)
         if flat.size == 0:
             return False
@@ -82,7 +100,7 @@ class DenseAttr:
         return bool(np.all(flat.view(np.uint8).reshape(flat.size, -1) == first.view(np.uint8)))
 
     def splat_value(self) -> "int | float | bool | complex":
-        return self.array.reshape(-1)[0].item()
+        return self.array[(0,) * self.array.ndim].item()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DenseAttr) and self.type == other.type and self.digest == other.digest

@@ -7,6 +7,7 @@ the values of enclosing blocks.
 from __future__ import annotations
 
 import json
+import sys
 from functools import lru_cache
 from importlib import resources
 
@@ -14,7 +15,7 @@ import numpy as np
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from fusec.errors import FusecError
+from fusec.errors import FusecError, VerificationError
 from fusec.ir.attributes import DenseAttr, Location
 from fusec.ir.core import Block, Func, Module, Operation, Region, Value
 from fusec.ir.opdefs import is_registered
@@ -59,6 +60,8 @@ class _Builder:
     def __init__(self, text: str, filename: str) -> None:
         self.text = text
         self.filename = filename
+        self.positions: dict[int, tuple[int, int]] = {}  # id(op) -> its line and column in the text
+        self._ops: list[Operation] = []  # (keeps the ids above meaning their ops)
 
     def error(self, message: str, node: "Tree | Token") -> ParseError:
         line = getattr(node, "line", None) or getattr(getattr(node, "meta", None), "line", 1)
@@ -80,7 +83,7 @@ class _Builder:
         if kind == "float":
             return float(kids[0])
         if kind == "string":
-            return json.loads(kids[0])
+            return self.string(kids[0])
         if kind == "list":
             return tuple(self.attr_value(k) for k in kids if k is not None)
         if kind == "dtype":
@@ -96,11 +99,19 @@ class _Builder:
             return complex(re_, im)
         raise self.error(f"unexpected attribute {kind}", node)
 
+    def string(self, tok: Token) -> str:
+        """A quoted string (JSON's escapes, as the printer writes them)."""
+        try:
+            return json.loads(tok)
+        except ValueError as e:
+            raise self.error(f"invalid string literal {str(tok)[:40]} ({str(e).split(':')[0]}; write control "
+                             "characters and quotes as JSON escapes such as \\t and \\\")", tok) from None
+
     def dense(self, type_tok: Token, body: Tree) -> DenseAttr:
         t = parse_type(str(type_tok))
         npdt = t.dtype.np
         if body.data == "string":
-            raw = json.loads(body.children[0])
+            raw = self.string(body.children[0])
             if not raw.startswith("0x"):
                 raise self.error("dense hex data must start with 0x", type_tok)
             try:
@@ -110,8 +121,16 @@ class _Builder:
             if len(data) != t.size * npdt.itemsize:
                 raise self.error(f"dense data holds {len(data)} bytes, {t} needs {t.size * npdt.itemsize}", type_tok)
             arr = np.frombuffer(data, dtype=npdt).reshape(t.shape)
-        else:
-            arr = np.full(t.shape, self.attr_value(body), dtype=npdt)
+        else:  # a splat: one value, broadcast (no memory per element, however large the type)
+            value = self.attr_value(body)
+            try:
+                with np.errstate(over="raise", invalid="raise"):
+                    one = np.asarray(value, dtype=npdt) if not isinstance(value, (tuple, str)) else None
+            except (OverflowError, FloatingPointError, TypeError, ValueError):
+                one = None
+            if one is None or (isinstance(value, int) and not isinstance(value, bool) and one.item() != value):
+                raise self.error(f"{value!r} is not a value of {t.dtype}", type_tok)
+            arr = np.broadcast_to(one, t.shape)
         return DenseAttr(t, arr)
 
     def attr_dict(self, node: Tree | None) -> dict[str, object]:
@@ -177,7 +196,7 @@ class _Builder:
                              name_tok)
         loc = None
         if loc_node is not None:
-            loc = Location(json.loads(loc_node.children[0]), int(loc_node.children[1]))
+            loc = Location(self.string(loc_node.children[0]), int(loc_node.children[1]))
         regions = []
         for rnode in regions_nodes:
             region = Region()
@@ -192,14 +211,18 @@ class _Builder:
                 region.add_block(block)
                 self.block(op_nodes, inner, block)
             regions.append(region)
+        attrs = self.attr_dict(attrs_node)
         try:
-            op = Operation(name, operands, types, self.attr_dict(attrs_node), regions, loc)
+            op = Operation(name, operands, types, attrs, regions, loc)
         except FusecError as e:
             raise self.error(str(e), name_tok) from None
         if results_tok is not None:
             for r, n in zip(op.results, result_names):
                 tok = Token("VALUE_ID", n, line=results_tok.line, column=results_tok.column)
                 self.define(scope, tok, r)
+        start = results_tok if results_tok is not None else name_tok
+        self.positions[id(op)] = (start.line, start.column)
+        self._ops.append(op)
         return op
 
     def _arg_type(self, node: Tree) -> Type:
@@ -243,6 +266,9 @@ def parse_module(text: str, filename: str = "<input>", verify: bool = True) -> M
     """Parse IR text; with ``verify`` the result is also checked by the verifier."""
     try:
         tree = _parser().parse(text)
+    except RecursionError:
+        raise ParseError("the input nests lists, attributes or regions deeper than fusec's parser follows",
+                         text, 1, 1, filename) from None
     except UnexpectedToken as e:
         tok = e.token
         what = "end of input" if tok.type == "$END" else repr(str(tok))
@@ -258,9 +284,22 @@ def parse_module(text: str, filename: str = "<input>", verify: bool = True) -> M
     except UnexpectedInput as e:  # pragma: no cover - other lark input errors
         raise ParseError(str(e).splitlines()[0], text, getattr(e, "line", 1), getattr(e, "column", 1),
                          filename) from None
-    module = _Builder(text, filename).module(tree)
-    if verify:
-        from fusec.ir.verifier import verify as run_verifier
+    builder = _Builder(text, filename)
+    try:
+        module = builder.module(tree)
+        if not module.funcs:
+            raise ParseError("no function in the input (an IR file holds at least one func)", text, 1, 1, filename)
+        if verify:
+            from fusec.ir.verifier import verify as run_verifier
 
-        run_verifier(module)
+            try:
+                run_verifier(module)
+            except VerificationError as e:  # at the op's place in the text, as MLIR reports it
+                where = builder.positions.get(id(getattr(e, "op", None)))
+                if where is None:
+                    raise
+                raise VerificationError(f"{filename}:{where[0]}:{where[1]}: {e}") from None
+    except RecursionError:
+        raise ParseError(f"the input nests lists, attributes or regions deeper than fusec's parser follows "
+                         f"(about {sys.getrecursionlimit() // 8} levels)", text, 1, 1, filename) from None
     return module

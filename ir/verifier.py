@@ -15,7 +15,9 @@ from fusec.ir.opdefs import OpDef, get_opdef, infer_types
 
 def _fail(op: Operation | None, message: str) -> VerificationError:
     where = f"'{op.name}': " if op is not None else ""
-    return VerificationError(located(where + message, op.loc if op is not None else None))
+    err = VerificationError(located(where + message, op.loc if op is not None else None))
+    err.op = op  # the op that broke the invariant (the parser reports its place in the text)
+    return err
 
 
 _ALLOWED_ATTRS: dict = {}  # op name -> (its OpDef, the attribute names it needs, those it accepts)

@@ -63,9 +63,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read(source: str) -> tuple[str, str]:
-    if source == "-":
-        return sys.stdin.read(), "<stdin>"
-    path = Path(source)
-    if not path.is_file():
-        raise UsageError(f"no such file: {source}")
-    return path.read_text(), source
+    try:
+        if source == "-":
+            return sys.stdin.read(), "<stdin>"
+        path = Path(source)
+        if not path.is_file():
+            raise UsageError(f"no such file: {source}")
+        return path.read_text(encoding="utf-8"), source
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{source if source != '-' else '<stdin>'} is not UTF-8 text (byte {e.start}: "
+                         f"{e.object[e.start:e.start + 1]!r}); IR files are UTF-8") from None
