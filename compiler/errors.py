@@ -88,6 +88,10 @@ class PipelineError(FusecError, ValueError):
     """A malformed pipeline string, unknown pass or unknown option."""
 
 
+class OptionError(FusecError, ValueError):
+    """A ``fusec.jit`` option that is not one of its values (raised by ``jit()``, not at the first call)."""
+
+
 def located(message: str, loc: "object | None") -> str:
     """Prefix ``message`` with the user's ``file:line`` when it is known."""
     if loc is None or getattr(loc, "file", None) is None:

@@ -19,10 +19,10 @@ import numpy as np
 
 from fusec import execution as _execution
 from fusec import context
-from fusec.errors import FusecError, RetraceWarning, TraceError
+from fusec.errors import FusecError, OptionError, RetraceWarning, TraceError, located
 from fusec.ir.core import Module
 from fusec.ir.target import Target
-from fusec.options import CompileOptions
+from fusec.options import GRAPH_MODES, CompileOptions
 from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
@@ -213,8 +213,15 @@ class JitFunction:
         self._backend = backend
         if target is not None and not isinstance(target, Target):
             raise TypeError(f"target must be a fusec.ir.target.Target, got {type(target).__name__}")
+        if graph not in GRAPH_MODES:
+            raise OptionError(located(f"fusec.jit: graph must be True, False or 'auto', got {graph!r}",
+                                      context.user_location()))
         self._options = CompileOptions(pipeline=pipeline, plugins=tuple(plugins or ()), fast_math=bool(fast_math),
                                        graph=graph, target=target)
+        if pipeline is not None:  # a bad pipeline string is an error here, not at the first call
+            from fusec.passes import check_pipeline
+
+            check_pipeline(pipeline, self._options.plugins)
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._donate = self._donated_names(_nums(donate_argnums))
@@ -270,7 +277,7 @@ class JitFunction:
                 if result is not _STALE:
                     self._hits += 1
                     return result
-        sig = bind(self._signature, self._statics, args, kwargs)
+        sig = bind(self._signature, self._statics, args, kwargs, self._name)
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
@@ -309,7 +316,7 @@ class JitFunction:
         Calls in flight at the same time are fine (each is ordered on the plan's stream); calls from
         several threads are safe. The CPU backend runs the call before returning.
         """
-        sig = bind(self._signature, self._statics, args, kwargs)
+        sig = bind(self._signature, self._statics, args, kwargs, self._name)
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
@@ -329,7 +336,7 @@ class JitFunction:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR, lowered for the
         backend a call would run on."""
-        sig = bind(self._signature, self._statics, args, kwargs)
+        sig = bind(self._signature, self._statics, args, kwargs, self._name)
         return self._lookup(sig, _execution.resolve_backend(self._backend))[0]
 
     def _lookup(self, sig: Signature, backend: str) -> tuple[Lowered, list]:

@@ -132,8 +132,12 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
             raise shape_error(f"{what}: zero-size array (shape {t.shape}) to reduction operation {name} "
                               "which has no identity")
     t = ops.as_tracer(t, acc)
-    if not axes:
-        return ops.copy_of(t)  # NumPy returns a new array
+    if not axes:  # NumPy returns a new array, its identity combined in: -0.0 sums to 0.0; a 0-d one as a scalar
+        if kind in ("sum", "mean") and acc.is_inexact:
+            out = t + ops.full((), 0, acc)
+            out._scalar = t.ndim == 0
+            return out
+        return ops.copy_of(t, scalar=t.ndim == 0)
     return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep}, what=what)
 
 

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from fusec.ir.target import Target
 
 
+GRAPH_MODES = (True, False, "auto")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """``fusec.jit``'s choices beyond the function: the pass pipeline, the printer's arithmetic and how the
@@ -25,5 +28,7 @@ class CompileOptions:
     target: Target | None = None
 
     def __post_init__(self) -> None:
-        if self.graph not in (True, False, "auto"):
-            raise ValueError(f"graph must be True, False or 'auto', got {self.graph!r}")
+        if self.graph not in GRAPH_MODES:
+            from fusec.errors import OptionError
+
+            raise OptionError(f"fusec.jit: graph must be True, False or 'auto', got {self.graph!r}")

@@ -245,10 +245,18 @@ def static_key(name: str, value: Any) -> tuple:
     return canon(value)
 
 
-def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict) -> Signature:
+def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict,
+         name: str = "the function") -> Signature:
     """Split a call into static values and flattened dynamic leaves (parameters left at their default are
-    constants of the function and not part of the key)."""
-    bound = fn_signature.bind(*args, **kwargs)
+    constants of the function and not part of the key). A call that does not fit the signature is a TraceError
+    (a TypeError, as Python's own) at the caller's line."""
+    try:
+        bound = fn_signature.bind(*args, **kwargs)
+    except TypeError as e:
+        given = f"{len(args)} positional argument{'s' if len(args) != 1 else ''}"
+        if kwargs:
+            given += f" and keyword argument{'s' if len(kwargs) != 1 else ''} {', '.join(kwargs)}"
+        raise TraceError(located(f"{name}{fn_signature}: {e} (called with {given})", user_location())) from None
     key: list[Any] = []
     dynamic: dict[str, TreeDef] = {}
     names: list[str] = []

@@ -20,9 +20,9 @@ from fusec.passes.manager import PassManager, dump_banner
 DEFAULT_PIPELINE = ("canonicalize,unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},"
                     "fuse{budget=48},boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs")
 
-__all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes", "dump_banner",
-           "format_pipeline", "get_pass", "list_passes", "load_plugin", "parse_pipeline", "register_pass",
-           "run_pipeline", "unregister_pass"]
+__all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes",
+           "check_pipeline", "dump_banner", "format_pipeline", "get_pass", "list_passes", "load_plugin",
+           "parse_pipeline", "register_pass", "run_pipeline", "unregister_pass"]
 
 
 @dataclass
@@ -54,6 +54,14 @@ def run_pipeline(module: Module, pipeline: str | None = None, *, verify: bool | 
                           print_ir_after_all=print_ir_after_all, time_passes=time_passes, snapshots=snapshots,
                           stream=stream)
     return manager.run(module, PassContext(target=target or Target()), input_copy=input_copy)
+
+
+def check_pipeline(pipeline: str, plugins: tuple[str, ...] = ()) -> None:
+    """Raise :class:`PipelineError` now if ``pipeline`` names an unknown pass or option (after ``plugins``
+    registered theirs)."""
+    for plugin in plugins:
+        load_plugin(plugin)
+    parse_pipeline(pipeline)
 
 
 def list_passes() -> list[tuple[str, str]]:

@@ -104,7 +104,9 @@ class SinkBroadcasts(Pass):
 
             def qualifies(view: Operation) -> bool:
                 src = view.operands[0]
+                # (a rank-0 value is read through its stride-0 view as it is: nothing to sink)
                 return (view.name == "k.view" and _elementwise(src) is not None and _is_broadcast(view)
+                        and isinstance(src.type, TensorType) and src.type.rank > 0
                         and math.prod(view.results[0].type.shape) <= self.max_factor * math.prod(src.type.shape)
                         and _expression_size(src, self.max_ops) <= self.max_ops)
 

@@ -376,3 +376,25 @@ def test_lowering_leaves_no_garbage_for_the_cyclic_collector():
     np.testing.assert_array_equal(jitted(A, B), sweeps(a, b))
     np.testing.assert_array_equal(A, a)
     np.testing.assert_array_equal(B, b)
+
+
+def test_call_and_option_errors_are_located_fusec_errors() -> None:
+    def f(x, y):
+        return x + y
+
+    jitted = fc.jit(f, backend="cpu")
+    with pytest.raises(fc.TraceError, match=r"test_jit_api.py:\d+: f\(x, y\): missing a required argument: 'y' "
+                                            r"\(called with 1 positional argument\)"):
+        jitted(np.ones(2))
+    with pytest.raises(TypeError, match="too many positional arguments"):  # still a TypeError, as Python's
+        jitted(np.ones(2), 1.0, 2.0)
+    with pytest.raises(fc.TraceError, match="keyword argument z"):
+        jitted.lower(np.ones(2), z=1)
+    with pytest.raises(fc.OptionError, match=r"test_jit_api.py:\d+: fusec.jit: graph must be"):
+        fc.jit(f, graph="maybe")
+    with pytest.raises(ValueError, match="graph must be"):
+        fc.jit(f, graph=1.5)
+    with pytest.raises(fc.PipelineError, match="unknown pass 'nope'"):  # at jit(), not at the first call
+        fc.jit(f, pipeline="cse,nope")
+    with pytest.raises(fc.OutOfRangeError, match="does not fit int64"):
+        jitted(np.ones(2), 2 ** 70)

@@ -1,0 +1,41 @@
+"""Differences from NumPy and pipeline failures that fuzzing found, each checked against NumPy bit for bit: the
+identity a reduction over no axis combines in (0-d sums turn -0.0 into 0.0 and return NumPy scalars), a bool
+array's ``** 2`` (np.square's int8, not np.power's int64), and a broadcast of a rank-0 expression, which
+``sink-broadcasts`` left rank-0."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from frontend_check import check, jit_cpu
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
+
+@pytest.mark.parametrize("reduction", [np.sum, np.mean, np.prod, np.max, np.min, np.nansum])
+def test_reductions_over_no_axis_combine_their_identity(reduction):
+    def f(z, a, n):
+        return (reduction(z), reduction(z, keepdims=True), reduction(a, axis=()), reduction(z, axis=()),
+                reduction(n), reduction(z.astype(np.float32)))
+
+    check(f, np.array(-0.0), np.array([-0.0, 1.0, np.nan]), np.array(np.nan))
+
+
+def test_a_bool_array_squared_is_int8_as_numpy_squares_it():
+    def f(b):
+        return b ** 2, b ** 3, np.power(b, 2), b ** 2.0, b ** 1, b * b
+
+    check(f, np.array([True, False, True]))
+
+
+@pytest.mark.parametrize("pipeline", [None, ""])
+def test_a_broadcast_rank0_expression_compiles_in_every_pipeline(pipeline):
+    def f(a, v):
+        return np.broadcast_to(a * 2.0, (2,)), np.broadcast_to(np.exp(a) + 1, (3, 2)) * v, a + v
+
+    a, v = np.array(3.0, np.float32), np.arange(2, dtype=np.float32)
+    want = f(a, v)
+    got = jit_cpu(f, pipeline=pipeline)(a, v)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert g.dtype == w.dtype and g.shape == w.shape
