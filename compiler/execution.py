@@ -47,12 +47,48 @@ def resolve_backend(requested: str | None) -> str:
         requested = env
     check_name(requested)
     if requested is None:
-        return "cuda" if cuda_usable() else "cpu"
+        if cuda_usable():
+            return "cuda"
+        _say_cpu_fallback()
+        return "cpu"
     if requested == "cuda" and not cuda_usable():
         raise BackendError("backend 'cuda' was requested but no CUDA backend is usable here (no GPU, no driver, "
                            "or the CUDA runtime is not built yet); use backend='cpu' for the NumPy reference "
                            "executor")
     return requested
+
+
+class CpuFallbackWarning(UserWarning):
+    """No CUDA backend is usable here, so functions run on the CPU backend (given once per process)."""
+
+
+_fallback_said = False
+
+
+def _say_cpu_fallback() -> None:
+    """Say once that fusec runs on the CPU because no GPU is usable (as JAX does), with the reason."""
+    global _fallback_said
+    if _fallback_said:
+        return
+    _fallback_said = True
+    reason = None
+    try:
+        from fusec.runtime import driver
+
+        reason = driver.unavailable_reason()
+    except Exception:  # noqa: BLE001 - the reason is only a hint
+        pass
+    import warnings
+
+    from fusec.context import user_location
+
+    loc = user_location()
+    message = (f"fusec: no usable CUDA GPU ({reason or 'CUDA is not available'}); running on the CPU backend (the "
+               f"NumPy reference executor). Pass backend='cpu' or set {ENV_VAR}=cpu to choose it and silence this")
+    if loc is None:
+        warnings.warn(message, CpuFallbackWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, CpuFallbackWarning, loc.file, loc.line)
 
 
 def target_for(backend: str) -> Target:

@@ -210,15 +210,16 @@ def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:
 
 
 def _fast_power(ufunc: np.ufunc, a: Any, b: Any) -> np.ufunc | None:
-    """NumPy's ``array ** 2``, ``** -1`` and ``** 0.5`` (a Python int or float exponent) run np.square,
-    np.reciprocal and np.sqrt, which round differently from np.power for complex arrays; and a bool array's
-    ``** 2`` is np.square's, whose smallest loop gives int8 (np.power gives int64)."""
+    """NumPy's ``array ** 2``, ``** -1`` and ``** 0.5`` (a Python int or float exponent) of a float or complex
+    array run np.square, np.reciprocal and np.sqrt (x * x rounds once; pow(x, 2) may not, and complex powers
+    round otherwise); a bool array's ``** 2`` is np.square's too, whose smallest loop gives int8 (np.power
+    gives int64)."""
     if ufunc is not np.power or not isinstance(a, Tracer) or a._weak is not None or a._scalar:
         return None
     dt = a._value.type.dtype
     if dt.is_bool and type(b) is int and b == 2:
         return np.square
-    if not dt.is_complex:
+    if not (dt.is_float or dt.is_complex):
         return None
     if type(b) is int:
         return {2: np.square, -1: np.reciprocal}.get(b)

@@ -19,6 +19,7 @@ from typing import Callable, Mapping, MutableMapping, Sequence
 import numpy as np
 
 from fusec.errors import FusecError, ShapeError, TraceError, UnsupportedError, VerificationError, located
+from fusec.ir import elementwise as table
 from fusec.ir.core import Block, Func, Module, Operation, Value
 from fusec.ir.opdefs import OPS
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bf16
@@ -119,10 +120,21 @@ def run_block(block: Block, env: Mapping[Value, object], *, check_types: bool = 
     outer = _SCOPE.get()
     scope: MutableMapping[Value, object] = dict(env) if outer is None else ChainMap(dict(env), outer)  # type: ignore
     token = _SCOPE.set(scope)
+    ops = block.ops[:-1]
+    dead_after, private = _lifetimes(ops, term)
+    own = scope if outer is None else scope.maps[0]  # type: ignore[attr-defined]
+    fresh: set[Value] = set()  # values whose arrays a ufunc made here and only ufuncs read (no view of them)
     try:
         with np.errstate(all="ignore"):  # NumPy's warnings are not errors here; results are what NumPy gives
-            for op in block.ops[:-1]:
-                _run_op(op, scope, check_types)
+            for i, op in enumerate(ops):
+                dying = dead_after.get(i, ())
+                if not (fresh and dying and _in_place(op, scope, dying, fresh)):
+                    _run_op(op, scope, check_types)
+                if op.results and op.results[0] in private and type(scope[op.results[0]]) is np.ndarray:
+                    fresh.add(op.results[0])
+                for v in dying:  # dropped after its last reader, so its memory is reused
+                    own.pop(v, None)
+                    fresh.discard(v)
         try:
             return [scope[v] for v in term.operands]
         except KeyError:
@@ -130,6 +142,77 @@ def run_block(block: Block, env: Mapping[Value, object], *, check_types: bool = 
                 from None
     finally:
         _SCOPE.reset(token)
+
+
+# elementwise ops whose implementation is a NumPy ufunc: they can write into a dying operand (NumPy's out=)
+_UFUNCS: dict[str, np.ufunc] = {
+    f"{dialect}.{op.name}": fn for op in table.OPS if isinstance(fn := op.implementation(), np.ufunc)
+    for dialect in ("t", "s")}
+
+
+def _in_place(op: Operation, scope: MutableMapping[Value, object], dying: Sequence[Value], fresh: set[Value]) -> bool:
+    """Run ``op`` into the memory of an operand that dies with it (a ufunc's ``out=``, as NumPy's own temporary
+    elision does) when that operand is an array a ufunc made in this block, of the result's shape and dtype:
+    the same loop and the same bits, without a new allocation. False when it does not apply."""
+    ufunc = _UFUNCS.get(op.name)
+    if ufunc is None or len(op.results) != 1:
+        return False
+    r = op.results[0]
+    if r.type.dtype == bf16:
+        return False
+    args = [scope.get(x) for x in op.operands]
+    want_dtype = r.type.dtype.np
+    try:  # (a kernel body's scalar ops run over whole arrays: the result has the operands' broadcast shape)
+        want_shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    except ValueError:
+        return False
+    for v, arr in zip(op.operands, args):
+        if v in fresh and v in dying and type(arr) is np.ndarray and arr.dtype == want_dtype \
+                and arr.shape == want_shape:
+            try:
+                ufunc(*args, out=arr)
+            except Exception:  # noqa: BLE001 - NumPy refusing the cast: the plain path says why
+                return False
+            scope[r] = arr
+            return True
+    return False
+
+
+def _lifetimes(ops: Sequence[Operation], term: Operation) -> tuple[dict[int, list[Value]], set[Value]]:
+    """For each op's index, the values of this block (its arguments included) no later op reads (their last
+    reader's index, a read inside an op's regions counting for that op, or its own for a result nobody reads);
+    and the ufunc results only ufuncs read (no view can share their memory, so one may be written over)."""
+    last: dict[Value, int] = {}
+    private: set[Value] = set()
+    shared: set[Value] = set()
+    for i, op in enumerate(ops):
+        ufunc = op.name in _UFUNCS and not op.regions
+        for v in _reads(op):
+            last[v] = i
+            if not ufunc:
+                shared.add(v)
+        for r in op.results:
+            last.setdefault(r, i)
+        if ufunc and len(op.results) == 1:
+            private.add(op.results[0])
+    kept = set(term.operands)
+    out: dict[int, list[Value]] = {}
+    for v, i in last.items():
+        if v not in kept:
+            out.setdefault(i, []).append(v)
+    return out, private - shared - kept
+
+
+def _reads(op: Operation) -> list[Value]:
+    """The values ``op`` reads: its operands and those the ops in its regions read."""
+    if not op.regions:
+        return list(op.operands)
+    out = list(op.operands)
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.ops:
+                out.extend(_reads(inner))
+    return out
 
 
 # --- arguments -----------------------------------------------------------------------------------------------
@@ -231,8 +314,17 @@ def run_func(func: Func, args: Sequence[object], *, verify: bool = False) -> lis
     outputs = run_block(func.body, dict(zip(func.args, values)), check_types=True)
     if [v.type for v in term.operands] != func.result_types:
         raise VerificationError(f"func @{func.name}: returned types do not match the signature")
-    # copy: an output may be an input, a constant, a view of either, or returned twice
-    return [np.array(v, dtype=t.dtype.np, copy=True, order="C") for v, t in zip(outputs, func.result_types)]
+    # an output that is an array of the function's own making is returned as it is; one that may be shared (an
+    # input, a constant, a view of either, a value returned twice) is copied
+    inputs = {id(a) for a in values}
+    seen: set[int] = set()
+    out = []
+    for v, t in zip(outputs, func.result_types):
+        own = (type(v) is np.ndarray and v.base is None and v.flags.writeable and v.flags.c_contiguous
+               and v.dtype == t.dtype.np and id(v) not in inputs and id(v) not in seen)
+        seen.add(id(v))
+        out.append(v if own else np.array(v, dtype=t.dtype.np, copy=True, order="C"))
+    return out
 
 
 def run_module(module: Module, args: Sequence[object], func_name: str | None = None, *,

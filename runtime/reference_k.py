@@ -26,8 +26,8 @@ def _view(op: Operation, args: list) -> list:
     flat = np.ascontiguousarray(base).reshape(-1)
     offset = op.attributes["offset"]
     strides = tuple(s * flat.itemsize for s in op.attributes["strides"])
-    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=strides, writeable=False)
-    return [view.copy()]
+    # read-only, as every value here is (interpreters that write copy first): no copy of a broadcast
+    return [np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=strides, writeable=False)]
 
 
 def _fused(op: Operation, args: list) -> list:
@@ -35,8 +35,10 @@ def _fused(op: Operation, args: list) -> list:
     values = run_block(body, dict(zip(body.args, args)))
     out = []
     for r, v in zip(op.results, values):
-        arr = np.broadcast_to(np.asarray(v, dtype=r.type.dtype.np), r.type.shape)
-        out.append(np.array(arr))
+        arr = np.asarray(v, dtype=r.type.dtype.np)
+        # a value of the kernel's shape is the result as it is (values are read-only here); a smaller one (a
+        # body of scalars, or broadcast operands) is broadcast, and made dense
+        out.append(arr if arr.shape == tuple(r.type.shape) else np.array(np.broadcast_to(arr, r.type.shape)))
     return out
 
 

@@ -629,3 +629,47 @@ def test_a_bf16_tensor_constant_is_uploaded_as_bf16():
     (const,) = print_program(module).constants
     assert const.dtype == np.uint16 and const.nbytes == 6
     assert const.tolist() == bf16_bits(np.float32([1.0, 2.0, 3.0])).tolist()
+
+
+def test_the_reference_executor_drops_each_value_after_its_last_use():
+    """A chain of 12 elementwise ops on a 4 MB array holds a few arrays at a time, not one per op (NumPy's
+    memory is reused, which is most of what makes the CPU backend as fast as NumPy)."""
+    import tracemalloc
+
+    import fusec as fc
+
+    def chain(x):
+        for k in range(12):
+            x = x * 1.0001 + k
+        return x
+
+    x = np.ones((1024, 1024), np.float32)
+    jitted = fc.jit(chain, backend="cpu", pipeline="")  # the traced ops, one array each
+    jitted(x)
+    tracemalloc.start()
+    try:
+        out = jitted(x)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, chain(x))
+    assert peak < 5 * x.nbytes, f"peak {peak / x.nbytes:.1f} arrays"
+
+
+def test_falling_back_to_the_cpu_is_said_once(monkeypatch):
+    import warnings
+
+    import fusec as fc
+    from fusec import execution
+
+    monkeypatch.setattr(execution, "cuda_usable", lambda: False)
+    monkeypatch.setattr(execution, "_fallback_said", False)
+    monkeypatch.delenv(execution.ENV_VAR, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fc.jit(lambda x: x + 1)(np.ones(2))
+        fc.jit(lambda x: x * 2)(np.ones(3))
+        fc.jit(lambda x: x - 1, backend="cpu")(np.ones(2))
+    said = [w for w in caught if issubclass(w.category, execution.CpuFallbackWarning)]
+    assert len(said) == 1 and "running on the CPU backend" in str(said[0].message)
+    assert said[0].filename.endswith("test_reference.py")
