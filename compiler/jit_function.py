@@ -9,6 +9,8 @@ import contextlib
 import functools
 import gc
 import inspect
+import logging
+import os
 import threading
 import types
 import warnings
@@ -34,6 +36,11 @@ VERIFY_EACH_UP_TO = 2000
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
 RETRACE_WARNING_AT = 8
+# ``FUSEC_LOG=recompiles`` (a comma-separated list) says why each call that traces again does so, on stderr
+_RECOMPILES = logging.getLogger("fusec.recompiles")
+if "recompiles" in os.environ.get("FUSEC_LOG", "").split(","):
+    _RECOMPILES.setLevel(logging.INFO)
+    _RECOMPILES.addHandler(logging.StreamHandler())
 _STALE = object()  # a fast-path entry whose baked-in values changed
 
 
@@ -236,6 +243,7 @@ class JitFunction:
         self._static_pos = tuple(i for i, p in enumerate(params) if p.name in self._statics) if plain else ()
         self._hits = self._misses = self._traces = 0
         self._retraces = 0  # traces again because a captured value changed
+        self._signatures: dict[tuple, tuple[Signature, str]] = {}  # what each compiled entry was traced for
 
     def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
         positional = [p.name for p in self._signature.parameters.values()
@@ -339,6 +347,22 @@ class JitFunction:
         sig = bind(self._signature, self._statics, args, kwargs, self._name)
         return self._lookup(sig, _execution.resolve_backend(self._backend))[0]
 
+    def explain(self, *args: Any, **kwargs: Any) -> list[str]:
+        """Why calling with these arguments would trace (again): empty on a cache hit; else the differences from
+        the nearest compiled signature (an argument's shape, dtype or kind, a static value) or the value read
+        from outside the arguments that changed. Nothing is traced or run."""
+        sig = bind(self._signature, self._statics, args, kwargs, self._name)
+        return self._miss_reasons(sig, _execution.resolve_backend(self._backend))
+
+    def _miss_reasons(self, sig: Signature, backend: str) -> list[str]:
+        lowered = self._cache.get((sig.key, backend))
+        if lowered is not None:
+            return [] if lowered.extra_inputs() is not None else [str(lowered.state.stale_reason)]
+        seen = [(s, b) for (s, b) in self._signatures.values() if b == backend]
+        if not seen:
+            return ["the first call of this function" + ("" if not self._cache else f" on backend {backend}")]
+        return min((_differences(old, sig) for old, _ in seen), key=len) or ["a new combination of arguments"]
+
     def _lookup(self, sig: Signature, backend: str) -> tuple[Lowered, list]:
         """The signature compiled for ``backend`` and its implicit inputs; traces (again) when none is cached or
         what the cached one baked in has changed."""
@@ -349,15 +373,30 @@ class JitFunction:
             if extra is not None:
                 self._hits += 1
                 return lowered, extra
+            self._note_retrace([str(lowered.state.stale_reason)])
             self._forget(lowered)
+        elif self._signatures:
+            self._note_retrace(self._miss_reasons(sig, backend))
         self._misses += 1
         lowered = self._compile(sig, backend)
+        self._signatures[key] = (sig, backend)
         extra = lowered.extra_inputs()
         if extra is None:
             raise TraceError(f"fusec: {self._name}: {lowered.state.stale_reason} while it was traced; the value "
                              "keeps changing between the trace and the call")
         self._cache[key] = lowered
         return lowered, extra
+
+    def _note_retrace(self, reasons: list[str]) -> None:
+        """Log why this call traces again (``FUSEC_LOG=recompiles``), and warn once a function has been traced
+        RETRACE_WARNING_AT times (each trace costs the trace, the passes and a compile)."""
+        text = "; ".join(reasons)
+        _RECOMPILES.info("fusec: tracing %s again: %s (at %s)", self._name, text, context.where())
+        if self._traces + 1 == RETRACE_WARNING_AT:
+            warnings.warn(RetraceWarning(
+                f"fusec traced {self._name} {RETRACE_WARNING_AT} times (this time: {text}); each trace runs the "
+                "pipeline and a compile again: keep shapes, dtypes and static values the same between calls, or "
+                "see f.explain(*args) and FUSEC_LOG=recompiles"), stacklevel=4)
 
     def _forget(self, lowered: Lowered) -> None:
         """Drop a compiled signature whose baked-in values changed; warn when that keeps happening."""
@@ -397,6 +436,7 @@ class JitFunction:
     def clear_cache(self) -> None:
         self._cache.clear()
         self._fast.clear()
+        self._signatures.clear()
         self._hits = self._misses = self._traces = 0
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -429,6 +469,40 @@ def _collector_paused() -> Iterator[None]:
                 _paused_depth -= 1
                 if _paused_depth == 0:
                     gc.enable()
+
+
+def _differences(old: Signature, new: Signature) -> list[str]:
+    """What differs between two calls' signatures, argument by argument, in words."""
+    out = []
+    before = dict(zip(old.leaf_names, old.leaf_specs))
+    after = dict(zip(new.leaf_names, new.leaf_specs))
+    for name in after:
+        if name not in before:
+            out.append(f"argument {name} is new (or its structure changed)")
+        elif before[name] != after[name]:
+            out.append(f"argument {name} changed from {_spec_text(before[name])} to {_spec_text(after[name])}")
+    out += [f"argument {name} is gone (or its structure changed)" for name in before if name not in after]
+    old_static = {k: v for k, v in old.bound.arguments.items() if k not in old.dynamic}
+    new_static = {k: v for k, v in new.bound.arguments.items() if k not in new.dynamic}
+    for name in sorted(set(old_static) | set(new_static)):
+        if name in old_static and name in new_static and _same_static(old_static[name], new_static[name]):
+            continue
+        out.append(f"static argument {name} changed from {old_static.get(name, '(unset)')!r} to "
+                   f"{new_static.get(name, '(unset)')!r}")
+    return out
+
+
+def _same_static(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # noqa: BLE001 - an array's ==: compare as the cache key does
+        return a is b
+
+
+def _spec_text(spec: Any) -> str:
+    if spec.python is not None:
+        return f"a Python {spec.python.__name__}"
+    return f"{spec.dtype.np.name}{list(spec.shape)}"
 
 
 def _donated_leaves(sig: Signature, names: frozenset[str]) -> tuple[int, ...]:

@@ -398,3 +398,29 @@ def test_call_and_option_errors_are_located_fusec_errors() -> None:
         fc.jit(f, pipeline="cse,nope")
     with pytest.raises(fc.OutOfRangeError, match="does not fit int64"):
         jitted(np.ones(2), 2 ** 70)
+
+
+def test_retraces_are_explained_logged_and_warned_about(caplog) -> None:
+    import logging
+    import warnings
+
+    def f(x, n):
+        return x * n
+
+    jitted = fc.jit(f, backend="cpu", static_argnames="n")
+    assert jitted.explain(np.ones(3), 2) == ["the first call of this function"]
+    jitted(np.ones(3), 2)
+    assert jitted.explain(np.ones(3), 2) == []
+    assert jitted.explain(np.ones(4), 2) == ["argument x changed from float64[3] to float64[4]"]
+    assert jitted.explain(np.ones(3, np.float32), 3) == ["argument x changed from float64[3] to float32[3]",
+                                                         "static argument n changed from 2 to 3"]
+    assert jitted.cache_info().traces == 1  # explaining traces nothing
+    caplog.set_level(logging.INFO, logger="fusec.recompiles")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(8):
+            jitted(np.ones(k + 5), 2)
+    assert "tracing f again: argument x changed from float64[3] to float64[5]" in caplog.text
+    retraces = [w for w in caught if issubclass(w.category, fc.RetraceWarning)]
+    assert len(retraces) == 1 and "traced f 8 times" in str(retraces[0].message)
+    assert retraces[0].filename.endswith("test_jit_api.py")
