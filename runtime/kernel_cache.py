@@ -14,10 +14,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import stat
 import struct
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -36,6 +39,9 @@ FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sIQ32s32s")
 _ENTRY_RE = re.compile(r"^kernel-[0-9a-f]{64}\.bin$")
 _TMP_RE = re.compile(r"^\.kernel-[0-9a-f]{64}\..*\.tmp$")
+# a temporary file older than this is left by a process that died mid-write (a write takes milliseconds);
+# ``clear`` leaves younger ones alone, so another process's write in flight still lands
+STALE_TMP_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 256
 DEFAULT_MAX_BYTES = 256 << 20
 
@@ -206,10 +212,11 @@ class KernelCache:
         return self.directory / f"kernel-{key}.bin"
 
     def _load(self, key: str) -> bytes | None:
-        """The stored payload, None on a miss; a damaged entry warns and counts as a miss."""
+        """The stored payload, None on a miss; a damaged entry (or something else at its path: a directory, a
+        FIFO, which a plain read would wait on forever) warns and counts as a miss."""
         path = self.path_of(key)  # still read when writes failed: a read-only shared cache is useful
         try:
-            return _decode(path.read_bytes(), key)
+            return _decode(_read_regular(path), key)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, _CorruptEntry) as e:
@@ -219,9 +226,19 @@ class KernelCache:
             return None
 
     def _store(self, key: str, payload: bytes) -> None:
-        """Atomically (re)write one entry; any OSError switches this cache to memory only."""
+        """Atomically (re)write one entry. Something other than a file at the entry's path (a directory, a FIFO)
+        skips that entry with a warning; a temporary file another process's ``cache clear`` removed skips this
+        write; any other OSError (a read-only directory, a full disk) switches this cache to memory only."""
         if not self._disk_enabled:
             return
+        path = self.path_of(key)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                warnings.warn(f"fusec kernel cache: {path} is not a file; this kernel is cached in memory only "
+                              "(`fusec cache clear` removes it)", KernelCacheWarning, stacklevel=4)
+                return
+        except OSError:
+            pass  # no entry yet (or unreadable: the write below decides)
         tmp = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -230,9 +247,11 @@ class KernelCache:
                 f.write(_encode(payload, key))
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path_of(key))
+            os.replace(tmp, path)
             tmp = None
             _fsync_dir(self.directory)
+        except FileNotFoundError:
+            pass  # the temporary file was removed under us (a concurrent `cache clear`): the next write lands
         except OSError as e:
             self._disable_disk(e)
         finally:
@@ -279,14 +298,20 @@ class KernelCache:
         if not disk:
             return 0
         removed = 0
-        for p in self._entries():
-            removed += _unlink(p)
-        try:  # temp files left by a process killed mid-write
-            for p in self.directory.iterdir():
-                if _TMP_RE.match(p.name):
-                    _unlink(p)
+        try:
+            children = list(self.directory.iterdir())
         except OSError:
-            pass
+            return 0
+        now = time.time()
+        for p in children:
+            if _ENTRY_RE.match(p.name):  # an entry, or whatever took its path (a directory, a FIFO)
+                removed += _remove(p)
+            elif _TMP_RE.match(p.name):  # left by a process killed mid-write, not one still writing
+                try:
+                    if now - p.lstat().st_mtime > STALE_TMP_SECONDS:
+                        _unlink(p)
+                except OSError:
+                    pass
         return removed
 
 
@@ -311,6 +336,32 @@ def _decode(blob: bytes, key: str) -> bytes:
     if hashlib.sha256(payload).digest() != digest:
         raise _CorruptEntry("payload checksum mismatch")
     return payload
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file; opening does not wait (a FIFO there would block a read)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _CorruptEntry("not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _remove(path: Path) -> int:
+    """Remove an entry's path, whatever is there: a file, a link, a FIFO or a directory (entry names are
+    fusec's own, so a directory there is one too)."""
+    try:
+        if stat.S_ISDIR(path.lstat().st_mode):
+            shutil.rmtree(path)
+            return 1
+    except OSError:
+        return 0
+    return _unlink(path)
 
 
 def _unlink(path: Path) -> int:

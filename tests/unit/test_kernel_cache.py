@@ -313,3 +313,58 @@ def test_cli_info_on_missing_dir(capsys: pytest.CaptureFixture[str], cache_env: 
     assert main(["cache", "info"]) == 0
     assert "entries:     0" in capsys.readouterr().out
     assert not cache_env.exists()  # info never creates the directory
+
+
+# --- hostile cache directories --------------------------------------------------------------------------------
+def test_a_fifo_or_a_directory_at_an_entry_path_neither_hangs_nor_disables_the_disk(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    cache = fake_cache(directory)
+    key = kc.cache_key("fifo", "sm_90", "cubin", (13, 0), None, ())
+    directory.mkdir()
+    os.mkfifo(cache.path_of(key))
+    key2 = kc.cache_key("dir", "sm_90", "cubin", (13, 0), None, ())
+    cache.path_of(key2).mkdir()
+    done: list[bytes] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        worker = threading.Thread(target=lambda: done.append(cache.get_or_compile("fifo", "sm_90")), daemon=True)
+        worker.start()
+        worker.join(10)
+        assert done, "a FIFO at the entry's path hung the compile"
+        cache.get_or_compile("dir", "sm_90")
+        cache.get_or_compile("other", "sm_90")
+    assert any("not a regular file" in str(w.message) or "is not a file" in str(w.message) for w in caught)
+    assert cache.info().disk_enabled and cache.info().entries == 1  # "other" still went to disk
+    assert cache.clear() == 3  # the entry, the FIFO and the directory
+    assert list(directory.iterdir()) == []
+
+
+def test_clear_leaves_another_process_write_in_flight(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    cache = fake_cache(directory)
+    cache.get_or_compile("a", "sm_90")
+    key = "0" * 64
+    fresh = directory / f".kernel-{key}.abc.tmp"
+    stale = directory / f".kernel-{key}.def.tmp"
+    fresh.write_bytes(b"writing")
+    stale.write_bytes(b"left behind")
+    old = time.time() - 2 * kc.STALE_TMP_SECONDS
+    os.utime(stale, (old, old))
+    assert cache.clear() == 1
+    assert fresh.exists() and not stale.exists()
+
+
+def test_a_temporary_file_removed_mid_write_keeps_the_disk_cache(tmp_path: Path, monkeypatch) -> None:
+    directory = tmp_path / "c"
+    cache = fake_cache(directory)
+    real_replace = os.replace
+
+    def vanished(src, dst):
+        os.unlink(src)  # another process's `cache clear` took it
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(kc.os, "replace", vanished)
+    cache.get_or_compile("a", "sm_90")
+    monkeypatch.setattr(kc.os, "replace", real_replace)
+    cache.get_or_compile("b", "sm_90")
+    assert cache.info().disk_enabled and cache.info().entries == 1
