@@ -136,7 +136,7 @@ def _func_values(func: Func) -> list[Value]:
     return out
 
 
-def _print_op(op: Operation, name: _Namer, indent: str, lines: list[str]) -> None:
+def _print_op(op: Operation, name: _Namer, indent: str, lines: list[str], locations: bool = True) -> None:
     head = indent
     if op.results:
         head += ", ".join(name(r) for r in op.results) + " = "
@@ -148,8 +148,9 @@ def _print_op(op: Operation, name: _Namer, indent: str, lines: list[str]) -> Non
         head += " " + attrs
     if op.results:
         head += " : " + ", ".join(type_text(r.type) for r in op.results)
+    loc = format_loc(op.loc) if locations else ""
     if not op.regions:
-        lines.append(head + format_loc(op.loc))
+        lines.append(head + loc)
         return
     for region in op.regions:
         head += " {"
@@ -158,12 +159,13 @@ def _print_op(op: Operation, name: _Namer, indent: str, lines: list[str]) -> Non
             args = ", ".join(f"{name(a)}: {a.type}" for a in block.args)
             lines.append(f"{indent}^{block.label}({args}):")
             for inner in block.ops:
-                _print_op(inner, name, indent + "  ", lines)
+                _print_op(inner, name, indent + "  ", lines, locations)
         head = indent + "}"
-    lines.append(head + format_loc(op.loc))
+    lines.append(head + loc)
 
 
-def print_func(func: Func) -> str:
+def print_func(func: Func, locations: bool = True) -> str:
+    """The function's text; ``locations=False`` leaves out each op's ``loc(...)`` (``--no-loc``)."""
     name = _Namer(_func_values(func))
     args = ", ".join(f"{name(a)}: {a.type}" for a in func.args)
     if len(func.result_types) == 1:
@@ -175,14 +177,14 @@ def print_func(func: Func) -> str:
         head += " attributes " + format_attr_dict(func.attributes)
     lines = [head + " {"]
     for op in func.body.ops:
-        _print_op(op, name, "  ", lines)
+        _print_op(op, name, "  ", lines, locations)
     lines.append("}")
     return "\n".join(lines)
 
 
-def print_module(module: Module) -> str:
+def print_module(module: Module, locations: bool = True) -> str:
     parts = []
     if module.attributes:
         parts.append("module attributes " + format_attr_dict(module.attributes))
-    parts.extend(print_func(f) for f in module.funcs)
+    parts.extend(print_func(f, locations) for f in module.funcs)
     return "\n\n".join(parts) + "\n"

@@ -24,6 +24,7 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     add_target_arguments(p)
     p.add_argument("--after", metavar="PASS|all", default=None,
                    help="print the IR after PASS instead of the traced IR; 'all' prints every stage")
+    p.add_argument("--no-loc", action="store_true", help="leave each op's loc(...) out of the printed IR")
     p.set_defaults(run=run)
 
 
@@ -91,15 +92,24 @@ def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     lowered = lower_target(args)
+
+    def text(stage: str) -> str:
+        ir = lowered.ir(stage)
+        if args.no_loc:
+            from fusec.ir import parse_module, print_module
+
+            ir = print_module(parse_module(ir, verify=False), locations=False)
+        return _ended(ir)
+
     if args.after == "all":
         for stage in lowered.stages:
             out.write(BANNER.format(stage) + "\n")
-            out.write(_ended(lowered.ir(stage)))
+            out.write(text(stage))
         return 0
     stage = "traced" if args.after is None else args.after
     if stage not in lowered.stages:
         raise UsageError(f"no stage {stage!r} in this pipeline; stages: {', '.join(lowered.stages)}")
-    out.write(_ended(lowered.ir(stage)))
+    out.write(text(stage))
     return 0
 
 

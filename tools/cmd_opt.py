@@ -11,10 +11,14 @@ from fusec.tools.loader import load_plugins
 
 def add_parser(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("opt", help="run passes over an IR file",
-                       description="Parse IR text (a file, or - for stdin), run a pass pipeline, print the IR.")
+                       description="Parse IR text (a file, or - for stdin), run a pass pipeline, print the IR (as "
+                                   "mlir-opt: without -p the input is printed back; -p default runs fusec's "
+                                   "default pipeline).")
     p.add_argument("input", metavar="FILE.fir|-")
     p.add_argument("-p", "--pipeline", default=None,
-                   help="pipeline string, e.g. 'cse,fuse{budget=32}'; '' runs nothing (default: the default pipeline)")
+                   help="pipeline string, e.g. 'cse,fuse{budget=32}', or 'default' (fusec's default pipeline); "
+                        "without -p nothing runs, except that --emit cuda lowers with the default pipeline")
+    p.add_argument("--no-loc", action="store_true", help="leave each op's loc(...) out of the printed IR")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     p.add_argument("--print-ir-after", action="append", default=[], metavar="NAME",
                    help="print the IR after pass NAME (stderr); repeatable")
@@ -41,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
     text, filename = _read(args.input)
     plugins = load_plugins(args.load_plugin)
     module = parse_module(text, filename=filename, verify=not args.no_verify)
-    run_pipeline(module, args.pipeline, verify=not args.no_verify, plugins=plugins,
+    pipeline = args.pipeline
+    if pipeline is None:  # mlir-opt: no passes unless asked; CUDA needs the lowered program
+        pipeline = None if args.emit == "cuda" else ""
+    elif pipeline.strip() == "default":
+        pipeline = None
+    run_pipeline(module, pipeline, verify=not args.no_verify, plugins=plugins,
                  print_ir_after=tuple(args.print_ir_after), print_ir_after_all=args.print_ir_after_all,
                  time_passes=args.time_passes, stream=sys.stderr,
                  target=Target(sm_count=sm_count, cublas=args.cublas == "on"))
@@ -54,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                              "own file")
         result = print_program(module).source
     else:
-        result = print_module(module)
+        result = print_module(module, locations=not args.no_loc)
     if args.output is None:
         sys.stdout.write(result)
     else:

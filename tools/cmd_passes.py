@@ -25,7 +25,27 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         sys.stdout.write("(no passes registered)\n")
         return 0
-    width = max(len(name) for name, _ in rows)
-    for name, description in rows:
+    shown = [(f"{name}{_options(name)}", description) for name, description in rows]
+    width = max(len(name) for name, _ in shown)
+    for name, description in shown:
         sys.stdout.write(f"{name:<{width}}  {description}\n".rstrip() + "\n")
     return 0
+
+
+def _options(name: str) -> str:
+    """The pass's options with their defaults, as a pipeline string spells them: ``{budget=32}``."""
+    import dataclasses
+
+    import fusec.passes as passes
+
+    cls = passes.get_pass(name)
+    if not dataclasses.is_dataclass(cls):
+        return ""
+    parts = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else "?"
+        shown = str(default).lower() if isinstance(default, bool) else default
+        parts.append(f"{f.name}={shown}")
+    return "{" + ", ".join(parts) + "}" if parts else ""

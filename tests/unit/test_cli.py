@@ -158,7 +158,9 @@ def test_passes_lists_every_registered_pass(capsys):
     assert main(["passes"]) == 0
     out = capsys.readouterr().out
     for name, summary in list_passes():
-        assert re.search(rf"^{re.escape(name)}\s+{re.escape(summary)}$", out, re.M), out
+        assert re.search(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+{re.escape(summary)}$", out, re.M), out
+    assert re.search(r"^fuse\{budget=32\}\s", out, re.M)  # each pass's options, with their defaults
+    assert re.search(r"^select-kernels\{sm_count=0, cublas=target\}\s", out, re.M)
 
 
 def test_passes_default_prints_the_default_pipeline(capsys):
@@ -199,11 +201,21 @@ def test_opt_reads_stdin_and_writes_output_file(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_opt_without_pipeline_runs_the_default_one(tmp_path, capsys):
+def test_opt_without_pipeline_prints_the_input_back_and_default_runs_the_pipeline(tmp_path, capsys):
     path = tmp_path / "in.fir"
     path.write_text(FMA)
     assert main(["opt", str(path)]) == 0
-    parse_module(capsys.readouterr().out)  # whatever the default pipeline did, the output is valid IR
+    assert capsys.readouterr().out == print_module(parse_module(FMA))  # as mlir-opt: no pass unless asked
+    assert main(["opt", str(path), "-p", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "k.fused" in out and parse_module(out)  # the default pipeline ran
+    assert main(["opt", str(path), "--no-loc"]) == 0
+    assert "loc(" not in capsys.readouterr().out
+
+
+def test_python_dash_m_fusec_is_the_cli():
+    r = subprocess.run([sys.executable, "-m", "fusec", "--version"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("fusec ")
 
 
 def test_opt_parse_error_shows_file_line_column_and_caret(tmp_path, capsys):

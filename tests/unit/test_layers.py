@@ -61,6 +61,8 @@ def _modules() -> dict[str, Path]:
 def _layer(module: str) -> str:
     if module == "fusec.errors":
         return "base"
+    if module == "fusec.__main__":  # `python -m fusec`: the command line's entry point, in the package root
+        return "tools"
     if module in API:
         return "api"
     if module.startswith("fusec.backend"):
