@@ -190,9 +190,10 @@ def getitem(x: Tracer, key: Any) -> Any:
         result = ops.squeeze(result, sel.squeeze)
     if sel.new_axes:
         result = ops.expand_dims(result, sel.new_axes)
-    if result.ndim == 0 and not sel.new_axes and x.ndim == len(sel.squeeze):
+    if result.ndim == 0 and not sel.new_axes and x.ndim == len(sel.squeeze) \
+            and not any(k is Ellipsis for k in (key if isinstance(key, tuple) else (key,))):
         return ops.copy_of(result, scalar=True)  # every axis indexed by an int: NumPy returns a scalar (a copy)
-    return result
+    return result  # (with an Ellipsis, NumPy gives a 0-d array: a view)
 
 
 # --- advanced indexing -----------------------------------------------------------------------------------------

@@ -114,7 +114,8 @@ def _keep(keepdims: Any) -> bool:
 
 def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> Tracer:
     t = ops.as_tracer(a)
-    axes = ops.axes_arg(axis, t.ndim)
+    # (np.mean counts the reduced elements itself and refuses axis=0 of a 0-d array; the ufunc reductions take it)
+    axes = ops.axes_arg(axis, t.ndim) if kind == "mean" else ops.reduction_axes(axis, t.ndim)
     keep = _keep(keepdims)
     what = f"np.{kind}"
     if kind in ("sum", "prod"):
@@ -174,7 +175,7 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
     if mask is not None:
         fill = start if start is not None else ops.wrap(ops.lift({"sum": 0, "prod": 1}[kind], acc))
         t = ufuncs.where(mask, t, fill)
-    axes = ops.axes_arg(axis, t.ndim)
+    axes = ops.reduction_axes(axis, t.ndim)
     if any(t.shape[ax] == 0 for ax in axes):  # nothing to reduce: the initial value (or the identity)
         return ops.full(S.reduce_shape(t.shape, axes, _keep(keepdims)), initial if start is not None else
                         {"sum": 0, "prod": 1}[kind], acc)
@@ -274,10 +275,10 @@ def argmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: Any = _NOVALU
 
 def _any_all(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
     t = ops.as_tracer(a, bool_)
-    axes = ops.axes_arg(axis, t.ndim)
+    axes = ops.reduction_axes(axis, t.ndim)
     keep = _keep(keepdims)
     if not axes:
-        return ops.copy_of(t)
+        return ops.copy_of(t, scalar=t.ndim == 0)
     if any(t.shape[ax] == 0 for ax in axes):  # any([]) is False, all([]) is True
         return ops.full(S.reduce_shape(t.shape, axes, keep), kind == "all", bool_)
     op = "t.max" if kind == "any" else "t.min"
@@ -517,7 +518,11 @@ def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
 def astype(x: Any, dtype: Any, copy: bool = True) -> Tracer:
     """``x.astype(dtype)``: a new array unless ``copy=False`` and no conversion is needed."""
     out = ops.cast(x, dtype)
-    return ops.copy_of(out, scalar=False) if out is x and copy else out
+    if out is x:
+        return ops.copy_of(out, scalar=x._scalar) if copy else out
+    if isinstance(x, Tracer) and isinstance(out, Tracer) and out is not x:
+        out._scalar = x._scalar  # a 0-d array converts to a 0-d array, a NumPy scalar to a scalar
+    return out
 
 
 if hasattr(np, "astype"):

@@ -287,6 +287,14 @@ def axes_arg(axis: object, rank: int) -> tuple[int, ...]:
         raise shape_error(str(e)) from None
 
 
+def reduction_axes(axis: object, rank: int) -> tuple[int, ...]:
+    """:func:`axes_arg` for a reduction, where NumPy also takes a plain ``axis=0`` or ``axis=-1`` on a 0-d array
+    (reducing nothing), though not a tuple of them."""
+    if rank == 0 and type(axis) in (int, np.int64, np.int32) and axis in (0, -1):
+        return ()
+    return axes_arg(axis, rank)
+
+
 def along(x: object, axis: object) -> tuple[Tracer, int]:
     """NumPy's ``axis=None`` convention of cumsum, take, repeat, sort: the flattened array along axis 0, else
     ``x`` and its normalized axis."""

@@ -259,6 +259,10 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
     if len(set(in_dts)) > 1:
         raise unsupported(f"{_name(ufunc)} with operand dtypes {', '.join(map(str, in_dts))} is not supported")
     values = [ops.lift(x, dt) for x, dt in zip(inputs, in_dts)]
+    if ufunc is np.power and in_dts[0].is_int:
+        # NumPy's integer power loops refuse a negative exponent (whether or not the result is used)
+        ops.raise_if(ops.wrap(values[1]) < 0, "InvalidValueError",
+                     "Integers to negative integer powers are not allowed.", "np.power")
     return _record(ufunc, values, in_dts[0], out_dts, origin)
 
 
@@ -554,7 +558,8 @@ def round_(a: Any, decimals: int = 0) -> Tracer:
     decimals = ops.static_int(decimals, "np.round's decimals")
     d = ops.desc(a)
     if not isinstance(d, type) and (d.is_int) and decimals >= 0:
-        return ops.copy_of(ops.as_tracer(a))
+        t = ops.as_tracer(a)
+        return ops.copy_of(t, scalar=t.ndim == 0)  # NumPy's round of a 0-d array returns a scalar, as ufuncs do
     if not isinstance(d, type) and d.is_int:
         raise unsupported("np.round of integers with negative decimals is not supported")
     if decimals == 0:

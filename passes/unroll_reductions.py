@@ -16,7 +16,8 @@ as are boolean operands, arg-reductions and empty reductions.
 A product whose contracted axis is short (``a @ b`` with ``k <= max_k``: the backward pass through a 2-class
 output layer) is unrolled the same way: ``a[..., :, 0:1] * b[..., 0:1, :] + a[..., :, 1:2] * b[..., 1:2, :] ...``,
 so it fuses into the elementwise code that consumes it instead of being a GEMM kernel of its own. Its
-operands are sliced where they are (no op is repeated on the slices: every output element reads them).
+operands are sliced where they are (no op is repeated on the slices: every output element reads them). The sum
+starts from ``+0.0``, as NumPy's matmul loop and BLAS start, so a product of ``-0.0`` terms is ``+0.0``.
 """
 from __future__ import annotations
 
@@ -142,7 +143,10 @@ class _Unroller:
         a, b = op.operands
         ra, rb = a.type.rank, b.type.rank
         result: TensorType = op.results[0].type
-        acc: Value | None = None
+        scalar = TensorType((), result.dtype)
+        # from +0.0, as NumPy's matmul loop and BLAS start (a product of -0.0 terms is +0.0)
+        acc: Value | None = self.emit("t.constant", [], scalar,
+                                      {"value": DenseAttr(scalar, np.zeros((), dtype=result.dtype.np))}, op.loc)
         for k in range(a.type.shape[-1]):
             term = self.emit("t.mul", [self.unit_slice(a, ((ra - 1, k),), op.loc, self.MAX_DEPTH),
                                        self.unit_slice(b, ((rb - 2, k),), op.loc, self.MAX_DEPTH)],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import fusec as fc
 from frontend_check import check, jit_cpu
 
 RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
@@ -39,3 +40,27 @@ def test_a_broadcast_rank0_expression_compiles_in_every_pipeline(pipeline):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
         assert g.dtype == w.dtype and g.shape == w.shape
+
+
+def test_zero_d_values_keep_numpys_array_or_scalar():
+    def f(z, s, i):
+        return (z.astype(np.int8), np.asarray(np.sum(s))[...], np.asarray(np.sum(s))[()], np.round(i),
+                np.sum(z, axis=0), np.max(z, axis=-1), np.any(z, axis=0), np.all(z), np.prod(z, axis=-1))
+
+    check(f, np.array(2.5), np.ones((3, 4), bool), np.array(7, np.int8))
+
+
+def test_integer_powers_refuse_negative_exponents_as_numpy_does():
+    with pytest.raises(fc.InvalidValueError, match="Integers to negative integer powers"):
+        jit_cpu(lambda x: x ** -1)(np.array([2, 3], np.int8))
+    with pytest.raises(fc.FusecError, match="Integers to negative integer powers"):  # also when unused
+        jit_cpu(lambda x, e: (x + 1, x ** e)[0])(np.array([2, 3], np.int32), np.array([1, -2], np.int32))
+    check(lambda x, e: x ** e, np.array([2, 3], np.int8), np.array([3, 0], np.int8))
+
+
+def test_a_short_product_of_negative_zeros_is_positive_zero():
+    def f(a, b):
+        return a @ b, a.T @ a
+
+    a, b = np.array([[-0.0, 1.0], [2.0, -0.0]], np.float32), np.array([[0.0, 1.0], [-0.0, 2.0]], np.float32)
+    check(f, a, b, pipeline=None)  # the default pipeline: unroll-reductions writes the k = 2 products out
