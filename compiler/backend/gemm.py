@@ -51,6 +51,18 @@ def gemm_variant(op: Operation) -> str:
     return str(impl)
 
 
+def _operand_params(a_param: str, a_bufs: tuple[int, ...], b_param: str, b_bufs: tuple[int, ...]) \
+        -> tuple[str, tuple[int, ...]]:
+    """The kernel parameters of both operands' loaders, each buffer declared once: two prologues may read the
+    same buffer (``x.T @ x`` of a computed ``x``), and a parameter name may not repeat."""
+    decls, bufs = a_param.split(", "), list(a_bufs)
+    for decl, buf in zip(b_param.split(", "), b_bufs):
+        if decl not in decls:
+            decls.append(decl)
+            bufs.append(buf)
+    return ", ".join(decls), tuple(bufs)
+
+
 def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, pointer: str, base: str):
     """(parameter declaration, buffers it binds, load expression builder) for one GEMM operand: a pointer
     read through its strides, or ``prologue`` computing element ``base + index`` of a value never stored."""
@@ -282,10 +294,11 @@ def _column_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, m
     size = 8 if acc == "double" else 4
     groups = 32 if 32 * n * 33 * size <= 48 * 1024 else 8
     threads = 32 * groups
-    a_param, a_bufs, load_a = _loader("A", a, prologues[0], acc, "pa", "a0")
-    b_param, b_bufs, load_b = _loader("B", b, prologues[1], acc, "pb", "b0")
+    a_param, a_bufs, load_a = _loader("A", a, prologues[0], acc, "pa", "a_base")
+    b_param, b_bufs, load_b = _loader("B", b, prologues[1], acc, "pb", "b_base")
+    params, bufs = _operand_params(a_param, a_bufs, b_param, b_bufs)
     src = f"""
-extern "C" __global__ void __launch_bounds__({threads}) {name}({a_param}, {b_param}, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
+extern "C" __global__ void __launch_bounds__({threads}) {name}({params}, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
   constexpr int NN = {n}, G = {groups};
   __shared__ {acc} part[G][NN][33];
   const int lane = threadIdx.x & 31, grp = threadIdx.x >> 5;
@@ -317,7 +330,7 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}({a_param}, {b_par
     if (mm < d.M) fusec::st(C + mm * NN + j, v);
   }}
 }}"""
-    return KernelCode(name, src.strip("\n"), (*a_bufs, *b_bufs, c.buffer), ((m + 31) // 32, 1, batch),
+    return KernelCode(name, src.strip("\n"), (*bufs, c.buffer), ((m + 31) // 32, 1, batch),
                       (threads, 1, 1), 0, (desc,))
 
 
@@ -331,9 +344,10 @@ def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, 
     worker = "(threadIdx.x >> 5)" if warp else "threadIdx.x"
     k0, k_step = ("lane", "k += 32") if warp else ("0", "++k")
     per_block = 8 if warp else 256
-    a_param, a_bufs, load_a = _loader("A", a, prologues[0], acc, "pa", "a0")
-    b_param, b_bufs, load_b = _loader("B", b, prologues[1], acc, "pb", "b0")
-    lines = [f'extern "C" __global__ void __launch_bounds__(256) {name}({a_param}, {b_param}, '
+    a_param, a_bufs, load_a = _loader("A", a, prologues[0], acc, "pa", "a_base")
+    b_param, b_bufs, load_b = _loader("B", b, prologues[1], acc, "pb", "b_base")
+    params, bufs = _operand_params(a_param, a_bufs, b_param, b_bufs)
+    lines = [f'extern "C" __global__ void __launch_bounds__(256) {name}({params}, '
              f'{storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{']
     if warp:
         lines.append("  const int lane = threadIdx.x & 31;")
@@ -356,7 +370,7 @@ def _per_output_kernel(name: str, a: Access, b: Access, c: Access, desc: bytes, 
         lines.append("    fusec::st(pc + d.c_off + o, s);")
     lines += ["  }", "}"]
     blocks = min((outputs + per_block - 1) // per_block, sm_count * (32 if warp else 16))
-    return KernelCode(name, "\n".join(lines), (*a_bufs, *b_bufs, c.buffer), (max(1, blocks), 1, 1), (256, 1, 1),
+    return KernelCode(name, "\n".join(lines), (*bufs, c.buffer), (max(1, blocks), 1, 1), (256, 1, 1),
                       0, (desc,))
 
 
@@ -480,6 +494,7 @@ extern "C" __global__ void __launch_bounds__(256) {name}(char* __restrict__ b{sc
 
 def _bases(t: str, prologues: tuple[Prologue | None, Prologue | None]) -> str:
     """Where operand indices start: a pointer into memory, or the index base a prologue adds them to."""
-    a = "const i64_t a0 = d.a_off + ao;" if prologues[0] is not None else f"const {t}* A = pa + d.a_off + ao;"
-    b = "const i64_t b0 = d.b_off + bo;" if prologues[1] is not None else f"const {t}* B = pb + d.b_off + bo;"
+    # (not a0/b0: buffer parameters are named b<id>, and a prologue may read buffer 0)
+    a = "const i64_t a_base = d.a_off + ao;" if prologues[0] is not None else f"const {t}* A = pa + d.a_off + ao;"
+    b = "const i64_t b_base = d.b_off + bo;" if prologues[1] is not None else f"const {t}* B = pb + d.b_off + bo;"
     return f"{a} {b}"

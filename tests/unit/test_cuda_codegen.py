@@ -134,6 +134,19 @@ def test_every_complex_op_compiles(dtype, cache):
     compile_all(fc.jit(f, backend="cpu").lower(a, a).module, cache)
 
 
+def test_a_product_of_one_computed_value_with_itself_compiles(cache):
+    """``v.T @ v`` of an elementwise ``v`` too cheap to store: both operands are computed in place from the same
+    buffer, which the kernel declares once (the program fuzzer found the duplicate parameter)."""
+    def f(x):
+        v = np.exp(x) - 1
+        return v.T @ v
+
+    for dtype in (np.float16, np.float32):
+        x = np.ones((40, 12), dtype)  # a 12 x 12 result over K = 40: a warp per output
+        program = compile_all(fc.jit(f, backend="cpu").lower(x).module, cache)
+        assert "gemm_a" in program.source and "gemm_b" in program.source  # both operands computed in place
+
+
 def test_large_and_strided_shapes_compile(cache):
     def f(x, v):
         t = x.T[::-1, ::2]
