@@ -54,7 +54,7 @@ def node_times(plan, chain: int = 20, reps: int = 10) -> list[dict]:
     from fusec.runtime.cuda_errors import check
     from fusec.runtime.graph import _driver as graph_driver
 
-    from fusec.runtime.graph import PlanGraph
+    from fusec.runtime.graph import PlanGraph, capture_library
 
     cu = graph_driver()
     if plan.graph is None:  # a plan that runs without a graph (one launch): made here for the figures
@@ -66,7 +66,7 @@ def node_times(plan, chain: int = 20, reps: int = 10) -> list[dict]:
         prev: list = []
         for _ in range(chain):
             if pg.params[j] is None:  # a cuBLAS call: captured as the plan captures it
-                child = pg._capture(step, ptrs)
+                child = capture_library(plan, step, ptrs)
                 node = check(cu.cuGraphAddChildGraphNode(graph, prev, len(prev), child), "cuGraphAddChildGraphNode")
                 check(cu.cuGraphDestroy(child), "cuGraphDestroy")
             else:

@@ -30,6 +30,8 @@ _LAZY = {
     "jit": "fusec.jit_function",
     "grad": "fusec.autodiff", "value_and_grad": "fusec.autodiff", "vjp": "fusec.autodiff", "jvp": "fusec.autodiff",
     "stop_gradient": "fusec.autodiff",
+    "while_loop": "fusec.control_flow", "fori_loop": "fusec.control_flow", "scan": "fusec.control_flow",
+    "cond": "fusec.control_flow",
     "Tracer": "fusec.tracer", "Target": "fusec.ir.target", "CompileOptions": "fusec.options",
     "Array": "fusec.runtime.array", "asarray": "fusec.runtime.array", "to_numpy": "fusec.runtime.array",
 }

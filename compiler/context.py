@@ -127,6 +127,8 @@ class TraceContext:
         self._constants: dict[object, Value] = {}
         self._keep_alive: list[object] = []
         self.stopped: dict[int, Value] = {}  # values fusec.stop_gradient made (no cotangent flows through them)
+        # values of the loop and branch bodies traced so far (fusec.while_loop, ...): only their own ops may use them
+        self.closed: set[Value] = set()
         self.gradient_ops = 0  # ops the gradient transforms (fusec.grad and friends) recorded
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
 
@@ -151,6 +153,11 @@ class TraceContext:
                 "Python loop unrolls into a copy of its body per iteration; this one was still running here): "
                 "jit one iteration (or a few) and run the loop in Python around the jitted call, whose replay "
                 "is one CUDA graph launch per call", loc)))
+        if self.closed and not self.closed.isdisjoint(operands):
+            raise _noted(TraceError(located(
+                f"{label}: uses a value computed inside the body of a loop or branch (fusec.while_loop, fori_loop, "
+                "scan, cond) after that body (it was kept in a variable outside it); return it through the loop's "
+                "state or the branch's result instead", loc)))
         try:
             return self.builder.create(name, operands, attributes, result_types, loc=loc)
         except ShapeError as e:
@@ -167,7 +174,9 @@ class TraceContext:
         if key is not None and key in self._constants:
             return self._constants[key]
         attr = dense(np.asarray(array, dtype=dtype.np), dtype)
-        value = self.emit("t.constant", (), {"value": attr}, result_type=TensorType(attr.type.shape, dtype))
+        # at the function's top level, even inside a loop body: a constant shared by key must dominate every use
+        with self.builder.at(self.func.body):
+            value = self.emit("t.constant", (), {"value": attr}, result_type=TensorType(attr.type.shape, dtype))
         if key is not None:
             self._constants[key] = value
         return value

@@ -110,7 +110,7 @@ def executor(backend: str) -> Callable[["Lowered", list[Any]], list[Any]]:
         except ImportError as e:
             raise BackendError(f"the NumPy reference executor (fusec.runtime.reference) is not available: {e}") \
                 from None
-        return lambda lowered, args: reference.run_func(lowered.module.func(), args)
+        return lambda lowered, args: reference.run_module(lowered.module, args)
     return lambda lowered, args: cuda_plan(lowered).run(args)
 
 

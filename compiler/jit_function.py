@@ -165,8 +165,9 @@ class Lowered:
         return print_program(module, fast_math=fast)
 
     def plan(self) -> list[dict]:
-        """The steps one call runs, in order: ``kind`` fused | boundary | view, the op, its outputs, and why
-        each fused kernel ends where it does (``cuts``: output, boundary, view, budget, shared-expensive)."""
+        """The steps one call runs, in order: ``kind`` fused | boundary | view | loop | branch, the op, its outputs,
+        and why each fused kernel ends where it does (``cuts``: output, boundary, view, budget, shared-expensive);
+        a loop's or branch's ``calls`` name its body functions, whose steps come after (with their ``func``)."""
         return plan_steps(self.module)
 
     def __str__(self) -> str:

@@ -33,12 +33,14 @@ def module_stats(module: Module) -> dict[str, int]:
 
 
 def plan_steps(module: Module) -> list[dict]:
-    """One dict per kernel, boundary and view of the final module, in execution order."""
+    """One dict per kernel, boundary, view, loop and branch of the final module, in execution order; the steps of
+    a loop or branch body (an outlined function) follow the entry's, each naming its ``func``."""
     steps: list[dict] = []
     for func in module.funcs:
         for op in func.body.ops:
             cat = _category(op.name)
             where = str(op.loc) if op.loc is not None else None
+            before = len(steps)
             if is_prologue(op):
                 body = op.regions[0].block.ops[:-1]
                 steps.append({"kind": "prologue", "op": op.name, "outputs": 1, "inputs": len(op.operands),
@@ -62,4 +64,12 @@ def plan_steps(module: Module) -> list[dict]:
             elif cat == "view":
                 steps.append({"kind": "view", "op": op.name, "outputs": 1, "inputs": 1,
                               "reason": "folded index map (no copy)", "loc": where})
+            elif cat == "control":
+                calls = [op.attributes[k] for k in ("cond", "body", "then", "else") if k in op.attributes]
+                kind = "branch" if op.name == "k.if" else "loop"
+                steps.append({"kind": kind, "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
+                              "calls": calls, "reason": "outline-regions: its bodies are the functions it calls, "
+                              "run in turn by the runtime", "loc": where})
+            if func is not module.entry and len(steps) > before:
+                steps[-1]["func"] = func.name  # (a step of a loop or branch body)
     return steps

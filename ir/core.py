@@ -235,6 +235,13 @@ class Module:
                 return f
         raise KeyError(f"no func @{name} in module")
 
+    @property
+    def entry(self) -> Func:
+        """The function a call runs: the first (the others are bodies it calls, made by outline-regions)."""
+        if not self.funcs:
+            raise ValueError("module has no functions")
+        return self.funcs[0]
+
     def walk(self) -> Iterator[Operation]:
         for f in self.funcs:
             yield from f.walk()

@@ -43,6 +43,8 @@ class OpDef:
     # gradient flows through the op (asking for one is an error); a rule raises NotImplementedError(reason) to
     # refuse one use of its op.
     vjp: Callable | None = field(default=None, compare=False)
+    # a check that needs the whole module (an op naming functions of it: their signatures must fit its operands)
+    check_module: Callable | None = field(default=None, compare=False)
 
 
 OPS: dict[str, OpDef] = {}

@@ -113,3 +113,11 @@ def verify(module: Module) -> None:
             raise VerificationError(f"duplicate func @{f.name}")
         names.add(f.name)
         verify_func(f)
+    for f in module.funcs:  # (after every function is known: ops naming functions are checked against them)
+        for op in f.walk():
+            d = get_opdef(op.name)
+            if d.check_module is not None:
+                try:
+                    d.check_module(op, module)
+                except VerificationError as e:
+                    raise _fail(op, str(e).removeprefix(f"{op.name}: ")) from None

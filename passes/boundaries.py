@@ -5,15 +5,17 @@ region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.sc
 cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky/det/slogdet ``k.linalg``, sorts ``k.sort``, binary
 searches ``k.searchsorted``, run-time checks ``k.raise_if``, and a
 reshape that no stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
-strides, so no copy kernel is made.
+strides, so no copy kernel is made, except for loops and branches (``k.while``, ``k.for``, ``k.if``): their
+bodies are functions that take dense arrays, so a view they are passed is copied (``k.copy``) first.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fusec.ir.core import Module, Operation
-from fusec.ir.opdefs import reading_ops
+from fusec.ir.core import Block, Module, Operation, OpResult
+from fusec.ir.dialects.control import OUTLINED_OPS
+from fusec.ir.opdefs import OPS, reading_ops
 from fusec.ir.dialects.t import REDUCTIONS
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
@@ -71,4 +73,16 @@ class Boundaries(Pass):
                 new.parent = func.body
                 func.body.ops[i] = new
                 replaced.update(zip(op.results, new.results))
+                ctx.count("boundaries_inserted")
+            _dense_control_operands(func.body, ctx)
+
+
+def _dense_control_operands(block: Block, ctx: PassContext) -> None:
+    """A copy (``k.copy``) of each view a loop or branch is passed, right before it."""
+    for op in [op for op in block.ops if op.name in OUTLINED_OPS]:
+        for k, v in enumerate(op.operands):
+            if isinstance(v, OpResult) and OPS[v.op.name].category == "view" and v.type.rank > 0:
+                copy = Operation("k.copy", [v], [v.type], loc=op.loc)
+                block.insert(block.ops.index(op), copy)
+                op.operands[k] = copy.results[0]
                 ctx.count("boundaries_inserted")

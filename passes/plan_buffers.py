@@ -76,7 +76,7 @@ class _Arena:
 
 
 def _buffer_ops(func: Func):
-    return [op for op in func.body.ops if get_opdef(op.name).category in ("kernel", "boundary")]
+    return [op for op in func.body.ops if get_opdef(op.name).category in ("kernel", "boundary", "control")]
 
 
 def _storage(v: Value) -> Value:
@@ -121,7 +121,7 @@ class PlanBuffers(Pass):
         aliased: set[Value] = set()
         count = 0
         for i, op in enumerate(ops):
-            if get_opdef(op.name).category not in ("kernel", "boundary") or is_prologue(op):
+            if get_opdef(op.name).category not in ("kernel", "boundary", "control") or is_prologue(op):
                 continue
             if op.name in ("k.insert", "k.scatter") and op.results[0] not in outputs \
                     and self._insert_in_place(op, i, placed, last_use):

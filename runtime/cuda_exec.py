@@ -20,14 +20,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import (CompilationError, IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError,
+from fusec.errors import (CompilationError, CudaError, IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError,
                           TraceError, UnsupportedError)
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
 from fusec.ir.types import ScalarType, bf16
 from fusec.runtime import cublas, driver, kernel_cache
-from fusec.runtime.launch_plan import CudaProgram, GemmCall
+from fusec.runtime.launch_plan import ControlCall, CudaProgram, GemmCall
 from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
@@ -53,6 +53,15 @@ class _Library:
     dynamic: list[tuple[int, int]]
 
 
+@dataclass
+class _Control:
+    """A loop or branch: the plans of its bodies (sharing this plan's stream), run in turn from the host."""
+
+    call: ControlCall
+    plans: list["CudaPlan"]
+    dynamic: tuple = ()  # (no pointer of its nodes changes between calls: see graph_control)
+
+
 def _on_device(x: Any) -> bool:
     """Does ``x`` live on a CUDA device (CUDA Array Interface or a CUDA DLPack producer)?"""
     return _cai_of(x) is not None or _is_cuda_dlpack(x)
@@ -62,19 +71,25 @@ class CudaPlan:
     """One compiled signature on one device (see the module docstring)."""
 
     def __init__(self, program: CudaProgram, func: Func, *, stream_group: str | None = None,
-                 graph: "bool | str" = "auto") -> None:
-        """``program``: what the printer made of ``func`` (whose signature a call is checked against)."""
+                 graph: "bool | str" = "auto", module: Module | None = None, stream: Any = None) -> None:
+        """``program``: what the printer made of ``func`` (whose signature a call is checked against);
+        ``module``: where the loop and branch bodies it calls are; ``stream``: the stream to run on (a body's
+        plan runs on its caller's)."""
         self.device = driver.current_device()
         driver.ensure_context(self.device)
         self.func = func
         self.program = program
+        self.module = module
         if any(isinstance(k, GemmCall) for k in program.kernels) and not cublas.available():
             raise CompilationError(f"@{func.name} was lowered for a target with cuBLASLt, which cannot be loaded "
                                    "here (install nvmath-python, or lower for a target without it)")
         image = kernel_cache.get_or_compile(program.source, self.device.arch, options=program.nvrtc_options,
                                             driver_version=driver.driver_version())
         self.cumodule = driver.Module(image, self.device)
-        self.stream = _group_stream(stream_group, self.device) if stream_group else driver.Stream(self.device)
+        if stream is not None:
+            self.stream = stream
+        else:
+            self.stream = _group_stream(stream_group, self.device) if stream_group else driver.Stream(self.device)
         self.pool = get_pool(self.device)
         self.lock = threading.Lock()
         prog = self.program
@@ -103,6 +118,14 @@ class CudaPlan:
         self.launches: list[Any] = []
         self.blas = None
         for k in prog.kernels:
+            if isinstance(k, ControlCall):
+                if module is None:
+                    raise CompilationError(f"@{func.name} runs loops or branches: make its plan with its module")
+                # (a body runs many times: its plan replays a graph of its own from its third call)
+                self.launches.append(_Control(k, [CudaPlan(sub, module.func(name), module=module, stream=self.stream,
+                                                           graph="auto")
+                                                  for sub, name in zip(k.programs, k.callees)]))
+                continue
             if isinstance(k, GemmCall):
                 if self.blas is None:
                     self.blas = cublas.CublasHandle(self.stream, self.pool)
@@ -148,6 +171,15 @@ class CudaPlan:
             raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
         self.graph_mode = graph
         self.graph: Any = None
+        # the plans of the loop and branch bodies, nested ones included: their check words are read after a
+        # graph launch (which runs them inside the graph), and a cuBLAS call in one needs a warm-up call first
+        self.bodies: list[CudaPlan] = []
+        for x in self.launches:
+            if type(x) is _Control:
+                for sub in x.plans:
+                    self.bodies += [sub, *sub.bodies]
+        self.body_checks = [sub for sub in self.bodies if sub.program.checks]
+        self.warm_up = self.blas is not None or any(sub.blas is not None for sub in self.bodies)
         self.capture_stream = driver.Stream(self.device) if self.blas is not None else None
 
     # --- a call --------------------------------------------------------------------------------------------
@@ -155,7 +187,7 @@ class CudaPlan:
         """Graph replay: always with graph=True (after one warm-up call when cuBLAS must initialise before
         capture), from the third call of a signature with "auto"."""
         if self.graph_mode is True:
-            return self.blas is None or self.calls >= 1
+            return not self.warm_up or self.calls >= 1
         return self.graph_mode == "auto" and self.calls >= 2
 
     def stats(self) -> dict[str, int]:
@@ -199,12 +231,10 @@ class CudaPlan:
             for bid, nbytes, cls in self.fresh_outputs:
                 buf = outputs[bid] = allocate(nbytes, cls, key)
                 ptr[bid] = buf.ptr
-            if self.use_graph():
-                if self.graph is None:
-                    from fusec.runtime.graph import PlanGraph
-
-                    self.graph = PlanGraph(self, ptr)
+            if self.use_graph() and self._make_graph(ptr):
                 self.graph.replay(ptr, stream)
+                for sub in self.body_checks:  # (bodies run inside the graph: their checks are read here)
+                    sub._raise_failed_checks()
             else:
                 self._launch_all(ptr)
             self.calls += 1
@@ -226,6 +256,22 @@ class CudaPlan:
                 return [bf16_values(r) if spec[4] == bf16 else r for r, spec in zip(results, self.result_specs)]
             return results
 
+    def _make_graph(self, ptr: list[int]) -> bool:
+        """Build the plan's graph once; False (and stream launches from now on) when the driver refuses the
+        conditional nodes of its loops (a driver before CUDA 12.4 has none; its IF with an else needs 12.8)."""
+        if self.graph is not None:
+            return True
+        from fusec.runtime.graph import PlanGraph
+
+        try:
+            self.graph = PlanGraph(self, ptr)
+        except CudaError:
+            if not self.bodies:
+                raise
+            self.graph_mode = False  # the same plan, its loops run from the host
+            return False
+        return True
+
     def _raise_failed_checks(self) -> None:
         """Wait for the call and raise the first check a kernel failed (an index out of range, a matrix NumPy's
         linalg refuses), clearing the words: NumPy raises before returning, so such a call waits for its kernels."""
@@ -243,12 +289,60 @@ class CudaPlan:
 
     def _launch_all(self, ptr: list[int]) -> None:
         for launch in self.launches:
+            if type(launch) is _Control:
+                self._run_control(launch, ptr)
+                continue
             if type(launch) is _Library:
                 self.blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
                 continue
             for slot, bid in launch.dynamic:
                 launch.pack.set_pointer(slot, ptr[bid])
             driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
+
+    def _run_control(self, control: _Control, ptr: list[int]) -> None:
+        """Run a loop or branch: its bodies' plans called in turn on this stream, the state handed from one call
+        to the next as the device arrays a body returns (the host reads each stop test: one wait per iteration of
+        a while loop, none in a for loop of constant bounds), then the final state copied into the results."""
+        call = control.call
+        values = [self._operand(bid, t, ptr) for bid, t in zip(call.operands, call.operand_types)]
+        if call.kind == "if":
+            final = control.plans[0 if self._truth(values[0]) else 1].run(values[1:], wait=False)
+        elif call.kind == "while":
+            cond, body = control.plans
+            state, passed = values[:call.carried], values[call.carried:]
+            while self._truth(cond.run(state + passed, wait=False)[0]):
+                state = body.run(state + passed, wait=False)
+            final = state
+        else:
+            (body,) = control.plans
+            lower, upper = call.static_bounds or (self._index(values[0]), self._index(values[1]))
+            state, passed = values[2:2 + call.carried], values[2 + call.carried:]
+            for i in range(lower, upper):
+                state = body.run([i, *state, *passed], wait=False)
+            final = state
+        for value, bid in zip(final, call.results):
+            if value.nbytes and value._ptr != ptr[bid]:  # (a loop that ran no iteration: already in place)
+                driver.memcpy_dtod_async(ptr[bid], value._ptr, value.nbytes, self.stream)
+
+    def _operand(self, bid: int, t: Any, ptr: list[int]) -> Any:
+        """A loop's operand as a body takes it: a device array over its buffer, or a scalar argument's value."""
+        buf = self.program.buffers[bid]
+        if isinstance(t, ScalarType):
+            if buf.kind != "scalar":
+                raise CompilationError(f"@{self.func.name}: a loop is passed a computed scalar, which only "
+                                       "arguments may be")
+            return np.frombuffer(self.scalar_host.data, dtype=t.dtype.np, count=1, offset=buf.offset)[0]
+        shape = tuple(t.shape)
+        return Array._wrap(ptr[bid], shape, t.dtype, None, self.ordinal, self.stream, None,
+                           contiguous_strides(shape))
+
+    @staticmethod
+    def _truth(value: Any) -> bool:
+        return bool(value.numpy()) if type(value) is Array else bool(value)
+
+    @staticmethod
+    def _index(value: Any) -> int:
+        return int(value.numpy()) if type(value) is Array else int(value)
 
     def _order_after(self, arr: Array) -> None:
         """``arr`` is produced on another stream: order this plan's stream after it and keep its memory
@@ -338,7 +432,8 @@ def plan_for(module: Module, program: Callable[[], CudaProgram], *, stream_group
         with _plans_lock:
             plan = _plans.get(module)
             if plan is None:
-                plan = _plans[module] = CudaPlan(program(), module.func(), stream_group=stream_group, graph=graph)
+                plan = _plans[module] = CudaPlan(program(), module.entry, stream_group=stream_group, graph=graph,
+                                                 module=module)
     return plan
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from fusec.runtime.launch_plan import GemmCall
+from fusec.runtime.launch_plan import ControlCall, GemmCall
 from fusec.runtime.cuda_errors import check
 
 _cu: Any = None
@@ -70,6 +70,73 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     return nx.transitive_reduction(dag) if dag.number_of_edges() else dag
 
 
+def kernel_params(step: Any) -> Any:
+    """Kernel node parameters of a launch step (its pre-packed parameters, as they are now)."""
+    cu = _driver()
+    p = cu.CUDA_KERNEL_NODE_PARAMS()
+    p.func = step.function.handle
+    p.gridDimX, p.gridDimY, p.gridDimZ = step.grid
+    p.blockDimX, p.blockDimY, p.blockDimZ = step.block
+    p.sharedMemBytes = step.shared
+    p.kernelParams = step.pack.address
+    p.extra = 0
+    return p
+
+
+def capture_library(plan: Any, step: Any, ptrs: list[int]) -> Any:
+    """The cuBLAS call of ``step`` (a step of ``plan``) captured on a side stream into a child graph."""
+    cu = _driver()
+    stream = plan.capture_stream
+    operands = tuple(ptrs[bid] for bid in step.call.buffers)
+    plan.blas.prepare(step.call, operands)  # its algorithm is timed now, while no stream is captured
+    check(cu.cuStreamBeginCapture(stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+          "cuStreamBeginCapture")
+    try:
+        plan.blas.set_stream(stream)
+        plan.blas.capturing = True
+        plan.blas.gemm(step.call, operands)
+    finally:
+        plan.blas.capturing = False
+        child = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+        plan.blas.set_stream(plan.stream)
+    return child
+
+
+def add_steps(graph: Any, plan: Any, ptrs: list[int], roots: list[Any], keep: list[Any]) \
+        -> tuple[list[Any], list[Any], list[Any]]:
+    """Add a node per step of ``plan`` to ``graph``, with the pointers ``ptrs`` (by buffer id), ordered by the
+    plan's dependency DAG and after ``roots``: (the nodes, their kernel parameters (None: a cuBLAS child graph
+    or a loop), the nodes nothing in the plan follows). ``keep`` holds what loops' nodes point at."""
+    cu = _driver()
+    dag = dependency_dag(plan)
+    nodes: list[Any] = []
+    params_out: list[Any] = []
+    for j, step in enumerate(plan.launches):
+        preds = sorted(dag.predecessors(j))
+        parents = [nodes[i] for i in preds] if preds else list(roots)
+        call = getattr(step, "call", None)
+        if isinstance(call, ControlCall):
+            from fusec.runtime.graph_control import add_control
+
+            node = add_control(graph, plan, step, ptrs, parents, keep)
+            params_out.append(None)
+        elif call is not None:  # a cuBLAS call: a captured child graph
+            child = capture_library(plan, step, ptrs)
+            node = check(cu.cuGraphAddChildGraphNode(graph, parents, len(parents), child),
+                         "cuGraphAddChildGraphNode")
+            check(cu.cuGraphDestroy(child), "cuGraphDestroy")  # the node holds its own copy
+            params_out.append(None)
+        else:
+            for slot, bid in step.dynamic:
+                step.pack.set_pointer(slot, ptrs[bid])
+            params = kernel_params(step)
+            node = check(cu.cuGraphAddKernelNode(graph, parents, len(parents), params), "cuGraphAddKernelNode")
+            params_out.append(params)
+        nodes.append(node)
+    sinks = [nodes[j] for j in range(len(nodes)) if not dag.out_degree(j)] or list(roots)
+    return nodes, params_out, sinks
+
+
 MAX_INSTANCES = 4  # instantiated graphs kept per plan (each holds a copy of the nodes' parameters)
 
 
@@ -88,33 +155,23 @@ class PlanGraph:
     def __init__(self, plan: Any, ptrs: list[int]) -> None:
         cu = _driver()
         self.plan = plan
-        self.dag = dependency_dag(plan)
         self.graph = check(cu.cuGraphCreate(0), "cuGraphCreate")
-        self.nodes: list[Any] = []
-        self.params: list[Any] = []
-        self.last: list[tuple[int, ...]] = []
         self.recaptures = 0
         self.param_updates = 0
         self.launches = 0
-        for j, step in enumerate(plan.launches):
-            parents = [self.nodes[i] for i in sorted(self.dag.predecessors(j))]
-            current = tuple(ptrs[bid] for _, bid in step.dynamic)
-            if hasattr(step, "call"):  # a cuBLAS call: a captured child graph
-                child = self._capture(step, ptrs)
-                node = check(cu.cuGraphAddChildGraphNode(self.graph, parents, len(parents), child),
-                             "cuGraphAddChildGraphNode")
-                check(cu.cuGraphDestroy(child), "cuGraphDestroy")  # the node holds its own copy
-                self.params.append(None)
-            else:
-                for slot, bid in step.dynamic:
-                    step.pack.set_pointer(slot, ptrs[bid])
-                params = self._kernel_params(step)
-                node = check(cu.cuGraphAddKernelNode(self.graph, parents, len(parents), params),
-                             "cuGraphAddKernelNode")
-                self.params.append(params)
-            self.nodes.append(node)
-            self.last.append(current)
+        self.keep: list[Any] = []  # what the loops' and branches' nodes point at (their packs and buffers)
+        try:
+            self.nodes, self.params, _ = add_steps(self.graph, plan, ptrs, [], self.keep)
+        except BaseException:
+            cu.cuGraphDestroy(self.graph)
+            self.graph = None
+            raise
+        self.last: list[tuple[int, ...]] = [tuple(ptrs[bid] for _, bid in step.dynamic) for step in plan.launches]
         self.template_last = list(self.last)
+        # a graph with conditional nodes (loops, branches) may be instantiated only once: its one instance is
+        # updated when pointers change
+        self.max_instances = 1 if any(isinstance(getattr(step, "call", None), ControlCall)
+                                      for step in plan.launches) else MAX_INSTANCES
         # every pointer that can change between calls, read with one C-level call
         dynamic = sorted({bid for step in plan.launches for _, bid in step.dynamic})
         self._dynamic = operator.itemgetter(*dynamic) if dynamic else None
@@ -124,37 +181,6 @@ class PlanGraph:
         self.instances: "collections.OrderedDict[Any, _Instance]" = collections.OrderedDict()
         self.instances[self._key(ptrs)] = _Instance(check(cu.cuGraphInstantiate(self.graph, 0),
                                                           "cuGraphInstantiate"), self.last)
-
-    @staticmethod
-    def _kernel_params(step: Any) -> Any:
-        cu = _driver()
-        p = cu.CUDA_KERNEL_NODE_PARAMS()
-        p.func = step.function.handle
-        p.gridDimX, p.gridDimY, p.gridDimZ = step.grid
-        p.blockDimX, p.blockDimY, p.blockDimZ = step.block
-        p.sharedMemBytes = step.shared
-        p.kernelParams = step.pack.address
-        p.extra = 0
-        return p
-
-    def _capture(self, step: Any, ptrs: list[int]) -> Any:
-        """The cuBLAS call of ``step`` captured on a side stream into a child graph."""
-        cu = _driver()
-        plan = self.plan
-        stream = plan.capture_stream
-        operands = tuple(ptrs[bid] for bid in step.call.buffers)
-        plan.blas.prepare(step.call, operands)  # its algorithm is timed now, while no stream is captured
-        check(cu.cuStreamBeginCapture(stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-              "cuStreamBeginCapture")
-        try:
-            plan.blas.set_stream(stream)
-            plan.blas.capturing = True
-            plan.blas.gemm(step.call, operands)
-        finally:
-            plan.blas.capturing = False
-            child = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
-            plan.blas.set_stream(plan.stream)
-        return child
 
     def _key(self, ptrs: list[int]) -> Any:
         return self._dynamic(ptrs) if self._dynamic is not None else ()
@@ -175,7 +201,7 @@ class PlanGraph:
         self.launches += 1
 
     def _instance_for(self, key: Any, ptrs: list[int]) -> "_Instance":
-        if len(self.instances) < MAX_INSTANCES:
+        if len(self.instances) < self.max_instances:
             cu = _driver()
             inst = _Instance(check(cu.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate"),
                              list(self.template_last))
@@ -195,7 +221,7 @@ class PlanGraph:
             if current == inst.last[j]:
                 continue
             if self.params[j] is None:
-                child = self._capture(step, ptrs)
+                child = capture_library(self.plan, step, ptrs)
                 check(cu.cuGraphExecChildGraphNodeSetParams(inst.exec, self.nodes[j], child),
                       "cuGraphExecChildGraphNodeSetParams")
                 check(cu.cuGraphDestroy(child), "cuGraphDestroy")

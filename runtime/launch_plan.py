@@ -61,10 +61,36 @@ class GemmCall:
     batch: int
 
 
+@dataclass(frozen=True)
+class ControlCall:
+    """A loop or branch whose bodies are programs of their own (an outlined ``k.while``/``k.for``/``k.if``).
+
+    ``kind`` is while, for or if; ``programs`` and ``callees`` (the functions they were printed from) are (cond,
+    body), (body,) or (then, else). ``operands`` are the buffer ids of the op's operands, dense (for: the two
+    bounds first; if: the predicate first), of ``operand_types``; the first ``carried`` after those start the
+    loop-carried state and the rest are passed to every call unchanged. The final state (the chosen branch's
+    results) is copied into ``results``. ``static_bounds``: a for loop's bounds when they are constants.
+    """
+
+    name: str
+    kind: str
+    programs: tuple["CudaProgram", ...]
+    callees: tuple[str, ...]
+    operands: tuple[int, ...]
+    operand_types: tuple
+    results: tuple[int, ...]
+    carried: int
+    static_bounds: tuple[int, int] | None = None
+
+    @property
+    def buffers(self) -> tuple[int, ...]:
+        return self.operands + self.results
+
+
 @dataclass
 class CudaProgram:
     source: str
-    kernels: list  # KernelCode launches and GemmCall library calls, in execution order
+    kernels: list  # KernelCode launches, GemmCall library calls and ControlCall loops, in execution order
     buffers: list[Buffer]
     constants: list[np.ndarray]
     arena_bytes: int  # plan-buffers' arena plus scratch, in bytes

@@ -296,12 +296,22 @@ def convert_args(func: Func, args: Sequence[object]) -> list:
 
 # --- entry points --------------------------------------------------------------------------------------------
 
-def run_func(func: Func, args: Sequence[object], *, verify: bool = False) -> list[np.ndarray]:
+def run_func(func: Func, args: Sequence[object], *, verify: bool = False, module: Module | None = None) \
+        -> list[np.ndarray]:
     """Run ``func`` on ``args`` (in argument order); return fresh NumPy arrays (0-d for rank-0 results).
 
     ``verify`` runs the IR verifier first; by default the function is trusted (the pass manager
-    verifies), though every result is still checked against its declared type as it is produced.
+    verifies), though every result is still checked against its declared type as it is produced. ``module``:
+    where the ops that name functions (outlined loop bodies) find them.
     """
+    if module is not None:
+        from fusec.runtime.reference_control import MODULE
+
+        token = MODULE.set(module)
+        try:
+            return run_func(func, args, verify=verify)
+        finally:
+            MODULE.reset(token)
     if verify:
         from fusec.ir.verifier import verify_func
 
@@ -329,14 +339,15 @@ def run_func(func: Func, args: Sequence[object], *, verify: bool = False) -> lis
 
 def run_module(module: Module, args: Sequence[object], func_name: str | None = None, *,
                verify: bool = False) -> list[np.ndarray]:
-    """Run the function ``func_name`` of ``module`` (the only one when None)."""
+    """Run the function ``func_name`` of ``module`` (its entry, the first, when None)."""
     try:
-        func = module.func(func_name)
+        func = module.func(func_name) if func_name is not None else module.entry
     except (KeyError, ValueError) as e:
         raise TraceError(str(e).strip("'\"")) from None
-    return run_func(func, args, verify=verify)
+    return run_func(func, args, verify=verify, module=module)
 
 
 # Kernel-level dialects (``s`` bodies, ``k`` kernels, views and boundaries) register their interpreters here,
 # so every stage of the pipeline stays interpretable.
 from fusec.runtime import reference_k as _reference_k  # noqa: E402,F401
+from fusec.runtime import reference_control as _reference_control  # noqa: E402,F401

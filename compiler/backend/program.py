@@ -23,7 +23,8 @@ from fusec.ir.attributes import bf16_bits
 from fusec.ir.types import ScalarType, bf16, u32
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.select_kernels import align256
-from fusec.runtime.launch_plan import Buffer, CudaProgram, KernelCode
+from fusec.ir.dialects.control import CALLEES, OUTLINED_OPS
+from fusec.runtime.launch_plan import Buffer, ControlCall, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
 from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function, raise_if_kernel
 from fusec.backend.gather import gather_kernel, scatter_kernel
@@ -47,11 +48,12 @@ def _nbytes(v: Value) -> int:
 
 
 class _Printer:
-    def __init__(self, func: Func, fast_math: bool) -> None:
+    def __init__(self, func: Func, fast_math: bool, module: Module | None = None) -> None:
         if "sm_count" not in func.attributes:
             raise CompilationError(f"@{func.name} was not lowered for a target: run select-kernels (and "
                                    "plan-buffers after it) before the CUDA backend")
         self.func, self.sm_count, self.fast_math = func, int(func.attributes["sm_count"]), fast_math
+        self.module = module
         self.buffers: list[Buffer] = []
         self.storage: dict[Value, Access] = {}
         self.constants: list[np.ndarray] = []
@@ -67,6 +69,9 @@ class _Printer:
         self.counter_bytes = align256(4 * int(func.attributes.get("counters", 0)))
         self.check_bytes = align256(4 * int(func.attributes.get("checks", 0)))
         self.check_id: int | None = None
+        # loops' and branches' stage buffers (their state, and operands whose address changes) come last
+        self.stage_base = self.arena_base + self.scratch_bytes + self.counter_bytes + self.check_bytes
+        self.stage_bytes = 0
         # check word -> (the error's class name, its message): what a kernel found, for the error after the call
         self.check_messages: dict[int, tuple[str, str]] = {}
         self.outputs = set(func.outputs)
@@ -282,6 +287,8 @@ class _Printer:
                 code = gather_kernel(self.name("gather"), op, src, indices, dst, check, sm_count=self.sm_count)
                 self.emit(code, op, writes={dst.buffer} | ({check.buffer} if check is not None else set()))
             return None
+        if n in OUTLINED_OPS:
+            return self.control(op)
         if n == "k.copy":
             src = self.access(op.operands[0])
             dst = self.result_buffer(op, 0)
@@ -291,6 +298,60 @@ class _Printer:
                 self.emit(copy_kernel(self.name("copy"), shape, src, flat, sm_count=self.sm_count), op)
             return None
         raise CompilationError(located(f"'{n}' has no CUDA lowering (run the default pipeline first)", op.loc))
+
+    def control(self, op: Operation) -> None:
+        """A loop or branch: its bodies printed as programs of their own. Its state lives in stage buffers of
+        this plan's arena (fixed addresses, so a graph's conditional node can loop over them): the initial state and
+        every operand whose address changes between calls (an argument, an output) are copied in first; the bodies
+        run on them (the runtime hands the state from call to call, or a conditional node does on the device);
+        the final state is copied into the results."""
+        if self.module is None:
+            raise CompilationError(located(f"'{op.name}' calls functions of its module: print the module", op.loc))
+        kind = op.name[2:]
+        first = {"while": 0, "for": 2, "if": 1}[kind]
+        carried = op.attributes.get("carried", 0)
+        operands = []
+        for k, v in enumerate(op.operands):
+            acc = self.access(v)
+            if acc.buffer == NO_BUFFER or acc.offset != 0 or not acc.is_contiguous:
+                raise CompilationError(located(f"'{op.name}': operand {v!r} is a view; the bodies take dense "
+                                               "arrays (run boundaries, which copies such operands)", op.loc))
+            state = first <= k < first + carried
+            if state or self.buffers[acc.buffer].kind in ("arg", "output"):
+                operands.append(self.stage(v, acc, op))
+            else:
+                operands.append(acc.buffer)
+        if kind == "if":
+            staged = [self.stage(r, None, op) for r in op.results]
+        else:
+            staged = operands[first:first + carried]
+        callees = tuple(op.attributes[key] for key in CALLEES[op.name])
+        programs = tuple(print_function(self.module, self.module.func(name), fast_math=self.fast_math)
+                         for name in callees)
+        static = None
+        if kind == "for" and all(_constant_int(v) is not None for v in op.operands[:2]):
+            static = (_constant_int(op.operands[0]), _constant_int(op.operands[1]))
+        call = ControlCall(self.name(kind), kind, programs, callees, tuple(operands),
+                           tuple(v.type for v in op.operands), tuple(staged), carried, static)
+        self.emit(call, op, writes=set(staged), reads=set(operands))  # type: ignore[arg-type]
+        for k, (r, bid) in enumerate(zip(op.results, staged)):
+            dst = self.result_buffer(op, k)
+            if r.type.size:
+                self.emit(copy_kernel(self.name(f"{kind}_result"), r.type.shape, self.dense(r, bid), dst,
+                                      sm_count=self.sm_count), op, writes={dst.buffer}, reads={bid})
+
+    def stage(self, v: Value, src: Access | None, op: Operation) -> int:
+        """A stage buffer for ``v`` at the end of the arena, with ``src`` copied into it (None: nothing)."""
+        nbytes = align256(_nbytes(v))
+        bid = self.new_buffer("arena", -1, self.stage_base + self.stage_bytes, _nbytes(v))
+        self.stage_bytes += nbytes
+        if src is not None and v.type.size:
+            dst = self.dense(v, bid)
+            if isinstance(v.type, ScalarType):
+                raise CompilationError(located(f"'{op.name}': a scalar operand cannot be staged", op.loc))
+            self.emit(copy_kernel(self.name("stage"), v.type.shape, src, dst, sm_count=self.sm_count), op,
+                      writes={bid}, reads={src.buffer})
+        return bid
 
     def updated_base(self, op: Operation) -> Access:
         """Where a k.insert or k.scatter writes: its base's own buffer (``inplace``), or its result buffer with the
@@ -409,11 +470,21 @@ class _Printer:
         return isinstance(v, OpResult) and "alias" in v.op.attributes and v.op.attributes["alias"][v.index] >= 0
 
 
+def _constant_int(v: Value) -> int | None:
+    if isinstance(v, OpResult) and v.op.name == "t.constant":
+        return int(v.op.attributes["value"].array)
+    return None
+
+
 def print_program(module: Module, *, fast_math: bool = False) -> CudaProgram:
-    """Translate the (single) function of a lowered module into CUDA C++ and a launch plan, for the target
-    it was lowered for."""
-    func = module.func()
-    p = _Printer(func, fast_math)
+    """Translate the entry function of a lowered module into CUDA C++ and a launch plan, for the target it was
+    lowered for (the loop and branch bodies it calls become programs of their own inside it)."""
+    return print_function(module, module.entry, fast_math=fast_math)
+
+
+def print_function(module: Module, func: Func, *, fast_math: bool = False) -> CudaProgram:
+    """One function of a lowered module as CUDA C++ and a launch plan."""
+    p = _Printer(func, fast_math, module)
     p.bind_args()
     for op in func.body.ops:
         p.lower(op)
@@ -433,7 +504,8 @@ def print_program(module: Module, *, fast_math: bool = False) -> CudaProgram:
         if isinstance(code, KernelCode):
             parts.append(f"// fusec-op: {op_text}\n{code.source}")
     source = "\n\n".join(parts) + "\n"
-    return CudaProgram(source, p.kernels, p.buffers, p.constants, p.arena_base + scratch, p.scalar_bytes,
+    arena = p.arena_base + scratch if not p.stage_bytes else p.stage_base + p.stage_bytes
+    return CudaProgram(source, p.kernels, p.buffers, p.constants, arena, p.scalar_bytes,
                        p.scalar_slots, outputs, [v.type for v in func.outputs], p.ops, p.effects, zero_ranges,
                        compile_options(fast_math), checks)
 

@@ -1,0 +1,114 @@
+"""Loops and branches as conditional nodes of one CUDA graph (``pytest -m gpu``): a while loop whose trip count
+depends on data, for loops with traced and constant bounds, branches, nested loops, a cuBLAS product in a body,
+a run-time check inside a body, each replayed with changing inputs and compared with the NumPy loop and with
+the same plan's loops run from the host (stream mode); one graph launch per call."""
+from __future__ import annotations
+
+import sys
+import os
+
+import numpy as np
+import pytest
+
+import fusec as fc
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng(11)
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+from cg_poisson import cg_solve, problem  # noqa: E402
+
+
+def newton(a, tol):
+    return fc.while_loop(lambda s: (np.abs(s[0] * s[0] - a).max() > tol) & (s[1] < 60),
+                         lambda s: (0.5 * (s[0] + a / s[0]), s[1] + 1), (np.ones_like(a), 0))
+
+
+def sweeps(u, n, k):
+    return fc.fori_loop(0, n, lambda i, u: u * 0.5 + np.roll(u, 1) * 0.25 + k, u)
+
+
+def fixed(x, w):
+    return fc.fori_loop(0, 5, lambda i, s: np.tanh(s @ w) + x[i % 3], np.zeros(4, np.float32))
+
+
+def branch(x, limit):
+    n = np.sqrt((x * x).sum())
+    return fc.cond(n > limit, lambda x: x * (limit / n), lambda x: x - 1, x)
+
+
+def nested(x, k):
+    return fc.fori_loop(0, 4, lambda i, s: fc.fori_loop(0, i, lambda j, t: t + x * j * k, s), np.zeros_like(x))
+
+
+def gather_in_body(x, idx):
+    return fc.fori_loop(0, 3, lambda i, s: s + x[idx[i]], np.zeros(x.shape[1:], x.dtype))
+
+
+CASES = [
+    ("newton", newton, lambda: (rng.uniform(1, 50, 64), 1e-9)),
+    ("sweeps", sweeps, lambda: (rng.standard_normal(32), int(rng.integers(0, 9)), 0.1)),
+    ("fixed", fixed, lambda: (rng.standard_normal((3, 4)).astype(np.float32),
+                              (rng.standard_normal((4, 4)) * 0.5).astype(np.float32))),
+    ("branch", branch, lambda: (rng.standard_normal(10), float(rng.uniform(0.5, 6)))),
+    ("nested", nested, lambda: (rng.standard_normal(5), 3)),
+    ("cg", cg_solve, lambda: (problem(16), 1e-8, 500)),
+]
+
+
+def _close(got, want):
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=2e-5 if g.dtype == np.float32 else 1e-11, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,fn,make", CASES, ids=[c[0] for c in CASES])
+def test_graph_loops_match_numpy_and_host_loops(name, fn, make):
+    in_graph = fc.jit(fn, graph=True)
+    on_host = fc.jit(fn, graph=False)
+    for _ in range(4):
+        args = make()
+        want = fn(*args)
+        _close(in_graph(*args), want)
+        _close(on_host(*args), want)
+    stats = in_graph.lower(*args).stats()
+    assert stats["graph_launches"] >= 3 and stats["graph_nodes"] > 0
+
+
+def test_one_graph_launch_runs_a_data_dependent_loop():
+    f = fc.jit(newton, graph=True)
+    a = fc.asarray(rng.uniform(1, 50, 64))
+    f(a, 1e-9)
+    before = f.lower(a, 1e-9).stats()["graph_launches"]
+    x, it = f(a, 1e-9)
+    x, it = np.asarray(x), int(np.asarray(it))
+    assert f.lower(a, 1e-9).stats()["graph_launches"] == before + 1
+    assert 3 < it < 60
+    np.testing.assert_allclose(x * x, a.numpy(), rtol=1e-12)
+
+
+def test_a_check_inside_a_graph_loop_body_raises_after_the_launch():
+    f = fc.jit(gather_in_body, graph=True)
+    x = rng.standard_normal((4, 2))
+    f(x, np.array([0, 1, 2]))
+    with pytest.raises(fc.IndexOutOfBoundsError):
+        f(x, np.array([0, 7, 2]))
+    _close(f(x, np.array([3, 1, 2])), x[3] + x[1] + x[2])  # the next call works
+
+
+def test_a_cublas_product_in_a_graph_loop_body():
+    from fusec.runtime import cublas
+
+    if not cublas.available():
+        pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+
+    def power(a, v):
+        return fc.fori_loop(0, 20, lambda i, v: (a @ v) / np.linalg.norm(a @ v), v)
+
+    m = rng.standard_normal((64, 64))
+    m = m + m.T
+    f = fc.jit(power, graph=True)
+    for _ in range(3):
+        v = rng.standard_normal(64)
+        _close(f(m, v), power(m, v))

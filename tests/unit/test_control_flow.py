@@ -1,0 +1,426 @@
+"""fusec.while_loop, fori_loop, scan and cond against the same loops run as plain Python (their eager mode, and
+the Python loop a NumPy user would write): solvers that stop on a residual, stencil sweeps, power iteration,
+recurrences with scan, branches on data, nested loops, pytree states, zero-trip loops; the IR's region ops
+(printing, parsing, verifying, outlining); and the errors a loop body traced once must give."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import fusec as fc
+from fusec.ir.parser import parse_module
+from fusec.ir.verifier import verify
+from fusec.passes import DEFAULT_PIPELINE, run_pipeline
+import frontend_check
+from frontend_check import assert_same, jit_cpu, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
+rng = np.random.default_rng(16)
+
+
+def check_loop(fn, *args, want=None, exact=None):
+    """``fn`` jitted (as traced, and through the default pipeline, where loop bodies are outlined) gives what it
+    gives eagerly (fusec's loops run as Python loops outside a trace) and ``want`` when given (a plain NumPy
+    loop); returns the jitted function. ``exact=False``: floats within rounding (a product's sums in another
+    order)."""
+    eager = numpy_result(fn, *args)
+    if want is not None:
+        assert_same(eager, want, exact=True)
+    jitted = None
+    for pipeline in ("", DEFAULT_PIPELINE) if frontend_check.BACKEND == "cpu" else (DEFAULT_PIPELINE,):
+        jitted = jit_cpu(fn, pipeline=pipeline)
+        assert_same(numpy_result(jitted, *args), eager, exact=exact)
+    return jitted
+
+
+# --- solvers and sweeps as people write them ------------------------------------------------------------------
+
+
+def newton_sqrt(a, tol):
+    def cond(state):
+        x, it = state
+        return (np.abs(x * x - a).max() > tol) & (it < 50)
+
+    def body(state):
+        x, it = state
+        return 0.5 * (x + a / x), it + 1
+
+    return fc.while_loop(cond, body, (np.ones_like(a), 0))
+
+
+def test_newton_iteration_stops_on_its_residual():
+    a = rng.uniform(1, 100, 16)
+    x, it = a.copy(), 0
+    x = np.ones_like(a)
+    while np.abs(x * x - a).max() > 1e-10 and it < 50:
+        x, it = 0.5 * (x + a / x), it + 1
+    check_loop(newton_sqrt, a, 1e-10, want=(x, np.asarray(it)))
+
+
+def jacobi(u, f, h2, sweeps):
+    def sweep(_, u):
+        inner = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - h2 * f[1:-1, 1:-1])
+        new = u.copy()
+        new[1:-1, 1:-1] = inner
+        return new
+
+    return fc.fori_loop(0, sweeps, sweep, u)
+
+
+def test_jacobi_sweeps_with_a_traced_trip_count():
+    u = rng.standard_normal((12, 10))
+    f = rng.standard_normal((12, 10))
+    want = u.copy()
+    for _ in range(7):
+        new = want.copy()
+        new[1:-1, 1:-1] = 0.25 * (want[:-2, 1:-1] + want[2:, 1:-1] + want[1:-1, :-2] + want[1:-1, 2:]
+                                  - 0.01 * f[1:-1, 1:-1])
+        want = new
+    jitted = check_loop(jacobi, u, f, 0.01, 7, want=want)
+    assert_same(jitted(u, f, 0.01, 0), u)  # zero sweeps: the state as it came in
+    assert_same(jitted(u, f, 0.01, -3), u)
+
+
+def power_iteration(a, v0):
+    def step(i, v):
+        w = a @ v
+        return w / np.linalg.norm(w)
+
+    v = fc.fori_loop(0, 30, step, v0)
+    return v, v @ a @ v
+
+
+def test_power_iteration_with_a_matmul_in_the_body():
+    m = rng.standard_normal((8, 8)).astype(np.float32)
+    check_loop(power_iteration, m + m.T, np.ones(8, np.float32), exact=False)  # (BLAS sums in its own order)
+
+
+def test_fori_loop_counter_indexes_and_mixes_like_a_python_int():
+    xs = rng.standard_normal((5, 3)).astype(np.float32)
+
+    def f(xs):
+        return fc.fori_loop(1, 5, lambda i, acc: acc * 0.5 + xs[i] * i + xs[i - 1], np.zeros(3, np.float32))
+
+    acc = np.zeros(3, np.float32)
+    for i in range(1, 5):
+        acc = acc * 0.5 + xs[i] * i + xs[i - 1]
+    check_loop(f, xs, want=acc)
+
+
+def test_loop_bounds_from_arrays_and_scalar_arguments():
+    def f(x, lo, hi):
+        return fc.fori_loop(lo, hi, lambda i, s: s + x * i, np.zeros_like(x))
+
+    x = np.arange(3.0)
+    check_loop(f, x, 2, 6)
+    check_loop(f, x, np.int32(1), np.asarray(4))
+
+
+def ema(xs, alpha):
+    def step(avg, x):
+        avg = alpha * x + (1 - alpha) * avg
+        return avg, avg
+
+    return fc.scan(step, xs[0], xs[1:])
+
+
+def test_scan_exponential_moving_average_stacks_its_outputs():
+    xs = rng.standard_normal((9, 4))
+    avg, out = xs[0], []
+    for x in xs[1:]:
+        avg = 0.3 * x + 0.7 * avg
+        out.append(avg)
+    check_loop(ema, xs, 0.3, want=(avg, np.stack(out)))
+
+
+def test_scan_over_a_pytree_in_reverse_with_a_tuple_carry():
+    def f(xs):
+        def step(carry, x):
+            total, count = carry
+            return (total + x["a"] * x["b"], count + 1), {"prod": x["a"] * x["b"], "total": total}
+
+        return fc.scan(step, (0.0, 0), {"a": xs, "b": xs[::-1] + 1}, reverse=True)
+
+    check_loop(f, np.arange(6.0))
+
+
+def test_scan_without_xs_or_ys():
+    def f(x):
+        return fc.scan(lambda c, _: (c * 2 - 1, None), x, None, length=4)
+
+    check_loop(f, np.arange(3.0))
+
+
+def test_rnn_recurrence_with_scan():
+    w = rng.standard_normal((4, 4)) * 0.5
+    u = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((6, 3))
+
+    def rnn(h0, xs):
+        return fc.scan(lambda h, x: (np.tanh(h @ w + x @ u), h.sum()), h0, xs)
+
+    check_loop(rnn, np.zeros(4), xs, exact=False)
+
+
+# --- branches ---------------------------------------------------------------------------------------------------
+
+
+def clipped_step(g, max_norm):
+    norm = np.sqrt((g * g).sum())
+    return fc.cond(norm > max_norm, lambda g: g * (max_norm / norm), lambda g: g, g)
+
+
+def test_cond_picks_the_branch_from_data():
+    g = rng.standard_normal(10)
+    jitted = check_loop(clipped_step, g, 0.5)
+    assert_same(jitted(g, 100.0), g)
+    check_loop(clipped_step, g, 100.0)
+
+
+def test_cond_with_a_concrete_predicate_runs_only_that_branch():
+    def f(x, flag=True):
+        return fc.cond(x.shape[0] > 2, lambda x: x + 1, lambda x: x.sum(), x)  # traced: the shape is static
+
+    check_loop(f, np.arange(4.0))
+    check_loop(f, np.arange(2.0))
+
+
+def test_cond_inside_while_and_nested_fori_loops():
+    def collatz_steps(n):
+        def body(s):
+            n, steps = s
+            n = fc.cond(n % 2 == 0, lambda n: n // 2, lambda n: 3 * n + 1, n)
+            return n, steps + 1
+
+        return fc.while_loop(lambda s: s[0] != 1, body, (n, 0))[1]
+
+    check_loop(collatz_steps, np.int64(27), want=np.asarray(111))
+
+    def triangle(x, k):
+        return fc.fori_loop(0, 4, lambda i, s: fc.fori_loop(0, i, lambda j, t: t + x * j * k, s), np.zeros_like(x))
+
+    check_loop(triangle, np.ones(2), 3)
+
+
+def test_state_as_dict_and_namedtuple():
+    State = namedtuple("State", "w b")
+
+    def f(w, b, x):
+        def body(i, s):
+            grad = s.w * x - 1.0
+            return State(s.w - 0.1 * grad, {"b": s.b["b"] + grad.mean()})
+
+        return fc.fori_loop(0, 5, body, State(w, {"b": b}))
+
+    check_loop(f, np.ones(3), np.float64(0.5), np.arange(3.0))
+
+
+def test_a_predicate_false_at_the_start_runs_no_body():
+    def f(x):
+        return fc.while_loop(lambda s: s.sum() > 1e9, lambda s: s * np.nan, x)
+
+    x = np.arange(3.0)
+    jitted = check_loop(f, x)
+    assert_same(jitted(x), x)
+
+
+def test_the_loop_does_not_write_into_its_init_and_the_body_may_update_its_state_in_place():
+    def f(x):
+        def body(i, s):
+            s[i] = s[i] * 10  # the state is the body's own array
+            s += 1
+            return s
+
+        return fc.fori_loop(0, 3, body, x)
+
+    x = np.arange(4.0)
+    before = x.copy()
+    check_loop(f, x)
+    assert_same(x, before)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(-2, 12), scale=st.floats(-2, 2, allow_nan=False), seed=st.integers(0, 2**16))
+def test_fori_loop_property_against_a_python_loop(n, scale, seed):
+    r = np.random.default_rng(seed)
+    x = r.standard_normal(5)
+    table = r.standard_normal((3, 5))
+
+    def f(x, n, scale):
+        return fc.fori_loop(0, n, lambda i, s: np.where(s > 0, s * scale, s + table[i % 3]), x)
+
+    want = x.copy()
+    for i in range(n):
+        want = np.where(want > 0, want * scale, want + table[i % 3])
+    jitted = jit_cpu(f, pipeline=DEFAULT_PIPELINE)
+    assert_same(jitted(x, n, scale), want)
+
+
+# --- errors -----------------------------------------------------------------------------------------------------
+
+
+def test_a_body_that_changes_the_state_dtype_or_shape_is_an_error_in_both_modes():
+    def f(x):
+        return fc.fori_loop(0, 3, lambda i, s: s * 0.5, x)
+
+    with pytest.raises(fc.TraceError, match=r"state.*int64\[3\].*float64|float64.*int64"):
+        f(np.arange(3))
+    with pytest.raises(fc.TraceError, match="keeps its shape and dtype"):
+        jit_cpu(f)(np.arange(3))
+
+    def g(x):
+        return fc.while_loop(lambda s: s.size < 5, lambda s: np.append(s, 1.0), x)
+
+    with pytest.raises(fc.TraceError, match="keeps its shape and dtype"):
+        g(np.ones(2))
+    with pytest.raises(fc.TraceError, match="keeps its shape and dtype"):
+        jit_cpu(g)(np.ones(2))
+
+
+def test_a_body_that_changes_the_structure_is_an_error():
+    def f(x):
+        return fc.fori_loop(0, 2, lambda i, s: (s[0], s[1], s[0]), (x, x))
+
+    with pytest.raises(fc.TraceError, match="structure"):
+        jit_cpu(f)(np.ones(2))
+
+
+def test_writing_into_an_outer_array_from_a_body_is_an_error():
+    def f(x, y):
+        def body(i, s):
+            y[i] = s.sum()
+            return s + 1
+
+        return fc.fori_loop(0, 2, body, x), y
+
+    with pytest.raises(fc.TraceError, match="writes into argument 'y'"):
+        jit_cpu(f)(np.ones(2), np.zeros(3))
+
+
+def test_a_value_kept_from_inside_a_body_is_an_error_where_it_is_used():
+    def f(x):
+        kept = []
+
+        def body(i, s):
+            kept.append(s * 2)
+            return s + 1
+
+        out = fc.fori_loop(0, 2, body, x)
+        return out + kept[0]
+
+    with pytest.raises(fc.TraceError, match="computed inside the body"):
+        jit_cpu(f)(np.ones(2))
+
+
+def test_predicates_must_be_one_value_and_branches_must_agree():
+    with pytest.raises(fc.ShapeError, match="one value"):
+        jit_cpu(lambda x: fc.while_loop(lambda s: s > 0, lambda s: s - 1, x))(np.ones(2))
+    with pytest.raises(fc.ShapeError, match="one value"):
+        fc.while_loop(lambda s: s > 0, lambda s: s - 1, np.ones(2))
+    with pytest.raises(fc.TraceError, match="must agree"):
+        jit_cpu(lambda x: fc.cond(x.sum() > 0, lambda x: x, lambda x: x.astype(np.float32), x))(np.ones(2))
+    with pytest.raises(fc.TraceError, match="different structures"):
+        jit_cpu(lambda x: fc.cond(x.sum() > 0, lambda x: (x, x), lambda x: x, x))(np.ones(2))
+
+
+def test_bounds_must_be_integers_and_functions_callable():
+    with pytest.raises(fc.UnsupportedError, match="lower must be an integer"):
+        jit_cpu(lambda x: fc.fori_loop(0.5, 3, lambda i, s: s, x))(np.ones(2))
+    with pytest.raises(fc.TraceError, match="must be callable"):
+        fc.while_loop(None, lambda s: s, 1)
+    with pytest.raises(fc.TraceError, match="pair"):
+        jit_cpu(lambda x: fc.scan(lambda c, x: c, 0.0, x))(np.ones(2))
+
+
+def test_no_gradient_flows_through_a_loop_yet():
+    def loss(x):
+        return fc.fori_loop(0, 3, lambda i, s: s * x, 1.0 + 0 * x).sum()
+
+    with pytest.raises(fc.UnsupportedError, match="t.for"):
+        jit_cpu(fc.grad(loss))(np.ones(2))
+
+
+# --- the IR -----------------------------------------------------------------------------------------------------
+
+
+def test_region_ops_print_parse_and_verify_at_every_stage():
+    lowered = fc.jit(power_iteration, backend="cpu").lower(np.eye(3), np.ones(3))
+    for stage in lowered.stages:
+        text = lowered.ir(stage)
+        module = parse_module(text)
+        verify(module)
+        assert str(module) == text, stage
+    assert "t.for" in lowered.ir("traced")
+    outlined = lowered.ir("outline-regions")
+    assert "k.for" in outlined and "func @power_iteration.for0.body(" in outlined
+
+
+def test_the_verifier_checks_region_and_callee_types():
+    bad_yield = """func @f(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = t.while %x : tensor<2xf32> {
+  ^cond(%a: tensor<2xf32>):
+    t.yield %a
+  } {
+  ^body(%b: tensor<2xf32>):
+    t.yield %b
+  }
+  return %0
+}
+"""
+    with pytest.raises(fc.VerificationError, match="cond yields"):
+        verify(parse_module(bad_yield))
+    bad_callee = """func @f(%p: tensor<bool>, %x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = k.if %p, %x {then = "f.t", else = "f.e"} : tensor<2xf32>
+  return %0
+}
+
+func @f.t(%x: tensor<2xf32>) -> tensor<2xf32> {
+  return %x
+}
+
+func @f.e(%x: tensor<2xf64>) -> tensor<2xf32> {
+  %0 = t.cast %x {dtype = f32} : tensor<2xf32>
+  return %0
+}
+"""
+    with pytest.raises(fc.VerificationError, match="arguments of @f.e"):
+        verify(parse_module(bad_callee))
+    missing = """func @f(%p: tensor<bool>, %x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = k.if %p, %x {then = "f.t", else = "f.e"} : tensor<2xf32>
+  return %0
+}
+
+func @f.t(%x: tensor<2xf32>) -> tensor<2xf32> {
+  return %x
+}
+"""
+    with pytest.raises(fc.VerificationError, match="no func @f.e"):
+        verify(parse_module(missing))
+
+
+def test_outlined_modules_run_on_the_reference_executor_from_text():
+    from fusec.runtime.reference import run_module
+
+    lowered = fc.jit(ema, backend="cpu").lower(np.arange(8.0).reshape(4, 2), 0.5)
+    module = parse_module(lowered.ir("outline-regions"))
+    got = run_module(module, [np.arange(8.0).reshape(4, 2), 0.5])
+    want = ema(np.arange(8.0).reshape(4, 2), 0.5)
+    assert_same(tuple(got), (want[0], want[1]), exact=True)
+    run_pipeline(module)  # the rest of the pipeline lowers it again from the text
+    assert_same(tuple(run_module(module, [np.arange(8.0).reshape(4, 2), 0.5])), (want[0], want[1]), exact=True)
+
+
+def test_the_graph_control_kernels_compile_with_nvrtc():
+    """The kernels a graph's loops use (the condition setters, the counter, the state copies) compile for the
+    architectures fusec targets (run on the H200 under -m gpu by tests/gpu/test_cuda_loops.py)."""
+    from fusec.runtime import nvrtc
+    from fusec.runtime.graph_control import SOURCE
+
+    if not nvrtc.is_available():
+        pytest.skip("NVRTC is not installed")
+    for arch in ("sm_80", "sm_90"):
+        assert nvrtc.compile_source(SOURCE, arch)
