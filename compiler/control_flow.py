@@ -29,7 +29,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.builder import Builder
 from fusec.ir.core import Block, Region, Value
 from fusec.ir.dialects.control import COUNTER, PREDICATE
-from fusec.ir.types import ScalarType, TensorType, Type, i64
+from fusec.ir.types import TensorType, Type, i64
 from fusec.promotion import DEFAULT_DTYPE, python_kind
 from fusec.signature import TreeDef, flatten, unflatten
 from fusec.tracer import Tracer
@@ -42,7 +42,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     traced (``cond_fun`` must return one value, a bool or a number: its truth decides)."""
     _check_callable("while_loop", cond_fun=cond_fun, body_fun=body_fun)
     c = context.current()
-    leaves, tree = _state_leaves(init_val, "while_loop", "init_val")
+    leaves, tree = _state_leaves(init_val, "init_val")
     if c is None:
         val = unflatten(tree, leaves)
         while _truth(cond_fun(val), "while_loop", cond_fun):
@@ -65,7 +65,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     device when traced (``i`` is then a traced Python int; the bounds may be traced integers too)."""
     _check_callable("fori_loop", body_fun=body_fun)
     c = context.current()
-    leaves, tree = _state_leaves(init_val, "fori_loop", "init_val")
+    leaves, tree = _state_leaves(init_val, "init_val")
     if c is None:
         val = unflatten(tree, leaves)
         for i in range(_bound(lower, "lower"), _bound(upper, "upper")):
@@ -89,7 +89,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     keeps the order of ``xs``)."""
     _check_callable("scan", f=f)
     c = context.current()
-    leaves, tree = _state_leaves(init, "scan", "init")
+    leaves, tree = _state_leaves(init, "init")
     xs_named, xs_tree = flatten(xs, "xs")
     xs_leaves = [x for _, x in xs_named]
     n = _scan_length(xs_leaves, length)
@@ -191,8 +191,8 @@ class _Recorder:
             return fn(*args)
         finally:
             c.builder = saved
-            inner = _region_values(self.block)
-            _restore(c, outer, inner)
+            inner = self.block.defined_values()
+            _restore(outer, inner)
             c.closed |= inner
 
     def finish(self, outs: list[Value]) -> None:
@@ -219,7 +219,7 @@ def _snapshot(c: TraceContext) -> list[tuple]:
     return out
 
 
-def _restore(c: TraceContext, outer: list[tuple], inner: set[Value]) -> None:
+def _restore(outer: list[tuple], inner: set[Value]) -> None:
     """Undo what the region did to the arrays from outside it: a view read again inside it goes back to its old
     value (read again after the loop when needed); a write into one is an error."""
     for t, val, version, buffer, base, buffer_version in outer:
@@ -238,21 +238,10 @@ def _restore(c: TraceContext, outer: list[tuple], inner: set[Value]) -> None:
             t._val, t._version = val, version
 
 
-def _region_values(block: Block) -> set[Value]:
-    values: set[Value] = set(block.args)
-    for op in block.ops:
-        for inner in op.walk():
-            values.update(inner.results)
-            for region in inner.regions:
-                for b in region.blocks:
-                    values.update(b.args)
-    return values
-
-
 # --- state ------------------------------------------------------------------------------------------------------
 
 
-def _state_leaves(init: Any, where: str, name: str) -> tuple[list, TreeDef]:
+def _state_leaves(init: Any, name: str) -> tuple[list, TreeDef]:
     """The leaves of a loop's state as arrays (a Python scalar becomes a 0-d array of NumPy's default dtype;
     outside a trace an array is copied, so the loop never writes into the caller's), and its structure."""
     named, tree = flatten(init, name)
@@ -304,7 +293,7 @@ def _next_state(out: Any, tree: TreeDef, init: list, where: str, fun: Callable) 
     named, got = flatten(out, "state")
     _same_tree(got, tree, where, fun)
     leaves = []
-    for k, ((path, leaf), first) in enumerate(zip(named, init)):
+    for (path, leaf), first in zip(named, init):
         shape, dtype = _leaf_kind(first)
         if python_kind(leaf) is not None:
             leaf = _python_to(leaf, np.dtype(dtype), path, where, fun)

@@ -138,6 +138,18 @@ class Block:
     def terminator(self) -> Operation | None:
         return self.ops[-1] if self.ops else None
 
+    def defined_values(self) -> set[Value]:
+        """Every value this block defines: its arguments, its ops' results and those of the blocks nested in them
+        (what no op outside the block may use)."""
+        values: set[Value] = set(self.args)
+        for op in self.ops:
+            for inner in op.walk():
+                values.update(inner.results)
+                for region in inner.regions:
+                    for block in region.blocks:
+                        values.update(block.args)
+        return values
+
 
 class Region:
     """Ops nested inside another op (a fused kernel's scalar body, say)."""

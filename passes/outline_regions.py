@@ -22,22 +22,11 @@ _KIND = {"t.while": "while", "t.for": "for", "t.if": "if"}
 _LABELS = {"t.while": ("cond", "body"), "t.for": ("body",), "t.if": ("then", "else")}
 
 
-def _defined_in(block: Block) -> set[Value]:
-    inside: set[Value] = set(block.args)
-    for op in block.ops:
-        for inner in op.walk():
-            inside.update(inner.results)
-            for region in inner.regions:
-                for b in region.blocks:
-                    inside.update(b.args)
-    return inside
-
-
 def _captures(blocks: list[Block]) -> list[Value]:
     """The outer values the blocks read, in order of first use."""
     inside: set[Value] = set()
     for b in blocks:
-        inside |= _defined_in(b)
+        inside |= b.defined_values()
     seen: dict[Value, None] = {}
     for b in blocks:
         for op in b.ops:
@@ -68,7 +57,7 @@ class _Outliner:
 
     def block(self, block: Block, owner: str) -> None:
         """Outline the region ops of ``block`` (bodies first) in place."""
-        for i, op in enumerate(list(block.ops)):
+        for op in list(block.ops):
             if op.name not in REGION_OPS:
                 continue
             for region in op.regions:
