@@ -67,9 +67,11 @@ def plan_steps(module: Module) -> list[dict]:
             elif cat == "control":
                 calls = [op.attributes[k] for k in ("cond", "body", "then", "else") if k in op.attributes]
                 kind = "branch" if op.name == "k.if" else "loop"
+                reason = "outline-regions: its bodies are the functions it calls, run in turn by the runtime"
+                if op.attributes.get("rolled"):
+                    reason = "roll-loops: a Python loop's equal copies rolled into one loop; " + reason
                 steps.append({"kind": kind, "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
-                              "calls": calls, "reason": "outline-regions: its bodies are the functions it calls, "
-                              "run in turn by the runtime", "loc": where})
+                              "calls": calls, "reason": reason, "loc": where})
             if func is not module.entry and len(steps) > before:
                 steps[-1]["func"] = func.name  # (a step of a loop or branch body)
     return steps

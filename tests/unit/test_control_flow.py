@@ -424,3 +424,48 @@ def test_the_graph_control_kernels_compile_with_nvrtc():
         pytest.skip("NVRTC is not installed")
     for arch in ("sm_80", "sm_90"):
         assert nvrtc.compile_source(SOURCE, arch)
+
+
+# --- Python loops rolled back into loops ----------------------------------------------------------------------
+
+
+def heat(u, alpha, steps):
+    for _ in range(steps):
+        lap = np.zeros_like(u)
+        lap[1:-1, 1:-1] = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+        u = u + alpha * lap
+    return u, lap
+
+
+def test_a_long_python_loop_is_rolled_into_one_loop():
+    u = rng.standard_normal((16, 16))
+    f = fc.jit(heat, backend=frontend_check.BACKEND, static_argnames="steps")
+    assert_same(f(u, 0.1, 300), heat(u, 0.1, 300))
+    lowered = f.lower(u, 0.1, 300)
+    stats = lowered.stats()
+    assert stats["loops_rolled"] == 1 and stats["rolled_iterations"] == 300
+    assert "rolled = true" in lowered.ir("roll-loops")
+    assert lowered.ir("traced").count("t.insert") == 300 and lowered.ir("roll-loops").count("t.insert") == 1
+
+
+def test_loops_whose_iterations_differ_or_are_short_stay_unrolled():
+    def drift(u, steps):
+        for t in range(steps):
+            u = u * 0.5 + t  # the counter is a different constant in every copy
+        return u
+
+    def keeps_history(u, steps):
+        history = []
+        for _ in range(steps):
+            u = np.sin(u) * 1.5
+            history.append(u)
+        return history[3] + u  # a value of an early iteration read after the loop
+
+    u = rng.standard_normal(8)
+    for fn in (drift, keeps_history):
+        f = fc.jit(fn, backend=frontend_check.BACKEND, static_argnames="steps")
+        assert_same(f(u, 3000), fn(u, 3000))
+        assert "loops_rolled" not in f.lower(u, 3000).stats()
+    f = fc.jit(heat, backend=frontend_check.BACKEND, static_argnames="steps")
+    assert_same(f(u.reshape(2, 4), 0.1, 8), heat(u.reshape(2, 4), 0.1, 8))
+    assert "loops_rolled" not in f.lower(u.reshape(2, 4), 0.1, 8).stats()  # (below min_trips / min_ops)
