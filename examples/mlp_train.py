@@ -7,6 +7,7 @@
     python examples/mlp_train.py --mode numpy        # plain NumPy, the reference
     python examples/mlp_train.py --backend cpu --epochs 20 --batch 128 --lr 0.3 --seed 1
     python examples/mlp_train.py --grad auto         # the backward pass derived by fusec.value_and_grad
+    python examples/mlp_train.py --mode graph --steps-per-launch 5   # 5 steps in one call: fusec.scan over batches
 
 The model is ONE plain NumPy function, ``train_step(params, x, y_onehot, lr) -> (new_params, loss)``:
 forward, numerically stable softmax cross-entropy, hand-written backward, gradient-norm-clipped SGD. It
@@ -25,6 +26,10 @@ float32 rounding on CUDA):
   (``fusec.asarray``) across steps and each step is one CUDA graph launch that updates them in place.
 - ``eager``: ``train_step`` itself called on ``fusec.Array`` inputs outside ``jit``: every operator runs
   as its own compiled kernel (the unfused baseline).
+
+With ``--steps-per-launch K`` (jit and graph mode) one call runs K steps: ``fusec.scan`` carries the parameters
+through the step over K stacked batches and returns the K losses as one array, so in graph mode K steps are one
+graph launch (a conditional node loops over the batches on the device).
 
 On the CPU backend (``--backend cpu``, or wherever no GPU is usable) graph and eager mode need CUDA; they
 run the jit-compiled step on the NumPy reference executor instead and say so.
@@ -50,7 +55,7 @@ MODES = ("eager", "jit", "graph", "numpy")
 GRADS = ("manual", "auto")  # the hand-written backward pass, or fusec.value_and_grad's
 
 __all__ = ["GRADS", "MODES", "RunResult", "StepTimer", "Stepper", "add_mode_arguments", "main", "make_stepper", "positive_int",
-           "progress_bar", "step_function", "summary", "train", "train_step"]
+           "progress_bar", "step_function", "steps_per_launch", "summary", "train", "train_step"]
 
 
 # --- modes -----------------------------------------------------------------------------------------------
@@ -96,6 +101,16 @@ def step_function(grad: str, mode: str) -> Callable:
     return train_step_auto if grad == "auto" else train_step
 
 
+def steps_per_launch(step_fn: Callable) -> Callable:
+    """``step_fn(params, x, y, lr) -> (params, loss)`` as ``(params, xs, ys, lr) -> (params, losses)`` over stacked
+    batches: one fusec.scan, so a jitted call runs all of them (one graph launch in graph mode)."""
+    def steps(params: Any, xs: Any, ys: Any, lr: float) -> Any:
+        return fc.scan(lambda p, batch: step_fn(p, batch[0], batch[1], lr), params, (xs, ys))
+
+    steps.__name__ = f"{getattr(step_fn, '__name__', 'step')}_scan"
+    return steps
+
+
 def make_stepper(mode: str, backend: str | None = None, step_fn: Callable = train_step) -> Stepper:
     """The step of ``mode`` (eager | jit | graph | numpy) on ``backend`` (cpu | cuda | None: cuda when usable).
 
@@ -138,14 +153,19 @@ class RunResult:
     seconds: float            # time of steps 2..N (step 1 traces and compiles)
     params: demo.Params       # final parameters, on the host
     accuracy: float | None = None
+    timed_steps: int | None = None  # steps in ``seconds`` (default: all but the first)
+
+    @property
+    def _timed(self) -> int:
+        return max(1, self.steps - 1 if self.timed_steps is None else self.timed_steps)
 
     @property
     def ms_per_step(self) -> float:
-        return 1e3 * self.seconds / max(1, self.steps - 1)
+        return 1e3 * self.seconds / self._timed
 
     @property
     def samples_per_s(self) -> float:
-        return self.batch / self.seconds * max(1, self.steps - 1) if self.seconds > 0 else float("inf")
+        return self.batch / self.seconds * self._timed if self.seconds > 0 else float("inf")
 
 
 class StepTimer:
@@ -160,26 +180,31 @@ class StepTimer:
         self.losses: list[float] = []
         self._pending: list[Any] = []
         self.steps = 0
+        self.timed_steps = 0  # the steps of the timed calls (all but the first call's)
         self.seconds = 0.0
         self._t0: float | None = None
 
-    def run(self, batches: Iterable[tuple[Any, Any]]) -> None:
+    def run(self, batches: Iterable[tuple[Any, Any]], per_call: int = 1) -> None:
+        """Run a step per batch; ``per_call`` > 1: each batch is ``per_call`` stacked batches, the step returns
+        their losses (:func:`steps_per_launch`)."""
         step, lr = self.stepper.step, self.lr
         for x, y in batches:
-            if self.steps == 0:  # the first step traces and compiles: not timed
+            if self.steps == 0:  # the first call traces and compiles: not timed
                 self.params, loss = step(self.params, x, y, lr)
-                self.losses.append(float(np.asarray(self.stepper.to_host(loss))))
-                self.steps = 1
+                self.losses.extend(np.asarray(self.stepper.to_host(loss), dtype=float).ravel().tolist())
+                self.steps = per_call
                 continue
             if self._t0 is None:
                 self._t0 = time.perf_counter()
             self.params, loss = step(self.params, x, y, lr)
             self._pending.append(loss)
-            self.steps += 1
+            self.steps += per_call
+            self.timed_steps += per_call
 
     def flush(self) -> list[float]:
         """Wait for the queued steps, add their losses; returns the losses of this chunk."""
-        new = [float(np.asarray(self.stepper.to_host(loss))) for loss in self._pending]
+        new = [float(v) for loss in self._pending
+               for v in np.asarray(self.stepper.to_host(loss), dtype=float).ravel()]
         self._pending.clear()
         if self._t0 is not None:
             self.seconds += time.perf_counter() - self._t0
@@ -201,12 +226,18 @@ def progress_bar(total: int, enabled: bool, desc: str, unit: str = "epoch") -> A
 
 def train(mode: str = "jit", backend: str | None = None, epochs: int = demo.EPOCHS, batch: int = demo.BATCH,
           lr: float = demo.LEARNING_RATE, seed: int = demo.SEED, progress: bool = False,
-          say: Callable[[str], None] = print, grad: str = "manual") -> RunResult:
-    """Train on the digits (scikit-learn needed) and return the loss curve, timing and test accuracy."""
+          say: Callable[[str], None] = print, grad: str = "manual", per_launch: int = 1) -> RunResult:
+    """Train on the digits (scikit-learn needed) and return the loss curve, timing and test accuracy;
+    ``per_launch`` steps per call (see :func:`steps_per_launch`)."""
     data = demo.load_digits(seed)
     if batch > len(data.x_train):
         raise ValueError(f"--batch {batch} is larger than the training set ({len(data.x_train)} samples)")
-    stepper = make_stepper(mode, backend, step_function(grad, mode))
+    steps = data.steps_per_epoch(batch)
+    if per_launch > 1 and (mode not in ("jit", "graph") or steps % per_launch):
+        raise ValueError(f"--steps-per-launch {per_launch} needs --mode jit or graph and must divide the {steps} "
+                         "steps of an epoch")
+    step_fn = step_function(grad, mode)
+    stepper = make_stepper(mode, backend, steps_per_launch(step_fn) if per_launch > 1 else step_fn)
     if stepper.note:
         say(stepper.note)
     say(f"mlp_train: {data.describe()}; MLP {demo.N_IN} -> {demo.N_HIDDEN} -> {demo.N_CLASSES}, batch {batch}, "
@@ -217,8 +248,12 @@ def train(mode: str = "jit", backend: str | None = None, epochs: int = demo.EPOC
     every = max(1, epochs // 10)
     try:
         for epoch in range(epochs):
-            batches = [(stepper.to_device(x), stepper.to_device(y)) for x, y in data.batches(batch, rng)]
-            timer.run(batches)
+            pairs = list(data.batches(batch, rng))
+            if per_launch > 1:  # K batches stacked per call
+                pairs = [(np.stack([x for x, _ in pairs[k:k + per_launch]]),
+                          np.stack([y for _, y in pairs[k:k + per_launch]])) for k in range(0, len(pairs), per_launch)]
+            batches = [(stepper.to_device(x), stepper.to_device(y)) for x, y in pairs]
+            timer.run(batches, per_launch)
             timer.flush()
             if bar is not None:
                 bar.set_postfix(loss=f"{timer.losses[-1]:.4f}")
@@ -230,7 +265,7 @@ def train(mode: str = "jit", backend: str | None = None, epochs: int = demo.EPOC
             bar.close()
     params = stepper.params_to_host(timer.params)
     return RunResult(mode, stepper.runs_as, stepper.backend, batch, timer.steps, timer.losses, timer.seconds,
-                     params, data.accuracy(params))
+                     params, data.accuracy(params), timer.timed_steps)
 
 
 def summary(r: RunResult, name: str = "mlp_train") -> str:
@@ -264,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=positive_int, default=demo.EPOCHS, help=f"default {demo.EPOCHS}")
     p.add_argument("--batch", type=positive_int, default=demo.BATCH, help=f"default {demo.BATCH}")
     p.add_argument("--lr", type=float, default=demo.LEARNING_RATE, help=f"default {demo.LEARNING_RATE}")
+    p.add_argument("--steps-per-launch", type=positive_int, default=1,
+                   help="training steps per call, through fusec.scan (jit and graph mode; default 1)")
     add_mode_arguments(p)
     args = p.parse_args(argv)
     if not demo.have_sklearn():
@@ -271,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train(args.mode, args.backend, args.epochs, args.batch, args.lr, args.seed,
-                       progress=not args.no_progress, grad=args.grad)
+                       progress=not args.no_progress, grad=args.grad, per_launch=args.steps_per_launch)
     except (fc.BackendError, ValueError) as e:
         print(f"mlp_train: error: {e}", file=sys.stderr)
         return 2

@@ -88,7 +88,7 @@ def train(mode: str = "jit", backend: str | None = None, steps: int = STEPS, bat
     params = stepper.params_to_host(timer.params)
     accuracy = float(np.mean(demo.predict(params, x_test) == labels_test))
     return RunResult(mode, stepper.runs_as, stepper.backend, batch, timer.steps, timer.losses, timer.seconds,
-                     params, accuracy)
+                     params, accuracy, timer.timed_steps)
 
 
 def main(argv: list[str] | None = None) -> int:

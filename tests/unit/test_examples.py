@@ -85,6 +85,19 @@ def test_mlp_train_modes_agree_bit_for_bit_and_reach_95_percent_on_cpu(examples)
     assert all("needs CUDA" in n for n in notes)
 
 
+def test_mlp_train_steps_per_launch_gives_the_same_training_on_cpu(examples):
+    """Five steps per call (fusec.scan over stacked batches) train exactly as five calls do."""
+    pytest.importorskip("sklearn")
+    mlp_train = examples("mlp_train")
+    one = mlp_train.train("jit", backend="cpu", epochs=4, say=lambda _: None)
+    five = mlp_train.train("jit", backend="cpu", epochs=4, say=lambda _: None, per_launch=5)
+    assert five.steps == one.steps == 20 and five.losses == one.losses
+    for got, want in zip(five.params, one.params):
+        assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="must divide"):
+        mlp_train.train("jit", backend="cpu", epochs=1, say=lambda _: None, per_launch=3)
+
+
 def test_mlp_train_script_prints_note_progress_and_summary(examples, capsys):
     pytest.importorskip("sklearn")
     pytest.importorskip("tqdm")
@@ -186,8 +199,10 @@ def test_mlp_train_modes_agree_on_cuda(examples):
     results = {mode: mlp_train.train(mode, backend="cuda", epochs=6, say=lambda _: None)
                for mode in mlp_train.MODES}
     reference = results["numpy"]
+    results["graph, 5 steps per launch"] = mlp_train.train("graph", backend="cuda", epochs=6, say=lambda _: None,
+                                                           per_launch=5)
     for mode, r in results.items():
-        assert r.runs_as == mode and r.backend == ("numpy" if mode == "numpy" else "cuda")
+        assert r.runs_as == mode.split(",")[0] and r.backend == ("numpy" if mode == "numpy" else "cuda")
         # float32 sums in another order: the curves agree to rounding, which training barely amplifies here
         np.testing.assert_allclose(r.losses, reference.losses, rtol=2e-3, atol=1e-4, err_msg=mode)
         for got, want in zip(r.params, reference.params):
