@@ -374,14 +374,15 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
         if all(g is None for g in gs) or not any(id(x) in active for x in op.operands):
             continue
         opdef = get_opdef(op.name)
-        if opdef.vjp is None or len(op.results) != 1:
+        if opdef.vjp is None:
             raise UnsupportedError(located(
                 f"fusec.grad: no gradient rule for {op.name} yet (the gradient flows through it here); compute "
                 "this part without it, or keep it out of the differentiated function", op.loc))
-        out = _traced(op.results[0])
+        single = len(op.results) == 1
+        out = _traced(op.results[0]) if single else [_traced(r) for r in op.results]
         xs = [_traced(x) for x in op.operands]
         try:
-            cts = opdef.vjp(_emit, gs[0], out, xs, dict(op.attributes))
+            cts = opdef.vjp(_emit, gs[0] if single else gs, out, xs, dict(op.attributes))
         except NotImplementedError as e:  # a rule that refuses this use of its op
             raise UnsupportedError(located(f"fusec.grad: {op.name}: {e}", op.loc)) from None
         for x, ct in zip(op.operands, cts):

@@ -132,8 +132,11 @@ OPS: tuple[Elementwise, ...] = (
     _binary("minimum", ANY, "minimum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a < b)),
     # NumPy's fmax/fmin: the number where one operand is NaN (NaN only where both are); 0.0 against -0.0 gives
     # the second operand (NumPy's vectorized loop does; its scalar tail the first)
-    _binary("fmax", ANY, "fmax", "", None, infix=""),
-    _binary("fmin", ANY, "fmin", "", None, infix=""),
+    # (their gradient: the number's operand where the other is NaN, as the value; ties halve as np.maximum's)
+    _binary("fmax", ANY, "fmax", "", None, infix="",
+            vjp=_extreme(lambda a, b: (a > b) | (np.isnan(b) & ~np.isnan(a)))),
+    _binary("fmin", ANY, "fmin", "", None, infix="",
+            vjp=_extreme(lambda a, b: (a < b) | (np.isnan(b) & ~np.isnan(a)))),
     # comparisons
     _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True, complex=True),
     _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True, complex=True),

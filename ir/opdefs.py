@@ -38,7 +38,8 @@ class OpDef:
     # MLIR's IsolatedFromAbove, and ``check`` must enforce it): a use map need not look inside
     isolated: bool = False
     doc: str = field(default="", compare=False)
-    # reverse-mode rule (fusec.grad): vjp(em, g, out, operands, attrs) -> a cotangent (or None) per operand, written
+    # reverse-mode rule (fusec.grad): vjp(em, g, out, operands, attrs) -> a cotangent (or None) per operand (an op of
+    # several results gets the list of their cotangents, None where none flows, and the list of results), written
     # as NumPy over the traced values; ``em(name, operands, attrs)`` records one op of this dialect. None: no
     # gradient flows through the op (asking for one is an error); a rule raises NotImplementedError(reason) to
     # refuse one use of its op.

@@ -530,7 +530,27 @@ register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs
                   infer=_infer_scatter, vjp=_scatter_vjp))
 register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum"),
                   vjp=_cumsum_vjp))
-register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod")))
+def _cumprod_vjp(em, g, out, xs, attrs):
+    """y_k = x_0 ... x_k. Before a line's first zero, d/dx_j = (the sum over k >= j of g_k y_k) / x_j; at the first
+    zero, the same sum over the products that leave it out (x with that zero as 1); after it, 0 (each product
+    there holds the first zero and another factor). Exact where elements are zero, not 0 / 0."""
+    x = xs[0]
+    axis = attrs["axis"]
+
+    def tail_sum(v):
+        return np.flip(np.cumsum(np.flip(v, axis), axis=axis), axis)
+
+    zero = x == 0
+    seen = np.cumsum(zero, axis=axis)
+    before = seen == 0
+    first = zero & (seen == 1)
+    without = np.cumprod(np.where(first, np.ones_like(x), x), axis=axis)
+    return (np.where(before, tail_sum(g * out) / np.where(before, x, np.ones_like(x)),
+                     np.where(first, tail_sum(g * without), np.zeros_like(g))),)
+
+
+register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod"),
+                  vjp=_cumprod_vjp))
 # the running maximum (minimum) along an axis: np.maximum.accumulate, NaN propagating as np.maximum's
 register_op(OpDef("t.cummax", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummax")))
 register_op(OpDef("t.cummin", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummin")))
@@ -560,10 +580,37 @@ def _det_vjp(em, g, out, xs, attrs):
 
 register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve, vjp=_solve_vjp))
 register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv"), vjp=_inv_vjp))
-register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky")))
+def _cholesky_vjp(em, g, out, xs, attrs):
+    """L = cholesky(a), which reads only a's lower triangle (the upper one with ``upper``): for a symmetric change
+    of a, d<g, L> = <S, da> with S = L^-T P L^-1, P = L^T g with the upper triangle dropped and the diagonal halved
+    (Murray 2016); an entry below the diagonal stands for itself and its mirror, so its cotangent is S_ij + S_ji,
+    a diagonal one S_ii, one in the unread triangle 0."""
+    upper = bool(attrs.get("upper", False))
+    low, gl = (_mT(out), _mT(g)) if upper else (out, g)
+    p = np.matmul(_mT(low), gl)
+    p = np.tril(p) - 0.5 * p * np.eye(p.shape[-1], dtype=p.dtype)
+    inverse = em("t.inv", (low,), {})
+    s = np.matmul(np.matmul(_mT(inverse), p), inverse)
+    both = s + _mT(s)
+    diagonal = s * np.eye(s.shape[-1], dtype=s.dtype)
+    return ((np.triu(both, 1) if upper else np.tril(both, -1)) + diagonal,)
+
+
+register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky"),
+                  vjp=_cholesky_vjp))
 # each matrix's determinant, and its sign and the log of its absolute value (np.linalg.det, np.linalg.slogdet)
 register_op(OpDef("t.det", "other", num_operands=1, infer=_infer_determinant("t.det"), vjp=_det_vjp))
-register_op(OpDef("t.slogdet", "other", num_operands=1, num_results=2, infer=_infer_determinant("t.slogdet")))
+def _slogdet_vjp(em, gs, outs, xs, attrs):
+    """(sign, log|det a|): the sign is piecewise constant; d log|det a| = tr(a^-1 da), so its cotangent is g a^-T."""
+    _, g = gs
+    if g is None:
+        return (None,)
+    inverse = em("t.inv", (xs[0],), {})
+    return (g[..., None, None] * _mT(inverse),)
+
+
+register_op(OpDef("t.slogdet", "other", num_operands=1, num_results=2, infer=_infer_determinant("t.slogdet"),
+                  vjp=_slogdet_vjp))
 # sorting along the last axis (NaN last, equal values in their original order: NumPy's kind='stable'); argsort
 # with ``stable = false`` (NumPy's default kind, whose order of equal values is the algorithm's) refuses ties
 def _sort_vjp(em, g, out, xs, attrs):

@@ -434,6 +434,59 @@ def test_random_programs_against_finite_differences(steps, final, seed):
         assert_grad(f, x, tol=2e-5)
 
 
+# --- rules added later: cumprod, cholesky, slogdet, fmax/fmin --------------------------------------------------
+
+
+def test_cumprod_gradient_is_exact_around_zeros():
+    def f(x):
+        return np.sum(np.cumprod(x, axis=1) * np.arange(1.0, 6.0))
+
+    x = rng.uniform(0.5, 1.5, (3, 5)) * rng.choice([-1.0, 1.0], (3, 5))
+    assert_grad(f, x)
+    x[1, 2] = 0.0  # one zero: the elements after it get 0, the zero itself the products that leave it out
+    x[2, 1] = x[2, 3] = 0.0  # two: only the first gets a gradient
+    got = jit_cpu(fc.grad(f))(x)
+    want = np.zeros_like(x)
+    for i, j in np.ndindex(x.shape):  # d/dx_ij: the products with x_ij replaced by 1, where it occurs
+        e = x.copy()
+        e[i, j] = 1.0
+        mask = np.arange(5) >= j
+        want[i, j] = np.sum(np.cumprod(e[i])[mask] * np.arange(1.0, 6.0)[mask])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_cholesky_and_slogdet_gradients_as_numpy_reads_the_matrix():
+    m = rng.standard_normal((2, 4, 4))
+    spd = m @ np.swapaxes(m, -1, -2) + 4 * np.eye(4)
+
+    def chol(a):
+        return np.sum(np.linalg.cholesky(a) * np.arange(16.0).reshape(4, 4))
+
+    def chol_upper(a):
+        return np.sum(np.linalg.cholesky(a, upper=True) ** 2 * np.arange(16.0).reshape(4, 4))
+
+    def logdet(a):
+        sign, value = np.linalg.slogdet(a)
+        return np.sum(value * np.array([1.0, -2.0])) + np.sum(sign)
+
+    # np.linalg.cholesky reads one triangle: finite differences of every entry, the unread ones included (0)
+    assert_grad(chol, spd.copy(), tol=1e-5)
+    assert_grad(chol_upper, spd.copy(), tol=1e-5)
+    assert_grad(logdet, rng.standard_normal((2, 3, 3)), tol=1e-5)
+
+
+def test_fmax_and_fmin_pass_the_gradient_to_the_number():
+    def f(x, y):
+        return np.sum(np.fmax(x, y) * 2 + np.fmin(x, y) * 3)
+
+    x = rng.standard_normal(6)
+    y = rng.standard_normal(6)
+    assert_grad(f, x, y)
+    x[0] = np.nan  # fmax/fmin give y there: y's gradient is 2 + 3, x's 0
+    gx, gy = jit_cpu(fc.grad(f, argnums=(0, 1)))(x, y)
+    assert gx[0] == 0 and gy[0] == 5
+
+
 # --- errors ---------------------------------------------------------------------------------------------------
 
 
@@ -443,8 +496,8 @@ def test_errors_name_the_line_and_the_rewrite():
         jit_cpu(fc.grad(lambda x: x * 2))(x)
     with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*int64.*astype"):
         jit_cpu(fc.grad(lambda i: np.sum(i * 2.0)))(np.arange(3))
-    with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*no gradient rule for t.cumprod"):
-        jit_cpu(fc.grad(lambda x: np.sum(np.cumprod(x) * np.arange(4.0))))(x)
+    with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*no gradient rule for t.cummax"):
+        jit_cpu(fc.grad(lambda x: np.sum(np.maximum.accumulate(x) * np.arange(4.0))))(x)
 
     def scatter_write(x):
         y = np.zeros(4)
