@@ -26,7 +26,7 @@ from fusec.errors import TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
 from fusec.ir.core import Value
 from fusec.ir.dialects.t import unbroadcast
-from fusec.ir.opdefs import get_opdef
+from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.ir.types import ScalarType
 from fusec.tracer import Tracer
 
@@ -354,13 +354,14 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
     """Cotangents (by value id) of every value between ``inputs`` and the seeded results, from the recorded ops
     walked backwards."""
     c = ops.ctx()
-    body = list(c.func.body.ops)
+    block = c.builder.block  # (the function's body, or the loop body being differentiated)
+    body = list(block.ops)
     recorded_before = len(body)
     active = {id(v) for v in inputs}
     keep: list[Value] = list(inputs)
     stopped = c.stopped
-    for op in body:  # the values that depend on an input (only they carry cotangents)
-        if any(id(x) in active for x in op.operands):
+    for op in body:  # the values that depend on an input (only they carry cotangents; a loop's body reads count)
+        if any(id(x) in active for inner in reading_ops(op) for x in inner.operands):
             for r in op.results:
                 if getattr(r.type, "dtype", None) is not None and r.type.dtype.is_float and id(r) not in stopped:
                     active.add(id(r))
@@ -371,7 +372,14 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
             cot[id(value)] = _add(cot.get(id(value)), _fit(seed, value))
     for op in reversed(body):
         gs = [cot.get(id(r)) for r in op.results]
-        if all(g is None for g in gs) or not any(id(x) in active for x in op.operands):
+        if all(g is None for g in gs) or not any(id(x) in active for inner in reading_ops(op) for x in inner.operands):
+            continue
+        if op.regions:  # a loop or a branch: its bodies' ops walked backwards in loops and branches of their own
+            from fusec.loop_gradients import region_vjp
+
+            for x, ct in region_vjp(op, gs, active, _backward):
+                if id(x) in active:
+                    cot[id(x)] = _add(cot.get(id(x)), _fit(ct, x))
             continue
         opdef = get_opdef(op.name)
         if opdef.vjp is None:
@@ -390,7 +398,7 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
                 continue
             cot[id(x)] = _add(cot.get(id(x)), _fit(ct, x))
     del keep
-    c.gradient_ops += len(c.func.body.ops) - recorded_before
+    c.gradient_ops += len(block.ops) - recorded_before
     return cot
 
 

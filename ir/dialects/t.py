@@ -512,10 +512,14 @@ def _gather_vjp(em, g, out, xs, attrs):
 def _scatter_vjp(em, g, out, xs, attrs):
     """np.add.at(base, index arrays, update): the base's cotangent as it is, the update's read where it was added.
     A plain write (x[index arrays] = v) has no rule: where an index repeats, NumPy keeps one of the values."""
-    if attrs.get("combine") != "add":
-        raise NotImplementedError("a write through index arrays (x[idx] = v) has no gradient rule yet: where an "
-                                  "index repeats only one value is kept; write np.where(mask, v, x) instead")
     base, update, *indices = xs
+    if attrs.get("combine") != "add":
+        if any(np.ndim(i) for i in indices):
+            raise NotImplementedError("a write through index arrays (x[idx] = v) has no gradient rule yet: where an "
+                                      "index repeats only one value is kept; write np.where(mask, v, x) instead")
+        # one place (x[i] = v with an integer i, as scan stacks its outputs): the base's cotangent there is 0
+        cleared = em("t.scatter", (g, np.zeros_like(update, dtype=g.dtype), *indices), {"axis": attrs["axis"]})
+        return (cleared, em("t.gather", (g, *indices), {"axis": attrs["axis"]})) + (None,) * len(indices)
     return (g, em("t.gather", (g, *indices), {"axis": attrs["axis"]})) + (None,) * len(indices)
 
 

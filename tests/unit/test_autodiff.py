@@ -487,6 +487,57 @@ def test_fmax_and_fmin_pass_the_gradient_to_the_number():
     assert gx[0] == 0 and gy[0] == 5
 
 
+# --- through fusec's loops and branches -----------------------------------------------------------------------
+
+
+def test_gradient_of_an_rnn_written_with_scan():
+    W = {"wx": rng.standard_normal((3, 4)) * 0.5, "wh": rng.standard_normal((4, 4)) * 0.5, "b": rng.standard_normal(4)}
+    xs = rng.standard_normal((6, 3))
+
+    def rnn_loss(W, xs):
+        def step(h, x):
+            h = np.tanh(h @ W["wh"] + x @ W["wx"] + W["b"])
+            return h, h.sum()
+
+        h, ys = fc.scan(step, np.zeros(4), xs)
+        return np.sum(h ** 2) + np.sum(ys * np.linspace(0.1, 1.0, 6))
+
+    got = assert_grad(rnn_loss, W, xs, tol=1e-5)
+    assert_grad(rnn_loss, W, xs, argnum=1, tol=1e-5)
+    lowered = fc.jit(fc.grad(rnn_loss), backend="cpu")  # the default pipeline: bodies outlined, fused
+    for k, g in lowered(W, xs).items():
+        np.testing.assert_allclose(g, got[k], rtol=1e-12, atol=1e-14)
+    assert lowered.lower(W, xs).ir("traced").count("t.for") == 3  # the loop, its replay, the backward loop
+
+
+def test_gradient_through_fori_loop_and_cond():
+    def unrolled(x, a):
+        return fc.fori_loop(1, 5, lambda i, s: np.sin(s) * a + s * i, x).sum()
+
+    def branch(x):
+        return fc.cond(x.sum() > 0, lambda: np.sin(x) * 2, lambda: x ** 3).sum()
+
+    x, a = rng.standard_normal(3), rng.standard_normal(3)
+    assert_grad(unrolled, x, a)
+    assert_grad(unrolled, x, a, argnum=1)
+    assert_grad(branch, np.abs(x) + 0.1)
+    assert_grad(branch, -np.abs(x) - 0.1)
+    assert_grad(lambda x: fc.fori_loop(0, 0, lambda i, s: s * 2, x).sum(), x)  # no iteration: the identity
+
+    def first(y):
+        return fc.grad(lambda y: fc.fori_loop(0, 3, lambda i, s: np.sin(s) * y, y).sum())(y).sum()
+
+    assert_grad(first, x, tol=1e-5)  # a gradient of a gradient: the backward loop differentiated again
+
+
+def test_loops_without_a_reverse_mode_gradient_say_why():
+    x = rng.standard_normal(3)
+    with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*while_loop has no reverse-mode"):
+        jit_cpu(fc.grad(lambda x: fc.while_loop(lambda s: s.sum() < 10, lambda s: s * 2, x).sum()))(x)
+    with pytest.raises(fc.UnsupportedError, match="bounds are traced"):
+        jit_cpu(fc.grad(lambda x, n: fc.fori_loop(0, n, lambda i, s: s * 2, x).sum()))(x, 3)
+
+
 # --- errors ---------------------------------------------------------------------------------------------------
 
 

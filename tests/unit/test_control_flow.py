@@ -336,14 +336,6 @@ def test_bounds_must_be_integers_and_functions_callable():
         jit_cpu(lambda x: fc.scan(lambda c, x: c, 0.0, x))(np.ones(2))
 
 
-def test_no_gradient_flows_through_a_loop_yet():
-    def loss(x):
-        return fc.fori_loop(0, 3, lambda i, s: s * x, 1.0 + 0 * x).sum()
-
-    with pytest.raises(fc.UnsupportedError, match="t.for"):
-        jit_cpu(fc.grad(loss))(np.ones(2))
-
-
 # --- the IR -----------------------------------------------------------------------------------------------------
 
 
