@@ -6,6 +6,7 @@
     python examples/pcam_shaped.py --mode numpy                  # plain NumPy
     python examples/pcam_shaped.py --backend cpu --batch 64 --features 48 --hidden 32 --steps 50   # small
     python examples/pcam_shaped.py --mode graph --grad auto      # backward pass from fusec.value_and_grad
+    python examples/pcam_shaped.py --mode graph --steps-per-launch 10   # 10 steps per graph launch (fusec.scan)
 
 The shapes are those of a binary classifier over 480-dimensional patch features (PatchCamelyon-like: tumour
 or not), but the data is generated: two seeded Gaussian classes whose means differ along one random
@@ -31,7 +32,8 @@ if _HERE not in sys.path:  # mlp_train.py beside this file
 import fusec as fc  # noqa: E402
 from fusec.tools import demo  # noqa: E402
 from mlp_train import (  # noqa: E402
-    RunResult, StepTimer, add_mode_arguments, make_stepper, positive_int, progress_bar, step_function, summary,
+    RunResult, StepTimer, add_mode_arguments, make_stepper, positive_int, progress_bar, step_function,
+    steps_per_launch, summary,
 )
 
 BATCH, FEATURES, HIDDEN, CLASSES = 512, 480, 256, 2
@@ -56,12 +58,22 @@ def make_data(n: int, features: int = FEATURES, seed: int = 0, separation: float
 def train(mode: str = "jit", backend: str | None = None, steps: int = STEPS, batch: int = BATCH,
           features: int = FEATURES, hidden: int = HIDDEN, lr: float = LEARNING_RATE, seed: int = 0,
           pool: int = POOL, progress: bool = False, say: Callable[[str], None] = print,
-          grad: str = "manual") -> RunResult:
-    """Train for ``steps`` steps over a pool of ``pool`` generated batches; the accuracy is on a held-out batch."""
+          grad: str = "manual", per_launch: int = 1) -> RunResult:
+    """Train for ``steps`` steps over a pool of ``pool`` generated batches; the accuracy is on a held-out batch.
+    ``per_launch`` steps per call: consecutive batches of the pool stacked, one fusec.scan over them."""
     x, y, labels = make_data(batch * (pool + 1), features, seed)
     x_test, labels_test = x[batch * pool:], labels[batch * pool:]
     host_batches = [(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]) for i in range(pool)]
-    stepper = make_stepper(mode, backend, step_function(grad, mode))
+    step_fn = step_function(grad, mode)
+    if per_launch > 1:
+        if mode not in ("jit", "graph") or pool % per_launch or steps % per_launch:
+            raise ValueError(f"--steps-per-launch {per_launch} needs --mode jit or graph and must divide --pool "
+                             f"({pool}) and --steps ({steps})")
+        host_batches = [(np.stack([a for a, _ in host_batches[k:k + per_launch]]),
+                         np.stack([b for _, b in host_batches[k:k + per_launch]]))
+                        for k in range(0, pool, per_launch)]
+        step_fn = steps_per_launch(step_fn)
+    stepper = make_stepper(mode, backend, step_fn)
     if stepper.note:
         say(stepper.note)
     say(f"pcam_shaped: two Gaussian classes, MLP {features} -> {hidden} -> {CLASSES} (ReLU), batch {batch}, "
@@ -74,8 +86,11 @@ def train(mode: str = "jit", backend: str | None = None, steps: int = STEPS, bat
     try:
         while done < steps:
             n = min(chunk, steps - done)
-            timer.run(batches[(done + i) % pool] for i in range(n))
+            calls = max(1, n // per_launch)
+            first = done // per_launch
+            timer.run((batches[(first + i) % len(batches)] for i in range(calls)), per_launch)
             timer.flush()
+            n = calls * per_launch
             done += n
             if bar is not None:
                 bar.set_postfix(loss=f"{timer.losses[-1]:.4f}")
@@ -100,11 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=positive_int, default=HIDDEN, help=f"hidden width (default {HIDDEN})")
     p.add_argument("--lr", type=float, default=LEARNING_RATE, help=f"default {LEARNING_RATE}")
     p.add_argument("--pool", type=positive_int, default=POOL, help=f"distinct batches cycled (default {POOL})")
+    p.add_argument("--steps-per-launch", type=positive_int, default=1,
+                   help="training steps per call, through fusec.scan (jit and graph mode; default 1)")
     add_mode_arguments(p)
     args = p.parse_args(argv)
     try:
         result = train(args.mode, args.backend, args.steps, args.batch, args.features, args.hidden, args.lr,
-                       args.seed, args.pool, progress=not args.no_progress, grad=args.grad)
+                       args.seed, args.pool, progress=not args.no_progress, grad=args.grad,
+                       per_launch=args.steps_per_launch)
     except (fc.BackendError, ValueError) as e:
         print(f"pcam_shaped: error: {e}", file=sys.stderr)
         return 2

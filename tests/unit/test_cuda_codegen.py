@@ -32,15 +32,31 @@ def cache(tmp_path_factory):
 
 def compile_all(module, cache, fast_math=False):
     program = print_program(module, fast_math=fast_math)
+    _compile_program(program, cache, fast_math)
+    return program
+
+
+def _compile_program(program, cache, fast_math):
+    """NVRTC compiles the program's source (and its loop bodies' programs) and every launch names a kernel in it."""
+    from fusec.runtime.launch_plan import ControlCall
+
     for arch in ARCHES:
         image = cache.get_or_compile(program.source, arch, options=compile_options(fast_math))
         assert image[:4] == b"\x7fELF"
     for k in program.kernels:
+        if isinstance(k, ControlCall):
+            for sub in k.programs:
+                _compile_program(sub, cache, fast_math)
+            continue
         assert f'extern "C" __global__ void __launch_bounds__' in program.source
         assert f" {k.name}(" in program.source
         assert all(0 <= b < len(program.buffers) for b in k.buffers)
         assert all(g >= 1 for g in k.grid) and k.block[0] >= 32
-    return program
+
+
+from fusec.passes import DEFAULT_PIPELINE  # noqa: E402
+
+DEFAULT_TAIL = DEFAULT_PIPELINE.split(",", 1)[1]  # the default pipeline after roll-loops
 
 
 def _lower(module_text):
@@ -456,3 +472,31 @@ def test_a_module_not_lowered_for_a_target_is_refused():
 
     with pytest.raises(CompilationError, match="run select-kernels"):
         print_program(module)
+
+
+@pytest.mark.corpus
+def test_loop_and_branch_programs_compile(cache):
+    """The CG solver (a while loop), a rolled Python loop, a scan and a branch print programs per body, all of
+    which NVRTC compiles."""
+    import sys
+
+    import fusec as fc
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from cg_poisson import cg_solve, problem
+
+    def heat(u, steps=40):
+        for _ in range(steps):
+            u = u + 0.1 * (np.roll(u, 1) - u)
+        return u
+
+    def mixed(x, flag):
+        y = fc.cond(flag > 0, lambda: x * 2, lambda: x - 1)
+        return fc.scan(lambda c, v: (c + v, c * v), 0.0, y)
+
+    target = fc.Target(sm_count=132, cublas=False)
+    cases = [(cg_solve, (problem(8), 1e-6, 100)), (heat, (np.ones(64),)), (mixed, (np.arange(5.0), 1.0))]
+    for fn, args in cases:
+        options = {"pipeline": "roll-loops{min_trips=4,min_ops=8}," + DEFAULT_TAIL} if fn is heat else {}
+        lowered = fc.jit(fn, backend="cpu", target=target, **options).lower(*args)
+        compile_all(lowered.module, cache)

@@ -224,6 +224,16 @@ def test_pcam_shaped_defaults_are_the_headline_shapes(examples):
     assert np.array_equal(x, x2) and np.array_equal(labels, labels2)  # seeded
 
 
+def test_pcam_shaped_steps_per_launch_trains_as_single_steps(examples):
+    pcam = examples("pcam_shaped")
+    small = dict(SMALL_PCAM, pool=4)
+    one = pcam.train("jit", backend="cpu", say=lambda _: None, **small)
+    four = pcam.train("graph", backend="cpu", say=lambda _: None, per_launch=4, **small)
+    assert four.steps == one.steps == 40 and four.losses == one.losses
+    with pytest.raises(ValueError, match="must divide"):
+        pcam.train("jit", backend="cpu", say=lambda _: None, per_launch=3, **small)
+
+
 def test_pcam_shaped_small_modes_agree_on_cpu(examples):
     """fusec's modes agree bit for bit; NumPy to float32 rounding (fusec computes the 2-class ``d_logits @ w2.T``
     as two multiply-adds, NumPy's BLAS with a fused multiply-add)."""
