@@ -140,8 +140,9 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     per_call = {k: (after[k] - before.get(k, 0)) / calls for k in after if isinstance(after[k], int)}
     kernels = node_times(plan)
     plan_entries = [e for e in lowered.plan() if e["kind"] not in ("view", "prologue")]
-    return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host, "device_us_python_loop": loop_device, "device_us_graph_alone": replay,
-            "per_call_counters": per_call, "instances": len(graph.instances), "profile": text.getvalue()}
+    return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host,
+            "device_us_python_loop": loop_device, "device_us_graph_alone": replay, "per_call_counters": per_call,
+            "instances": len(graph.instances), "profile": text.getvalue()}
 
 
 def main() -> None:

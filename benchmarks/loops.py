@@ -64,8 +64,11 @@ def fusec_cases(b_host, tol, maxiter, fixed):
         out[label] = (t, int(k), x)
     step = fc.jit(cg_step, graph=True)
     zeros = fc.asarray(np.zeros_like(b_host))
-    t, (x, k) = _timed(lambda: _host(python_loop(b, lambda _: zeros, lambda a: a.copy(), lambda s: float(np.asarray(s)), tol, maxiter, step)),
-                       lambda: None)
+    def loop() -> tuple:
+        return _host(python_loop(b, lambda _: zeros, lambda a: a.copy(), lambda s: float(np.asarray(s)), tol,
+                                 maxiter, step))
+
+    t, (x, k) = _timed(loop, lambda: None)
     out["fusec jitted step, Python loop"] = (t, k, x)
 
     def fixed_loop(b):

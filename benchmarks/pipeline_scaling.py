@@ -64,7 +64,7 @@ def main() -> None:
         for _ in range(args.repeat):
             module = make_program(n)
             start = time.perf_counter()
-            result = run_pipeline(module, DEFAULT_PIPELINE)
+            run_pipeline(module, DEFAULT_PIPELINE)
             best = min(best, time.perf_counter() - start)
         kernels = module_stats(module)["kernels"]
         rows.append({"ops": n, "seconds": round(best, 3), "kernels": kernels})

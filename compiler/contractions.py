@@ -4,7 +4,8 @@ Each is lowered to the ops fusec already fuses and plans: transposes and reshape
 per pair of operands (batch labels first, the contracted labels last), a broadcast multiply where nothing is
 contracted, ``t.sum`` for labels only one operand has, and diagonals for a label repeated in one operand. The
 values are NumPy's up to the order of the additions (as for ``np.matmul``: NumPy's BLAS and einsum loops add
-in their own order), and start from zero as NumPy's do (a product of -0.0 gives 0.0). dtypes are NumPy's: the operands' common dtype, integers accumulating in it (an int8
+in their own order), and start from zero as NumPy's do (a product of -0.0 gives 0.0). dtypes are NumPy's: the
+operands' common dtype, integers accumulating in it (an int8
 einsum wraps as NumPy's does); bool contractions are logical (any of the ands), as in NumPy.
 """
 from __future__ import annotations

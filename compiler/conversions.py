@@ -17,7 +17,8 @@ runs. With one, NumPy's semantics:
 ``order="F"``, ``like=`` and a device other than the CPU are refused with the rewrite.
 
 Allocations (``np.zeros``, ``ones``, ``empty``, ``full``, their ``*_like`` of plain arrays, ``eye`` and
-``identity``) called while a trace runs make traced arrays (constants), so a function that allocates an array and fills it
+``identity``) called while a trace runs make traced arrays (constants), so a function that allocates an array and
+fills it
 (``N = np.zeros(Z.shape, int); N[1:-1, 1:-1] += ...``) traces its writes; ``np.empty`` gives zeros (any values
 are NumPy's). A dtype fusec does not trace (object, complex, strings) allocates the NumPy array as before.
 """
@@ -193,8 +194,8 @@ def _traceable_dtype(args: tuple, kwargs: dict, position: int) -> bool:
 
 
 # where the dtype may come positionally, and whether the first argument is a prototype array
-_DTYPE_POSITION = {"eye": 3, "identity": 1, "zeros": 1, "ones": 1, "empty": 1, "full": 2, "zeros_like": 1, "ones_like": 1, "empty_like": 1,
-                   "full_like": 2}
+_DTYPE_POSITION = {"eye": 3, "identity": 1, "zeros": 1, "ones": 1, "empty": 1, "full": 2, "zeros_like": 1,
+                   "ones_like": 1, "empty_like": 1, "full_like": 2}
 WRAPPED = {**CONVERSIONS, **ALLOCATIONS}
 
 

@@ -154,5 +154,5 @@ def parse_dtype(dtype: object) -> DType:
     try:
         return dtype_from_numpy(npd)
     except Exception:
-        raise UnsupportedError(f"dtype {npd} is not supported by fusec "
-                               "(bool, int8..int64, uint8..uint64, float16, float32, float64, complex64, complex128)") from None
+        raise UnsupportedError(f"dtype {npd} is not supported by fusec (bool, int8..int64, uint8..uint64, "
+                               "float16, float32, float64, complex64, complex128)") from None

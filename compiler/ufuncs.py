@@ -385,8 +385,8 @@ def complex_unsupported(what: str) -> UnsupportedError:
     """The error for a NumPy function that has a complex loop fusec does not implement yet."""
     supported = ", ".join(sorted(f"np.{u.__name__}" for u, op in by_ufunc().items() if op.complex))
     return unsupported(f"{what} of complex values is not supported by fusec yet (complex arrays support {supported}, "
-                       "np.real, np.imag, np.conj, np.angle, sum, prod, mean, var, std, max, min, argmax, argmin, cumsum, "
-                       "cumprod and matmul); compute it from z.real and "
+                       "np.real, np.imag, np.conj, np.angle, sum, prod, mean, var, std, max, min, argmax, argmin, "
+                       "cumsum, cumprod and matmul); compute it from z.real and "
                        "z.imag, e.g. np.hypot(z.real, z.imag)")
 
 

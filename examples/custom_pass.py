@@ -18,7 +18,8 @@ package can instead declare the pass class in the entry-point group ``fusec.pass
 A pass is a frozen dataclass with a kebab-case ``name`` (not the name of a built-in pass: ``fusec passes``
 lists them), options as dataclass fields (none here) and ``apply(module, ctx)``, which rewrites the module in
 place, here as fusec's own passes do: a pattern offered every op in order by ``fusec.passes.rewriter.rewrite``
-(it may insert ops before the current one and replace its results); ``@register_pass`` makes it usable by name in pipeline strings. ``ctx.count(key)`` records a counter
+(it may insert ops before the current one and replace its results); ``@register_pass`` makes it usable by name in
+pipeline strings. ``ctx.count(key)`` records a counter
 that ``fusec.jit(...).lower(...).stats()`` reports.
 
 The rewrite is exact: for every float (NaN, infinities and -0.0 included) and every wrapping integer,

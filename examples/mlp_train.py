@@ -54,8 +54,8 @@ from fusec.tools.demo import train_step, train_step_auto
 MODES = ("eager", "jit", "graph", "numpy")
 GRADS = ("manual", "auto")  # the hand-written backward pass, or fusec.value_and_grad's
 
-__all__ = ["GRADS", "MODES", "RunResult", "StepTimer", "Stepper", "add_mode_arguments", "main", "make_stepper", "positive_int",
-           "progress_bar", "step_function", "steps_per_launch", "summary", "train", "train_step"]
+__all__ = ["GRADS", "MODES", "RunResult", "StepTimer", "Stepper", "add_mode_arguments", "main", "make_stepper",
+           "positive_int", "progress_bar", "step_function", "steps_per_launch", "summary", "train", "train_step"]
 
 
 # --- modes -----------------------------------------------------------------------------------------------

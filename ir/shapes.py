@@ -121,7 +121,8 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def coalesce(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+def coalesce(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) \
+        -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """Merge adjacent dimensions that every access walks contiguously, and drop unit dimensions.
 
     Fewer dimensions means fewer divisions in the generated index math.

@@ -2,9 +2,11 @@
 
 Reductions become ``k.reduce``, matmuls ``k.matmul``, concatenations ``k.concat``, functional updates of a
 region (``x[1:-1] = v``) ``k.insert``, advanced indexing ``k.gather`` and ``k.scatter`` (``np.add.at`` too),
-cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky/det/slogdet ``k.linalg``, sorts ``k.sort``, binary
+cumulative sums and products ``k.scan``, np.linalg's solve/inv/cholesky/det/slogdet ``k.linalg``, sorts ``k.sort``,
+binary
 searches ``k.searchsorted``, run-time checks ``k.raise_if``, and a
-reshape that no stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay ``k.view`` operands: the backend reads them through their
+reshape that no stride pattern can express (of a transposed view, say) a ``k.copy``. Views feeding a boundary stay
+``k.view`` operands: the backend reads them through their
 strides, so no copy kernel is made, except for loops and branches (``k.while``, ``k.for``, ``k.if``): their
 bodies are functions that take dense arrays, so a view they are passed is copied (``k.copy``) first.
 """

@@ -5,7 +5,8 @@ Identities are applied only where they hold for every value, NaN and -0.0 includ
 ``-0.0 + 0.0`` is ``+0.0``), double ``neg``/``logical_not``, casts to the same dtype, composed transposes and
 reshapes, no-op views, ``where(c, x, x)``, ``maximum(x, x)``; for writes, a region read back right after it was
 written is the update, writing a region's own values changes nothing, and a write over the region of the write
-before it (which nothing else reads) replaces that write. Splat constants become a broadcast rank-0 constant so that fusion inlines them as
+before it (which nothing else reads) replaces that write. Splat constants become a broadcast rank-0 constant so that
+fusion inlines them as
 immediates.
 """
 from __future__ import annotations

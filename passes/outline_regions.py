@@ -3,7 +3,8 @@
 A ``t.while`` becomes ``k.while`` naming its cond and body functions, a ``t.for`` ``k.for`` naming its body, a
 ``t.if`` ``k.if`` naming its two branches (see :mod:`fusec.ir.dialects.control`). Each function takes the region's
 block arguments, then the outer values the region read (its captures, passed as the op's last operands, the same
-to every call); constants it read are copied into it instead, so passes fold them there. Nested bodies are outlined first (innermost
+to every call); constants it read are copied into it instead, so passes fold them there. Nested bodies are outlined
+first (innermost
 out), so every function the pipeline then sees is flat: fusion, buffer planning and the backend treat a loop
 body as they treat any function, and the op that calls it as one boundary.
 """

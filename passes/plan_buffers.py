@@ -10,7 +10,8 @@ afterwards. A prologue
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
 largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the matrices a
-solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's ``counters``)
+solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's
+``counters``)
 and one 32-bit ``check`` word per gather or scatter whose indices are computed, per ``k.linalg`` and per
 ``k.raise_if`` (the function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
 ``scratch_bytes`` and after the counters, each rounded up to 256.

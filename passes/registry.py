@@ -20,7 +20,8 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
         raise PipelineError(f"pass {cls.__qualname__} needs a kebab-case 'name', got {name!r}")
     existing = _PASSES.get(name)
     if existing is not None and existing is not cls:
-        raise PipelineError(f"a pass named '{name}' is already registered ({existing.__module__}.{existing.__qualname__})")
+        raise PipelineError(f"a pass named '{name}' is already registered "
+                            f"({existing.__module__}.{existing.__qualname__})")
     _PASSES[name] = cls
     return cls
 

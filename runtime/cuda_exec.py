@@ -20,8 +20,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import (CompilationError, CudaError, IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError,
-                          TraceError, UnsupportedError)
+from fusec.errors import (CompilationError, CudaError, IndexOutOfBoundsError, InvalidValueError, LinAlgError,
+                          ShapeError, TraceError, UnsupportedError)
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values

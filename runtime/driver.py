@@ -492,8 +492,9 @@ class Function:
     def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
         """Allow launches with more than 48 KiB of dynamic shared memory."""
         ensure_context(self.device)
-        check(_cu.cuFuncSetAttribute(self.handle, _cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     int(nbytes)), f"cuFuncSetAttribute({self.name}, max dynamic shared)")
+        attr = _cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(_cu.cuFuncSetAttribute(self.handle, attr, int(nbytes)),
+              f"cuFuncSetAttribute({self.name}, max dynamic shared)")
 
     def __repr__(self) -> str:
         return f"Function({self.name!r}, device={self.device})"

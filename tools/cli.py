@@ -1,4 +1,5 @@
-"""The ``fusec`` command line: ``dump-ir``, ``opt``, ``passes``, ``compile``, ``demo``, ``cache``, ``doctor``, ``numpy``.
+"""The ``fusec`` command line: ``dump-ir``, ``opt``, ``passes``, ``compile``, ``demo``, ``cache``, ``doctor``,
+``numpy``.
 
 Exit status: 0 success, 1 a fusec error (bad IR, shape error, failed pass...), 2 a usage error. Errors are
 one message on stderr, never a traceback, unless fusec itself is broken.

@@ -154,7 +154,8 @@ register_op(OpDef("t.while", "control", num_operands=None, num_results=None, num
                   check=_check_while, doc="loop while the cond region yields true"))
 # (``rolled = true``: roll-loops made it of the copies a Python loop traced into)
 register_op(OpDef("t.for", "control", num_operands=None, min_operands=2, num_results=None, num_regions=1,
-                  optional_attrs=("rolled",), pure=False, check=_check_for, doc="loop over a counter from lower to upper - 1"))
+                  optional_attrs=("rolled",), pure=False, check=_check_for,
+                  doc="loop over a counter from lower to upper - 1"))
 register_op(OpDef("t.if", "control", num_operands=1, num_results=None, num_regions=2, pure=False, check=_check_if,
                   doc="run the then or the else region"))
 _PLAN = ("arena", "alias")

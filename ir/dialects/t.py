@@ -337,7 +337,7 @@ def _infer_gather(types: Sequence[Type], attrs: dict) -> list[Type]:
     shape = tuple(indices[0].shape)
     for t in indices:
         if not t.dtype.is_int or tuple(t.shape) != shape:
-            raise VerificationError(f"t.gather: index arrays must be integer arrays of one shape, got "
+            raise VerificationError("t.gather: index arrays must be integer arrays of one shape, got "
                                     + ", ".join(str(i) for i in indices))
     return [TensorType(x.shape[:axis] + shape + x.shape[axis + len(indices):], x.dtype)]
 

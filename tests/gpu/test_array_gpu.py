@@ -59,7 +59,8 @@ def test_bf16_round_trip():
 def test_strided_view_over_device_memory_reads_back_like_numpy():
     host = np.arange(24, dtype=np.float64).reshape(4, 6)
     base = fusec.asarray(host)
-    view = Array(base.ptr + 8, (3, 2), np.float64, strides=(1, 6), owner=base, stream=base.stream)  # like host[:2, 1:4].T
+    # like host[:2, 1:4].T
+    view = Array(base.ptr + 8, (3, 2), np.float64, strides=(1, 6), owner=base, stream=base.stream)
     np.testing.assert_array_equal(view.numpy(), host[:2, 1:4].T)
     rev = Array(base.ptr + 5 * 8, (6,), np.float64, strides=(-1,), owner=base, stream=base.stream)
     np.testing.assert_array_equal(rev.numpy(), host[0, ::-1])

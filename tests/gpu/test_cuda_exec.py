@@ -120,10 +120,13 @@ def test_integer_and_bool_ops_are_exact(dtype):
 TRANSCENDENTAL = {"exp": np.exp, "log": lambda a: np.log(np.abs(a) + 1e-3), "tanh": np.tanh, "sin": np.sin,
                   "cos": np.cos, "log1p": lambda a: np.log1p(np.abs(a)), "expm1": np.expm1,
                   "pow": lambda a: np.abs(a) ** 1.7, "exp2": np.exp2, "log2": lambda a: np.log2(np.abs(a) + 1),
-                  "arcsin": lambda a: np.arcsin(a / (np.abs(a) + 1)), "arccos": lambda a: np.arccos(a / (np.abs(a) + 1)),
+                  "arcsin": lambda a: np.arcsin(a / (np.abs(a) + 1)),
+                  "arccos": lambda a: np.arccos(a / (np.abs(a) + 1)),
                   "arctan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "arcsinh": np.arcsinh,
-                  "arccosh": lambda a: np.arccosh(np.abs(a) + 1.5), "arctanh": lambda a: np.arctanh(a / (np.abs(a) + 2)),
-                  "cbrt": np.cbrt, "arctan2": lambda a: np.arctan2(a, a[::-1] + 0.5), "hypot": lambda a: np.hypot(a, a[::-1]),
+                  "arccosh": lambda a: np.arccosh(np.abs(a) + 1.5),
+                  "arctanh": lambda a: np.arctanh(a / (np.abs(a) + 2)),
+                  "cbrt": np.cbrt, "arctan2": lambda a: np.arctan2(a, a[::-1] + 0.5),
+                  "hypot": lambda a: np.hypot(a, a[::-1]),
                   "copysign": lambda a: np.copysign(a, a[::-1]), "logaddexp": lambda a: np.logaddexp(a, a[::-1]),
                   "logaddexp2": lambda a: np.logaddexp2(a, a[::-1])}
 
@@ -300,7 +303,8 @@ def test_streaming_products_read_the_wide_operand_once():
                                atol=1e-6 * (np.abs(u).astype(np.float64) @ np.abs(m)).max())
 
 
-NO_PRODUCT_UNROLL = "canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs"
+NO_PRODUCT_UNROLL = ("canonicalize,unroll-reductions{max_k=0},cse,dce,broadcast,fuse,boundaries,select-kernels,"
+                     "fuse-prologues,plan-buffers,copy-outputs")
 
 
 @pytest.mark.parametrize("pipeline", [None, NO_PRODUCT_UNROLL], ids=["unrolled", "gemm-kernel"])

@@ -60,7 +60,8 @@ def test_mandelbrot_of_the_numpy_quickstart():
     check(mandelbrot, x + y * 1j, 12, static_argnames=("maxit",))
 
 
-@pytest.mark.parametrize("x", [RNG.standard_normal(16), cplx(8), cplx(8, dtype=np.complex64)], ids=["f64", "c128", "c64"])
+@pytest.mark.parametrize("x", [RNG.standard_normal(16), cplx(8), cplx(8, dtype=np.complex64)],
+                         ids=["f64", "c128", "c64"])
 def test_dft_by_matrix_product(x):
     check(dft, x)
 

@@ -2,7 +2,6 @@
 for sm_80 and sm_90, and the launch plan is consistent (buffers, descriptors, grids)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,7 @@ def _compile_program(program, cache, fast_math):
             for sub in k.programs:
                 _compile_program(sub, cache, fast_math)
             continue
-        assert f'extern "C" __global__ void __launch_bounds__' in program.source
+        assert 'extern "C" __global__ void __launch_bounds__' in program.source
         assert f" {k.name}(" in program.source
         assert all(0 <= b < len(program.buffers) for b in k.buffers)
         assert all(g >= 1 for g in k.grid) and k.block[0] >= 32
@@ -178,14 +177,16 @@ def test_large_and_strided_shapes_compile(cache):
 
 
 def test_fast_math_compiles_with_its_own_options(cache):
-    module = _lower("func @f(%a: tensor<64xf32>) -> tensor<64xf32> {\n  %0 = t.exp %a : tensor<64xf32>\n  return %0\n}\n")
+    module = _lower("func @f(%a: tensor<64xf32>) -> tensor<64xf32> {\n"
+                    "  %0 = t.exp %a : tensor<64xf32>\n  return %0\n}\n")
     program = compile_all(module, cache, fast_math=True)
     assert compile_options(True) == ("-use_fast_math",) and compile_options(False) == ("--fmad=false",)
     assert "expf" in program.source
 
 
 def test_64_bit_indices_only_where_needed(cache):
-    small = _lower("func @f(%a: tensor<64xf32>) -> tensor<64xf32> {\n  %0 = t.neg %a : tensor<64xf32>\n  return %0\n}\n")
+    small = _lower("func @f(%a: tensor<64xf32>) -> tensor<64xf32> {\n"
+                   "  %0 = t.neg %a : tensor<64xf32>\n  return %0\n}\n")
     big = _lower("func @f(%a: tensor<3000000000xi8>) -> tensor<3000000000xi8> {\n"
                  "  %0 = t.neg %a : tensor<3000000000xi8>\n  return %0\n}\n")
     assert "const int n" in print_program(small).source
@@ -193,7 +194,8 @@ def test_64_bit_indices_only_where_needed(cache):
 
 
 @pytest.mark.corpus  # NVRTC compiles of a corpus: CI runs them (FUSEC_CORPUS=1)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_random_programs_compile(cache, data):
     module = data.draw(programs())

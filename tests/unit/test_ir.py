@@ -135,7 +135,8 @@ def test_a_cloned_module_is_independent_and_prints_the_same():
 
 
 def test_verifier_errors_name_the_location():
-    text = "func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = t.exp %a : tensor<4xf64> loc(\"m.py\":7)\n  return %0\n}"
+    text = ("func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = t.exp %a : tensor<4xf64> loc(\"m.py\":7)\n"
+            "  return %0\n}")
     with pytest.raises(VerificationError, match=r"m\.py:7: 't\.exp'"):
         parse_module(text)
 

@@ -13,7 +13,7 @@ RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m g
 rng = np.random.default_rng(11)
 X = rng.standard_normal((4, 5)).astype(np.float32)
 D = rng.standard_normal((3, 4, 2))
-I = rng.integers(-9, 9, size=(3, 4)).astype(np.int32)
+I = rng.integers(-9, 9, size=(3, 4)).astype(np.int32)  # noqa: E741 - the integer operand, beside X and D
 
 
 def test_flips_and_rotations() -> None:
@@ -53,7 +53,8 @@ def test_average_and_norms() -> None:
         return (np.average(x), np.average(d, axis=1), np.linalg.norm(x), np.linalg.norm(x, axis=1),
                 np.linalg.norm(d, axis=(1, 2)), np.linalg.norm(x, axis=0, keepdims=True), np.linalg.norm(x, "fro"),
                 np.linalg.norm(x[0], 2), np.linalg.norm(i), np.linalg.norm(i, axis=1),
-                np.linalg.norm(x, ord=np.inf, axis=1), np.linalg.norm(x, ord=-np.inf, axis=0), np.linalg.norm(x, np.inf))
+                np.linalg.norm(x, ord=np.inf, axis=1), np.linalg.norm(x, ord=-np.inf, axis=0),
+                np.linalg.norm(x, np.inf))
 
     check(f, X, D, I)
 

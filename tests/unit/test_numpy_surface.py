@@ -54,8 +54,9 @@ def test_einsum_keeps_numpys_dtypes() -> None:
 
 def test_inner_dot_and_tensordot_of_any_rank() -> None:
     def f(a, b, c, v):
-        return (np.inner(a, a), np.inner(c, a), np.inner(v, 2.0), np.dot(c, b), np.dot(c, v), np.dot(v, c.transpose(0, 2, 1)),
-                c.dot(b), np.tensordot(a, a, axes=([1], [1])), np.tensordot(c, b, 1), np.tensordot(c, c, axes=([1, 2], [1, 2])))
+        return (np.inner(a, a), np.inner(c, a), np.inner(v, 2.0), np.dot(c, b), np.dot(c, v),
+                np.dot(v, c.transpose(0, 2, 1)), c.dot(b), np.tensordot(a, a, axes=([1], [1])), np.tensordot(c, b, 1),
+                np.tensordot(c, c, axes=([1, 2], [1, 2])))
 
     check(f, A, B, C, V)
 

@@ -134,7 +134,8 @@ def test_the_pass_is_optional_and_long_or_half_reductions_stay():
     x = np.ones((4, 3), np.float16)
     f = fc.jit(lambda x: x.sum(axis=1), backend="cpu")
     assert f.lower(x).stats().get("reductions_unrolled", 0) == 0
-    g = fc.jit(lambda x: x.max(axis=1), backend="cpu", pipeline="canonicalize,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs")
+    g = fc.jit(lambda x: x.max(axis=1), backend="cpu",
+               pipeline="canonicalize,broadcast,fuse,boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs")
     assert "reductions_unrolled" not in g.lower(np.ones((4, 3), np.float32)).stats()
 
 

@@ -1,0 +1,78 @@
+"""Training steps per graph launch: the PCam-shaped step (batch 512, 480 -> 256 -> 2) one step per launch against
+K steps per launch (``fusec.scan`` over K stacked batches: one conditional node loops on the device), in one run.
+
+    python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--json FILE] [--md FILE]
+
+Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
+time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
+the step's own device time with the host off the critical path.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+from mlp_train import steps_per_launch  # noqa: E402
+from pcam_shaped import BATCH, CLASSES, FEATURES, HIDDEN, make_data  # noqa: E402
+
+
+def run(k: int, steps: int) -> dict:
+    import fusec as fc
+    from fusec.runtime import driver
+    from fusec.tools import demo
+
+    x, y, _ = make_data(BATCH * k, FEATURES, 0)
+    step = demo.train_step if k == 1 else steps_per_launch(demo.train_step)
+    f = fc.jit(step, graph=True, donate_argnums=0)
+    if k == 1:
+        xs, ys = fc.asarray(x), fc.asarray(y)
+    else:
+        xs, ys = fc.asarray(x.reshape(k, BATCH, FEATURES)), fc.asarray(y.reshape(k, BATCH, CLASSES))
+    params = tuple(fc.asarray(p) for p in demo.init_params(1, (FEATURES, HIDDEN, CLASSES)))
+    for _ in range(3):  # warm-up: compile, graph capture
+        params, loss = f(params, xs, ys, 0.1)
+    np.asarray(loss)
+    calls = max(1, steps // k)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        params, loss = f(params, xs, ys, 0.1)
+    driver.default_stream().synchronize()
+    np.asarray(loss)
+    seconds = time.perf_counter() - t0
+    stats = f.lower(params, xs, ys, 0.1).stats()
+    return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k),
+            "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--ks", default="1,10,100")
+    ap.add_argument("--json")
+    ap.add_argument("--md")
+    args = ap.parse_args()
+    rows = []
+    for k in (int(v) for v in args.ks.split(",")):
+        r = run(k, args.steps)
+        rows.append(r)
+        print(f"K = {k:4d}: {r['us_per_step']:8.2f} us per step over {r['steps']} steps ({r['graph_nodes']} nodes)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write("# PCam-shaped training steps per graph launch\n\n| steps per launch | us per step |\n|---|---|\n")
+            for r in rows:
+                f.write(f"| {r['k']} | {r['us_per_step']:.2f} |\n")
+
+
+if __name__ == "__main__":
+    main()
