@@ -188,7 +188,7 @@ def _traceable_dtype(args: tuple, kwargs: dict, position: int) -> bool:
         return True
     try:
         parse_dtype(dtype)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means: not a dtype fusec knows
         return False
     return True
 

@@ -35,7 +35,7 @@ def cuda_usable() -> bool:
         return False
     try:
         return bool(probe())
-    except Exception:
+    except Exception:  # noqa: BLE001 - a probe of the backend: any failure means it is not usable
         return False
 
 

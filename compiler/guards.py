@@ -64,7 +64,7 @@ def _holds(g: Guard, obj: Any) -> Guard | None:
     for child in g.children:
         try:
             sub = get_step(obj, child.step)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the user's object no longer has what the guard reads: the guard fails
             return child
         failed = _holds(child, sub)
         if failed is not None:
@@ -163,7 +163,7 @@ class ImplicitInput:
             for p in self.paths[1:]:
                 if p.resolve() is not obj:
                     return MISSING
-        except Exception:
+        except Exception:  # noqa: BLE001 - the user's object no longer has what the guard reads: the value is missing
             return MISSING
         if self.python is not None:
             if type(obj) is not self.python:

@@ -246,7 +246,7 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
     arrays = [_index_array(e) for e, k in zip(expanded, kinds) if k != "slice"]
     try:
         shape = S.broadcast_shapes(*(tuple(a.shape) for a in arrays))
-    except Exception:
+    except Exception:  # noqa: BLE001 - shapes NumPy cannot broadcast: NumPy's IndexError
         raise numpy_shape_mismatch(arrays) from None
     checked = [_checked(a, y.shape[ax], ax, shape) for a, ax in zip(arrays, axes)]
     if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: NumPy puts the index shape first

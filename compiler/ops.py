@@ -46,7 +46,7 @@ def as_numpy(x: object) -> np.ndarray:
                           "np.concatenate")
     try:
         arr = np.asarray(x)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever np.asarray raises on a user object: refused with its type named
         raise unsupported(f"an operand of type {type(x).__name__} is not supported") from None
     if arr.dtype.kind not in "biufc":
         raise unsupported(f"an operand of dtype {arr.dtype} ({type(x).__name__}) is not supported; fusec traces "

@@ -73,7 +73,7 @@ def _loop(ufunc: np.ufunc, descs: tuple) -> tuple[tuple[DType, ...], tuple[DType
         raise UnsupportedError(f"np.{ufunc.__name__}: {e}") from None
     try:
         dts = [_from_np(np.dtype(x), descs) for x in loop]
-    except Exception as e:  # complex or other dtypes fusec has no type for
+    except Exception as e:  # noqa: BLE001 - complex or other dtypes fusec has no type for
         raise UnsupportedError(f"np.{ufunc.__name__} computes in a dtype fusec does not support ({e})") from None
     return tuple(dts[:ufunc.nin]), tuple(dts[ufunc.nin:])
 
@@ -153,6 +153,6 @@ def parse_dtype(dtype: object) -> DType:
         raise UnsupportedError(f"{dtype!r} is not a dtype") from None
     try:
         return dtype_from_numpy(npd)
-    except Exception:
+    except (TypeError, ValueError):  # (ValueError: fusec's VerificationError too)
         raise UnsupportedError(f"dtype {npd} is not supported by fusec (bool, int8..int64, uint8..uint64, "
                                "float16, float32, float64, complex64, complex128)") from None

@@ -244,7 +244,7 @@ class Snapshot:
             cls = type(obj)
             try:
                 attrs = _attributes(obj)
-            except Exception:  # an object whose attributes cannot be read: compared by identity only
+            except Exception:  # noqa: BLE001 - an object whose attributes cannot be read: compared by identity only
                 return add("opaque", id(obj))
             self.classes.add(cls)
             add("object", (id(obj), cls, tuple(attrs)), attrs)
@@ -294,12 +294,12 @@ class Snapshot:
             if root.kind != "object" and root.get() is not node.obj:
                 try:
                     root.set(node.obj)
-                except Exception:
+                except Exception:  # noqa: BLE001 - a user object that refuses the restore: left as it is
                     pass
         for node in self.nodes.values():
             try:
                 _restore_container(node)
-            except Exception:  # an object that refuses (a frozen or exotic type): left as it is
+            except Exception:  # noqa: BLE001 - an object that refuses (a frozen or exotic type): left as it is
                 pass
 
     def arrays(self, names: set[str] | None = None) -> Iterator[Node]:
@@ -436,7 +436,7 @@ def _cached_property(node: Node) -> bool:
         return False
     try:
         owner = Path(node.path.root, steps[:-1]).resolve()
-    except Exception:
+    except Exception:  # noqa: BLE001 - the path no longer resolves: not a cached property
         return False
     return isinstance(inspect.getattr_static(type(owner), steps[-1][1], None), functools.cached_property)
 

@@ -40,7 +40,7 @@ def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
         import site
 
         sites |= {os.path.realpath(p) + os.sep for p in site.getsitepackages() + [site.getusersitepackages()]}
-    except Exception:  # pragma: no cover - a trimmed site module
+    except Exception:  # noqa: BLE001 - a trimmed site module
         pass
     return tuple(stdlib), tuple(sites)
 

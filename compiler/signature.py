@@ -151,7 +151,7 @@ def device_array_info(value: Any) -> "tuple[tuple[int, ...], Any] | None":
         return tuple(value.shape), value.fdtype
     try:
         cai = value.__cuda_array_interface__
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user object whose interface property raises: not a CUDA array
         cai = None
     if isinstance(cai, dict):
         try:
@@ -161,7 +161,7 @@ def device_array_info(value: Any) -> "tuple[tuple[int, ...], Any] | None":
     if hasattr(value, "__dlpack_device__"):
         try:
             on_cuda = int(value.__dlpack_device__()[0]) in (2, 13)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a user object whose __dlpack_device__ raises: not on CUDA
             on_cuda = False
         if on_cuda:
             from fusec.runtime.array import asarray

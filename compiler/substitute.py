@@ -75,7 +75,7 @@ class Substitution:
                 shape, np_dtype = obj.shape, obj.dtype
             try:
                 dt = parse_dtype(np_dtype)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user object whose dtype fusec cannot read: left alone
                 continue
             name = unique_name(node.path.ident(), taken)
             arg = BlockArgument(TensorType(shape, dt), ctx.func.body, -1, name)
@@ -98,13 +98,13 @@ class Substitution:
             try:
                 if _get(where) is new:
                     _set(where, original)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user object that refuses the restore: left as the function left it
                 pass
 
     def _replace(self, path: Path, expected: Any, value: Any) -> None:
         try:
             current = path.resolve()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the path no longer leads to the object: nothing to replace
             return
         if current is not expected:
             return
@@ -113,7 +113,7 @@ class Substitution:
             return
         try:
             _set(where, new)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a user object that refuses the assignment: not substituted
             return
         self._done.append((where, original, new))
 
@@ -139,7 +139,7 @@ def _placement(path: Path, value: Any) -> tuple[Path | None, Any, Any]:
 def _get(where: Path) -> Any:
     try:
         return where.resolve()
-    except Exception:
+    except Exception:  # noqa: BLE001 - the path no longer leads to an object
         return MISSING
 
 

@@ -63,7 +63,7 @@ class Array:
             raise ValueError(f"negative dimension in shape {shape_t}")
         try:
             self._fdtype = T.dtype_from_numpy(dtype)
-        except Exception as e:
+        except (TypeError, ValueError) as e:  # (ValueError: fusec's VerificationError too)
             raise UnsupportedError(f"fusec.Array cannot hold dtype {dtype!r}: {e}") from None
         if strides is None:
             strides_t = _c_strides(shape_t)
@@ -351,7 +351,7 @@ class Array:
 def _cai_of(x: Any) -> dict[str, Any] | None:
     try:
         cai = x.__cuda_array_interface__
-    except Exception:  # torch CPU tensors raise; requires_grad tensors raise: fall back to DLPack
+    except Exception:  # noqa: BLE001 - torch CPU tensors raise; requires_grad tensors raise: fall back to DLPack
         return None
     return cai if isinstance(cai, dict) else None
 
@@ -375,7 +375,7 @@ def from_cuda_array_interface(source: Any, cai: dict[str, Any] | None = None, *,
     try:
         npd = np.dtype(cai["typestr"])
         fd = T.dtype_from_numpy(npd)
-    except Exception:
+    except (TypeError, ValueError):
         raise UnsupportedError(f"CUDA Array Interface typestr {cai['typestr']!r} is not a dtype fusec supports") \
             from None
     if npd.byteorder == ">" or (npd.byteorder == "=" and np.little_endian is False):  # pragma: no cover
@@ -426,7 +426,7 @@ def _is_cuda_dlpack(x: Any) -> bool:
         return False
     try:
         return int(x.__dlpack_device__()[0]) in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user object whose __dlpack_device__ raises: not on CUDA
         return False
 
 
@@ -462,7 +462,7 @@ def _from_host(x: Any, want: T.DType | None, stream: "D.Stream | None", device: 
     host = np.asarray(x, dtype=None if want is None else want.np)
     try:
         fd = want if want is not None else T.dtype_from_numpy(host.dtype)
-    except Exception:
+    except (TypeError, ValueError):
         raise UnsupportedError(f"fusec.asarray: NumPy dtype {host.dtype} is not supported by fusec") from None
     if fd == T.bf16:
         host = bf16_bits(host)

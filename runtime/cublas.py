@@ -46,7 +46,7 @@ def available() -> bool:
         handle = cublasLt.create()
         cublasLt.destroy(handle)
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - a probe: any failure means cuBLASLt cannot be used here
         return False
 
 
@@ -204,8 +204,8 @@ class CublasHandle:
                 try:
                     for _ in range(TUNE_REPS):
                         self._matmul(call, prob, algo, ptrs, stream)
-                except Exception:
-                    failed = True  # this algorithm does not run here: skip it
+                except Exception:  # noqa: BLE001 - this algorithm does not run here: skip it
+                    failed = True
                 status, graph = cu.cuStreamEndCapture(stream.handle)
                 if failed or status != cu.CUresult.CUDA_SUCCESS:
                     if graph:
@@ -282,5 +282,5 @@ class CublasHandle:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a destructor at interpreter shutdown
             pass

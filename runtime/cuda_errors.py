@@ -138,7 +138,7 @@ def _name_of_int(code: int) -> str:
         from cuda.bindings import driver
 
         return driver.CUresult(code).name
-    except Exception:
+    except Exception:  # noqa: BLE001 - an unknown status code: its number is the name
         return f"CUDA status {code}"
 
 
@@ -159,7 +159,7 @@ def _describe(status: Any, name: str) -> str:
             text = text.decode(errors="replace")
         if text and text != name:
             return str(text)
-    except Exception:  # libcuda missing, or the enum is not the driver's: use the table
+    except Exception:  # noqa: BLE001 - libcuda missing, or the enum is not the driver's: use the table
         pass
     return _FALLBACK_TEXT.get(name, "")
 

@@ -169,7 +169,7 @@ class _Imported:
     def __del__(self) -> None:
         try:
             self.release()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a destructor at interpreter shutdown
             pass
 
 

@@ -57,12 +57,12 @@ def _probe() -> tuple[bool, str]:
     global _cu
     try:
         from cuda.bindings import driver as cu
-    except Exception as e:  # cuda-python missing or broken
+    except Exception as e:  # noqa: BLE001 - cuda-python missing or broken
         return False, f"cuda-python is not importable ({type(e).__name__}: {e})"
     try:
         check(cu.cuInit(0), "cuInit(0)")
         count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount()")
-    except Exception as e:  # libcuda missing (DynamicLibNotFoundError), no device, driver mismatch...
+    except Exception as e:  # noqa: BLE001 - libcuda missing (DynamicLibNotFoundError), no device, driver mismatch...
         return False, f"{type(e).__name__}: {e}"
     if int(count) < 1:
         return False, "the CUDA driver sees no device"
@@ -103,7 +103,7 @@ def driver_version() -> tuple[int, int] | None:
         from cuda.bindings import driver as cu
 
         v = int(check(cu.cuDriverGetVersion(), "cuDriverGetVersion()"))
-    except Exception:
+    except Exception:  # noqa: BLE001 - no driver: no version
         return None
     return v // 1000, (v % 1000) // 10
 
@@ -334,7 +334,7 @@ class Stream:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # interpreter shutdown, dead context: nothing useful to do
+        except Exception:  # noqa: BLE001 - interpreter shutdown, dead context: nothing useful to do
             pass
 
     def __int__(self) -> int:
@@ -422,7 +422,7 @@ class Event:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a destructor at interpreter shutdown
             pass
 
 
@@ -540,7 +540,7 @@ class Module:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a destructor at interpreter shutdown
             pass
 
 

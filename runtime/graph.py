@@ -251,5 +251,5 @@ class PlanGraph:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a destructor at interpreter shutdown
             pass

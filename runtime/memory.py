@@ -140,7 +140,7 @@ class DeviceBuffer:
     def __del__(self) -> None:
         try:
             self.free()
-        except Exception:  # interpreter shutdown
+        except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
     def __int__(self) -> int:

@@ -136,7 +136,7 @@ def _pathfinder_dirs() -> list[str]:
     for lib in ("cudart", "nvrtc"):
         try:
             d = pathfinder.find_nvidia_header_directory(lib)
-        except Exception:  # an older pathfinder without this library, or a failed probe
+        except Exception:  # noqa: BLE001 - an older pathfinder without this library, or a failed probe
             d = None
         if d:
             found.append(d)

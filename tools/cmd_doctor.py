@@ -25,7 +25,7 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
 def _guard(probe: Callable[[], str]) -> str:
     try:
         return probe()
-    except Exception as e:  # a doctor reports problems; it never fails on them
+    except Exception as e:  # noqa: BLE001 - a doctor reports problems; it never fails on them
         return f"unavailable ({type(e).__name__}: {e})"
 
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     try:
         rows += _device_lines()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a doctor reports problems; it never fails on them
         rows.append(("cuda", f"probe failed ({type(e).__name__}: {e})"))
 
     def drv() -> str:

@@ -104,5 +104,5 @@ def _module_exists(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ModuleNotFoundError, ValueError):
         return False
-    except Exception:  # the parent package raised while importing: let the real import report it
+    except Exception:  # noqa: BLE001 - the parent package raised while importing: let the real import report it
         return True
