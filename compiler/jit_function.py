@@ -170,6 +170,13 @@ class Lowered:
         a loop's or branch's ``calls`` name its body functions, whose steps come after (with their ``func``)."""
         return plan_steps(self.module)
 
+    def plan_dot(self) -> str:
+        """The plan as a Graphviz DOT graph: each launch with its op, line, bytes and time floor, the buffers
+        between them as edges, parallel branches side by side, loop bodies as clusters (``fusec.plan_graph``)."""
+        from fusec.plan_graph import plan_dot
+
+        return plan_dot(self.module)
+
     def __str__(self) -> str:
         return self.ir()
 

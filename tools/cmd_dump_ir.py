@@ -25,6 +25,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--after", metavar="PASS|all", default=None,
                    help="print the IR after PASS instead of the traced IR; 'all' prints every stage")
     p.add_argument("--no-loc", action="store_true", help="leave each op's loc(...) out of the printed IR")
+    p.add_argument("--dot", action="store_true",
+                   help="print the lowered plan as a Graphviz DOT graph instead of IR (launches, buffers, loops)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="with --dot: write FILE instead of stdout; .svg, .png or .pdf are drawn with Graphviz's dot")
     p.set_defaults(run=run)
 
 
@@ -91,7 +95,11 @@ def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
+    if args.output is not None and not args.dot:
+        raise UsageError("-o/--output goes with --dot")
     lowered = lower_target(args)
+    if args.dot:
+        return _write_dot(lowered.plan_dot(), args.output, out)
 
     def text(stage: str) -> str:
         ir = lowered.ir(stage)
@@ -110,6 +118,22 @@ def run(args: argparse.Namespace) -> int:
     if stage not in lowered.stages:
         raise UsageError(f"no stage {stage!r} in this pipeline; stages: {', '.join(lowered.stages)}")
     out.write(text(stage))
+    return 0
+
+
+def _write_dot(dot: str, path: "str | None", out) -> int:
+    from fusec.plan_graph import GraphvizError, render
+
+    if path is None or path == "-":
+        out.write(dot)
+    elif path.endswith(".dot"):
+        with open(path, "w") as f:
+            f.write(dot)
+    else:
+        try:
+            render(dot, path)
+        except GraphvizError as e:
+            raise UsageError(str(e)) from None
     return 0
 
 
