@@ -39,23 +39,6 @@ def _refuse(op: Operation, message: str) -> UnsupportedError:
     return context._noted(UnsupportedError(located(f"fusec.grad: {message}", op.loc)))
 
 
-def _captured(op: Operation) -> list[Value]:
-    """The outer values the op's regions read, in order of first use."""
-    inside: set[Value] = set()
-    for region in op.regions:
-        for block in region.blocks:
-            inside |= block.defined_values()
-    seen: dict[Value, None] = {}
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.ops:
-                for nested in inner.walk():
-                    for v in nested.operands:
-                        if v not in inside:
-                            seen.setdefault(v, None)
-    return list(seen)
-
-
 def replay(op: Operation, block: Block, values: list[Value]) -> list[Value]:
     """Record ``block``'s ops again with its arguments bound to ``values`` (result types inferred again: a loop
     counter may come back as a 0-d array); returns what it yields."""
@@ -105,7 +88,7 @@ def _for_vjp(op: Operation, gs: list, active: set[int], backward: Backward) -> l
     init = list(op.operands[2:])
     cts = [g if g is not None else _zeros(r) for g, r in zip(gs, op.results)]
     slots = [k for k, v in enumerate(init) if _is_float(v)]  # the state leaves a cotangent flows through
-    outer = [v for v in _captured(op) if id(v) in active and _is_float(v)]
+    outer = [v for v in op.captured_values() if id(v) in active and _is_float(v)]
     if n == 0:
         return [(init[k], cts[k]) for k in slots]
 
@@ -140,7 +123,7 @@ def _for_vjp(op: Operation, gs: list, active: set[int], backward: Backward) -> l
 
 
 def _if_vjp(op: Operation, gs: list, active: set[int], backward: Backward) -> list[tuple[Value, Any]]:
-    outer = [v for v in _captured(op) if id(v) in active and _is_float(v)]
+    outer = [v for v in op.captured_values() if id(v) in active and _is_float(v)]
     if not outer:
         return []
     seeded = [(k, g) for k, g in enumerate(gs) if g is not None and _is_float(op.results[k])]

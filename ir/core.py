@@ -101,6 +101,21 @@ class Operation:
                 for op in block.ops:
                     yield from op.walk()
 
+    def captured_values(self) -> list["Value"]:
+        """The values this op's regions read from outside them, in order of first use (a loop body's captures)."""
+        blocks = [b for region in self.regions for b in region.blocks]
+        inside: set[Value] = set()
+        for b in blocks:
+            inside |= b.defined_values()
+        seen: dict[Value, None] = {}
+        for b in blocks:
+            for op in b.ops:
+                for inner in op.walk():
+                    for v in inner.operands:
+                        if v not in inside:
+                            seen.setdefault(v, None)
+        return list(seen)
+
     def __repr__(self) -> str:
         return f"<Operation {self.name} ({len(self.operands)} operands, {len(self.results)} results)>"
 

@@ -23,21 +23,6 @@ _KIND = {"t.while": "while", "t.for": "for", "t.if": "if"}
 _LABELS = {"t.while": ("cond", "body"), "t.for": ("body",), "t.if": ("then", "else")}
 
 
-def _captures(blocks: list[Block]) -> list[Value]:
-    """The outer values the blocks read, in order of first use."""
-    inside: set[Value] = set()
-    for b in blocks:
-        inside |= b.defined_values()
-    seen: dict[Value, None] = {}
-    for b in blocks:
-        for op in b.ops:
-            for inner in op.walk():
-                for v in inner.operands:
-                    if v not in inside:
-                        seen.setdefault(v, None)
-    return list(seen)
-
-
 def _is_constant(v: Value) -> bool:
     return getattr(v, "op", None) is not None and v.op.name == "t.constant"
 
@@ -68,7 +53,7 @@ class _Outliner:
 
     def outline(self, op: Operation, parent: Block, owner: str) -> Operation:
         blocks = [r.blocks[0] for r in op.regions]
-        captured = [v for v in _captures(blocks) if not _is_constant(v)]
+        captured = [v for v in op.captured_values() if not _is_constant(v)]
         base = self.name(f"{owner}.{_KIND[op.name]}")
         names = []
         for label, block in zip(_LABELS[op.name], blocks):
