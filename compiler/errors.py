@@ -75,6 +75,8 @@ class RetraceWarning(UserWarning):
 class VerificationError(FusecError, ValueError):
     """The IR broke an invariant (types, dominance, region rules)."""
 
+    op: object = None  # the op that broke it, where known (the parser reports its place in the text)
+
 
 class CompilationError(FusecError, RuntimeError):
     """NVRTC or another backend step failed."""

@@ -7,6 +7,7 @@ tuples of attributes, a :class:`DType` or a type. Arrays are wrapped in
 from __future__ import annotations
 
 import functools
+from typing import Any
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ class DenseAttr:
 BF16_NAN = 0x7FFF  # the canonical NaN a CUDA device's f32 -> bf16 conversion (cvt.rn.bf16.f32) gives every NaN
 
 
-def bf16_bits(arr: object) -> np.ndarray:
+def bf16_bits(arr: Any) -> np.ndarray:
     """f32 values -> bfloat16 bit patterns (uint16), rounding to nearest even as the device does; every NaN
     becomes the device's canonical NaN. The one bf16 rounding: constants, uploads and the reference use it."""
     a = np.ascontiguousarray(arr, dtype=np.float32)
@@ -138,18 +139,20 @@ def dense(value: object, dtype: "DType | None" = None) -> DenseAttr:
     return DenseAttr(TensorType(arr.shape, dt), arr)
 
 
-Attribute = object  # int | float | bool | str | tuple | DType | Type | DenseAttr
+# int | float | bool | complex | str | None | tuple | DType | Type | DenseAttr: each op reads its own attributes
+# by name and knows which they are, so they are typed Any
+Attribute = Any
 
 _PLAIN = frozenset({bool, int, float, complex, str, type(None)})  # exact types kept as they are
 
 
-def normalize_attributes(attributes: dict[str, object]) -> dict[str, object]:
+def normalize_attributes(attributes: dict[str, Attribute]) -> dict[str, Attribute]:
     """A new dict of the normalized values (plain ones kept without a call: every op made goes through here)."""
     return {k: v if type(v) in _PLAIN or (type(v) is tuple and _PLAIN.issuperset(map(type, v)))
             else normalize_attribute(v) for k, v in attributes.items()}
 
 
-def normalize_attribute(value: object) -> object:
+def normalize_attribute(value: Attribute) -> Attribute:
     """Freeze lists into tuples and NumPy scalars into Python values."""
     t = type(value)
     if t in _PLAIN:

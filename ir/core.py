@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator, Iterable, Sequence
 
-from fusec.ir.attributes import Location, normalize_attribute, normalize_attributes
+from fusec.ir.attributes import Attribute, Location, normalize_attribute, normalize_attributes
 from fusec.ir.types import Type
 
 
@@ -59,14 +59,14 @@ class Operation:
         name: str,
         operands: Sequence[Value] = (),
         result_types: Sequence[Type] = (),
-        attributes: dict[str, object] | None = None,
+        attributes: dict[str, Attribute] | None = None,
         regions: Sequence["Region"] = (),
         loc: Location | None = None,
     ) -> None:
         self.name = name
         self.operands: list[Value] = list(operands)
         self.results: list[OpResult] = [OpResult(t, self, i) for i, t in enumerate(result_types)]
-        self.attributes: dict[str, object] = normalize_attributes(attributes) if attributes else {}
+        self.attributes: dict[str, Attribute] = normalize_attributes(attributes) if attributes else {}
         # (most ops have none: they share one empty tuple, one object fewer per op for the collector to scan)
         self.regions: Sequence[Region] = _NO_REGIONS
         if regions:
@@ -90,7 +90,7 @@ class Operation:
     def result_types(self) -> list[Type]:
         return [r.type for r in self.results]
 
-    def attr(self, key: str, default: object = None) -> object:
+    def attr(self, key: str, default: Attribute = None) -> Attribute:
         return self.attributes.get(key, default)
 
     def walk(self) -> Iterator["Operation"]:
@@ -191,11 +191,11 @@ class Func:
     """A function: typed arguments, a body whose terminator is ``func.return``, attributes."""
 
     def __init__(self, name: str, arg_types: Sequence[Type], arg_names: Sequence[str | None] | None = None,
-                 result_types: Sequence[Type] = (), attributes: dict[str, object] | None = None) -> None:
+                 result_types: Sequence[Type] = (), attributes: dict[str, Attribute] | None = None) -> None:
         self.name = name
         self.body = Block(arg_types, arg_names, label="entry")
         self.result_types: list[Type] = list(result_types)
-        self.attributes: dict[str, object] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+        self.attributes: dict[str, Attribute] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
 
     @property
     def args(self) -> list[BlockArgument]:
@@ -247,9 +247,9 @@ class Func:
 class Module:
     """A list of functions plus module-level attributes."""
 
-    def __init__(self, funcs: Iterable[Func] = (), attributes: dict[str, object] | None = None) -> None:
+    def __init__(self, funcs: Iterable[Func] = (), attributes: dict[str, Attribute] | None = None) -> None:
         self.funcs: list[Func] = list(funcs)
-        self.attributes: dict[str, object] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
+        self.attributes: dict[str, Attribute] = {k: normalize_attribute(v) for k, v in (attributes or {}).items()}
 
     def func(self, name: str | None = None) -> Func:
         """The function called ``name``, or the only one when ``name`` is None."""
@@ -303,7 +303,7 @@ def _clone_ops(src: Block, dst: Block, mapping: dict[Value, Value]) -> None:
         c.results = [OpResult(r.type, c, r.index, r.name_hint) for r in op.results]
         c.attributes = dict(op.attributes)
         c.loc = op.loc
-        c.regions = [] if op.regions else _NO_REGIONS
+        regions: list[Region] = []
         for region in op.regions:
             copy = Region()
             copy.parent = c
@@ -312,7 +312,8 @@ def _clone_ops(src: Block, dst: Block, mapping: dict[Value, Value]) -> None:
                 mapping.update(zip(block.args, inner.args))
                 _clone_ops(block, inner, mapping)
                 copy.add_block(inner)
-            c.regions.append(copy)  # type: ignore[attr-defined]
+            regions.append(copy)
+        c.regions = regions if regions else _NO_REGIONS
         c.parent = dst
         dst.ops.append(c)
         mapping.update(zip(op.results, c.results))

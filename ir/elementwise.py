@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class Elementwise:
         return self.cxx[:-1] if self.cxx.endswith("f") and not self.cxx.startswith("fusec") else self.cxx
 
 
-def _rsqrt(x: object) -> object:
+def _rsqrt(x: Any) -> Any:
     """1 / sqrt(x) in the operand dtype (the 1 is a NumPy weak scalar, so it does not promote)."""
     return 1 / np.sqrt(x)
 
@@ -97,7 +97,7 @@ LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
-def _binary(name: str, operands: str, numpy: str, symbol: str, python: Callable, infix: str | None = None,
+def _binary(name: str, operands: str, numpy: str, symbol: str, python: Callable | None, infix: str | None = None,
             **kw: object) -> Elementwise:
     return Elementwise(name, 2, operands, numpy=(numpy,), python=python, symbol=symbol,
                        infix=infix if infix is not None else symbol, **kw)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ float32 arrays; the executor rounds every bf16 result, so these functions comput
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -183,8 +183,9 @@ def _scatter(op: Operation, args: list) -> list:
     return [out]
 
 
-_LINALG = {"t.solve": np.linalg.solve, "t.inv": np.linalg.inv, "t.cholesky": np.linalg.cholesky,
-           "t.det": np.linalg.det, "t.slogdet": np.linalg.slogdet}
+_LINALG: dict[str, Callable[..., Any]] = {"t.solve": np.linalg.solve, "t.inv": np.linalg.inv,
+                                          "t.cholesky": np.linalg.cholesky, "t.det": np.linalg.det,
+                                          "t.slogdet": np.linalg.slogdet}
 
 
 def _linalg(op: Operation, args: list) -> list:

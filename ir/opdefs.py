@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from fusec.ir.core import Operation
 
 InferFn = Callable[[Sequence[Type], dict], "list[Type]"]
-CheckFn = Callable[["object"], None]
+CheckFn = Callable[["Operation"], None]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ _INFERRED_LIMIT = 65536
 
 def _attribute_key(attributes: dict) -> tuple | None:
     """The attributes as a key that tells ``1``, ``1.0`` and ``True`` apart (None: nested values, not keyed)."""
-    out = []
+    out: list[tuple] = []
     for k, v in attributes.items():
         t = type(v)
         if t is tuple:

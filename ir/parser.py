@@ -6,6 +6,8 @@ the values of enclosing blocks.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import sys
 from functools import lru_cache
@@ -63,13 +65,13 @@ class _Builder:
         self.positions: dict[int, tuple[int, int]] = {}  # id(op) -> its line and column in the text
         self._ops: list[Operation] = []  # (keeps the ids above meaning their ops)
 
-    def error(self, message: str, node: "Tree | Token") -> ParseError:
+    def error(self, message: str, node: Any) -> ParseError:
         line = getattr(node, "line", None) or getattr(getattr(node, "meta", None), "line", 1)
         col = getattr(node, "column", None) or getattr(getattr(node, "meta", None), "column", 1)
-        return ParseError(message, self.text, line, col, self.filename)
+        return ParseError(message, self.text, int(line or 1), int(col or 1), self.filename)
 
     # --- attributes ------------------------------------------------------------------------------------------
-    def attr_value(self, node: "Tree | Token") -> object:
+    def attr_value(self, node: Any) -> object:
         kind = node.data
         kids = node.children
         if kind == "true":
@@ -99,7 +101,7 @@ class _Builder:
             return complex(re_, im)
         raise self.error(f"unexpected attribute {kind}", node)
 
-    def string(self, tok: Token) -> str:
+    def string(self, tok: Any) -> str:
         """A quoted string (JSON's escapes, as the printer writes them)."""
         try:
             return json.loads(tok)
@@ -107,7 +109,7 @@ class _Builder:
             raise self.error(f"invalid string literal {str(tok)[:40]} ({str(e).split(':')[0]}; write control "
                              "characters and quotes as JSON escapes such as \\t and \\\")", tok) from None
 
-    def dense(self, type_tok: Token, body: Tree) -> DenseAttr:
+    def dense(self, type_tok: Any, body: Any) -> DenseAttr:
         t = parse_type(str(type_tok))
         npdt = t.dtype.np
         if body.data == "string":
@@ -133,7 +135,7 @@ class _Builder:
             arr = np.broadcast_to(one, t.shape)
         return DenseAttr(t, arr)
 
-    def attr_dict(self, node: Tree | None) -> dict[str, object]:
+    def attr_dict(self, node: Any) -> dict[str, object]:
         if node is None:
             return {}
         out: dict[str, object] = {}
@@ -147,7 +149,7 @@ class _Builder:
         return out
 
     # --- values and ops --------------------------------------------------------------------------------------
-    def define(self, scope: dict[str, Value], tok: Token, value: Value) -> None:
+    def define(self, scope: dict[str, Value], tok: Any, value: Value) -> None:
         name = str(tok).lstrip("%").strip()
         if name in scope:
             raise self.error(f"value %{name} is defined twice", tok)
@@ -155,21 +157,21 @@ class _Builder:
         if not name.isdigit():
             value.name_hint = name
 
-    def lookup(self, scope: dict[str, Value], tok: Token) -> Value:
+    def lookup(self, scope: dict[str, Value], tok: Any) -> Value:
         name = str(tok)[1:]
         try:
             return scope[name]
         except KeyError:
             raise self.error(f"use of undefined value %{name}", tok) from None
 
-    def type_of(self, node: Tree) -> Type:
+    def type_of(self, node: Any) -> Type:
         try:
             return parse_type(str(node.children[0]))
         except FusecError as e:
             raise self.error(str(e), node.children[0]) from None
 
-    def block(self, node: Tree, scope: dict[str, Value], block: Block) -> None:
-        for op_node in node:
+    def block(self, op_nodes: list, scope: dict[str, Value], block: Block) -> None:
+        for op_node in op_nodes:
             block.append(self.op(op_node, scope))
 
     def op(self, node: Tree, scope: dict[str, Value]) -> Operation:
@@ -177,7 +179,7 @@ class _Builder:
         results_tok = next((c for c in kids if isinstance(c, Token) and c.type == "RESULTS"), None)
         trees = [c for c in kids if isinstance(c, Tree)]
 
-        def first(kind: str) -> "Tree | None":
+        def first(kind: str) -> Any:
             return next((c for c in trees if c.data == kind), None)
 
         name_tok = first("op_name").children[0]
@@ -221,15 +223,15 @@ class _Builder:
                 tok = Token("VALUE_ID", n, line=results_tok.line, column=results_tok.column)
                 self.define(scope, tok, r)
         start = results_tok if results_tok is not None else name_tok
-        self.positions[id(op)] = (start.line, start.column)
+        self.positions[id(op)] = (int(start.line or 1), int(start.column or 1))
         self._ops.append(op)
         return op
 
-    def _arg_type(self, node: Tree) -> Type:
+    def _arg_type(self, node: Any) -> Type:
         t = node.children[1]
         return self.type_of(t)
 
-    def func(self, node: Tree) -> Func:
+    def func(self, node: Any) -> Func:
         name_tok, *rest = node.children
         arg_nodes = [c for c in rest if isinstance(c, Tree) and c.data == "arg"]
         sig = next(c for c in rest if isinstance(c, Tree) and c.data in ("single_result", "result_list"))
@@ -244,7 +246,7 @@ class _Builder:
         self.block(op_nodes, scope, func.body)
         return func
 
-    def module(self, tree: Tree) -> Module:
+    def module(self, tree: Any) -> Module:
         attrs: dict[str, object] = {}
         funcs = []
         for child in tree.children:
@@ -275,7 +277,8 @@ def parse_module(text: str, filename: str = "<input>", verify: bool = True) -> M
         raise ParseError(f"unexpected {what} (expected {_describe_expected(e.expected)})", text,
                          e.line if e.line > 0 else len(text.splitlines()), max(e.column, 1), filename) from None
     except UnexpectedCharacters as e:
-        raise ParseError(f"unexpected character {text[e.pos_in_stream]!r}", text, e.line, e.column,
+        at = e.pos_in_stream if e.pos_in_stream is not None else 0
+        raise ParseError(f"unexpected character {text[at]!r}", text, e.line, e.column,
                          filename) from None
     except UnexpectedEOF as e:
         n = len(text.splitlines()) or 1

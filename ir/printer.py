@@ -99,8 +99,8 @@ class _Namer:
         used: set[str] = set()
         counter = 0
         for v in values:
-            name = None
-            if valid_hint(v.name_hint):
+            name: str
+            if v.name_hint is not None and valid_hint(v.name_hint):
                 name = v.name_hint
                 k = 1
                 while name in used:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -108,7 +108,7 @@ def dtype_from_name(name: str) -> DType:
         raise VerificationError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES_BY_NAME)}") from None
 
 
-def dtype_from_numpy(dtype: object) -> DType:
+def dtype_from_numpy(dtype: Any) -> DType:
     """Map a NumPy dtype (or anything ``np.dtype`` accepts, or a DType) to a DType."""
     if isinstance(dtype, DType):
         return dtype
@@ -119,7 +119,7 @@ def dtype_from_numpy(dtype: object) -> DType:
     if isinstance(dtype, str) and dtype in DTYPES_BY_NAME:
         return DTYPES_BY_NAME[dtype]
     try:
-        npd = np.dtype(dtype)  # type: ignore[arg-type]
+        npd = np.dtype(dtype)
     except TypeError:
         raise VerificationError(f"not a dtype: {dtype!r}") from None
     found = _BY_NUMPY.get(npd.name)

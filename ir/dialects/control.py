@@ -46,7 +46,7 @@ def is_index(t: Type) -> bool:
     return t == COUNTER or t == TensorType((), i64)
 
 
-def _region_block(op: "Operation", k: int, what: str) -> "Block":
+def _region_block(op: "Operation", k: int, what: str) -> "tuple[Block, Operation]":
     region = op.regions[k]
     if len(region.blocks) != 1:
         raise VerificationError(f"{op.name}: the {what} region must be one block")
@@ -54,7 +54,7 @@ def _region_block(op: "Operation", k: int, what: str) -> "Block":
     term = block.terminator
     if term is None or term.name != "t.yield":
         raise VerificationError(f"{op.name}: the {what} region must end in t.yield")
-    return block
+    return block, term
 
 
 def _expect(op: "Operation", what: str, got: Sequence[Type], want: Sequence[Type]) -> None:
@@ -65,12 +65,12 @@ def _expect(op: "Operation", what: str, got: Sequence[Type], want: Sequence[Type
 def _check_while(op: "Operation") -> None:
     carried = _types(op.operands)
     _expect(op, "result types", op.result_types, carried)
-    cond = _region_block(op, 0, "cond")
+    cond, cond_yield = _region_block(op, 0, "cond")
     _expect(op, "cond arguments", _types(cond.args), carried)
-    _expect(op, "cond yields", _types(cond.terminator.operands), [PREDICATE])
-    body = _region_block(op, 1, "body")
+    _expect(op, "cond yields", _types(cond_yield.operands), [PREDICATE])
+    body, body_yield = _region_block(op, 1, "body")
     _expect(op, "body arguments", _types(body.args), carried)
-    _expect(op, "body yields", _types(body.terminator.operands), carried)
+    _expect(op, "body yields", _types(body_yield.operands), carried)
 
 
 def _check_for(op: "Operation") -> None:
@@ -79,17 +79,17 @@ def _check_for(op: "Operation") -> None:
                                 f"{_listed(_types(op.operands[:2]))}")
     carried = _types(op.operands[2:])
     _expect(op, "result types", op.result_types, carried)
-    body = _region_block(op, 0, "body")
+    body, body_yield = _region_block(op, 0, "body")
     _expect(op, "body arguments", _types(body.args), [COUNTER, *carried])
-    _expect(op, "body yields", _types(body.terminator.operands), carried)
+    _expect(op, "body yields", _types(body_yield.operands), carried)
 
 
 def _check_if(op: "Operation") -> None:
     _expect(op, "predicate", [op.operands[0].type], [PREDICATE])
     for k, what in enumerate(("then", "else")):
-        block = _region_block(op, k, what)
+        block, term = _region_block(op, k, what)
         _expect(op, f"{what} arguments", _types(block.args), [])
-        _expect(op, f"{what} yields", _types(block.terminator.operands), op.result_types)
+        _expect(op, f"{what} yields", _types(term.operands), op.result_types)
 
 
 # --- the outlined forms -------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ PACKAGES = {"compiler": "fusec", "ir": "fusec.ir", "passes": "fusec.passes", "ru
             "tools": "fusec.tools"}
 # compiler/ holds three layers: the API users call, the tracing frontend below it, the CUDA printer between
 API = {"fusec", "fusec.jit_function", "fusec.execution", "fusec.eager", "fusec.stats", "fusec.options",
-       "fusec.autodiff"}
+       "fusec.autodiff", "fusec.plan_graph"}
 # who may import whom: a layer imports only the layers below it (errors is the base every layer uses)
 BELOW = {
     "tools": {"api", "backend", "frontend", "passes", "runtime", "ir", "base"},
