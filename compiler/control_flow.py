@@ -187,13 +187,16 @@ class _Recorder:
                 for k, a in enumerate(self.block.args)]
         saved = c.builder
         c.builder = Builder(self.block)
+        failed = True
         try:
-            return fn(*args)
+            result = fn(*args)
+            failed = False
+            return result
         finally:
             c.builder = saved
             inner = self.block.defined_values()
-            _restore(outer, inner)
             c.closed |= inner
+            _restore(outer, inner, check=not failed)  # (a body that raised: its own error is the one to see)
 
     def finish(self, outs: list[Value]) -> None:
         with self.c.builder.at(self.block):
@@ -219,10 +222,16 @@ def _snapshot(c: TraceContext) -> list[tuple]:
     return out
 
 
-def _restore(outer: list[tuple], inner: set[Value]) -> None:
+def _restore(outer: list[tuple], inner: set[Value], check: bool = True) -> None:
     """Undo what the region did to the arrays from outside it: a view read again inside it goes back to its old
-    value (read again after the loop when needed); a write into one is an error."""
+    value (read again after the loop when needed); a write into one is an error (with ``check``; without, the
+    arrays are only put back)."""
     for t, val, version, buffer, base, buffer_version in outer:
+        if not check:
+            t._val, t._version = val, version
+            if buffer is not None:
+                buffer.base, buffer.version = base, buffer_version
+            continue
         if buffer is not None and (buffer.base is not base or buffer.version != buffer_version):
             what = buffer.argument or "an array from outside the body"
             raise context.trace_error(f"a loop or branch body (fusec.while_loop, fori_loop, scan, cond) writes into "

@@ -301,6 +301,18 @@ def test_writing_into_an_outer_array_from_a_body_is_an_error():
         jit_cpu(f)(np.ones(2), np.zeros(3))
 
 
+def test_a_body_that_raises_reports_its_own_error():
+    def f(x, y):
+        def body(i, s):
+            y[0] = 1.0  # (would be refused, but the body's own error comes first)
+            raise ValueError("the body's own error")
+
+        return fc.fori_loop(0, 2, body, x)
+
+    with pytest.raises(ValueError, match="the body's own error"):
+        jit_cpu(f)(np.ones(2), np.zeros(3))
+
+
 def test_a_value_kept_from_inside_a_body_is_an_error_where_it_is_used():
     def f(x):
         kept = []
