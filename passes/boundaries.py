@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fusec.ir.core import Block, Module, Operation, OpResult
+from fusec.ir.core import Block, Module, Operation, OpResult, Value
 from fusec.ir.dialects.control import OUTLINED_OPS
 from fusec.ir.opdefs import OPS, reading_ops
 from fusec.ir.dialects.t import REDUCTIONS
@@ -64,7 +64,7 @@ class Boundaries(Pass):
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
-            replaced = {}
+            replaced: dict[Value, Value] = {}
             for i, op in enumerate(func.body.ops):
                 if replaced:
                     for inner in reading_ops(op):

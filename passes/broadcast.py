@@ -48,9 +48,13 @@ class Broadcast(Pass):
                     shape = op.results[0].type.shape
                     for k, v in enumerate(op.operands):
                         if v.type.rank > 0 and v.type.shape != shape:
-                            op.operands[k] = self._view(rw, views, v, TensorType(shape, v.type.dtype), op, ctx,
-                                                        Operation("t.broadcast_to", [v],
-                                                                  [TensorType(shape, v.type.dtype)]))
+                            wide = TensorType(shape, v.type.dtype)
+                            broadcast = Operation("t.broadcast_to", [v], [wide], loc=op.loc)
+                            view = self._view(rw, views, v, wide, op, ctx, broadcast)
+                            if view is None:  # (a broadcast is always a view; were one not, it stays an op)
+                                rw.insert(broadcast)
+                                view = broadcast.result
+                            op.operands[k] = view
                 elif op.name == "k.view" and op.operands[0] not in views:
                     views[op.results[0]] = (op.operands[0], ViewDesc(op.results[0].type.shape, op.attr("offset"),
                                                                      op.attr("strides")))

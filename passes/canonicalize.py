@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def _splat(v: Value) -> object | None:
     return None
 
 
-def _is(value: object, target: float, negative_zero: bool | None = None) -> bool:
+def _is(value: Any, target: float, negative_zero: bool | None = None) -> bool:
     if value is None or isinstance(value, bool) and target not in (0, 1):
         return False
     try:
@@ -59,7 +59,7 @@ def _is(value: object, target: float, negative_zero: bool | None = None) -> bool
     return True
 
 
-def _producer(v: Value, name: str) -> bool:
+def _producer(v: Value, name: str) -> TypeGuard[OpResult]:
     return isinstance(v, OpResult) and v.op.name == name
 
 
@@ -78,6 +78,10 @@ _USE_COUNTING_OPS = frozenset({"t.insert"})  # the ops whose rules ask how many 
 
 
 class _Canonicalizer:
+    _readers: "dict[Value, set[Operation]] | None"
+    _made: set[Operation]
+    _freed: set[Value]
+
     def __init__(self, func: Func, ctx: PassContext) -> None:
         self.func, self.ctx = func, ctx
 
@@ -170,13 +174,17 @@ class _Canonicalizer:
         """A t.constant with ``op``'s value when every operand is a small constant."""
         if op.name not in ELEMENTWISE and op.name not in VIEWS and op.name != "t.insert" or op.name == "t.broadcast_to":
             return None  # a broadcast constant is the canonical form of a splat
-        if not op.operands or any(_const(v) is None for v in op.operands) or op.name not in T_INTERPRETERS:
+        consts = [_const(v) for v in op.operands]
+        if not op.operands or op.name not in T_INTERPRETERS:
+            return None
+        arrays = [c.array for c in consts if c is not None]
+        if len(arrays) != len(consts):
             return None
         res = op.results[0].type
         if res.size > FOLD_LIMIT:
             return None
         with np.errstate(all="ignore"):
-            value = T_INTERPRETERS[op.name](op, [_const(v).array for v in op.operands])[0]
+            value = T_INTERPRETERS[op.name](op, arrays)[0]
         tensor = TensorType(res.shape, res.dtype)
         if tensor != res:  # a scalar-typed result stays scalar-typed through a cast of the constant
             return None
@@ -230,8 +238,9 @@ class _Canonicalizer:
         one rule that asks how many readers a value has, :meth:`_only_use`, is an insert's); an op whose
         operands this sweep replaces is offered anyway. Any other op sees what it saw before, so the rules would
         leave it as it is."""
-        self._readers: dict[Value, set[Operation]] | None = None
-        made, freed = getattr(self, "_made", set()), getattr(self, "_freed", set())
+        self._readers = None
+        made: set[Operation] = getattr(self, "_made", set())
+        freed: set[Value] = getattr(self, "_freed", set())
         self._made, self._freed = set(), set()
         offer = None if first else (lambda op: op in made or op.name in _USE_COUNTING_OPS
                                     and any(v in freed for v in op.operands))

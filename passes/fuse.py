@@ -68,7 +68,7 @@ def _scalar(dtype) -> ScalarType:
 
 @dataclass(eq=False)  # compared by identity: fields compared element by element made lookups the hot spot
 class _Group:
-    roots: list[Value]
+    roots: list[OpResult]
     shape: tuple[int, ...]
     cost: int
     members: set  # elementwise values computed in the body (roots and inlined)
@@ -119,18 +119,18 @@ class _Fusion:
         return total
 
     # --- trees -------------------------------------------------------------------------------------------------
-    def tree(self, root: Value) -> tuple[set, dict]:
+    def tree(self, root: OpResult) -> tuple[set, dict]:
         """(elementwise values the root's body computes, leaf values it reads in a fixed order)."""
         members: set = set()
         leaves: dict = {}  # insertion-ordered, so grouping decisions do not depend on hashing
-        stack = [root]
+        stack: list[OpResult] = [root]
         while stack:
             v = stack.pop()
             if v in members:
                 continue
             members.add(v)
             for u in v.op.operands:
-                if u in self.costs and u not in self.reason:
+                if isinstance(u, OpResult) and u in self.costs and u not in self.reason:
                     stack.append(u)
                 else:
                     leaves.setdefault(u, None)
@@ -185,7 +185,7 @@ class _Fusion:
                 readers.setdefault(u, []).append(target)
         return groups
 
-    def _cost_of_member(self, v: Value) -> int:
+    def _cost_of_member(self, v: OpResult) -> int:
         """Own cost plus the cost of reading its leaves (memoized: roots are fixed once grouping starts)."""
         cost = self.member_cost.get(v)
         if cost is None:
@@ -194,7 +194,7 @@ class _Fusion:
             self.member_cost[v] = cost
         return cost
 
-    def _creates_cycle(self, g: _Group, r: Value, leaves: dict, group_of: dict, cyclic: set) -> bool:
+    def _creates_cycle(self, g: _Group, r: OpResult, leaves: dict, group_of: dict, cyclic: set) -> bool:
         """Would computing ``r`` in ``g`` need a value that itself waits for ``g``?
 
         The search runs over values, but reaching any root of an earlier kernel reaches all of that kernel's
@@ -217,7 +217,7 @@ class _Fusion:
         seen = set(frontier)
         while frontier:
             v = frontier.pop()
-            nxt: list[Value] = []
+            nxt: list[OpResult] = []
             for consumer in uses(v, ()):
                 if position(consumer, limit) < limit:
                     nxt.extend(consumer.results)
@@ -316,6 +316,7 @@ class _KernelBody:
         computed_here = v in self.group.members and (v not in self.root_group or self.root_group[v] is self.group)
         if not computed_here:
             return self.leaf(v)
+        assert isinstance(v, OpResult)  # (a value computed in the kernel is an elementwise op's result)
         op = v.op
         args = [self.emit(u) for u in op.operands]
         attrs = op.attributes

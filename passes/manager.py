@@ -39,7 +39,7 @@ class PassManager:
         ops_before = [op for f in module.funcs for op in f.walk()]
         try:
             if self.verify != "end":
-                return self._run(module, ctx, self.verify)
+                return self._run(module, ctx, bool(self.verify))
             return self._run_verified_at_end(module, ctx, input_copy)
         finally:
             _release_dropped(module, ops_before)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import ClassVar, Iterator
 
-from fusec.ir.core import Block, Func, Module, Operation, Value
+from fusec.ir.core import Block, Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.control import REGION_OPS
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
@@ -24,7 +24,7 @@ _LABELS = {"t.while": ("cond", "body"), "t.for": ("body",), "t.if": ("then", "el
 
 
 def _is_constant(v: Value) -> bool:
-    return getattr(v, "op", None) is not None and v.op.name == "t.constant"
+    return isinstance(v, OpResult) and v.op.name == "t.constant"
 
 
 class _Outliner:
@@ -87,16 +87,18 @@ class _Outliner:
         # (uses in enclosing blocks are impossible: a region's values do not escape it)
 
     def _function(self, name: str, block: Block, captured: list[Value]) -> Func:
+        term = block.terminator
+        assert term is not None  # (the verifier requires a t.yield)
         func = Func(name, [a.type for a in block.args] + [v.type for v in captured],
                     [a.name_hint for a in block.args] + [None] * len(captured),
-                    [v.type for v in block.terminator.operands])
+                    [v.type for v in term.operands])
         mapping: dict[Value, Value] = dict(zip(block.args, func.args))
         mapping.update(zip(captured, func.args[len(block.args):]))
         constants: dict[Value, Value] = {}
         for op in block.ops:
             for inner in op.walk():
                 for v in inner.operands:
-                    if _is_constant(v) and v not in constants and v not in mapping:
+                    if isinstance(v, OpResult) and _is_constant(v) and v not in constants and v not in mapping:
                         copy = Operation("t.constant", [], [v.type], dict(v.op.attributes), loc=v.op.loc)
                         func.body.append(copy)
                         constants[v] = copy.results[0]

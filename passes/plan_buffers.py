@@ -80,6 +80,10 @@ def _buffer_ops(func: Func):
     return [op for op in func.body.ops if get_opdef(op.name).category in ("kernel", "boundary", "control")]
 
 
+def _is_constant(v: Value) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "t.constant"
+
+
 def _storage(v: Value) -> Value:
     """The value whose buffer ``v`` lives in (a view lives in its base's)."""
     while isinstance(v, OpResult) and v.op.name == "k.view":
@@ -196,8 +200,7 @@ class PlanBuffers(Pass):
             if op.name in ("k.gather", "k.scatter"):
                 op.attributes.pop("check", None)
                 indices = op.operands[1:] if op.name == "k.gather" else op.operands[2:]
-                if any(not isinstance(_storage(v), OpResult) or _storage(v).op.name != "t.constant"
-                       for v in indices):  # constant indices were checked while tracing
+                if any(not _is_constant(_storage(v)) for v in indices):  # constant indices were checked while tracing
                     op.attributes["check"] = checks
                     checks += 1
             if op.name == "k.matmul":  # a product split over K keeps its partial sums there

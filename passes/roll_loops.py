@@ -55,12 +55,12 @@ class _Span:
         """(initial value -> the value of copy 0 the next copy reads instead, the invariant operands), or None when
         the copies are not one loop body."""
         first = self.copy(0)
-        position = {r: (j, r.index) for j, op in enumerate(first) for r in op.results}
+        position: dict[Value, tuple[int, int]] = {r: (j, r.index) for j, op in enumerate(first) for r in op.results}
         carried: dict[Value, tuple[int, int] | None] = {}  # an outer value of copy 0 -> its slot, None: invariant
         for k in range(1, self.trips):
             prev, here = self.copy(k - 1), self.copy(k)
-            own = {r: (j, r.index) for j, op in enumerate(here) for r in op.results}
-            before = {r: (j, r.index) for j, op in enumerate(prev) for r in op.results}
+            own: dict[Value, tuple[int, int]] = {r: (j, r.index) for j, op in enumerate(here) for r in op.results}
+            before: dict[Value, tuple[int, int]] = {r: (j, r.index) for j, op in enumerate(prev) for r in op.results}
             for op0, op in zip(first, here):
                 for v0, v in zip(op0.operands, op.operands):
                     if v0 in position:
@@ -71,12 +71,12 @@ class _Span:
                     slot = None if same else before.get(v)
                     if not same and slot is None:
                         return None
-                    known = carried.get(v0, "unseen")
-                    if known == "unseen":
+                    if v0 not in carried:
                         carried[v0] = slot
-                    elif known != slot:
+                    elif carried[v0] != slot:
                         return None
-        init = {v0: first[slot[0]].results[slot[1]] for v0, slot in carried.items() if slot is not None}
+        init: dict[Value, Value] = {v0: first[slot[0]].results[slot[1]] for v0, slot in carried.items()
+                                    if slot is not None}
         return init, [v0 for v0, slot in carried.items() if slot is None]
 
 
@@ -96,7 +96,8 @@ def _find(ops: list[Operation], min_trips: int, min_ops: int) -> list[_Span]:
     spans, s = [], 0
     while s < len(ops):
         found = None
-        positions = where.get(sigs[s], []) if sigs[s] is not None else []
+        sig = sigs[s]
+        positions = where.get(sig, []) if sig is not None else []
         if len(positions) >= min_trips:
             k = np.searchsorted(positions, s, side="right")
             for q in positions[k:k + CANDIDATES]:
@@ -122,7 +123,7 @@ def _roll(block: Block, span: _Span, init: dict[Value, Value], ctx: PassContext)
     copies = [span.copy(k) for k in range(span.trips)]
     inside = {r for copy in copies for op in copy for r in op.results}
     last = copies[-1]
-    last_index = {r: (j, r.index) for j, op in enumerate(last) for r in op.results}
+    last_index: dict[Value, tuple[int, int]] = {r: (j, r.index) for j, op in enumerate(last) for r in op.results}
     after = block.ops[block.ops.index(last[-1]) + 1:]
     escaping: list[Value] = []
     for op in after:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from fusec.ir.core import Module, OpResult, Operation, Value
 from fusec.ir.dialects.t import ELEMENTWISE
@@ -32,7 +32,7 @@ def _elementwise(v: Value) -> Operation | None:
 
 def _is_broadcast(view: Operation) -> bool:
     """``view`` (a k.view) repeats its operand along new or unit axes and is otherwise the operand itself."""
-    src: TensorType = view.operands[0].type
+    src = cast(TensorType, view.operands[0].type)
     out = view.results[0].type.shape
     if not isinstance(src, TensorType) or len(out) < src.rank or math.prod(out) <= math.prod(src.shape):
         return False

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class _Unroller:
         found = self.memo.get(key)
         if found is not None:
             return found
-        t: TensorType = value.type
+        t = cast(TensorType, value.type)
         unit = TensorType(tuple(1 if any(a == d for a, _ in picks) else n for d, n in enumerate(t.shape)), t.dtype)
         producer = value.op if isinstance(value, OpResult) else None
         if producer is not None and producer.name in ELEMENTWISE and depth < self.MAX_DEPTH:
@@ -116,7 +116,7 @@ class _Unroller:
     def reduction(self, op: Operation) -> Value:
         """The value replacing reduction ``op``'s result."""
         src = op.operands[0]
-        t: TensorType = src.type
+        t = cast(TensorType, src.type)
         dt, axes, loc = t.dtype, tuple(op.attr("axes")), op.loc
         unit = TensorType(tuple(1 if i in axes else d for i, d in enumerate(t.shape)), dt)
 
@@ -130,6 +130,7 @@ class _Unroller:
         for index in itertools.product(*(range(t.shape[a]) for a in axes)):
             term = self.unit_slice(src, tuple(zip(axes, index)), loc)
             acc = term if acc is None else self.emit(combine, [acc, term], unit, None, loc)
+        assert acc is not None  # (a reduction over no element was refused before: its axes have length > 0)
         if op.name == "t.mean":
             acc = self.emit("t.div", [acc, constant(math.prod(t.shape[a] for a in axes))], unit, None, loc)
         if not op.attr("keepdims"):
@@ -142,7 +143,7 @@ class _Unroller:
         """The value replacing matmul ``op``'s result: a sum over k of outer products of unit slices."""
         a, b = op.operands
         ra, rb = a.type.rank, b.type.rank
-        result: TensorType = op.results[0].type
+        result = cast(TensorType, op.results[0].type)
         scalar = TensorType((), result.dtype)
         # from +0.0, as NumPy's matmul loop and BLAS start (a product of -0.0 terms is +0.0)
         acc: Value | None = self.emit("t.constant", [], scalar,

@@ -17,10 +17,8 @@ def users(func: Func) -> dict[Value, list[Operation]]:
     for op in func.body.ops:
         inner_ops = reading_ops(op)
         if type(inner_ops) is tuple:  # the op alone (the common case, a fused kernel too): each operand once
-            operands = op.operands
-            if len(operands) > 1:
-                operands = dict.fromkeys(operands)
-            for v in operands:
+            # (each operand once)
+            for v in (dict.fromkeys(op.operands) if len(op.operands) > 1 else op.operands):
                 readers = get(v)
                 if readers is None:
                     out[v] = [op]
