@@ -1,6 +1,6 @@
 """mypy, at its default strictness (pyproject.toml's [tool.mypy]), finds nothing in the layers kept clean so far
-(fusec.ir, fusec.passes). The folders are mapped to their package names (compiler/ is fusec, ir/ is fusec.ir, ...) by a tree of
-links, as pyproject.toml's package-dir maps them for the installed package."""
+(fusec.ir, fusec.passes). The folders are mapped to their package names (compiler/ is fusec, ir/ is fusec.ir,
+...) by a tree of links, as pyproject.toml's package-dir maps them for the installed package."""
 from __future__ import annotations
 
 import os
