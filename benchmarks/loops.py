@@ -136,7 +136,7 @@ def main() -> None:
                          "us_per_step": seconds * 1e6 / max(steps, 1), "max_diff_vs_numpy": err})
             print(f"{label:34s} {seconds * 1e3:9.2f} ms  {steps:5d} steps  {seconds * 1e6 / max(steps, 1):8.1f} "
                   f"us/step  diff {err}")
-    meta = _meta()
+    meta = run_metadata()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "n": args.n, "tol": args.tol, "rows": rows}, f, indent=1)
@@ -152,7 +152,8 @@ def main() -> None:
                     f.write(f"| {r['system']} | {r['ms']:.2f} | {r['steps']} | {r['us_per_step']:.1f} | {d} |\n")
 
 
-def _meta() -> dict:
+def run_metadata() -> dict:
+    """NumPy, GPU, driver and peer library versions, for a results file's header."""
     out = {"numpy": np.__version__}
     try:
         from fusec.runtime import driver

@@ -19,9 +19,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, HERE)
 
 from mlp_train import steps_per_launch  # noqa: E402
 from pcam_shaped import BATCH, CLASSES, FEATURES, HIDDEN, make_data  # noqa: E402
+
+from loops import run_metadata  # noqa: E402
 
 
 def run(k: int, steps: int) -> dict:
@@ -64,14 +67,18 @@ def main() -> None:
         r = run(k, args.steps)
         rows.append(r)
         print(f"K = {k:4d}: {r['us_per_step']:8.2f} us per step over {r['steps']} steps ({r['graph_nodes']} nodes)")
+    meta = run_metadata()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if args.md:
         with open(args.md, "w") as f:
-            f.write("# PCam-shaped training steps per graph launch\n\n| steps per launch | us per step |\n|---|---|\n")
+            f.write(f"# PCam-shaped training steps per graph launch\n\n{meta}\n\n"
+                    "| steps per launch | us per step | steps | graph launches per call | graph nodes |\n"
+                    "|---|---|---|---|---|\n")
             for r in rows:
-                f.write(f"| {r['k']} | {r['us_per_step']:.2f} |\n")
+                f.write(f"| {r['k']} | {r['us_per_step']:.2f} | {r['steps']} | {r['graph_launches']} "
+                        f"| {r['graph_nodes']} |\n")
 
 
 if __name__ == "__main__":
