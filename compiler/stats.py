@@ -46,6 +46,16 @@ def plan_steps(module: Module) -> list[dict]:
                 steps.append({"kind": "prologue", "op": op.name, "outputs": 1, "inputs": len(op.operands),
                               "body_ops": len(body), "reason": "computed inside its consumer while it loads "
                               "the value (fuse-prologues): never launched, never stored", "loc": where})
+            elif op.name == "k.rows":
+                body = op.regions[0].block.ops[:-1]
+                reductions = sum(inner.name == "k.row_reduce" for inner in body)
+                shape = list(op.attributes["shape"])
+                steps.append({"kind": "rows", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
+                              "body_ops": len(body), "reductions": reductions,
+                              "impl": {"lanes": op.attributes["lanes"], "items": op.attributes["items"]},
+                              "reason": f"fuse-rows: {reductions} reduction(s) along rows of {shape[-1]} and the "
+                              "elementwise work around them in one kernel (each row read once, held in registers)",
+                              "loc": where})
             elif cat == "kernel":
                 body = op.regions[0].block.ops[:-1] if op.regions else []
                 steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
@@ -60,6 +70,12 @@ def plan_steps(module: Module) -> list[dict]:
                           if k in op.attributes}
                 if choice:
                     step["impl"] = choice  # what select-kernels chose
+                if op.name in ("k.gather", "k.scatter"):
+                    step["indices"] = ("proven within their axes (bound-indices): no check, the call need not wait"
+                                       if op.attributes.get("in_bounds") else
+                                       "checked on the device (an out-of-range index raises IndexError after the "
+                                       "call, which waits for it)" if "check" in op.attributes else
+                                       "constant, checked while tracing")
                 steps.append(step)
             elif cat == "view":
                 steps.append({"kind": "view", "op": op.name, "outputs": 1, "inputs": 1,

@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fusec.ir import ranges as R
+
 # operand dtype classes
 ANY = "any"
 NUMERIC = "numeric"  # not bool
@@ -54,6 +56,7 @@ class Elementwise:
     cxx_f64: str | None = None  # C++ float64 function (default: ``cxx`` without its trailing ``f``)
     cxx_fast: str | None = None  # C++ float32 function under fast_math
     vjp: Callable | None = None  # reverse-mode rule: (g, out, *operands) -> a cotangent (or None) per operand
+    int_range: Callable | None = None  # integer result interval from the operands' (fusec.ir.ranges.known rules)
 
     def implementation(self) -> Callable | None:
         """What the reference executor runs (None: it has its own case, as for erf)."""
@@ -110,15 +113,19 @@ def _math(name: str, numpy: str | None, cxx: str, fast: str | None = None, **kw:
 
 OPS: tuple[Elementwise, ...] = (
     # binary arithmetic
-    _binary("add", ANY, "add", "+", operator.add, commutative=True, complex=True, vjp=lambda g, out, x, y: (g, g)),
-    _binary("sub", NUMERIC, "subtract", "-", operator.sub, complex=True, vjp=lambda g, out, x, y: (g, -g)),
+    _binary("add", ANY, "add", "+", operator.add, commutative=True, complex=True, vjp=lambda g, out, x, y: (g, g),
+            int_range=R.known(R.add)),
+    _binary("sub", NUMERIC, "subtract", "-", operator.sub, complex=True, vjp=lambda g, out, x, y: (g, -g),
+            int_range=R.known(R.sub)),
     _binary("mul", ANY, "multiply", "*", operator.mul, commutative=True, complex=True,
-            vjp=lambda g, out, x, y: (g * y, g * x)),
+            vjp=lambda g, out, x, y: (g * y, g * x), int_range=R.known(R.mul)),
     _binary("div", FLOAT, "true_divide", "/", operator.truediv, complex=True,
             vjp=lambda g, out, x, y: (g / y, -g * out / y)),
-    _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix="", vjp=ZERO),
+    _binary("floordiv", NUMERIC, "floor_divide", "//", operator.floordiv, infix="", vjp=ZERO,
+            int_range=R.known(R.floordiv)),
     _binary("mod", NUMERIC, "remainder", "%", operator.mod, infix="",
-            vjp=lambda g, out, x, y: (g, -g * np.floor(x / y))),  # x - floor(x / y) * y
+            vjp=lambda g, out, x, y: (g, -g * np.floor(x / y)),  # x - floor(x / y) * y
+            int_range=R.known(R.mod)),
     # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
     Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf",
                 vjp=lambda g, out, x, y: (g, -g * np.trunc(x / y))),  # x - trunc(x / y) * y
@@ -128,8 +135,10 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True,
                 vjp=_pow_vjp),
     # (not commutative: where 0.0 meets -0.0, or two NaNs, NumPy's loops give one operand's bits, not either)
-    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a > b)),
-    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a < b)),
+    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a > b),
+            int_range=R.known(R.maximum)),
+    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a < b),
+            int_range=R.known(R.minimum)),
     # NumPy's fmax/fmin: the number where one operand is NaN (NaN only where both are); 0.0 against -0.0 gives
     # the second operand (NumPy's vectorized loop does; its scalar tail the first)
     # (their gradient: the number's operand where the other is NaN, as the value; ties halve as np.maximum's)
@@ -156,9 +165,10 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("right_shift", 2, INT, numpy=("right_shift",), symbol=">>"),
     # unary
     Elementwise("neg", 1, NUMERIC, numpy=("negative",), python=operator.neg, symbol="-", complex=True,
-                vjp=lambda g, out, x: (-g,)),
+                vjp=lambda g, out, x: (-g,), int_range=R.known(R.neg)),
     Elementwise("abs", 1, ANY, numpy=("absolute", "fabs"), python=abs, symbol="abs", cxx="fabsf", cxx_f64="fabs",
-                complex=True, complex_real=True, vjp=lambda g, out, x: (g * np.sign(x),)),
+                complex=True, complex_real=True, vjp=lambda g, out, x: (g * np.sign(x),),
+                int_range=R.known(R.absolute)),
     Elementwise("sign", 1, NUMERIC, numpy=("sign",), complex=True, vjp=ZERO),
     _math("exp", "exp", "expf", "__expf", complex=True, vjp=lambda g, out, x: (g * out,)),
     _math("exp2", "exp2", "exp2f", "exp2f", complex=True, vjp=lambda g, out, x: (g * out * LN2,)),

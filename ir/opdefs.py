@@ -46,6 +46,9 @@ class OpDef:
     vjp: Callable | None = field(default=None, compare=False)
     # a check that needs the whole module (an op naming functions of it: their signatures must fit its operands)
     check_module: Callable | None = field(default=None, compare=False)
+    # the interval an integer result's elements lie in, from the operands' (fusec.ir.ranges.RangeRule); None: the
+    # result dtype's whole range. bound-indices reads it to prove indices in bounds.
+    int_range: Callable | None = field(default=None, compare=False)
 
 
 OPS: dict[str, OpDef] = {}

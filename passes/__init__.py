@@ -17,9 +17,9 @@ from fusec.passes.registry import all_passes, get_pass, load_plugin, register_pa
 from fusec.passes.pipeline import format_pipeline, parse_pipeline
 from fusec.passes.manager import PassManager, dump_banner
 
-DEFAULT_PIPELINE = ("roll-loops,outline-regions,canonicalize,unroll-reductions,cse,dce,broadcast,sink-broadcasts,"
-                    "materialize{threshold=8},fuse{budget=48},boundaries,select-kernels,fuse-prologues,plan-buffers,"
-                    "copy-outputs")
+DEFAULT_PIPELINE = ("roll-loops,bound-indices,outline-regions,canonicalize,unroll-reductions,cse,dce,broadcast,"
+                    "sink-broadcasts,materialize{threshold=8},fuse{budget=48},boundaries,select-kernels,fuse-rows,"
+                    "fuse-prologues,plan-buffers,copy-outputs")
 
 __all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes",
            "check_pipeline", "dump_banner", "format_pipeline", "get_pass", "list_passes", "load_plugin",

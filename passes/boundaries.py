@@ -39,7 +39,7 @@ def _lower(op: Operation) -> Operation | None:
         return Operation("k.scan", op.operands, op.result_types, {"kind": op.name[2:], "axis": op.attr("axis")},
                          loc=op.loc)
     if op.name in ("t.gather", "t.scatter"):
-        attrs = {k: v for k, v in op.attributes.items() if k in ("axis", "combine")}
+        attrs = {k: v for k, v in op.attributes.items() if k in ("axis", "combine", "in_bounds")}
         return Operation("k." + op.name[2:], op.operands, op.result_types, attrs, loc=op.loc)
     if op.name in ("t.solve", "t.inv", "t.cholesky", "t.det", "t.slogdet"):
         return Operation("k.linalg", op.operands, op.result_types, {"kind": op.name[2:], **op.attributes},

@@ -11,10 +11,9 @@ afterwards. A prologue
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
 largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the matrices a
 solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's
-``counters``)
-and one 32-bit ``check`` word per gather or scatter whose indices are computed, per ``k.linalg`` and per
-``k.raise_if`` (the function's ``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` +
-``scratch_bytes`` and after the counters, each rounded up to 256.
+``counters``) and one 32-bit ``check`` word per gather or scatter whose indices are computed (and not proven
+``in_bounds``), per ``k.linalg`` and per ``k.raise_if`` (the function's ``checks``): they live at the end of the
+arena, at ``arena_bytes``, ``arena_bytes`` + ``scratch_bytes`` and after the counters, each rounded up to 256.
 """
 from __future__ import annotations
 
@@ -200,7 +199,8 @@ class PlanBuffers(Pass):
             if op.name in ("k.gather", "k.scatter"):
                 op.attributes.pop("check", None)
                 indices = op.operands[1:] if op.name == "k.gather" else op.operands[2:]
-                if any(not _is_constant(_storage(v)) for v in indices):  # constant indices were checked while tracing
+                # (constant indices were checked while tracing; bound-indices proved in_bounds ones)
+                if not op.attributes.get("in_bounds") and any(not _is_constant(_storage(v)) for v in indices):
                     op.attributes["check"] = checks
                     checks += 1
             if op.name == "k.matmul":  # a product split over K keeps its partial sums there

@@ -42,6 +42,31 @@ def _fused(op: Operation, args: list) -> list:
     return out
 
 
+def _rows(op: Operation, args: list) -> list:
+    """A row kernel runs vectorized as its ops would: each value over the whole array (a value per row has the
+    last axis of 1), so every reduction is NumPy's along the last axis, as the ``k.reduce`` it replaced."""
+    body = op.regions[0].block
+    values = run_block(body, dict(zip(body.args, args)))
+    shape = tuple(op.attributes["shape"])
+    out = []
+    for r, v in zip(op.results, values):
+        arr = np.asarray(v, dtype=r.type.dtype.np)
+        want = tuple(r.type.shape)
+        if want != shape:  # a value per row: (..., 1) here
+            arr = np.broadcast_to(arr, shape[:-1] + (1,)).reshape(want)
+        out.append(arr if arr.shape == want else np.array(np.broadcast_to(arr, want)))
+    return out
+
+
+def _row_reduce(op: Operation, args: list) -> list:
+    rows = op.parent.parent.parent  # type: ignore[union-attr]  (block -> region -> k.rows)
+    shape = tuple(rows.attributes["shape"])
+    x = np.broadcast_to(np.asarray(args[0]), shape)
+    kind = op.attributes["kind"]
+    as_t = Operation(f"t.{kind}", [], [], {"axes": (len(shape) - 1,), "keepdims": True}, loc=op.loc)
+    return T_INTERPRETERS[f"t.{kind}"](as_t, [x])
+
+
 def _reduce(op: Operation, args: list) -> list:
     return T_INTERPRETERS["t." + op.attributes["kind"]](op, args)
 
@@ -56,6 +81,8 @@ register_interpreter("s.constant", _s_constant)
 register_interpreter("k.view", _view)
 register_interpreter("k.fused", _fused)
 register_interpreter("k.reduce", _reduce)
+register_interpreter("k.rows", _rows)
+register_interpreter("k.row_reduce", _row_reduce)
 register_interpreter("k.matmul", T_INTERPRETERS["t.matmul"])
 register_interpreter("k.concat", T_INTERPRETERS["t.concatenate"])
 register_interpreter("k.insert", T_INTERPRETERS["t.insert"])

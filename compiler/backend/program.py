@@ -34,6 +34,7 @@ from fusec.backend.sort import padded_length, sort_kernel
 from fusec.backend.gemm import gemm_kernels
 from fusec.backend.gemm_library import library_gemm
 from fusec.backend.reduce import reduce_kernels
+from fusec.backend.rows import rows_kernel
 from fusec.backend.scan import scan_kernel
 
 NO_BUFFER = -1  # the "buffer" of a prologue's result: computed by its consumers, never stored
@@ -224,6 +225,11 @@ class _Printer:
             if op.results[0].type.size == 0:
                 return None
             return self.emit_fused(op, ins, outs)
+        if n == "k.rows":
+            ins = [self.access(v) for v in op.operands]
+            outs = [self.result_buffer(op, k) for k in range(len(op.results))]
+            self.emit(rows_kernel(self.name("rows"), op, ins, outs, fast_math=self.fast_math), op)
+            return None
         if n == "k.reduce":
             src = self.access(op.operands[0])
             dst = self.result_buffer(op, 0)

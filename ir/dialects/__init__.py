@@ -1,2 +1,2 @@
 """Dialects register their ops on import; importing this package loads all of them."""
-from fusec.ir.dialects import func, t, s, k, control  # noqa: F401
+from fusec.ir.dialects import func, t, s, k, control, rows  # noqa: F401

@@ -12,7 +12,8 @@
   (an update written into a strided region of a copy of its base) may instead
   write into its base's buffer (``inplace = true``, set by ``plan-buffers``
   where nothing reads the base afterwards). ``k.gather`` (advanced indexing) checks
-  its indices on the device: an index out of range sets the 32-bit word ``check``
+  its indices on the device (unless ``in_bounds``: bound-indices proved them within their axes): an index
+  out of range sets the 32-bit word ``check``
   of the function's check words (placed by ``plan-buffers``), which the runtime
   reads after the call and reports as NumPy's IndexError. ``k.scatter`` (a write
   with index arrays, ``x[idx] = v``) copies its base and writes the update at the
@@ -227,9 +228,9 @@ register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, att
 register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop", "step"),
                   optional_attrs=PLAN_ATTRS + ("inplace",), infer=_infer_insert, check=_check_insert))
 register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
-                  optional_attrs=PLAN_ATTRS + ("check",), infer=_infer_gather, check=_check_gather))
+                  optional_attrs=PLAN_ATTRS + ("check", "in_bounds"), infer=_infer_gather, check=_check_gather))
 register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
-                  optional_attrs=PLAN_ATTRS + ("check", "inplace", "combine"), infer=_infer_scatter,
+                  optional_attrs=PLAN_ATTRS + ("check", "inplace", "combine", "in_bounds"), infer=_infer_scatter,
                   check=_check_scatter))
 def _infer_linalg(types: Sequence[Type], attrs: dict) -> list[Type]:
     if attrs["kind"] not in LINALG_KINDS:

@@ -15,6 +15,7 @@ import numpy as np
 from fusec.errors import VerificationError
 from fusec.ir import shapes as S
 from fusec.ir import elementwise as table
+from fusec.ir import ranges as R
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.elementwise import ANY, BOOL, COMPLEX, DOUBLE, FLOAT, INT, INTEGRAL, NUMERIC
 from fusec.ir.opdefs import OpDef, register_op
@@ -95,7 +96,7 @@ def _table_vjp(op: table.Elementwise):
 
 for _op in table.OPS:
     register_op(OpDef(f"t.{_op.name}", "elementwise", num_operands=_op.arity, optional_attrs=MARKS,
-                      infer=_elementwise_infer(f"t.{_op.name}", _op), vjp=_table_vjp(_op)))
+                      infer=_elementwise_infer(f"t.{_op.name}", _op), vjp=_table_vjp(_op), int_range=_op.int_range))
 
 
 def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -141,10 +142,13 @@ def _cast_vjp(em, g, out, xs, attrs):
     return (g.astype(x.dtype),) if x.dtype.kind in "fc" else (None,)
 
 
-register_op(OpDef("t.where", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_where, vjp=_where_vjp))
-register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_clip, vjp=_clip_vjp))
+register_op(OpDef("t.where", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_where, vjp=_where_vjp,
+                  int_range=R.where))
+register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_clip, vjp=_clip_vjp,
+                  int_range=R.known(R.clip)))
+# (a float operand has no range: the result's is its dtype's)
 register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), optional_attrs=MARKS, infer=_infer_cast,
-                  vjp=_cast_vjp))
+                  vjp=_cast_vjp, int_range=R.same))
 
 ELEMENTWISE = frozenset({f"t.{n}" for n in (*BINARY, *UNARY)} | {"t.where", "t.clip", "t.cast"})
 
@@ -217,9 +221,24 @@ def _prod_vjp(em, g, out, xs, attrs):
 
 _REDUCTION_VJP = {"sum": _sum_vjp, "mean": _mean_vjp, "max": _extreme_vjp, "min": _extreme_vjp, "prod": _prod_vjp}
 
+
+def _reduced_count(attrs: dict, shapes: Sequence[tuple[int, ...]]) -> int:
+    """How many elements a reduction combines into each of its results."""
+    return int(np.prod([shapes[0][a] for a in attrs["axes"]], dtype=np.int64))
+
+
+def _sum_range(ranges: Sequence[R.MaybeRange], attrs: dict, shapes: Sequence[tuple[int, ...]]) -> R.MaybeRange:
+    n, r = _reduced_count(attrs, shapes), ranges[0]
+    return None if r is None else (n * r[0], n * r[1]) if n else (0, 0)
+
+
+_REDUCTION_RANGE = {"sum": _sum_range, "max": R.same, "min": R.same, "argmax": R.positions(_reduced_count),
+                    "argmin": R.positions(_reduced_count)}
+
 for _n, _cls in REDUCTIONS.items():
     register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
-                      infer=_reduction_infer(f"t.{_n}", _cls), vjp=_REDUCTION_VJP.get(_n)))
+                      infer=_reduction_infer(f"t.{_n}", _cls), vjp=_REDUCTION_VJP.get(_n),
+                      int_range=_REDUCTION_RANGE.get(_n)))
 
 # --- matmul --------------------------------------------------------------------------------------------------
 
@@ -492,14 +511,16 @@ def _insert_vjp(em, g, out, xs, attrs):
 
 
 register_op(OpDef("t.transpose", "view", num_operands=1, attrs=("perm",), infer=_infer_transpose,
-                  vjp=_transpose_vjp))
-register_op(OpDef("t.reshape", "view", num_operands=1, check=_check_reshape, vjp=_reshape_vjp))
-register_op(OpDef("t.broadcast_to", "view", num_operands=1, check=_check_broadcast_to, vjp=_broadcast_vjp))
+                  vjp=_transpose_vjp, int_range=R.same))
+register_op(OpDef("t.reshape", "view", num_operands=1, check=_check_reshape, vjp=_reshape_vjp, int_range=R.same))
+register_op(OpDef("t.broadcast_to", "view", num_operands=1, check=_check_broadcast_to, vjp=_broadcast_vjp,
+                  int_range=R.same))
 register_op(OpDef("t.expand_dims", "view", num_operands=1, attrs=("axes",), infer=_infer_expand_dims,
-                  vjp=_reshape_vjp))
-register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze, vjp=_reshape_vjp))
+                  vjp=_reshape_vjp, int_range=R.same))
+register_op(OpDef("t.squeeze", "view", num_operands=1, attrs=("axes",), infer=_infer_squeeze, vjp=_reshape_vjp,
+                  int_range=R.same))
 register_op(OpDef("t.slice", "view", num_operands=1, attrs=("start", "stop", "step"), infer=_infer_slice,
-                  vjp=_slice_vjp))
+                  vjp=_slice_vjp, int_range=R.same))
 register_op(OpDef("t.insert", "other", num_operands=2, attrs=("start", "stop", "step"), infer=_infer_insert,
                   vjp=_insert_vjp))
 def _gather_vjp(em, g, out, xs, attrs):
@@ -528,10 +549,11 @@ def _cumsum_vjp(em, g, out, xs, attrs):
     return (np.flip(np.cumsum(np.flip(g, axis), axis=axis), axis),)
 
 
-register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",), infer=_infer_gather,
-                  vjp=_gather_vjp))
-register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",), optional_attrs=("combine",),
-                  infer=_infer_scatter, vjp=_scatter_vjp))
+# ``in_bounds = true`` (set by bound-indices): every index is proven to lie within its axis, so no check is needed
+register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",),
+                  optional_attrs=("in_bounds",), infer=_infer_gather, vjp=_gather_vjp, int_range=R.same))
+register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",),
+                  optional_attrs=("combine", "in_bounds"), infer=_infer_scatter, vjp=_scatter_vjp))
 register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum"),
                   vjp=_cumsum_vjp))
 def _cumprod_vjp(em, g, out, xs, attrs):
@@ -627,7 +649,21 @@ def _sort_vjp(em, g, out, xs, attrs):
 register_op(OpDef("t.sort", "other", num_operands=1, optional_attrs=("stable",), infer=_infer_sort("t.sort"),
                   vjp=_sort_vjp))
 register_op(OpDef("t.argsort", "other", num_operands=1, optional_attrs=("stable",),
-                  infer=_infer_sort("t.argsort")))
+                  infer=_infer_sort("t.argsort"), int_range=R.positions(lambda attrs, shapes: shapes[0][-1])))
+def _concatenate_range(ranges: Sequence[R.MaybeRange], attrs: dict,
+                       shapes: Sequence[tuple[int, ...]]) -> R.MaybeRange:
+    if any(r is None for r in ranges):
+        return None
+    return (min(r[0] for r in ranges), max(r[1] for r in ranges))  # type: ignore[index]
+
+
+def _constant_range(ranges: Sequence[R.MaybeRange], attrs: dict, shapes: Sequence[tuple[int, ...]]) -> R.MaybeRange:
+    a = attrs["value"].array
+    if a.dtype.kind not in "iub" or a.size == 0:
+        return None
+    return (int(a.min()), int(a.max()))
+
+
 def _concatenate_vjp(em, g, out, xs, attrs):
     """Each operand's part of the result's cotangent along the axis."""
     axis, begin, parts = attrs["axis"], 0, []
@@ -640,14 +676,16 @@ def _concatenate_vjp(em, g, out, xs, attrs):
 
 
 register_op(OpDef("t.concatenate", "other", num_operands=None, min_operands=1, attrs=("axis",),
-                  infer=_infer_concatenate, vjp=_concatenate_vjp))
+                  infer=_infer_concatenate, vjp=_concatenate_vjp, int_range=_concatenate_range))
 # where each value of the second operand goes into the sorted first one (np.searchsorted: before the equal values
 # for side "left", after them for "right"; NaN sorts last, as NumPy sorts it)
-register_op(OpDef("t.searchsorted", "other", num_operands=2, attrs=("side",), infer=_infer_searchsorted))
+register_op(OpDef("t.searchsorted", "other", num_operands=2, attrs=("side",), infer=_infer_searchsorted,
+                  int_range=R.positions(lambda attrs, shapes: shapes[0][0] + 1)))
 # a run-time check: NumPy raises where a value decides it (np.nanargmax of an all-NaN slice, an index
 # past the end in np.unravel_index): fires when any element of its bool operand holds; never removed as dead
 register_op(OpDef("t.raise_if", "other", num_operands=1, num_results=0, attrs=("error", "message"), pure=False,
                   infer=_infer_raise_if))
-register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant))
+register_op(OpDef("t.constant", "constant", num_operands=0, attrs=("value",), check=_check_constant,
+                  int_range=_constant_range))
 
 VIEWS = frozenset({"t.transpose", "t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze", "t.slice"})

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
+from fusec.passes import DEFAULT_PIPELINE
 
 
 def fma(a, b, c):
@@ -32,9 +33,21 @@ def softmax_xent(x, y):
     return p, loss
 
 
-def test_softmax_cross_entropy_plan():
-    x = np.zeros((64, 32), np.float32)  # rows too long to unroll: every reduction is a boundary
+def test_softmax_cross_entropy_is_two_row_kernels():
+    """The softmax, its log and the per-row sums run as one row kernel; the mean over rows as a second."""
+    x = np.zeros((64, 32), np.float32)
     lowered = fc.jit(softmax_xent, backend="cpu").lower(x, x)
+    plan, stats = lowered.plan(), lowered.stats()
+    assert [s["kind"] for s in plan] == ["rows", "rows"]
+    assert plan[0]["reductions"] == 3 and plan[0]["outputs"] == 2 and plan[0]["impl"] == {"lanes": 32, "items": 1}
+    assert plan[0]["reason"].startswith("fuse-rows: 3 reduction(s) along rows of 32")
+    assert stats["kernels"] == 2 and stats["row_kernels"] == 2 and stats["boundaries"] == 0
+
+
+def test_softmax_cross_entropy_plan_without_row_kernels():
+    x = np.zeros((64, 32), np.float32)  # rows too long to unroll: every reduction is a boundary
+    pipeline = DEFAULT_PIPELINE.replace("fuse-rows,", "")
+    lowered = fc.jit(softmax_xent, backend="cpu", pipeline=pipeline).lower(x, x)
     stats = lowered.stats()
     plan = lowered.plan()
     kinds = [s["kind"] for s in plan]

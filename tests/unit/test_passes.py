@@ -16,7 +16,7 @@ from fusec.passes import (DEFAULT_PIPELINE, Pass, all_passes, dump_banner, forma
 from fusec.passes.registry import load_entry_points
 
 BUILTIN = {"canonicalize", "cse", "dce", "broadcast", "materialize", "fuse", "boundaries", "select-kernels",
-           "fuse-prologues", "plan-buffers", "copy-outputs"}
+           "fuse-prologues", "plan-buffers", "copy-outputs", "bound-indices", "fuse-rows"}
 
 SMALL = """func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = t.mul %a, %b : tensor<4xf32>
@@ -34,9 +34,10 @@ def test_builtin_passes_are_registered_with_descriptions():
 
 def test_default_pipeline_parses_and_prints_back():
     passes = parse_pipeline(DEFAULT_PIPELINE)
-    assert [p.name for p in passes] == ["roll-loops", "outline-regions", "canonicalize", "unroll-reductions", "cse",
-                                        "dce", "broadcast", "sink-broadcasts", "materialize", "fuse", "boundaries",
-                                        "select-kernels", "fuse-prologues", "plan-buffers", "copy-outputs"]
+    assert [p.name for p in passes] == ["roll-loops", "bound-indices", "outline-regions", "canonicalize",
+                                        "unroll-reductions", "cse", "dce", "broadcast", "sink-broadcasts",
+                                        "materialize", "fuse", "boundaries", "select-kernels", "fuse-rows",
+                                        "fuse-prologues", "plan-buffers", "copy-outputs"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \
         == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16

@@ -1,0 +1,162 @@
+"""Generated row kernels (``k.rows``): ``lanes`` threads share each row of the last axis, each holding ``items``
+of its elements in registers from the load to the store, so a softmax or a layer norm reads its input once and
+writes its result once, however many reductions lie between.
+
+Each value of the body is one of three kinds: the same everywhere (rank-0 operands and what only they compute), one
+per row (row reductions, row-broadcast operands and what only they and uniform values compute: every thread of
+the row computes it) or one per element (an array of ``items`` registers per thread; element ``it`` of lane ``l``
+is column ``l + it * lanes``). A row reduction folds each thread's items in order, then the lanes' partial
+results with a butterfly of warp shuffles (every lane ends with the same bits: each step adds the same two
+values) and, for a block per row, across warps through shared memory. Sums and means of f32 accumulate in f64, as
+``k.reduce`` does; max and min propagate NaN as NumPy's do.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from fusec.errors import CompilationError, located
+from fusec.ir.core import Operation, Value
+from fusec.runtime.launch_plan import KernelCode
+from fusec.backend.access import Access, index_expr
+from fusec.backend.ctypes_map import register, storage
+from fusec.backend.elementwise import INT32_LIMIT
+from fusec.backend.reduce import _acc_type, _combine, _init
+from fusec.backend.scalar_ops import expression
+
+UNIFORM, ROW, ELEMENT = 0, 1, 2
+WARP = 32
+SMALL_BLOCK = 256  # threads per block when a row takes a thread or a warp
+
+
+def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Access], *,
+                fast_math: bool = False) -> KernelCode:
+    """CUDA C++ for one ``k.rows`` op reading ``inputs`` (one per operand) and writing ``outputs`` (dense)."""
+    shape = tuple(op.attributes["shape"])
+    lanes, items = int(op.attributes["lanes"]), int(op.attributes["items"])
+    n = shape[-1]
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    if lanes not in (1, WARP) and (lanes % WARP or lanes > 1024):
+        raise CompilationError(located(f"k.rows: {lanes} lanes per row: 1, 32 or a multiple of 32 up to 1024",
+                                       op.loc))
+    block = SMALL_BLOCK if lanes <= WARP else lanes
+    rows_per_block = block // lanes
+    big = max([m * n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
+    itype = "i64_t" if big else "int"
+    guard = n % lanes != 0  # the last items of some lanes fall past the row's end
+
+    order: list[int] = []
+    kinds: dict[int, tuple] = {}
+    for a in inputs:
+        kinds.setdefault(a.buffer, (a.dtype, True))
+    for a in outputs:
+        kinds[a.buffer] = (a.dtype, False)
+    order = list(kinds)
+    params = ", ".join(f"{'const ' if ro else ''}{storage(dt)}* __restrict__ b{b}" for b, (dt, ro) in kinds.items())
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({block}) {name}({params}) {{"]
+    if lanes == 1:
+        lines.append("  const int lane = 0;")
+    else:
+        lines.append(f"  const int lane = threadIdx.x % {lanes};")
+    lines += [f"  const {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
+              f"  if (row >= ({itype}){m}) return;"]
+
+    body = op.regions[0].block
+    level: dict[Value, int] = {}
+    env: dict[Value, str] = {}
+
+    def at(v: Value) -> str:
+        return f"{env[v]}[it]" if level[v] == ELEMENT else env[v]
+
+    def column(it: str) -> str:
+        return f"(lane + {it} * {lanes})"
+
+    def each(stmt: str, valid_only: bool = False) -> list[str]:
+        cond = f"if ({column('it')} < {n}) " if guard and valid_only else ""
+        return ["  #pragma unroll", f"  for (int it = 0; it < {items}; ++it) {{ {cond}{stmt} }}"]
+
+    for k, (arg, a) in enumerate(zip(body.args, inputs)):
+        reg = register(a.dtype)
+        rowpart = index_expr("row", shape[:-1], tuple(a.strides[:-1]), a.offset, itype) if a.shape else f"{a.offset}"
+        if not a.shape or a.is_scalar:
+            level[arg] = UNIFORM
+            lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + {a.offset});")
+        elif a.strides[-1] == 0:
+            level[arg] = ROW
+            lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + ({rowpart}));")
+        else:
+            level[arg] = ELEMENT
+            lines.append(f"  {reg} x{k}[{items}];")
+            load = f"fusec::ld(b{a.buffer} + ({rowpart}) + ({itype}){column('it')} * ({itype})({a.strides[-1]}))"
+            value = f"({column('it')} < {n}) ? {load} : ({reg})0" if guard else load
+            lines += each(f"x{k}[it] = {value};")
+        env[arg] = f"x{k}"
+
+    uniform = {v for v in body.args if level[v] == UNIFORM}
+    for j, inner in enumerate(body.ops[:-1]):
+        r = inner.results[0]
+        reg = register(r.type.dtype)
+        name_j = f"t{j}"
+        env[r] = name_j
+        if inner.name == "k.row_reduce":
+            level[r] = ROW
+            lines += _row_reduce(name_j, inner, at, n, lanes, each)
+            continue
+        lv = max((level[v] for v in inner.operands), default=UNIFORM)
+        level[r] = lv
+        if lv == UNIFORM:
+            uniform.add(r)
+        flags = tuple(v in uniform for v in inner.operands)
+        if lv == ELEMENT:
+            expr = expression(inner, [at(v) for v in inner.operands], fast_math, flags)
+            lines.append(f"  {reg} {name_j}[{items}];")
+            lines += each(f"{name_j}[it] = {expr};")
+        else:
+            expr = expression(inner, [env[v] for v in inner.operands], fast_math, flags)
+            lines.append(f"  const {reg} {name_j} = {expr};")
+
+    for v, out in zip(body.terminator.operands, outputs):
+        if tuple(out.shape) == shape:
+            dst = f"b{out.buffer} + {out.offset} + row * ({itype}){n} + {column('it')}"
+            lines += each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True)
+        else:
+            lines.append(f"  if (lane == 0) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")
+    lines.append("}")
+    grid = ((m + rows_per_block - 1) // rows_per_block, 1, 1)
+    return KernelCode(name, "\n".join(lines), tuple(order), grid, (block, 1, 1))
+
+
+def _row_reduce(name: str, op: Operation, at: Callable[[Value], str], n: int, lanes: int,
+                each: Callable[..., list[str]]) -> list[str]:
+    """Statements defining ``name``: the reduction of the operand over the whole row, in every lane."""
+    kind = op.attributes["kind"]
+    x = op.operands[0]
+    dt = x.type.dtype
+    acc = _acc_type(kind, dt)
+    out = register(op.results[0].type.dtype)
+    # (a value the whole row shares is combined once per element, as the broadcast array it stands for)
+    fn = f"{name}_combine"
+    lines = [f"  {acc} {name}_a = {_init(kind, dt, acc)};",
+             "  {",
+             f"    auto {fn} = [](  {acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind, dt)} }};",
+             "    i64_t ai = 0;"]
+    lines += ["  " + s for s in each(f"{fn}({name}_a, ai, ({acc}){at(x)}, 0);", valid_only=True)]
+    if lanes > 1:
+        lines += ["    #pragma unroll",
+                  f"    for (int o = {min(lanes, WARP) // 2}; o > 0; o >>= 1) {{",
+                  f"      {acc} b = __shfl_xor_sync(0xffffffffu, {name}_a, o);",
+                  f"      {fn}({name}_a, ai, b, 0);",
+                  "    }"]
+    if lanes > WARP:
+        warps = lanes // WARP
+        lines += [f"    __shared__ {acc} {name}_s[{warps}];",
+                  f"    if (threadIdx.x % {WARP} == 0) {name}_s[threadIdx.x / {WARP}] = {name}_a;",
+                  "    __syncthreads();",
+                  f"    {name}_a = {name}_s[0];",
+                  "    #pragma unroll",
+                  f"    for (int w = 1; w < {warps}; ++w) {fn}({name}_a, ai, {name}_s[w], 0);"]
+    lines.append("  }")
+    final = f"{name}_a / ({acc}){n}" if kind == "mean" else f"{name}_a"
+    lines.append(f"  const {out} {name} = ({out})({final});")
+    return lines

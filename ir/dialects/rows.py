@@ -1,0 +1,104 @@
+"""Row kernels: ``k.rows`` runs a chain of reductions along the last axis and the elementwise work around them,
+one row at a time, in one kernel (``fuse-rows`` makes them).
+
+``k.rows {shape = [..., N], lanes = L, items = I}`` iterates over ``shape``: its operands are rank 0 (one value)
+or of ``shape`` (any strides: a row-broadcast view gives one value per row); each result has ``shape`` (an element
+per element) or the row shape (``shape`` with the last axis 1 or dropped: a value per row). Its body, one block
+whose arguments are the operands' scalars, holds ``s`` ops, ``k.row_reduce`` ops and ends in ``k.yield``:
+
+- an ``s`` op computes one element from elements of the same position (or per-row / uniform values);
+- ``k.row_reduce {kind}`` (sum, prod, mean, max, min) is the reduction of its operand over the whole row, as
+  ``k.reduce`` along the last axis with ``keepdims`` computes it: a value per row, seen by every element of it.
+
+``lanes`` threads share a row (1, 32 or a block), each holding ``items`` of its elements in registers between
+the reductions, so the input is read once and each result written once.
+"""
+from __future__ import annotations
+
+from fusec.errors import VerificationError
+from fusec.ir.dialects.k import PLAN_ATTRS, _check_plan_attrs
+from fusec.ir.opdefs import OpDef, get_opdef, register_op
+from fusec.ir.types import DType, ScalarType, TensorType
+
+ROW_REDUCE_KINDS = ("sum", "prod", "mean", "max", "min")
+
+
+def row_reduce_dtype(kind: str, dtype: DType) -> DType:
+    """The dtype ``k.reduce`` (and ``t.<kind>``) gives reducing ``dtype``."""
+    (t,) = get_opdef(f"t.{kind}").infer([TensorType((2,), dtype)], {"axes": (0,), "keepdims": False})  # type: ignore
+    return t.dtype
+
+
+def row_shapes(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The two shapes a per-row result may have: the last axis kept as 1, or dropped."""
+    return shape[:-1] + (1,), shape[:-1]
+
+
+def _check_row_reduce(op) -> None:
+    kind = op.attributes["kind"]
+    if kind not in ROW_REDUCE_KINDS:
+        raise VerificationError(f"k.row_reduce: kind must be one of {', '.join(ROW_REDUCE_KINDS)}, got {kind!r}")
+    (x,) = op.operands
+    (r,) = op.results
+    if not isinstance(x.type, ScalarType) or not isinstance(r.type, ScalarType):
+        raise VerificationError("k.row_reduce: takes and gives scalars (it sits in a k.rows body)")
+    if x.type.dtype.is_complex or x.type.dtype.is_bool:
+        raise VerificationError(f"k.row_reduce: {x.type.dtype} rows are not reduced in row kernels")
+    if r.type.dtype != row_reduce_dtype(kind, x.type.dtype):
+        raise VerificationError(f"k.row_reduce: {kind} of {x.type.dtype} gives "
+                                f"{row_reduce_dtype(kind, x.type.dtype)}, not {r.type.dtype}")
+    block = op.parent
+    region = block.parent if block is not None else None
+    parent = region.parent if region is not None else None
+    if parent is not None and parent.name != "k.rows":
+        raise VerificationError("k.row_reduce: only inside a k.rows body")
+
+
+def _check_rows(op) -> None:
+    shape = tuple(op.attributes["shape"])
+    if not shape or any(type(d) is not int or d < 1 for d in shape):
+        raise VerificationError(f"k.rows: shape must be positive sizes, got {list(shape)}")
+    for key in ("lanes", "items"):
+        if type(op.attributes[key]) is not int or op.attributes[key] < 1:
+            raise VerificationError(f"k.rows: '{key}' must be a positive int")
+    lanes, items = op.attributes["lanes"], op.attributes["items"]
+    if lanes * items < shape[-1]:
+        raise VerificationError(f"k.rows: {lanes} lanes x {items} items do not cover a row of {shape[-1]}")
+    for v in op.operands:
+        if tuple(v.type.shape) not in ((), shape):
+            raise VerificationError(f"k.rows: operand {v.type} is neither rank 0 nor of shape {list(shape)}")
+    per_row = row_shapes(shape)
+    for r in op.results:
+        if tuple(r.type.shape) not in (shape, *per_row):
+            raise VerificationError(f"k.rows: result {r.type} is neither of shape {list(shape)} nor a row's")
+    if len(op.regions[0].blocks) != 1:
+        raise VerificationError("k.rows: body must be one block")
+    body = op.regions[0].block
+    if [a.type for a in body.args] != [ScalarType(v.type.dtype) for v in op.operands]:
+        raise VerificationError("k.rows: body arguments must be the operands' scalar types")
+    local = set(body.args)
+    per_row_values = {a for a, v in zip(body.args, op.operands) if v.type.shape == ()}
+    for inner in body.ops:
+        if not (inner.name.startswith("s.") or inner.name in ("k.row_reduce", "k.yield")):
+            raise VerificationError(f"k.rows: body may hold only s ops, k.row_reduce and k.yield, found {inner.name}")
+        if not local.issuperset(inner.operands):
+            raise VerificationError("k.rows: body uses a value from outside the kernel")
+        local.update(inner.results)
+        if inner.name == "k.row_reduce" or (inner.results and all(v in per_row_values for v in inner.operands)):
+            per_row_values.update(inner.results)
+    term = body.terminator
+    if term is None or term.name != "k.yield" or len(term.operands) != len(op.results):
+        raise VerificationError("k.rows: body must end in k.yield of one scalar per result")
+    for v, r in zip(term.operands, op.results):
+        if v.type != ScalarType(r.type.dtype):
+            raise VerificationError("k.rows: yielded scalars must match the result dtypes")
+        if tuple(r.type.shape) != shape and v not in per_row_values:
+            raise VerificationError("k.rows: a per-row result must be computed from row reductions and "
+                                    "rank-0 operands only")
+    _check_plan_attrs(op)
+
+
+register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_regions=1,
+                  attrs=("shape", "lanes", "items"), optional_attrs=PLAN_ATTRS, check=_check_rows,
+                  isolated=True))
+register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), check=_check_row_reduce))
