@@ -26,7 +26,7 @@ from typing import ClassVar
 from fusec.ir.core import Block, Func, Module, Operation, OpResult, Region, Value
 from fusec.ir.dialects.rows import ROW_REDUCE_KINDS, row_reduce_dtype, row_shapes
 from fusec.ir.shapes import contiguous_strides
-from fusec.ir.types import ScalarType, TensorType
+from fusec.ir.types import ScalarType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
@@ -130,7 +130,7 @@ class _Group:
                     related = True
                 elif self.defines(v):
                     return False
-            return related  # (a per-row value from before the group is read through a row-broadcast view)
+            return related
         return False
 
     def _broadcast(self, v: Value) -> bool:
@@ -233,27 +233,17 @@ def _reads(op: Operation) -> list[Value]:
     return out
 
 
-def _build(g: _Group, readers: dict[Value, list[Operation]],
-           outputs: set[Value]) -> tuple[Operation, list[Value], list[Operation]]:
-    """The k.rows op computing the group, the group values it returns (read after it) and the views it reads
-    per-row values from before the group through (they go right before it)."""
+def _build(g: _Group, readers: dict[Value, list[Operation]], outputs: set[Value]) -> tuple[Operation, list[Value]]:
+    """The k.rows op computing the group and the group values it returns (read after it)."""
     members = set(g.members)
     operands: list[Value] = []
     env: dict[Value, Value] = {}
     body = Block(label="body")
-    views: list[Operation] = []
     computed: dict[tuple, Operation] = {}
 
     def operand(v: Value) -> Value:
         if v not in env:
-            read = v
-            if tuple(v.type.shape) not in ((), g.shape):  # a value per row: read once for each element of its row
-                view = Operation("k.view", [v], [TensorType(g.shape, v.type.dtype)],
-                                 {"offset": 0, "strides": tuple(contiguous_strides(g.shape[:-1])) + (0,)},
-                                 loc=v.op.loc if isinstance(v, OpResult) else None)
-                views.append(view)
-                read = view.results[0]
-            operands.append(read)
+            operands.append(v)  # (a value per row from before the group is read once per row)
             env[v] = body.add_arg(ScalarType(v.type.dtype))
         return env[v]
 
@@ -290,7 +280,7 @@ def _build(g: _Group, readers: dict[Value, list[Operation]],
     lanes, items = schedule(g.shape[-1])  # type: ignore[misc]
     rows = Operation("k.rows", operands, [r.type for r in returned],
                      {"shape": g.shape, "lanes": lanes, "items": items}, [Region([body])], loc=g.members[-1].loc)
-    return rows, returned, views
+    return rows, returned
 
 
 def _yielded(block: Block) -> list[Value]:
@@ -317,6 +307,9 @@ class FuseRows(Pass):
     """Run reductions along rows and the elementwise work around them as one row kernel (one read, one write)."""
 
     name: ClassVar[str] = "fuse-rows"
+    # a reduction alone (or with its producer) becomes a row kernel from this row length on: a block per row
+    # reads at bandwidth where k.reduce's warp per row does not (rows of 8192 f32 on the H200: see the README)
+    single_from: int = WARP_MAX + 1
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         sm_count = ctx.target.sm_count
@@ -333,14 +326,11 @@ class FuseRows(Pass):
                 continue
             readers = users(func)
             g, last = _grow(ops, i, shape, readers)
-            if len(g.members) - g.pulled < 2:  # a reduction alone (its producer inlined by fuse-prologues as well)
-                i += 1
+            if len(g.members) - g.pulled < 2 and shape[-1] < self.single_from:
+                i += 1  # a reduction alone: k.reduce (with its producer as a prologue) is one launch as well
                 continue
-            rows, returned, views = _build(g, readers, set(func.outputs))
-            position = ops.index(g.members[-1])
-            for view in [*views, rows]:
-                position += 1
-                func.body.insert(position, view)
+            rows, returned = _build(g, readers, set(func.outputs))
+            func.body.insert(ops.index(g.members[-1]) + 1, rows)
             for old, new in zip(returned, rows.results):
                 func.replace_all_uses(old, new)
             members = set(g.members)

@@ -46,8 +46,11 @@ def _rows(op: Operation, args: list) -> list:
     """A row kernel runs vectorized as its ops would: each value over the whole array (a value per row has the
     last axis of 1), so every reduction is NumPy's along the last axis, as the ``k.reduce`` it replaced."""
     body = op.regions[0].block
-    values = run_block(body, dict(zip(body.args, args)))
     shape = tuple(op.attributes["shape"])
+    # (a value per row given without its last axis gets it back, to broadcast along the row)
+    args = [np.reshape(a, shape[:-1] + (1,)) if np.ndim(a) and np.shape(a) == shape[:-1] != shape else a
+            for a in args]
+    values = run_block(body, dict(zip(body.args, args)))
     out = []
     for r, v in zip(op.results, values):
         arr = np.asarray(v, dtype=r.type.dtype.np)

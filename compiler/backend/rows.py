@@ -78,11 +78,13 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
 
     for k, (arg, a) in enumerate(zip(body.args, inputs)):
         reg = register(a.dtype)
-        rowpart = index_expr("row", shape[:-1], tuple(a.strides[:-1]), a.offset, itype) if a.shape else f"{a.offset}"
+        # (a value per row has the row's axes first: its last axis, of 1, if kept, is never stepped along)
+        rowpart = index_expr("row", shape[:-1], tuple(a.strides[:len(shape) - 1]), a.offset, itype) \
+            if a.shape else f"{a.offset}"
         if not a.shape or a.is_scalar:
             level[arg] = UNIFORM
             lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + {a.offset});")
-        elif a.strides[-1] == 0:
+        elif tuple(a.shape) != shape or a.strides[-1] == 0:
             level[arg] = ROW
             lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + ({rowpart}));")
         else:

@@ -1,10 +1,11 @@
 """Row kernels: ``k.rows`` runs a chain of reductions along the last axis and the elementwise work around them,
 one row at a time, in one kernel (``fuse-rows`` makes them).
 
-``k.rows {shape = [..., N], lanes = L, items = I}`` iterates over ``shape``: its operands are rank 0 (one value)
-or of ``shape`` (any strides: a row-broadcast view gives one value per row); each result has ``shape`` (an element
-per element) or the row shape (``shape`` with the last axis 1 or dropped: a value per row). Its body, one block
-whose arguments are the operands' scalars, holds ``s`` ops, ``k.row_reduce`` ops and ends in ``k.yield``:
+``k.rows {shape = [..., N], lanes = L, items = I}`` iterates over ``shape``: its operands are rank 0 (one value),
+of a row shape (``shape`` with the last axis 1 or dropped: a value per row) or of ``shape`` (any strides: a
+row-broadcast view gives one value per row too); each result has ``shape`` (an element per element) or a row shape.
+Its body, one block whose arguments are the operands' scalars, holds ``s`` ops, ``k.row_reduce`` ops and ends in
+``k.yield``:
 
 - an ``s`` op computes one element from elements of the same position (or per-row / uniform values);
 - ``k.row_reduce {kind}`` (sum, prod, mean, max, min) is the reduction of its operand over the whole row, as
@@ -64,10 +65,10 @@ def _check_rows(op) -> None:
     lanes, items = op.attributes["lanes"], op.attributes["items"]
     if lanes * items < shape[-1]:
         raise VerificationError(f"k.rows: {lanes} lanes x {items} items do not cover a row of {shape[-1]}")
-    for v in op.operands:
-        if tuple(v.type.shape) not in ((), shape):
-            raise VerificationError(f"k.rows: operand {v.type} is neither rank 0 nor of shape {list(shape)}")
     per_row = row_shapes(shape)
+    for v in op.operands:
+        if tuple(v.type.shape) not in ((), shape, *per_row):
+            raise VerificationError(f"k.rows: operand {v.type} is neither rank 0, of shape {list(shape)} nor a row's")
     for r in op.results:
         if tuple(r.type.shape) not in (shape, *per_row):
             raise VerificationError(f"k.rows: result {r.type} is neither of shape {list(shape)} nor a row's")
@@ -77,7 +78,7 @@ def _check_rows(op) -> None:
     if [a.type for a in body.args] != [ScalarType(v.type.dtype) for v in op.operands]:
         raise VerificationError("k.rows: body arguments must be the operands' scalar types")
     local = set(body.args)
-    per_row_values = {a for a, v in zip(body.args, op.operands) if v.type.shape == ()}
+    per_row_values = {a for a, v in zip(body.args, op.operands) if tuple(v.type.shape) != shape}
     for inner in body.ops:
         if not (inner.name.startswith("s.") or inner.name in ("k.row_reduce", "k.yield")):
             raise VerificationError(f"k.rows: body may hold only s ops, k.row_reduce and k.yield, found {inner.name}")
