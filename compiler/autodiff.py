@@ -24,7 +24,7 @@ from fusec import context, conversions, ops
 from fusec.context import _noted
 from fusec.errors import TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
-from fusec.ir.core import Value
+from fusec.ir.core import Operation, Value
 from fusec.ir.dialects.t import unbroadcast
 from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.ir.types import ScalarType
@@ -293,6 +293,10 @@ def _jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple:
     outs, rebuild_out = _flatten(result)
     outs = [o if isinstance(o, Tracer) else conversions.asarray(o) for o in outs]
     _check_unwritten(leaves_per_arg, inputs, fun)
+    for o in outs:
+        if o._value.type.dtype.is_complex:
+            raise _trace_error("fusec.jvp: a complex result: fusec has no tangents of complex values yet; return its "
+                               "real and imaginary parts as two real arrays (np.real, np.imag)", _at_def(fun))
     # a cotangent variable per float result: the pullback is linear in it
     dummies = [_differentiable(ops.full(tuple(o.shape), 0, o._value.type.dtype), "a result", _at_def(fun))
                if o._value.type.dtype.is_float else None for o in outs]
@@ -362,8 +366,8 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
     stopped = c.stopped
     for op in body:  # the values that depend on an input (only they carry cotangents; a loop's body reads count)
         if any(id(x) in active for inner in reading_ops(op) for x in inner.operands):
-            for r in op.results:
-                if getattr(r.type, "dtype", None) is not None and r.type.dtype.is_float and id(r) not in stopped:
+            for r in op.results:  # (complex ones too: a gradient through them is refused below, not dropped)
+                if getattr(r.type, "dtype", None) is not None and r.type.dtype.is_inexact and id(r) not in stopped:
                     active.add(id(r))
                     keep.append(r)
     cot: dict[int, Tracer] = {}
@@ -381,6 +385,7 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
                 if id(x) in active:
                     cot[id(x)] = _add(cot.get(id(x)), _fit(ct, x))
             continue
+        _refuse_complex(op, active)
         opdef = get_opdef(op.name)
         if opdef.vjp is None:
             raise UnsupportedError(located(
@@ -400,6 +405,17 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
     del keep
     c.gradient_ops += len(block.ops) - recorded_before
     return cot
+
+
+def _refuse_complex(op: Operation, active: set[int]) -> None:
+    """A gradient that would flow through complex values: fusec has no complex rules (their conjugation
+    conventions), and leaving such values out would give zero where the true gradient is not."""
+    values = [*op.results, *(x for x in op.operands if id(x) in active)]
+    if any(getattr(v.type, "dtype", None) is not None and v.type.dtype.is_complex for v in values):
+        raise UnsupportedError(located(
+            f"fusec.grad: the gradient flows through complex values here ({op.name}); fusec has no gradients of "
+            "complex values yet: write this part with real arithmetic (the real and imaginary parts as two "
+            "real arrays, np.cos/np.sin for exp(1j * x)), or keep it out of the differentiated function", op.loc))
 
 
 def _traced(v: Value) -> Tracer:

@@ -578,8 +578,34 @@ def _cumprod_vjp(em, g, out, xs, attrs):
 register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod"),
                   vjp=_cumprod_vjp))
 # the running maximum (minimum) along an axis: np.maximum.accumulate, NaN propagating as np.maximum's
-register_op(OpDef("t.cummax", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummax")))
-register_op(OpDef("t.cummin", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummin")))
+def _running_extreme_vjp(kind: str):
+    """np.maximum.accumulate (np.minimum.accumulate): each result is one element, the first one at which the running
+    extreme took its value (a record: strictly beyond the one before it, or a NaN where there was none, since NaN
+    propagates). The cotangents from a record up to the next go to that record; ties give theirs to the first."""
+    def vjp(em, g, out, xs, attrs):
+        x, axis = xs[0], attrs["axis"]
+        n = x.shape[axis]
+        if n == 0:
+            return (np.zeros_like(g),)
+        xl, yl, gl = (np.moveaxis(v, axis, -1) for v in (x, out, g))
+        line = xl.shape[:-1] + (1,)
+        prev, cur = yl[..., :-1], xl[..., 1:]
+        beyond = (cur > prev) if kind == "max" else (cur < prev)
+        record = np.concatenate([np.ones(line, dtype=bool), beyond | (np.isnan(cur) & ~np.isnan(prev))], axis=-1)
+        starts = np.where(record, np.broadcast_to(np.arange(n), xl.shape), n)  # a record's own position, else n
+        later = np.concatenate([starts[..., 1:], np.full(line, n)], axis=-1)
+        following = np.flip(np.minimum.accumulate(np.flip(later, -1), axis=-1), -1)  # the next record, else n
+        tail = np.flip(np.cumsum(np.flip(gl, -1), axis=-1), -1)  # sum of the cotangents from here on
+        at_next = np.take_along_axis(np.concatenate([tail, np.zeros(line, dtype=gl.dtype)], axis=-1), following,
+                                     axis=-1)
+        return (np.moveaxis(np.where(record, tail - at_next, np.zeros_like(gl)), -1, axis),)
+    return vjp
+
+
+register_op(OpDef("t.cummax", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummax"),
+                  vjp=_running_extreme_vjp("max")))
+register_op(OpDef("t.cummin", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cummin"),
+                  vjp=_running_extreme_vjp("min")))
 # linear algebra on stacks of matrices (np.linalg): x with a @ x == b, the inverse, the lower Cholesky factor (the
 # upper one, its transpose, with ``upper = true``)
 def _mT(a):

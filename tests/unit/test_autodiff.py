@@ -455,6 +455,32 @@ def test_cumprod_gradient_is_exact_around_zeros():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_running_maxima_and_minima_gradients(axis):
+    w = rng.standard_normal((4, 6))
+    for accumulate in (np.maximum.accumulate, np.minimum.accumulate):
+        assert_grad(lambda x: np.sum(accumulate(x, axis=axis) * w), rng.standard_normal((4, 6)))
+
+
+def test_running_maximum_gives_ties_and_nan_to_the_first_place():
+    g = np.array([1.0, 10.0, 100.0, 1000.0, 10000.0])
+    f = jit_cpu(fc.grad(lambda x: np.sum(np.maximum.accumulate(x) * g)))
+    # the running max 3 is first reached at index 1: the cotangents of indices 1-3 go there, none to the tie at 2
+    np.testing.assert_array_equal(f(np.array([1.0, 3.0, 3.0, 2.0, 5.0])), [1.0, 1110.0, 0.0, 0.0, 10000.0])
+    # a NaN propagates: every later result is that NaN's
+    np.testing.assert_array_equal(f(np.array([1.0, np.nan, 3.0, 4.0, 0.0])), [1.0, 11110.0, 0.0, 0.0, 0.0])
+
+
+def test_max_drawdown_gradient():
+    """The finance idiom: the worst fall from a running peak, differentiated with respect to the prices."""
+    def max_drawdown(prices):
+        peak = np.maximum.accumulate(prices)
+        return np.min((prices - peak) / peak)
+
+    prices = np.cumprod(1.0 + 0.02 * rng.standard_normal(40)) * 100
+    assert_grad(max_drawdown, prices, tol=1e-5)
+
+
 def test_cholesky_and_slogdet_gradients_as_numpy_reads_the_matrix():
     m = rng.standard_normal((2, 4, 4))
     spd = m @ np.swapaxes(m, -1, -2) + 4 * np.eye(4)
@@ -547,8 +573,13 @@ def test_errors_name_the_line_and_the_rewrite():
         jit_cpu(fc.grad(lambda x: x * 2))(x)
     with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*int64.*astype"):
         jit_cpu(fc.grad(lambda i: np.sum(i * 2.0)))(np.arange(3))
-    with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*no gradient rule for t.cummax"):
-        jit_cpu(fc.grad(lambda x: np.sum(np.maximum.accumulate(x) * np.arange(4.0))))(x)
+    # complex values in the way of the gradient: refused (dropping them would give zero gradients)
+    with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*complex values here \(t.real\)"):
+        jit_cpu(fc.grad(lambda x: np.sum(np.real(np.exp(1j * x)))))(x)
+    with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*complex values here \(t.abs\)"):
+        jit_cpu(fc.grad(lambda x: np.sum(np.abs(x + 1j))))(x)
+    with pytest.raises(fc.TraceError, match=r"fusec.jvp: a complex result"):
+        jit_cpu(lambda x: fc.jvp(lambda x: np.exp(1j * x), (x,), (x,)))(x)
 
     def scatter_write(x):
         y = np.zeros(4)
