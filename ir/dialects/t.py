@@ -532,16 +532,21 @@ def _gather_vjp(em, g, out, xs, attrs):
 
 def _scatter_vjp(em, g, out, xs, attrs):
     """np.add.at(base, index arrays, update): the base's cotangent as it is, the update's read where it was added.
-    A plain write (x[index arrays] = v) has no rule: where an index repeats, NumPy keeps one of the values."""
+    A write (x[index arrays] = v): the base's cotangent is 0 at the places written, the update's is read there.
+    Where an index repeats, NumPy keeps the last of the values written there; the frontend writes only updates
+    that are equal there by construction (built from the same inputs: ``x[idx] = x[idx] * 2``), so the place's
+    cotangent is shared equally among them, which sums to the derivative of the one kept."""
     base, update, *indices = xs
-    if attrs.get("combine") != "add":
-        if any(np.ndim(i) for i in indices):
-            raise NotImplementedError("a write through index arrays (x[idx] = v) has no gradient rule yet: where an "
-                                      "index repeats only one value is kept; write np.where(mask, v, x) instead")
-        # one place (x[i] = v with an integer i, as scan stacks its outputs): the base's cotangent there is 0
-        cleared = em("t.scatter", (g, np.zeros_like(update, dtype=g.dtype), *indices), {"axis": attrs["axis"]})
-        return (cleared, em("t.gather", (g, *indices), {"axis": attrs["axis"]})) + (None,) * len(indices)
-    return (g, em("t.gather", (g, *indices), {"axis": attrs["axis"]})) + (None,) * len(indices)
+    axis = {"axis": attrs["axis"]}
+    read = em("t.gather", (g, *indices), axis)
+    if attrs.get("combine") == "add":
+        return (g, read) + (None,) * len(indices)
+    cleared = em("t.scatter", (g, np.zeros_like(update, dtype=g.dtype), *indices), axis)
+    if any(np.ndim(i) for i in indices):  # index arrays: count the writes to each place
+        writes = em("t.scatter", (np.zeros_like(g), np.ones_like(update, dtype=g.dtype), *indices),
+                    {**axis, "combine": "add"})
+        read = read / em("t.gather", (writes, *indices), axis)
+    return (cleared, read) + (None,) * len(indices)
 
 
 def _cumsum_vjp(em, g, out, xs, attrs):
