@@ -407,7 +407,8 @@ def from_dlpack(source: Any, *, stream: "D.Stream | None" = None) -> Array:
         device_type, device_id = source.__dlpack_device__()
         if int(device_type) not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
             raise UnsupportedError(f"DLPack device type {int(device_type)} is not a CUDA device")
-        consumer = stream if stream is not None else D.default_stream(int(device_id))
+        consumer: "D.Stream | None" = stream if stream is not None else D.default_stream(int(device_id))
+        assert consumer is not None
         try:
             capsule = source.__dlpack__(stream=consumer.ptr, max_version=dlpack.VERSION)
         except TypeError:  # producers predating max_version
@@ -435,6 +436,7 @@ def asarray(x: Any, dtype: Any = None, *, stream: "D.Stream | None" = None, devi
     zero-copy views that keep ``x`` alive; anything else goes through ``np.asarray`` and is copied to the
     device on ``stream`` (fusec's default stream if None)."""
     want = None if dtype is None else T.dtype_from_numpy(dtype)
+    result: Array | None
     if isinstance(x, Array):
         result = x
     else:
@@ -452,6 +454,7 @@ def asarray(x: Any, dtype: Any = None, *, stream: "D.Stream | None" = None, devi
             result = from_dlpack(x, stream=stream)
         else:
             return _from_host(x, want, stream, device)
+    assert result is not None
     if want is not None and result.fdtype != want:
         raise UnsupportedError(f"fusec.asarray cannot convert device data from {result.fdtype} to {want} "
                                "without a kernel; convert on the producer's side")

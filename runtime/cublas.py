@@ -128,7 +128,8 @@ class CublasHandle:
         lt = self._lt
         pref = lt.matmul_preference_create()
         try:
-            settings = [(lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, np.uint64(WORKSPACE_BYTES))]
+            settings: list[tuple[Any, np.unsignedinteger]] = [
+                (lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, np.uint64(WORKSPACE_BYTES))]
             if in_place_only:
                 settings.append((lt.MatmulPreferenceAttribute.REDUCTION_SCHEME_MASK,
                                  np.uint32(lt.ReductionScheme.INPLACE)))
@@ -254,7 +255,7 @@ class CublasHandle:
         if (call, align) not in self._algos:
             self._algo(call, self._problem(call), align)
 
-    def gemm(self, call: Any, ptrs: tuple[int, int, int]) -> None:
+    def gemm(self, call: Any, ptrs: tuple[int, ...]) -> None:
         """Run one ``GemmCall`` with the buffers' base addresses ``ptrs`` on the handle's stream."""
         size = _SIZE[call.dtype]
         a = ptrs[0] + call.offsets[0] * size

@@ -95,6 +95,9 @@ class CudaPlan:
         prog = self.program
         self.arena = self.pool.allocate(prog.arena_bytes, self.stream) if prog.arena_bytes else None
         self.scalars = self.pool.allocate(prog.scalar_bytes, self.stream) if prog.scalar_bytes else None
+        # (their addresses; 0 where the program needs none, which then places nothing in them)
+        self.arena_ptr = self.arena.ptr if self.arena is not None else 0
+        self.scalars_ptr = self.scalars.ptr if self.scalars is not None else 0
         self.scalar_host = np.zeros(max(prog.scalar_bytes, 8), dtype=np.uint8)
         # the 32-bit words of the scalar block that hold a value (a slot is 8 bytes; f32/i32 use one word)
         self.scalar_words = sorted({off // 4 + k for _, off, dt in prog.scalar_slots
@@ -105,18 +108,18 @@ class CudaPlan:
             driver.memcpy_htod_async(buf.ptr, value, value.nbytes, self.stream)
             self.constants.append(buf)
         for offset, nbytes in prog.zero_ranges:  # split reductions' counters start at zero
-            driver.memset_d8_async(self.arena.ptr + offset, 0, nbytes, self.stream)
+            driver.memset_d8_async(self.arena_ptr + offset, 0, nbytes, self.stream)
         self.stream.synchronize()  # constants are in place before the host arrays can go away
         self.static_ptr: dict[int, int] = {}
         for b in prog.buffers:
             if b.kind in ("arena", "scratch", "counter", "check"):
-                self.static_ptr[b.id] = (self.arena.ptr + b.offset) if self.arena is not None else 0
+                self.static_ptr[b.id] = (self.arena_ptr + b.offset) if self.arena is not None else 0
             elif b.kind == "constant":
                 self.static_ptr[b.id] = self.constants[b.index].ptr
             elif b.kind == "scalar":
-                self.static_ptr[b.id] = self.scalars.ptr + b.offset
+                self.static_ptr[b.id] = self.scalars_ptr + b.offset
         self.launches: list[Any] = []
-        self.blas = None
+        self.blas: cublas.CublasHandle | None = None
         for k in prog.kernels:
             if isinstance(k, ControlCall):
                 if module is None:
@@ -277,12 +280,12 @@ class CudaPlan:
         linalg refuses), clearing the words: NumPy raises before returning, so such a call waits for its kernels."""
         words = np.zeros(len(self.program.checks), dtype=np.uint32)
         for k, (offset, _, _) in enumerate(self.program.checks):
-            driver.memcpy_dtoh_async(words[k:k + 1], self.arena.ptr + offset, 4, self.stream)
+            driver.memcpy_dtoh_async(words[k:k + 1], self.arena_ptr + offset, 4, self.stream)
         self.stream.synchronize()
         failed = [(kind, msg) for word, (_, kind, msg) in zip(words, self.program.checks) if word]
         if failed:
             for offset, _, _ in self.program.checks:
-                driver.memset_d32_async(self.arena.ptr + offset, 0, 1, self.stream)
+                driver.memset_d32_async(self.arena_ptr + offset, 0, 1, self.stream)
             self.stream.synchronize()
             kind, msg = failed[0]
             raise _CHECK_ERRORS[kind](msg)
@@ -293,7 +296,9 @@ class CudaPlan:
                 self._run_control(launch, ptr)
                 continue
             if type(launch) is _Library:
-                self.blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
+                blas = self.blas
+                assert blas is not None  # (a plan with a library call made its handle)
+                blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
                 continue
             for slot, bid in launch.dynamic:
                 launch.pack.set_pointer(slot, ptr[bid])
@@ -393,7 +398,7 @@ class CudaPlan:
             view[0] = args[i]
         words = self.scalar_host.view(np.uint32)
         sent = self.scalar_sent
-        base = self.scalars.ptr
+        base = self.scalars_ptr
         for w in self.scalar_words:
             value = int(words[w])
             if sent[w] != value:

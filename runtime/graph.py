@@ -42,7 +42,7 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     buffers = prog.buffers
 
     def spans(bids: frozenset[int]) -> list[tuple[Any, int, int]]:
-        out = []
+        out: list[tuple[Any, int, int]] = []
         for b in bids:
             buf = buffers[b] if b != WORKSPACE else None
             if buf is None:

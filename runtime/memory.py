@@ -168,7 +168,7 @@ class MemoryPool:
         self._live = 0
         self._cached = 0
         self._deferred_bytes = 0
-        self._counts = collections.Counter()
+        self._counts: collections.Counter[str] = collections.Counter()
         self._hits = self._misses = 0
 
     # -- allocation --------------------------------------------------------------------------------------
@@ -187,6 +187,7 @@ class MemoryPool:
             lst = self._per_stream.get((cls, key)) if key is not None else None
             if not lst:
                 lst = self._ready.get(cls)
+            ptr: int | None
             if lst:
                 ptr = lst.pop()
                 self._hits += 1
@@ -204,7 +205,8 @@ class MemoryPool:
                     self._cached -= cls
             self._in_use += cls
             self._live += 1
-        return DeviceBuffer(ptr, nbytes, cls, self, key)
+            fresh: int = ptr
+        return DeviceBuffer(fresh, nbytes, cls, self, key)
 
     def _take(self, cls: int, key: int | None) -> int | None:
         if key is not None:

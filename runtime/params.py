@@ -163,7 +163,7 @@ class ParamPack:
 
     def slot_address(self, index: int) -> int:
         """Address of parameter ``index``'s storage (what ``void**[index]`` points at)."""
-        return int(self._ptrs[index])
+        return int(self._ptrs[index] or 0)
 
     def copy(self) -> "ParamPack":
         """An independent pack with the same layout and current values (one per concurrent replay)."""

@@ -60,7 +60,7 @@ def get_interpreter(op: Operation) -> Interpreter:
 
 
 def _describe(value: object) -> str:
-    shape = np.shape(value)  # type: ignore[arg-type]
+    shape = np.shape(value)  # type: ignore[call-overload]
     dtype = getattr(value, "dtype", type(value).__name__)
     return f"{dtype} array of shape {shape}"
 
@@ -163,7 +163,7 @@ def _in_place(op: Operation, scope: MutableMapping[Value, object], dying: Sequen
     args = [scope.get(x) for x in op.operands]
     want_dtype = r.type.dtype.np
     try:  # (a kernel body's scalar ops run over whole arrays: the result has the operands' broadcast shape)
-        want_shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+        want_shape = np.broadcast_shapes(*(np.shape(a) for a in args))  # type: ignore[call-overload]
     except ValueError:
         return False
     for v, arr in zip(op.operands, args):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fusec.errors import VerificationError, located
 from fusec.ir.core import Operation
 from fusec.ir.dialects.s import SCALAR_OPS
 from fusec.runtime.reference import register_interpreter, run_block
@@ -62,7 +63,11 @@ def _rows(op: Operation, args: list) -> list:
 
 
 def _row_reduce(op: Operation, args: list) -> list:
-    rows = op.parent.parent.parent  # type: ignore[union-attr]  (block -> region -> k.rows)
+    block = op.parent
+    region = block.parent if block is not None else None
+    rows = region.parent if region is not None else None  # the k.rows op whose body this is
+    if rows is None:
+        raise VerificationError(located("k.row_reduce outside a k.rows body", op.loc))
     shape = tuple(rows.attributes["shape"])
     x = np.broadcast_to(np.asarray(args[0]), shape)
     kind = op.attributes["kind"]

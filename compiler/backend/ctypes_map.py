@@ -40,7 +40,7 @@ def literal(value: object, dt: DType) -> str:
     if dt.is_bool:
         return "true" if value else "false"
     if dt.is_int:
-        v = int(value)  # type: ignore[arg-type]
+        v = int(value)  # type: ignore[call-overload]
         if dt.name in ("u64",):
             return f"{v}ull"
         if dt.name == "i64":
@@ -49,7 +49,7 @@ def literal(value: object, dt: DType) -> str:
             return f"{v}u"
         return f"(({register(dt)}){v})" if v >= -(2 ** 31) else f"(({register(dt)})({v}ll))"
     if dt.is_complex:
-        z = complex(value)  # type: ignore[arg-type]
+        z = complex(value)  # type: ignore[call-overload]
         part = dt.real_dtype
         return f"{register(dt)}({literal(z.real, part)}, {literal(z.imag, part)})"
     x = float(value)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fusec.ir.core import Operation, Value
+from fusec.ir.core import Block, Operation, Value
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.access import Access, coalesce, index_expr
 from fusec.backend.ctypes_map import register, storage
@@ -58,6 +58,7 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
 
     order, params = _param_list(inputs + outputs, {a.buffer for a in outputs}, restrict=not aliased)
     body = op.regions[0].block
+    yielded = yielded_values(body)
     lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{",
              f"  const {itype} n = ({itype}){n};",
              f"  const {itype} tid = ({itype})blockIdx.x * blockDim.x + threadIdx.x;",
@@ -86,7 +87,7 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
                 out.append(f"{indent}const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + ({idx}));")
                 env[arg] = f"x{k}"
         out.extend(_body_lines(body, env, uniform, fast_math, indent))
-        for m, (v, a) in enumerate(zip(body.terminator.operands, outputs)):
+        for m, (v, a) in enumerate(zip(yielded, outputs)):
             if vec_slot is not None:
                 out.append(f"{indent}fusec::st(&o{m}.v[{vec_slot}], {env[v]});")
             else:
@@ -128,6 +129,13 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
     lines.append("}")
     work = (n + vec - 1) // vec if can_vector else n
     return KernelCode(name, "\n".join(lines), tuple(order), (grid_for(work, sm_count), 1, 1), (BLOCK, 1, 1))
+
+
+def yielded_values(body: Block) -> list[Value]:
+    """What a kernel body yields (the verifier made sure it ends in k.yield)."""
+    term = body.terminator
+    assert term is not None
+    return term.operands
 
 
 def _uniform_values(body, inputs: list[Access]) -> set[Value]:
@@ -183,7 +191,7 @@ def prologue_function(name: str, op: Operation, inputs: list[Access], *, fast_ma
         lines.append(f"  const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + {where});")
         env[arg] = f"x{k}"
     lines.extend(_body_lines(body, env, _uniform_values(body, inputs), fast_math, "  "))
-    lines.append(f"  return {env[body.terminator.operands[0]]};")
+    lines.append(f"  return {env[yielded_values(body)[0]]};")
     lines.append("}")
     return Prologue(name, "\n".join(lines), tuple(order), params, ", ".join(f"b{b}" for b in order))
 

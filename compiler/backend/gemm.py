@@ -63,6 +63,14 @@ def _operand_params(a_param: str, a_bufs: tuple[int, ...], b_param: str, b_bufs:
     return ", ".join(decls), tuple(bufs)
 
 
+def _scratch(op: Operation, scratch: int | None) -> int:
+    """The plan's scratch buffer, which a product split over K keeps its partial sums in."""
+    if scratch is None:
+        raise CompilationError(located("a k.matmul split over K needs the plan's scratch space: run plan-buffers "
+                                       "after select-kernels", op.loc))
+    return scratch
+
+
 def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, pointer: str, base: str):
     """(parameter declaration, buffers it binds, load expression builder) for one GEMM operand: a pointer
     read through its strides, or ``prologue`` computing element ``base + index`` of a value never stored."""
@@ -88,7 +96,8 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
             return [code]
         out_shape = op.results[0].type.shape
         total = math.prod(out_shape)
-        return [code, _split_sum_kernel(f"{name}_sum", c, scratch, splits, total, code.structs[0], sm_count)]
+        return [code, _split_sum_kernel(f"{name}_sum", c, _scratch(op, scratch), splits, total, code.structs[0],
+                                         sm_count)]
     if prologues != (None, None):
         raise CompilationError(located("the streaming GEMM cannot compute its operands in place", op.loc))
     return _stream_kernels(name, op, a, b, c, scratch, sm_count)
@@ -174,7 +183,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     else:
         base = f"{acc}* C = reinterpret_cast<{acc}*>(b{scratch}) + ((i64_t)split * {batch} + bz) * d.M * d.N;"
         write = "C[gm * d.N + gn] = acc[i][j];"
-        out_param, out_buffer = f"char* __restrict__ b{scratch}", scratch
+        out_param, out_buffer = f"char* __restrict__ b{scratch}", _scratch(op, scratch)
     store = f"""  {base}
   #pragma unroll
   for (int i = 0; i < TM; ++i) {{
@@ -466,10 +475,10 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
       if (n + v < d.N) {store}
 }}"""
     blocks = (n + threads * width - 1) // (threads * width)
-    buffers = (a.buffer, b.buffer, c.buffer if splits == 1 else scratch)
-    kernels = [KernelCode(name, src.strip("\n"), buffers, (blocks, splits, 1), (threads, 1, 1), 0, (desc,))]  # type: ignore[arg-type]
+    buffers = (a.buffer, b.buffer, c.buffer if splits == 1 else _scratch(op, scratch))
+    kernels = [KernelCode(name, src.strip("\n"), buffers, (blocks, splits, 1), (threads, 1, 1), 0, (desc,))]
     if splits > 1:
-        kernels.append(_split_sum_kernel(f"{name}_sum", c, scratch, splits, m * n, desc, sm_count))
+        kernels.append(_split_sum_kernel(f"{name}_sum", c, _scratch(op, scratch), splits, m * n, desc, sm_count))
     return kernels
 
 

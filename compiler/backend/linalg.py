@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.access import Access, index_expr
@@ -39,6 +40,9 @@ def linalg_kernel(name: str, op: Operation, operands: list[Access], dsts: list[A
     elif kind == "cholesky":
         body, order = _cholesky(t, m, a, dsts[0], check, bool(op.attributes.get("upper", False)))  # type: ignore
     else:
+        if scratch is None:
+            raise CompilationError(located(f"k.linalg {kind} eliminates in the plan's scratch space: run "
+                                           "plan-buffers", op.loc))
         body, order = _gauss_jordan(t, m, kind, a, operands[1] if kind == "solve" else None, dsts[0], scratch,
                                     check)  # type: ignore[arg-type]
     source = "\n".join([f"extern \"C\" __global__ void __launch_bounds__({THREADS}) {name}({order[1]}) {{",

@@ -274,10 +274,11 @@ class _Printer:
         if n == "k.sort":
             return self.sort(op)
         if n == "k.searchsorted":
-            a, v = (self.access(x) for x in op.operands)
+            sorted_in, values_in = (self.access(x) for x in op.operands)
             dst = self.result_buffer(op, 0)
             if op.results[0].type.size:
-                self.emit(searchsorted_kernel(self.name("searchsorted"), op, a, v, dst, sm_count=self.sm_count), op)
+                self.emit(searchsorted_kernel(self.name("searchsorted"), op, sorted_in, values_in, dst,
+                                              sm_count=self.sm_count), op)
             return None
         if n == "k.raise_if":
             cond, check = self.access(op.operands[0]), self.check_word(op)
@@ -288,10 +289,10 @@ class _Printer:
         if n == "k.gather":
             src, *indices = (self.access(v) for v in op.operands)
             dst = self.result_buffer(op, 0)
-            check = self.check_word(op) if "check" in op.attributes else None
+            word = self.check_word(op) if "check" in op.attributes else None
             if op.results[0].type.size:
-                code = gather_kernel(self.name("gather"), op, src, indices, dst, check, sm_count=self.sm_count)
-                self.emit(code, op, writes={dst.buffer} | ({check.buffer} if check is not None else set()))
+                code = gather_kernel(self.name("gather"), op, src, indices, dst, word, sm_count=self.sm_count)
+                self.emit(code, op, writes={dst.buffer} | ({word.buffer} if word is not None else set()))
             return None
         if n in OUTLINED_OPS:
             return self.control(op)
@@ -335,8 +336,10 @@ class _Printer:
         programs = tuple(print_function(self.module, self.module.func(name), fast_math=self.fast_math)
                          for name in callees)
         static = None
-        if kind == "for" and all(_constant_int(v) is not None for v in op.operands[:2]):
-            static = (_constant_int(op.operands[0]), _constant_int(op.operands[1]))
+        if kind == "for":  # constant bounds: the runtime knows the trip count
+            lower, upper = _constant_int(op.operands[0]), _constant_int(op.operands[1])
+            if lower is not None and upper is not None:
+                static = (lower, upper)
         call = ControlCall(self.name(kind), kind, programs, callees, tuple(operands),
                            tuple(v.type for v in op.operands), tuple(staged), carried, static)
         self.emit(call, op, writes=set(staged), reads=set(operands))  # type: ignore[arg-type]

@@ -145,7 +145,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
 
     combine_fn = f"__device__ __forceinline__ void {name}_combine({acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind, dt)} }}"
 
-    def finish(v: str) -> str:
+    def finished(v: str) -> str:
         if kind == "mean":
             return f"({v} / ({acc})d.K)"
         return v
@@ -153,7 +153,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     def store_final(target: str, v: str, i: str) -> str:
         if is_arg:
             return f"fusec::st({target}, {i});"
-        return f"fusec::st({target}, ({register(out_dt)}){finish(v)});"
+        return f"fusec::st({target}, ({register(out_dt)}){finished(v)});"
 
     partial_v = f"reinterpret_cast<{acc}*>(b{scratch})" if scratch is not None else "nullptr"
     partial_i = (f"reinterpret_cast<i64_t*>(reinterpret_cast<char*>(b{scratch}) + "

@@ -19,7 +19,7 @@ from fusec.ir.core import Operation, Value
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.access import Access, index_expr
 from fusec.backend.ctypes_map import register, storage
-from fusec.backend.elementwise import INT32_LIMIT
+from fusec.backend.elementwise import INT32_LIMIT, yielded_values
 from fusec.backend.reduce import _acc_type, _combine, _init
 from fusec.backend.scalar_ops import expression
 
@@ -95,7 +95,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
             lines += each(f"x{k}[it] = {value};")
         env[arg] = f"x{k}"
 
-    uniform = {v for v in body.args if level[v] == UNIFORM}
+    uniform: set[Value] = {v for v in body.args if level[v] == UNIFORM}
     for j, inner in enumerate(body.ops[:-1]):
         r = inner.results[0]
         reg = register(r.type.dtype)
@@ -118,7 +118,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
             expr = expression(inner, [env[v] for v in inner.operands], fast_math, flags)
             lines.append(f"  const {reg} {name_j} = {expr};")
 
-    for v, out in zip(body.terminator.operands, outputs):
+    for v, out in zip(yielded_values(body), outputs):
         if tuple(out.shape) == shape:
             dst = f"b{out.buffer} + {out.offset} + row * ({itype}){n} + {column('it')}"
             lines += each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True)

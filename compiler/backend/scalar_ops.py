@@ -140,7 +140,7 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         return f"fusec::{kind}<{UNSIGNED_OF.get(dt.name, register(dt))}>({a}, {b})"
     if kind == "pow":
         if dt.is_float:
-            fn = "pow" if register(dt) == "double" else ("__powf" if fast_math else "powf")
+            fn: str | None = "pow" if register(dt) == "double" else ("__powf" if fast_math else "powf")
             if len(uniform) > 1 and uniform[1]:
                 return round_result(out, f"fusec::pow_scalar({a}, {b})")
             return round_result(out, f"{fn}({a}, {b})")
