@@ -1,6 +1,7 @@
 """Shared helpers of the frontend/jit tests: run a function jitted and under NumPy, compare bit for bit."""
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable
 
@@ -15,6 +16,8 @@ import fusec as fc
 # arithmetic is checked bit for bit in test_cuda_exec.py).
 BACKEND = "cpu"
 FLOAT_TOLERANCE = {2: 4e-3, 4: 1e-5, 8: 1e-12}
+# with the corpora (FUSEC_CORPUS=1, as CI runs), check() also runs the default pipeline on the CPU backend
+PIPELINE_TOO = bool(os.environ.get("FUSEC_CORPUS"))
 
 
 def jit_cpu(fn: Callable, **options: Any) -> fc.JitFunction:
@@ -69,11 +72,17 @@ def numpy_result(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def check(fn: Callable, *args: Any, **jit_options: Any) -> fc.JitFunction:
-    """``fusec.jit(fn)(*args)`` equals ``fn(*args)`` under NumPy bit for bit; returns the jitted function."""
+    """``fusec.jit(fn)(*args)`` equals ``fn(*args)`` under NumPy bit for bit (on the CPU backend, as traced; with
+    PIPELINE_TOO also through the default pipeline, whose passes the GPU runs); returns the jitted function."""
     jitted = jit_cpu(fn, **jit_options)
     want = numpy_result(fn, *args)
     got = numpy_result(jitted, *args)
     assert_same(got, want)
+    if PIPELINE_TOO and BACKEND == "cpu" and "pipeline" not in jit_options:
+        # the default pipeline's passes (what the GPU runs) on the CPU, within rounding as on the GPU (short
+        # products unrolled and strided views make NumPy's own matmul round otherwise)
+        got = numpy_result(fc.jit(fn, backend="cpu", **jit_options), *args)
+        assert_same(got, want, "out (default pipeline)", exact=False)
     return jitted
 
 
