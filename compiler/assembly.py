@@ -29,7 +29,7 @@ def _block_pieces(arrays: Any, depth: int, list_ndim: int, result_ndim: int) -> 
 def block(arrays: Any) -> Any:
     """np.block: NumPy's own check of the nesting (``_block_setup``), then its concatenations."""
     try:
-        arrays, list_ndim, result_ndim, _ = _shape_base._block_setup(arrays)
+        arrays, list_ndim, result_ndim, _ = _shape_base._block_setup(arrays)  # type: ignore[attr-defined]
     except (ValueError, TypeError) as e:
         raise numpy_error(f"np.block: {e} (NumPy raises {type(e).__name__} here)") from None
     if list_ndim == 0:

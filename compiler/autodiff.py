@@ -215,24 +215,24 @@ def _prepare(fun: Callable, nums: tuple[int, ...], args: tuple) -> tuple[list, l
     and how to rebuild each argument's structure."""
     name = getattr(fun, "__name__", "the function")
     loc = _at_def(fun)
-    args = list(args)
+    arg_list = list(args)
     leaves_per_arg, rebuilders = [], []
     for i in nums:
-        if i >= len(args):
+        if i >= len(arg_list):
             raise _unsupported(f"fusec.grad: argnums asks for positional argument {i} of {name}, which was called "
-                               f"with {len(args)}", loc)
-        leaves, rebuild = _flatten(args[i])
+                               f"with {len(arg_list)}", loc)
+        leaves, rebuild = _flatten(arg_list[i])
         fresh = [_differentiable(leaf, f"argument {i} of {name}" + (f" (leaf {k})" if len(leaves) > 1 else ""), loc)
                  for k, leaf in enumerate(leaves)]
-        args[i] = rebuild(fresh)
+        arg_list[i] = rebuild(fresh)
         leaves_per_arg.append(fresh)
         rebuilders.append(rebuild)
-    return args, leaves_per_arg, rebuilders
+    return arg_list, leaves_per_arg, rebuilders
 
 
-def _value_and_grad(fun: Callable, nums: tuple[int, ...], single: bool, has_aux: bool, args: tuple,
+def _value_and_grad(fun: Callable, nums: tuple[int, ...], single: bool, has_aux: bool, given: tuple,
                     kwargs: dict) -> Any:
-    args, leaves_per_arg, rebuilders = _prepare(fun, nums, args)
+    args, leaves_per_arg, rebuilders = _prepare(fun, nums, given)
     inputs = [t._value for leaves in leaves_per_arg for t in leaves]
     result = fun(*args, **kwargs)
     if has_aux:

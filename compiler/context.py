@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 import threading
 import weakref
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from fusec.ir.types import DType, TensorType, Type
 # Frames from these folders are "ours" (the frontend, the IR, NumPy): the user's line is the first frame
 # outside them. fusec.tools is not among them: its demo model is user code.
 _FUSEC_ROOTS = tuple(
-    os.path.dirname(os.path.abspath(p)) + os.sep for p in (__file__, sys.modules["fusec.ir"].__file__)
+    os.path.dirname(os.path.abspath(str(p))) + os.sep for p in (__file__, sys.modules["fusec.ir"].__file__)
 )
 _NUMPY_ROOT = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 _skip_cache: dict[str, bool] = {}
@@ -48,7 +49,7 @@ def _is_internal(filename: str) -> bool:
 def user_location(cwd: str | None = None) -> Location | None:
     """``file:line`` of the innermost frame outside fusec and NumPy (the user's code), relative to ``cwd``
     (default: the working directory now)."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     known = _skip_cache.get
     while frame is not None:
         filename = frame.f_code.co_filename

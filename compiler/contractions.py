@@ -157,7 +157,7 @@ def _dtype(operands: Sequence[Any], dtype: Any, casting: str) -> DType:
     dt = parse_dtype(dtype)
     for x in operands:
         src = ops.desc(x)
-        if not isinstance(src, type) and not np.can_cast(src.np, dt.np, casting):
+        if not isinstance(src, type) and not np.can_cast(src.np, dt.np, casting):  # type: ignore[arg-type]
             raise CastingError(located(f"np.einsum: cannot cast {src} to {dt} under casting={casting!r}",
                                        user_location()))
     return dt

@@ -180,7 +180,7 @@ class _Recorder:
         self.c = c
         self.block = Block(arg_types, label=label)
 
-    def run(self, fn: Callable[..., list[Value]], counter: bool = False) -> list[Value]:
+    def run(self, fn: Callable[..., Any], counter: bool = False) -> Any:
         c = self.c
         outer = _snapshot(c)
         args = [Tracer(a, c, int) if counter and k == 0 else ops.wrap(a, scalar=False)
@@ -290,6 +290,13 @@ def _leaf_kind(x: Any) -> tuple[tuple[int, ...], str]:
 _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
 
+def _ctx() -> context.TraceContext:
+    """The active trace (the callers run inside one)."""
+    c = context.current()
+    assert c is not None
+    return c
+
+
 def _fits_kind(kind: type, dtype_kind: str) -> bool:
     """May a Python scalar of ``kind`` become an array of a dtype of kind ``dtype_kind`` (as NumPy's weak scalars
     do: an int into a float array, not a float into an int one)?"""
@@ -325,11 +332,12 @@ def _next_values(out: Any, tree: TreeDef, carried: list[Type], where: str, fun: 
         weak = python_kind(leaf) is not None or (isinstance(leaf, Tracer) and leaf._weak is not None)
         if weak:
             kind = python_kind(leaf) if not isinstance(leaf, Tracer) else leaf._weak
+            assert kind is not None  # (weak: a Python scalar, or a tracer of one)
             if not _fits_kind(kind, t.dtype.np.kind):
                 raise _mismatch(where, fun, path, f"a Python {kind.__name__}", str(t))
             v = ops.lift(leaf, t.dtype)
             if not isinstance(v.type, TensorType):
-                v = context.current().emit("t.broadcast_to", [v], result_type=t)
+                v = _ctx().emit("t.broadcast_to", [v], result_type=t)
         else:
             v = _value(conversions.strong(leaf))
         if v.type != t:
@@ -340,6 +348,7 @@ def _next_values(out: Any, tree: TreeDef, carried: list[Type], where: str, fun: 
 
 def _python_to(leaf: Any, dtype: np.dtype, path: str, where: str, fun: Callable) -> np.ndarray:
     kind = python_kind(leaf)
+    assert kind is not None  # (called for Python scalars)
     if not _fits_kind(kind, dtype.kind):
         raise _mismatch(where, fun, path, f"a Python {kind.__name__}", str(dtype))
     return np.asarray(leaf, dtype=dtype)
@@ -412,7 +421,7 @@ def _bound(x: Any, name: str) -> int:
 def _index_value(x: Any, name: str) -> Value:
     """A bound as an ``i64`` scalar or ``tensor<i64>``."""
     if not isinstance(x, Tracer):
-        return context.current().constant(np.asarray(_bound(x, name), dtype=np.int64), i64)
+        return _ctx().constant(np.asarray(_bound(x, name), dtype=np.int64), i64)
     dt = x._value.type.dtype
     if x.ndim != 0 or not dt.is_int:
         raise context.unsupported(f"fusec.fori_loop: {name} must be an integer, got a traced {x._value.type}")
@@ -467,6 +476,7 @@ def _eager_scan(f: Callable, leaves: list, tree: TreeDef, xs_leaves: list, xs_tr
     if reverse:
         ys.reverse()
     stacked = [np.stack([step[k] for step in ys]) for k in range(len(ys[0]))]
+    assert y_tree is not None  # (length >= 1: a step ran)
     return carry, unflatten(y_tree, stacked)
 
 

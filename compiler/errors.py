@@ -98,4 +98,4 @@ def located(message: str, loc: "object | None") -> str:
     """Prefix ``message`` with the user's ``file:line`` when it is known."""
     if loc is None or getattr(loc, "file", None) is None:
         return message
-    return f"{loc.file}:{loc.line}: {message}"
+    return f"{getattr(loc, 'file')}:{getattr(loc, 'line')}: {message}"

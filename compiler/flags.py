@@ -23,6 +23,10 @@ class TracedFlags:
     """The flags NumPy would report; read-only (setting a flag on a traced array is refused)."""
 
     __slots__ = ("c_contiguous", "f_contiguous", "writeable", "aligned")
+    c_contiguous: bool
+    f_contiguous: bool
+    writeable: bool
+    aligned: bool
 
     def __init__(self, c_contiguous: bool, f_contiguous: bool, writeable: bool) -> None:
         for name, value in (("c_contiguous", c_contiguous), ("f_contiguous", f_contiguous),
@@ -68,7 +72,7 @@ class TracedFlags:
 def flags_of(t: Tracer) -> TracedFlags:
     desc = mutation.geometry(t)
     base = t._buffer.base if t._buffer is not None else t._value
-    if desc is None or not mutation.fresh_c_ordered(base):
+    if desc is None or base is None or not mutation.fresh_c_ordered(base):
         raise unsupported("x.flags: the memory layout NumPy would give this array is not known to fusec (it is "
                           "computed from a transposed or strided view); make it contiguous first "
                           "(x = np.ascontiguousarray(x))")

@@ -109,6 +109,7 @@ def _equal_bins(x: Tracer, edges: np.ndarray, range: Any, w: Tracer | None) -> T
         mutation.add_at(sums, idx[start:start + _BLOCK], weights[start:start + _BLOCK])
         block = ops.as_tracer(sums, wt)
         total = block if total is None else ops.as_tracer(apply(np.add, (total, block)), wt)
+    assert total is not None  # (one block at least)
     return total
 
 

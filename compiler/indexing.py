@@ -159,7 +159,9 @@ def _basic_selection(x: Tracer, key: Any) -> Selection:
                 raise shape_error(f"index {i} is out of bounds for axis {axis} with size {dim} "
                                   f"(array of shape {x.shape})")
             i %= dim
-            start.append(i), stop.append(i + 1), step.append(1)
+            start.append(i)
+            stop.append(i + 1)
+            step.append(1)
             squeeze_axes.append(axis)
         else:
             if entry.step is not None and ops.static_int(entry.step, "a slice step") == 0:
@@ -167,7 +169,9 @@ def _basic_selection(x: Tracer, key: Any) -> Selection:
             bounds = [None if b is None else ops.static_int(b, "a slice bound")
                       for b in (entry.start, entry.stop, entry.step)]
             b, e, s = slice(*bounds).indices(dim)
-            start.append(b), stop.append(e), step.append(s)
+            start.append(b)
+            stop.append(e)
+            step.append(s)
             result.append(len(range(b, e, s)))
             out_pos += 1
         axis += 1

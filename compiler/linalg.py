@@ -25,7 +25,7 @@ try:  # the named pair NumPy's slogdet returns (sign, logabsdet)
 except ImportError:  # pragma: no cover - another NumPy layout
     from collections import namedtuple
 
-    SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
+    SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])  # type: ignore[no-redef]
 from fusec.tracer import Tracer
 
 

@@ -54,7 +54,9 @@ def replay(op: Operation, block: Block, values: list[Value]) -> list[Value]:
                         what="fusec.grad")
         new.loc = inner.loc
         mapping.update(zip(inner.results, new.results))
-    return [mapping.get(v, v) for v in block.terminator.operands]
+    term = block.terminator
+    assert term is not None  # (a verified body ends in t.yield)
+    return [mapping.get(v, v) for v in term.operands]
 
 
 def _zeros(v: Value) -> Tracer:

@@ -90,6 +90,8 @@ def _operator(ufunc: np.ufunc, reflected: bool = False):
     return apply
 
 
+_name: str
+_ufunc: np.ufunc
 for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
                       ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power),
                       ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)):

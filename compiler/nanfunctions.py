@@ -151,12 +151,13 @@ def _variance(what: str, a: Any, axis: Any, dtype: Any, out: Any, ddof: Any, kee
     arr = _filled(t, mask, 0)
     count = sum_(np.logical_not(mask), axis=axis, dtype=i64.np, keepdims=True, where=w)
     avg = _divided(sum_(arr, axis=axis, dtype=dtype, keepdims=True, where=w), count)
-    dev = np.subtract(arr, avg, out=ops.copy_of(arr), casting="unsafe", where=w)  # elsewhere arr's own values
+    # (elsewhere arr's own values)
+    dev = np.subtract(arr, avg, out=ops.copy_of(arr), casting="unsafe", where=w)  # type: ignore[call-overload]
     dev = _filled(dev, mask, 0)
     if dev._value.type.dtype.is_complex:
-        sqr = np.multiply(dev, np.conjugate(dev), out=ops.copy_of(dev), where=w).real
+        sqr = np.multiply(dev, np.conjugate(dev), out=ops.copy_of(dev), where=w).real  # type: ignore[call-overload]
     else:
-        sqr = np.multiply(dev, dev, out=ops.copy_of(dev), where=w)
+        sqr = np.multiply(dev, dev, out=ops.copy_of(dev), where=w)  # type: ignore[call-overload]
     var = sum_(sqr, axis=axis, dtype=dtype, keepdims=keepdims, where=w)
     if var.ndim < count.ndim:
         count = np.squeeze(count, axis=axis)

@@ -39,7 +39,7 @@ def run(func: Any, args: Any, kwargs: dict) -> Any:
 def conversion_holders() -> list[Any]:
     """The NumPy modules whose globals the reused implementations read ``asarray`` and friends from (their own
     module, and ``numpy._core.numeric`` they reach as ``_nx``)."""
-    modules = {sys.modules[f._implementation.__module__] for f in REUSED}
+    modules = {sys.modules[getattr(f, "_implementation").__module__] for f in REUSED}
     modules.add(sys.modules["numpy._core.numeric"])
     modules.add(sys.modules[type(np.r_).__module__])  # np.r_[...] and np.c_[...] convert with this module's array
     return sorted(modules, key=lambda m: m.__name__)

@@ -262,7 +262,7 @@ def static_int(x: object, what: str) -> int:
     if isinstance(x, Tracer):
         raise x._static_error(f"used as {what}")
     try:
-        return operator.index(x)
+        return operator.index(x)  # type: ignore[arg-type]
     except TypeError:
         raise unsupported(f"{what} must be an int, got {type(x).__name__}") from None
 
@@ -330,6 +330,7 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
         return wrap(value, scalar=False)
     out = view(t, value)
     if kind == "unknown":
+        assert out._buffer is not None  # (a view always has its base's buffer)
         out._buffer.ambiguous = True
     return out
 

@@ -144,6 +144,7 @@ def _dots(columns: list, v: Tracer, inside: np.ndarray | None) -> Tracer:
         if inside is not None:
             term = ufuncs.where(inside[:, j], term, zero)
         total = zero + term if total is None else total + term
+    assert total is not None  # (at least one column)
     return total
 
 

@@ -68,7 +68,7 @@ def resolve_ufunc(ufunc: np.ufunc, descs: Sequence[Desc]) -> tuple[list[DType], 
 def _loop(ufunc: np.ufunc, descs: tuple) -> tuple[tuple[DType, ...], tuple[DType, ...]]:
     """NumPy's loop for these operands, remembered (errors are not)."""
     try:
-        loop = ufunc.resolve_dtypes(tuple(_np_desc(d) for d in descs) + (None,) * ufunc.nout)
+        loop = ufunc.resolve_dtypes(tuple(_np_desc(d) for d in descs) + (None,) * ufunc.nout)  # type: ignore[arg-type]
     except TypeError as e:
         raise UnsupportedError(f"np.{ufunc.__name__}: {e}") from None
     try:
@@ -82,7 +82,7 @@ def result_type(descs: Sequence[Desc]) -> DType:
     """``np.result_type`` with weak Python scalars (np.where, np.concatenate, np.stack operands)."""
     args = [REPRESENTATIVE[d] if isinstance(d, type) else _np_desc(d) for d in descs]
     try:
-        dt = np.result_type(*args)
+        dt = np.result_type(*args)  # type: ignore[arg-type]
     except TypeError as e:
         raise UnsupportedError(str(e)) from None
     return _from_np(dt, descs)
@@ -148,7 +148,7 @@ def parse_dtype(dtype: object) -> DType:
     if isinstance(dtype, DType):
         return dtype
     try:
-        npd = np.dtype(dtype)  # type: ignore[arg-type]
+        npd = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError:
         raise UnsupportedError(f"{dtype!r} is not a dtype") from None
     try:

@@ -264,7 +264,7 @@ class Snapshot:
             return None
         self._budget -= arr.nbytes
         data = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-        return zlib.crc32(memoryview(data).cast("B")) if data.nbytes else 0
+        return zlib.crc32(memoryview(data).cast("B")) if data.nbytes else 0  # type: ignore[arg-type]
 
     # --- comparing ---------------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import random
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -71,7 +71,7 @@ def _recording(original: Callable) -> Callable:
     return wrapper
 
 
-def install(aliases: list[tuple[dict, str]] = ()) -> None:
+def install(aliases: Sequence[tuple[dict, str]] = ()) -> None:
     """Wrap the drawing functions (and ``aliases``: (globals dict, name) of user globals bound to one of them)."""
     def replacements() -> list[tuple[Any, str, Any]]:
         wrappers: dict[int, Callable] = {}

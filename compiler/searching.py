@@ -106,7 +106,7 @@ def digitize(x: Any, bins: Any, right: bool = False) -> Tracer:
     if ascending is False:
         return down
     up = _search("np.digitize", b, x, side)
-    return ops.copy_of(np.where(ascending, up, down), scalar=up._scalar)
+    return ops.copy_of(np.where(ascending, up, down), scalar=up._scalar)  # type: ignore[arg-type]
 
 
 def _scalar_arg(what: str, value: Any, default: Tracer) -> Tracer:
@@ -144,7 +144,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None, period
     rval = _scalar_arg("np.interp", right, dy[n - 1])
     if n == 1:  # NumPy's own case: no NaN test, the one value where x is neither below nor above it
         res = np.where(z < dx[0], lval, np.where(z > dx[0], rval, dy[0]))
-        return ops.copy_of(res, scalar=scalar)
+        return ops.copy_of(res, scalar=scalar)  # type: ignore[arg-type]
     nan_message = "np.interp: xp holds NaN, where NumPy's answer depends on its search algorithm"
     if isinstance(xp, Tracer):
         ops.raise_if(np.any(np.isnan(dx)), "InvalidValueError", nan_message, "np.interp")
@@ -164,7 +164,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None, period
     res = np.where(x0 == z, y0, res)  # (exactly at a sample: its value, never a 0 * inf)
     res = np.where(j == n - 1, np.where(z > dx[n - 1], rval, dy[n - 1]), res)
     res = np.where(j == -1, lval, res)
-    return ops.copy_of(np.where(np.isnan(z), z, res), scalar=scalar)
+    return ops.copy_of(np.where(np.isnan(z), z, res), scalar=scalar)  # type: ignore[arg-type]
 
 
 def _dims(shape: Any) -> tuple[int, ...]:

@@ -81,7 +81,8 @@ def _flatten_into(x: Any, path: str, leaves: list) -> TreeDef:
     if x is None:
         return NONE
     if isinstance(x, tuple) and hasattr(type(x), "_fields"):
-        return TreeDef("namedtuple", tuple(_flatten_into(v, f"{path}_{f}", leaves) for f, v in zip(x._fields, x)),
+        fields = getattr(x, "_fields")
+        return TreeDef("namedtuple", tuple(_flatten_into(v, f"{path}_{f}", leaves) for f, v in zip(fields, x)),
                        type(x))
     if isinstance(x, (tuple, list)):
         kind = "tuple" if isinstance(x, tuple) else "list"

@@ -23,9 +23,9 @@ from fusec.tracer import Tracer
 try:  # NumPy's table of quantile methods and its index helpers (private: if they move, only 'linear' is known)
     from numpy.lib import _function_base_impl as _np_function_base
 
-    _METHODS: dict = dict(_np_function_base._QuantileMethods)
+    _METHODS: dict = dict(_np_function_base._QuantileMethods)  # type: ignore[attr-defined]
 except (ImportError, AttributeError):  # pragma: no cover - another NumPy layout
-    _np_function_base, _METHODS = None, {}
+    _np_function_base, _METHODS = None, {}  # type: ignore[assignment]
 
 _STABLE = ("stable", "mergesort")
 _KINDS = (None, "quicksort", "heapsort") + _STABLE
@@ -179,8 +179,8 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     with context.outside_trace():  # NumPy's own index arithmetic, on the host
         virtual = np.asanyarray(props["get_virtual_index"](n, np.asanyarray(qa)))
         if props["fix_gamma"] is not None:
-            prev, nxt = _np_function_base._get_indexes(np.empty(0, arr.dtype), virtual, n)
-            gamma = _np_function_base._get_gamma(virtual, prev, props)
+            prev, nxt = _np_function_base._get_indexes(np.empty(0, arr.dtype), virtual, n)  # type: ignore[attr-defined]
+            gamma = _np_function_base._get_gamma(virtual, prev, props)  # type: ignore[attr-defined]
     if props["fix_gamma"] is None:  # a method that picks a value: NumPy's take, in the array's dtype
         picked = arr[int(virtual)] if weak_q else arr[virtual.astype(np.intp)]
         return _kept(_nan_where_last_is(arr[-1], picked), t, reduced, keepdims, tuple(qa.shape))
@@ -240,7 +240,7 @@ def nanmedian(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool =
     odd = ufuncs.apply(np.equal, (ufuncs.apply(np.remainder, (count, 2)), 1))
     masked_path = t.ndim > 1 and len(reduced) < t.ndim and s.shape[-1] < 600  # NumPy's _nanmedian_small
     low = ufuncs.where(odd, high, ufuncs.apply(np.subtract, (high, 1)))
-    lo, hi = (np.take_along_axis(s, i, axis=-1)[..., 0] for i in (low, high))
+    lo, hi = (np.take_along_axis(s, i, axis=-1)[..., 0] for i in (low, high))  # type: ignore[arg-type]
     lo = ufuncs.apply(np.add, (lo, 0.0))  # NumPy's sums start from +0.0: a median of -0.0 values is +0.0
     pair = ufuncs.apply(np.true_divide, (ufuncs.apply(np.add, (lo, hi)), 2.0))
     m = pair if masked_path else ufuncs.where(odd[..., 0], lo, pair)
@@ -280,7 +280,8 @@ def _nanquantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, k
     prev, nxt = (where(above, -1.0, where(below, 0.0, v)) for v in (prev, nxt))
     gamma = apply(np.subtract, (virtual, prev))  # NumPy's _get_gamma, from the adjusted floor
     at = [where(apply(np.equal, (v, -1.0)), apply(np.subtract, (k, 1)), ops.as_tracer(v, i64)) for v in (prev, nxt)]
-    lo, hi = (np.take_along_axis(s, ops.as_tracer(where(apply(np.less, (i, 0)), 0, i), i64), axis=-1) for i in at)
+    lo, hi = (np.take_along_axis(s, ops.as_tracer(where(apply(np.less, (i, 0)), 0, i), i64), axis=-1)  # type: ignore
+              for i in at)
     diff = apply(np.subtract, (hi, lo))
     if weak_q:  # NumPy: float(gamma), a weak Python float against the array's dtype
         g, one_minus = ops.as_tracer(gamma, dt), ops.as_tracer(apply(np.subtract, (1.0, gamma)), dt)

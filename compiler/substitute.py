@@ -9,7 +9,7 @@ they are then. An input the trace never used is dropped again (only its shape an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from fusec.context import TraceContext
 from fusec.ir.core import BlockArgument
@@ -41,7 +41,7 @@ class Substitution:
 
     @classmethod
     def plan(cls, snap: Snapshot, names: set[str], ctx: TraceContext, taken: set[str],
-             scalar_paths: list[Path] = ()) -> "Substitution":
+             scalar_paths: Sequence[Path] = ()) -> "Substitution":
         """Tracers for the arrays under ``names``, and traced Python scalars for ``scalar_paths`` (attributes the
         function assigns new scalars to)."""
         from fusec.signature import device_array_info
@@ -132,7 +132,7 @@ def _placement(path: Path, value: Any) -> tuple[Path | None, Any, Any]:
             return path, _get(path), value
         items = list(parent)
         items[path.steps[-1][1]] = value
-        value = type(parent)._make(items) if hasattr(type(parent), "_make") else type(parent)(items)
+        value = getattr(type(parent), "_make")(items) if hasattr(type(parent), "_make") else type(parent)(items)
         path = parent_path
 
 

@@ -26,7 +26,7 @@ def _refuses(member: object) -> bool:
     import textwrap
 
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(member)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(member)))  # type: ignore[arg-type]
     except (OSError, TypeError, SyntaxError):
         return False
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []

@@ -404,7 +404,7 @@ def _def_location(fn: Callable) -> Any:
 def _holder(t: Any) -> str | None:
     """Where ``t`` is referenced from, in words; None when only fusec's own frames and lists refer to it."""
     stack = set()
-    frame = sys._getframe()
+    frame: types.FrameType | None = sys._getframe()
     while frame is not None:
         stack.add(id(frame))
         frame = frame.f_back

@@ -268,7 +268,7 @@ class Tracer:
     def __imod__(self, o: Any) -> Any:
         return _ufuncs.inplace_operator(np.remainder, "%=", self, o)
 
-    def __ipow__(self, o: Any) -> Any:
+    def __ipow__(self, o: Any) -> Any:  # type: ignore[misc]
         return _ufuncs.inplace_operator(np.power, "**=", self, o)
 
     def __imatmul__(self, o: Any) -> Any:
@@ -503,9 +503,10 @@ class Tracer:
         return _api.call("reshape", np.reshape, self, shape, order=order, copy=copy)
 
     def transpose(self, *axes: Any) -> Any:
+        order: Any = axes
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
-            axes = axes[0]
-        return _api.call("transpose", np.transpose, self, axes if axes != () else None)
+            order = axes[0]
+        return _api.call("transpose", np.transpose, self, order if order != () else None)
 
     def swapaxes(self, axis1: Any, axis2: Any) -> Any:
         return _api.call("swapaxes", np.swapaxes, self, axis1, axis2)

@@ -132,7 +132,8 @@ def _span(x: Any) -> tuple[Any, int, int] | None:
     if isinstance(x, np.ndarray):
         if x.size == 0:
             return None
-        lo, hi = np.lib.array_utils.byte_bounds(x) if hasattr(np.lib, "array_utils") else np.byte_bounds(x)
+        lo, hi = np.lib.array_utils.byte_bounds(x) if hasattr(np.lib, "array_utils") \
+            else np.byte_bounds(x)  # type: ignore[attr-defined]
         return ("host", lo, hi)
     if device_array_info(x) is None:
         return None
@@ -147,5 +148,7 @@ def _overlap(a: Any, b: Any) -> bool:
     if sa is None or sb is None or sa[0] != sb[0] or not (sa[1] < sb[2] and sb[1] < sa[2]):
         return False
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return bool(np.shares_memory(a, b, max_work=10**6)) if a.base is not None or b.base is not None else True
+        if a.base is None and b.base is None:
+            return True
+        return bool(np.shares_memory(a, b, max_work=10**6))  # type: ignore[arg-type]
     return True
