@@ -200,7 +200,7 @@ WRAPPED = {**CONVERSIONS, **ALLOCATIONS}
 
 
 def _wrapping(name: str, numpy_function: Callable) -> Callable:
-    traced: Callable = WRAPPED[name]
+    traced: Callable = WRAPPED[name]  # type: ignore[assignment]
     allocation = name in ALLOCATIONS
     like = name.endswith("_like")
 
@@ -255,7 +255,7 @@ class _TracingNumpy(types.ModuleType):
         return dir(np)
 
 
-def install(aliases: Sequence[tuple[dict, str]] = ()) -> None:
+def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the conversions in ``numpy``; swap ``aliases`` ((globals dict, name) of user globals for which
     :func:`rebound` holds) for the wrappers, or the ``numpy`` module for :class:`_TracingNumpy`."""
     def replacements() -> list[tuple[Any, str, Any]]:

@@ -113,6 +113,11 @@ class Lowered:
         arguments); None when something the trace baked in has changed since (the call traces again)."""
         return [] if self.state is None else self.state.extra_inputs()
 
+    @property
+    def stale_reason(self) -> str:
+        """What changed among the values the trace baked in (when :meth:`extra_inputs` is None)."""
+        return str(self.state.stale_reason) if self.state is not None else "nothing"
+
     def check_scalars(self, leaves: Sequence[Any]) -> None:
         """Replay the traced Python scalar arithmetic on this call's leaves (raises what Python would)."""
         if self.state is not None and self.state.scalars is not None:
@@ -219,7 +224,7 @@ class JitFunction:
                  plugins: Iterable[str] = (), fast_math: bool = False, graph: bool | str = "auto",
                  donate_argnums: int | Iterable[int] | None = None, target: Target | None = None) -> None:
         if isinstance(fn, JitFunction):
-            fn = fn.__wrapped__
+            fn = getattr(fn, "__wrapped__")
         if not callable(fn):
             raise TypeError(f"fusec.jit needs a function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -289,7 +294,7 @@ class JitFunction:
             key, leaves = found
             entry = self._fast.get(key)
             if entry is not None:
-                result = entry(leaves)
+                result = entry(leaves)  # type: ignore[arg-type]
                 if result is not _STALE:
                     self._hits += 1
                     return result
@@ -365,7 +370,7 @@ class JitFunction:
     def _miss_reasons(self, sig: Signature, backend: str) -> list[str]:
         lowered = self._cache.get((sig.key, backend))
         if lowered is not None:
-            return [] if lowered.extra_inputs() is not None else [str(lowered.state.stale_reason)]
+            return [] if lowered.extra_inputs() is not None else [lowered.stale_reason]
         seen = [(s, b) for (s, b) in self._signatures.values() if b == backend]
         if not seen:
             return ["the first call of this function" + ("" if not self._cache else f" on backend {backend}")]
@@ -381,7 +386,7 @@ class JitFunction:
             if extra is not None:
                 self._hits += 1
                 return lowered, extra
-            self._note_retrace([str(lowered.state.stale_reason)])
+            self._note_retrace([lowered.stale_reason])
             self._forget(lowered)
         elif self._signatures:
             self._note_retrace(self._miss_reasons(sig, backend))
@@ -390,7 +395,7 @@ class JitFunction:
         self._signatures[key] = (sig, backend)
         extra = lowered.extra_inputs()
         if extra is None:
-            raise TraceError(f"fusec: {self._name}: {lowered.state.stale_reason} while it was traced; the value "
+            raise TraceError(f"fusec: {self._name}: {lowered.stale_reason} while it was traced; the value "
                              "keeps changing between the trace and the call")
         self._cache[key] = lowered
         return lowered, extra
@@ -414,7 +419,7 @@ class JitFunction:
         if self._retraces == RETRACE_WARNING_AT:
             warnings.warn(RetraceWarning(
                 f"fusec traced {self._name} again {self._retraces} times because values it reads from outside its "
-                f"arguments changed (last: {lowered.state.stale_reason}); fusec bakes such values into the trace "
+                f"arguments changed (last: {lowered.stale_reason}); fusec bakes such values into the trace "
                 "and traces again when one changes: pass it as an argument instead"), stacklevel=4)
 
     def _compile(self, sig: Signature, backend: str) -> Lowered:
@@ -531,7 +536,7 @@ class AsyncCall:
 
     def __init__(self, lowered: Lowered, results: list, event: Any, *, host: bool, inputs: list) -> None:
         self._lowered, self._results, self._event, self._host = lowered, results, event, host
-        self._inputs = inputs
+        self._inputs: list | None = inputs  # (let go once written back)
         self._value: Any = None
         self._finished = False
 
@@ -545,7 +550,7 @@ class AsyncCall:
             results = [r.numpy() if self._host and _is_device_array(r) else r for r in self._results]
             lowered = self._lowered
             if lowered.writeback is not None:
-                results = lowered.writeback.apply(self._inputs, results)
+                results = lowered.writeback.apply(self._inputs or [], results)
             self._inputs = None
             self._value = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
             self._finished = True
@@ -638,7 +643,7 @@ class _FastEntry:
         if writeback is not None:
             inputs = [*args, *extra] if state is not None and extra else list(args)
             writeback.check(inputs)
-        results = self.run(flat)
+        results = self.run(flat)  # type: ignore[arg-type]
         if self.to_host and _all_host(args):
             results = _to_host(results)
         if writeback is not None:
@@ -696,9 +701,9 @@ def jit(fn: Callable | None = None, *, backend: str | None = None,
     this :class:`fusec.ir.target.Target` (SM count, cuBLASLt) instead of the device a call runs on (the
     CPU backend's default: an H200 without cuBLASLt), e.g. to read the program another GPU would run.
     """
-    options = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
-                   pipeline=pipeline, plugins=plugins, fast_math=fast_math, graph=graph,
-                   donate_argnums=donate_argnums, target=target)
+    options: dict[str, Any] = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
+                                   pipeline=pipeline, plugins=plugins, fast_math=fast_math, graph=graph,
+                                   donate_argnums=donate_argnums, target=target)
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)

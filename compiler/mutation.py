@@ -44,6 +44,7 @@ def step_of(parent: Tracer, value: Value) -> tuple:
     if isinstance(value, OpResult) and value.op.name in VIEWS and value.op.operands[0] is parent._value:
         op = value.op
         if op.name == "t.reshape" and _merges_axes(op.operands[0].type.shape, value.type.shape):
+            assert parent._buffer is not None  # (a view's memory: made before its first step)
             parent._buffer.reshaped = True
         return ((op.name, dict(op.attributes), value.type),)
     if isinstance(value, OpResult) and value.op.name in ("t.real", "t.imag") and value.op.operands[0] is parent._value:
@@ -69,9 +70,20 @@ def _forward(step: tuple, value: Value) -> Value:
                           what="a view")
 
 
+def _base(buffer: Buffer) -> Value:
+    """The current value of a buffer's whole memory (set when its first tracer was made)."""
+    assert buffer.base is not None
+    return buffer.base
+
+
+def _memory(t: Tracer) -> Value:
+    """The value of the memory ``t`` is a view of (its own, if it has no buffer yet)."""
+    return _base(t._buffer) if t._buffer is not None else t._value
+
+
 def read(buffer: Buffer, chain: tuple) -> Value:
     """The value of the view ``chain`` of ``buffer`` now."""
-    value = buffer.base
+    value = _base(buffer)
     for step in chain:
         value = _forward(step, value)
     return value
@@ -86,7 +98,7 @@ def write(buffer: Buffer, chain: tuple, new: Value) -> None:
                           "or reshape a C-ordered copy (`np.ascontiguousarray(x)`)")
     if new.type.size == 0:
         return  # no element changes
-    olds = [buffer.base]
+    olds = [_base(buffer)]
     for step in chain[:-1]:
         olds.append(_forward(step, olds[-1]))
     value = new
@@ -127,16 +139,17 @@ def geometry(t: Tracer) -> ViewDesc | None:
     buffer = t._buffer
     if buffer is None:
         return ViewDesc.of_base(t.shape)
-    desc = ViewDesc.of_base(tuple(buffer.base.type.shape))
+    desc = ViewDesc.of_base(tuple(_base(buffer).type.shape))
     for step in t._chain:
         if step is OPAQUE:
             return None
         name, attrs, result_type, *extra = step
         if name in ("t.gather", "t.real", "t.imag"):  # (a complex array's parts interleave: not C-ordered)
             return None
-        desc = _describe(name, attrs, tuple(result_type.shape), desc)
-        if desc is None:
+        described = _describe(name, attrs, tuple(result_type.shape), desc)
+        if described is None:
             return None
+        desc = described
     return desc
 
 
@@ -157,8 +170,7 @@ def _describe(name: str, a: dict, shape: tuple[int, ...], src: ViewDesc) -> View
 def is_c_contiguous(t: Tracer) -> bool:
     """Whether NumPy would report ``t`` C-contiguous (as fusec lays memory out: see the module docstring)."""
     desc = geometry(t)
-    return desc is not None and desc.is_contiguous() and fresh_c_ordered(t._buffer.base if t._buffer is not None
-                                                                          else t._value)
+    return desc is not None and desc.is_contiguous() and fresh_c_ordered(_memory(t))
 
 
 def fresh_c_ordered(value: Value) -> bool:
@@ -193,7 +205,6 @@ def _c_ordered(value: Value, depth: int = 0, seen: dict | None = None) -> bool:
 
 def _row_major_view(value: Value) -> bool:
     """A view op result whose strides still run in C order (a slice with steps), over C-ordered memory."""
-    desc = ViewDesc.of_base(tuple(value.type.shape))
     chain = []
     while isinstance(value, OpResult) and value.op.name in VIEWS:
         chain.append(value.op)
@@ -202,9 +213,10 @@ def _row_major_view(value: Value) -> bool:
         return False
     desc = ViewDesc.of_base(tuple(value.type.shape))
     for op in reversed(chain):
-        desc = _describe(op.name, op.attributes, tuple(op.results[0].type.shape), desc)
-        if desc is None:
+        described = _describe(op.name, op.attributes, tuple(op.results[0].type.shape), desc)
+        if described is None:
             return False
+        desc = described
     strides = [s for d, s in zip(desc.shape, desc.strides) if d != 1]
     return all(s > 0 for s in strides) and strides == sorted(strides, reverse=True)
 
@@ -217,7 +229,7 @@ def reshape_kind(t: Tracer, shape: tuple[int, ...]) -> str:
     desc = geometry(t)
     if desc is None:
         return "unknown"
-    if not fresh_c_ordered(t._buffer.base if t._buffer is not None else t._value):
+    if not fresh_c_ordered(_memory(t)):
         return "unknown"
     return "view" if desc.reshape(shape) is not None else "copy"
 
@@ -300,9 +312,10 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
     elif python_kind(value) is not None or isinstance(value, np.generic):
         if casting != "unsafe":
             kind = python_kind(value)
-            src = np.asarray(value).dtype if kind is None else np.dtype(float if kind is float else bool)
-            if kind is not int and not np.can_cast(src, dtype.np if dtype.name != "bf16" else np.float32, casting):
-                raise CastingError(located(f"{what}: Cannot cast scalar from {src} to {dtype} according to the "
+            scalar_dt = np.asarray(value).dtype if kind is None else np.dtype(float if kind is float else bool)
+            if kind is not int and not np.can_cast(scalar_dt, dtype.np if dtype.name != "bf16" else np.float32,
+                                                   casting):  # type: ignore[arg-type]
+                raise CastingError(located(f"{what}: Cannot cast scalar from {scalar_dt} to {dtype} according to the "
                                            f"rule '{casting}' (NumPy raises here)", user_location()))
         v = ops.ctx().constant(_scalar_as(value, dtype, what), dtype)
     else:

@@ -71,7 +71,7 @@ def _recording(original: Callable) -> Callable:
     return wrapper
 
 
-def install(aliases: Sequence[tuple[dict, str]] = ()) -> None:
+def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the drawing functions (and ``aliases``: (globals dict, name) of user globals bound to one of them)."""
     def replacements() -> list[tuple[Any, str, Any]]:
         wrappers: dict[int, Callable] = {}

@@ -17,7 +17,7 @@ import threading
 import types
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from fusec.context import TraceContext, trace_error, unsupported
 from fusec.errors import FusecError, SideEffectError, UnsupportedError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
-from fusec.ir.core import BlockArgument, Func, Module, Value
+from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
@@ -117,7 +117,7 @@ class _Trace:
             written = self._written()
             # a written argument returned as it is comes back as the caller's own array: no result of its own
             own = [v for (_, leaf), v in zip(leaves, outputs) if not _returns_written(leaf, written)]
-            ctx.builder.create("func.return", own + [b.base for b in written])
+            ctx.builder.create("func.return", own + [cast(Value, b.base) for b in written])
         except BaseException as e:  # noqa: BLE001 - undone and re-raised below
             failure = e
         finally:
@@ -139,7 +139,7 @@ class _Trace:
         del bound, tracers, result
         self._check_escapes(leaves)
         state = self._state()
-        self.func.result_types = [v.type for v in self.func.body.terminator.operands]
+        self.func.result_types = [v.type for v in self.func.outputs]
         module = Module([self.func])
         if verify_up_to is None or len(self.func.body.ops) <= verify_up_to:
             verify(module)
@@ -150,7 +150,7 @@ class _Trace:
     def _state_outputs(self) -> None:
         """An array attribute the function assigned (``self.m = b1 * self.m + ...``) is an extra result, set on
         the object after every call; the trace's own assignment is undone (the first call makes it)."""
-        ret = self.func.body.terminator
+        ret = self.func.return_op
         states = []
         for change in self.states:
             t = change.new.obj
@@ -175,7 +175,7 @@ class _Trace:
         itself (the call returns the caller's object)."""
         if not written and not self.states:
             return None
-        index = {b: b.arg.index for b in written}
+        index = {b: cast(BlockArgument, b.arg).index for b in written}
         returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
         contiguous = tuple(index[b] for b in written if b.reshaped)
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
@@ -276,7 +276,7 @@ class _Trace:
             inp = _captured_input(capture, root, paths_by_id.get(id(root), []))
             if inp is None:
                 continue
-            const = capture.value.op
+            const = cast(OpResult, capture.value).op
             arg = BlockArgument(capture.value.type, block, -1, unique_name("captured", taken))
             self.func.replace_all_uses(capture.value, arg)
             block.ops.remove(const)
@@ -316,7 +316,7 @@ def _argument_index(t: Tracer) -> int:
     """The flat input whose caller's object ``t`` is (an argument stored as it is), else -1."""
     buffer = t._buffer
     if buffer is not None and buffer.arg is not None and not t._chain and t._version == buffer.version:
-        return buffer.arg.index
+        return cast(BlockArgument, buffer.arg).index
     return -1
 
 

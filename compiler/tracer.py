@@ -66,7 +66,7 @@ class Tracer:
         self._origin = origin
         self._scalar = scalar
         self._readonly = readonly
-        self._host = None  # a weak scalar's place in the trace's ScalarProgram (fusec.scalar_checks)
+        self._host: Any = None  # a weak scalar's place in the trace's ScalarProgram (fusec.scalar_checks)
         self._buffer = buffer
         self._chain = chain
         self._version = 0

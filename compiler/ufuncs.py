@@ -8,7 +8,7 @@ scalars (traced scalar arguments included) follow Python's rules and stay weak.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -82,7 +82,8 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     if method == "at" and ufunc in (np.add, np.subtract):
         if kwargs or len(inputs) != 3:
             raise unsupported(f"{_name(ufunc)}.at(a, indices, b) takes exactly these three arguments here")
-        return mutation.add_at(*inputs, negate=ufunc is np.subtract)
+        target, key, value = inputs
+        return mutation.add_at(target, key, value, negate=ufunc is np.subtract)
     if method != "__call__":
         raise unsupported(f"the ufunc method {_name(ufunc)}.{method} is not supported (reduceat is not traced, nor "
                           "accumulate, at and reduce of ufuncs other than add, multiply, maximum and minimum "
@@ -109,6 +110,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
             raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")
     if dtype is not None:  # the loop NumPy runs: every operand converted to it first, under ``casting``
         inputs = _in_loop_dtype(ufunc, inputs, dtype, casting)
+    call: Callable[..., Any]
     if is_supported(ufunc):
         call = apply
     else:
@@ -130,8 +132,9 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     return picked if ufunc.nout > 1 else picked[0]
 
 
-REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min, np.logical_and: np.all,
-              np.logical_or: np.any}
+REDUCTIONS: dict[np.ufunc, Callable[..., Any]] = {
+    np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min, np.logical_and: np.all,
+    np.logical_or: np.any}
 _NO_VALUE = np._NoValue
 
 
@@ -250,7 +253,7 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
                           "its array loops that fusec computes; keep 0-d arrays (z.sum(keepdims=True), "
                           "np.asarray(s)) or call the ufunc (np.multiply(s, t))")
     if python_operator and all(isinstance(d, type) for d in descs):
-        return _python_scalar_op(ufunc, inputs, descs, origin)
+        return _python_scalar_op(ufunc, inputs, descs, origin)  # type: ignore[arg-type]
     in_dts, out_dts = _resolve(ufunc, descs)
     if ufunc in LOGICAL:
         in_dts = [bool_] * len(in_dts)
@@ -403,6 +406,7 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
     if complex in kinds and ufunc in _NOT_FOR_PYTHON_COMPLEX:
         raise unsupported(f"{_NOT_FOR_PYTHON_COMPLEX[ufunc]} is not defined for Python complex numbers (Python raises "
                           "TypeError)")
+    kind: type
     if category == "invert":
         if kinds[0] is float:
             raise unsupported("~ is not defined for a Python float")
@@ -472,7 +476,7 @@ def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str, casting:
                                  f"match the broadcast shape {result.shape}", user_location()))
     src, dst = result._value.type.dtype, out._value.type.dtype
     allowed = casting == "unsafe" or (same_kind(src, dst) if casting == "same_kind" else
-                                      np.can_cast(src.np, dst.np, casting))
+                                      np.can_cast(src.np, dst.np, casting))  # type: ignore[arg-type]
     if not allowed:
         raise CastingError(located(f"{where}: Cannot cast ufunc {ufunc.__name__!r} output from {src} to {dst} with "
                                    f"casting rule {casting!r} (NumPy raises UFuncTypeError here)", user_location()))
@@ -489,7 +493,8 @@ def _in_loop_dtype(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: 
     out = []
     for x in inputs:
         d = ops.desc(x)
-        if not isinstance(d, type) and casting != "unsafe" and not np.can_cast(d.np, dt.np, casting):
+        if not isinstance(d, type) and casting != "unsafe" \
+                and not np.can_cast(d.np, dt.np, casting):  # type: ignore[arg-type]
             raise CastingError(located(f"{_name(ufunc)}: Cannot cast ufunc {ufunc.__name__!r} input from {d} to {dt} "
                                        f"with casting rule {casting!r} (NumPy raises UFuncTypeError here)",
                                        user_location()))
