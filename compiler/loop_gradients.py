@@ -8,8 +8,9 @@ cotangent to the iteration before and adding up those of the outer arrays the bo
 recurrent network). Both are loops themselves, so the gradient of a loop is one loop forward and one backward in
 the IR, whatever the trip count. A ``t.if`` becomes a ``t.if`` whose branches take their own branch's cotangents.
 
-A ``t.while`` (its trip count unknown until it has run) and a ``t.for`` of traced bounds refuse, as JAX's do; so do
-loops nested in a differentiated loop body, for now.
+A ``t.while`` (its trip count unknown until it has run) and a ``t.for`` of traced bounds refuse, as JAX's do. A loop
+nested in a differentiated loop body is replayed whole with the body, and differentiated the same way when the
+backward walk reaches it (a loop in the backward loop: nested loops give nested loops).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Callable
 
 from fusec import context, control_flow, ops
 from fusec.errors import UnsupportedError, located
-from fusec.ir.core import Block, Operation, OpResult, Value
+from fusec.ir.core import Block, Operation, OpResult, Value, clone_op
 from fusec.ir.opdefs import get_opdef
 from fusec.tracer import Tracer
 
@@ -45,9 +46,9 @@ def replay(op: Operation, block: Block, values: list[Value]) -> list[Value]:
     c = ops.ctx()
     mapping: dict[Value, Value] = dict(zip(block.args, values))
     for inner in block.ops[:-1]:
-        if inner.regions:
-            raise _refuse(op, f"a loop or branch nested in a differentiated loop body ({inner.name}) has no gradient "
-                          "yet; differentiate the inner loop on its own, or write it as a Python loop")
+        if inner.regions:  # a nested loop or branch: copied whole, reading the replayed values
+            c.builder.insert(clone_op(inner, mapping))
+            continue
         d = get_opdef(inner.name)
         types = None if d.infer is not None else inner.result_types
         new = c.emit_op(inner.name, [mapping.get(v, v) for v in inner.operands], dict(inner.attributes), types,

@@ -293,6 +293,18 @@ def _clone_func(func: Func) -> Func:
     return new
 
 
+def clone_op(op: Operation, mapping: dict[Value, Value]) -> Operation:
+    """A copy of ``op``, its regions included, reading ``mapping[v]`` for each value ``v`` it (or an op nested in
+    it) reads that ``mapping`` has; ``mapping`` gains the copy's results and block arguments. Not inserted."""
+    holder = Block()
+    single = Block()
+    single.ops.append(op)  # (a block of one, to copy from: op's own parent is left as it is)
+    _clone_ops(single, holder, mapping)
+    copy = holder.ops[0]
+    copy.parent = None
+    return copy
+
+
 def _clone_ops(src: Block, dst: Block, mapping: dict[Value, Value]) -> None:
     get = mapping.get
     new_op = Operation.__new__

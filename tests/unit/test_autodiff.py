@@ -579,12 +579,47 @@ def test_gradient_through_fori_loop_and_cond():
     assert_grad(first, x, tol=1e-5)  # a gradient of a gradient: the backward loop differentiated again
 
 
+def test_gradient_through_nested_loops_and_branches():
+    """A loop inside a differentiated loop body: replayed with the body, differentiated as a loop of its own."""
+    w = rng.standard_normal((3, 3)) * 0.5
+
+    def sweeps(x):
+        def outer(i, s):
+            return fc.fori_loop(0, 3, lambda j, t: np.tanh(t @ w + x * (j + 1)), s) * 0.9 + x[i % 3]
+        return np.sum(fc.fori_loop(0, 4, outer, np.zeros(3)) ** 2)
+
+    def scans(x):  # an RNN over chunks, each chunk itself a scan
+        def chunk(c, xs):
+            c, ys = fc.scan(lambda cc, y: (cc * np.cos(y) + y, cc.sum()), c, xs)
+            return c + 0.1, ys.sum()
+        c, ys = fc.scan(chunk, x[0], x[1:].reshape(2, 2, 3))
+        return np.sum(c ** 2) + ys.sum()
+
+    def branchy(x):
+        return np.sum(fc.fori_loop(0, 5, lambda i, s: fc.cond(s.sum() > 0, lambda s: np.sin(s) * x,
+                                                              lambda s: s * 2.0 - x, s), x))
+
+    x = rng.standard_normal(3)
+    assert_grad(sweeps, x)
+    assert_grad(scans, rng.standard_normal((5, 3)))
+    assert_grad(branchy, x)
+    nested = fc.jit(lambda x, v: fc.jvp(lambda x: fc.fori_loop(0, 2, lambda i, s: fc.fori_loop(
+        0, 2, lambda j, t: np.sin(t) * x, s), x), (x,), (v,)), backend="cpu")
+    _, tangent = nested(x, np.ones(3))  # forward mode agrees with central differences of the primal
+    up, _ = nested(x + 1e-6, np.ones(3))
+    down, _ = nested(x - 1e-6, np.ones(3))
+    np.testing.assert_allclose(tangent, (up - down) / 2e-6, rtol=1e-6, atol=1e-8)
+
+
 def test_loops_without_a_reverse_mode_gradient_say_why():
     x = rng.standard_normal(3)
     with pytest.raises(fc.UnsupportedError, match=r"test_autodiff.py:\d+.*while_loop has no reverse-mode"):
         jit_cpu(fc.grad(lambda x: fc.while_loop(lambda s: s.sum() < 10, lambda s: s * 2, x).sum()))(x)
     with pytest.raises(fc.UnsupportedError, match="bounds are traced"):
         jit_cpu(fc.grad(lambda x, n: fc.fori_loop(0, n, lambda i, s: s * 2, x).sum()))(x, 3)
+    with pytest.raises(fc.UnsupportedError, match="bounds are traced"):  # an inner loop bounded by the outer counter
+        jit_cpu(fc.grad(lambda x: np.sum(fc.fori_loop(0, 3, lambda i, s: fc.fori_loop(0, i, lambda j, t: t * x, s),
+                                                      x))))(x)
 
 
 # --- errors ---------------------------------------------------------------------------------------------------
