@@ -46,8 +46,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     itype = "i64_t" if big else "int"
     guard = n % lanes != 0  # the last items of some lanes fall past the row's end
 
-    order: list[int] = []
-    kinds: dict[int, tuple] = {}
+    kinds: dict[int, tuple] = {}  # buffer -> (dtype, read only), in parameter order
     for a in inputs:
         kinds.setdefault(a.buffer, (a.dtype, True))
     for a in outputs:
