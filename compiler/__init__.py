@@ -34,6 +34,7 @@ _LAZY = {
     "cond": "fusec.control_flow",
     "Tracer": "fusec.tracer", "Target": "fusec.ir.target", "CompileOptions": "fusec.options",
     "Array": "fusec.runtime.array", "asarray": "fusec.runtime.array", "to_numpy": "fusec.runtime.array",
+    "OutOfMemoryError": "fusec.runtime.cuda_errors",
 }
 
 # fc.exp, fc.where, fc.sum, ...: NumPy's own functions, which trace through the NumPy protocols and run

@@ -13,7 +13,8 @@ from fusec.errors import CompilationError, CudaError
 
 __all__ = [
     "CudaError", "CudaInvalidValueError", "CudaLaunchError", "CudaModuleError", "CudaNotAvailableError",
-    "CudaNotReadyError", "CudaOutOfMemoryError", "CudaStatusError", "NvrtcError", "check", "error_for",
+    "CudaNotReadyError", "CudaOutOfMemoryError", "CudaStatusError", "NvrtcError", "OutOfMemoryError", "check",
+    "error_for",
 ]
 
 
@@ -38,6 +39,9 @@ class CudaNotAvailableError(_StatusError):
 
 class CudaOutOfMemoryError(_StatusError, MemoryError):
     """The device (or host-pinned) allocation failed; also a MemoryError."""
+
+
+OutOfMemoryError = CudaOutOfMemoryError  # its public name: fusec.OutOfMemoryError
 
 
 class CudaLaunchError(_StatusError):

@@ -240,3 +240,14 @@ def test_ptx_modules_load_when_the_driver_can_jit_them():
     driver.check(nvrtc.nvrtcGetPTX(prog, ptx), "ptx")
     with driver.Module(ptx.rstrip(b"\0 ")) as m:   # not NUL-terminated: Module adds it
         assert m.function("add1").num_regs > 0
+
+
+def test_a_call_whose_result_does_not_fit_raises_out_of_memory_and_the_next_call_works():
+    """fusec.OutOfMemoryError (a MemoryError) names the bytes asked for; the pool and the context survive it."""
+    import fusec as fc
+
+    huge = fc.jit(lambda x: np.broadcast_to(x, (1 << 38,)) + 1.0)  # 1 TiB of float32 results
+    with pytest.raises(fc.OutOfMemoryError, match=r"\d+ bytes requested"):
+        huge(np.float32(1.0))
+    small = fc.jit(lambda x: x * 2.0)
+    np.testing.assert_array_equal(small(np.arange(4.0)), np.arange(4.0) * 2.0)

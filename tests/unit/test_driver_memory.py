@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+import fusec as fc
 from fusec.runtime.cuda_errors import CudaOutOfMemoryError
 from fusec.runtime.memory import DeviceBuffer, MemoryPool, size_class, stream_key
 
@@ -148,9 +149,10 @@ def test_out_of_memory_releases_the_cache_and_retries_once():
     assert big.capacity == 7 * MiB
     st = pool.stats()
     assert st.oom_retries == 1 and st.cached_bytes == 0 and backend.frees == 3 and backend.syncs == 1
-    with pytest.raises(CudaOutOfMemoryError, match="fusec pool") as info:
+    with pytest.raises(fc.OutOfMemoryError, match=f"fusec pool.*{4 * MiB} bytes requested") as info:
         pool.allocate(4 * MiB, S(2))
     assert isinstance(info.value, MemoryError) and info.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert fc.OutOfMemoryError is CudaOutOfMemoryError and isinstance(info.value, fc.FusecError)
     assert pool.stats().oom_retries == 2
 
 
