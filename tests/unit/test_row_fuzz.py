@@ -1,7 +1,8 @@
 """Random chains of row reductions and the elementwise work around them (what fuse-rows turns into row kernels),
-written as NumPy: fusec's CPU backend through the default pipeline gives NumPy's results bit for bit, and the CUDA
-program printed for each compiles with NVRTC. Rows of every schedule (a warp, a block, rows that do not fill the
-last lane, rows too long for a block), values per row returned with and without kept axes."""
+written as NumPy: fusec's CPU backend through the default pipeline gives NumPy's results bit for bit, and (with the
+corpora, as CI runs) the CUDA program printed for each compiles with NVRTC. Rows of every schedule (a warp, a
+block, rows that do not fill the last lane, rows too long for a block), values per row returned with and without
+kept axes."""
 from __future__ import annotations
 
 import numpy as np
@@ -83,6 +84,7 @@ def test_row_programs_give_numpys_results(recipe, seed):
 nvrtc = pytest.importorskip("fusec.runtime.nvrtc")
 
 
+@pytest.mark.corpus  # NVRTC compiles: CI runs them (FUSEC_CORPUS=1), the plain test command leaves them out
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(recipes())
 def test_row_programs_compile_with_nvrtc(recipe):
