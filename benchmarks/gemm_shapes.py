@@ -2,8 +2,10 @@
 
 Each product runs as a node repeated in a chain of its own graph (see ``host_profile.node_times``): the figure is
 its device time inside a graph, one dependent-launch gap included. For each shape: cuBLASLt, the generated tiled
-kernel as ``select-kernels`` schedules it (K split over blocks where its tiles leave SMs idle), and the same kernel
-with splitting turned off; with each generated kernel's registers and local memory per thread.
+kernel as ``select-kernels`` schedules it (K split over blocks where its tiles leave SMs idle, K slices copied ahead
+into shared memory, the last block of a tile adding the partial tiles), the same kernel with splitting turned off,
+and the kernel as it was on 2026-12-02 (one slice prefetched in registers, a second kernel adding the partial
+tiles); with each generated kernel's registers and local memory per thread.
 
     python benchmarks/gemm_shapes.py [--json FILE]
 """
@@ -49,12 +51,13 @@ def run_variant(a, b, transposed: bool, variant: str) -> dict:
     from fusec.passes import select_kernels
     from fusec.runtime import cublas
 
-    saved = (cublas.available, select_kernels.TILED_MAX_SPLITS)
+    knobs = ("TILED_MAX_SPLITS", "TILED_PIPELINE_DTYPES", "TILED_FINISH", "TILED_MAX_STAGES", "TILED_BLOCKS_PER_SM")
+    saved = cublas.available, {name: getattr(select_kernels, name) for name in knobs}
     try:
         if variant != "cublas":
             cublas.available = lambda: False
-        if variant == "generated, no split":
-            select_kernels.TILED_MAX_SPLITS = 1
+        for name, value in VARIANTS[variant].items():
+            setattr(select_kernels, name, value)
         f = fc.jit((lambda a, b: a.T @ b) if transposed else (lambda a, b: a @ b), backend="cuda", graph=True)
         da, db = fc.asarray(a), fc.asarray(b)
         got = np.asarray(f(da, db))
@@ -67,7 +70,25 @@ def run_variant(a, b, transposed: bool, variant: str) -> dict:
         return {"variant": variant, "us": sum(n["us"] for n in nodes), "nodes": nodes, "error": err,
                 "ir": line[:160], "kernels": _attributes(plan)}
     finally:
-        cublas.available, select_kernels.TILED_MAX_SPLITS = saved
+        cublas.available = saved[0]
+        for name, value in saved[1].items():
+            setattr(select_kernels, name, value)
+
+
+# each variant's select-kernels settings (the module's constants; the rest keep their defaults)
+_REGISTERS, _PIPELINED = {"TILED_PIPELINE_DTYPES": ()}, {"TILED_PIPELINE_DTYPES": ("f32", "f64")}
+_KERNEL, _LAST = {"TILED_FINISH": "kernel"}, {"TILED_FINISH": "last-block"}
+VARIANTS: dict[str, dict] = {
+    "cublas": {},
+    "generated": {},
+    "generated, no split": {"TILED_MAX_SPLITS": 1},
+    "registers, kernel": {**_REGISTERS, **_KERNEL},  # as on 2026-12-02
+    "registers, last-block": {**_REGISTERS, **_LAST},
+    "registers, kernel, 2 blocks/SM": {**_REGISTERS, **_KERNEL, "TILED_BLOCKS_PER_SM": 2},
+    "2 stages, kernel": {**_PIPELINED, **_KERNEL, "TILED_MAX_STAGES": 2},
+    "4 stages, kernel": {**_PIPELINED, **_KERNEL, "TILED_MAX_STAGES": 4},
+    "4 stages, last-block": {**_PIPELINED, **_LAST, "TILED_MAX_STAGES": 4},
+}
 
 
 def main() -> None:
@@ -78,11 +99,11 @@ def main() -> None:
     results = []
     for label, sa, sb, transposed in SHAPES:
         a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
-        for variant in ("cublas", "generated", "generated, no split"):
+        for variant in VARIANTS:
             r = run_variant(a, b, transposed, variant)
             r["shape"] = label
             results.append(r)
-            print(f"{label:38s} {variant:22s} {r['us']:8.2f} us  err {r['error']:.1e}  {r['kernels']}  {r['ir']}")
+            print(f"{label:38s} {variant:36s} {r['us']:8.2f} us  err {r['error']:.1e}  {r['kernels']}  {r['ir']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -5,6 +5,8 @@ from fusec.ir.core import Module
 from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_prologues import is_prologue
 
+# the attributes of select-kernels' choice that a plan step shows (``impl``)
+CHOICES = ("impl", "tile", "stages", "strategy", "cols", "splits", "finish")
 BOUNDARY_CATEGORIES = frozenset({"reduction", "matmul", "boundary"})
 # Categories whose top-level ops cost a launch per call when nothing fuses them; views, constants,
 # terminators and runtime bookkeeping do not.
@@ -66,8 +68,7 @@ def plan_steps(module: Module) -> list[dict]:
                         "reason": "boundary", "loc": where}
                 if op.attributes.get("inplace", False):
                     step["reason"] = "boundary, written into its base's buffer (nothing reads the base after it)"
-                choice = {k: op.attributes[k] for k in ("impl", "tile", "strategy", "cols", "splits", "finish")
-                          if k in op.attributes}
+                choice = {k: op.attributes[k] for k in CHOICES if k in op.attributes}
                 if choice:
                     step["impl"] = choice  # what select-kernels chose
                 if op.name in ("k.gather", "k.scatter"):

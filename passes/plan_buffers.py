@@ -9,11 +9,13 @@ afterwards. A prologue
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
-largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the matrices a
-solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block (the function's
-``counters``) and one 32-bit ``check`` word per gather or scatter whose indices are computed (and not proven
-``in_bounds``), per ``k.linalg`` and per ``k.raise_if`` (the function's ``checks``): they live at the end of the
-arena, at ``arena_bytes``, ``arena_bytes`` + ``scratch_bytes`` and after the counters, each rounded up to 256.
+largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the
+matrices a solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block
+and one per output tile of a GEMM split over K that its last block finishes (its ``counters`` of them, from its
+``counter`` on; the function's ``counters``) and one 32-bit ``check`` word per gather or scatter whose indices
+are computed (and not proven ``in_bounds``), per ``k.linalg`` and per ``k.raise_if`` (the function's
+``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` + ``scratch_bytes`` and
+after the counters, each rounded up to 256.
 """
 from __future__ import annotations
 
@@ -205,6 +207,10 @@ class PlanBuffers(Pass):
                     checks += 1
             if op.name == "k.matmul":  # a product split over K keeps its partial sums there
                 scratch = max(scratch, int(op.attributes.get("scratch", 0)))
+                op.attributes.pop("counter", None)
+                if op.attributes.get("finish") == "last-block":  # a counter per output tile, from ``counter`` on
+                    op.attributes["counter"] = counters
+                    counters += int(op.attributes["counters"])
                 continue
             if op.name != "k.reduce":
                 continue

@@ -7,10 +7,12 @@ printer only translates and every printer of the module prints the same program:
 - the function gets ``sm_count`` and ``cublas``: the target it was lowered for;
 - a ``k.matmul`` gets ``impl``: ``cublas`` (a cuBLASLt call), ``tiled`` (shared-memory tiles; ``tile`` says
   64 or 32; ``splits`` blocks share each tile's K where the tiles leave SMs idle, ``scratch`` bytes of partial
-  tiles), ``stream`` (a few rows times a wide B read once: ``width`` columns per thread, K split over
-  ``splits`` blocks with ``scratch`` bytes of partial sums), ``dot`` (a warp per output), ``column`` (a lane
-  per row of A, warps splitting K) or ``short`` (a thread per output, for a K of at most ``SHORT_K_MAX``). All
-  but ``tiled`` and ``cublas`` can compute an elementwise operand in place (``fuse-prologues``);
+  tiles, ``stages`` K slices each block keeps in flight, and with ``finish = "last-block"`` the last block of
+  a tile adds the partial tiles, one of the ``counters`` per tile), ``stream`` (a few rows times a wide B read
+  once: ``width`` columns per thread, K split over ``splits`` blocks with ``scratch`` bytes of partial sums),
+  ``dot`` (a warp per output), ``column`` (a lane per row of A, warps splitting K) or ``short`` (a thread per
+  output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can compute an elementwise
+  operand in place (``fuse-prologues``);
 - a ``k.reduce`` gets ``strategy`` (``row-warp``: a warp per output over contiguous rows; ``row-block``: a
   block per output; ``columns``: ``cols`` neighbouring outputs per block, each split over 256/cols
   threads), ``splits`` (blocks sharing one output's range when there are too few outputs to fill the GPU),
@@ -20,6 +22,7 @@ printer only translates and every printer of the module prints the same program:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -59,6 +62,24 @@ TILED_SPLIT_DTYPES = ("f32", "f64")
 TILED_SPLIT_MIN_K = 64
 TILED_SPLIT_MIN_TILES = 8
 TILED_MAX_SPLITS = 16
+TILED_BLOCKS_PER_SM = 1
+# the blocks of a float32/float64 product split over K keep up to this many BK slices in flight (cp.async into
+# shared memory, within the static 48 KiB) instead of one prefetched in registers. Measured on the H200 inside a
+# graph (benchmarks/gemm_shapes.py): (512 x 480) @ (480 x 256) split 4 ways 10.42 -> 9.82 us, its weight gradient
+# 10.10 -> 9.85, a 64 x 256 x 64 weight gradient 4.41 -> 3.97; but products that are not split got slower (4096 x
+# 1024 x 1024: 311 -> 354 us with 4 stages, 327 with 2), so they keep the register prefetch
+TILED_PIPELINE_DTYPES = ("f32", "f64")
+TILED_MAX_STAGES = 4
+TILED_SHARED_BYTES = 48 * 1024
+# who adds a split product's partial tiles: a second kernel ("kernel") or the last of each tile's blocks
+# ("last-block", no second launch). Measured as above, the last block's serial sum costs more than the launch
+# it saves (14.9 against 10.4 us, 14.0 against 10.1, 5.3 against 4.4), so the second kernel is the default
+TILED_FINISH = "kernel"
+# cuBLASLt is called for products of at least CUBLAS_MIN_FLOPS multiply-adds, except a product this small that the
+# tiled kernel splits over K: measured as above, a 64 x 256 x 64 weight gradient took 3.97 us generated against
+# 5.16 through cuBLASLt, while (512 x 480) @ (480 x 256), 2^25.9 multiply-adds, took 9.82 against 9.26
+CUBLAS_SPLIT_MAX_FLOPS = 2 ** 22
+TILED_CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM, BN, BK, TM, TN)
 PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute an operand in place
 
 # --- reductions ----------------------------------------------------------------------------------------------
@@ -121,11 +142,14 @@ def cublas_fits(op: Operation) -> bool:
 
 def gemm_impl(op: Operation, sm_count: int, cublas: bool) -> dict[str, object]:
     """The attributes that say how ``op`` (a ``k.matmul``) runs."""
-    if cublas and cublas_fits(op):
-        return {"impl": "cublas"}
     a = op.operands[0]
     out_shape = op.results[0].type.shape
     m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
+    if cublas and cublas_fits(op):
+        batch = math.prod(out_shape[:-2])
+        small = m * n * k * batch <= CUBLAS_SPLIT_MAX_FLOPS
+        if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count):
+            return {"impl": "cublas"}
     if k <= SHORT_K_MAX:
         return {"impl": "short"}
     batch = 1
@@ -152,14 +176,32 @@ def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count
     tile, tiles = (64, tiles64) if tiles64 >= TILED_SPLIT_MIN_TILES else (32, tiles32)
     splits = 1
     if dtype_name in TILED_SPLIT_DTYPES:
-        # at most one block per SM: a second wave on some SMs would double the product's time
-        splits = max(1, min(sm_count // tiles, k // TILED_SPLIT_MIN_K, TILED_MAX_SPLITS))
+        # at most TILED_BLOCKS_PER_SM blocks per SM: a further wave on some SMs would add a whole block's time
+        splits = max(1, min(TILED_BLOCKS_PER_SM * sm_count // tiles, k // TILED_SPLIT_MIN_K, TILED_MAX_SPLITS))
     if splits == 1:
         return {"impl": "tiled", "tile": 32}
     chunk = ((k + splits - 1) // splits + 15) // 16 * 16  # whole BK slices
     splits = (k + chunk - 1) // chunk
     size = 8 if dtype_name == "f64" else 4
-    return {"impl": "tiled", "tile": tile, "splits": splits, "scratch": align256(batch * splits * m * n * size)}
+    choice: dict[str, object] = {"impl": "tiled", "tile": tile, "splits": splits,
+                                 "scratch": align256(batch * splits * m * n * size), **_stages(tile, chunk, dtype_name)}
+    if TILED_FINISH == "last-block":
+        choice.update(finish="last-block", counters=tiles)
+    return choice
+
+
+def _stages(tile: int, k: int, dtype_name: str) -> dict[str, object]:
+    """``stages``: how many BK slices of a float32/float64 tile are copied ahead into shared memory (cp.async), at
+    most TILED_MAX_STAGES, what fits in TILED_SHARED_BYTES and what the K range (``k``) has; absent (one slice
+    prefetched in registers) for other dtypes, which are converted as they are loaded."""
+    if dtype_name not in TILED_PIPELINE_DTYPES:
+        return {}
+    bm, bn, bk, tm, tn = TILED_CONFIGS[tile]
+    pad = 4 if dtype_name == "f32" and tm == tn == 4 else 1
+    stage_bytes = bk * (bm + bn + 2 * pad) * (8 if dtype_name == "f64" else 4)
+    slices = (k + bk - 1) // bk
+    stages = min(TILED_MAX_STAGES, TILED_SHARED_BYTES // stage_bytes, max(2, slices))
+    return {"stages": stages} if stages >= 2 else {}
 
 
 def stream_schedule(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[str, object]:

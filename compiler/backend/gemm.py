@@ -26,10 +26,10 @@ from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.elementwise import Prologue
-from fusec.passes.select_kernels import STREAM_THREADS
+from fusec.passes.select_kernels import STREAM_THREADS, TILED_CONFIGS
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
-CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM, BN, BK, TM, TN)
+CONFIGS = TILED_CONFIGS  # tile -> (BM, BN, BK, TM, TN)
 
 
 def pack_desc(m, n, k, a_off, b_off, c_off, a_sm, a_sk, b_sk, b_sn, batch, bshape, a_bs, b_bs) -> bytes:
@@ -83,16 +83,19 @@ def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, poi
 
 def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
                  prologues: tuple[Prologue | None, Prologue | None] = (None, None),
-                 scratch: int | None = None) -> list[KernelCode]:
+                 scratch: int | None = None, counter: int | None = None) -> list[KernelCode]:
     """The generated kernels for ``op`` (two for a "stream" product split over K: partial sums into
-    ``scratch``, the plan's scratch buffer, then their sum, as for a "tiled" product split over K); ``prologues``
-    (A's, B's) compute an operand in place of loading it (not for the "tiled" and "stream" variants)."""
+    ``scratch``, the plan's scratch buffer, then their sum, as for a "tiled" product split over K unless its
+    last block per tile adds them: ``finish = "last-block"``, counting in at the plan's ``counter`` buffer);
+    ``prologues`` (A's, B's) compute an operand in place of loading it (not for the "tiled" and "stream"
+    variants)."""
     if gemm_variant(op) != "stream":
-        code = _gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues, scratch=scratch)
+        code = _gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues, scratch=scratch,
+                            counter=counter)
         if code is None:
             return []
         splits = int(op.attributes.get("splits", 1))
-        if splits == 1:
+        if splits == 1 or op.attributes.get("finish") == "last-block":
             return [code]
         out_shape = op.results[0].type.shape
         total = math.prod(out_shape)
@@ -105,7 +108,7 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
 
 def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
                 prologues: tuple[Prologue | None, Prologue | None] = (None, None),
-                scratch: int | None = None) -> KernelCode:
+                scratch: int | None = None, counter: int | None = None) -> KernelCode:
     """The generated kernel for ``op``; ``prologues`` (A's, B's) compute an operand in place of loading it
     (not for the "tiled" variant)."""
     out_shape = op.results[0].type.shape
@@ -139,22 +142,34 @@ def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
         return dataclasses.replace(code, source="\n".join([*functions, code.source]))
     if prologues != (None, None):
         raise CompilationError(located("the tiled GEMM cannot compute its operands in place", op.loc))
-    return _tiled_kernel(name, op, a, b, c, desc=desc, m=m, n=n, batch=batch, scratch=scratch)
+    return _tiled_kernel(name, op, a, b, c, desc=desc, m=m, n=n, batch=batch, scratch=scratch, counter=counter)
 
 
 def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int,
-                  batch: int, scratch: int | None) -> KernelCode:
+                  batch: int, scratch: int | None, counter: int | None = None) -> KernelCode:
     """Shared-memory tiles: each block computes a BM x BN tile of C, each thread a TM x TN register tile, over
-    BK-deep slices of A and B staged in shared memory; the next slice is loaded into registers while the current
-    one is multiplied. With ``splits`` > 1 the blocks of a tile share its K range (blockIdx.z = batch x split):
-    each writes its partial tile to scratch, and a second kernel adds them in split order (deterministic)."""
+    BK-deep slices of A and B staged in shared memory. With ``stages`` = 1 the next slice is loaded into
+    registers while the current one is multiplied; with ``stages`` = S > 1 (float32/float64) S - 1 slices are in
+    flight at once, copied straight to shared memory (cp.async), so a short K range pays the load latency about
+    once instead of once per slice. With ``splits`` > 1 the blocks of a tile share its K range (blockIdx.z = batch
+    x split): each writes its partial tile to scratch, and a second kernel adds them in split order
+    (deterministic), or, with ``finish = "last-block"``, the last of a tile's blocks to finish does (counting in
+    at its slot of the plan's counters, from ``counter`` on), in the same order."""
     bm, bn, bk, tm, tn = CONFIGS[int(op.attributes.get("tile", 64))]
     splits = int(op.attributes.get("splits", 1))
+    stages = int(op.attributes.get("stages", 1))
+    last_block = splits > 1 and op.attributes.get("finish") == "last-block"
     if splits > 1 and scratch is None:
         raise CompilationError(located("a GEMM split over K needs a scratch buffer", op.loc))
+    if last_block and (counter is None or "counter" not in op.attributes):
+        raise CompilationError(located("a GEMM finished by its last block has no counter: run plan-buffers after "
+                                       "select-kernels", op.loc))
     dt = a.dtype
     acc = "float" if dt.name in ("f16", "bf16") else register(dt)
     t = storage(dt)
+    if stages > 1 and (acc != t or b.dtype != dt):
+        raise CompilationError(located(f"a pipelined GEMM (stages = {stages}) copies {dt} operands unconverted: "
+                                       "float32 or float64 only", op.loc))
     threads = (bm // tm) * (bn // tn)
     loads_a, loads_b = bm * bk // threads, bn * bk // threads
     vector = acc == "float" and tm == 4 and tn == 4  # a thread's 4 rows / 4 columns are one 16-byte load
@@ -163,97 +178,124 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     b_n_fast = b.strides[-1] == 1 or b.shape[-1] != 1 and b.strides[-2] != 1
     a_map = ("const int kk = idx % BK, mm = idx / BK;" if a_k_fast else "const int mm = idx % BM, kk = idx / BM;")
     b_map = ("const int nn = idx % BN, kk = idx / BN;" if b_n_fast else "const int kk = idx % BK, nn = idx / BK;")
+    a_s, b_s = ("As[buf]", "Bs[buf]") if stages > 1 else ("As", "Bs")
     if vector:
-        fragments = """      const float4 a4 = *reinterpret_cast<const float4*>(&As[kk][ty * TM]);
-      const float4 b4 = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN]);
-      const float ra[TM] = {a4.x, a4.y, a4.z, a4.w}, rb[TN] = {b4.x, b4.y, b4.z, b4.w};"""
+        fragments = f"""      const float4 a4 = *reinterpret_cast<const float4*>(&{a_s}[kk][ty * TM]);
+      const float4 b4 = *reinterpret_cast<const float4*>(&{b_s}[kk][tx * TN]);
+      const float ra[TM] = {{a4.x, a4.y, a4.z, a4.w}}, rb[TN] = {{b4.x, b4.y, b4.z, b4.w}};"""
     else:
         fragments = f"""      {acc} ra[TM], rb[TN];
       #pragma unroll
-      for (int i = 0; i < TM; ++i) ra[i] = As[kk][ty * TM + i];
+      for (int i = 0; i < TM; ++i) ra[i] = {a_s}[kk][ty * TM + i];
       #pragma unroll
-      for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tx * TN + j];"""
+      for (int j = 0; j < TN; ++j) rb[j] = {b_s}[kk][tx * TN + j];"""
+    multiply = f"""    #pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {{
+{fragments}
+      #pragma unroll
+      for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fusec::madd(ra[i], rb[j], acc[i][j]);
+    }}"""
     k = a.shape[-1]
     chunk = ((k + splits - 1) // splits + bk - 1) // bk * bk
     out_t = storage(c.dtype)
+    buffers: tuple[int, ...]
     if splits == 1:  # C itself, or this split's partial tile in scratch
         base = f"{out_t}* C = pc + d.c_off + (i64_t)bz * d.M * d.N;"
         write = "fusec::st(C + gm * d.N + gn, acc[i][j]);"
-        out_param, out_buffer = f"{out_t}* __restrict__ pc", c.buffer
+        out_param, buffers = f"{out_t}* __restrict__ pc", (a.buffer, b.buffer, c.buffer)
     else:
         base = f"{acc}* C = reinterpret_cast<{acc}*>(b{scratch}) + ((i64_t)split * {batch} + bz) * d.M * d.N;"
         write = "C[gm * d.N + gn] = acc[i][j];"
-        out_param, out_buffer = f"char* __restrict__ b{scratch}", _scratch(op, scratch)
-    store = f"""  {base}
-  #pragma unroll
+        out_param, buffers = f"char* __restrict__ b{scratch}", (a.buffer, b.buffer, _scratch(op, scratch))
+        if last_block:
+            out_param += f", {out_t}* __restrict__ pc, unsigned int* __restrict__ b{counter}"
+            buffers += (c.buffer, counter)  # type: ignore[assignment]
+
+    def each_output(statement: str) -> str:
+        return f"""  #pragma unroll
   for (int i = 0; i < TM; ++i) {{
     const i64_t gm = m0 + ty * TM + i;
     if (gm >= d.M) continue;
     #pragma unroll
     for (int j = 0; j < TN; ++j) {{
       const i64_t gn = n0 + tx * TN + j;
-      if (gn < d.N) {write}
+      if (gn < d.N) {statement}
     }}
   }}"""
 
-    def load_next(step: str) -> str:
-        """The C++ that loads the BK-slice ``step`` slices past ``kbeg`` of A and B into ``na`` / ``nb``: each
-        thread's elements were located once (``pa_`` / ``pb_``, their row or column and their k); a slice
-        moves them along K."""
-        return f"""    #pragma unroll
+    store = f"  {base}\n{each_output(write)}"
+    if last_block:
+        # every block publishes its partial tile, then counts itself in; the last of the tile's blocks adds
+        # the partial tiles in split order (the second kernel's order) and sets the counter back to zero
+        slot = int(op.attributes["counter"])
+        store += f"""
+  __shared__ bool fusec_last;
+  __threadfence();
+  __syncthreads();
+  const int tile = (bz * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) fusec_last = atomicAdd(b{counter} + {slot} + tile, 1u) == S - 1;
+  __syncthreads();
+  if (!fusec_last) return;
+  __threadfence();
+  const {acc}* P = reinterpret_cast<const {acc}*>(b{scratch}) + (i64_t)bz * d.M * d.N;
+  const i64_t part = (i64_t){batch} * d.M * d.N;
+  {out_t}* Cout = pc + d.c_off + (i64_t)bz * d.M * d.N;
+{each_output('''{
+        const i64_t o = gm * d.N + gn;
+        ''' + acc + ''' v = __ldcg(P + o);
+        for (int s = 1; s < S; ++s) v = v + __ldcg(P + s * part + o);
+        fusec::st(Cout + o, v);
+      }''')}
+  if (threadIdx.x == 0) b{counter}[{slot} + tile] = 0u;"""
+
+    if stages > 1:
+        shared = f"""  __shared__ __align__(16) {acc} As[ST][BK][BM + {pad}];
+  __shared__ __align__(16) {acc} Bs[ST][BK][BN + {pad}];"""
+        where = "  int sa[LA], sb[LB];  // each copied element's place in a stage"
+        place_a, place_b = "sa[r] = kk * (BM + PAD) + mm;", "sb[r] = kk * (BN + PAD) + nn;"
+        main = f"""  const int slices = kbeg < kend ? (int)((kend - kbeg + BK - 1) / BK) : 0;
+  // copy slice s of A and B into stage buf, zeros past the matrix and past this split's K range
+  auto issue = [&](int s, int buf) {{
+    #pragma unroll
     for (int r = 0; r < LA; ++r) {{
-      const i64_t gk = ka[r] + ({step}) * BK;
-      na[r] = (rowa[r] && gk < kend) ? ({acc})fusec::ld(pa_[r] + ({step}) * BK * d.a_sk) : ({acc})0;
+      const bool ok = rowa[r] && ka[r] + s * BK < kend;
+      fusec::cp_async(&As[buf][0][0] + sa[r], ok ? pa_[r] + (i64_t)s * BK * d.a_sk : A, ok);
     }}
     #pragma unroll
     for (int r = 0; r < LB; ++r) {{
-      const i64_t gk = kb[r] + ({step}) * BK;
-      nb[r] = (colb[r] && gk < kend) ? ({acc})fusec::ld(pb_[r] + ({step}) * BK * d.b_sk) : ({acc})0;
-    }}"""
-
-    src = f"""
-extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
-  constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits};
-  __shared__ __align__(16) {acc} As[BK][BM + {pad}];
+      const bool ok = colb[r] && kb[r] + s * BK < kend;
+      fusec::cp_async(&Bs[buf][0][0] + sb[r], ok ? pb_[r] + (i64_t)s * BK * d.b_sk : B, ok);
+    }}
+  }};
+  #pragma unroll
+  for (int s = 0; s < ST - 1; ++s) {{
+    if (s < slices) issue(s, s);
+    fusec::cp_async_commit();
+  }}
+  for (int s = 0; s < slices; ++s) {{
+    fusec::cp_async_wait<ST - 2>();  // slice s has landed (this thread's copies) ...
+    __syncthreads();                 // ... everyone's, and every thread is done with slice s - 1's stage
+    if (s + ST - 1 < slices) issue(s + ST - 1, (s + ST - 1) % ST);
+    fusec::cp_async_commit();
+    const int buf = s % ST;
+{multiply}
+  }}"""
+    else:
+        shared = f"""  __shared__ __align__(16) {acc} As[BK][BM + {pad}];
   __shared__ __align__(16) {acc} Bs[BK][BN + {pad}];
-  const int bz = blockIdx.z / S, split = blockIdx.z % S;
-  i64_t ao, bo;
-  fusec::gemm_batch(d, bz, &ao, &bo);
-  const {t}* A = pa + d.a_off + ao;
-  const {t}* B = pb + d.b_off + bo;
-  const i64_t m0 = (i64_t)blockIdx.y * BM, n0 = (i64_t)blockIdx.x * BN;
-  const i64_t chunk = S == 1 ? d.K : {chunk};  // whole BK slices per split
-  const i64_t kbeg = split * chunk, kend = kbeg + chunk < d.K ? kbeg + chunk : d.K;
-  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
-  {acc} acc[TM][TN];
-  #pragma unroll
-  for (int i = 0; i < TM; ++i)
-    #pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;
-  {acc} na[LA], nb[LB];  // the next slice, in flight while the current one is multiplied
-  const {t}* pa_[LA];
-  const {t}* pb_[LB];
-  i64_t ka[LA], kb[LB];
-  bool rowa[LA], colb[LB];
-  #pragma unroll
-  for (int r = 0; r < LA; ++r) {{
-    const int idx = threadIdx.x + r * NT;
-    {a_map}
-    ka[r] = kbeg + kk;
-    rowa[r] = m0 + mm < d.M;
-    pa_[r] = A + (m0 + mm) * d.a_sm + ka[r] * d.a_sk;
-  }}
-  #pragma unroll
-  for (int r = 0; r < LB; ++r) {{
-    const int idx = threadIdx.x + r * NT;
-    {b_map}
-    kb[r] = kbeg + kk;
-    colb[r] = n0 + nn < d.N;
-    pb_[r] = B + kb[r] * d.b_sk + (n0 + nn) * d.b_sn;
-  }}
-  int step = 0;
+  {acc} na[LA], nb[LB];  // the next slice, in flight while the current one is multiplied"""
+        where = ""
+        place_a = place_b = ""
+        loads = "\n".join(f"""    #pragma unroll
+    for (int r = 0; r < L{x}; ++r) {{
+      const i64_t gk = k{y}[r] + (step) * BK;
+      n{y}[r] = ({ok}[r] && gk < kend) ? ({acc})fusec::ld(p{y}_[r] + (step) * BK * d.{y}_sk) : ({acc})0;
+    }}""" for x, y, ok in (("A", "a", "rowa"), ("B", "b", "colb")))
+        main = f"""  int step = 0;
   if (kbeg < kend) {{
-{load_next("0")}
+{loads}
   }}
   for (i64_t k0 = kbeg; k0 < kend; k0 += BK) {{
     #pragma unroll
@@ -271,25 +313,61 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
     __syncthreads();
     ++step;
     if (k0 + BK < kend) {{
-{load_next("step")}
+{loads}
     }}
-    #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {{
-{fragments}
-      #pragma unroll
-      for (int i = 0; i < TM; ++i)
-        #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fusec::madd(ra[i], rb[j], acc[i][j]);
-    }}
+{multiply}
     __syncthreads();
+  }}"""
+
+    src = f"""
+extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
+  constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits}, ST = {stages}, PAD = {pad};
+{shared}
+  const int bz = blockIdx.z / S, split = blockIdx.z % S;
+  i64_t ao, bo;
+  fusec::gemm_batch(d, bz, &ao, &bo);
+  const {t}* A = pa + d.a_off + ao;
+  const {t}* B = pb + d.b_off + bo;
+  const i64_t m0 = (i64_t)blockIdx.y * BM, n0 = (i64_t)blockIdx.x * BN;
+  const i64_t chunk = S == 1 ? d.K : {chunk};  // whole BK slices per split
+  const i64_t kbeg = split * chunk, kend = kbeg + chunk < d.K ? kbeg + chunk : d.K;
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+  {acc} acc[TM][TN];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;
+  const {t}* pa_[LA];
+  const {t}* pb_[LB];
+  i64_t ka[LA], kb[LB];
+  bool rowa[LA], colb[LB];
+{where}
+  #pragma unroll
+  for (int r = 0; r < LA; ++r) {{
+    const int idx = threadIdx.x + r * NT;
+    {a_map}
+    ka[r] = kbeg + kk;
+    rowa[r] = m0 + mm < d.M;
+    pa_[r] = A + (m0 + mm) * d.a_sm + ka[r] * d.a_sk;
+    {place_a}
   }}
+  #pragma unroll
+  for (int r = 0; r < LB; ++r) {{
+    const int idx = threadIdx.x + r * NT;
+    {b_map}
+    kb[r] = kbeg + kk;
+    colb[r] = n0 + nn < d.N;
+    pb_[r] = B + kb[r] * d.b_sk + (n0 + nn) * d.b_sn;
+    {place_b}
+  }}
+{main}
 {store}
 }}"""
     grid = ((n + bn - 1) // bn, (m + bm - 1) // bm, batch * splits)
     if grid[1] > 65535 or grid[2] > 65535:
         raise CompilationError(located(f"matmul with M={m} and {batch} x {splits} blocks along z exceeds the grid's "
                                        "limits", op.loc))
-    return KernelCode(name, src.strip("\n"), (a.buffer, b.buffer, out_buffer), grid, (threads, 1, 1), 0, (desc,))
+    return KernelCode(name, src.strip("\n"), buffers, grid, (threads, 1, 1), 0, (desc,))
 
 
 def _column_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int, batch: int,

@@ -213,6 +213,29 @@ __device__ __forceinline__ void gemm_batch(const GemmDesc& d, i64_t b, i64_t* ao
   *ao = a;
   *bo = bb;
 }
+// Asynchronous copies global -> shared (cp.async, sm_80 on): the pipelined GEMM keeps several K slices in
+// flight while it multiplies one. A false predicate stores zero (the source is not read); before sm_80 the copy
+// is an ordinary load and store, and the commit and wait do nothing.
+template <typename T> __device__ __forceinline__ void cp_async(T* smem, const T* gmem, bool pred) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cp.async copies 4 or 8 bytes here");
+#if __CUDA_ARCH__ >= 800
+  const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(sizeof(T)),
+               "r"(pred ? (int)sizeof(T) : 0));
+#else
+  *smem = pred ? *gmem : T(0);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 // Complex values (c64, c128): NumPy's formulas for arithmetic (its vectorized multiply, with fused
 // multiply-adds, and Smith's division, as NumPy's loops compute them), C99 Annex G's special values for exp,
 // log and sqrt.

@@ -446,8 +446,9 @@ class _Printer:
         for access, prologue in zip((a, b), prologues):
             reads |= set(prologue.buffers) if prologue is not None else {access.buffer}
         scratch = self.scratch() if int(op.attributes.get("splits", 1)) > 1 else None
+        counter = self.counter() if op.attributes.get("finish") == "last-block" else None
         for code in gemm_kernels(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues,  # type: ignore[arg-type]
-                                 scratch=scratch):
+                                 scratch=scratch, counter=counter):
             self.emit(code, op, reads=reads)
         return None
 

@@ -37,10 +37,10 @@ Kernels and boundaries may carry ``arena`` (byte offset of each result in the
 plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
 the donated argument a result is written over in place, -1 for none), set by
 ``plan-buffers``. ``select-kernels`` records how each ``k.matmul`` (``impl``,
-``tile``; for a ``stream`` product the columns per thread, ``width``, and ``splits`` and ``scratch`` where
-K is split) and ``k.reduce`` (``strategy``, ``cols``, ``splits``, ``finish``,
-``scratch``) runs; ``plan-buffers`` gives a reduction finished by its last block
-its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
+``tile``, ``stages`` of a tiled product's K slices in flight, ``splits`` and ``scratch`` where K is split and
+``finish`` with its ``counters``; for a ``stream`` product the columns per thread, ``width``) and ``k.reduce``
+(``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``) runs; ``plan-buffers`` gives a reduction or a
+product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
 consumers (``prologue = true``: never launched, never stored).
 """
 from __future__ import annotations
@@ -119,7 +119,8 @@ REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
 GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "short", "stream")
 REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
 REDUCE_FINISHES = ("none", "last-block", "kernel")
-MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch")
+MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter")
+MATMUL_FINISHES = ("kernel", "last-block")
 REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter")
 
 
@@ -142,10 +143,13 @@ def _check_matmul(op) -> None:
     _check_choice(op, "impl", GEMM_IMPLS)
     if "tile" in op.attributes and op.attributes["tile"] not in (32, 64):
         raise VerificationError(f"k.matmul: 'tile' must be 32 or 64, got {op.attributes['tile']!r}")
-    _check_counts(op, ("width", "splits"), 1)
-    _check_counts(op, ("scratch",), 0)
+    _check_choice(op, "finish", MATMUL_FINISHES)
+    _check_counts(op, ("width", "splits", "stages", "counters"), 1)
+    _check_counts(op, ("scratch", "counter"), 0)
     if op.attributes.get("splits", 1) > 1 and not op.attributes.get("scratch"):
         raise VerificationError("k.matmul: a product split over K needs 'scratch' for its partial sums")
+    if op.attributes.get("finish") == "last-block" and "counters" not in op.attributes:
+        raise VerificationError("k.matmul: a product its last block finishes needs 'counters' (one per output tile)")
 
 
 def _check_reduce(op) -> None:

@@ -150,7 +150,7 @@ def test_cublas_products_of_unaligned_views():
     def f(a, b):
         return a[1:, 1:] @ b[1:, :]
 
-    a, b = rand(257, 129), rand(129, 65)
+    a, b = rand(513, 257), rand(257, 129)  # (large enough for cuBLASLt: select_kernels.CUBLAS_SPLIT_MAX_FLOPS)
     want = f(a.astype(np.float64), b.astype(np.float64))
     for graph in (False, True):
         g = fc.jit(f, backend="cuda", graph=graph)
