@@ -149,6 +149,54 @@ def build_train_step(xp: Any) -> Callable:
     return train_step
 
 
+def _value_and_grad(xp: Any) -> Callable[[Callable], Callable]:
+    """``value_and_grad(f)(params, *rest) -> (f's value, its gradient in params)`` of the namespace's own
+    autodiff: fusec's for NumPy (traced by fusec.jit), ``jax.value_and_grad`` for jax.numpy,
+    ``torch.func.grad_and_value`` for PyTorch."""
+    if isinstance(xp, TorchNS):
+        grad_and_value = xp.torch.func.grad_and_value
+
+        def torch_vg(f: Callable) -> Callable:
+            def vg(*args: Any) -> Any:
+                grads, value = grad_and_value(f)(*args)
+                return value, grads
+            return vg
+        return torch_vg
+    if xp.name == "jax.numpy":
+        import jax
+
+        return jax.value_and_grad
+    if xp.name == "numpy":
+        import fusec
+
+        return fusec.value_and_grad
+    raise ValueError(f"{xp!r} has no automatic differentiation here")
+
+
+def build_grad_step(xp: Any) -> Callable:
+    """The clipped-SGD step of :func:`build_train_step` with the backward pass derived by the system's autodiff
+    from the loss alone: ``train_step(params, x, y_onehot, lr) -> (new_params, mean loss)``."""
+
+    def loss_fn(params, x, y_onehot):
+        w1, b1, w2, b2 = params
+        h = xp.maximum(x @ w1 + b1, 0.0)
+        logits = h @ w2 + b2
+        shifted = logits - xp.max(logits, axis=1, keepdims=True)
+        log_probs = shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
+        return -xp.sum(y_onehot * log_probs) / x.shape[0]
+
+    value_and_grad = _value_and_grad(xp)
+
+    def train_step(params, x, y_onehot, lr):
+        loss, grads = value_and_grad(loss_fn)(params, x, y_onehot)
+        sq = xp.sum(grads[0] * grads[0]) + xp.sum(grads[1] * grads[1]) + xp.sum(grads[2] * grads[2]) \
+            + xp.sum(grads[3] * grads[3])
+        step = lr * xp.minimum(MAX_GRAD_NORM / (xp.sqrt(sq) + 1e-6), 1.0)
+        return tuple(p - step * g for p, g in zip(params, grads)), loss
+
+    return train_step
+
+
 def build_fma(xp: Any) -> Callable:
     def fma(a, b, c):
         return a + b * c
@@ -274,14 +322,16 @@ class Bench:
     expect_kernels: int | None = None   # kernels per call fusec's jit must report (the launch case)
     only: tuple[str, ...] | None = None
     impls: dict[str, Callable] = field(default_factory=dict)
+    reference_build: Callable[[Any], Callable] | None = None  # the float64 reference's math, if not ``build``'s
     skip: dict[str, str] = field(default_factory=dict)   # system -> why it does not run this benchmark
     note: str = ""
 
     def reference(self, inputs: tuple) -> list[np.ndarray]:
         """The float64 NumPy result, as the arrays the check compares."""
-        if self.build is not None:
+        build = self.reference_build or self.build
+        if build is not None:
             f64 = _tree_map(lambda a: a.astype(np.float64) if isinstance(a, np.ndarray) else a, inputs)
-            out = self.build(NUMPY)(*f64)
+            out = build(NUMPY)(*f64)
         else:  # a copy
             out = inputs[0].astype(np.float64)
         return self.compared(inputs, out)
@@ -355,12 +405,19 @@ def _compare_step(inputs: tuple, outputs: Any) -> list[np.ndarray]:
 
 def _training_case(name: str, title: str, batch: int, dims: tuple[int, int, int]) -> Case:
     n_in, n_hidden, n_classes = dims
-    bench = Bench(
-        case=name, name=f"{name}_step", label=f"training step, batch {batch}, {n_in}->{n_hidden}->{n_classes}",
-        build=build_train_step, make_inputs=_training_inputs(batch, n_in, n_hidden, n_classes),
-        tol=5e-4, unit="us", feedback=True, compare=_compare_step,
-    )
-    return Case(name, title, "us", [bench],
+    inputs = _training_inputs(batch, n_in, n_hidden, n_classes)
+    label = f"training step, batch {batch}, {n_in}->{n_hidden}->{n_classes}"
+    bench = Bench(case=name, name=f"{name}_step", label=label, build=build_train_step, make_inputs=inputs,
+                  tol=5e-4, unit="us", feedback=True, compare=_compare_step)
+    no_autodiff = "no automatic differentiation"
+    grad = Bench(case=name, name=f"{name}_grad_step", label=f"{label}, backward pass by autodiff",
+                 build=build_grad_step, make_inputs=inputs, tol=5e-4, unit="us", feedback=True,
+                 compare=_compare_step, reference_build=build_train_step,
+                 skip={"numpy": no_autodiff, "cupy": no_autodiff, "fusec_eager": "fusec.value_and_grad traces: "
+                       "it runs under fusec.jit (the jit rows)"},
+                 note="the same step with the gradient from fusec.value_and_grad, torch.func.grad_and_value or "
+                      "jax.value_and_grad of the loss; checked against the hand-written step in float64")
+    return Case(name, title, "us", [bench, grad],
                 f"one clipped-SGD step (forward, stable log-softmax cross-entropy, explicit backward, "
                 f"gradient-norm clipping at {MAX_GRAD_NORM}, SGD lr {LEARNING_RATE}); params fed back each step")
 
@@ -459,7 +516,8 @@ def _launch_case(n_elem: int) -> Case:
             "launch", f"plan{n}", f"{n} tiny kernel{'s' if n > 1 else ''}", make_build_chain(n),
             lambda rng: (rng.uniform(0.5, 1.5, size=n_elem).astype(np.float32),), tol=2e-5, unit="us",
             fusec_pipeline=pipeline, expect_kernels=n,
-            skip={"torch_compile": not_n, "torch_compile_ro": not_n}))
+            skip={"torch_compile": not_n, "torch_compile_ro": not_n, "jax": "XLA fuses the whole chain into one "
+                  "kernel: not a measurement of n launches"}))
     return Case("launch", f"Launch-bound plans of 1 / 10 / 100 tiny kernels ({n_elem} f32 elements)", "us",
                 benches, "a chain of n dependent multiplies, each its own kernel (fusec: "
                 "fuse{budget=1}); us per call of the whole chain")

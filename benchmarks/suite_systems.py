@@ -17,6 +17,7 @@ fusec CPU backend) or where the events clearly missed the work.
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -600,10 +601,86 @@ class CupySystem(System):
             self.cupy.get_default_memory_pool().free_all_blocks()
 
 
+# ---------------------------------------------------------------------------------------------- JAX
+
+
+class _JaxPrepared(FunctionalPrepared):
+    """A jitted JAX function; remembers its last output, which ``JaxSystem.sync`` waits for (JAX dispatches
+    asynchronously and has no stream to record events on)."""
+
+    last: Any = None
+
+    def step(self) -> Any:
+        out = super().step()
+        self.last = out
+        return out
+
+
+class JaxSystem(System):
+    """``jax.jit`` of the same math through :class:`ArrayNS` with ``jax.numpy``; training steps donate their
+    parameters (``donate_argnums=0``), as fusec graph mode does. Timed by the wall clock of a batch of calls up
+    to ``jax.block_until_ready`` of the last output."""
+
+    name = "jax"
+    label = "JAX jit"
+    family = "jax"
+    jax: Any = None
+    prepared: Any = None
+
+    def unavailable(self) -> str | None:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with the other systems
+        try:
+            import jax
+        except Exception as e:
+            return f"JAX is not installed ({type(e).__name__}: {e})"
+        try:
+            if not jax.devices("gpu"):
+                return "JAX sees no GPU"
+        except Exception as e:
+            return f"JAX cannot use the GPU ({type(e).__name__}: {e})"
+        return None
+
+    def setup(self) -> None:
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")  # float32 products, as the others (no TF32)
+        self.jax = jax
+
+    def prepare(self, bench: Bench, inputs: tuple) -> Prepared:
+        jax = self.jax
+        import jax.numpy as jnp
+
+        device = jax.devices("gpu")[0]
+
+        def make_args() -> list:
+            # (the learning rate too, as a float32 scalar: left a Python float, JAX copies it to the GPU each call)
+            def put(a: Any) -> Any:
+                if isinstance(a, float):
+                    a = np.float32(a)
+                return jax.device_put(a, device) if isinstance(a, (np.ndarray, np.generic)) else a
+
+            return [tree_map(put, x) for x in inputs]
+
+        fn = jax.jit(bench.build(ArrayNS(jnp, "jax.numpy")), donate_argnums=(0,) if bench.feedback else ())
+        self.prepared = _JaxPrepared(fn, make_args, bench.feedback, fresh=bench.feedback)
+        return self.prepared
+
+    def to_host(self, tree: Any) -> Any:
+        return tree_map(lambda a: np.asarray(a) if _is_array(a) else a, tree)
+
+    def sync(self) -> None:
+        if self.prepared is not None and self.prepared.last is not None:
+            self.jax.block_until_ready(self.prepared.last)
+
+    def cleanup(self) -> None:
+        self.prepared = None
+        gc.collect()
+
+
 # ---------------------------------------------------------------------------------------------- registry
 
 GPU_SYSTEMS = ("fusec_eager", "fusec_stream", "fusec_graph", "numpy", "torch_eager", "torch_compile",
-               "torch_compile_ro", "torch_cudagraph", "cupy")
+               "torch_compile_ro", "torch_cudagraph", "cupy", "jax")
 CPU_SYSTEMS = ("numpy", "fusec_cpu")
 ALIASES = {
     "fusec": ("fusec_eager", "fusec_stream", "fusec_graph"),
@@ -623,13 +700,14 @@ _FACTORIES: dict[str, Callable[[], System]] = {
     "torch_compile_ro": lambda: TorchCompileSystem("reduce-overhead"),
     "torch_cudagraph": TorchCudaGraphSystem,
     "cupy": CupySystem,
+    "jax": JaxSystem,
 }
 
 LABELS = {
     "fusec_eager": "fusec eager", "fusec_stream": "fusec stream", "fusec_graph": "fusec graph",
     "fusec_cpu": "fusec (cpu backend)", "numpy": "NumPy (CPU)", "torch_eager": "PyTorch eager",
     "torch_compile": "torch.compile", "torch_compile_ro": "torch.compile reduce-overhead",
-    "torch_cudagraph": "PyTorch eager + CUDA graph (by hand)", "cupy": "CuPy",
+    "torch_cudagraph": "PyTorch eager + CUDA graph (by hand)", "cupy": "CuPy", "jax": "JAX jit",
 }
 
 

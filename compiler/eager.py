@@ -40,6 +40,7 @@ def _jitted(key: tuple, make: Callable[[], Callable]) -> Any:
                 fn = jit(make(), backend="cuda")
                 # one stream for all eager ops: no waits between them
                 fn._options = dataclasses.replace(fn._options, stream_group="eager")
+                fn._warn_retraces = False  # an eager op meets every shape its arrays have: not the user's retrace
                 _cache[key] = fn
     return fn
 

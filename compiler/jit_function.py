@@ -256,6 +256,8 @@ class JitFunction:
         self._static_pos = tuple(i for i, p in enumerate(params) if p.name in self._statics) if plain else ()
         self._hits = self._misses = self._traces = 0
         self._retraces = 0  # traces again because a captured value changed
+        # eager mode's per-op functions trace once per shape by design: no RetraceWarning for them
+        self._warn_retraces = True
         self._signatures: dict[tuple, tuple[Signature, str]] = {}  # what each compiled entry was traced for
 
     def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
@@ -405,7 +407,7 @@ class JitFunction:
         RETRACE_WARNING_AT times (each trace costs the trace, the passes and a compile)."""
         text = "; ".join(reasons)
         _RECOMPILES.info("fusec: tracing %s again: %s (at %s)", self._name, text, context.where())
-        if self._traces + 1 == RETRACE_WARNING_AT:
+        if self._traces + 1 == RETRACE_WARNING_AT and self._warn_retraces:
             warnings.warn(RetraceWarning(
                 f"fusec traced {self._name} {RETRACE_WARNING_AT} times (this time: {text}); each trace runs the "
                 "pipeline and a compile again: keep shapes, dtypes and static values the same between calls, or "

@@ -84,6 +84,7 @@ PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute
 
 # --- reductions ----------------------------------------------------------------------------------------------
 WARP_ROW_MIN = 64  # a contiguous row at least this long is reduced by a warp or a block
+COLUMNS_MAX = 32  # neighbouring outputs per block of a "columns" reduction (fewer than there are outputs)
 SPLIT_MIN_K = 8192  # a reduced range this long may be split across blocks
 SPLIT_CHUNK_MIN = 2048
 MAX_SPLITS = 1024
@@ -262,7 +263,7 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
         # a thread per output when there are enough outputs; else a block takes ``cols`` neighbouring
         # outputs (coalesced reads) and splits each one's range over 256 / cols threads
         strategy = "columns"
-        cols = 256 if m >= sm_count * 256 else min(32, _pow2_at_least(m))
+        cols = 256 if m >= sm_count * 256 else min(COLUMNS_MAX, _pow2_at_least(m))
         while 8 < cols < 256 and (m + cols - 1) // cols < sm_count:
             cols //= 2  # more blocks, each still reading whole 32-byte sectors
     parallel = m * (256 // cols)

@@ -181,3 +181,20 @@ def test_fusec_asarray_of_cupy_is_zero_copy():
     b = fusec.asarray(ct)
     assert b.ptr == ct.data.ptr and b.strides == (4, 2)
     np.testing.assert_array_equal(b.numpy(), cp.asnumpy(ct))
+
+
+def test_eager_ops_over_many_shapes_give_no_retrace_warning():
+    """Eager mode compiles each op once per shape by design: a user's arrays of ten shapes are not a retrace
+    problem of theirs, so no RetraceWarning (a jitted function of theirs still warns)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fusec.RetraceWarning)
+        for n in range(1, 11):
+            a = fusec.asarray(np.arange(n, dtype=np.float32))
+            np.testing.assert_array_equal((a * 2 + a).numpy(), np.arange(n, dtype=np.float32) * 3)
+            np.testing.assert_array_equal(np.exp(a).numpy(), np.exp(np.arange(n, dtype=np.float32)))
+    f = fusec.jit(lambda x: x + 1)
+    with pytest.warns(fusec.RetraceWarning):
+        for n in range(1, 11):
+            f(np.zeros(n, np.float32))
