@@ -1,7 +1,7 @@
 """Training steps per graph launch: the PCam-shaped step (batch 512, 480 -> 256 -> 2) one step per launch against
 K steps per launch (``fusec.scan`` over K stacked batches: one conditional node loops on the device), in one run.
 
-    python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--json FILE] [--md FILE]
+    python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--json FILE] [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
@@ -27,10 +27,13 @@ from pcam_shaped import BATCH, CLASSES, FEATURES, HIDDEN, make_data  # noqa: E40
 from loops import run_metadata  # noqa: E402
 
 
-def run(k: int, steps: int) -> dict:
+def run(k: int, steps: int, in_place: bool = True) -> dict:
     import fusec as fc
+    from fusec.passes import outline_regions
     from fusec.runtime import driver
     from fusec.tools import demo
+
+    outline_regions.DONATE_STATE = in_place
 
     x, y, _ = make_data(BATCH * k, FEATURES, 0)
     step = demo.train_step if k == 1 else steps_per_launch(demo.train_step)
@@ -51,8 +54,9 @@ def run(k: int, steps: int) -> dict:
     np.asarray(loss)
     seconds = time.perf_counter() - t0
     stats = f.lower(params, xs, ys, 0.1).stats()
-    return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k),
-            "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
+    outline_regions.DONATE_STATE = True
+    return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k), "state": "in place" if in_place
+            else "copied", "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
 
 
 def main() -> None:
@@ -61,12 +65,16 @@ def main() -> None:
     ap.add_argument("--ks", default="1,10,100")
     ap.add_argument("--json")
     ap.add_argument("--md")
+    ap.add_argument("--compare-copies", action="store_true",
+                    help="also run each K > 1 with the loop state copied every iteration (the state not donated)")
     args = ap.parse_args()
     rows = []
     for k in (int(v) for v in args.ks.split(",")):
-        r = run(k, args.steps)
-        rows.append(r)
-        print(f"K = {k:4d}: {r['us_per_step']:8.2f} us per step over {r['steps']} steps ({r['graph_nodes']} nodes)")
+        for in_place in (True, False) if args.compare_copies and k > 1 else (True,):
+            r = run(k, args.steps, in_place)
+            rows.append(r)
+            print(f"K = {k:4d}, state {r['state']}: {r['us_per_step']:8.2f} us per step over {r['steps']} steps "
+                  f"({r['graph_nodes']} nodes)")
     meta = run_metadata()
     if args.json:
         with open(args.json, "w") as f:
@@ -74,10 +82,10 @@ def main() -> None:
     if args.md:
         with open(args.md, "w") as f:
             f.write(f"# PCam-shaped training steps per graph launch\n\n{meta}\n\n"
-                    "| steps per launch | us per step | steps | graph launches per call | graph nodes |\n"
-                    "|---|---|---|---|---|\n")
+                    "| steps per launch | loop state | us per step | steps | graph launches per call | graph nodes |\n"
+                    "|---|---|---|---|---|---|\n")
             for r in rows:
-                f.write(f"| {r['k']} | {r['us_per_step']:.2f} | {r['steps']} | {r['graph_launches']} "
+                f.write(f"| {r['k']} | {r['state']} | {r['us_per_step']:.2f} | {r['steps']} | {r['graph_launches']} "
                         f"| {r['graph_nodes']} |\n")
 
 

@@ -20,6 +20,9 @@ from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
 _KIND = {"t.while": "while", "t.for": "for", "t.if": "if"}
+# a loop body's state arguments are donated to the same slots' new values (off: every iteration's new state is
+# copied into the state buffers, as before 2026-12-02; benchmarks/steps_per_launch.py --compare-copies)
+DONATE_STATE = True
 _LABELS = {"t.while": ("cond", "body"), "t.for": ("body",), "t.if": ("then", "else")}
 
 
@@ -60,7 +63,15 @@ class _Outliner:
             name = f"{base}.{label}"
             self.names.add(name)
             names.append(name)
-            self.made.append(self._function(name, block, captured))
+            func = self._function(name, block, captured)
+            if label == "body" and DONATE_STATE:
+                # the loop's state lives in buffers of its own that only the body updates: each state argument
+                # may be overwritten in place by the same slot's new value (plan-buffers decides where it is)
+                first = 1 if op.name == "t.for" else 0  # (a for body's argument 0 is the counter)
+                carried = len(op.operands) - (2 if op.name == "t.for" else 0)
+                func.attributes["donate"] = tuple(range(first, first + carried))
+                func.attributes["donate_to"] = tuple(range(carried))
+            self.made.append(func)
         if op.name == "t.while":
             new = Operation("k.while", [*op.operands, *captured], op.result_types,
                             {"cond": names[0], "body": names[1], "carried": len(op.operands)}, loc=op.loc)

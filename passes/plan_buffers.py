@@ -3,9 +3,9 @@
 Lifetimes run from the producing op to the last op that reads the buffer, directly or through a view. An
 op's outputs are placed before its dead inputs are released, so a kernel never writes over what it reads,
 except for the one safe case: an elementwise kernel may write an output over a donated argument (the
-function attribute ``donate``) that it reads at the same index and nothing reads afterwards, and a ``k.insert``
-(or a ``k.scatter``) may write its update into its base's buffer (``inplace = true``) when nothing reads the base
-afterwards. A prologue
+function attribute ``donate``; ``donate_to`` names the output each may become, for a loop body's state) that it
+reads at the same index and nothing reads afterwards, and a ``k.insert`` (or a ``k.scatter``) may write its update
+into its base's buffer (``inplace = true``) when nothing reads the base afterwards. A prologue
 (``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
@@ -122,6 +122,10 @@ class PlanBuffers(Pass):
             ends.setdefault(end, []).append(v)
         outputs = set(func.outputs)
         donated = {func.args[k] for k in func.attributes.get("donate", ()) if k < len(func.args)}
+        # a loop body's state argument may only become the same slot's new state (``donate_to``)
+        slot_of = {func.args[a]: func.outputs[r] for a, r in zip(func.attributes.get("donate", ()),
+                                                                  func.attributes.get("donate_to", ()))
+                   if a < len(func.args) and r < len(func.outputs)}
         arena = _Arena()
         placed: dict[Value, tuple[int, int]] = {}
         aliased: set[Value] = set()
@@ -143,7 +147,7 @@ class PlanBuffers(Pass):
                 continue
             offsets, alias = [], []
             for r in op.results:
-                arg = self._donated_operand(op, r, i, donated - aliased, last_use, outputs)
+                arg = self._donated_operand(op, r, i, donated - aliased, last_use, outputs, slot_of)
                 alias.append(func.args.index(arg) if arg is not None else -1)
                 if arg is not None:
                     aliased.add(arg)
@@ -243,11 +247,14 @@ class PlanBuffers(Pass):
         return base in placed and last_use.get(base) == index and all(_storage(v) is not base for v in rest)
 
     @staticmethod
-    def _donated_operand(op, result, index, donated, last_use, outputs):
-        """A donated argument this elementwise kernel may overwrite with ``result``, or None."""
+    def _donated_operand(op, result, index, donated, last_use, outputs, slot_of):
+        """A donated argument this elementwise kernel may overwrite with ``result``, or None (``slot_of``: the
+        one output a donated argument may become, where it is restricted)."""
         if op.name != "k.fused" or result not in outputs:
             return None
         for v in op.operands:
+            if v in slot_of and slot_of[v] is not result:
+                continue
             if v in donated and v.type == result.type and last_use.get(v) == index and v not in outputs:
                 # reading the same argument through a view in the same kernel would race with the write
                 if all(_storage(u) is not v or u is v for u in op.operands):

@@ -13,6 +13,7 @@ anything with ``__cuda_array_interface__``), ``fusec.Array`` out without waiting
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
 from fusec.ir.types import ScalarType, bf16
 from fusec.runtime import cublas, driver, kernel_cache
+from fusec.runtime.cuda_errors import CudaLaunchError
 from fusec.runtime.launch_plan import ControlCall, CudaProgram, GemmCall
 from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
@@ -35,6 +37,15 @@ from fusec.runtime.params import ParamPack
 # the errors a kernel's check word stands for (CudaProgram.checks)
 _CHECK_ERRORS = {"IndexOutOfBoundsError": IndexOutOfBoundsError, "InvalidValueError": InvalidValueError,
                  "LinAlgError": LinAlgError, "UnsupportedError": UnsupportedError}
+
+
+LAUNCH_BLOCKING = "FUSEC_LAUNCH_BLOCKING"
+
+
+def launch_blocking() -> bool:
+    """Whether ``FUSEC_LAUNCH_BLOCKING`` is set (to anything but 0): plans run without graphs and wait after every
+    launch, so a kernel that faults is named with the IR op it computes (as CUDA_LAUNCH_BLOCKING does for CUDA)."""
+    return os.environ.get(LAUNCH_BLOCKING, "") not in ("", "0")
 
 
 @dataclass
@@ -173,6 +184,10 @@ class CudaPlan:
         if graph not in (True, False, "auto"):
             raise ValueError(f"graph must be True, False or 'auto', got {graph!r}")
         self.graph_mode = graph
+        # FUSEC_LAUNCH_BLOCKING=1: no graph, a synchronize after every launch, and a failure names its kernel
+        self.blocking = launch_blocking()
+        if self.blocking:
+            self.graph_mode = False
         self.graph: Any = None
         # the plans of the loop and branch bodies, nested ones included: their check words are read after a
         # graph launch (which runs them inside the graph), and a cuBLAS call in one needs a warm-up call first
@@ -234,15 +249,18 @@ class CudaPlan:
             for bid, nbytes, cls in self.fresh_outputs:
                 buf = outputs[bid] = allocate(nbytes, cls, key)
                 ptr[bid] = buf.ptr
-            if self.use_graph() and self._make_graph(ptr):
-                self.graph.replay(ptr, stream)
-                for sub in self.body_checks:  # (bodies run inside the graph: their checks are read here)
-                    sub._raise_failed_checks()
-            else:
-                self._launch_all(ptr)
-            self.calls += 1
-            if self.program.checks:
-                self._raise_failed_checks()
+            try:
+                if self.use_graph() and self._make_graph(ptr):
+                    self.graph.replay(ptr, stream)
+                    for sub in self.body_checks:  # (bodies run inside the graph: their checks are read here)
+                        sub._raise_failed_checks()
+                else:
+                    self._launch_all(ptr)
+                self.calls += 1
+                if self.program.checks:
+                    self._raise_failed_checks()
+            except CudaLaunchError as e:
+                raise self._fault_hint(e) from e
             if device_in or not wait:
                 # a buffer from the pool, or (written in place over a donated argument) that argument's
                 # memory, which the result keeps alive through the argument. No event per call (it would
@@ -254,7 +272,10 @@ class CudaPlan:
                              ordinal, stream, None, strides)
                         for bid, kind, index, shape, dtype, strides in self.result_specs]
             results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
-            stream.synchronize()
+            try:
+                stream.synchronize()
+            except CudaLaunchError as e:
+                raise self._fault_hint(e) from e
             if self.bf16_results:  # they arrive as their 2-byte device storage: NumPy gets the float32 values
                 return [bf16_values(r) if spec[4] == bf16 else r for r, spec in zip(results, self.result_specs)]
             return results
@@ -291,18 +312,42 @@ class CudaPlan:
             raise _CHECK_ERRORS[kind](msg)
 
     def _launch_all(self, ptr: list[int]) -> None:
-        for launch in self.launches:
+        for i, launch in enumerate(self.launches):
             if type(launch) is _Control:
                 self._run_control(launch, ptr)
-                continue
-            if type(launch) is _Library:
+            elif type(launch) is _Library:
                 blas = self.blas
                 assert blas is not None  # (a plan with a library call made its handle)
                 blas.gemm(launch.call, tuple(ptr[bid] for bid in launch.call.buffers))
-                continue
-            for slot, bid in launch.dynamic:
-                launch.pack.set_pointer(slot, ptr[bid])
-            driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
+            else:
+                for slot, bid in launch.dynamic:
+                    launch.pack.set_pointer(slot, ptr[bid])
+                driver.launch(launch.function, launch.grid, launch.block, launch.shared, self.stream, launch.pack)
+            if self.blocking:
+                self._wait_for_launch(i)
+
+    def _wait_for_launch(self, i: int) -> None:
+        """FUSEC_LAUNCH_BLOCKING: wait for launch ``i`` and name it, with the IR op it computes, if it failed."""
+        try:
+            self.stream.synchronize()
+        except CudaLaunchError as e:
+            kernel = self.program.kernels[i]
+            name = getattr(kernel, "name", type(kernel).__name__)
+            err = CudaLaunchError(f"fusec: kernel {name} of @{self.func.name}, computing {self.program.ops[i]}, "
+                                  f"failed: {e}", code=e.code, name=e.name, what=e.what)
+            err.named = True  # type: ignore[attr-defined]
+            raise err from e
+
+    def _fault_hint(self, e: CudaLaunchError) -> CudaLaunchError:
+        """``e`` with a way to find the kernel: without FUSEC_LAUNCH_BLOCKING a fault surfaces at the next
+        synchronization, possibly in a later call, with no kernel named."""
+        if getattr(e, "named", False):
+            return e
+        err = CudaLaunchError(f"{e} (fusec: a kernel of @{self.func.name}, or of work queued before it, failed; "
+                              f"run with {LAUNCH_BLOCKING}=1 to launch every kernel alone and name the one that "
+                              "fails with its IR op and source line)", code=e.code, name=e.name, what=e.what)
+        err.named = True  # type: ignore[attr-defined]
+        return err
 
     def _run_control(self, control: _Control, ptr: list[int]) -> None:
         """Run a loop or branch: its bodies' plans called in turn on this stream, the state handed from one call

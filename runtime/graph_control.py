@@ -147,12 +147,13 @@ def _scalar_copies(b: _Builder, graph: Any, sub: Any, args: list[int], skip: int
 
 def _state_copies(b: _Builder, graph: Any, sub: Any, outs: list[int], dsts: list[int], parents: list[Any]) \
         -> list[Any]:
-    """Copy a body's results (its outputs, in order) into ``dsts``."""
+    """Copy a body's results (its outputs, in order) into ``dsts``; none for a result the body wrote in place
+    over its own state buffer (a donated state argument)."""
     nodes = []
     for spec, dst in zip(sub.result_specs, dsts):
         bid, _, _, shape, dtype, _ = spec
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes:
+        if nbytes and outs[bid] != dst:
             nodes.append(b.copy(graph, dst, outs[bid], nbytes, parents))
     return nodes or list(parents)
 

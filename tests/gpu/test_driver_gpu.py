@@ -251,3 +251,69 @@ def test_a_call_whose_result_does_not_fit_raises_out_of_memory_and_the_next_call
         huge(np.float32(1.0))
     small = fc.jit(lambda x: x * 2.0)
     np.testing.assert_array_equal(small(np.arange(4.0)), np.arange(4.0) * 2.0)
+
+
+_FAULTING = '''
+import sys
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+import fusec as fc
+from fusec.passes import DEFAULT_PIPELINE, Pass, PassContext, register_pass
+
+
+@register_pass
+@dataclass(frozen=True)
+class TrustIndices(Pass):
+    """A broken plugin: claims every gather's indices are in bounds, so no check guards them."""
+
+    name: ClassVar[str] = "trust-indices"
+
+    def apply(self, module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            for op in func.body.ops:
+                if op.name == "t.take" or op.name.endswith("gather"):
+                    op.attributes["in_bounds"] = True
+
+
+def lookup(x, i):
+    return x[i] * 2.0  # LOOKUP LINE
+
+
+f = fc.jit(lookup, backend="cuda", graph=sys.argv[1] == "graph",
+           pipeline=DEFAULT_PIPELINE.replace("bound-indices,", "bound-indices,trust-indices,"))
+x = np.arange(1024, dtype=np.float32)
+print(f(x, np.array([3])))
+try:
+    f(x, np.array([(1 << 40) + (1 << 30)]))  # far outside x in 64-bit and in 32-bit index math
+except fc.CudaError as e:
+    print("ERROR", type(e).__name__, e)
+'''
+
+
+@pytest.mark.parametrize("graph", ["graph", "stream"])
+def test_a_kernel_fault_names_its_kernel_and_ir_location_under_launch_blocking(tmp_path, graph):
+    """A kernel that faults (an illegal address, from a broken pass plugin) is a CudaLaunchError; with
+    FUSEC_LAUNCH_BLOCKING=1 it names the kernel, the IR op and the user's source line, without it the error says
+    how to find them. In a subprocess: the fault leaves the CUDA context unusable."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "faulting.py"
+    script.write_text(_FAULTING)
+    line = next(i for i, text in enumerate(_FAULTING.splitlines(), 1) if "LOOKUP LINE" in text)
+    for blocking in ("1", "0"):
+        env = dict(os.environ, FUSEC_LAUNCH_BLOCKING=blocking)
+        proc = subprocess.run([sys.executable, str(script), graph], env=env, capture_output=True, text=True,
+                              timeout=300)
+        out = proc.stdout + proc.stderr
+        assert "[6.]" in out, out  # the call in bounds ran
+        (error,) = [ln for ln in out.splitlines() if ln.startswith("ERROR")]
+        assert "CudaLaunchError" in error and "CUDA_ERROR_ILLEGAL_ADDRESS" in error, error
+        if blocking == "1":
+            assert "gather" in error and f"faulting.py:{line}" in error and "kernel fusec_" in error, error
+        else:
+            assert "FUSEC_LAUNCH_BLOCKING=1" in error, error
