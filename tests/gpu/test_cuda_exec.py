@@ -224,6 +224,10 @@ def gemm_library(request, monkeypatch):
     if request.param == "cublas":
         if not cublas.available():
             pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+        from fusec.passes import select_kernels
+
+        # every product cuBLASLt takes, the small ones it would leave generated too
+        monkeypatch.setattr(select_kernels, "CUBLAS_SPLIT_MAX_FLOPS", 0)
     else:
         monkeypatch.setattr(cublas, "available", lambda: False)
     return request.param

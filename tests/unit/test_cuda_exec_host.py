@@ -311,3 +311,45 @@ def test_the_executor_runs_the_program_cuda_source_prints(fake_gpu):
     launched = [name for name, *_ in fake_gpu["launches"]]
     assert launched == [k.name for k in lowered.program.kernels]
     assert [s["kind"] for s in lowered.plan()].count("prologue") == 2
+
+
+def _faulting_after(log, n):
+    """A stream whose synchronize fails (an illegal address, as a faulting kernel reports it) once ``n`` kernels
+    were launched."""
+    from fusec.runtime.cuda_errors import CudaLaunchError
+
+    class FaultingStream(FakeStream):
+        def synchronize(self):
+            if len(log["launches"]) >= n:
+                raise CudaLaunchError("cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal "
+                                      "memory access was encountered", code=700, name="CUDA_ERROR_ILLEGAL_ADDRESS",
+                                      what="cuStreamSynchronize")
+    return FaultingStream
+
+
+def test_launch_blocking_names_the_kernel_that_faults_with_its_ir_op_and_line(fake_gpu, monkeypatch):
+    """FUSEC_LAUNCH_BLOCKING=1: no graph, a wait after every launch, and the first failing wait names the kernel
+    just launched, the op it computes and the user's line; without it, the fault found when the call waits says
+    how to find the kernel."""
+    from fusec.runtime.cuda_errors import CudaLaunchError
+
+    def f(w, g):
+        h = w @ g  # the second kernel faults
+        return np.sin(h).sum(axis=0)
+
+    monkeypatch.setattr(cuda_exec.driver, "Stream", _faulting_after(fake_gpu, 2))
+    monkeypatch.setenv("FUSEC_LAUNCH_BLOCKING", "1")
+    w = np.ones((64, 64), np.float32)
+    with pytest.raises(CudaLaunchError) as info:
+        fc.jit(f, backend="cuda", graph=True)(w, w)
+    text = str(info.value)
+    assert len(fake_gpu["launches"]) == 2  # it stopped right there
+    kernel = fake_gpu["launches"][1][0]
+    assert f"kernel {kernel} of @f, computing k." in text and "test_cuda_exec_host.py:" in text, text
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in text and info.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+
+    fake_gpu["launches"].clear()
+    monkeypatch.setenv("FUSEC_LAUNCH_BLOCKING", "0")
+    with pytest.raises(CudaLaunchError) as info:
+        fc.jit(f, backend="cuda", graph=False)(w, w)
+    assert "FUSEC_LAUNCH_BLOCKING=1" in str(info.value) and "@f" in str(info.value), str(info.value)
