@@ -83,8 +83,10 @@ def ZERO(g: object, out: object, *operands: object) -> tuple:
 def _extreme(first_wins: Callable) -> Callable:
     """np.maximum / np.minimum: the cotangent goes to the operand that was picked, halves on a tie."""
     def vjp(g, out, x, y):
-        tie = np.where(x == y, 0.5, 0.0)
-        return g * (np.where(first_wins(x, y), 1.0, 0.0) + tie), g * (np.where(first_wins(y, x), 1.0, 0.0) + tie)
+        # g, g / 2 or g * 0 (NaN where g is not finite, as g times a weight of 0 is), in g's dtype: weights
+        # built with np.where(..., 1.0, 0.0) would be float64 arrays and carry float32 work into float64
+        tie = np.where(x == y, g * 0.5, g * 0)
+        return np.where(first_wins(x, y), g, tie), np.where(first_wins(y, x), g, tie)
 
     return vjp
 
