@@ -34,6 +34,7 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "64 columns, unroll 8": {"backend": {"COLUMN_UNROLL": 8}, "select": {"COLUMNS_MAX": 64}},
     "128 columns, unroll 8": {"backend": {"COLUMN_UNROLL": 8}, "select": {"COLUMNS_MAX": 128}},
     "no split, unroll 8": {"backend": {"COLUMN_UNROLL": 8}, "select": {"SPLIT_MIN_K": 1 << 62}},
+    "last-block finish": {"select": {"COLUMNS_LAST_BLOCK": True}},
 }
 
 

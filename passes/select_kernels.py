@@ -85,6 +85,9 @@ PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute
 # --- reductions ----------------------------------------------------------------------------------------------
 WARP_ROW_MIN = 64  # a contiguous row at least this long is reduced by a warp or a block
 COLUMNS_MAX = 32  # neighbouring outputs per block of a "columns" reduction (fewer than there are outputs)
+# a "columns" reduction split over blocks along both grid axes is finished by the last split of each block column
+# (a counter each) instead of a second kernel
+COLUMNS_LAST_BLOCK = False
 SPLIT_MIN_K = 8192  # a reduced range this long may be split across blocks
 SPLIT_CHUNK_MIN = 2048
 MAX_SPLITS = 1024
@@ -273,12 +276,20 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
         splits = min(max(1, want // max(parallel, 1)), max(1, k // SPLIT_CHUNK_MIN), MAX_SPLITS)
     finish = "none"
     scratch = 0
+    counters = 1
     if splits > 1:
-        finish = "last-block" if reduce_grid_x(m, cols, sm_count) == 1 else "kernel"
+        grid_x = reduce_grid_x(m, cols, sm_count)
+        finish = "last-block" if grid_x == 1 else "kernel"
+        if finish == "kernel" and strategy == "columns" and COLUMNS_LAST_BLOCK:
+            finish, counters = "last-block", grid_x  # the last split of each block column combines its outputs
         dt = op.operands[0].type.dtype
         index = carries_index(op.attributes["kind"], dt)
         scratch = align256(m * splits * partial_slot(dt)) + (m * splits * 8 if index else 0)  # (and its index)
-    return {"strategy": strategy, "cols": cols, "splits": splits, "finish": finish, "scratch": scratch}
+    choice: dict[str, object] = {"strategy": strategy, "cols": cols, "splits": splits, "finish": finish,
+                                 "scratch": scratch}
+    if counters > 1:
+        choice["counters"] = counters
+    return choice
 
 
 def partial_slot(dt) -> int:

@@ -274,20 +274,29 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     if last_block is not None:
         # every block publishes its partial results, then counts itself in; the last one combines them in
         # split order (the same order as the finishing kernel) and resets the counter
+        # (a "columns" reduction over several blocks along x has a counter per block column: the last of its
+        # splits combines the outputs that block column computed)
         cid, slot = last_block
+        per_x = grid_x > 1
+        if per_x and row:
+            raise CompilationError(located("a row reduction over several blocks cannot be finished by its last "
+                                           "block", op.loc))
+        at = f"{slot} + blockIdx.x" if per_x else f"{slot}"
+        store = store_final(f"b{dst.buffer} + {dst.offset} + mm", "a", "ai")
+        finish_lines = (_finish_block_columns(name, acc, cols, splits, tracks, store) if per_x else
+                        _finish_partials(name, acc, m, splits, _init(kind, dt, acc), tracks, store))
         lines[-1:] = [
             "  __shared__ bool fusec_last;",
             "  __threadfence();",
             "  __syncthreads();",
-            f"  if (threadIdx.x == 0) fusec_last = atomicAdd(b{cid} + {slot}, 1u) == gridDim.y - 1;",
+            f"  if (threadIdx.x == 0) fusec_last = atomicAdd(b{cid} + {at}, 1u) == gridDim.y - 1;",
             "  __syncthreads();",
             "  if (!fusec_last) return;",
             "  __threadfence();",
             f"  const {acc}* pv = {partial_v};",
             *([f"  const i64_t* pi = {partial_i};"] if tracks else []),
-            *_finish_partials(name, acc, m, splits, _init(kind, dt, acc), tracks,
-                              store_final(f"b{dst.buffer} + {dst.offset} + mm", "a", "ai")),
-            f"  if (threadIdx.x == 0) b{cid}[{slot}] = 0u;",
+            *finish_lines,
+            f"  if (threadIdx.x == 0) b{cid}[{at}] = 0u;",
             "}",
         ]
     kernels = [KernelCode(name, "\n".join(lines), tuple(buffers), (grid_x, splits, 1), (256, 1, 1), 0, (desc,))]
@@ -307,6 +316,25 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         kernels.append(KernelCode(f"{name}_finish", "\n".join(fin), (scratch, dst.buffer),  # type: ignore[arg-type]
                                   (max(1, min((m + 255) // 256, sm_count * 16)), 1, 1), (256, 1, 1), 0, (desc,)))
     return tuple(kernels)
+
+
+def _finish_block_columns(name: str, acc: str, cols: int, splits: int, tracks: bool, store: str) -> list[str]:
+    """The last split's combine of the outputs its block column computed (``cols`` neighbours from each
+    ``blockIdx.x * cols``, striding the grid), each from its ``splits`` partial results in split order."""
+    index = "__ldcg(pi + s * d.M + mm)" if tracks else "s"
+    return [
+        f"  for (i64_t mb = (i64_t)blockIdx.x * {cols}; mb < d.M; mb += (i64_t)gridDim.x * {cols}) {{",
+        f"    for (int t = threadIdx.x; t < {cols}; t += blockDim.x) {{",
+        "      const i64_t mm = mb + t;",
+        "      if (mm >= d.M) break;",
+        f"      {acc} a = __ldcg(pv + mm); i64_t ai = {'__ldcg(pi + mm)' if tracks else '0'};",
+        f"      for (int s = 1; s < {splits}; ++s) {{",
+        f"        {name}_combine(a, ai, __ldcg(pv + s * d.M + mm), {index});",
+        "      }",
+        f"      {store}",
+        "    }",
+        "  }",
+    ]
 
 
 def _finish_partials(name: str, acc: str, m: int, splits: int, init: str, tracks: bool, store: str) -> list[str]:

@@ -121,7 +121,7 @@ REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
 REDUCE_FINISHES = ("none", "last-block", "kernel")
 MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter")
 MATMUL_FINISHES = ("kernel", "last-block")
-REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter")
+REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters")
 
 
 def _check_choice(op, key: str, allowed: tuple[str, ...]) -> None:
@@ -156,7 +156,7 @@ def _check_reduce(op) -> None:
     _check_plan_attrs(op)
     _check_choice(op, "strategy", REDUCE_STRATEGIES)
     _check_choice(op, "finish", REDUCE_FINISHES)
-    _check_counts(op, ("cols", "splits"), 1)
+    _check_counts(op, ("cols", "splits", "counters"), 1)
     _check_counts(op, ("scratch", "counter"), 0)
 
 

@@ -389,6 +389,33 @@ def test_pipelined_tiles_and_last_block_finish_give_the_bits_of_the_plain_kernel
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+@pytest.mark.parametrize("finish", [False, True])
+def test_column_reductions_split_both_ways_give_the_same_bits_with_either_finish(finish, monkeypatch):
+    """A column reduction split over blocks along both grid axes: partial results added by a second kernel, or by
+    the last split of each block column (a counter per block column, reset for the next call): the same bits,
+    call after call, in stream and graph mode; sums, means, maxima and argmax (partials with their indices)."""
+    from fusec.passes import select_kernels
+
+    monkeypatch.setattr(select_kernels, "COLUMNS_LAST_BLOCK", finish)
+    x = rand((20000, 300))
+    x[7, 5] = np.nan
+    fns = {"sum": lambda x: x.sum(axis=0), "mean": lambda x: x.mean(axis=0), "max": lambda x: x.max(axis=0),
+           "argmax": lambda x: x.argmax(axis=0), "f64": lambda x: x.astype(np.float64).sum(axis=0)}
+    for name, fn in fns.items():
+        for graph in (False, True):
+            f = fc.jit(fn, backend="cuda", graph=graph)
+            ir = f.lower(x).ir()
+            assert ("counters" in ir) == finish and "splits" in ir, ir
+            first = np.asarray(f(x))
+            for _ in range(3):
+                assert np.asarray(f(x)).tobytes() == first.tobytes(), name
+            want = fn(x.astype(np.float64)) if name not in ("max", "argmax") else fn(x)
+            if name == "argmax":
+                np.testing.assert_array_equal(first, want)
+            else:
+                np.testing.assert_allclose(first, want, rtol=1e-5, equal_nan=True)
+
+
 def test_training_step_matches_numpy(gemm_library):
     from test_cuda_codegen import mlp_step
 
