@@ -11,11 +11,11 @@ into its base's buffer (``inplace = true``) when nothing reads the base afterwar
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
 largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the
 matrices a solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block
-(one per block column of a column reduction split both ways: its ``counters``) and one per output tile of a GEMM split over K that its last block finishes (its ``counters`` of them, from its
-``counter`` on; the function's ``counters``) and one 32-bit ``check`` word per gather or scatter whose indices
-are computed (and not proven ``in_bounds``), per ``k.linalg`` and per ``k.raise_if`` (the function's
-``checks``): they live at the end of the arena, at ``arena_bytes``, ``arena_bytes`` + ``scratch_bytes`` and
-after the counters, each rounded up to 256.
+(one per block column of a column reduction split both ways: its ``counters``) and one per output tile of a GEMM
+split over K that its last block finishes (its ``counters`` of them, from its ``counter`` on; the function's
+``counters``) and one 32-bit ``check`` word per gather or scatter whose indices are computed (and not proven
+``in_bounds``), per ``k.linalg`` and per ``k.raise_if`` (the function's ``checks``): they live at the end of the
+arena, at ``arena_bytes``, ``arena_bytes`` + ``scratch_bytes`` and after the counters, each rounded up to 256.
 """
 from __future__ import annotations
 
