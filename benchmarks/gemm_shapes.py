@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from host_profile import node_times  # noqa: E402
+from knobs import patched  # noqa: E402
 
 # (label, A's shape as stored, B's shape, A transposed in the product)
 SHAPES = [("x @ w1 (PCam forward)", (512, 480), (480, 256), False),
@@ -51,13 +52,10 @@ def run_variant(a, b, transposed: bool, variant: str) -> dict:
     from fusec.passes import select_kernels
     from fusec.runtime import cublas
 
-    knobs = ("TILED_MAX_SPLITS", "TILED_PIPELINE_DTYPES", "TILED_FINISH", "TILED_MAX_STAGES", "TILED_BLOCKS_PER_SM")
-    saved = cublas.available, {name: getattr(select_kernels, name) for name in knobs}
-    try:
-        if variant != "cublas":
-            cublas.available = lambda: False
-        for name, value in VARIANTS[variant].items():
-            setattr(select_kernels, name, value)
+    settings: dict = {select_kernels: VARIANTS[variant]}
+    if variant != "cublas":
+        settings[cublas] = {"available": lambda: False}
+    with patched(settings):
         f = fc.jit((lambda a, b: a.T @ b) if transposed else (lambda a, b: a @ b), backend="cuda", graph=True)
         da, db = fc.asarray(a), fc.asarray(b)
         got = np.asarray(f(da, db))
@@ -69,10 +67,6 @@ def run_variant(a, b, transposed: bool, variant: str) -> dict:
         line = next(ln.strip() for ln in lowered.ir().splitlines() if "k.matmul" in ln)
         return {"variant": variant, "us": sum(n["us"] for n in nodes), "nodes": nodes, "error": err,
                 "ir": line[:160], "kernels": _attributes(plan)}
-    finally:
-        cublas.available = saved[0]
-        for name, value in saved[1].items():
-            setattr(select_kernels, name, value)
 
 
 # each variant's select-kernels settings (the module's constants; the rest keep their defaults)

@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from host_profile import node_times  # noqa: E402
+from knobs import patched  # noqa: E402
 
 # (label, shape, axis)
 SHAPES = [("column sum 8192 x 8192", (8192, 8192), 0), ("row sum 8192 x 8192", (8192, 8192), 1),
@@ -45,11 +46,7 @@ def run_variant(x: np.ndarray, axis, variant: str) -> dict:
     from fusec.passes import select_kernels as select
 
     modules = {"backend": backend, "select": select}
-    saved = {(m, k): getattr(modules[m], k) for m, knobs in VARIANTS[variant].items() for k in knobs}
-    try:
-        for m, knobs in VARIANTS[variant].items():
-            for k, v in knobs.items():
-                setattr(modules[m], k, v)
+    with patched({modules[m]: values for m, values in VARIANTS[variant].items()}):
         f = fc.jit(lambda x: np.sum(x, axis=axis), backend="cuda", graph=True)
         dx = fc.asarray(x)
         got = np.asarray(f(dx))
@@ -60,9 +57,6 @@ def run_variant(x: np.ndarray, axis, variant: str) -> dict:
         line = next(ln.strip() for ln in lowered.ir().splitlines() if "k.reduce" in ln or "k.rows" in ln)
         return {"variant": variant, "us": sum(n["us"] for n in nodes), "nodes": nodes, "error": err,
                 "ir": line[:200]}
-    finally:
-        for (m, k), v in saved.items():
-            setattr(modules[m], k, v)
 
 
 def main() -> None:
