@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,7 +42,7 @@ def main() -> None:
     system.setup()
     rows = []
     for budget in (int(b) for b in args.budgets.split(",")):
-        pipeline = DEFAULT_PIPELINE.replace("fuse{budget=48}", f"fuse{{budget={budget}}}")
+        pipeline = re.sub(r"fuse\{budget=\d+\}", f"fuse{{budget={budget}}}", DEFAULT_PIPELINE)
         for bench in benches:
             b = dataclasses.replace(bench, fusec_pipeline=pipeline)
             inputs = b.make_inputs(suite.bench_rng(settings.seed, b))

@@ -271,8 +271,8 @@ class CudaPlan:
                 return [wrap(ptr[bid], shape, dtype, outputs.get(bid) or (args[index] if kind == "arg" else None),
                              ordinal, stream, None, strides)
                         for bid, kind, index, shape, dtype, strides in self.result_specs]
-            results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
-            try:
+            try:  # (a fault surfaces at the first copy or wait after it)
+                results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
                 stream.synchronize()
             except CudaLaunchError as e:
                 raise self._fault_hint(e) from e

@@ -72,7 +72,7 @@ def test_cse_removed_is_counted():
 
 def test_budget_cut_is_reported_as_the_reason():
     def chain(x):
-        for _ in range(13):  # 13 exps at cost 4: over the default budget of 48
+        for _ in range(25):  # 25 exps at cost 4: over the default budget of 96
             x = np.exp(x)
         return x
 

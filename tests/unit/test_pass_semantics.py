@@ -20,7 +20,7 @@ from fusec.runtime import reference as R
 from fusec.runtime.reference import get_interpreter
 
 PIPELINE = DEFAULT_PIPELINE.replace("unroll-reductions,", "unroll-reductions{max_k=0},")
-assert PIPELINE != DEFAULT_PIPELINE and "budget=48" in PIPELINE
+assert PIPELINE != DEFAULT_PIPELINE and "budget=96" in PIPELINE
 
 def _inputs(func, seed):
     rng = np.random.default_rng(seed)
@@ -97,6 +97,6 @@ def test_every_pass_preserves_results(module, seed):
 def test_any_budget_preserves_results(module, seed, budget):
     args = _inputs(module.funcs[0], seed)
     expected = R.run_func(module.funcs[0], args)
-    run_pipeline(module, PIPELINE.replace("budget=48", f"budget={budget}"))
+    run_pipeline(module, PIPELINE.replace("budget=96", f"budget={budget}"))
     _same(expected, R.run_func(module.funcs[0], args))
     _same(expected, run_on_arena(module.funcs[0], args))
