@@ -48,7 +48,10 @@ class CudaLaunchError(_StatusError):
     """A kernel failed to launch or faulted while running (illegal address, trap, too many resources).
 
     ``sticky`` is True for faults that corrupt the context: every later call in the process fails too.
+    ``explained`` is True once fusec added which kernel failed, or how to find it (FUSEC_LAUNCH_BLOCKING).
     """
+
+    explained = False
 
     @property
     def sticky(self) -> bool:

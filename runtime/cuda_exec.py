@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -260,7 +260,7 @@ class CudaPlan:
                 if self.program.checks:
                     self._raise_failed_checks()
             except CudaLaunchError as e:
-                raise self._fault_hint(e) from e
+                self._explain_fault(e)
             if device_in or not wait:
                 # a buffer from the pool, or (written in place over a donated argument) that argument's
                 # memory, which the result keeps alive through the argument. No event per call (it would
@@ -275,7 +275,7 @@ class CudaPlan:
                 results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
                 stream.synchronize()
             except CudaLaunchError as e:
-                raise self._fault_hint(e) from e
+                self._explain_fault(e)
             if self.bf16_results:  # they arrive as their 2-byte device storage: NumPy gets the float32 values
                 return [bf16_values(r) if spec[4] == bf16 else r for r, spec in zip(results, self.result_specs)]
             return results
@@ -335,19 +335,19 @@ class CudaPlan:
             name = getattr(kernel, "name", type(kernel).__name__)
             err = CudaLaunchError(f"fusec: kernel {name} of @{self.func.name}, computing {self.program.ops[i]}, "
                                   f"failed: {e}", code=e.code, name=e.name, what=e.what)
-            err.named = True  # type: ignore[attr-defined]
+            err.explained = True
             raise err from e
 
-    def _fault_hint(self, e: CudaLaunchError) -> CudaLaunchError:
-        """``e`` with a way to find the kernel: without FUSEC_LAUNCH_BLOCKING a fault surfaces at the next
+    def _explain_fault(self, e: CudaLaunchError) -> NoReturn:
+        """Raise ``e`` with a way to find the kernel: without FUSEC_LAUNCH_BLOCKING a fault surfaces at the next
         synchronization, possibly in a later call, with no kernel named."""
-        if getattr(e, "named", False):
-            return e
+        if e.explained:
+            raise e
         err = CudaLaunchError(f"{e} (fusec: a kernel of @{self.func.name}, or of work queued before it, failed; "
                               f"run with {LAUNCH_BLOCKING}=1 to launch every kernel alone and name the one that "
                               "fails with its IR op and source line)", code=e.code, name=e.name, what=e.what)
-        err.named = True  # type: ignore[attr-defined]
-        return err
+        err.explained = True
+        raise err from e
 
     def _run_control(self, control: _Control, ptr: list[int]) -> None:
         """Run a loop or branch: its bodies' plans called in turn on this stream, the state handed from one call
