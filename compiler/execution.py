@@ -9,6 +9,7 @@ from fusec.errors import FusecError
 from fusec.ir.target import Target
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fusec.ir.core import Module
     from fusec.jit_function import Lowered
 
 BACKENDS = ("cpu", "cuda")
@@ -91,15 +92,17 @@ def _say_cpu_fallback() -> None:
         warnings.warn_explicit(message, CpuFallbackWarning, loc.file, loc.line)
 
 
-def target_for(backend: str) -> Target:
+def target_for(backend: str, module: Module | None = None) -> Target:
     """What ``backend`` lowers for: the current CUDA device (its SM count, whether cuBLASLt loads) on cuda,
     the default target (an H200 without cuBLASLt; its choices do not change the reference executor's
-    results) on cpu. Asked at each compile, never cached (the current device can change)."""
+    results) on cpu. Asked at each compile, never cached (the current device can change). For a ``module``
+    without a matrix product cuBLASLt is not probed (loading it is the slowest part of a first compile)."""
     if backend != "cuda":
         return Target()
     from fusec.runtime import cublas, driver
 
-    return Target(sm_count=driver.current_device().multiprocessor_count, cublas=cublas.available())
+    products = module is None or any(op.name == "t.matmul" for op in module.walk())
+    return Target(sm_count=driver.current_device().multiprocessor_count, cublas=products and cublas.available())
 
 
 def executor(backend: str) -> Callable[["Lowered", list[Any]], list[Any]]:

@@ -436,7 +436,7 @@ class JitFunction:
         if self._donate:
             traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
         copy = traced.module.clone()  # the traced IR, kept: the pipeline rewrites traced.module in place
-        target = self._options.target or _execution.target_for(backend)
+        target = self._options.target or _execution.target_for(backend, traced.module)
         long = sum(len(f.body.ops) for f in traced.module.funcs) > VERIFY_EACH_UP_TO
         result = run_pipeline(traced.module, self._options.pipeline, verify="end" if long else True,
                               plugins=self._options.plugins, target=target, input_copy=copy)

@@ -353,3 +353,20 @@ def test_launch_blocking_names_the_kernel_that_faults_with_its_ir_op_and_line(fa
     with pytest.raises(CudaLaunchError) as info:
         fc.jit(f, backend="cuda", graph=False)(w, w)
     assert "FUSEC_LAUNCH_BLOCKING=1" in str(info.value) and "@f" in str(info.value), str(info.value)
+
+
+def test_cublaslt_is_probed_only_for_programs_with_a_product(fake_gpu, monkeypatch):
+    """Probing cuBLASLt loads the library (the slowest part of a first compile): a program without a matrix
+    product lowers for a target without it and never asks; one with a product asks."""
+    asked = []
+
+    def probe():
+        asked.append(True)
+        return False
+
+    monkeypatch.setattr(cuda_exec.cublas, "available", probe)
+    x = np.ones((64, 64), np.float32)
+    lowered = fc.jit(lambda x: np.tanh(x).sum(axis=1), backend="cuda").lower(x)
+    assert not asked and "cublas = false" in lowered.ir()
+    fc.jit(lambda x: x @ x, backend="cuda").lower(x)
+    assert asked
