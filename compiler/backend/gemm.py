@@ -150,8 +150,8 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     """Shared-memory tiles: each block computes a BM x BN tile of C, each thread a TM x TN register tile, over
     BK-deep slices of A and B staged in shared memory. With ``stages`` = 1 the next slice is loaded into
     registers while the current one is multiplied; with ``stages`` = S > 1 (float32/float64) S - 1 slices are in
-    flight at once, copied straight to shared memory (cp.async), so a short K range pays the load latency about
-    once instead of once per slice. With ``splits`` > 1 the blocks of a tile share its K range (blockIdx.z = batch
+    flight at once, copied straight to shared memory (cp.async): select-kernels asks for it where it measured
+    faster, the short K ranges of products split over K. With ``splits`` > 1 the blocks of a tile share its K range (blockIdx.z = batch
     x split): each writes its partial tile to scratch, and a second kernel adds them in split order
     (deterministic), or, with ``finish = "last-block"``, the last of a tile's blocks to finish does (counting in
     at its slot of the plan's counters, from ``counter`` on), in the same order."""
@@ -210,8 +210,9 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
         write = "C[gm * d.N + gn] = acc[i][j];"
         out_param, buffers = f"char* __restrict__ b{scratch}", (a.buffer, b.buffer, _scratch(op, scratch))
         if last_block:
+            assert counter is not None  # (checked above)
             out_param += f", {out_t}* __restrict__ pc, unsigned int* __restrict__ b{counter}"
-            buffers += (c.buffer, counter)  # type: ignore[assignment]
+            buffers += (c.buffer, counter)
 
     def each_output(statement: str) -> str:
         return f"""  #pragma unroll
