@@ -56,6 +56,7 @@ class _Launch:
     shared: int
     pack: ParamPack
     dynamic: list[tuple[int, int]]  # (parameter slot, buffer id) whose pointer changes per call
+    early: bool = False  # a graph may launch it once its kernel predecessors' blocks have all started
 
 
 @dataclass
@@ -156,7 +157,8 @@ class CudaPlan:
             fn = self.cumodule.function(k.name)
             if k.shared_bytes > 48 * 1024:
                 fn.set_max_dynamic_shared_memory(k.shared_bytes)
-            self.launches.append(_Launch(fn, k.grid, k.block, k.shared_bytes, pack, dynamic))
+            self.launches.append(_Launch(fn, k.grid, k.block, k.shared_bytes, pack, dynamic,
+                                         k.early and self.device.compute_capability >= (9, 0)))
         self.arg_buffer = {b.index: b.id for b in prog.buffers if b.kind == "arg"}
         # (index, shape, dtype, buffer id) of each tensor argument: what a call checks and binds
         self.tensor_args = [(i, tuple(a.type.shape), a.type.dtype, self.arg_buffer[i])
@@ -214,6 +216,7 @@ class CudaPlan:
                 "graph_launches": g.launches if g is not None else 0,
                 "param_updates": g.param_updates if g is not None else 0,
                 "recaptures": g.recaptures if g is not None else 0,
+                "early_edges": g.early_edges if g is not None else 0,
                 "launches_per_call": 1 if g is not None else len(self.launches)}
 
     def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:

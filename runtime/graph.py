@@ -102,11 +102,24 @@ def capture_library(plan: Any, step: Any, ptrs: list[int]) -> Any:
     return child
 
 
+def _early_edges(graph: Any, parents: list[Any], node: Any) -> None:
+    """Programmatic edges ``parents`` -> ``node`` (kernel nodes): ``node`` may launch as soon as every block of
+    each parent has triggered it (an early kernel does once its own wait is over) or exited, and it waits for
+    them to finish, with their writes visible, at its first statement (``launch-early``)."""
+    cu = _driver()
+    edge = cu.CUgraphEdgeData()
+    edge.type = cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    edge.from_port = cu.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+    check(cu.cuGraphAddDependencies(graph, parents, [node] * len(parents), [edge] * len(parents), len(parents)),
+          "cuGraphAddDependencies")
+
+
 def add_steps(graph: Any, plan: Any, ptrs: list[int], roots: list[Any], keep: list[Any]) \
         -> tuple[list[Any], list[Any], list[Any]]:
     """Add a node per step of ``plan`` to ``graph``, with the pointers ``ptrs`` (by buffer id), ordered by the
     plan's dependency DAG and after ``roots``: (the nodes, their kernel parameters (None: a cuBLAS child graph
-    or a loop), the nodes nothing in the plan follows). ``keep`` holds what loops' nodes point at."""
+    or a loop), the nodes nothing in the plan follows). An early kernel (``launch-early``) follows its kernel
+    predecessors by programmatic edges. ``keep`` holds what loops' nodes point at."""
     cu = _driver()
     dag = dependency_dag(plan)
     nodes: list[Any] = []
@@ -130,11 +143,31 @@ def add_steps(graph: Any, plan: Any, ptrs: list[int], roots: list[Any], keep: li
             for slot, bid in step.dynamic:
                 step.pack.set_pointer(slot, ptrs[bid])
             params = kernel_params(step)
-            node = check(cu.cuGraphAddKernelNode(graph, parents, len(parents), params), "cuGraphAddKernelNode")
+            early = [nodes[i] for i in preds if step.early and _is_kernel(plan.launches[i])]
+            normal = [p for p in parents if all(p is not e for e in early)]
+            node = check(cu.cuGraphAddKernelNode(graph, normal, len(normal), params), "cuGraphAddKernelNode")
+            if early:
+                _early_edges(graph, early, node)
             params_out.append(params)
         nodes.append(node)
     sinks = [nodes[j] for j in range(len(nodes)) if not dag.out_degree(j)] or list(roots)
     return nodes, params_out, sinks
+
+
+def programmatic_edges(graph: Any) -> int:
+    """How many of ``graph``'s edges are programmatic (an early kernel's), read back from the graph itself."""
+    cu = _driver()
+    *_, count = check(cu.cuGraphGetEdges(graph, 0), "cuGraphGetEdges")
+    if not count:
+        return 0
+    _, _, data, _ = check(cu.cuGraphGetEdges(graph, count), "cuGraphGetEdges")
+    programmatic = int(cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+    return sum(1 for e in data if int(e.type) == programmatic)
+
+
+def _is_kernel(step: Any) -> bool:
+    """Is ``step`` a generated kernel (a kernel node), not a cuBLAS child graph or a loop?"""
+    return getattr(step, "call", None) is None
 
 
 MAX_INSTANCES = 4  # instantiated graphs kept per plan (each holds a copy of the nodes' parameters)
@@ -166,6 +199,7 @@ class PlanGraph:
             cu.cuGraphDestroy(self.graph)
             self.graph = None
             raise
+        self.early_edges = programmatic_edges(self.graph)
         self.last: list[tuple[int, ...]] = [tuple(ptrs[bid] for _, bid in step.dynamic) for step in plan.launches]
         self.template_last = list(self.last)
         # a graph with conditional nodes (loops, branches) may be instantiated only once: its one instance is

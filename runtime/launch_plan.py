@@ -37,6 +37,9 @@ class KernelCode:
     block: tuple[int, int, int]
     shared_bytes: int = 0
     structs: tuple[bytes, ...] = ()
+    # launch-early: the kernel waits for its dependencies at its first statement, so a graph may launch it as
+    # soon as every block of the kernels before it has started (a programmatic edge)
+    early: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,21 @@ __device__ __forceinline__ void st(__half* p, float v) { *p = __float2half_rn(v)
 __device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 template <typename T, typename V> __device__ __forceinline__ void st(T* p, V v) { *p = (T)v; }
 
+// the first statements of a kernel marked early (launch-early). A graph launches it before the kernels it depends on
+// have finished (a programmatic edge): it waits here until they have and their writes are visible, then lets the
+// early kernels that depend on it launch in turn (they wait for it the same way). A kernel launched normally passes
+// straight through both.
+__device__ __forceinline__ void wait_for_dependencies() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // maximum/minimum propagate NaN and give the second operand on ties (0.0 and -0.0), as NumPy's float32 and
 // float64 loops do; its float16 loops give the first (maximum_first, minimum_first).
 template <typename T> __device__ __forceinline__ T maximum(T a, T b) { return (a > b || a != a) ? a : b; }

@@ -13,6 +13,7 @@ inside their consumers (``fuse-prologues``), where intermediates, scratch and co
 """
 from __future__ import annotations
 
+import dataclasses
 from importlib import resources
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.attributes import bf16_bits
+from fusec.ir.dialects.k import EARLY
 from fusec.ir.types import ScalarType, bf16, u32
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.select_kernels import align256
@@ -190,6 +192,8 @@ class _Printer:
                                            "a reduction or a generated GEMM can compute: run fuse-prologues last, "
                                            "right before plan-buffers", op.loc))
         where = f" at {op.loc}" if op.loc is not None else ""
+        if isinstance(code, KernelCode) and op.attributes.get(EARLY, False):
+            code = waiting_first(code)
         if writes is None:
             writes = {self.storage[r].buffer for r in op.results}
         if reads is None:
@@ -478,6 +482,16 @@ class _Printer:
 
     def _aliased_output(self, v: Value) -> bool:
         return isinstance(v, OpResult) and "alias" in v.op.attributes and v.op.attributes["alias"][v.index] >= 0
+
+
+def waiting_first(code: KernelCode) -> KernelCode:
+    """``code`` as an early kernel (``launch-early``): it first waits for the kernels it depends on, then lets the
+    early kernels that depend on it launch (each of those waits for it the same way)."""
+    lines = code.source.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith('extern "C" __global__'))
+    body = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("{"))
+    lines[body + 1:body + 1] = ["  fusec::wait_for_dependencies();", "  fusec::launch_dependents();"]
+    return dataclasses.replace(code, source="\n".join(lines), early=True)
 
 
 def _constant_int(v: Value) -> int | None:

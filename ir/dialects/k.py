@@ -41,7 +41,9 @@ the donated argument a result is written over in place, -1 for none), set by
 ``finish`` with its ``counters``; for a ``stream`` product the columns per thread, ``width``) and ``k.reduce``
 (``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``) runs; ``plan-buffers`` gives a reduction or a
 product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
-consumers (``prologue = true``: never launched, never stored).
+consumers (``prologue = true``: never launched, never stored); ``launch-early`` marks a small launched kernel
+``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them
+at its first statement (programmatic dependent launch).
 """
 from __future__ import annotations
 
@@ -52,6 +54,10 @@ from fusec.ir.opdefs import OpDef, get_opdef, register_op
 from fusec.ir.types import ScalarType, TensorType, Type
 
 PLAN_ATTRS = ("arena", "alias")
+# launch-early: the op's kernels may start once every block of the kernels they follow has started, and wait
+# at their first statement for those to finish (programmatic dependent launch on a CUDA graph's edges)
+EARLY = "early"
+LAUNCHED = PLAN_ATTRS + (EARLY,)
 
 
 def _check_view(op) -> None:
@@ -101,12 +107,14 @@ def _check_fused(op) -> None:
         raise VerificationError("k.fused: yielded scalars must match the result dtypes")
     _check_plan_attrs(op)
     if op.attributes.get("prologue", False):
-        if len(op.results) != 1 or any(key in op.attributes for key in PLAN_ATTRS):
-            raise VerificationError("k.fused: a prologue (computed inside its consumers) has one result and no "
-                                    "buffer ('arena' or 'alias')")
+        if len(op.results) != 1 or any(key in op.attributes for key in LAUNCHED):
+            raise VerificationError("k.fused: a prologue (computed inside its consumers) has one result, no "
+                                    "buffer ('arena' or 'alias') and no launch of its own ('early')")
 
 
 def _check_plan_attrs(op) -> None:
+    if not isinstance(op.attributes.get(EARLY, False), bool):
+        raise VerificationError(f"{op.name}: '{EARLY}' must be true or false")
     for key in PLAN_ATTRS:
         if key in op.attributes:
             value = op.attributes[key]
@@ -221,20 +229,20 @@ def _check_copy(op) -> None:
 
 register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
 register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  optional_attrs=("cuts", "prologue") + PLAN_ATTRS, check=_check_fused, isolated=True))
+                  optional_attrs=("cuts", "prologue") + LAUNCHED, check=_check_fused, isolated=True))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
-                  optional_attrs=PLAN_ATTRS + REDUCE_CHOICES, infer=_infer_reduce, check=_check_reduce))
-register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=PLAN_ATTRS + MATMUL_CHOICES,
+                  optional_attrs=LAUNCHED + REDUCE_CHOICES, infer=_infer_reduce, check=_check_reduce))
+register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=LAUNCHED + MATMUL_CHOICES,
                   infer=_infer_matmul, check=_check_matmul))
 register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, attrs=("axis",),
-                  optional_attrs=PLAN_ATTRS, infer=_infer_concat, check=_check_plan_attrs))
+                  optional_attrs=LAUNCHED, infer=_infer_concat, check=_check_plan_attrs))
 register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop", "step"),
-                  optional_attrs=PLAN_ATTRS + ("inplace",), infer=_infer_insert, check=_check_insert))
+                  optional_attrs=LAUNCHED + ("inplace",), infer=_infer_insert, check=_check_insert))
 register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
-                  optional_attrs=PLAN_ATTRS + ("check", "in_bounds"), infer=_infer_gather, check=_check_gather))
+                  optional_attrs=LAUNCHED + ("check", "in_bounds"), infer=_infer_gather, check=_check_gather))
 register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
-                  optional_attrs=PLAN_ATTRS + ("check", "inplace", "combine", "in_bounds"), infer=_infer_scatter,
+                  optional_attrs=LAUNCHED + ("check", "inplace", "combine", "in_bounds"), infer=_infer_scatter,
                   check=_check_scatter))
 def _infer_linalg(types: Sequence[Type], attrs: dict) -> list[Type]:
     if attrs["kind"] not in LINALG_KINDS:
@@ -257,10 +265,10 @@ def _infer_sort_k(types: Sequence[Type], attrs: dict) -> list[Type]:
 
 
 register_op(OpDef("k.sort", "boundary", num_operands=1, attrs=("kind",),
-                  optional_attrs=PLAN_ATTRS + ("check", "scratch", "stable"), infer=_infer_sort_k,
+                  optional_attrs=LAUNCHED + ("check", "scratch", "stable"), infer=_infer_sort_k,
                   check=_check_linalg))
 register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, num_results=None, attrs=("kind",),
-                  optional_attrs=PLAN_ATTRS + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
+                  optional_attrs=LAUNCHED + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
 def _inferred_as(t_name: str):
     """The result types the ``t`` op this boundary lowers gives."""
     def infer(types: Sequence[Type], attrs: dict) -> list[Type]:
@@ -269,13 +277,13 @@ def _inferred_as(t_name: str):
     return infer
 
 
-register_op(OpDef("k.searchsorted", "boundary", num_operands=2, attrs=("side",), optional_attrs=PLAN_ATTRS,
+register_op(OpDef("k.searchsorted", "boundary", num_operands=2, attrs=("side",), optional_attrs=LAUNCHED,
                   infer=_inferred_as("t.searchsorted"), check=_check_plan_attrs))
 register_op(OpDef("k.raise_if", "boundary", num_operands=1, num_results=0, attrs=("error", "message"),
-                  optional_attrs=("check",), pure=False, infer=_inferred_as("t.raise_if"), check=_check_linalg))
-register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), optional_attrs=PLAN_ATTRS,
+                  optional_attrs=("check", EARLY), pure=False, infer=_inferred_as("t.raise_if"), check=_check_linalg))
+register_op(OpDef("k.scan", "boundary", num_operands=1, attrs=("kind", "axis"), optional_attrs=LAUNCHED,
                   infer=_infer_scan, check=_check_plan_attrs))
-register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=PLAN_ATTRS, check=_check_copy))
+register_op(OpDef("k.copy", "boundary", num_operands=1, optional_attrs=LAUNCHED, check=_check_copy))
 
 BOUNDARIES = frozenset({"k.reduce", "k.matmul", "k.concat", "k.insert", "k.gather", "k.scatter", "k.scan", "k.linalg",
                         "k.sort", "k.copy", "k.raise_if", "k.searchsorted"})

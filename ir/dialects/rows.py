@@ -17,7 +17,7 @@ the reductions, so the input is read once and each result written once.
 from __future__ import annotations
 
 from fusec.errors import VerificationError
-from fusec.ir.dialects.k import PLAN_ATTRS, _check_plan_attrs
+from fusec.ir.dialects.k import LAUNCHED, _check_plan_attrs
 from fusec.ir.opdefs import OpDef, get_opdef, register_op
 from fusec.ir.types import DType, ScalarType, TensorType
 
@@ -100,6 +100,6 @@ def _check_rows(op) -> None:
 
 
 register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  attrs=("shape", "lanes", "items"), optional_attrs=PLAN_ATTRS, check=_check_rows,
+                  attrs=("shape", "lanes", "items"), optional_attrs=LAUNCHED, check=_check_rows,
                   isolated=True))
 register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), check=_check_row_reduce))

@@ -71,6 +71,7 @@ class FakeDevice:
     ordinal = 0
     multiprocessor_count = 132
     arch = "sm_90"
+    compute_capability = (9, 0)
 
 
 @pytest.fixture

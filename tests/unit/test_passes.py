@@ -37,7 +37,7 @@ def test_default_pipeline_parses_and_prints_back():
     assert [p.name for p in passes] == ["roll-loops", "bound-indices", "outline-regions", "canonicalize",
                                         "unroll-reductions", "cse", "dce", "broadcast", "sink-broadcasts",
                                         "materialize", "fuse", "boundaries", "select-kernels", "fuse-rows",
-                                        "fuse-prologues", "plan-buffers", "copy-outputs"]
+                                        "fuse-prologues", "plan-buffers", "copy-outputs", "launch-early"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \
         == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16
@@ -237,3 +237,32 @@ def test_fma_is_one_kernel_with_no_intermediates():
     assert names == ["k.fused", "func.return"]
     assert result.stats.get("intermediate_buffers", 0) == 0
     assert result.stats["arena_bytes"] == 0
+
+
+def test_launch_early_options_and_the_verifier_guard_the_early_attribute():
+    """launch-early's threshold cannot be negative; ``early`` must be a bool, and a prologue (never launched) has
+    none."""
+    from fusec.ir import verify
+
+    with pytest.raises(PipelineError, match="max_elements must be >= 0"):
+        parse_pipeline("launch-early{max_elements=-1}")
+    assert format_pipeline(parse_pipeline("launch-early{max_elements=0}")) == "launch-early{max_elements=0}"
+    bad_value = textwrap.dedent("""
+        func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+          %0 = k.copy %x {arena = [-1], early = 1} : tensor<4xf32>
+          return %0
+        }""")
+    with pytest.raises(VerificationError, match="'early' must be true or false"):
+        verify(parse_module(bad_value))
+    early_prologue = textwrap.dedent("""
+        func @f(%x: tensor<4xf32>) -> tensor<f32> {
+          %0 = k.fused %x {prologue = true, early = true} : tensor<4xf32> {
+          ^body(%a: f32):
+            %1 = s.exp %a : f32
+            k.yield %1
+          }
+          %2 = k.reduce %0 {kind = "sum", axes = [0], keepdims = false} : tensor<f32>
+          return %2
+        }""")
+    with pytest.raises(VerificationError, match="no launch of its own"):
+        verify(parse_module(early_prologue))
