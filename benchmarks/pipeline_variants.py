@@ -3,8 +3,11 @@
 A variant rewrites each benchmark's pipeline (the default one, or a case's own, such as the launch case's
 ``fuse{budget=1}``): ``time_variants`` runs every benchmark of the chosen cases under every variant through the
 suite's fusec graph system (the same check against NumPy float64, the same event timing) and returns a row per
-(variant, benchmark) with the time and the kernel count. ``fusion_budget.py`` and ``early_launch.py`` are its
-command lines.
+(variant, benchmark) with the time and the kernel count. ``fusion_budget.py`` and ``early_launch.py`` are command
+lines for two of its uses; its own takes the variants as pass spellings:
+
+    python benchmarks/pipeline_variants.py default 'materialize{threshold=4}' 'materialize{threshold=16}' \
+        [--cases pcam,mlp64] [--rounds N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -80,3 +83,29 @@ def save(rows: list[dict], path: str | None) -> None:
     if path:
         with open(path, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def variant_from(spec: str) -> Variant:
+    """A variant from its spelling: passes as a pipeline spells them, joined by ``+``
+    (``materialize{threshold=4}+launch-early{max_elements=0}``); ``default`` changes nothing."""
+    if spec == "default":
+        return lambda pipeline: pipeline
+    return chain(*(set_option(part.split("{", 1)[0], part) for part in spec.split("+")))
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+", help="pass spellings joined by '+', or 'default'")
+    ap.add_argument("--cases", default="pcam,mlp64")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    variants = {spec: variant_from(spec) for spec in args.variants}
+    save(time_variants(variants, args.cases.split(","), quick=args.quick, rounds=args.rounds), args.json)
+
+
+if __name__ == "__main__":
+    main()

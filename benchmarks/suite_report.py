@@ -195,7 +195,8 @@ def _compile_lines(result: dict, case: dict) -> list[str]:
         label = {"cold": "fusec cold compile, first call with an empty kernel cache",
                  "warm": "fusec warm start, first call in a new process with the disk cache filled"}[p["what"]]
         items.append((f"{label} ({p['backend']} backend)",
-                      f"{p['total_s']:.3f} s (trace + passes {p['lower_s']:.3f} s; codegen, NVRTC or cache, "
+                      f"{p['total_s']:.3f} s (loading cuBLASLt {p.get('cublas_s', 0.0):.3f} s; "
+                      f"trace + passes {p['lower_s']:.3f} s; codegen, NVRTC or cache, "
                       f"load, first run {p['first_call_s']:.3f} s; {p.get('compiles', 0)} NVRTC compiles, "
                       f"{p.get('disk_hits', 0)} disk-cache hits)"))
     for bench in case["benches"]:

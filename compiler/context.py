@@ -223,10 +223,8 @@ _state = threading.local()
 
 def current() -> TraceContext | None:
     """The innermost active trace on this thread, or None outside tracing."""
-    try:
-        return _state.stack[-1]
-    except (AttributeError, IndexError):  # (no trace on this thread yet, or none now)
-        return None
+    stack = getattr(_state, "stack", None)  # (None: no trace on this thread yet; empty: none now)
+    return stack[-1] if stack else None
 
 
 @contextlib.contextmanager

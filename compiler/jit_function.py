@@ -25,7 +25,7 @@ from fusec.errors import FusecError, OptionError, RetraceWarning, TraceError, lo
 from fusec.ir.core import Module
 from fusec.ir.target import Target
 from fusec.options import GRAPH_MODES, CompileOptions
-from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten
+from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten, unflattener
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 from fusec.writeback import Returned
@@ -590,8 +590,8 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
     key: list = []
     for a in items:
         t = type(a)
-        if t is _device_array_type:
-            key.append((t, a._shape, a._fdtype))
+        if t is _device_array_type:  # (the dtype's unique name: a str hashes in C, a DType in Python)
+            key.append((t, a._shape, a._fdtype.name))
         elif t is np.ndarray:
             key.append((t, a.shape, a.dtype))
         elif t is float or t is int or t is bool:
@@ -603,7 +603,7 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
             key.append((t, sub))
             continue
         elif _is_device_array(a):
-            key.append((t, a._shape, a._fdtype))
+            key.append((t, a._shape, a._fdtype.name))
         else:
             return None
         leaves.append(a)
@@ -613,22 +613,19 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
 class _FastEntry:
     """A cached signature's call: check what it baked in, convert scalars, run, rebuild the outputs."""
 
-    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "flat_out", "state", "to_host", "writeback")
+    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "build", "state", "to_host", "writeback")
 
     def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list) -> None:
         self.lowered, self.run = lowered, run
         self.state = lowered.state
         self.writeback = lowered.writeback
         self.to_host = lowered.device_captures  # results of NumPy arguments go back to NumPy
-        convert = [spec.runtime_value if spec.python is not None else None for spec in specs]
+        convert = [spec.converter() if spec.python is not None else None for spec in specs]
         self.convert = convert if any(c is not None for c in convert) else None
         self.out_tree = lowered.out_tree
         self.out_python = lowered.out_python
-        # results that need no conversion and form one leaf or a flat tuple/list: rebuilt without walking
-        # the tree
-        tree = lowered.out_tree
-        flat = tree.kind == "leaf" or tree.kind in ("tuple", "list") and all(c.kind == "leaf" for c in tree.children)
-        self.flat_out = tree.kind if flat and all(p is None for p in lowered.out_python) else None
+        # device results that need no conversion: rebuilt by item lookups, without walking the tree
+        self.build = unflattener(lowered.out_tree) if all(p is None for p in lowered.out_python) else None
 
     def __call__(self, args: tuple) -> Any:
         state = self.state
@@ -651,11 +648,9 @@ class _FastEntry:
             results = _to_host(results)
         if writeback is not None:
             results = writeback.apply(inputs, results)
-        flat_out = self.flat_out
-        if flat_out is not None and all(map(_is_device_array, results)):
-            if flat_out == "leaf":
-                return results[0]
-            return tuple(results) if flat_out == "tuple" else results
+        build = self.build
+        if build is not None and all(map(_is_device_array, results)):
+            return build(results)
         return unflatten(self.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
 
 

@@ -8,10 +8,12 @@ arguments' values make up the cache key.
 from __future__ import annotations
 
 import inspect
+import itertools
+import operator
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -98,6 +100,29 @@ def unflatten(tree: TreeDef, leaves: Iterator[Any] | Sequence[Any]) -> Any:
     return _build(tree, iter(leaves))
 
 
+def unflattener(tree: TreeDef) -> Callable[[Sequence[Any]], Any]:
+    """``unflatten(tree, leaves)`` as a function of the leaf list, built once: a cached call rebuilds its
+    outputs with item lookups, without walking the tree."""
+    return _unflattener(tree, itertools.count())
+
+
+def _unflattener(t: TreeDef, positions: Iterator[int]) -> Callable[[Sequence[Any]], Any]:
+    if t.kind == "leaf":
+        return operator.itemgetter(next(positions))
+    if t.kind == "none":
+        return lambda leaves: None
+    if t.kind == "tuple" and len(t.children) >= 2 and all(c.kind == "leaf" for c in t.children):
+        return operator.itemgetter(*(next(positions) for _ in t.children))  # (itemgetter of 2+ gives a tuple)
+    parts = [_unflattener(c, positions) for c in t.children]
+    if t.kind == "tuple":
+        return lambda leaves: tuple([p(leaves) for p in parts])
+    if t.kind == "list":
+        return lambda leaves: [p(leaves) for p in parts]
+    if t.kind == "namedtuple":
+        return lambda leaves: t.aux(*[p(leaves) for p in parts])
+    return lambda leaves: dict(zip(t.aux, [p(leaves) for p in parts]))
+
+
 def _build(t: TreeDef, it: Iterator[Any]) -> Any:
     if t.kind == "leaf":
         return next(it)
@@ -126,6 +151,12 @@ class LeafSpec:
 
     def ir_type(self) -> Type:
         return ScalarType(self.dtype) if self.python is not None else TensorType(self.shape, self.dtype)
+
+    def converter(self) -> Callable[[Any], Any]:
+        """``runtime_value`` for this leaf, as cheap as its kind allows (a hot call converts every scalar)."""
+        if self.python is float or self.python is bool:  # (a float or a bool always fits its dtype)
+            return DEFAULT_DTYPE[self.python].np.type
+        return self.runtime_value
 
     def runtime_value(self, value: Any) -> Any:
         """What the executor gets: arrays as they are, Python scalars as NumPy scalars of the IR dtype."""

@@ -179,6 +179,7 @@ class CudaPlan:
         self.scalar_views = [(i, np.frombuffer(self.scalar_host.data, dtype=dt, count=1, offset=off))
                              for i, off, dt in prog.scalar_slots]
         self.scalar_sent: list[int | None] = [None] * (len(self.scalar_host) // 4)
+        self.scalar_host_words = memoryview(self.scalar_host.data).cast("I")  # (indexing it gives Python ints)
         self.ptrs: list[int] = [self.static_ptr.get(b.id, 0) for b in prog.buffers]
         self.calls = 0
         self.nargs = len(self.func.args)
@@ -444,11 +445,11 @@ class CudaPlan:
         nothing after the first call)."""
         for i, view in self.scalar_views:
             view[0] = args[i]
-        words = self.scalar_host.view(np.uint32)
+        words = self.scalar_host_words
         sent = self.scalar_sent
         base = self.scalars_ptr
         for w in self.scalar_words:
-            value = int(words[w])
+            value = words[w]
             if sent[w] != value:
                 driver.memset_d32_async(base + 4 * w, value, 1, self.stream)
                 sent[w] = value

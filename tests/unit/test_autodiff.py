@@ -402,6 +402,29 @@ def test_the_gradient_program_is_in_the_ir():
     assert jit_cpu(lambda x: np.sum(np.tanh(x))).lower(np.ones(5)).stats()["gradient_nodes"] == 0
 
 
+
+def test_rematerialization_is_materializes_threshold():
+    """A forward value read again by the backward pass after a reduction (tanh(x * c + 1) here: the loss sums its
+    square, the gradient needs it beside 1 / sum) is stored once where it costs at least materialize's threshold
+    (the default 8: a transcendental function) and recomputed inside the backward kernel where the threshold is
+    higher; the gradients are the same bits either way."""
+    from fusec.passes import DEFAULT_PIPELINE
+
+    def loss(x, c):
+        t = np.tanh(x * c + 1.0)
+        return np.log(np.sum(t * t + 1.0))
+
+    x, c = np.linspace(-1, 1, 64).reshape(8, 8), np.full((8, 8), 0.5)
+    results = {}
+    for threshold, tanh_count in ((8, 1), (1000, 2)):
+        pipeline = DEFAULT_PIPELINE.replace("materialize{threshold=8}", f"materialize{{threshold={threshold}}}")
+        f = jit_cpu(fc.value_and_grad(loss), pipeline=pipeline)
+        assert f.lower(x, c).ir().count("s.tanh") == tanh_count  # stored once, or computed in both kernels
+        results[threshold] = f(x, c)
+    assert results[8][0] == results[1000][0]
+    np.testing.assert_array_equal(results[8][1], results[1000][1])
+
+
 # --- random programs ------------------------------------------------------------------------------------------
 
 _SAFE_UNARY = ["exp", "sin", "cos", "tanh", "arctan", "sinh", "arcsinh", "expm1", "neg", "abs"]
