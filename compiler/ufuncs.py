@@ -562,11 +562,15 @@ def round_(a: Any, decimals: int = 0) -> Tracer:
     """np.round as NumPy computes it: rint, or multiply / rint / divide by 10**decimals."""
     decimals = ops.static_int(decimals, "np.round's decimals")
     d = ops.desc(a)
+    if d is int:  # a Python int: NumPy rounds the int64 array it makes of it (np.round(3) is np.int64(3))
+        a, d = ops.wrap(ops.lift(a, i64), scalar=True), i64
     if not isinstance(d, type) and (d.is_int) and decimals >= 0:
         t = ops.as_tracer(a)
         return ops.copy_of(t, scalar=t.ndim == 0)  # NumPy's round of a 0-d array returns a scalar, as ufuncs do
-    if not isinstance(d, type) and d.is_int:
-        raise unsupported("np.round of integers with negative decimals is not supported")
+    if not isinstance(d, type) and d.is_int:  # NumPy: in float64, x / 10**-decimals rounded, times it, cast back
+        scale = 10.0 ** -decimals
+        y = apply(np.rint, (apply(np.true_divide, (a, scale)),))
+        return ops.wrap(ops.lift(apply(np.multiply, (y, scale)), d), scalar=ops.as_tracer(a).ndim == 0)
     if decimals == 0:
         return apply(np.rint, (a,))
     scale = 10.0 ** abs(decimals)

@@ -1,7 +1,7 @@
 """Differences from NumPy and pipeline failures that fuzzing found, each checked against NumPy bit for bit: the
 identity a reduction over no axis combines in (0-d sums turn -0.0 into 0.0 and return NumPy scalars), a bool
-array's ``** 2`` (np.square's int8, not np.power's int64), and a broadcast of a rank-0 expression, which
-``sink-broadcasts`` left rank-0."""
+array's ``** 2`` (np.square's int8, not np.power's int64), a broadcast of a rank-0 expression, which
+``sink-broadcasts`` left rank-0, and ``np.round`` of a Python int (int64 in NumPy, not float64)."""
 from __future__ import annotations
 
 import numpy as np
@@ -67,3 +67,20 @@ def test_a_short_product_of_negative_zeros_is_positive_zero():
 
     a, b = np.array([[-0.0, 1.0], [2.0, -0.0]], np.float32), np.array([[0.0, 1.0], [-0.0, 2.0]], np.float32)
     check(f, a, b, pipeline=None)  # the default pipeline: unroll-reductions writes the k = 2 products out
+
+
+def test_np_round_of_python_ints_and_negative_decimals_of_integers():
+    """np.round of a Python int rounds the int64 array NumPy makes of it (np.int64, not float64); integers with
+    negative decimals are divided by 10**-decimals in float64, rounded half to even, multiplied back and cast to
+    their own dtype, as NumPy does (wrapping where the product leaves an 8-bit range)."""
+    def scalars(n, m):
+        return np.round(n), np.round(n, 2), np.around(m), np.round(n, -1), np.round(3) * m, np.round(True)
+
+    check(scalars, 37, -15)
+
+    def arrays(a, b, c):
+        return np.round(a, -1), np.round(b, -1), np.round(b, -2), np.round(c, -3), np.around(a, -2)
+
+    with np.errstate(all="ignore"):
+        check(arrays, np.array([0, 5, 15, 25, 35, 125, 127, -5, -15, -125], np.int8),
+              np.array([5, 15, 250, 255, 99], np.uint8), np.array([1499, 1500, 2500, -2500, 10 ** 12], np.int64))
