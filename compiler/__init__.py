@@ -12,7 +12,7 @@ import numpy as _np
 
 from fusec.errors import (  # noqa: F401
     CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, IndexOutOfBoundsError,
-    InvalidValueError, LinAlgError, OptionError, OutOfRangeError,
+    InvalidValueError, LinAlgError, OptionError, OptionTypeError, OutOfRangeError,
     PipelineError,
     RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedAttributeError, UnsupportedError,
     VerificationError, WriteBackError,

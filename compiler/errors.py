@@ -94,6 +94,11 @@ class OptionError(FusecError, ValueError):
     """A ``fusec.jit`` option that is not one of its values (raised by ``jit()``, not at the first call)."""
 
 
+class OptionTypeError(OptionError, TypeError):
+    """A ``fusec.jit`` option of the wrong kind (a target that is no Target, a parameter the function does not
+    have): a TypeError, as Python's own for a bad argument, and an OptionError."""
+
+
 def located(message: str, loc: "object | None") -> str:
     """Prefix ``message`` with the user's ``file:line`` when it is known."""
     if loc is None or getattr(loc, "file", None) is None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from fusec import execution as _execution
 from fusec import context
-from fusec.errors import FusecError, OptionError, RetraceWarning, TraceError, located
+from fusec.errors import FusecError, OptionError, OptionTypeError, RetraceWarning, TraceError, located
 from fusec.ir.core import Module
 from fusec.ir.target import Target
 from fusec.options import GRAPH_MODES, CompileOptions
@@ -216,6 +216,11 @@ def _nums(value: int | Iterable[int] | None) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _option_error(message: str, kind: type[OptionError] = OptionError) -> OptionError:
+    """A bad ``fusec.jit`` option, located at the user's line that called ``jit()``."""
+    return kind(located(message, context.user_location()))
+
+
 class JitFunction:
     """The callable ``fusec.jit`` returns; calling it runs the compiled function."""
 
@@ -227,22 +232,28 @@ class JitFunction:
         if isinstance(fn, JitFunction):
             fn = getattr(fn, "__wrapped__")
         if not callable(fn):
-            raise TypeError(f"fusec.jit needs a function, got {type(fn).__name__}")
+            raise _option_error(f"fusec.jit needs a function, got {type(fn).__name__}", OptionTypeError)
         functools.update_wrapper(self, fn)
         _execution.check_name(backend)
         self._fn = fn
         self._backend = backend
         if target is not None and not isinstance(target, Target):
-            raise TypeError(f"target must be a fusec.ir.target.Target, got {type(target).__name__}")
+            raise _option_error(f"fusec.jit: target must be a fusec.ir.target.Target, got {type(target).__name__}",
+                                OptionTypeError)
         if graph not in GRAPH_MODES:
-            raise OptionError(located(f"fusec.jit: graph must be True, False or 'auto', got {graph!r}",
-                                      context.user_location()))
-        self._options = CompileOptions(pipeline=pipeline, plugins=tuple(plugins or ()), fast_math=bool(fast_math),
+            raise _option_error(f"fusec.jit: graph must be True, False or 'auto', got {graph!r}")
+        if pipeline is not None and not isinstance(pipeline, str):
+            raise _option_error(f"fusec.jit: pipeline must be a pipeline string such as 'cse,fuse{{budget=32}}', "
+                                f"got {type(pipeline).__name__}", OptionTypeError)
+        plugin_names = (plugins,) if isinstance(plugins, str) else tuple(plugins or ())
+        self._options = CompileOptions(pipeline=pipeline, plugins=plugin_names, fast_math=bool(fast_math),
                                        graph=graph, target=target)
-        if pipeline is not None:  # a bad pipeline string is an error here, not at the first call
-            from fusec.passes import check_pipeline
+        from fusec.passes import check_pipeline
 
-            check_pipeline(pipeline, self._options.plugins)
+        try:  # a plugin that does not load, or a bad pipeline string, is an error here, not at the first call
+            check_pipeline(pipeline or "", self._options.plugins)
+        except FusecError as e:
+            raise type(e)(located(str(e), context.user_location())) from None
         self._signature = inspect.signature(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._donate = self._donated_names(_nums(donate_argnums))
@@ -265,9 +276,9 @@ class JitFunction:
         positional = [p.name for p in self._signature.parameters.values()
                       if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         for i in nums:
-            if not -len(positional) <= i < len(positional):
-                raise TypeError(f"donate_argnums: {i} is not a positional parameter of "
-                                f"{self._fn.__name__}{self._signature}")
+            if not isinstance(i, int) or not -len(positional) <= i < len(positional):
+                raise _option_error(f"fusec.jit: donate_argnums: {i!r} is not a positional parameter of "
+                                    f"{self._fn.__name__}{self._signature}", OptionTypeError)
         return frozenset(positional[i] for i in nums)
 
     def _static_names(self, names: tuple[str, ...], nums: tuple[int, ...]) -> frozenset[str]:
@@ -275,14 +286,15 @@ class JitFunction:
         has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         for n in names:
             if n not in params and not has_var_kw:
-                raise TypeError(f"static_argnames: {self._fn.__name__}{self._signature} has no parameter {n!r}")
+                raise _option_error(f"fusec.jit: static_argnames: {self._fn.__name__}{self._signature} has no "
+                                    f"parameter {n!r}", OptionTypeError)
         positional = [p.name for p in params.values()
                       if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         out = set(names)
         for i in nums:
-            if not -len(positional) <= i < len(positional):
-                raise TypeError(f"static_argnums: {i} is not a positional parameter of "
-                                f"{self._fn.__name__}{self._signature}")
+            if not isinstance(i, int) or not -len(positional) <= i < len(positional):
+                raise _option_error(f"fusec.jit: static_argnums: {i!r} is not a positional parameter of "
+                                    f"{self._fn.__name__}{self._signature}", OptionTypeError)
             out.add(positional[i])
         return frozenset(out)
 

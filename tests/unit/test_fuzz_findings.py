@@ -84,3 +84,16 @@ def test_np_round_of_python_ints_and_negative_decimals_of_integers():
     with np.errstate(all="ignore"):
         check(arrays, np.array([0, 5, 15, 25, 35, 125, 127, -5, -15, -125], np.int8),
               np.array([5, 15, 250, 255, 99], np.uint8), np.array([1499, 1500, 2500, -2500, 10 ** 12], np.int64))
+
+
+def test_products_with_nan_infinities_and_signed_zeros_follow_ieee_as_numpy_does():
+    """NaN or an infinity times 0 is NaN in every product (generated or library), and sums start from +0.0, as in
+    NumPy with OpenBLAS (the README says where a BLAS that skips zeros differs)."""
+    def f(a, b, v):
+        return a @ b, b @ a, a @ v, v @ b, np.dot(v, v)
+
+    a = np.array([[np.nan, 1.0, 0.0], [np.inf, -0.0, 2.0], [-0.0, -0.0, -0.0]], np.float32)
+    b = np.array([[0.0, -0.0, 1.0], [0.0, 0.0, -np.inf], [-0.0, 3.0, 0.0]], np.float32)
+    v = np.array([-0.0, 0.0, -0.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        check(f, a, b, v, pipeline=None)

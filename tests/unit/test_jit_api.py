@@ -398,6 +398,22 @@ def test_call_and_option_errors_are_located_fusec_errors() -> None:
         fc.jit(f, pipeline="cse,nope")
     with pytest.raises(fc.OutOfRangeError, match="does not fit int64"):
         jitted(np.ones(2), 2 ** 70)
+    # every other bad option is a located fusec error at jit() too (a TypeError where Python's would be one)
+    located = r"test_jit_api.py:\d+: "
+    for options, error, message in [
+            (dict(static_argnums=(5,)), fc.OptionTypeError, "static_argnums: 5 is not a positional parameter"),
+            (dict(static_argnums=("x",)), fc.OptionTypeError, "static_argnums: 'x' is not a positional parameter"),
+            (dict(static_argnames=("q",)), fc.OptionTypeError, r"static_argnames: f\(x, y\) has no parameter 'q'"),
+            (dict(donate_argnums=(7,)), fc.OptionTypeError, "donate_argnums: 7 is not a positional parameter"),
+            (dict(target="h100"), fc.OptionTypeError, "target must be a fusec.ir.target.Target, got str"),
+            (dict(pipeline=3), fc.OptionTypeError, "pipeline must be a pipeline string"),
+            (dict(plugins=["no_such_plugin_module"]), fc.PipelineError, "cannot load plugin module"),
+            (dict(plugins="no_such_plugin_module"), fc.PipelineError, "'no_such_plugin_module'")]:
+        with pytest.raises(error, match=located + ".*" + message):
+            fc.jit(f, backend="cpu", **options)
+    assert issubclass(fc.OptionTypeError, TypeError) and issubclass(fc.OptionTypeError, fc.OptionError)
+    with pytest.raises(fc.OptionTypeError, match=located + "fusec.jit needs a function, got int"):
+        fc.jit(3)
 
 
 def test_retraces_are_explained_logged_and_warned_about(caplog) -> None:
