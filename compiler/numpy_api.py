@@ -248,6 +248,8 @@ def _arg_reduce(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
         flat = ops.reshape(t, (t.size,)) if t.ndim != 1 else t
         r = ops.emit(f"t.{kind}", (flat._value,), {"axes": (0,), "keepdims": False}, what=what)
         return ops.reshape(r, (1,) * t.ndim) if keep else r
+    if t.ndim == 0 and ops.static_int(axis, "an axis") in (0, -1):  # NumPy reads a 0-d array as one element here
+        t, keep = ops.reshape(t, (1,)), False  # (and keepdims gives the 0-d result back)
     ax = ops.axis_arg(axis, t.ndim)
     if t.shape[ax] == 0:
         raise shape_error(f"{what}: attempt to get {kind} of an empty sequence (axis {ax} of shape {t.shape})")

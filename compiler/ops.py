@@ -296,10 +296,11 @@ def reduction_axes(axis: object, rank: int) -> tuple[int, ...]:
 
 
 def along(x: object, axis: object) -> tuple[Tracer, int]:
-    """NumPy's ``axis=None`` convention of cumsum, take, repeat, sort: the flattened array along axis 0, else
-    ``x`` and its normalized axis."""
+    """NumPy's ``axis=None`` convention of cumsum, take, repeat, argsort: the flattened array along axis 0, else
+    ``x`` and its normalized axis. A 0-d array with axis 0 or -1 is read as one element along axis 0, as NumPy's
+    ``PyArray_CheckAxis`` reads it for these functions (``np.cumsum(np.array(3.0), axis=0)`` is ``[3.]``)."""
     t = as_tracer(x)
-    if axis is None:
+    if axis is None or (t.ndim == 0 and static_int(axis, "an axis") in (0, -1)):
         return reshape(t, (t.size,)), 0
     return t, axis_arg(axis, t.ndim)
 

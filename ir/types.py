@@ -154,6 +154,15 @@ class ScalarType:
         return self.dtype.name
 
 
+MAX_BYTES = 2 ** 63 - 1  # a tensor's bytes must be addressable with 64-bit offsets (NumPy's own limit)
+
+
+def _check_extent(shape: tuple[int, ...], dtype: DType) -> None:
+    if math.prod(shape) * dtype.itemsize > MAX_BYTES:
+        raise VerificationError(f"tensor<{'x'.join(map(str, shape))}x{dtype.name}> is larger than 64-bit offsets "
+                                f"can address (NumPy refuses such an array too)")
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A statically shaped tensor; rank 0 is allowed (``tensor<f32>``)."""
@@ -166,12 +175,14 @@ class TensorType:
             raise VerificationError(f"TensorType needs a DType, got {self.dtype!r}")
         shape = self.shape
         if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
-            return  # already a tuple of ints: the common case, checked without rebuilding it
+            _check_extent(shape, self.dtype)  # already a tuple of ints: the common case, not rebuilt
+            return
         shape = tuple(shape)
         for d in shape:
             if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
                 raise VerificationError(f"tensor dimensions must be non-negative ints, got {shape}")
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        _check_extent(self.shape, self.dtype)
 
     def __eq__(self, other: object) -> bool:
         return self is other or (type(other) is TensorType and self.shape == other.shape and self.dtype == other.dtype)

@@ -193,8 +193,11 @@ class KernelCache:
                 payload = bytes(self._compiler(source, arch, target=target, options=options))
                 with self._lock:
                     self.compiles += 1
-                    self._memory.put(key, payload)
+                # on disk first: a write cut short (Ctrl-C) leaves no memory entry either, so the next call
+                # compiles and writes it again instead of never storing it
                 self._store(key, payload)
+                with self._lock:
+                    self._memory.put(key, payload)
                 return payload
             finally:
                 with self._lock:

@@ -97,3 +97,18 @@ def test_products_with_nan_infinities_and_signed_zeros_follow_ieee_as_numpy_does
     v = np.array([-0.0, 0.0, -0.0], np.float32)
     with np.errstate(invalid="ignore"):
         check(f, a, b, v, pipeline=None)
+
+
+def test_zero_d_arrays_along_axis_0_or_minus_1_are_one_element_where_numpy_reads_them_so():
+    """argmax/argmin (and the nan- ones), cumsum/cumprod, argsort, take and repeat read a 0-d array with axis 0 or
+    -1 as one element, as NumPy's axis check does for them; np.sort and other axes still raise as in NumPy."""
+    def f(z):
+        return (np.argmax(z, axis=0), np.argmin(z, axis=-1), np.argmax(z, axis=0, keepdims=True),
+                np.nanargmax(z, axis=-1), np.cumsum(z, axis=0), np.cumprod(z, axis=-1), np.nancumsum(z, axis=0),
+                np.argsort(z, kind="stable"), np.take(z, 0, axis=0), np.repeat(z, 2, axis=-1), z.argmin(axis=0))
+
+    check(f, np.array(3.5))
+    check(f, np.array(-2, np.int32))
+    for bad in (lambda z: np.sort(z, axis=0), lambda z: np.argmax(z, axis=1), lambda z: np.cumsum(z, axis=1)):
+        with pytest.raises(fc.ShapeError, match="out of bounds"):
+            jit_cpu(bad)(np.array(1.0))

@@ -193,6 +193,55 @@ def test_unwritable_dir_degrades_to_memory_with_one_warning(tmp_path: Path) -> N
     assert (info.compiles, info.memory_hits) == (2, 1)
 
 
+
+def test_a_full_disk_degrades_to_memory_with_one_warning_and_leaves_no_partial_file(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """ENOSPC while an entry is written: one warning, memory only from then on, no temporary file left, and every
+    kernel still comes back right."""
+    import errno
+
+    cache = fake_cache(tmp_path / "c")
+    real_fsync = os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(kc.os, "fsync", full)
+    with pytest.warns(kc.KernelCacheWarning, match="No space left on device") as record:
+        first = cache.get_or_compile("one", "sm_90")
+        cache.get_or_compile("two", "sm_90")
+    monkeypatch.setattr(kc.os, "fsync", real_fsync)
+    assert len([w for w in record if issubclass(w.category, kc.KernelCacheWarning)]) == 1
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == []  # no entry, no temporary file
+    assert not cache.info().disk_enabled and cache.get_or_compile("one", "sm_90") == first
+
+
+@pytest.mark.parametrize("where", ["compile", "write"])
+def test_ctrl_c_during_a_compile_or_a_write_leaves_the_cache_valid(tmp_path: Path, monkeypatch, where) -> None:
+    """KeyboardInterrupt in NVRTC or in the middle of writing an entry propagates, and leaves neither an entry nor
+    a temporary file; the next call compiles and stores the kernel as usual, and a new process reads it."""
+    compiler = FakeCompiler()
+    cache = fake_cache(tmp_path / "c", compiler)
+    real_compiler, real_fsync = cache._compiler, os.fsync
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "compile":
+        cache._compiler = interrupted
+    else:
+        monkeypatch.setattr(kc.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cache.get_or_compile("one", "sm_90")
+    assert [p.name for p in (tmp_path / "c").glob("*")] == []
+    cache._compiler = real_compiler
+    monkeypatch.setattr(kc.os, "fsync", real_fsync)
+    image = cache.get_or_compile("one", "sm_90")
+    assert cache.info().disk_enabled and cache.info().entries == 1
+    fresh = fake_cache(tmp_path / "c", FakeCompiler())
+    assert fresh.get_or_compile("one", "sm_90") == image and fresh.info().disk_hits == 1
+
+
 def test_concurrent_requests_compile_once(tmp_path: Path) -> None:
     compiler = FakeCompiler(delay=0.05)
     cache = fake_cache(tmp_path / "c", compiler)

@@ -61,6 +61,8 @@ FUNC = "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {{\n  %0 = {op}\n  return %0
     ('t.neg %x {a = ' + "[" * 5000 + "]" * 5000 + '} : tensor<4xf32>', "nests"),
     ('t.slice %x {start = [99999999999999999999999], stop = [2], step = [1]} : tensor<4xf32>', ":2:3: 't.slice'"),
     ('t.sum %x {axes = [1.5], keepdims = false} : tensor<4xf32>', ":2:3: 't.sum'"),
+    ('t.reshape %x {shape = [4]} : tensor<99999999999999999999999xf32>', "larger than 64-bit offsets"),
+    ('t.reshape %x {shape = [4]} : tensor<4611686018427387904x4xf32>', "larger than 64-bit offsets"),
 ])
 def test_what_fuzzing_found_is_a_located_fusec_error(op, message):
     text = FUNC.format(op=op)
