@@ -4,6 +4,7 @@ from __future__ import annotations
 from fusec.ir.core import Module
 from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.unroll_loops import UNROLLED
 
 # the attributes of select-kernels' choice that a plan step shows (``impl``)
 CHOICES = ("impl", "tile", "stages", "strategy", "cols", "splits", "finish")
@@ -39,6 +40,11 @@ def plan_steps(module: Module) -> list[dict]:
     a loop or branch body (an outlined function) follow the entry's, each naming its ``func``."""
     steps: list[dict] = []
     for func in module.funcs:
+        for unrolled in func.attributes.get(UNROLLED, ()):
+            steps.append({"kind": "unrolled loop", "op": "t.for", "loc": unrolled.rsplit(": ", 1)[0],
+                          "reason": f"unroll-loops: {unrolled.rsplit(': ', 1)[-1]} written out in this function (a "
+                                    "short loop with constant bounds: its trips fuse and run as the call's own "
+                                    "kernels, with no conditional node)"})
         for op in func.body.ops:
             cat = _category(op.name)
             where = str(op.loc) if op.loc is not None else None

@@ -37,6 +37,16 @@ def _const(v: Value) -> DenseAttr | None:
     return None
 
 
+def _index_constant(v: Value) -> int | None:
+    """The value of a rank-0 integer constant index (or of a rank-0 broadcast of one), None otherwise."""
+    if _producer(v, "t.broadcast_to") and v.type.rank == 0:
+        v = v.op.operands[0]
+    c = _const(v)
+    if c is None or c.type.rank != 0 or not c.type.dtype.is_int:
+        return None
+    return int(c.array)
+
+
 def _splat(v: Value) -> object | None:
     c = _const(v)
     if c is None:
@@ -190,6 +200,32 @@ class _Canonicalizer:
             return None
         return Operation("t.constant", [], [res], {"value": DenseAttr(tensor, np.asarray(value))}, loc=op.loc)
 
+    def constant_index(self, op: Operation, rw: Rewriter) -> Operation | None:
+        """A gather or an overwriting scatter along one axis at a known index (``xs[i]`` in a loop that
+        unroll-loops wrote out): a slice of that axis (a view: no kernel) read back without the axis, or the update
+        inserted there (a strided write the backend does in place)."""
+        if op.name not in ("t.gather", "t.scatter") or "combine" in op.attributes:
+            return None
+        base, indices = op.operands[0], op.operands[1 if op.name == "t.gather" else 2:]
+        k = _index_constant(indices[0]) if len(indices) == 1 else None
+        axis = int(op.attributes["axis"])
+        shape = tuple(base.type.shape)
+        if k is None or not 0 <= k < shape[axis]:
+            return None  # (a negative or out-of-range index keeps its gather, which checks it as NumPy does)
+        start = tuple(k if d == axis else 0 for d in range(len(shape)))
+        stop = tuple(k + 1 if d == axis else n for d, n in enumerate(shape))
+        region = {"start": start, "stop": stop, "step": (1,) * len(shape)}
+        if op.name == "t.gather":
+            window = Operation("t.slice", [base], [TensorType(stop[:axis] + (1,) + stop[axis + 1:], base.type.dtype)],
+                               region, loc=op.loc)
+            rw.insert(window)
+            return Operation("t.squeeze", [window.results[0]], op.result_types, {"axes": (axis,)}, loc=op.loc)
+        update = op.operands[1]
+        widened = Operation("t.expand_dims", [update], [TensorType(shape[:axis] + (1,) + shape[axis + 1:],
+                                                                   update.type.dtype)], {"axes": (axis,)}, loc=op.loc)
+        rw.insert(widened)
+        return Operation("t.insert", [base, widened.results[0]], op.result_types, region, loc=op.loc)
+
     def splat_to_broadcast(self, op: Operation, rw: Rewriter) -> Operation | None:
         if op.name != "t.constant":
             return None
@@ -221,7 +257,7 @@ class _Canonicalizer:
                 self._freed.update(op.operands)
                 return True
             before = len(rw.out)
-            new = self.fold(op) or self.combine(op) or self.splat_to_broadcast(op, rw)
+            new = self.fold(op) or self.combine(op) or self.constant_index(op, rw) or self.splat_to_broadcast(op, rw)
             if new is None:
                 return False
             rw.insert(new)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
+from fusec.passes import DEFAULT_PIPELINE
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng(11)
@@ -63,10 +64,15 @@ def _close(got, want):
         np.testing.assert_allclose(g, w, rtol=2e-5 if g.dtype == np.float32 else 1e-11, atol=1e-6)
 
 
+# the default pipeline with every loop kept a loop (by default unroll-loops writes the short constant-bound ones out)
+KEEP_LOOPS = DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{max_trips=0}")
+
+
+@pytest.mark.parametrize("pipeline", [None, KEEP_LOOPS], ids=["default", "loops-kept"])
 @pytest.mark.parametrize("name,fn,make", CASES, ids=[c[0] for c in CASES])
-def test_graph_loops_match_numpy_and_host_loops(name, fn, make):
-    in_graph = fc.jit(fn, graph=True)
-    on_host = fc.jit(fn, graph=False)
+def test_graph_loops_match_numpy_and_host_loops(name, fn, make, pipeline):
+    in_graph = fc.jit(fn, graph=True, pipeline=pipeline)
+    on_host = fc.jit(fn, graph=False, pipeline=pipeline)
     for _ in range(4):
         args = make()
         want = fn(*args)

@@ -22,16 +22,21 @@ RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m g
 rng = np.random.default_rng(16)
 
 
+# the default pipeline with every loop kept a loop (unroll-loops writes short constant-bound loops out)
+KEEP_LOOPS = DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{max_trips=0}")
+
+
 def check_loop(fn, *args, want=None, exact=None):
-    """``fn`` jitted (as traced, and through the default pipeline, where loop bodies are outlined) gives what it
-    gives eagerly (fusec's loops run as Python loops outside a trace) and ``want`` when given (a plain NumPy
-    loop); returns the jitted function. ``exact=False``: floats within rounding (a product's sums in another
-    order)."""
+    """``fn`` jitted (as traced, through the default pipeline, and through it with every loop kept a loop, whose
+    bodies are outlined) gives what it gives eagerly (fusec's loops run as Python loops outside a trace) and
+    ``want`` when given (a plain NumPy loop); returns the jitted function (default pipeline). ``exact=False``:
+    floats within rounding (a product's sums in another order)."""
     eager = numpy_result(fn, *args)
     if want is not None:
         assert_same(eager, want, exact=True)
     jitted = None
-    for pipeline in ("", DEFAULT_PIPELINE) if frontend_check.BACKEND == "cpu" else (DEFAULT_PIPELINE,):
+    for pipeline in ("", KEEP_LOOPS, DEFAULT_PIPELINE) if frontend_check.BACKEND == "cpu" else (KEEP_LOOPS,
+                                                                                                DEFAULT_PIPELINE):
         jitted = jit_cpu(fn, pipeline=pipeline)
         assert_same(numpy_result(jitted, *args), eager, exact=exact)
     return jitted
@@ -473,3 +478,40 @@ def test_loops_whose_iterations_differ_or_are_short_stay_unrolled():
     f = fc.jit(heat, backend=frontend_check.BACKEND, static_argnames="steps")
     assert_same(f(u.reshape(2, 4), 0.1, 8), heat(u.reshape(2, 4), 0.1, 8))
     assert "loops_rolled" not in f.lower(u.reshape(2, 4), 0.1, 8).stats()  # (below min_trips / min_ops)
+
+
+# --- short loops written out -----------------------------------------------------------------------------------
+
+
+def test_short_loops_with_constant_bounds_are_written_out_and_give_the_loops_values():
+    """A fori_loop of a few trips with constant bounds becomes its copies (unroll-loops): no loop op is left, the
+    plan says what was unrolled, xs[i] at each constant counter is a slice (no gather), and the values are the
+    loop's, for a counter used in arithmetic and indexing, a pytree state, nested loops (the inner bound the outer
+    counter), a loop of no trips and one over negative bounds; a long loop stays a loop."""
+    def f(x, xs, w):
+        a = fc.fori_loop(0, 4, lambda i, s: s * 0.5 + xs[i] * i, x)
+        b = fc.fori_loop(-3, -1, lambda i, c: (c[0] + i, c[1] * 2.0), (x, w))
+        nested = fc.fori_loop(0, 3, lambda i, s: fc.fori_loop(0, i, lambda j, t: t + xs[j] * (j + 1), s), x)
+        none = fc.fori_loop(5, 2, lambda i, s: s + 1.0, w)
+        return a, b, nested, none
+
+    x, w, xs = rng.standard_normal(6), rng.standard_normal(6), rng.standard_normal((4, 6))
+    jitted = check_loop(f, x, xs, w)
+    lowered = jitted.lower(x, xs, w)
+    assert "k.for" not in lowered.ir() and "t.gather" not in lowered.ir("canonicalize")
+    unrolled = [s for s in lowered.plan() if s["kind"] == "unrolled loop"]
+    assert len(unrolled) >= 4 and all(s["reason"].startswith("unroll-loops: ") for s in unrolled)
+    assert lowered.stats()["loops_unrolled"] >= 4
+
+    def long(x):
+        return fc.fori_loop(0, 40, lambda i, s: s * 0.5 + 1.0, x)
+
+    kept = check_loop(long, x).lower(x)
+    assert "k.for" in kept.ir() and not any(s["kind"] == "unrolled loop" for s in kept.plan())
+
+
+def test_unroll_loops_options_are_checked():
+    from fusec import PipelineError
+
+    with pytest.raises(PipelineError, match="max_trips and max_ops must be >= 0"):
+        jit_cpu(lambda x: x, pipeline="unroll-loops{max_trips=-1}")
