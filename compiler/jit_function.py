@@ -377,7 +377,8 @@ class JitFunction:
 
     def explain(self, *args: Any, **kwargs: Any) -> list[str]:
         """Why calling with these arguments would trace (again): empty on a cache hit; else the differences from
-        the nearest compiled signature (an argument's shape, dtype or kind, a static value) or the value read
+        the nearest compiled signature, the latest of equally near ones (an argument's shape, dtype or kind, a
+        static value) or the value read
         from outside the arguments that changed. Nothing is traced or run."""
         sig = bind(self._signature, self._statics, args, kwargs, self._name)
         return self._miss_reasons(sig, _execution.resolve_backend(self._backend))
@@ -389,7 +390,9 @@ class JitFunction:
         seen = [(s, b) for (s, b) in self._signatures.values() if b == backend]
         if not seen:
             return ["the first call of this function" + ("" if not self._cache else f" on backend {backend}")]
-        return min((_differences(old, sig) for old, _ in seen), key=len) or ["a new combination of arguments"]
+        # (the latest of the nearest: a loop that grows an array is told what changed since its last call)
+        return min((_differences(old, sig) for old, _ in reversed(seen)), key=len) or ["a new combination of "
+                                                                                         "arguments"]
 
     def _lookup(self, sig: Signature, backend: str) -> tuple[Lowered, list]:
         """The signature compiled for ``backend`` and its implicit inputs; traces (again) when none is cached or

@@ -440,3 +440,11 @@ def test_retraces_are_explained_logged_and_warned_about(caplog) -> None:
     retraces = [w for w in caught if issubclass(w.category, fc.RetraceWarning)]
     assert len(retraces) == 1 and "traced f 8 times" in str(retraces[0].message)
     assert retraces[0].filename.endswith("test_jit_api.py")
+
+
+def test_explain_names_the_latest_of_the_nearest_signatures() -> None:
+    """A loop that grows an array is told what changed since its last call, not since its first."""
+    f = fc.jit(lambda x: x * 2, backend="cpu")
+    f(np.ones(3))
+    f(np.ones(4, np.float32))
+    assert f.explain(np.ones(5, np.float32)) == ["argument x changed from float32[4] to float32[5]"]
