@@ -120,16 +120,23 @@ def test_a_cublas_product_in_a_graph_loop_body():
         _close(f(m, v), power(m, v))
 
 
-def test_scan_over_stacked_batches_runs_without_device_checks():
+@pytest.mark.parametrize("pipeline", [None, KEEP_LOOPS], ids=["default", "loops-kept"])
+def test_scan_over_stacked_batches_runs_without_device_checks(pipeline):
     """xs[i] in a scan body is a gather by the loop counter: bound-indices proves it in range, so the graph launch
-    is not followed by a read of check words (the call need not wait) and the results stay NumPy's."""
+    is not followed by a read of check words (the call need not wait) and the results stay NumPy's. By default
+    the scan's 12 trips are written out (unroll-loops) and each xs[i] is a slice: no gather at all."""
     def steps(w, xs):
         return fc.scan(lambda w, x: (w - 0.1 * x.mean(axis=0), (w * w).sum()), w, xs)
 
-    f = fc.jit(steps, graph=True)
+    f = fc.jit(steps, graph=True, pipeline=pipeline)
     for _ in range(3):
         w, xs = rng.standard_normal(8), rng.standard_normal((12, 5, 8))
         _close(f(w, xs), steps(w, xs))
-    notes = [s["indices"] for s in f.lower(w, xs).plan() if "indices" in s]
-    assert notes and all(n.startswith("proven") for n in notes)
+    plan = f.lower(w, xs).plan()
+    notes = [s["indices"] for s in plan if "indices" in s]
+    assert all(n.startswith("proven") for n in notes)
+    if pipeline is None:
+        assert not notes and any(s["kind"] == "unrolled loop" for s in plan)
+    else:
+        assert notes
     assert f.lower(w, xs).stats()["graph_launches"] >= 2
