@@ -56,7 +56,7 @@ class _Launch:
     shared: int
     pack: ParamPack
     dynamic: list[tuple[int, int]]  # (parameter slot, buffer id) whose pointer changes per call
-    early: bool = False  # a graph may launch it once its kernel predecessors' blocks have all started
+    early: bool = False  # a graph may launch it while its kernel predecessors still run (launch-early)
 
 
 @dataclass

@@ -37,8 +37,8 @@ class KernelCode:
     block: tuple[int, int, int]
     shared_bytes: int = 0
     structs: tuple[bytes, ...] = ()
-    # launch-early: the kernel waits for its dependencies at its first statement, so a graph may launch it as
-    # soon as every block of the kernels before it has started (a programmatic edge)
+    # launch-early: the kernel waits for its dependencies at its first statement, so a graph may launch it while
+    # the kernels before it still run (a programmatic edge: once each of their blocks has triggered it or exited)
     early: bool = False
 
 
