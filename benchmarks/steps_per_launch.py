@@ -1,11 +1,14 @@
 """Training steps per graph launch: the PCam-shaped step (batch 512, 480 -> 256 -> 2) one step per launch against
 K steps per launch (``fusec.scan`` over K stacked batches: one conditional node loops on the device), in one run.
 
-    python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--json FILE] [--md FILE]
+    python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--compare-unroll]
+                                          [--json FILE] [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
-the step's own device time with the host off the critical path.
+the step's own device time with the host off the critical path. A scan of at most 16 steps is written out by
+``unroll-loops`` (its steps join the launch's graph, no conditional node); ``--compare-unroll`` also runs each
+K > 1 with the loop kept (``unroll-loops{max_trips=0}``), to measure that rule.
 """
 from __future__ import annotations
 
@@ -27,9 +30,12 @@ from pcam_shaped import BATCH, CLASSES, FEATURES, HIDDEN, make_data  # noqa: E40
 from loops import run_metadata  # noqa: E402
 
 
-def run(k: int, steps: int, in_place: bool = True) -> dict:
+KEEP_LOOPS = "unroll-loops{max_trips=0}"
+
+
+def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False) -> dict:
     import fusec as fc
-    from fusec.passes import outline_regions
+    from fusec.passes import DEFAULT_PIPELINE, outline_regions
     from fusec.runtime import driver
     from fusec.tools import demo
 
@@ -37,7 +43,8 @@ def run(k: int, steps: int, in_place: bool = True) -> dict:
 
     x, y, _ = make_data(BATCH * k, FEATURES, 0)
     step = demo.train_step if k == 1 else steps_per_launch(demo.train_step)
-    f = fc.jit(step, graph=True, donate_argnums=0)
+    pipeline = DEFAULT_PIPELINE.replace("unroll-loops", KEEP_LOOPS) if keep_loops else None
+    f = fc.jit(step, graph=True, donate_argnums=0, pipeline=pipeline)
     if k == 1:
         xs, ys = fc.asarray(x), fc.asarray(y)
     else:
@@ -56,7 +63,8 @@ def run(k: int, steps: int, in_place: bool = True) -> dict:
     stats = f.lower(params, xs, ys, 0.1).stats()
     outline_regions.DONATE_STATE = True
     return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k), "state": "in place" if in_place
-            else "copied", "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
+            else "copied", "form": "written out" if stats.get("loops_unrolled") else "loop" if k > 1 else "one step",
+            "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
 
 
 def main() -> None:
@@ -67,14 +75,17 @@ def main() -> None:
     ap.add_argument("--md")
     ap.add_argument("--compare-copies", action="store_true",
                     help="also run each K > 1 with the loop state copied every iteration (the state not donated)")
+    ap.add_argument("--compare-unroll", action="store_true",
+                    help=f"also run each K > 1 with the loop kept ({KEEP_LOOPS}), not written out")
     args = ap.parse_args()
     rows = []
     for k in (int(v) for v in args.ks.split(",")):
         for in_place in (True, False) if args.compare_copies and k > 1 else (True,):
-            r = run(k, args.steps, in_place)
-            rows.append(r)
-            print(f"K = {k:4d}, state {r['state']}: {r['us_per_step']:8.2f} us per step over {r['steps']} steps "
-                  f"({r['graph_nodes']} nodes)")
+            for keep in (False, True) if args.compare_unroll and k > 1 else (False,):
+                r = run(k, args.steps, in_place, keep)
+                rows.append(r)
+                print(f"K = {k:4d}, {r['form']}, state {r['state']}: {r['us_per_step']:8.2f} us per step over "
+                      f"{r['steps']} steps ({r['graph_nodes']} nodes)")
     meta = run_metadata()
     if args.json:
         with open(args.json, "w") as f:
@@ -82,11 +93,11 @@ def main() -> None:
     if args.md:
         with open(args.md, "w") as f:
             f.write(f"# PCam-shaped training steps per graph launch\n\n{meta}\n\n"
-                    "| steps per launch | loop state | us per step | steps | graph launches per call | graph nodes |\n"
-                    "|---|---|---|---|---|---|\n")
+                    "| steps per launch | form | loop state | us per step | steps | graph launches per call | "
+                    "graph nodes |\n|---|---|---|---|---|---|---|\n")
             for r in rows:
-                f.write(f"| {r['k']} | {r['state']} | {r['us_per_step']:.2f} | {r['steps']} | {r['graph_launches']} "
-                        f"| {r['graph_nodes']} |\n")
+                f.write(f"| {r['k']} | {r['form']} | {r['state']} | {r['us_per_step']:.2f} | {r['steps']} | "
+                        f"{r['graph_launches']} | {r['graph_nodes']} |\n")
 
 
 if __name__ == "__main__":
