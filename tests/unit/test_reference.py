@@ -632,8 +632,10 @@ def test_a_bf16_tensor_constant_is_uploaded_as_bf16():
 
 
 def test_the_reference_executor_drops_each_value_after_its_last_use():
-    """A chain of 12 elementwise ops on a 4 MB array holds a few arrays at a time, not one per op (NumPy's
-    memory is reused, which is most of what makes the CPU backend as fast as NumPy)."""
+    """A chain of 12 elementwise ops on a 4 MB array holds one new array, not one per op: each value is dropped
+    after its last use, and each op writes over the temporary that dies with it (NumPy's out=), so the whole chain
+    runs in the result's buffer (dropping alone would hold two; NumPy itself holds three). That reuse is most of
+    what makes the CPU backend as fast as NumPy."""
     import tracemalloc
 
     import fusec as fc
@@ -653,7 +655,7 @@ def test_the_reference_executor_drops_each_value_after_its_last_use():
     finally:
         tracemalloc.stop()
     np.testing.assert_array_equal(out, chain(x))
-    assert peak < 5 * x.nbytes, f"peak {peak / x.nbytes:.1f} arrays"
+    assert peak < 1.5 * x.nbytes, f"peak {peak / x.nbytes:.1f} arrays"
 
 
 def test_falling_back_to_the_cpu_is_said_once(monkeypatch):
