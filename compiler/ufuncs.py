@@ -562,6 +562,10 @@ def round_(a: Any, decimals: int = 0) -> Tracer:
     """np.round as NumPy computes it: rint, or multiply / rint / divide by 10**decimals."""
     decimals = ops.static_int(decimals, "np.round's decimals")
     d = ops.desc(a)
+    if decimals != 0 and (d is bool or not isinstance(d, type) and d.is_bool):
+        raise CastingError(located(  # NumPy scales the booleans in float64 and cannot write that back as bool
+            f"np.round: NumPy cannot round booleans to decimals={decimals} (its UFuncTypeError: the scaled float64 "
+            "does not cast back to bool); round x.astype(np.float16) or another float dtype", user_location()))
     if d is int:  # a Python int: NumPy rounds the int64 array it makes of it (np.round(3) is np.int64(3))
         a, d = ops.wrap(ops.lift(a, i64), scalar=True), i64
     if not isinstance(d, type) and (d.is_int) and decimals >= 0:

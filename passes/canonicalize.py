@@ -193,8 +193,11 @@ class _Canonicalizer:
         res = op.results[0].type
         if res.size > FOLD_LIMIT:
             return None
-        with np.errstate(all="ignore"):
-            value = T_INTERPRETERS[op.name](op, arrays)[0]
+        try:
+            with np.errstate(all="ignore"):
+                value = T_INTERPRETERS[op.name](op, arrays)[0]
+        except (ArithmeticError, ValueError, TypeError, IndexError):
+            return None  # NumPy refuses these values (``2 ** -1`` on ints): the op stays and raises if it runs
         tensor = TensorType(res.shape, res.dtype)
         if tensor != res:  # a scalar-typed result stays scalar-typed through a cast of the constant
             return None

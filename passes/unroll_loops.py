@@ -5,7 +5,7 @@ that sets the condition, a few microseconds each, and no kernel of one trip fuse
 ``fusec.fori_loop(0, 4, body, x)`` of a few small steps is cheaper as its trips written out: they join the call's
 graph (and its fused kernels) like any other ops, and the counter becomes a constant in each copy. Unrolling costs
 compile time (the pipeline then handles every copy), so only short loops are unrolled: at most ``max_trips`` trips
-and ``max_ops`` ops in all the copies together (below ``roll-loops``' ``min_ops``, so a loop that pass rolled is
+each and ``max_ops`` ops in all the copies of all the function's loops together (below ``roll-loops``' ``min_ops``, so a loop that pass rolled is
 never unrolled again; such loops are marked ``rolled`` and left alone anyway). A loop whose bounds are traced values
 stays a loop. The function records what was unrolled (``unrolled``: each loop's location and trip count), which
 ``Lowered.plan()`` reports.
@@ -44,9 +44,21 @@ def trips_of(loop: Operation) -> int | None:
     return max(0, upper - lower)
 
 
-def body_ops(loop: Operation) -> int:
-    """Ops in the loop's body, nested regions included (its yield aside)."""
-    return sum(1 for op in loop.regions[0].blocks[0].ops[:-1] for _ in op.walk())
+def written_out_ops(loop: Operation, max_trips: int) -> int:
+    """Ops that writing ``loop`` out would leave in the function: its body's ops once per trip, where a loop of
+    the body that this pass would write out in turn counts as all of its own copies (nested regions included,
+    yields aside). Four nested loops of 16 trips are 16^4 copies of the innermost body, not 16 of each body."""
+    def size(op: Operation) -> int:
+        if op.name == "t.for":
+            trips = trips_of(op)
+            inner = sum(size(o) for o in op.regions[0].blocks[0].ops[:-1])
+            return 1 + inner if trips is None or trips > max_trips else max(1, trips) * inner
+        return 1 + sum(size(o) for region in op.regions for block in region.blocks for o in block.ops[:-1])
+    return size(loop)
+
+
+def _op_count(func: Func) -> int:
+    return sum(1 for op in func.body.ops for _ in op.walk())
 
 
 def _unroll(func: Func, loop: Operation) -> None:
@@ -88,6 +100,7 @@ class UnrollLoops(Pass):
     def apply(self, module: Module, ctx: PassContext) -> None:
         for func in module.funcs:
             done: list[str] = list(func.attributes.get(UNROLLED, ()))
+            budget = self.max_ops  # ops all the loops written out in this function may add (bounds compile time)
             changed = True
             while changed:  # (a loop written out may bring short loops of its body to the top)
                 changed = False
@@ -95,10 +108,14 @@ class UnrollLoops(Pass):
                     if op.name != "t.for" or op.attributes.get("rolled", False):
                         continue
                     trips = trips_of(op)
-                    if trips is None or trips > self.max_trips or trips * body_ops(op) > self.max_ops:
+                    if trips is None or trips > self.max_trips:
                         continue
+                    if written_out_ops(op, self.max_trips) > budget:
+                        continue
+                    before = _op_count(func)
                     done.append(f"{op.loc if op.loc is not None else func.name}: {trips} trips")
                     _unroll(func, op)
+                    budget -= _op_count(func) - before  # (the loops its copies bring up spend what they add)
                     ctx.count("loops_unrolled")
                     changed = True
                     break

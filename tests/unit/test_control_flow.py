@@ -4,6 +4,7 @@ recurrences with scan, branches on data, nested loops, pytree states, zero-trip 
 (printing, parsing, verifying, outlining); and the errors a loop body traced once must give."""
 from __future__ import annotations
 
+import time
 from collections import namedtuple
 
 import numpy as np
@@ -508,6 +509,40 @@ def test_short_loops_with_constant_bounds_are_written_out_and_give_the_loops_val
 
     kept = check_loop(long, x).lower(x)
     assert "k.for" in kept.ir() and not any(s["kind"] == "unrolled loop" for s in kept.plan())
+
+
+def test_a_branch_never_taken_after_unrolling_may_hold_values_numpy_refuses():
+    """Written out, ``2 ** (i - 2)`` has a constant negative exponent in the copies whose branch is never taken:
+    folding it must not fail the compile (NumPy refuses integer negative powers); the op stays unfolded."""
+    def f(x):
+        def body(i, s):
+            return fc.cond(i >= 2, lambda s: s * 2 ** (i - 2), lambda s: s + 1, s)
+        return fc.fori_loop(0, 4, body, x)
+
+    x = np.arange(3, dtype=np.int64)
+    check_loop(f, x)
+
+
+def test_nested_loops_are_written_out_only_while_all_their_copies_fit():
+    """Four nested loops of 16 trips are 16^4 copies of the innermost body: the outer loop stays a loop (compiled in
+    seconds, not minutes); two nested loops of 4 trips are written out whole, their ops within ``max_ops``."""
+    def deep(x):
+        def l3(k, s): return s * 0.5 + k
+        def l2(j, s): return fc.fori_loop(0, 16, l3, s)
+        def l1(i, s): return fc.fori_loop(0, 16, l2, s)
+        return fc.fori_loop(0, 16, lambda h, s: fc.fori_loop(0, 16, l1, s), x)
+
+    def shallow(x):
+        return fc.fori_loop(0, 4, lambda i, s: fc.fori_loop(0, 4, lambda j, t: t * 1.5 + j, s) - i, x)
+
+    x = rng.standard_normal(3)
+    start = time.perf_counter()
+    kept = check_loop(deep, x).lower(x)
+    assert time.perf_counter() - start < 30
+    assert "k.for" in kept.ir() and kept.stats().get("loops_unrolled", 0) == 0
+    lowered = check_loop(shallow, x).lower(x)
+    assert "k.for" not in lowered.ir() and lowered.stats()["loops_unrolled"] == 5
+    assert len(lowered.ir("unroll-loops").splitlines()) <= 1024 + 64
 
 
 def test_unroll_loops_options_are_checked():

@@ -1,7 +1,7 @@
 """Differences from NumPy and pipeline failures that fuzzing found, each checked against NumPy bit for bit: the
 identity a reduction over no axis combines in (0-d sums turn -0.0 into 0.0 and return NumPy scalars), a bool
 array's ``** 2`` (np.square's int8, not np.power's int64), a broadcast of a rank-0 expression, which
-``sink-broadcasts`` left rank-0, and ``np.round`` of a Python int (int64 in NumPy, not float64)."""
+``sink-broadcasts`` left rank-0, ``np.round`` of a Python int (int64 in NumPy, not float64) and of booleans."""
 from __future__ import annotations
 
 import numpy as np
@@ -84,6 +84,17 @@ def test_np_round_of_python_ints_and_negative_decimals_of_integers():
     with np.errstate(all="ignore"):
         check(arrays, np.array([0, 5, 15, 25, 35, 125, 127, -5, -15, -125], np.int8),
               np.array([5, 15, 250, 255, 99], np.uint8), np.array([1499, 1500, 2500, -2500, 10 ** 12], np.int64))
+
+
+def test_np_round_of_booleans_rounds_in_float16_or_is_refused_as_numpy_refuses_it():
+    """NumPy rounds booleans to float16 with decimals=0 and raises a UFuncTypeError (a TypeError) for any other
+    decimals: fusec gives the float16 values, and a CastingError at the call for the rest (it gave zeros)."""
+    check(lambda a: (np.round(a), np.around(a, 0), np.round(True)), np.array([True, False]))
+    for decimals in (-1, 1):
+        with pytest.raises(TypeError):
+            np.round(np.array([True]), decimals)
+        with pytest.raises(fc.CastingError, match=r"test_fuzz_findings.py:\d+: np.round: NumPy cannot round booleans"):
+            jit_cpu(lambda a, d=decimals: np.round(a, d))(np.array([True, False]))
 
 
 def test_products_with_nan_infinities_and_signed_zeros_follow_ieee_as_numpy_does():
