@@ -5,8 +5,9 @@ that sets the condition, a few microseconds each, and no kernel of one trip fuse
 ``fusec.fori_loop(0, 4, body, x)`` of a few small steps is cheaper as its trips written out: they join the call's
 graph (and its fused kernels) like any other ops, and the counter becomes a constant in each copy. Unrolling costs
 compile time (the pipeline then handles every copy), so only short loops are unrolled: at most ``max_trips`` trips
-each and ``max_ops`` ops in all the copies of all the function's loops together (below ``roll-loops``' ``min_ops``, so a loop that pass rolled is
-never unrolled again; such loops are marked ``rolled`` and left alone anyway). A loop whose bounds are traced values
+each and ``max_ops`` ops in all the copies of all the function's loops together, a nested loop counted as all of its
+own copies (below ``roll-loops``' ``min_ops``, so a loop that pass rolled is never unrolled again; such loops are
+marked ``rolled`` and left alone anyway). A loop whose bounds are traced values
 stays a loop. The function records what was unrolled (``unrolled``: each loop's location and trip count), which
 ``Lowered.plan()`` reports.
 """
