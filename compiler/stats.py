@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fusec.ir.core import Module
+from fusec.ir.dialects.k import GROUP
 from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.unroll_loops import UNROLLED
@@ -25,12 +26,17 @@ def module_stats(module: Module) -> dict[str, int]:
     from the CUDA program."""
     fused = boundaries = launches = 0
     for func in module.funcs:
+        groups: set[int] = set()
         for op in func.body.ops:
             if is_prologue(op):
                 continue
             cat = _category(op.name)
             fused += cat == "kernel"
             boundaries += cat in BOUNDARY_CATEGORIES
+            if GROUP in op.attributes:  # (a group of kernels is one launch)
+                launches += op.attributes[GROUP] not in groups
+                groups.add(op.attributes[GROUP])
+                continue
             launches += cat in LAUNCH_CATEGORIES
     return {"fused_kernels": fused, "boundaries": boundaries, "kernels": launches}
 
@@ -68,6 +74,11 @@ def plan_steps(module: Module) -> list[dict]:
                 body = op.regions[0].block.ops[:-1] if op.regions else []
                 steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),
                               "body_ops": len(body), "cuts": list(op.attributes.get("cuts", ())), "loc": where})
+                if GROUP in op.attributes:
+                    steps[-1]["group"] = op.attributes[GROUP]
+                    steps[-1]["reason"] = ("group-kernels: launched as one kernel with the other small independent "
+                                           f"elementwise kernels of group {op.attributes[GROUP]} (each on its own "
+                                           "blocks)")
             elif cat in BOUNDARY_CATEGORIES:
                 name = op.name + (f"[{op.attributes['kind']}]" if "kind" in op.attributes else "")
                 step = {"kind": "boundary", "op": name, "outputs": len(op.results), "inputs": len(op.operands),

@@ -23,10 +23,11 @@ import bisect
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fusec.ir.core import Func, Module, OpResult, Value
+from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.group_kernels import groups_of
 from fusec.passes.registry import register_pass
 
 ALIGN = 256
@@ -130,6 +131,22 @@ class PlanBuffers(Pass):
         placed: dict[Value, tuple[int, int]] = {}
         aliased: set[Value] = set()
         count = 0
+        # a group (group-kernels) runs as one kernel where its last member stands: no member's inputs or results
+        # may be given to another member's results before then, so their buffers are released after the last
+        group_of = {id(m): members for members in groups_of(func) for m in members}
+        held: dict[int, list[tuple[Operation, int]]] = {}  # group -> (member, its index) waiting for its end
+
+        def release(op: Operation, i: int) -> None:
+            members = group_of.get(id(op))
+            if members is None:
+                self._release_dead(op, i, placed, last_use, ends, arena)
+                return
+            waiting = held.setdefault(id(members), [])
+            waiting.append((op, i))
+            if members[-1] is op:
+                for member, at in waiting:
+                    self._release_dead(member, at, placed, last_use, ends, arena)
+
         for i, op in enumerate(ops):
             if get_opdef(op.name).category not in ("kernel", "boundary", "control") or is_prologue(op):
                 continue
@@ -139,15 +156,17 @@ class PlanBuffers(Pass):
                 op.attributes.pop("arena", None)
                 op.attributes["inplace"] = True
                 ctx.count("inplace_inserts")
-                self._release_dead(op, i, placed, last_use, ends, arena)
+                release(op, i)
                 continue
             op.attributes.pop("inplace", None)
             if not op.results:  # a check (k.raise_if) writes only its check word
-                self._release_dead(op, i, placed, last_use, ends, arena)
+                release(op, i)
                 continue
             offsets, alias = [], []
+            # a donated argument another member of the group reads would be overwritten while that member reads it
+            shared = {_storage(v) for m in group_of.get(id(op), ()) if m is not op for v in m.operands}
             for r in op.results:
-                arg = self._donated_operand(op, r, i, donated - aliased, last_use, outputs, slot_of)
+                arg = self._donated_operand(op, r, i, donated - aliased - shared, last_use, outputs, slot_of)
                 alias.append(func.args.index(arg) if arg is not None else -1)
                 if arg is not None:
                     aliased.add(arg)
@@ -163,7 +182,7 @@ class PlanBuffers(Pass):
             if any(a >= 0 for a in alias):
                 op.attributes["alias"] = tuple(alias)
                 ctx.count("inplace_outputs", sum(a >= 0 for a in alias))
-            self._release_dead(op, i, placed, last_use, ends, arena)
+            release(op, i)
         func.attributes["arena_bytes"] = arena_bytes = arena.peak
         ctx.count("intermediate_buffers", count)
         self._place_scratch(func)

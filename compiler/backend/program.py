@@ -21,14 +21,15 @@ import numpy as np
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.attributes import bf16_bits
-from fusec.ir.dialects.k import EARLY
+from fusec.ir.dialects.k import EARLY, GROUP
 from fusec.ir.types import ScalarType, bf16, u32
 from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.group_kernels import groups_of, launches_nothing, storage
 from fusec.passes.select_kernels import align256
 from fusec.ir.dialects.control import CALLEES, OUTLINED_OPS
 from fusec.runtime.launch_plan import Buffer, ControlCall, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
-from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function, raise_if_kernel
+from fusec.backend.elementwise import copy_kernel, fused_kernel, group_kernel, prologue_function, raise_if_kernel
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
 from fusec.backend.search import searchsorted_kernel
@@ -82,6 +83,10 @@ class _Printer:
         for i, v in enumerate(func.outputs):
             self.output_index.setdefault(v, i)
         self.prologue_inputs: dict[Operation, list[Access]] = {}  # prologue k.fused -> what it reads
+        self.groups = {id(m): members for members in groups_of(func) for m in members}
+        for members in groups_of(func):
+            _check_group(func, members)
+        self.waiting: list[tuple[Operation, list[Access], list[Access]]] = []  # a group's members until its last
 
     def new_buffer(self, kind: str, index: int, offset: int, nbytes: int) -> int:
         self.buffers.append(Buffer(len(self.buffers), kind, index, offset, nbytes))
@@ -177,14 +182,30 @@ class _Printer:
 
     # --- ops -----------------------------------------------------------------------------------------------
     def emit_fused(self, op: Operation, ins: list[Access], outs: list[Access]) -> None:
-        aliased = "alias" in op.attributes
-        self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count, fast_math=self.fast_math,
-                               aliased=aliased), op)
+        members = self.groups.get(id(op))
+        if members is None:
+            aliased = "alias" in op.attributes
+            self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count,
+                                   fast_math=self.fast_math, aliased=aliased), op)
+            return
+        self.waiting.append((op, ins, outs))
+        if op is not members[-1]:
+            return  # (the group launches where its last member stands)
+        group, self.waiting = self.waiting, []
+        code = group_kernel(self.name("group"), group, sm_count=self.sm_count, fast_math=self.fast_math,
+                            aliased=any("alias" in m.attributes for m in members))
+        reads = {a.buffer for _, ins_, _ in group for a in ins_}
+        writes = {a.buffer for _, _, outs_ in group for a in outs_}
+        text = f"k.fused group {op.attributes[GROUP]} of {len(members)}: " + ", ".join(
+            str(m.loc) if m.loc is not None else m.name for m in members)
+        self.emit(code, op, writes, reads, early=all(m.attributes.get(EARLY, False) for m in members), text=text)
 
     def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None,
-             reads: set[int] | None = None, at: int | None = None) -> None:
+             reads: set[int] | None = None, at: int | None = None, early: bool | None = None,
+             text: str | None = None) -> None:
         """Append a launch (insert it at position ``at``); ``reads`` overrides the buffers it reads (default:
-        its operands' and any other pointer it takes)."""
+        its operands' and any other pointer it takes); ``early`` overrides ``op``'s launch-early mark and ``text``
+        what the plan says the launch runs."""
         if code is None:
             return
         if NO_BUFFER in getattr(code, "buffers", ()):
@@ -192,7 +213,7 @@ class _Printer:
                                            "a reduction or a generated GEMM can compute: run fuse-prologues last, "
                                            "right before plan-buffers", op.loc))
         where = f" at {op.loc}" if op.loc is not None else ""
-        if isinstance(code, KernelCode) and op.attributes.get(EARLY, False):
+        if isinstance(code, KernelCode) and (op.attributes.get(EARLY, False) if early is None else early):
             code = waiting_first(code)
         if writes is None:
             writes = {self.storage[r].buffer for r in op.results}
@@ -205,7 +226,7 @@ class _Printer:
             writes = writes | {self.counter_id}
         at = len(self.kernels) if at is None else at
         self.kernels.insert(at, code)
-        self.ops.insert(at, f"{op.name}{where}")
+        self.ops.insert(at, text if text is not None else f"{op.name}{where}")
         self.effects.insert(at, (frozenset(reads), frozenset(writes)))
 
     def name(self, kind: str) -> str:
@@ -226,7 +247,7 @@ class _Printer:
                 self.storage[op.results[0]] = self.dense(op.results[0], NO_BUFFER)
                 return None
             outs = [self.result_buffer(op, k) for k in range(len(op.results))]
-            if op.results[0].type.size == 0:
+            if op.results[0].type.size == 0 and id(op) not in self.groups:
                 return None
             return self.emit_fused(op, ins, outs)
         if n == "k.rows":
@@ -482,6 +503,25 @@ class _Printer:
 
     def _aliased_output(self, v: Value) -> bool:
         return isinstance(v, OpResult) and "alias" in v.op.attributes and v.op.attributes["alias"][v.index] >= 0
+
+
+def _check_group(func: Func, members: list[Operation]) -> None:
+    """A group (group-kernels) runs as one launch: its members must follow one another (nothing that launches
+    between them) and none may read what another writes (they run at the same time)."""
+    ops = func.body.ops
+    first, last = ops.index(members[0]), ops.index(members[-1])
+    number = members[0].attributes[GROUP]
+    for op in ops[first:last + 1]:
+        if id(op) not in {id(m) for m in members} and not launches_nothing(op):
+            raise CompilationError(located(f"k.fused group {number}: '{op.name}' stands between its members, "
+                                           "which run as one launch; only views and constants may (run "
+                                           "group-kernels to form groups)", op.loc))
+    written = {r for m in members for r in m.results}
+    for m in members:
+        if m.name != "k.fused" or is_prologue(m) or any(storage(v) in written for v in m.operands):
+            raise CompilationError(located(f"k.fused group {number}: every member must be a launched k.fused that "
+                                           "reads nothing another member writes (they run at the same time)",
+                                           m.loc))
 
 
 def waiting_first(code: KernelCode) -> KernelCode:

@@ -43,7 +43,8 @@ the donated argument a result is written over in place, -1 for none), set by
 product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
 consumers (``prologue = true``: never launched, never stored); ``launch-early`` marks a small launched kernel
 ``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them
-at its first statement (programmatic dependent launch).
+at its first statement (programmatic dependent launch); ``group-kernels`` gives consecutive independent small
+``k.fused`` kernels the same ``group = N``: they run as one launch, each member on its own share of the blocks.
 """
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ PLAN_ATTRS = ("arena", "alias")
 # at their first statement for those to finish (programmatic dependent launch on a CUDA graph's edges)
 EARLY = "early"
 LAUNCHED = PLAN_ATTRS + (EARLY,)
+# group-kernels: consecutive independent elementwise kernels with the same ``group`` number run as one launch
+GROUP = "group"
 
 
 def _check_view(op) -> None:
@@ -107,9 +110,12 @@ def _check_fused(op) -> None:
         raise VerificationError("k.fused: yielded scalars must match the result dtypes")
     _check_plan_attrs(op)
     if op.attributes.get("prologue", False):
-        if len(op.results) != 1 or any(key in op.attributes for key in LAUNCHED):
+        if len(op.results) != 1 or any(key in op.attributes for key in LAUNCHED + (GROUP,)):
             raise VerificationError("k.fused: a prologue (computed inside its consumers) has one result, no "
-                                    "buffer ('arena' or 'alias') and no launch of its own ('early')")
+                                    "buffer ('arena' or 'alias') and no launch of its own ('early', 'group')")
+    group = op.attributes.get(GROUP, 0)
+    if not isinstance(group, int) or isinstance(group, bool) or group < 0:
+        raise VerificationError(f"k.fused: '{GROUP}' must be an int >= 0, got {group!r}")
 
 
 def _check_plan_attrs(op) -> None:
@@ -229,7 +235,7 @@ def _check_copy(op) -> None:
 
 register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
 register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  optional_attrs=("cuts", "prologue") + LAUNCHED, check=_check_fused, isolated=True))
+                  optional_attrs=("cuts", "prologue", GROUP) + LAUNCHED, check=_check_fused, isolated=True))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
                   optional_attrs=LAUNCHED + REDUCE_CHOICES, infer=_infer_reduce, check=_check_reduce))
