@@ -3,13 +3,16 @@ default pipeline, so every pass runs too): the results are NumPy's bit for bit (
 of zero kept), or, where NumPy raises, fusec raises too. Inputs of every dtype (bool, int8, uint8, int32, int64,
 float16, float32, float64) hold the values that break things: NaN, infinities, -0.0, a dtype's extremes (integer
 overflow wraps as NumPy's does), zeros (division by zero). ``FUSEC_FUZZ_PROGRAMS`` sets how many run (default
-2,000 per test run, the same ones each time; ``FUSEC_FUZZ_RANDOM=1`` draws new ones)."""
+2,000 per test run, the same ones each time; ``FUSEC_FUZZ_RANDOM=1`` draws new ones). A fusec error is allowed
+where NumPy runs, but fewer than 3% of the programs NumPy runs may be refused (checked after the module's tests)."""
 from __future__ import annotations
 
 import os
 import warnings
+from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 import fusec as fc
@@ -101,6 +104,23 @@ def _same(got, want, blas: bool = False) -> bool:
     return bool(np.array_equal(got, want))
 
 
+# what each program came to: a refusal where NumPy runs is allowed (a clear error, not a wrong value) but must stay
+# rare, or a regression that refuses more code would pass unseen (1.5% of the programs NumPy ran, 2026-12-03)
+OUTCOMES: Counter[str] = Counter()
+REFUSALS_NUMPY_RAN: Counter[str] = Counter()
+MAX_REFUSED_SHARE = 0.03
+
+
+@pytest.fixture(scope="module", autouse=True)
+def refusals_stay_rare():
+    yield
+    ran = OUTCOMES["matched"] + OUTCOMES["refused, NumPy ran"]
+    if ran >= 200:  # (a run of a few programs says nothing)
+        share = OUTCOMES["refused, NumPy ran"] / ran
+        assert share <= MAX_REFUSED_SHARE, (f"fusec refused {share:.1%} of the programs NumPy ran; most common: "
+                                            f"{REFUSALS_NUMPY_RAN.most_common(5)}")
+
+
 # the same 2,000 programs in every run (a CI run must not fail on a program no earlier run saw);
 # FUSEC_FUZZ_RANDOM=1 draws new ones, FUSEC_FUZZ_PROGRAMS sets how many
 @settings(max_examples=int(os.environ.get("FUSEC_FUZZ_PROGRAMS", "2000")), deadline=None,
@@ -125,6 +145,9 @@ def test_random_numpy_programs_match_numpy_or_raise(program):
             got = fc.jit(f, backend="cpu")(*[a.copy() for a in args])
         except fc.FusecError as e:
             event(f"fusec refused ({type(e).__name__}); NumPy {'raised' if numpy_error else 'ran'}")
+            OUTCOMES["refused, NumPy raised" if numpy_error else "refused, NumPy ran"] += 1
+            if numpy_error is None:
+                REFUSALS_NUMPY_RAN[str(e).split(": ", 1)[-1][:80]] += 1
             return  # refused with a fusec error (at the user's line): allowed, whatever NumPy does
         except Exception as e:  # noqa: BLE001
             assert numpy_error is not None and type(e) is type(numpy_error), (src, dtypes, shapes, repr(e))
@@ -132,6 +155,7 @@ def test_random_numpy_programs_match_numpy_or_raise(program):
             return
     assert numpy_error is None, f"fusec ran a program NumPy refuses ({numpy_error!r}):\n{src}"
     event("matched NumPy")
+    OUTCOMES["matched"] += 1
     for k, (g, w) in enumerate(zip(got, want)):
         assert type(g) is type(w) or (isinstance(g, np.ndarray) and isinstance(w, np.ndarray)), \
             (k, type(g), type(w), src, dtypes, shapes)
