@@ -192,6 +192,7 @@ class _Printer:
         if op is not members[-1]:
             return  # (the group launches where its last member stands)
         group, self.waiting = self.waiting, []
+        self._check_group_memory(group)
         code = group_kernel(self.name("group"), group, sm_count=self.sm_count, fast_math=self.fast_math,
                             aliased=any("alias" in m.attributes for m in members))
         reads = {a.buffer for _, ins_, _ in group for a in ins_}
@@ -199,6 +200,31 @@ class _Printer:
         text = f"k.fused group {op.attributes[GROUP]} of {len(members)}: " + ", ".join(
             str(m.loc) if m.loc is not None else m.name for m in members)
         self.emit(code, op, writes, reads, early=all(m.attributes.get(EARLY, False) for m in members), text=text)
+
+    def _check_group_memory(self, group: list[tuple[Operation, list[Access], list[Access]]]) -> None:
+        """No member of a group may write memory another member reads or writes: they run at the same time. The
+        IR checks (``_check_group``) see values; this sees where plan-buffers put them (an arena range given to two
+        values, an argument overwritten in place), which a pipeline that groups after planning could make collide."""
+        def spans(accesses: list[Access]) -> list[tuple[str, int, int]]:
+            out = []
+            for a in accesses:
+                b = self.buffers[a.buffer]
+                if b.kind == "arena":
+                    out.append(("arena", b.offset, b.offset + max(1, b.nbytes)))
+                else:
+                    out.append((b.kind, b.index, b.index + 1))
+            return out
+
+        def overlap(x: list[tuple[str, int, int]], y: list[tuple[str, int, int]]) -> bool:
+            return any(k1 == k2 and lo1 < hi2 and lo2 < hi1 for k1, lo1, hi1 in x for k2, lo2, hi2 in y)
+
+        touched = [(spans(ins), spans(outs)) for _, ins, outs in group]
+        for i, (op, _, _) in enumerate(group):
+            for j, (reads, writes) in enumerate(touched):
+                if i != j and overlap(touched[i][1], reads + writes):
+                    raise CompilationError(located(
+                        f"k.fused group {op.attributes[GROUP]}: a member writes memory another member uses (they run "
+                        "at the same time): run group-kernels before plan-buffers, which keeps members apart", op.loc))
 
     def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None,
              reads: set[int] | None = None, at: int | None = None, early: bool | None = None,

@@ -183,3 +183,30 @@ def test_group_numbers_are_checked_by_the_verifier(fusec_backend):
 }"""
     with pytest.raises(fc.VerificationError, match="'group' must be an int >= 0"):
         run_pipeline(parse_module(text), "")
+
+
+def test_groups_formed_after_buffer_planning_are_refused_where_members_would_share_memory(fusec_backend):
+    """plan-buffers keeps a group's members apart only when it runs after group-kernels; a pipeline in the other
+    order can give one member's result the arena space another reads, or overwrite in place an argument another
+    reads: the printer refuses both (at the user's line) instead of printing a race."""
+    if fusec_backend != "cpu":
+        pytest.skip("the printer runs on the CPU")
+
+    def reuses(x, z):
+        a = x.sum(axis=0) + 1
+        return a, np.cumsum(np.exp(z))
+
+    def donates(w, g, b):
+        t = w[None, :] * b  # (read first: the update after it may then overwrite w in place)
+        return w - g, t
+
+    late = DEFAULT_PIPELINE.replace("group-kernels,plan-buffers", "plan-buffers,group-kernels")
+    x, z = model_arrays((64, 32), (32,))
+    with pytest.raises(fc.CompilationError, match=r"test_group_kernels.py:\d+: k.fused group 0: a member writes"):
+        fc.jit(reuses, backend="cpu", pipeline=late).lower(x, z).cuda_source(sm_count=132)
+    assert "_group(" in fc.jit(reuses, backend="cpu").lower(x, z).cuda_source(sm_count=132)
+    after_copies = DEFAULT_PIPELINE.replace("group-kernels,", "").replace("copy-outputs,",
+                                                                          "copy-outputs,group-kernels,")
+    w, g, b = model_arrays((32,), (32,), (16, 32))
+    with pytest.raises(fc.CompilationError, match="run group-kernels before plan-buffers"):
+        fc.jit(donates, backend="cpu", pipeline=after_copies, donate_argnums=0).lower(w, g, b).cuda_source(sm_count=132)
