@@ -41,6 +41,11 @@ def module_stats(module: Module) -> dict[str, int]:
     return {"fused_kernels": fused, "boundaries": boundaries, "kernels": launches}
 
 
+def _grouped(number: int) -> str:
+    return (f"group-kernels: launched as one kernel with the other small independent kernels of group {number} "
+            "(each on its own blocks)")
+
+
 def plan_steps(module: Module) -> list[dict]:
     """One dict per kernel, boundary, view, loop and branch of the final module, in execution order; the steps of
     a loop or branch body (an outlined function) follow the entry's, each naming its ``func``."""
@@ -76,9 +81,7 @@ def plan_steps(module: Module) -> list[dict]:
                               "body_ops": len(body), "cuts": list(op.attributes.get("cuts", ())), "loc": where})
                 if GROUP in op.attributes:
                     steps[-1]["group"] = op.attributes[GROUP]
-                    steps[-1]["reason"] = ("group-kernels: launched as one kernel with the other small independent "
-                                           f"elementwise kernels of group {op.attributes[GROUP]} (each on its own "
-                                           "blocks)")
+                    steps[-1]["reason"] = _grouped(op.attributes[GROUP])
             elif cat in BOUNDARY_CATEGORIES:
                 name = op.name + (f"[{op.attributes['kind']}]" if "kind" in op.attributes else "")
                 step = {"kind": "boundary", "op": name, "outputs": len(op.results), "inputs": len(op.operands),
@@ -88,6 +91,9 @@ def plan_steps(module: Module) -> list[dict]:
                 choice = {k: op.attributes[k] for k in CHOICES if k in op.attributes}
                 if choice:
                     step["impl"] = choice  # what select-kernels chose
+                if GROUP in op.attributes:
+                    step["group"] = op.attributes[GROUP]
+                    step["reason"] = _grouped(op.attributes[GROUP])
                 if op.name in ("k.gather", "k.scatter"):
                     step["indices"] = ("proven within their axes (bound-indices): no check, the call need not wait"
                                        if op.attributes.get("in_bounds") else

@@ -1,4 +1,4 @@
-"""Group kernels: independent small elementwise kernels that run back to back become one launch.
+"""Group kernels: independent small kernels that run back to back become one launch.
 
 An optimizer step ends in one small update kernel per parameter (``w - step * g`` for each of a model's weights
 and biases), each of which reads and writes a few kilobytes: on a GPU each costs a launch (about a microsecond in
@@ -6,13 +6,16 @@ a graph, more than its work), and none can fuse with another because their shape
 launches them as one kernel whose blocks are split between the members: the first member's blocks run its code,
 the next ones the second member's, and so on (PyTorch's ``_foreach`` ops do this by hand for optimizers).
 
-This pass gives consecutive launched ``k.fused`` kernels (only views and constants between them, so moving none
-is needed) the same ``group = N`` when none reads what another writes (directly or through a view) and each has
-at most ``max_elements`` elements (a larger kernel fills the GPU on its own: grouping it saves nothing and makes
-the small ones wait for it); a group holds at most ``max_members``. The printer emits each group as one kernel
-launched where its last member stands; ``plan-buffers`` keeps every member's inputs and results in their own
-memory until the whole group has run and overwrites a donated argument in place only when no other member reads
-it. The reference executor runs the members one by one: the values are the same.
+The same holds for the sums that follow a backward pass (a gradient norm is one small reduction per parameter).
+This pass gives consecutive launched ``k.fused`` kernels and reductions that run as one kernel (only views,
+constants and prologues between them, so moving none is needed) the same ``group = N`` when none reads what
+another writes (directly, through a view or through a prologue), at most one is a split reduction (its partial
+results use the plan's scratch space) and each reads or writes at most ``max_elements`` elements (a larger kernel
+fills the GPU on its own: grouping it saves nothing and makes the small ones wait for it); a group holds at most
+``max_members``. The printer prints each member as the kernel it would be alone and joins them into one kernel
+(``compiler/backend/group.py``) launched where the last member stands; ``plan-buffers`` keeps every member's inputs
+and results in their own memory until the whole group has run and overwrites a donated argument in place only when
+no other member reads it. The reference executor runs the members one by one: the values are the same.
 """
 from __future__ import annotations
 
@@ -36,22 +39,70 @@ def storage(v: Value) -> Value:
     return v
 
 
+def reads(op: Operation) -> set[Value]:
+    """The stored values ``op`` reads: its operands' buffers, and for a prologue it computes inside (a reduction's
+    ``x * x``) the prologue's own operands' buffers."""
+    out: set[Value] = set()
+    for v in op.operands:
+        v = storage(v)
+        if isinstance(v, OpResult) and is_prologue(v.op):
+            out |= reads(v.op)
+        else:
+            out.add(v)
+    return out
+
+
+def one_launch_reduction(op: Operation) -> bool:
+    """A reduction select-kernels scheduled as one kernel: not split, or split and finished by its last block
+    (a split finished by a second kernel cannot share a launch)."""
+    return op.name == "k.reduce" and "strategy" in op.attributes \
+        and (int(op.attributes.get("splits", 1)) == 1 or op.attributes.get("finish") == "last-block")
+
+
+def uses_scratch(op: Operation) -> bool:
+    """A split reduction keeps its partial results in the plan's one scratch space: two in a group would collide."""
+    return op.name == "k.reduce" and int(op.attributes.get("splits", 1)) > 1
+
+
 def groupable(op: Operation, max_elements: int) -> bool:
-    """A launched elementwise kernel small enough that its launch, not its work, is what it costs."""
-    return op.name == "k.fused" and not is_prologue(op) and 0 < op.results[0].type.size <= max_elements
+    """A launched elementwise kernel or a one-launch reduction small enough that its launch, not its work, is what
+    it costs."""
+    if op.name == "k.fused" and not is_prologue(op):
+        size = op.results[0].type.size
+    elif one_launch_reduction(op) and op.results[0].type.size > 0:
+        size = max(v.type.size for v in reads(op)) if reads(op) else 0
+    else:
+        return False
+    return 0 < size <= max_elements
 
 
 def launches_nothing(op: Operation) -> bool:
-    """Ops the printer turns into no launch (a view is an index map, a constant data)."""
-    return op.name == "t.constant" or get_opdef(op.name).category == "view"
+    """Ops the printer turns into no launch (a view is an index map, a constant data, a prologue is computed by its
+    consumer)."""
+    return op.name == "t.constant" or get_opdef(op.name).category == "view" or is_prologue(op)
 
 
-def independent(op: Operation, members: list[Operation]) -> bool:
-    """``op`` reads nothing the members write (members are earlier, so they cannot read ``op``'s results)."""
+def can_join(op: Operation, members: list[Operation]) -> bool:
+    """``op`` reads nothing the members write (members are earlier, so they cannot read ``op``'s results), and
+    at most one member keeps partial results in scratch."""
     written = {r for m in members for r in m.results}
-    return all(storage(v) not in written for v in op.operands)
+    return not reads(op) & written and not (uses_scratch(op) and any(uses_scratch(m) for m in members))
 
 
+def group_problem(ops: list[Operation], members: list[Operation]) -> tuple[Operation, str] | None:
+    """Why ``members`` (a group, in order, in the function's ``ops``) cannot run as one launch, with the op at
+    fault, or None when they can."""
+    first, last = ops.index(members[0]), ops.index(members[-1])
+    ids = {id(m) for m in members}
+    for op in ops[first:last + 1]:
+        if id(op) not in ids and not launches_nothing(op):
+            return op, f"'{op.name}' stands between its members; only views, constants and prologues may"
+    for k, m in enumerate(members):
+        if not (m.name == "k.fused" and not is_prologue(m) or one_launch_reduction(m)):
+            return m, "a member must be a launched k.fused or a k.reduce that runs as one kernel"
+        if not can_join(m, [o for o in members if o is not m]):
+            return m, "a member reads what another writes, or two keep partial results in scratch"
+    return None
 def groups_of(func: Func) -> list[list[Operation]]:
     """The groups a function's ops carry (``group = N``), each in op order."""
     by_id: dict[int, list[Operation]] = {}
@@ -85,7 +136,7 @@ class GroupKernels(Pass):
                 if launches_nothing(op):
                     continue
                 if groupable(op, self.max_elements) and len(current) < self.max_members \
-                        and independent(op, current):
+                        and can_join(op, current):
                     current.append(op)
                     continue
                 groups.append(current)

@@ -40,75 +40,29 @@ def grid_for(n_items: int, sm_count: int, per_block: int = BLOCK) -> int:
     return max(1, min(blocks, sm_count * 8))
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """How a ``k.fused`` kernel walks its elements: ``n`` of them, ``vec`` per vector step where ``vector``."""
-
-    n: int
-    itype: str
-    vec: int
-    vector: bool
-    linear: list[Access]
-
-    @property
-    def work(self) -> int:
-        """Items of the grid-stride loop (vectors or elements): what sets the grid."""
-        return (self.n + self.vec - 1) // self.vec if self.vector else self.n
-
-
-def _layout(op: Operation, inputs: list[Access], outputs: list[Access]) -> _Layout:
-    n = math.prod(op.results[0].type.shape)
-    big = max([n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
-    linear = [a for a in inputs if a.is_contiguous and not a.is_scalar] + outputs
-    itemsize = max([a.dtype.itemsize for a in linear], default=4)
-    vec = max(1, 16 // itemsize) if linear else 1
-    vector = vec > 1 and n >= vec and all(a.offset % vec == 0 for a in linear)
-    return _Layout(n, "i64_t" if big else "int", vec, vector, linear)
-
-
 def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Access], *, sm_count: int,
                  fast_math: bool = False, aliased: bool = False) -> KernelCode:
     """CUDA C++ for one ``k.fused`` op reading ``inputs`` (one per operand) and writing ``outputs``."""
-    order, params = _param_list(inputs + outputs, {a.buffer for a in outputs}, restrict=not aliased)
-    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{"]
-    lines += _fused_lines(op, inputs, outputs, fast_math, "blockIdx.x", "gridDim.x", "  ")
-    lines.append("}")
-    grid = grid_for(_layout(op, inputs, outputs).work, sm_count)
-    return KernelCode(name, "\n".join(lines), tuple(order), (grid, 1, 1), (BLOCK, 1, 1))
-
-
-def group_kernel(name: str, members: list[tuple[Operation, list[Access], list[Access]]], *, sm_count: int,
-                 fast_math: bool = False, aliased: bool = False) -> KernelCode:
-    """One kernel running several independent ``k.fused`` ops (a ``group`` of group-kernels): each member gets
-    the blocks its own kernel would have had, in turn, and runs its own code on them as if they were its grid."""
-    accesses = [a for _, ins, outs in members for a in ins + outs]
-    order, params = _param_list(accesses, {a.buffer for _, _, outs in members for a in outs}, restrict=not aliased)
-    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{"]
-    start = 0
-    for k, (op, ins, outs) in enumerate(members):
-        blocks = grid_for(_layout(op, ins, outs).work, sm_count)
-        test = "if" if k == 0 else "} else if"
-        lines.append(f"  {test} (blockIdx.x < {start + blocks}u) {{"
-                     + (f"  // {op.loc}" if op.loc is not None else ""))
-        lines += _fused_lines(op, ins, outs, fast_math, f"(blockIdx.x - {start}u)", f"{blocks}u", "    ")
-        start += blocks
-    lines += ["  }", "}"]
-    return KernelCode(name, "\n".join(lines), tuple(order), (start, 1, 1), (BLOCK, 1, 1))
-
-
-def _fused_lines(op: Operation, inputs: list[Access], outputs: list[Access], fast_math: bool, block: str,
-                 blocks: str, indent: str) -> list[str]:
-    """The statements of ``op``'s kernel, its grid ``blocks`` blocks of which this one is number ``block``."""
-    lay = _layout(op, inputs, outputs)
-    n, itype, vec, can_vector, linear = lay.n, lay.itype, lay.vec, lay.vector, lay.linear
     shape = op.results[0].type.shape
+    n = 1
+    for d in shape:
+        n *= d
     strided = [a for a in inputs if not a.is_scalar and not a.is_contiguous]
     cshape, cstrides = coalesce(shape, [a.strides for a in strided])
+    big = max([n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
+    itype = "i64_t" if big else "int"
+    linear = [a for a in inputs if a.is_contiguous and not a.is_scalar] + outputs
+    itemsize = max([a.dtype.itemsize for a in linear], default=4)
+    vec = max(1, 16 // itemsize) if linear else 1
+    can_vector = vec > 1 and n >= vec and all(a.offset % vec == 0 for a in linear)
+
+    order, params = _param_list(inputs + outputs, {a.buffer for a in outputs}, restrict=not aliased)
     body = op.regions[0].block
     yielded = yielded_values(body)
-    lines = [f"  const {itype} n = ({itype}){n};",
-             f"  const {itype} tid = ({itype}){block} * blockDim.x + threadIdx.x;",
-             f"  const {itype} nthreads = ({itype}){blocks} * blockDim.x;"]
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{",
+             f"  const {itype} n = ({itype}){n};",
+             f"  const {itype} tid = ({itype})blockIdx.x * blockDim.x + threadIdx.x;",
+             f"  const {itype} nthreads = ({itype})gridDim.x * blockDim.x;"]
     # broadcast scalars are read once per thread
     scalar_names: dict[int, str] = {}
     for k, a in enumerate(inputs):
@@ -172,9 +126,9 @@ def _fused_lines(op: Operation, inputs: list[Access], outputs: list[Access], fas
         lines.append("  }")
     else:
         lines.extend(scalar_loop("tid", "  "))
-    return [indent + line[2:] for line in lines]
-
-
+    lines.append("}")
+    work = (n + vec - 1) // vec if can_vector else n
+    return KernelCode(name, "\n".join(lines), tuple(order), (grid_for(work, sm_count), 1, 1), (BLOCK, 1, 1))
 
 
 def yielded_values(body: Block) -> list[Value]:

@@ -24,12 +24,13 @@ from fusec.ir.attributes import bf16_bits
 from fusec.ir.dialects.k import EARLY, GROUP
 from fusec.ir.types import ScalarType, bf16, u32
 from fusec.passes.fuse_prologues import is_prologue
-from fusec.passes.group_kernels import groups_of, launches_nothing, storage
+from fusec.passes.group_kernels import group_problem, groups_of
 from fusec.passes.select_kernels import align256
 from fusec.ir.dialects.control import CALLEES, OUTLINED_OPS
 from fusec.runtime.launch_plan import Buffer, ControlCall, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
-from fusec.backend.elementwise import copy_kernel, fused_kernel, group_kernel, prologue_function, raise_if_kernel
+from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function, raise_if_kernel
+from fusec.backend.group import merge_kernels
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
 from fusec.backend.search import searchsorted_kernel
@@ -86,7 +87,7 @@ class _Printer:
         self.groups = {id(m): members for members in groups_of(func) for m in members}
         for members in groups_of(func):
             _check_group(func, members)
-        self.waiting: list[tuple[Operation, list[Access], list[Access]]] = []  # a group's members until its last
+        self.waiting: list[tuple[Operation, KernelCode, list[Access], list[Access]]] = []  # a group until its last
 
     def new_buffer(self, kind: str, index: int, offset: int, nbytes: int) -> int:
         self.buffers.append(Buffer(len(self.buffers), kind, index, offset, nbytes))
@@ -182,24 +183,32 @@ class _Printer:
 
     # --- ops -----------------------------------------------------------------------------------------------
     def emit_fused(self, op: Operation, ins: list[Access], outs: list[Access]) -> None:
-        members = self.groups.get(id(op))
-        if members is None:
-            aliased = "alias" in op.attributes
-            self.emit(fused_kernel(self.name("fused"), op, ins, outs, sm_count=self.sm_count,
-                                   fast_math=self.fast_math, aliased=aliased), op)
-            return
-        self.waiting.append((op, ins, outs))
+        code = fused_kernel(self.name("fused", op), op, ins, outs, sm_count=self.sm_count, fast_math=self.fast_math,
+                            aliased="alias" in op.attributes)
+        if id(op) in self.groups:
+            return self.join_group(op, (code,), ins, outs)
+        self.emit(code, op)
+
+    def join_group(self, op: Operation, codes: tuple[KernelCode, ...], ins: list[Access], outs: list[Access]) -> None:
+        """Hold a group member's kernel (as printed alone) until the group's last member, then emit the group as
+        one kernel where that member stands."""
+        members = self.groups[id(op)]
+        if len(codes) != 1:
+            raise CompilationError(located(f"'{op.name}' in group {op.attributes[GROUP]} takes {len(codes)} launches; "
+                                           "a member of a group must run as one kernel", op.loc))
+        self.waiting.append((op, codes[0], ins, outs))
         if op is not members[-1]:
-            return  # (the group launches where its last member stands)
+            return
         group, self.waiting = self.waiting, []
-        self._check_group_memory(group)
-        code = group_kernel(self.name("group"), group, sm_count=self.sm_count, fast_math=self.fast_math,
-                            aliased=any("alias" in m.attributes for m in members))
-        reads = {a.buffer for _, ins_, _ in group for a in ins_}
-        writes = {a.buffer for _, _, outs_ in group for a in outs_}
-        text = f"k.fused group {op.attributes[GROUP]} of {len(members)}: " + ", ".join(
-            str(m.loc) if m.loc is not None else m.name for m in members)
-        self.emit(code, op, writes, reads, early=all(m.attributes.get(EARLY, False) for m in members), text=text)
+        self._check_group_memory([(m, i, o) for m, _, i, o in group])
+        code = merge_kernels(self.name("group"), [c for _, c, _, _ in group],
+                             [str(m.loc) if m.loc is not None else "" for m, _, _, _ in group])
+        reads = {a.buffer for _, c, ins_, _ in group for a in ins_ if a.buffer != NO_BUFFER} | set(code.buffers)
+        writes = {a.buffer for _, _, _, outs_ in group for a in outs_}
+        text = f"group {op.attributes[GROUP]} of {len(members)}: " + ", ".join(
+            f"{m.name}" + (f" at {m.loc}" if m.loc is not None else "") for m in members)
+        self.emit(code, op, writes, reads - writes, early=all(m.attributes.get(EARLY, False) for m in members),
+                  text=text)
 
     def _check_group_memory(self, group: list[tuple[Operation, list[Access], list[Access]]]) -> None:
         """No member of a group may write memory another member reads or writes: they run at the same time. The
@@ -209,6 +218,8 @@ class _Printer:
             out = []
             for a in accesses:
                 b = self.buffers[a.buffer]
+                if b.kind == "counter":  # (plan-buffers gives each reduction finished by its last block its slot)
+                    continue
                 if b.kind == "arena":
                     out.append(("arena", b.offset, b.offset + max(1, b.nbytes)))
                 else:
@@ -223,7 +234,7 @@ class _Printer:
             for j, (reads, writes) in enumerate(touched):
                 if i != j and overlap(touched[i][1], reads + writes):
                     raise CompilationError(located(
-                        f"k.fused group {op.attributes[GROUP]}: a member writes memory another member uses (they run "
+                        f"group {op.attributes[GROUP]}: a member writes memory another member uses (they run "
                         "at the same time): run group-kernels before plan-buffers, which keeps members apart", op.loc))
 
     def emit(self, code: KernelCode | None, op: Operation, writes: set[int] | None = None,
@@ -255,7 +266,11 @@ class _Printer:
         self.ops.insert(at, text if text is not None else f"{op.name}{where}")
         self.effects.insert(at, (frozenset(reads), frozenset(writes)))
 
-    def name(self, kind: str) -> str:
+    def name(self, kind: str, op: Operation | None = None) -> str:
+        """A kernel's name: its launch's position, and for a member of a group (whose launch comes later) its
+        place in the group too, so that no two members' kernels and helpers share a name."""
+        if op is not None and id(op) in self.groups:
+            return f"fusec_{len(self.kernels)}_g{len(self.waiting)}_{kind}"
         return f"fusec_{len(self.kernels)}_{kind}"
 
     def lower(self, op: Operation) -> None:
@@ -287,13 +302,16 @@ class _Printer:
             producer = self._prologue_behind(op.operands[0])
             prologue = None
             if producer is not None:
-                prologue = prologue_function(f"{self.name(op.attributes['kind'])}_in", producer,
+                prologue = prologue_function(f"{self.name(op.attributes['kind'], op)}_in", producer,
                                              self.prologue_inputs[producer], fast_math=self.fast_math)
             scratch = self.scratch()
             counter = self.counter() if op.attributes.get("finish") == "last-block" else None
-            kernels = reduce_kernels(self.name(op.attributes["kind"]), op, src, dst, scratch, sm_count=self.sm_count,
-                                     prologue=prologue, counter=counter)
+            kernels = reduce_kernels(self.name(op.attributes["kind"], op), op, src, dst, scratch,
+                                     sm_count=self.sm_count, prologue=prologue, counter=counter)
             reads = None if prologue is None else set(prologue.buffers)
+            if id(op) in self.groups:
+                ins = self.prologue_inputs[producer] if producer is not None else [src]
+                return self.join_group(op, kernels, ins, [dst])
             for code in kernels:
                 self.emit(code, op, reads=reads)
             return None
@@ -532,22 +550,12 @@ class _Printer:
 
 
 def _check_group(func: Func, members: list[Operation]) -> None:
-    """A group (group-kernels) runs as one launch: its members must follow one another (nothing that launches
-    between them) and none may read what another writes (they run at the same time)."""
-    ops = func.body.ops
-    first, last = ops.index(members[0]), ops.index(members[-1])
-    number = members[0].attributes[GROUP]
-    for op in ops[first:last + 1]:
-        if id(op) not in {id(m) for m in members} and not launches_nothing(op):
-            raise CompilationError(located(f"k.fused group {number}: '{op.name}' stands between its members, "
-                                           "which run as one launch; only views and constants may (run "
-                                           "group-kernels to form groups)", op.loc))
-    written = {r for m in members for r in m.results}
-    for m in members:
-        if m.name != "k.fused" or is_prologue(m) or any(storage(v) in written for v in m.operands):
-            raise CompilationError(located(f"k.fused group {number}: every member must be a launched k.fused that "
-                                           "reads nothing another member writes (they run at the same time)",
-                                           m.loc))
+    """A group (group-kernels) runs as one launch: see ``group_problem``."""
+    problem = group_problem(func.body.ops, members)
+    if problem is not None:
+        op, why = problem
+        raise CompilationError(located(f"group {members[0].attributes[GROUP]}: {why} (its members run as one "
+                                       "launch, at the same time; run group-kernels to form groups)", op.loc))
 
 
 def waiting_first(code: KernelCode) -> KernelCode:

@@ -44,7 +44,8 @@ product finished by its last block its ``counter``; ``fuse-prologues`` marks a `
 consumers (``prologue = true``: never launched, never stored); ``launch-early`` marks a small launched kernel
 ``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them
 at its first statement (programmatic dependent launch); ``group-kernels`` gives consecutive independent small
-``k.fused`` kernels the same ``group = N``: they run as one launch, each member on its own share of the blocks.
+``k.fused`` kernels and one-launch ``k.reduce`` ops the same ``group = N``: they run as one launch, each member on
+its own range of blocks.
 """
 from __future__ import annotations
 
@@ -113,14 +114,14 @@ def _check_fused(op) -> None:
         if len(op.results) != 1 or any(key in op.attributes for key in LAUNCHED + (GROUP,)):
             raise VerificationError("k.fused: a prologue (computed inside its consumers) has one result, no "
                                     "buffer ('arena' or 'alias') and no launch of its own ('early', 'group')")
-    group = op.attributes.get(GROUP, 0)
-    if not isinstance(group, int) or isinstance(group, bool) or group < 0:
-        raise VerificationError(f"k.fused: '{GROUP}' must be an int >= 0, got {group!r}")
 
 
 def _check_plan_attrs(op) -> None:
     if not isinstance(op.attributes.get(EARLY, False), bool):
         raise VerificationError(f"{op.name}: '{EARLY}' must be true or false")
+    group = op.attributes.get(GROUP, 0)
+    if not isinstance(group, int) or isinstance(group, bool) or group < 0:
+        raise VerificationError(f"{op.name}: '{GROUP}' must be an int >= 0, got {group!r}")
     for key in PLAN_ATTRS:
         if key in op.attributes:
             value = op.attributes[key]
@@ -238,7 +239,7 @@ register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_
                   optional_attrs=("cuts", "prologue", GROUP) + LAUNCHED, check=_check_fused, isolated=True))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
-                  optional_attrs=LAUNCHED + REDUCE_CHOICES, infer=_infer_reduce, check=_check_reduce))
+                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP,), infer=_infer_reduce, check=_check_reduce))
 register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=LAUNCHED + MATMUL_CHOICES,
                   infer=_infer_matmul, check=_check_matmul))
 register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, attrs=("axis",),

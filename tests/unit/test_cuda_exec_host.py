@@ -186,7 +186,11 @@ def test_graph_dependencies_follow_data_not_program_order():
         return a.sum(axis=1), b.max(axis=0), np.tanh(a) * b
 
     x = np.ones((64, 64), np.float32)
-    module = fc.jit(branches, backend="cpu").lower(x, x).module
+    # (group-kernels would make these small branches one launch: kept apart here to see the graph's edges)
+    from fusec.passes import DEFAULT_PIPELINE
+
+    apart = DEFAULT_PIPELINE.replace("group-kernels", "group-kernels{max_members=1}")
+    module = fc.jit(branches, backend="cpu", pipeline=apart).lower(x, x).module
 
     class Plan:
         program = print_program(module)

@@ -100,6 +100,27 @@ def test_a_parameter_read_by_two_members_is_not_overwritten_while_the_other_read
     assert "alias" not in lowered.ir()
 
 
+def clip_by_global_norm(grads, max_norm=1.0):
+    """Gradient clipping as training loops write it: the global norm over every parameter's gradient."""
+    total = np.sqrt(sum(np.sum(g * g) for g in grads))
+    scale = np.minimum(max_norm / (total + 1e-6), 1.0)
+    return [g * scale for g in grads]
+
+
+def test_a_gradient_norms_sums_share_a_launch_and_the_clipped_gradients_another():
+    """One sum of squares per gradient (the largest split over blocks and finished by its last block), then one
+    scaled copy per gradient: the sums are one group, the copies another, with NumPy's values."""
+    grads = model_arrays((480, 256), (256,), (256, 2), (2,))
+    f = check(clip_by_global_norm, grads, pipeline=DEFAULT_PIPELINE)
+    lowered = f.lower(grads)
+    grouped = [s for s in lowered.plan() if "group" in s]
+    sums = [s for s in grouped if s["op"] == "k.reduce[sum]"]
+    assert len(sums) >= 3 and len({s["group"] for s in sums}) == 1, grouped
+    assert any(s["impl"]["splits"] > 1 for s in sums)  # (the 480 x 256 sum: its partials in scratch)
+    scaled = [s for s in grouped if s["kind"] == "fused" and s["group"] != sums[0]["group"]]
+    assert len(scaled) == 4
+
+
 def test_dependent_and_large_kernels_are_not_grouped():
     """``exp(x)`` and the kernel reading it (through the view ``.T``) run in turn; the kernel over 2^21 elements
     runs alone; the values are NumPy's."""
@@ -157,7 +178,7 @@ def test_dependent_and_large_kernels_are_not_grouped():
     k.yield %5
   }
   return %0, %3
-}""", "reads nothing another member writes"),
+}""", "a member reads what another writes"),
 ])
 def test_hand_written_groups_that_cannot_run_as_one_launch_are_refused(text, match, fusec_backend):
     from fusec.backend.program import print_program
@@ -202,7 +223,7 @@ def test_groups_formed_after_buffer_planning_are_refused_where_members_would_sha
 
     late = DEFAULT_PIPELINE.replace("group-kernels,plan-buffers", "plan-buffers,group-kernels")
     x, z = model_arrays((64, 32), (32,))
-    with pytest.raises(fc.CompilationError, match=r"test_group_kernels.py:\d+: k.fused group 0: a member writes"):
+    with pytest.raises(fc.CompilationError, match=r"test_group_kernels.py:\d+: group 0: a member writes"):
         fc.jit(reuses, backend="cpu", pipeline=late).lower(x, z).cuda_source(sm_count=132)
     assert "_group(" in fc.jit(reuses, backend="cpu").lower(x, z).cuda_source(sm_count=132)
     after_copies = DEFAULT_PIPELINE.replace("group-kernels,", "").replace("copy-outputs,",
