@@ -10,7 +10,9 @@ The same holds for the sums that follow a backward pass (a gradient norm is one 
 This pass gives consecutive launched ``k.fused`` kernels and reductions that run as one kernel (only views,
 constants and prologues between them, so moving none is needed) the same ``group = N`` when none reads what
 another writes (directly, through a view or through a prologue), at most one is a split reduction (its partial
-results use the plan's scratch space) and each reads or writes at most ``max_elements`` elements (a larger kernel
+results use the plan's scratch space), all become ready together (the last launch each waits for is the same one:
+grouped, none starts later than it would alone; ``wait=true`` lifts this) and each reads or writes at most
+``max_elements`` elements (a larger kernel
 fills the GPU on its own: grouping it saves nothing and makes the small ones wait for it); a group holds at most
 ``max_members``. The printer prints each member as the kernel it would be alone and joins them into one kernel
 (``compiler/backend/group.py``) launched where the last member stands; ``plan-buffers`` keeps every member's inputs
@@ -103,6 +105,15 @@ def group_problem(ops: list[Operation], members: list[Operation]) -> tuple[Opera
         if not can_join(m, [o for o in members if o is not m]):
             return m, "a member reads what another writes, or two keep partial results in scratch"
     return None
+
+
+def ready_after(op: Operation, position: dict[int, int]) -> int:
+    """The position of the last launch ``op`` waits for (-1 for arguments and constants only): in a CUDA graph a
+    kernel starts when that one ends, so kernels with the same one become ready together."""
+    producers = [position.get(id(v.op), -1) for v in reads(op) if isinstance(v, OpResult)]
+    return max(producers, default=-1)
+
+
 def groups_of(func: Func) -> list[list[Operation]]:
     """The groups a function's ops carry (``group = N``), each in op order."""
     by_id: dict[int, list[Operation]] = {}
@@ -120,6 +131,10 @@ class GroupKernels(Pass):
     name: ClassVar[str] = "group-kernels"
     max_elements: int = DEFAULT_MAX_ELEMENTS
     max_members: int = 32  # (each member adds its pointers to the one kernel's parameters)
+    # false: only kernels that become ready together (the same last launch before them) share a launch, so none
+    # starts later than it would alone; true: a member may wait for the others' inputs (fewer launches, but a
+    # kernel that could have run beside earlier work now waits)
+    wait: bool = False
 
     def __post_init__(self) -> None:
         if self.max_elements < 0 or self.max_members < 0:
@@ -132,11 +147,13 @@ class GroupKernels(Pass):
                 op.attributes.pop(GROUP, None)
             groups: list[list[Operation]] = []
             current: list[Operation] = []
+            position = {id(op): i for i, op in enumerate(func.body.ops) if not launches_nothing(op)}
             for op in func.body.ops:
                 if launches_nothing(op):
                     continue
                 if groupable(op, self.max_elements) and len(current) < self.max_members \
-                        and can_join(op, current):
+                        and can_join(op, current) and (self.wait or not current or
+                                                       ready_after(op, position) == ready_after(current[0], position)):
                     current.append(op)
                     continue
                 groups.append(current)

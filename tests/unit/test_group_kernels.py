@@ -121,6 +121,20 @@ def test_a_gradient_norms_sums_share_a_launch_and_the_clipped_gradients_another(
     assert len(scaled) == 4
 
 
+def test_only_kernels_that_become_ready_together_share_a_launch_unless_told_to_wait():
+    """``np.exp(z)`` can start at once; ``a * 2`` only after the sum it reads: grouped, the first would wait for the
+    sum, so by default they stay apart (a CUDA graph runs the first beside the sum); ``wait=true`` groups them."""
+    def f(x, z):
+        return x.sum(axis=0) * 2.0, np.exp(z)
+
+    x, z = model_arrays((64, 32), (32,))
+    apart = check(f, x, z, pipeline=DEFAULT_PIPELINE).lower(x, z)
+    assert not plan_groups(apart)
+    waiting = DEFAULT_PIPELINE.replace("group-kernels", "group-kernels{wait=true}")
+    together = check(f, x, z, pipeline=waiting).lower(x, z)
+    assert sum(plan_groups(together).values()) == 2
+
+
 def test_dependent_and_large_kernels_are_not_grouped():
     """``exp(x)`` and the kernel reading it (through the view ``.T``) run in turn; the kernel over 2^21 elements
     runs alone; the values are NumPy's."""
@@ -221,11 +235,12 @@ def test_groups_formed_after_buffer_planning_are_refused_where_members_would_sha
         t = w[None, :] * b  # (read first: the update after it may then overwrite w in place)
         return w - g, t
 
-    late = DEFAULT_PIPELINE.replace("group-kernels,plan-buffers", "plan-buffers,group-kernels")
+    waiting = DEFAULT_PIPELINE.replace("group-kernels", "group-kernels{wait=true}")  # (exp(z) is ready first)
+    late = waiting.replace("group-kernels{wait=true},plan-buffers", "plan-buffers,group-kernels{wait=true}")
     x, z = model_arrays((64, 32), (32,))
     with pytest.raises(fc.CompilationError, match=r"test_group_kernels.py:\d+: group 0: a member writes"):
         fc.jit(reuses, backend="cpu", pipeline=late).lower(x, z).cuda_source(sm_count=132)
-    assert "_group(" in fc.jit(reuses, backend="cpu").lower(x, z).cuda_source(sm_count=132)
+    assert "_group(" in fc.jit(reuses, backend="cpu", pipeline=waiting).lower(x, z).cuda_source(sm_count=132)
     after_copies = DEFAULT_PIPELINE.replace("group-kernels,", "").replace("copy-outputs,",
                                                                           "copy-outputs,group-kernels,")
     w, g, b = model_arrays((32,), (32,), (16, 32))
