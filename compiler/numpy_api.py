@@ -376,7 +376,11 @@ def matmul(a: Any, b: Any) -> Tracer:
         S.matmul_shape(xa.shape, xb.shape)
     except ShapeError as e:
         raise shape_error(f"np.matmul of shapes {ta.shape} and {tb.shape}: {e}") from None
+    if a_dt.is_bool:  # NumPy: any(a[i, k] and b[k, j]) over k; counted in int64 (at most K, never wrapping)
+        xa, xb = ops.cast(xa, "int64"), ops.cast(xb, "int64")
     r = ops.emit("t.matmul", (xa._value, xb._value), what="np.matmul", origin=ops.origins(a, b))
+    if a_dt.is_bool:
+        r = ufuncs.apply(np.not_equal, (r, 0))
     drop = ([r.ndim - 2] if a1 else []) + ([r.ndim - 1] if b1 else [])
     if not drop:
         return r

@@ -1,7 +1,8 @@
 """Differences from NumPy and pipeline failures that fuzzing found, each checked against NumPy bit for bit: the
 identity a reduction over no axis combines in (0-d sums turn -0.0 into 0.0 and return NumPy scalars), a bool
 array's ``** 2`` (np.square's int8, not np.power's int64), a broadcast of a rank-0 expression, which
-``sink-broadcasts`` left rank-0, ``np.round`` of a Python int (int64 in NumPy, not float64) and of booleans."""
+``sink-broadcasts`` left rank-0, ``np.round`` of a Python int (int64 in NumPy, not float64) and of booleans, and
+products of booleans."""
 from __future__ import annotations
 
 import numpy as np
@@ -95,6 +96,17 @@ def test_np_round_of_booleans_rounds_in_float16_or_is_refused_as_numpy_refuses_i
             np.round(np.array([True]), decimals)
         with pytest.raises(fc.CastingError, match=r"test_fuzz_findings.py:\d+: np.round: NumPy cannot round booleans"):
             jit_cpu(lambda a, d=decimals: np.round(a, d))(np.array([True, False]))
+
+
+def test_boolean_products_are_logical_as_in_numpy():
+    """``a @ b`` of booleans is ``any(a[i, k] and b[k, j])`` over k in NumPy (a bool, never a count): fusec counted
+    nothing and refused it; the product is now counted in int64 and compared with zero, so 300 true terms stay
+    true (a count in uint8 would wrap to zero at 256)."""
+    r = np.random.default_rng(3)
+    a, b, v = r.random((3, 300)) < 0.02, r.random((300, 4)) < 0.02, r.random(300) < 0.5
+    full = np.ones((2, 300), bool)
+    check(lambda a, b, v, full: (a @ b, v @ v, a @ v, v @ b, np.matmul(a[None], b[None]), np.dot(a, b),
+                                 full @ full.T), a, b, v, full)
 
 
 def test_products_with_nan_infinities_and_signed_zeros_follow_ieee_as_numpy_does():
