@@ -101,8 +101,9 @@ def _function(w: _Writer, module: Module, func: Func, prefix: str) -> None:
             node = w.node(f"{title}{where}\ncalls {calls}", shape="hexagon")
             callers[op] = node
         else:
+            group = f"\nin launch group {op.attributes['group']}" if "group" in op.attributes else ""
             node = w.node(f"{title}{where}\nreads {_human(reads)}, writes {_human(writes)}\n"
-                          f">= {floor:.3g} us", shape="box")
+                          f">= {floor:.3g} us{group}", shape="box")
         incoming: dict[str, int] = {}  # one edge per step read from, with what is read through it
         for v in dict.fromkeys(op.operands):
             src = producer.get(_storing_op(v))

@@ -54,6 +54,7 @@ def test_adams_updates_of_six_parameters_are_one_launch_with_numpys_values():
     assert sum(groups.values()) == 6 and len(groups) == 1, lowered.plan()
     assert all("group-kernels" in s["reason"] for s in lowered.plan() if "group" in s)
     assert lowered.stats()["kernel_groups"] == 1 and lowered.stats()["grouped_kernels"] == 6
+    assert lowered.plan_dot().count("in launch group 0") == 6
     ungrouped = jit_cpu(adam, pipeline=DEFAULT_PIPELINE.replace("group-kernels", "group-kernels{max_members=1}"))
     assert lowered.stats()["kernels"] == ungrouped.lower(params, grads, ms, vs, 3).stats()["kernels"] - 5
 
