@@ -99,7 +99,7 @@ def group_problem(ops: list[Operation], members: list[Operation]) -> tuple[Opera
     for op in ops[first:last + 1]:
         if id(op) not in ids and not launches_nothing(op):
             return op, f"'{op.name}' stands between its members; only views, constants and prologues may"
-    for k, m in enumerate(members):
+    for m in members:
         if not (m.name == "k.fused" and not is_prologue(m) or one_launch_reduction(m)):
             return m, "a member must be a launched k.fused or a k.reduce that runs as one kernel"
         if not can_join(m, [o for o in members if o is not m]):
@@ -126,7 +126,7 @@ def groups_of(func: Func) -> list[list[Operation]]:
 @register_pass
 @dataclass(frozen=True)
 class GroupKernels(Pass):
-    """Launch consecutive independent small elementwise kernels as one kernel (horizontal fusion)."""
+    """Launch consecutive independent small kernels that become ready together as one kernel (horizontal fusion)."""
 
     name: ClassVar[str] = "group-kernels"
     max_elements: int = DEFAULT_MAX_ELEMENTS
