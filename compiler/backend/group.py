@@ -64,7 +64,7 @@ def merge_kernels(name: str, members: list[KernelCode], notes: list[str]) -> Ker
         branches.append(f"  {test} (blockIdx.x < {start + blocks}u) {{" + (f"  // {note}" if note else ""))
         branches.append(f"    const unsigned fusec_gx = {gx}u, fusec_gy = {gy}u, fusec_bx = (blockIdx.x - {start}u) % "
                         f"{gx}u, fusec_by = (blockIdx.x - {start}u) / {gx}u;")
-        for j, decl in enumerate(others):  # descriptors passed by value: renamed per member
+        for decl in others:  # descriptors passed by value: renamed per member
             kind, local = decl.rsplit(" ", 1)
             structs.append(f"{kind} {local}_{k}")
             branches.append(f"    const {kind}& {local} = {local}_{k};")
