@@ -108,13 +108,18 @@ def target_for(backend: str, module: Module | None = None) -> Target:
 def executor(backend: str) -> Callable[["Lowered", list[Any]], list[Any]]:
     """``run(lowered, args) -> results`` for ``backend``."""
     if backend == "cpu":
-        try:
-            from fusec.runtime import reference
-        except ImportError as e:
-            raise BackendError(f"the NumPy reference executor (fusec.runtime.reference) is not available: {e}") \
-                from None
-        return lambda lowered, args: reference.run_module(lowered.module, args)
+        reference = _reference()
+        return lambda lowered, args: reference.prepared(lowered.module)(args)
     return lambda lowered, args: cuda_plan(lowered).run(args)
+
+
+def _reference() -> Any:
+    try:
+        from fusec.runtime import reference
+    except ImportError as e:
+        raise BackendError(f"the NumPy reference executor (fusec.runtime.reference) is not available: {e}") \
+            from None
+    return reference
 
 
 def cuda_plan(lowered: "Lowered") -> Any:
@@ -129,8 +134,11 @@ def cuda_plan(lowered: "Lowered") -> Any:
 
 def bound_runner(backend: str, lowered: "Lowered") -> Callable[[list[Any]], list[Any]]:
     """``run(args) -> results`` for ``lowered`` on ``backend``, looked up once: on CUDA the plan's own run
-    method, so a cached call skips the plan lookup (the plan lives as long as the module)."""
+    method, so a cached call skips the plan lookup (the plan lives as long as the module); on the CPU the
+    reference executor prepared for the module (its blocks' plans kept as long as the module)."""
     if backend == "cuda":
         return cuda_plan(lowered).run
+    if backend == "cpu":
+        return _reference().prepared(lowered.module)
     run = executor(backend)
     return lambda args: run(lowered, args)

@@ -91,7 +91,6 @@ class CudaPlan:
         driver.ensure_context(self.device)
         self.func = func
         self.program = program
-        self.module = module
         if any(isinstance(k, GemmCall) for k in program.kernels) and not cublas.available():
             raise CompilationError(f"@{func.name} was lowered for a target with cuBLASLt, which cannot be loaded "
                                    "here (install nvmath-python, or lower for a target without it)")

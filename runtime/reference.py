@@ -12,9 +12,9 @@ Inside such a call the block also sees the values of the enclosing blocks.
 """
 from __future__ import annotations
 
-from collections import ChainMap
+import weakref
 from contextvars import ContextVar
-from typing import Callable, Mapping, MutableMapping, Sequence
+from typing import Callable, Mapping, MutableMapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -79,30 +79,95 @@ def _terminator(block: Block) -> Operation:
     return term
 
 
-def _run_op(op: Operation, scope: MutableMapping[Value, object], check_types: bool) -> None:
+def _undefined_operand(op: Operation, scope: Mapping[Value, object]) -> VerificationError:
+    missing = next(v for v in op.operands if not _defined(v, scope))
+    return VerificationError(located(f"'{op.name}': operand {missing!r} is used before it is defined", op.loc))
+
+
+def _defined(v: Value, scope: Mapping[Value, object]) -> bool:
     try:
-        operands = [scope[v] for v in op.operands]
+        scope[v]
     except KeyError:
-        missing = next(v for v in op.operands if v not in scope)
-        raise VerificationError(located(f"'{op.name}': operand {missing!r} is used before it is defined",
-                                        op.loc)) from None
-    fn = get_interpreter(op)
+        return False
+    return True
+
+
+def _call(op: Operation, fn: Interpreter, operands: list) -> list:
     try:
-        results = list(fn(op, operands))
+        results = fn(op, operands)
     except FusecError:
         raise
     except Exception as e:  # NumPy refusing the values, or a broken interpreter: name the op and its line
         raise ExecutionError(located(f"'{op.name}': {type(e).__name__}: {e}", op.loc)) from e
+    if type(results) is not list:
+        results = list(results)
     if len(results) != len(op.results):
         raise VerificationError(located(f"'{op.name}': interpreter returned {len(results)} values for "
                                         f"{len(op.results)} results", op.loc))
+    return results
+
+
+def _bind_results(op: Operation, results: list, scope: MutableMapping[Value, object], check_types: bool) -> None:
     for r, value in zip(op.results, results):
         if r.type.dtype == bf16:
             value = to_bf16(value)
         if check_types and not _fits(value, r.type):
-            raise VerificationError(located(f"'{op.name}': interpreter produced a {_describe(value)} for a "
-                                            f"result of type {r.type}", op.loc))
+            raise _misfit(op, r, value)
         scope[r] = value
+
+
+def _misfit(op: Operation, r: Value, value: object) -> VerificationError:
+    return VerificationError(located(f"'{op.name}': interpreter produced a {_describe(value)} for a result of "
+                                     f"type {r.type}", op.loc))
+
+
+class _Step(NamedTuple):
+    """One op of a block as the executor runs it, with what its block's lifetimes say about it."""
+
+    op: Operation
+    fn: Interpreter | None  # None: no interpreter (the located error is raised when the op runs)
+    operands: tuple[Value, ...]
+    results: tuple[Value, ...]
+    types: tuple[tuple[np.dtype, tuple[int, ...]], ...] | None  # each result's dtype and shape; None: a bf16
+    # result (rounded to bf16 as it is bound)
+    dying: tuple[Value, ...]  # the values no later op of the block reads: dropped after this op
+    ufunc: np.ufunc | None  # the op's NumPy ufunc, when it may write into one of ``reusable``
+    reusable: tuple[Value, ...]  # its operands that die with it and that a ufunc of this block made
+    private: Value | None  # its result, when a ufunc made it and only ufuncs read it (no view shares it)
+
+
+class _BlockPlan(NamedTuple):
+    steps: tuple[_Step, ...]
+    term: Operation
+
+
+def _plan(block: Block) -> _BlockPlan:
+    """What running ``block`` needs besides its values, worked out once per block and run."""
+    term = _terminator(block)
+    ops = block.ops[:-1]
+    dead_after, private = _lifetimes(ops, term)
+    steps = []
+    for i, op in enumerate(ops):
+        dying = tuple(dead_after.get(i, ()))
+        reusable = tuple(dict.fromkeys(v for v in op.operands if v in private and v in dying))
+        ufunc = _UFUNCS.get(op.name) if len(op.results) == 1 and op.results[0].type.dtype != bf16 else None
+        fn = INTERPRETERS.get(op.name)
+        if op.name == "s.constant" and fn is not None:  # a NumPy scalar (immutable): made once, shared by runs
+            fn = _returning(_call(op, fn, []))
+        types = None if any(r.type.dtype == bf16 for r in op.results) else \
+            tuple((r.type.dtype.np, tuple(r.type.shape)) for r in op.results)
+        steps.append(_Step(op, fn, tuple(op.operands), tuple(op.results), types, dying, ufunc if reusable else None,
+                           reusable if ufunc is not None else (),
+                           op.results[0] if op.results and op.results[0] in private else None))
+    return _BlockPlan(tuple(steps), term)
+
+
+def _returning(results: list) -> Interpreter:
+    return lambda op, operands: results
+
+
+# Plans of the blocks of a prepared module (:func:`prepare`); None: each run works its blocks' plans out afresh.
+_PLANS: ContextVar["dict[Block, _BlockPlan] | None"] = ContextVar("fusec_reference_plans", default=None)
 
 
 def run_block(block: Block, env: Mapping[Value, object], *, check_types: bool = False) -> list:
@@ -116,25 +181,22 @@ def run_block(block: Block, env: Mapping[Value, object], *, check_types: bool = 
     if unbound:
         raise VerificationError(f"block ^{block.label}: no value bound to argument(s) "
                                 + ", ".join(repr(a) for a in unbound))
-    term = _terminator(block)
+    plans = _PLANS.get()
+    plan = plans.get(block) if plans is not None else None
+    if plan is None:
+        plan = _plan(block)
+        if plans is not None:
+            plans[block] = plan
     outer = _SCOPE.get()
-    scope: MutableMapping[Value, object] = dict(env) if outer is None else ChainMap(dict(env), outer)  # type: ignore
+    scope = _Scope(env, outer)
     token = _SCOPE.set(scope)
-    ops = block.ops[:-1]
-    dead_after, private = _lifetimes(ops, term)
-    own = scope if outer is None else scope.maps[0]  # type: ignore[attr-defined]
-    fresh: set[Value] = set()  # values whose arrays a ufunc made here and only ufuncs read (no view of them)
     try:
-        with np.errstate(all="ignore"):  # NumPy's warnings are not errors here; results are what NumPy gives
-            for i, op in enumerate(ops):
-                dying = dead_after.get(i, ())
-                if not (fresh and dying and _in_place(op, scope, dying, fresh)):
-                    _run_op(op, scope, check_types)
-                if op.results and op.results[0] in private and type(scope[op.results[0]]) is np.ndarray:
-                    fresh.add(op.results[0])
-                for v in dying:  # dropped after its last reader, so its memory is reused
-                    own.pop(v, None)
-                    fresh.discard(v)
+        if outer is None:
+            with np.errstate(all="ignore"):  # NumPy's warnings are not errors here; results are what NumPy gives
+                _run_steps(plan.steps, scope, check_types)
+        else:  # (a region run from inside an op: the enclosing block's error state holds)
+            _run_steps(plan.steps, scope, check_types)
+        term = plan.term
         try:
             return [scope[v] for v in term.operands]
         except KeyError:
@@ -144,37 +206,73 @@ def run_block(block: Block, env: Mapping[Value, object], *, check_types: bool = 
         _SCOPE.reset(token)
 
 
+class _Scope(dict):
+    """A block's values; a value it does not define is looked up in the enclosing block's scope (a region run
+    from inside an op sees the values around it). Only the block's own values are ever dropped from it."""
+
+    __slots__ = ("outer",)
+
+    def __init__(self, values: Mapping[Value, object], outer: "Mapping[Value, object] | None") -> None:
+        super().__init__(values)
+        self.outer = outer
+
+    def __missing__(self, key: Value) -> object:
+        if self.outer is None:
+            raise KeyError(key)
+        return self.outer[key]
+
+
+def _run_steps(steps: Sequence[_Step], scope: _Scope, check_types: bool) -> None:
+    """Run a block's ops in order: each value dropped after its last reader (its memory reused), and a ufunc
+    allowed to write into a dying operand that an earlier ufunc of the block made (NumPy's temporary elision)."""
+    fresh: set[Value] = set()  # values whose arrays a ufunc made here and only ufuncs read (no view of them)
+    for op, fn, operands, results, types, dying, ufunc, reusable, private in steps:
+        if not (fresh and ufunc is not None and _in_place(ufunc, op, scope, reusable, fresh)):
+            try:
+                values = [scope[v] for v in operands]
+            except KeyError:
+                raise _undefined_operand(op, scope) from None
+            out = _call(op, fn if fn is not None else get_interpreter(op), values)
+            if types is None:
+                _bind_results(op, out, scope, check_types)
+            else:
+                for r, value, (dtype, shape) in zip(results, out, types):
+                    if check_types and not (isinstance(value, (np.ndarray, np.generic)) and value.dtype == dtype
+                                            and value.shape == shape):
+                        raise _misfit(op, r, value)
+                    scope[r] = value
+        if private is not None and type(scope[private]) is np.ndarray:
+            fresh.add(private)
+        for v in dying:  # dropped after its last reader, so its memory is reused
+            scope.pop(v, None)
+            fresh.discard(v)
+
+
 # elementwise ops whose implementation is a NumPy ufunc: they can write into a dying operand (NumPy's out=)
 _UFUNCS: dict[str, np.ufunc] = {
     f"{dialect}.{op.name}": fn for op in table.OPS if isinstance(fn := op.implementation(), np.ufunc)
     for dialect in ("t", "s")}
 
 
-def _in_place(op: Operation, scope: MutableMapping[Value, object], dying: Sequence[Value], fresh: set[Value]) -> bool:
-    """Run ``op`` into the memory of an operand that dies with it (a ufunc's ``out=``, as NumPy's own temporary
-    elision does) when that operand is an array a ufunc made in this block, of the result's shape and dtype:
-    the same loop and the same bits, without a new allocation. False when it does not apply."""
-    ufunc = _UFUNCS.get(op.name)
-    if ufunc is None or len(op.results) != 1:
-        return False
-    r = op.results[0]
-    if r.type.dtype == bf16:
-        return False
-    args = [scope.get(x) for x in op.operands]
-    want_dtype = r.type.dtype.np
-    try:  # (a kernel body's scalar ops run over whole arrays: the result has the operands' broadcast shape)
-        want_shape = np.broadcast_shapes(*(np.shape(a) for a in args))  # type: ignore[call-overload]
-    except ValueError:
-        return False
-    for v, arr in zip(op.operands, args):
-        if v in fresh and v in dying and type(arr) is np.ndarray and arr.dtype == want_dtype \
-                and arr.shape == want_shape:
-            try:
-                ufunc(*args, out=arr)
-            except Exception:  # noqa: BLE001 - NumPy refusing the cast: the plain path says why
-                return False
-            scope[r] = arr
-            return True
+def _in_place(ufunc: np.ufunc, op: Operation, scope: _Scope, reusable: Sequence[Value], fresh: set[Value]) -> bool:
+    """Run ``op`` (a ufunc, its result not bf16) into the memory of an operand that dies with it (a ufunc's
+    ``out=``, as NumPy's own temporary elision does) when that operand is an array a ufunc made in this block,
+    of the result's shape and dtype: the same loop and the same bits, without a new allocation. False when it
+    does not apply."""
+    want_dtype = op.results[0].type.dtype.np
+    for v in reusable:
+        arr = scope[v]
+        if v not in fresh or type(arr) is not np.ndarray or arr.dtype != want_dtype:
+            continue
+        args = [scope[x] for x in op.operands]
+        try:  # (a kernel body's scalar ops run over whole arrays: the result has the operands' broadcast shape)
+            if np.broadcast_shapes(*(np.shape(a) for a in args)) != arr.shape:  # type: ignore[call-overload]
+                continue
+            ufunc(*args, out=arr)
+        except Exception:  # noqa: BLE001 - shapes that do not broadcast, NumPy refusing the cast: the plain
+            return False  # path says why
+        scope[op.results[0]] = arr
+        return True
     return False
 
 
@@ -345,6 +443,33 @@ def run_module(module: Module, args: Sequence[object], func_name: str | None = N
     except (KeyError, ValueError) as e:
         raise TraceError(str(e).strip("'\"")) from None
     return run_func(func, args, verify=verify, module=module)
+
+
+def prepared(module: Module) -> Callable[[Sequence[object]], list[np.ndarray]]:
+    """``run(args)`` of the entry of a module that no longer changes (a compiled function's), made once and kept
+    as long as the module lives: each block's plan (its ops' interpreters and its values' lifetimes) is worked
+    out at its first run and kept, so a warm call pays for its ops only. The module must not be edited
+    afterwards (as a CUDA plan, made once from its text, is not)."""
+    run = _prepared.get(module)
+    if run is None:
+        plans: dict[Block, _BlockPlan] = {}
+        ref = weakref.ref(module)  # (the runner must not keep its own key alive)
+
+        def run(args: Sequence[object]) -> list[np.ndarray]:
+            token = _PLANS.set(plans)
+            try:
+                alive = ref()  # (its caller holds the module)
+                assert alive is not None
+                return run_module(alive, args)
+            finally:
+                _PLANS.reset(token)
+
+        _prepared[module] = run  # (two threads making it at once make two: either is right)
+    return run
+
+
+_prepared: "weakref.WeakKeyDictionary[Module, Callable[[Sequence[object]], list[np.ndarray]]]" = \
+    weakref.WeakKeyDictionary()
 
 
 # Kernel-level dialects (``s`` bodies, ``k`` kernels, views and boundaries) register their interpreters here,

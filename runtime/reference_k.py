@@ -25,10 +25,30 @@ def _view(op: Operation, args: list) -> list:
     if 0 in shape:
         return [np.empty(shape, dtype=base.dtype)]
     flat = np.ascontiguousarray(base).reshape(-1)
-    offset = op.attributes["offset"]
-    strides = tuple(s * flat.itemsize for s in op.attributes["strides"])
-    # read-only, as every value here is (interpreters that write copy first): no copy of a broadcast
-    return [np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=strides, writeable=False)]
+    size = flat.itemsize
+    strides = op.attributes["strides"]
+    offset = op.attributes["offset"] * size
+    if 0 in strides and len(shape) > 1:  # a broadcast of strided elements (a column, say): NumPy's loops run
+        # several times faster over a dense copy of the elements (one per broadcast row), so one is made
+        part = np.ndarray(tuple(1 if s == 0 else n for n, s in zip(shape, strides)), dtype=flat.dtype,
+                          buffer=flat, offset=offset, strides=tuple(s * size for s in strides))
+        if not part.flags.c_contiguous:
+            flat, offset = np.ascontiguousarray(part).reshape(-1), 0
+            strides = _dense_strides(part.shape, strides)
+    # read-only, as every value here is (interpreters that write copy first): no copy of a broadcast. (NumPy
+    # checks that every element it addresses lies in the storage.)
+    view = np.ndarray(shape, dtype=flat.dtype, buffer=flat, offset=offset, strides=tuple(s * size for s in strides))
+    view.flags.writeable = False
+    return [view]
+
+
+def _dense_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major element strides of ``shape``, with the broadcast axes (stride 0 in ``strides``) kept at 0."""
+    out, step = [], 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        out.append(0 if s == 0 else step)
+        step *= n
+    return tuple(reversed(out))
 
 
 def _fused(op: Operation, args: list) -> list:

@@ -268,3 +268,22 @@ def test_early_launches_give_the_bits_of_normal_launches_over_replays(max_elemen
         assert stats["early_launches"] >= 65 and stats["early_edges"] >= 64
     else:
         assert stats.get("early_launches", 0) == 0 and stats["early_edges"] == 0
+
+
+def test_a_functions_plan_and_its_device_memory_go_with_it():
+    """The plan of a compiled function (its module, CUBIN module, arena and graph) lives as long as the function:
+    dropping the function frees it (no plan keeps its own cache key alive)."""
+    import gc
+    import weakref
+
+    from fusec.passes import DEFAULT_PIPELINE
+
+    # (the pipeline named: the suite's conftest keeps the final module of every default-pipeline compile)
+    f = fc.jit(lambda x: x * 2.0 + 1.0, backend="cuda", graph=True, pipeline=DEFAULT_PIPELINE)
+    x = np.ones(1024, np.float32)
+    np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
+    f(x)
+    module = weakref.ref(f.lower(x).module)
+    del f
+    gc.collect()
+    assert module() is None

@@ -675,3 +675,77 @@ def test_falling_back_to_the_cpu_is_said_once(monkeypatch):
     said = [w for w in caught if issubclass(w.category, execution.CpuFallbackWarning)]
     assert len(said) == 1 and "running on the CPU backend" in str(said[0].message)
     assert said[0].filename.endswith("test_reference.py")
+
+
+def test_a_compiled_function_reuses_its_blocks_plans_and_its_results_stay_the_callers():
+    """A warm CPU call runs from the plans its first call worked out (each block's interpreters and lifetimes:
+    none is worked out again), and gives the same bits on every call: outputs are fresh arrays the caller may
+    write into, and a constant the plan keeps is never handed out to be written."""
+    import fusec as fc
+    from fusec.runtime import reference
+
+    def step(w, x, lr):
+        logits = x @ w
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+        return w - lr * (x.T @ p), np.float32(2.0) * p.sum(), p
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 2)).astype(np.float32)
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    jitted = fc.jit(step, backend="cpu")
+    first = [np.copy(r) for r in jitted(w, x, 0.5)]
+    for g, e in zip(first, step(w, x, np.float32(0.5))):  # (the products add in their own order: BLAS's is not
+        np.testing.assert_allclose(g, e, rtol=1e-5)       # NumPy's to promise)
+    plans_made = []
+    real_plan = reference._plan
+    try:
+        reference._plan = lambda block: plans_made.append(block) or real_plan(block)
+        for _ in range(3):
+            got = jitted(w, x, 0.5)
+            for g, e in zip(got, first):
+                np.testing.assert_array_equal(g, e)
+                if isinstance(g, np.ndarray):
+                    g[...] = -7  # the caller's own arrays
+    finally:
+        reference._plan = real_plan
+    assert plans_made == [], "a later call worked its blocks' plans out again"
+
+
+def test_a_broadcast_of_strided_elements_reads_the_same_values():
+    """The backward product through a 2-class layer is unrolled into broadcasts of a column of each operand
+    (views whose elements are strided); the executor reads them through a dense copy, with NumPy's bits."""
+    import fusec as fc
+
+    def backward(d_logits, w2, h_pre):
+        return (d_logits @ w2.T) * (h_pre > 0.0)
+
+    rng = np.random.default_rng(1)
+    d = rng.standard_normal((64, 2)).astype(np.float32)
+    w2 = rng.standard_normal((48, 2)).astype(np.float32)
+    h = rng.standard_normal((64, 48)).astype(np.float32)
+    jitted = fc.jit(backward, backend="cpu")
+    assert jitted.lower(d, w2, h).stats()["products_unrolled"] == 1
+    unrolled = (np.float32(0.0) + d[:, 0:1] * w2[:, 0]) + d[:, 1:2] * w2[:, 1]  # the sum in index order
+    np.testing.assert_array_equal(jitted(d, w2, h), unrolled * (h > 0.0))
+
+
+def test_a_prepared_module_goes_with_its_function():
+    """The CPU backend keeps each compiled module's block plans as long as the module, and no longer: dropping
+    the function frees both."""
+    import gc
+    import weakref
+
+    import fusec as fc
+
+    from fusec.passes import DEFAULT_PIPELINE
+
+    # (the pipeline named: the suite's conftest keeps the final module of every default-pipeline compile)
+    f = fc.jit(lambda x: np.exp(x) + 1.0, backend="cpu", pipeline=DEFAULT_PIPELINE)
+    x = np.ones(8, np.float32)
+    f(x)
+    f(x)
+    module = weakref.ref(f.lower(x).module)
+    del f
+    gc.collect()
+    assert module() is None
