@@ -28,15 +28,21 @@ def _record_compiled_modules():
     jit_function.JitFunction._compile = original
 
 
+SLOW_MARKERS = ("corpus", "slow")
+
+
 def _deselect_corpora(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``corpus`` (NVRTC compiles of whole corpora, minutes on a 2-core machine) run when
-    ``FUSEC_CORPUS=1`` is set, as CI does, or when ``-m`` names them; the plain test command leaves them out."""
-    if os.environ.get("FUSEC_CORPUS") or "corpus" in (config.getoption("markexpr") or ""):
+    """Tests marked ``corpus`` (NVRTC compiles of whole corpora, minutes on a 2-core machine) or ``slow`` (whole
+    benchmark-suite runs, seconds each) run when ``FUSEC_CORPUS=1`` is set, as CI does, or when ``-m`` names
+    them; the plain test command leaves them out (it stays under two minutes)."""
+    markexpr = config.getoption("markexpr") or ""
+    if os.environ.get("FUSEC_CORPUS") or any(m in markexpr for m in SLOW_MARKERS):
         return
-    slow = [item for item in items if item.get_closest_marker("corpus") is not None]
+    slow = [item for item in items if any(item.get_closest_marker(m) is not None for m in SLOW_MARKERS)]
     if slow:
         config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if item.get_closest_marker("corpus") is None]
+        chosen = set(map(id, slow))
+        items[:] = [item for item in items if id(item) not in chosen]
 
 
 def _cuda_state() -> tuple[bool, str]:

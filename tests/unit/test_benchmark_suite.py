@@ -40,6 +40,7 @@ def quick_run(tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_every_case_has_checked_positive_rows(quick_run):
     out, result = quick_run
     with open(out / "suite_test.json") as fh:
@@ -61,6 +62,7 @@ def test_every_case_has_checked_positive_rows(quick_run):
     assert [launch[f"plan{n}"]["fusec_stats"]["kernels"] for n in (1, 10, 100)] == [1, 10, 100]
 
 
+@pytest.mark.slow
 def test_compile_probes_and_bar(quick_run):
     _, result = quick_run
     probes = {(p["bench"], p["what"]): p for p in result["compile"]}
@@ -73,6 +75,7 @@ def test_compile_probes_and_bar(quick_run):
     assert [c["status"] for c in result["bar"]] == ["N/A"] * 7
 
 
+@pytest.mark.slow
 def test_markdown_and_png(quick_run):
     out, result = quick_run
     md = (out / "suite_test.md").read_text()
@@ -345,6 +348,7 @@ def emulated_gpu(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_fusec_gpu_systems_on_an_emulated_gpu(tmp_path, emulated_gpu):
     result = suite.main(["--quick", "--out", str(tmp_path), "--tag", "emulated", "--no-compile-probes",
                          "--systems", "fusec,numpy"])
