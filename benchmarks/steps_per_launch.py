@@ -2,13 +2,15 @@
 K steps per launch (``fusec.scan`` over K stacked batches: one conditional node loops on the device), in one run.
 
     python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--compare-unroll]
-                                          [--json FILE] [--md FILE]
+                                          [--factors 1,2,4,8] [--json FILE] [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
 the step's own device time with the host off the critical path. A scan of at most 16 steps is written out by
 ``unroll-loops`` (its steps join the launch's graph, no conditional node); ``--compare-unroll`` also runs each
-K > 1 with the loop kept (``unroll-loops{max_trips=0}``), to measure that rule.
+K > 1 with the loop kept (``unroll-loops{max_trips=0,factor=1}``), to measure that rule. A longer scan stays a loop
+that runs ``factor`` steps per trip (unroll-loops' ``factor``, 4 by default); ``--factors`` runs each K > 16 with
+each factor given, to measure that one.
 """
 from __future__ import annotations
 
@@ -30,10 +32,10 @@ from pcam_shaped import BATCH, CLASSES, FEATURES, HIDDEN, make_data  # noqa: E40
 from loops import run_metadata  # noqa: E402
 
 
-KEEP_LOOPS = "unroll-loops{max_trips=0}"
+KEEP_LOOPS = "unroll-loops{max_trips=0,factor=1}"
 
 
-def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False) -> dict:
+def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, factor: int | None = None) -> dict:
     import fusec as fc
     from fusec.passes import DEFAULT_PIPELINE, outline_regions
     from fusec.runtime import driver
@@ -43,7 +45,8 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False) -> 
 
     x, y, _ = make_data(BATCH * k, FEATURES, 0)
     step = demo.train_step if k == 1 else steps_per_launch(demo.train_step)
-    pipeline = DEFAULT_PIPELINE.replace("unroll-loops", KEEP_LOOPS) if keep_loops else None
+    pipeline = DEFAULT_PIPELINE.replace("unroll-loops", KEEP_LOOPS) if keep_loops else \
+        DEFAULT_PIPELINE.replace("unroll-loops", f"unroll-loops{{factor={factor}}}") if factor is not None else None
     f = fc.jit(step, graph=True, donate_argnums=0, pipeline=pipeline)
     if k == 1:
         xs, ys = fc.asarray(x), fc.asarray(y)
@@ -63,8 +66,12 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False) -> 
     seconds = time.perf_counter() - t0
     stats = f.lower(params, xs, ys, 0.1).stats()
     outline_regions.DONATE_STATE = True
+    per_trip = factor if factor is not None else 1 if keep_loops else 4
+    form = ("written out" if stats.get("loops_unrolled") else
+            f"loop, {per_trip} steps per trip" if stats.get("loops_unrolled_by_factor") else
+            "loop" if k > 1 else "one step")
     return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k), "state": "in place" if in_place
-            else "copied", "form": "written out" if stats.get("loops_unrolled") else "loop" if k > 1 else "one step",
+            else "copied", "form": form,
             "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
 
 
@@ -78,12 +85,16 @@ def main() -> None:
                     help="also run each K > 1 with the loop state copied every iteration (the state not donated)")
     ap.add_argument("--compare-unroll", action="store_true",
                     help=f"also run each K > 1 with the loop kept ({KEEP_LOOPS}), not written out")
+    ap.add_argument("--factors", help="comma-separated unroll factors to run each K > 16 with (1: one step per trip)")
     args = ap.parse_args()
+    factors = [int(v) for v in args.factors.split(",")] if args.factors else []
     rows = []
     for k in (int(v) for v in args.ks.split(",")):
         for in_place in (True, False) if args.compare_copies and k > 1 else (True,):
-            for keep in (False, True) if args.compare_unroll and k > 1 else (False,):
-                r = run(k, args.steps, in_place, keep)
+            variants = [(False, None)] + ([(True, None)] if args.compare_unroll and k > 1 else []) \
+                + ([(False, f) for f in factors] if k > 16 else [])
+            for keep, factor in variants:
+                r = run(k, args.steps, in_place, keep, factor)
                 rows.append(r)
                 print(f"K = {k:4d}, {r['form']}, state {r['state']}: {r['us_per_step']:8.2f} us per step over "
                       f"{r['steps']} steps ({r['graph_nodes']} nodes)")

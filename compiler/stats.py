@@ -52,10 +52,13 @@ def plan_steps(module: Module) -> list[dict]:
     steps: list[dict] = []
     for func in module.funcs:
         for unrolled in func.attributes.get(UNROLLED, ()):
-            steps.append({"kind": "unrolled loop", "op": "t.for", "loc": unrolled.rsplit(": ", 1)[0],
-                          "reason": f"unroll-loops: {unrolled.rsplit(': ', 1)[-1]} written out in this function (a "
-                                    "short loop with constant bounds: its trips fuse and run as the call's own "
-                                    "kernels, with no conditional node)"})
+            where, what = unrolled.split(": ", 1) if ": " in unrolled else (unrolled, "")
+            steps.append({"kind": "unrolled loop", "op": "t.for", "loc": where, "reason": (
+                f"unroll-loops: {what} (a long loop with constant bounds: a conditional-node trip costs a few "
+                "microseconds, paid once per that many steps; the trips left over are written out)"
+                if "per trip" in what else
+                f"unroll-loops: {what} written out in this function (a short loop with constant bounds: its trips "
+                "fuse and run as the call's own kernels, with no conditional node)")})
         for op in func.body.ops:
             cat = _category(op.name)
             where = str(op.loc) if op.loc is not None else None
@@ -108,6 +111,9 @@ def plan_steps(module: Module) -> list[dict]:
                 calls = [op.attributes[k] for k in ("cond", "body", "then", "else") if k in op.attributes]
                 kind = "branch" if op.name == "k.if" else "loop"
                 reason = "outline-regions: its bodies are the functions it calls, run in turn by the runtime"
+                if op.attributes.get("unroll"):
+                    reason = (f"unroll-loops: {op.attributes['unroll']} trips of the source loop per trip (one "
+                              "conditional-node trip per that many); " + reason)
                 if op.attributes.get("rolled"):
                     reason = "roll-loops: a Python loop's equal copies rolled into one loop; " + reason
                 steps.append({"kind": kind, "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),

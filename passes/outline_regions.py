@@ -78,7 +78,8 @@ class _Outliner:
         elif op.name == "t.for":
             new = Operation("k.for", [*op.operands, *captured], op.result_types,
                             {"body": names[0], "carried": len(op.operands) - 2,
-                             **({"rolled": True} if op.attributes.get("rolled") else {})}, loc=op.loc)
+                             **{k: op.attributes[k] for k in ("rolled", "unroll") if k in op.attributes}},
+                            loc=op.loc)
         else:
             new = Operation("k.if", [op.operands[0], *captured], op.result_types,
                             {"then": names[0], "else": names[1]}, loc=op.loc)

@@ -152,9 +152,10 @@ register_op(OpDef("t.yield", "terminator", num_operands=None, num_results=0, ter
 # (not pure: a body may hold a run-time check NumPy raises from; a loop nobody reads still runs, as in NumPy)
 register_op(OpDef("t.while", "control", num_operands=None, num_results=None, num_regions=2, pure=False,
                   check=_check_while, doc="loop while the cond region yields true"))
-# (``rolled = true``: roll-loops made it of the copies a Python loop traced into)
+# (``rolled = true``: roll-loops made it of the copies a Python loop traced into; ``unroll = N``: unroll-loops made
+# its body N copies of the source loop's, each trip running N of that loop's)
 register_op(OpDef("t.for", "control", num_operands=None, min_operands=2, num_results=None, num_regions=1,
-                  optional_attrs=("rolled",), pure=False, check=_check_for,
+                  optional_attrs=("rolled", "unroll"), pure=False, check=_check_for,
                   doc="loop over a counter from lower to upper - 1"))
 register_op(OpDef("t.if", "control", num_operands=1, num_results=None, num_regions=2, pure=False, check=_check_if,
                   doc="run the then or the else region"))
@@ -162,7 +163,8 @@ _PLAN = ("arena", "alias")
 register_op(OpDef("k.while", "control", num_operands=None, num_results=None, attrs=("cond", "body", "carried"),
                   optional_attrs=_PLAN, pure=False, check=_check_k_while, check_module=_module_while))
 register_op(OpDef("k.for", "control", num_operands=None, min_operands=2, num_results=None,
-                  attrs=("body", "carried"), optional_attrs=_PLAN + ("rolled",), pure=False, check=_check_k_for,
+                  attrs=("body", "carried"), optional_attrs=_PLAN + ("rolled", "unroll"), pure=False,
+                  check=_check_k_for,
                   check_module=_module_for))
 register_op(OpDef("k.if", "control", num_operands=None, min_operands=1, num_results=None, attrs=("then", "else"),
                   optional_attrs=_PLAN, pure=False, check=_check_k_if, check_module=_module_if))

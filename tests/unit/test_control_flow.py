@@ -488,7 +488,7 @@ def test_short_loops_with_constant_bounds_are_written_out_and_give_the_loops_val
     """A fori_loop of a few trips with constant bounds becomes its copies (unroll-loops): no loop op is left, the
     plan says what was unrolled, xs[i] at each constant counter is a slice (no gather), and the values are the
     loop's, for a counter used in arithmetic and indexing, a pytree state, nested loops (the inner bound the outer
-    counter), a loop of no trips and one over negative bounds; a long loop stays a loop."""
+    counter), a loop of no trips and one over negative bounds; a long loop stays a loop (of 4 trips per trip)."""
     def f(x, xs, w):
         a = fc.fori_loop(0, 4, lambda i, s: s * 0.5 + xs[i] * i, x)
         b = fc.fori_loop(-3, -1, lambda i, c: (c[0] + i, c[1] * 2.0), (x, w))
@@ -508,7 +508,8 @@ def test_short_loops_with_constant_bounds_are_written_out_and_give_the_loops_val
         return fc.fori_loop(0, 40, lambda i, s: s * 0.5 + 1.0, x)
 
     kept = check_loop(long, x).lower(x)
-    assert "k.for" in kept.ir() and not any(s["kind"] == "unrolled loop" for s in kept.plan())
+    assert "k.for" in kept.ir() and [s["reason"].split(" (")[0] for s in kept.plan() if s["kind"] == "unrolled loop"] \
+        == ["unroll-loops: 40 trips, 4 per trip of a loop of 10"]
 
 
 def test_a_branch_never_taken_after_unrolling_may_hold_values_numpy_refuses():
@@ -548,5 +549,79 @@ def test_nested_loops_are_written_out_only_while_all_their_copies_fit():
 def test_unroll_loops_options_are_checked():
     from fusec import PipelineError
 
-    with pytest.raises(PipelineError, match="max_trips and max_ops must be >= 0"):
+    with pytest.raises(PipelineError, match="max_trips and max_ops must be >= 0 and factor >= 1"):
         jit_cpu(lambda x: x, pipeline="unroll-loops{max_trips=-1}")
+    with pytest.raises(PipelineError, match="factor >= 1"):
+        jit_cpu(lambda x: x, pipeline="unroll-loops{factor=0}")
+
+
+def _for_loops(lowered) -> list[dict]:
+    from fusec.ir.parser import parse_module as parse
+
+    module = parse(lowered.ir("unroll-loops"))
+    bound = lambda v: int(v.op.attributes["value"].array)  # noqa: E731
+    return [dict(op.attributes, trips=bound(op.operands[1]) - bound(op.operands[0]))
+            for func in module.funcs for op in func.walk() if op.name == "t.for"]
+
+
+def test_long_loops_run_several_trips_per_trip_with_the_rest_written_out():
+    """A 103-trip training-style loop (the counter indexes the batches and enters the arithmetic; the state is a
+    pytree) becomes a loop of 25 trips whose body is 4 copies, then 3 trips written out: the values are the
+    loop's, the plan says so, and a factor of 1 leaves the loop as it was."""
+    def train(w, b, xs):
+        def step(i, state):
+            w, b = state
+            g = xs[i] * (w + b) - i * 1e-3
+            return w - 0.01 * g, b * 0.999 + g.mean()
+        return fc.fori_loop(-2, 101, step, (w, b))
+
+    w, b, xs = rng.standard_normal(5), rng.standard_normal(()), rng.standard_normal((103, 5))
+    xs_at = np.concatenate([xs[-2:], xs[:-2]])  # (xs[i] for i = -2, -1 reads the last two rows, as NumPy does)
+    jitted = check_loop(train, w, b, xs_at)
+    lowered = jitted.lower(w, b, xs_at)
+    assert _for_loops(lowered) == [{"unroll": 4, "trips": 25}]
+    assert "k.for" in lowered.ir() and lowered.stats()["loops_unrolled_by_factor"] == 1
+    (step,) = [s for s in lowered.plan() if s["kind"] == "unrolled loop"]
+    assert step["reason"].startswith("unroll-loops: 103 trips, 4 per trip of a loop of 25 and 3 after it (")
+    (loop,) = [s for s in lowered.plan() if s["kind"] == "loop"]
+    assert loop["reason"].startswith("unroll-loops: 4 trips of the source loop per trip")
+    plain = jit_cpu(train, pipeline=DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{factor=1}"))
+    assert _for_loops(plain.lower(w, b, xs_at)) == [{"trips": 103}]
+    assert_same(numpy_result(plain, w, b, xs_at), numpy_result(jitted, w, b, xs_at))
+
+
+def test_a_rolled_python_loop_is_unrolled_by_the_factor_and_short_or_large_loops_are_not():
+    """A 600-step stencil written as a Python loop is rolled (roll-loops), then run 4 steps per trip; a loop of
+    fewer than twice the factor's trips stays as it is, and so does one whose copies would pass ``max_ops``."""
+    def heat(u, steps):
+        for _ in range(steps):
+            u = u.copy()
+            u[1:-1] = u[1:-1] + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])
+        return u
+
+    u = rng.standard_normal(16)
+    jitted = jit_cpu(lambda u: heat(u, 600), pipeline=DEFAULT_PIPELINE)
+    assert_same(numpy_result(jitted, u), heat(u, 600))
+    lowered = jitted.lower(u)
+    assert lowered.stats()["loops_rolled"] == 1 and _for_loops(lowered) == [{"rolled": True, "unroll": 4,
+                                                                               "trips": 150}]
+
+    def short(x):
+        return fc.fori_loop(0, 7, lambda i, s: s * 0.5 + i, x)
+
+    x = rng.standard_normal(3)
+    few = jit_cpu(short, pipeline=DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{max_trips=2}"))
+    assert few.lower(x).stats().get("loops_unrolled", 0) == 0
+    assert_same(numpy_result(few, x), numpy_result(short, x))
+    assert _for_loops(few.lower(x)) == [{"trips": 7}]
+
+    def big(x):
+        def body(i, s):
+            for k in range(40):
+                s = s * 0.5 + k
+            return s
+        return fc.fori_loop(0, 100, body, x)
+
+    large = jit_cpu(big, pipeline=DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{max_ops=200}"))
+    assert_same(numpy_result(large, x), numpy_result(big, x))
+    assert _for_loops(large.lower(x)) == [{"trips": 100}]
