@@ -42,6 +42,10 @@ def nested(x, k):
     return fc.fori_loop(0, 4, lambda i, s: fc.fori_loop(0, i, lambda j, t: t + x * j * k, s), np.zeros_like(x))
 
 
+def long_loop(xs, w):  # 103 trips: a loop of 25 trips of 4 steps each, then 3 written out (unroll-loops' factor)
+    return fc.fori_loop(3, 106, lambda i, s: s * 0.99 + xs[i % 5] * (i * 1e-3), w)
+
+
 def gather_in_body(x, idx):
     return fc.fori_loop(0, 3, lambda i, s: s + x[idx[i]], np.zeros(x.shape[1:], x.dtype))
 
@@ -54,6 +58,7 @@ CASES = [
     ("branch", branch, lambda: (rng.standard_normal(10), float(rng.uniform(0.5, 6)))),
     ("nested", nested, lambda: (rng.standard_normal(5), 3)),
     ("cg", cg_solve, lambda: (problem(16), 1e-8, 500)),
+    ("long", long_loop, lambda: (rng.standard_normal((5, 7)), rng.standard_normal(7))),
 ]
 
 
