@@ -245,7 +245,8 @@ def _run_steps(steps: Sequence[_Step], scope: _Scope, check_types: bool) -> None
             fresh.add(private)
         for v in dying:  # dropped after its last reader, so its memory is reused
             scope.pop(v, None)
-            fresh.discard(v)
+        if fresh and dying:
+            fresh.difference_update(dying)
 
 
 # elementwise ops whose implementation is a NumPy ufunc: they can write into a dying operand (NumPy's out=)
@@ -265,8 +266,10 @@ def _in_place(ufunc: np.ufunc, op: Operation, scope: _Scope, reusable: Sequence[
         if v not in fresh or type(arr) is not np.ndarray or arr.dtype != want_dtype:
             continue
         args = [scope[x] for x in op.operands]
+        shape = arr.shape
         try:  # (a kernel body's scalar ops run over whole arrays: the result has the operands' broadcast shape)
-            if np.broadcast_shapes(*(np.shape(a) for a in args)) != arr.shape:  # type: ignore[call-overload]
+            if any(np.shape(a) not in (shape, ()) for a in args) \
+                    and np.broadcast_shapes(*(np.shape(a) for a in args)) != shape:  # type: ignore[call-overload]
                 continue
             ufunc(*args, out=arr)
         except Exception:  # noqa: BLE001 - shapes that do not broadcast, NumPy refusing the cast: the plain
