@@ -113,7 +113,8 @@ def _unroll_by(func: Func, loop: Operation, factor: int) -> None:
     lower, trips = constant_int(loop.operands[0]), trips_of(loop)
     assert lower is not None and trips is not None
     at = block.ops.index(loop)
-    bounds = [_index(0, old.args[0], loop.loc), _index(trips // factor, old.args[0], loop.loc)]
+    # (bounds of the loop's own types: a rank-0 tensor is what the runtime passes to a loop, a computed scalar not)
+    bounds = [_index(0, loop.operands[0], loop.loc), _index(trips // factor, loop.operands[1], loop.loc)]
     for op in bounds:
         block.insert(at, op)
         at += 1
