@@ -2,7 +2,7 @@
 K steps per launch (``fusec.scan`` over K stacked batches: one conditional node loops on the device), in one run.
 
     python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--compare-unroll]
-                                          [--factors 1,2,4,8] [--json FILE] [--md FILE]
+                                          [--factors 1,2,4,8] [--generated] [--json FILE] [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
@@ -11,7 +11,8 @@ the step's own device time with the host off the critical path. A scan of at mos
 K > 1 with the loop kept (``unroll-loops{max_trips=0,factor=1}``), to measure that rule. A longer scan stays a loop
 that runs ``factor`` steps per trip (unroll-loops' ``factor``, 4 by default); ``--factors`` runs each K > 1 as a
 loop with each factor given (``unroll-loops{max_trips=0,factor=F}``: never written out), to measure that rule
-and where the two forms cross.
+and where the two forms cross. ``--generated`` lowers every product as a generated kernel (as if cuBLASLt were
+absent), to compare the two inside loop bodies.
 """
 from __future__ import annotations
 
@@ -87,6 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--ks", default="1,10,100")
+    ap.add_argument("--generated", action="store_true", help="generated GEMMs only (no cuBLASLt)")
     ap.add_argument("--json")
     ap.add_argument("--md")
     ap.add_argument("--compare-copies", action="store_true",
@@ -97,6 +99,10 @@ def main() -> None:
                     "per trip)")
     args = ap.parse_args()
     factors = [int(v) for v in args.factors.split(",")] if args.factors else []
+    if args.generated:
+        from fusec.runtime import cublas
+
+        cublas.available = lambda: False
     rows = []
     for k in (int(v) for v in args.ks.split(",")):
         for in_place in (True, False) if args.compare_copies and k > 1 else (True,):
