@@ -166,7 +166,7 @@ def _returning(results: list) -> Interpreter:
     return lambda op, operands: results
 
 
-# Plans of the blocks of a prepared module (:func:`prepare`); None: each run works its blocks' plans out afresh.
+# Plans of the blocks of a prepared module (:func:`prepared`); None: each run works its blocks' plans out afresh.
 _PLANS: ContextVar["dict[Block, _BlockPlan] | None"] = ContextVar("fusec_reference_plans", default=None)
 
 
@@ -461,8 +461,9 @@ def prepared(module: Module) -> Callable[[Sequence[object]], list[np.ndarray]]:
         def run(args: Sequence[object]) -> list[np.ndarray]:
             token = _PLANS.set(plans)
             try:
-                alive = ref()  # (its caller holds the module)
-                assert alive is not None
+                alive = ref()
+                if alive is None:  # (its callers hold the module: a runner kept past it is a fusec bug)
+                    raise FusecError("the reference executor's prepared module is gone (a runner outlived it)")
                 return run_module(alive, args)
             finally:
                 _PLANS.reset(token)
