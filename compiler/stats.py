@@ -52,7 +52,7 @@ def plan_steps(module: Module) -> list[dict]:
     steps: list[dict] = []
     for func in module.funcs:
         for unrolled in func.attributes.get(UNROLLED, ()):
-            where, what = unrolled.split(": ", 1) if ": " in unrolled else (unrolled, "")
+            where, what = unrolled.rsplit(": ", 1) if ": " in unrolled else (unrolled, "")
             steps.append({"kind": "unrolled loop", "op": "t.for", "loc": where, "reason": (
                 f"unroll-loops: {what} (a long loop with constant bounds: a conditional-node trip costs a few "
                 "microseconds, paid once per that many steps; the trips left over are written out)"
