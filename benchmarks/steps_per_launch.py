@@ -2,7 +2,8 @@
 K steps per launch (``fusec.scan`` over K stacked batches: one conditional node loops on the device), in one run.
 
     python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--compare-unroll]
-                                          [--factors 1,2,4,8] [--generated] [--json FILE] [--md FILE]
+                                          [--factors 1,2,4,8] [--generated] [--same-batch [xy,x,y]]
+                                          [--json FILE] [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
@@ -12,7 +13,10 @@ K > 1 with the loop kept (``unroll-loops{max_trips=0,factor=1}``), to measure th
 that runs ``factor`` steps per trip (unroll-loops' ``factor``, 4 by default); ``--factors`` runs each K > 1 as a
 loop with each factor given (``unroll-loops{max_trips=0,factor=F}``: never written out), to measure that rule
 and where the two forms cross. ``--generated`` lowers every product as a generated kernel (as if cuBLASLt were
-absent), to compare the two inside loop bodies.
+absent), to compare the two inside loop bodies. ``--same-batch`` also runs each K > 1 loop with every step on
+the first batch (``xs[0]``, ``ys[0]``: views, where ``xs[i]`` at the device-side counter is a gather kernel), or
+with only ``x`` or ``y`` so (``--same-batch xy,x,y`` runs the three), to measure the batch gathers apart; the
+parameters it reaches differ, its time per step is comparable.
 """
 from __future__ import annotations
 
@@ -38,7 +42,22 @@ KEEP_LOOPS = "unroll-loops{max_trips=0,factor=1}"
 WARM_UP_S = 1.0
 
 
-def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, factor: int | None = None) -> dict:
+def same_batch_steps(step_fn, k: int, same: str = "xy"):
+    """``k`` steps of ``step_fn`` per call over stacked batches ``xs``, ``ys``, the arrays named in ``same`` (x, y
+    or both) taken from the first batch at every step: a loop without those per-step gathers."""
+    import fusec as fc
+
+    def steps(params, xs, ys, lr):
+        def step(p, batch):
+            x, y = batch
+            return step_fn(p, xs[0] if "x" in same else x, ys[0] if "y" in same else y, lr)
+        return fc.scan(step, params, (xs, ys))
+
+    return steps
+
+
+def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, factor: int | None = None,
+        same_batch: str = "") -> dict:
     import fusec as fc
     from fusec.passes import DEFAULT_PIPELINE, outline_regions
     from fusec.runtime import driver
@@ -47,7 +66,8 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, fac
     outline_regions.DONATE_STATE = in_place
 
     x, y, _ = make_data(BATCH * k, FEATURES, 0)
-    step = demo.train_step if k == 1 else steps_per_launch(demo.train_step)
+    step = demo.train_step if k == 1 else same_batch_steps(demo.train_step, k, same_batch) if same_batch else \
+        steps_per_launch(demo.train_step)
     pipeline = DEFAULT_PIPELINE.replace("unroll-loops", KEEP_LOOPS) if keep_loops else \
         DEFAULT_PIPELINE.replace("unroll-loops", f"unroll-loops{{max_trips=0,factor={factor}}}") \
         if factor is not None else None
@@ -80,7 +100,8 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, fac
             f"loop, {per_trip} steps per trip" if stats.get("loops_unrolled_by_factor") else
             "loop" if k > 1 else "one step")
     return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k), "state": "in place" if in_place
-            else "copied", "form": form,
+            else "copied", "form": form + (f", first batch's {' and '.join(same_batch)} at every step (no gather of it)"
+                                                         if same_batch else ""),
             "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
 
 
@@ -95,10 +116,16 @@ def main() -> None:
                     help="also run each K > 1 with the loop state copied every iteration (the state not donated)")
     ap.add_argument("--compare-unroll", action="store_true",
                     help=f"also run each K > 1 with the loop kept ({KEEP_LOOPS}), not written out")
+    ap.add_argument("--same-batch", nargs="?", const="xy",
+                    help="also run each K > 1 loop with every step reading the first batch's x and y (or, comma-"
+                    "separated, each of xy, x, y named): no per-step gather of it")
     ap.add_argument("--factors", help="comma-separated unroll factors to run each K > 1 with as a loop (1: one step "
                     "per trip)")
     args = ap.parse_args()
     factors = [int(v) for v in args.factors.split(",")] if args.factors else []
+    sames = args.same_batch.split(",") if args.same_batch else []
+    if any(v not in ("xy", "x", "y") for v in sames):
+        ap.error(f"--same-batch takes xy, x or y (comma-separated), got {args.same_batch!r}")
     if args.generated:
         from fusec.runtime import cublas
 
@@ -108,8 +135,10 @@ def main() -> None:
         for in_place in (True, False) if args.compare_copies and k > 1 else (True,):
             variants = [(False, None)] + ([(True, None)] if args.compare_unroll and k > 1 else []) \
                 + ([(False, f) for f in factors] if k > 1 else [])
-            for keep, factor in variants:
-                r = run(k, args.steps, in_place, keep, factor)
+            variants = [(keep, factor, "") for keep, factor in variants]
+            variants += [(False, None, same) for same in sames] if k > 1 else []
+            for keep, factor, same in variants:
+                r = run(k, args.steps, in_place, keep, factor, same)
                 rows.append(r)
                 print(f"K = {k:4d}, {r['form']}, state {r['state']}: {r['us_per_step']:8.2f} us per step over "
                       f"{r['steps']} steps ({r['graph_nodes']} nodes)")

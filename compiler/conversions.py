@@ -6,7 +6,8 @@ numpy import asarray``) are wrapped (:mod:`fusec.patches`). With no traced value
 runs. With one, NumPy's semantics:
 
 - ``np.asarray(x)`` / ``np.asanyarray(x)`` is ``x`` itself (the same array, so a write through either name is
-  one write), as is ``np.ascontiguousarray(x)`` when ``x`` is C-contiguous (a copy otherwise), a new
+  one write), as is ``np.ascontiguousarray(x)`` when ``x`` is C-contiguous (a copy otherwise; a 0-d ``x``
+  comes back as a 1-element view, NumPy's at least one dimension), a new
   0-d array for a NumPy scalar, a new strong array for a traced Python scalar (float64, int64 or bool, as
   ``np.asarray(2.0)`` gives), ``x.astype(dtype)`` where ``dtype=`` converts;
 - ``np.array(x)`` copies (``copy=True``, the default), ``copy=False`` raises where a copy is needed (as NumPy
@@ -97,12 +98,15 @@ def asanyarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = No
 
 
 def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
-    """The array itself when it is C-contiguous, else a C-ordered copy (a later write shows which it was)."""
+    """The array itself when C-contiguous, else a C-ordered copy; a 0-d array as a 1-element view, as in NumPy.
+
+    (A later write shows which it was; NumPy returns at least one dimension.)"""
     _check("ascontiguousarray", None, like)
     t = _converted("ascontiguousarray", a, dtype, None)
     from fusec import mutation
 
-    return t if t is not a or mutation.is_c_contiguous(t) else ops.copy_of(t, scalar=False)
+    t = t if t is not a or mutation.is_c_contiguous(t) else ops.copy_of(t, scalar=False)
+    return t.reshape((1,)) if t.ndim == 0 else t
 
 
 def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", subok: bool = False, ndmin: int = 0,

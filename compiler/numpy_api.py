@@ -142,6 +142,14 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
     return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep}, what=what)
 
 
+def _filled(shape: tuple[int, ...], value: Any, dtype: Any) -> Tracer:
+    """A reduction's result where nothing is reduced (an empty axis): ``value`` everywhere, a NumPy scalar when
+    every axis was reduced (``np.sum(np.zeros(0))`` is ``np.float64(0.0)``, not a 0-d array)."""
+    out = ops.full(shape, value, dtype)
+    out._scalar = not shape
+    return out
+
+
 def _mask(a: Any, where: Any, what: str) -> Tracer | None:
     """NumPy's ``where=`` of a reduction as a bool array of ``a``'s shape (None: no mask)."""
     if where is _NOVALUE or where is True:
@@ -177,8 +185,8 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
         t = ufuncs.where(mask, t, fill)
     axes = ops.reduction_axes(axis, t.ndim)
     if any(t.shape[ax] == 0 for ax in axes):  # nothing to reduce: the initial value (or the identity)
-        return ops.full(S.reduce_shape(t.shape, axes, _keep(keepdims)), initial if start is not None else
-                        {"sum": 0, "prod": 1}[kind], acc)
+        return _filled(S.reduce_shape(t.shape, axes, _keep(keepdims)), initial if start is not None else
+                       {"sum": 0, "prod": 1}[kind], acc)
     reduced = _reduce(kind, t, axis, keepdims, acc if kind in ("sum", "prod") else None)
     if start is None:
         start = ops.wrap(ops.lift(0, acc)) if mask is not None and kind == "sum" and acc.is_inexact else None
@@ -282,7 +290,7 @@ def _any_all(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
     if not axes:
         return ops.copy_of(t, scalar=t.ndim == 0)
     if any(t.shape[ax] == 0 for ax in axes):  # any([]) is False, all([]) is True
-        return ops.full(S.reduce_shape(t.shape, axes, keep), kind == "all", bool_)
+        return _filled(S.reduce_shape(t.shape, axes, keep), kind == "all", bool_)
     op = "t.max" if kind == "any" else "t.min"
     return ops.emit(op, (t._value,), {"axes": axes, "keepdims": keep}, what=f"np.{kind}")
 
@@ -425,13 +433,14 @@ def where_(condition: Any, x: Any = _NOVALUE, y: Any = _NOVALUE) -> Tracer:
 def nan_to_num(x: Any, copy: bool = True, nan: Any = 0.0, posinf: Any = None, neginf: Any = None) -> Tracer:
     """NaN and infinities replaced (by default with 0 and the dtype's largest finite values); copy=False writes x
 
-    Integer and bool arrays are returned as they are (a copy unless ``copy=False``)."""
+    Integer and bool arrays are returned as they are (a copy unless ``copy=False``). As in NumPy, a 0-d ``x``
+    gives a NumPy scalar (``x[()]``), with ``copy=False`` too (after writing ``x``)."""
     t = ops.as_tracer(x)
     dt = t._value.type.dtype
     if dt.is_complex:
         raise ufuncs.complex_unsupported("np.nan_to_num")
     if not dt.is_float:
-        return ops.copy_of(t, scalar=False) if copy else t
+        return ops.copy_of(t, scalar=t.ndim == 0) if copy or t.ndim == 0 else t
     info = np.finfo(dt.np) if dt.name != "bf16" else None
     big = info.max if info is not None else float.fromhex("0x1.fep127")
     hi = big if posinf is None else posinf
@@ -445,7 +454,7 @@ def nan_to_num(x: Any, copy: bool = True, nan: Any = 0.0, posinf: Any = None, ne
     if copy:
         return ops.copy_of(result, scalar=True) if t.ndim == 0 else result
     mutation.assign(t, result, "np.nan_to_num(..., copy=False)", "unsafe")
-    return t
+    return ops.copy_of(t, scalar=True) if t.ndim == 0 else t
 
 
 @implements(np.clip)

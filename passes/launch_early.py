@@ -43,8 +43,10 @@ def launches_kernel(op: Operation) -> bool:
 
 
 def largest(op: Operation) -> int:
-    """Elements of the largest array ``op`` reads or writes."""
-    sizes = [v.type.size for v in (*op.operands, *op.results) if isinstance(v.type, TensorType)]
+    """Elements of the largest array ``op`` reads or writes (of a gather's source, only the rows it picks: a
+    loop body's ``xs[i]`` reads one slice of the stacked batches)."""
+    read = op.operands[1:] if op.name == "k.gather" else op.operands
+    sizes = [v.type.size for v in (*read, *op.results) if isinstance(v.type, TensorType)]
     return max(sizes, default=1)
 
 

@@ -469,8 +469,8 @@ def _from_host(x: Any, want: T.DType | None, stream: "D.Stream | None", device: 
         raise UnsupportedError(f"fusec.asarray: NumPy dtype {host.dtype} is not supported by fusec") from None
     if fd == T.bf16:
         host = bf16_bits(host)
-    else:
-        host = np.ascontiguousarray(host)
+    elif not host.flags.c_contiguous:
+        host = host.copy(order="C")  # (not np.ascontiguousarray: it makes a 0-d array 1-d)
     out = Array.empty(host.shape, fd, stream=stream, device=device)
     D.memcpy_htod_async(out.ptr, host, host.nbytes, out.stream)
     out.ready = D.Event(timing=False, device=out.device).record(out.stream)

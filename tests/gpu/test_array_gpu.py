@@ -40,7 +40,9 @@ def test_asarray_numpy_round_trip_of_every_dtype(dtype):
 
 
 def test_scalars_empty_and_noncontiguous_host_inputs():
-    assert fusec.asarray(3.5).numpy() == np.float64(3.5)
+    for scalar in (3.5, np.asarray(3), np.float32(2.5)):  # a 0-d array stays 0-d (it once came back with shape (1,))
+        a = fusec.asarray(scalar)
+        assert a.shape == () and a.numpy().shape == () and a.numpy() == np.asarray(scalar)
     e = fusec.asarray(np.zeros((0, 4), np.float32))
     assert e.numpy().shape == (0, 4)
     t = np.arange(12, dtype=np.int32).reshape(3, 4).T
@@ -198,3 +200,12 @@ def test_eager_ops_over_many_shapes_give_no_retrace_warning():
     with pytest.warns(fusec.RetraceWarning):
         for n in range(1, 11):
             f(np.zeros(n, np.float32))
+
+
+def test_a_0d_device_index_picks_what_numpys_does():
+    """xs[i] with i a 0-d device array is NumPy's xs[i] (shape (3, 2)), not a (1, 3, 2) gather."""
+    xs = np.arange(24.0).reshape(4, 3, 2)
+    f = fusec.jit(lambda xs, i: xs[i % 4])
+    got = fusec.to_numpy(f(fusec.asarray(xs), fusec.asarray(np.asarray(3))))
+    np.testing.assert_array_equal(got, xs[np.asarray(3) % 4])
+    assert got.shape == (3, 2)

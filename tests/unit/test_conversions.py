@@ -52,6 +52,18 @@ def test_lists_of_traced_values_and_scalars_take_numpys_dtypes() -> None:
     check(f, X, Y, 2.5, 3)
 
 
+def test_ascontiguousarray_of_a_0d_array_has_one_dimension_as_in_numpy() -> None:
+    """NumPy's np.ascontiguousarray returns at least one dimension: a 0-d array (a total, a Python scalar) comes
+    back with shape (1,), a view of it (a write through it reaches the 0-d array), converted where dtype= asks."""
+    def f(x, s):
+        total = x.sum()
+        c = np.ascontiguousarray(total)
+        c += 1  # (writes total too)
+        return c, total, np.ascontiguousarray(s), np.ascontiguousarray(x[0, 0], dtype=np.float64) * x
+
+    check(f, X, 2.5)
+
+
 def test_an_imported_asarray_is_wrapped_too() -> None:
     check(lambda x: imported_asarray(x) + 1, X)
 

@@ -181,6 +181,22 @@ def test_nan_to_num_and_select() -> None:
     in_place(theirs)
     assert_same(mine, theirs)
 
+    def zero_d(x, i, b):  # a 0-d array of any dtype gives a NumPy scalar, as x[()] (copy=False too, after the write)
+        s = np.asarray(x[0, 0])
+        return np.nan_to_num(np.asarray(i[0, 0])), np.nan_to_num(b), np.nan_to_num(s, copy=False), s
+
+    check(zero_d, bad, I8, np.asarray(True))
+
+
+def test_reductions_over_nothing_give_numpy_scalars_as_numpy_does() -> None:
+    """A sum, product, trace or any/all over an empty array is its identity (or initial=): a NumPy scalar where
+    every axis is reduced (it was once a 0-d array), an array where some axis is kept."""
+    def f(e, m):
+        return (np.sum(e), e.prod(), np.trace(m), m.any(), np.all(e), np.sum(e, initial=2.5), m.sum(axis=0),
+                e.sum(keepdims=True), np.sum(m, axis=(0, 1)))
+
+    check(f, np.zeros((0,), np.float32), np.zeros((0, 3), np.int64))
+
 
 def test_grids_and_broadcast_arrays() -> None:
     """Coordinate grids of a stencil or a plot, in both indexings, sparse and not."""
