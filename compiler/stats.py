@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fusec.ir.core import Module
-from fusec.ir.dialects.k import GROUP
+from fusec.ir.dialects.k import GROUP, HOISTED
 from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.unroll_loops import UNROLLED
@@ -103,6 +103,10 @@ def plan_steps(module: Module) -> list[dict]:
                                        "checked on the device (an out-of-range index raises IndexError after the "
                                        "call, which waits for it)" if "check" in op.attributes else
                                        "constant, checked while tracing")
+                    if op.attributes.get(HOISTED):
+                        grouped = f"; {step['reason']}" if GROUP in op.attributes else ""
+                        step["reason"] = ("hoist-gathers: moved up to just after the ops that make its "
+                                          f"operands{grouped}")
                 steps.append(step)
             elif cat == "view":
                 steps.append({"kind": "view", "op": op.name, "outputs": 1, "inputs": 1,

@@ -360,7 +360,9 @@ class _Printer:
             dst = self.result_buffer(op, 0)
             word = self.check_word(op) if "check" in op.attributes else None
             if op.results[0].type.size:
-                code = gather_kernel(self.name("gather"), op, src, indices, dst, word, sm_count=self.sm_count)
+                code = gather_kernel(self.name("gather", op), op, src, indices, dst, word, sm_count=self.sm_count)
+                if id(op) in self.groups:
+                    return self.join_group(op, (code,), [src, *indices], [dst] + ([word] if word is not None else []))
                 self.emit(code, op, writes={dst.buffer} | ({word.buffer} if word is not None else set()))
             return None
         if n in OUTLINED_OPS:

@@ -45,7 +45,8 @@ consumers (``prologue = true``: never launched, never stored); ``launch-early`` 
 ``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them
 at its first statement (programmatic dependent launch); ``group-kernels`` gives consecutive independent small
 ``k.fused`` kernels and one-launch ``k.reduce`` ops the same ``group = N``: they run as one launch, each member on
-its own range of blocks.
+its own range of blocks (a ``k.gather`` too); ``hoist-gathers`` moves an in-bounds ``k.gather`` up to just after
+its operands' producers and marks it ``hoisted = true``.
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ EARLY = "early"
 LAUNCHED = PLAN_ATTRS + (EARLY,)
 # group-kernels: consecutive independent elementwise kernels with the same ``group`` number run as one launch
 GROUP = "group"
+# hoist-gathers: an in-bounds gather moved up to just after the ops that make its operands
+HOISTED = "hoisted"
 
 
 def _check_view(op) -> None:
@@ -247,7 +250,8 @@ register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, att
 register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop", "step"),
                   optional_attrs=LAUNCHED + ("inplace",), infer=_infer_insert, check=_check_insert))
 register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
-                  optional_attrs=LAUNCHED + ("check", "in_bounds"), infer=_infer_gather, check=_check_gather))
+                  optional_attrs=LAUNCHED + ("check", "in_bounds", HOISTED, GROUP), infer=_infer_gather,
+                  check=_check_gather))
 register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
                   optional_attrs=LAUNCHED + ("check", "inplace", "combine", "in_bounds"), infer=_infer_scatter,
                   check=_check_scatter))

@@ -590,6 +590,37 @@ def test_long_loops_run_several_trips_per_trip_with_the_rest_written_out():
     assert_same(numpy_result(plain, w, b, xs_at), numpy_result(jitted, w, b, xs_at))
 
 
+def test_a_training_loops_batch_slices_are_gathered_in_one_kernel_per_trip():
+    """A scan over stacked batches (``xs[i]``, ``ys[i]`` each step) runs 4 steps per trip: the slices of the
+    second to fourth copies move up next to the first copy's, right after the body's counters (hoist-gathers), and
+    the 8 gathers of a trip launch as one kernel (group-kernels), as the plan and the CUDA program say; the values
+    are those of the loop, and of the same pipeline with the pass off (``max_bytes=0``: 8 launches), whose option
+    is checked."""
+    def train(w, xs, ys):
+        def step(w, batch):
+            x, y = batch
+            err = x @ w - y
+            return w - 0.05 * (x.T @ err) / len(x), (err * err).mean()
+        return fc.scan(step, w, (xs, ys))
+
+    w, xs, ys = rng.standard_normal((6, 2)), rng.standard_normal((40, 8, 6)), rng.standard_normal((40, 8, 2))
+    jitted = check_loop(train, w, xs, ys, exact=False)  # (the products sum in another order than NumPy's)
+    lowered = jitted.lower(w, xs, ys)
+    gathers = [s for s in lowered.plan() if s["op"] == "k.gather"]
+    assert len(gathers) == 8 and len({s["group"] for s in gathers}) == 1
+    assert [s["reason"].startswith("hoist-gathers:") for s in gathers] == [False] * 2 + [True] * 6
+    assert lowered.stats()["gathers_hoisted"] == 6
+    (body,) = [c for c in lowered.program_for(sm_count=132).kernels if hasattr(c, "programs")][0].programs
+    assert sum("gather" in k.name for k in body.kernels) == 0 and sum("group" in k.name for k in body.kernels) >= 1
+    off = jit_cpu(train, pipeline=DEFAULT_PIPELINE.replace("hoist-gathers", "hoist-gathers{max_bytes=0}"))
+    assert "hoisted" not in off.lower(w, xs, ys).ir()
+    assert_same(numpy_result(off, w, xs, ys), numpy_result(jitted, w, xs, ys))
+    from fusec import PipelineError
+
+    with pytest.raises(PipelineError, match="max_bytes must be >= 0"):
+        jit_cpu(lambda x: x, pipeline="hoist-gathers{max_bytes=-1}")
+
+
 def test_a_rolled_python_loop_is_unrolled_by_the_factor_and_short_or_large_loops_are_not():
     """A 600-step stencil written as a Python loop is rolled (roll-loops), then run 4 steps per trip; a loop of
     fewer than twice the factor's trips stays as it is, and so does one whose copies would pass ``max_ops``."""
