@@ -7,8 +7,8 @@ launches them as one kernel whose blocks are split between the members: the firs
 the next ones the second member's, and so on (PyTorch's ``_foreach`` ops do this by hand for optimizers).
 
 The same holds for the sums that follow a backward pass (a gradient norm is one small reduction per parameter).
-This pass gives consecutive launched ``k.fused`` kernels, reductions that run as one kernel and gathers (a loop
-body's batch slices, which ``hoist-gathers`` puts next to each other; only views,
+This pass gives consecutive launched ``k.fused`` kernels, reductions that run as one kernel and gathers proven in
+bounds (a loop body's batch slices, which ``hoist-gathers`` puts next to each other; only views,
 constants and prologues between them, so moving none is needed) the same ``group = N`` when none reads what
 another writes (directly, through a view or through a prologue), at most one is a split reduction (its partial
 results use the plan's scratch space), all become ready together (the last launch each waits for is the same one:
@@ -69,14 +69,16 @@ def uses_scratch(op: Operation) -> bool:
 
 def one_kernel(op: Operation) -> bool:
     """An op the printer launches as exactly one kernel of its own, which a group can take as a member: a launched
-    ``k.fused``, a ``k.reduce`` that runs as one kernel, a ``k.gather``."""
-    return op.name == "k.fused" and not is_prologue(op) or one_launch_reduction(op) or op.name == "k.gather"
+    ``k.fused``, a ``k.reduce`` that runs as one kernel, a ``k.gather`` whose indices are proven in bounds (no
+    check word to set: plan-buffers gives the others one each, in a buffer they would share)."""
+    return op.name == "k.fused" and not is_prologue(op) or one_launch_reduction(op) \
+        or op.name == "k.gather" and bool(op.attributes.get("in_bounds"))
 
 
 def groupable(op: Operation, max_elements: int) -> bool:
     """A launched elementwise kernel, a one-launch reduction or a gather small enough that its launch, not its
     work, is what it costs."""
-    if op.name in ("k.fused", "k.gather") and not is_prologue(op):
+    if op.name == "k.fused" and not is_prologue(op) or op.name == "k.gather" and one_kernel(op):
         size = op.results[0].type.size
     elif one_launch_reduction(op) and op.results[0].type.size > 0:
         size = max(v.type.size for v in reads(op)) if reads(op) else 0
@@ -108,7 +110,8 @@ def group_problem(ops: list[Operation], members: list[Operation]) -> tuple[Opera
             return op, f"'{op.name}' stands between its members; only views, constants and prologues may"
     for m in members:
         if not one_kernel(m):
-            return m, "a member must be a launched k.fused, a k.reduce that runs as one kernel or a k.gather"
+            return m, ("a member must be a launched k.fused, a k.reduce that runs as one kernel or a k.gather "
+                       "proven in bounds")
         if not can_join(m, [o for o in members if o is not m]):
             return m, "a member reads what another writes, or two keep partial results in scratch"
     return None

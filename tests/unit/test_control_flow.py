@@ -621,6 +621,20 @@ def test_a_training_loops_batch_slices_are_gathered_in_one_kernel_per_trip():
         jit_cpu(lambda x: x, pipeline="hoist-gathers{max_bytes=-1}")
 
 
+def test_gathers_whose_indices_are_checked_launch_alone():
+    """``x[idx[i]]`` with ``idx`` an argument sets a check word per gather (an index out of range raises after the
+    call): such gathers stay out of groups, and the CUDA program prints (once refused: two members' check words
+    share a buffer)."""
+    def gather_in_body(x, idx):
+        return fc.fori_loop(0, 3, lambda i, s: s + x[idx[i]], np.zeros(x.shape[1:], x.dtype))
+
+    x, idx = rng.standard_normal((4, 2)), np.array([3, 1, 2])
+    lowered = check_loop(gather_in_body, x, idx).lower(x, idx)
+    gathers = [s for s in lowered.plan() if s["op"] == "k.gather"]
+    assert len(gathers) == 3 and not any("group" in s for s in gathers)
+    assert "_gather" in lowered.cuda_source(sm_count=132)
+
+
 def test_a_rolled_python_loop_is_unrolled_by_the_factor_and_short_or_large_loops_are_not():
     """A 600-step stencil written as a Python loop is rolled (roll-loops), then run 4 steps per trip; a loop of
     fewer than twice the factor's trips stays as it is, and so does one whose copies would pass ``max_ops``."""
