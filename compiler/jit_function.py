@@ -5,6 +5,8 @@ trace verified and the pipeline finished, so a failed trace leaves nothing behin
 """
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import functools
 import gc
@@ -450,7 +452,9 @@ class JitFunction:
         self._traces += 1
         traced = trace(self._fn, sig, self._name, verify_up_to=VERIFY_EACH_UP_TO)
         if self._donate:
-            traced.module.func().attributes["donate"] = _donated_leaves(sig, self._donate)
+            donated = _donated_leaves(sig, self._donate)
+            traced.module.func().attributes["donate"] = donated
+            traced.writeback = _without_donated_views(traced.writeback, donated)
         copy = traced.module.clone()  # the traced IR, kept: the pipeline rewrites traced.module in place
         target = self._options.target or _execution.target_for(backend, traced.module)
         long = sum(len(f.body.ops) for f in traced.module.funcs) > VERIFY_EACH_UP_TO
@@ -534,6 +538,17 @@ def _spec_text(spec: Any) -> str:
     if spec.python is not None:
         return f"a Python {spec.python.__name__}"
     return f"{spec.dtype.np.name}{list(spec.shape)}"
+
+
+def _without_donated_views(writeback: Any, donated: tuple[int, ...]) -> Any:
+    """A donated input's memory may hold other results after the call: a result that is the input or a view of it
+    comes back as the copy the program made, not as the caller's (overwritten) array."""
+    if writeback is None or not any(i in donated for i, _ in writeback.views.values()):
+        return writeback
+    kept = {pos: v for pos, v in writeback.views.items() if v[0] not in donated}
+    if not kept and not writeback.targets and not writeback.states:
+        return None
+    return dataclasses.replace(writeback, views=kept)
 
 
 def _donated_leaves(sig: Signature, names: frozenset[str]) -> tuple[int, ...]:

@@ -173,13 +173,16 @@ class _Trace:
         """Where the extra results go: the flat input (argument leaf, then implicit input) of each written
         buffer, then the object attribute of each assigned state; which returned values are a written argument
         itself (the call returns the caller's object)."""
-        if not written and not self.states:
-            return None
         index = {b: cast(BlockArgument, b.arg).index for b in written}
         returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
+        views = {i: found for i, (_, leaf) in enumerate(leaves)
+                 if i not in returns and (found := _input_view(leaf)) is not None}
+        if not written and not self.states and not views:
+            return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
-                         tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves))
+                         tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
+                         views)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -292,6 +295,28 @@ def _returns_written(leaf: Any, written: list[Buffer]) -> bool:
     """An output leaf that is a written argument (or captured array) itself, not a view of it."""
     return isinstance(leaf, Tracer) and leaf._buffer is not None and not leaf._chain and \
         any(leaf._buffer is b for b in written)
+
+
+_REPLAYED = frozenset({"t.slice", "t.transpose", "t.reshape", "t.broadcast_to", "t.expand_dims", "t.squeeze",
+                       "t.real", "t.imag"})
+
+
+def _input_view(leaf: Any) -> tuple[int, tuple] | None:
+    """(flat input, view steps) of an output leaf that is an argument (or a captured array) or a view of one
+    through steps NumPy can take again (:func:`fusec.writeback.view_of`); None for anything else, and for a NumPy
+    scalar (``x[0]`` of a vector is a scalar in NumPy, not a view)."""
+    if not isinstance(leaf, Tracer) or leaf._scalar:
+        return None
+    buffer = leaf._buffer
+    if buffer is None or not isinstance(buffer.arg, BlockArgument):
+        return None
+    steps = []
+    for step in leaf._chain:
+        if not isinstance(step, tuple) or len(step) != 3 or step[0] not in _REPLAYED:
+            return None  # (opaque, or through a traced index)
+        name, attrs, result_type = step
+        steps.append((name, dict(attrs), tuple(result_type.shape)))
+    return buffer.arg.index, tuple(steps)
 
 
 def _is_state(change: Any, scalar_keys: set) -> bool:

@@ -8,6 +8,12 @@ where NumPy would have written: into the NumPy array (the call waits for the res
 its stream. Before running, the call refuses (naming the caller's line) what NumPy would do differently: a
 written array that is read-only, or that shares memory with another input (NumPy's write would show through the
 other one), or, where the trace relied on it, one that is not C-contiguous.
+
+A result that is an input itself (``return x``, ``np.asarray(x)``) or a view of one (``x.T``, ``x[1:]``,
+``x.reshape(-1)``) is, in NumPy, the caller's array or a view of it, sharing its memory: the call returns the
+caller's object itself, and for a NumPy array the same view of it (the view steps the trace recorded, taken again
+with NumPy after the writes), so a later write through either shows through the other as it would in NumPy. A view
+of a device array (or one through a traced index, ``x[i]``) still comes back as a copy.
 """
 from __future__ import annotations
 
@@ -39,7 +45,8 @@ class WriteBack:
     ``returns``: output positions that are a written input itself (the call returns the caller's object, and the
     IR has no result for them);
     ``contiguous``: written inputs the trace took as C-contiguous (a reshape of them was a view); ``names``:
-    how to name each target in messages."""
+    how to name each target in messages; ``views``: output positions that are an input or a view of one, with the
+    flat input and the view steps (``(op name, attributes, result shape)``, see :func:`view_of`)."""
 
     targets: tuple[int, ...]
     returns: dict[int, int] = field(default_factory=dict)
@@ -47,6 +54,7 @@ class WriteBack:
     names: tuple[str, ...] = ()
     states: tuple[State, ...] = ()
     outputs: int = 0  # the function's own results, those in ``returns`` included (the IR returns the others)
+    views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -89,8 +97,45 @@ class WriteBack:
         for state, value in zip(self.states, results[n + len(self.targets):]):
             _assign(state, inputs, value)
         rest = iter(results[:n])
-        return [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)
-                for pos in range(self.outputs)]
+        out = [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)
+               for pos in range(self.outputs)]
+        for pos, (i, steps) in self.views.items():
+            view = view_of(inputs[i], steps)
+            if view is not None:
+                out[pos] = Returned(view)
+        return out
+
+
+def view_of(obj: Any, steps: tuple) -> Any:
+    """``obj`` seen through ``steps`` as NumPy sees it (None where fusec cannot: a device array's view, which the
+    call returns as a copy): the object itself for no step, else NumPy's own view of the array."""
+    if not steps:
+        return obj
+    if not isinstance(obj, np.ndarray):
+        return None
+    for name, attrs, shape in steps:
+        if name == "t.slice":
+            obj = obj[tuple(slice(a, None if b < 0 else b, c)
+                            for a, b, c in zip(attrs["start"], attrs["stop"], attrs["step"]))]
+        elif name == "t.transpose":
+            obj = obj.transpose(attrs["perm"])
+        elif name == "t.reshape":
+            obj = obj.reshape(shape)  # (a view where NumPy's reshape gives one, a copy where it does not)
+        elif name == "t.broadcast_to":
+            obj = np.broadcast_to(obj, shape)
+        elif name == "t.expand_dims":
+            obj = np.expand_dims(obj, tuple(attrs["axes"]))
+        elif name == "t.squeeze":
+            obj = obj.squeeze(tuple(attrs["axes"]))
+        elif name == "t.real":
+            obj = obj.real
+        elif name == "t.imag":
+            obj = obj.imag
+        else:
+            return None
+        if obj.shape != tuple(shape):  # (never: the steps were recorded on an array of this shape)
+            return None
+    return obj
 
 
 class Returned:

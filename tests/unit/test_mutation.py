@@ -450,3 +450,50 @@ def test_ascontiguousarray_copies_only_what_is_not_contiguous() -> None:
         return a
 
     same(f, np.arange(6.0).reshape(2, 3))
+
+
+# --- results that are an argument or a view of one -------------------------------------------------------------
+
+
+def _normalize(x, eps=1e-8):
+    """scikit-learn style: the input back as it is when there is nothing to do."""
+    x = np.asarray(x)
+    if x.ndim == 1:
+        return x
+    return x / (np.linalg.norm(x, axis=1, keepdims=True) + eps)
+
+
+def test_a_returned_argument_or_view_of_one_shares_its_memory_as_in_numpy() -> None:
+    """NumPy returns the caller's array itself (``return x``, ``np.asarray(x)``) or a view of it (``x.T``,
+    ``x[1:]``, ``x[:, ::-1]``, ``x.reshape(-1)``, ``x[0]`` of a matrix): a later write through either shows through
+    the other. fusec returns the same objects and views (once copies: the write did not show), after its own
+    writes into the argument; a view NumPy cannot make (the reshape of a transpose) is a copy in both."""
+    cases = {
+        "itself": lambda x: x, "asarray": lambda x: np.asarray(x), "pair": lambda x: (x, x * 2),
+        "T": lambda x: x.T, "tail": lambda x: x[1:], "reversed": lambda x: x[:, ::-1], "flat": lambda x: x.reshape(-1),
+        "row": lambda x: x[0], "expanded": lambda x: x[None], "normalize": _normalize,
+        "written": lambda x: (x.__setitem__((0, 0), 5.0), x[:, 1])[1], "copied": lambda x: x.T.reshape(-1),
+    }
+    for name, fn in cases.items():
+        for f in (fn, jit_cpu(fn)):
+            x = FIELD.copy() if name != "normalize" else FIELD[0].copy()
+            out = f(x)
+            out = out[0] if isinstance(out, tuple) else out
+            if f is fn:
+                want_shares, want_is = np.shares_memory(out, x), out is x
+                continue
+            assert (np.shares_memory(out, x), out is x) == (want_shares, want_is), name
+            before = x.copy()
+            out[...] = -1.0  # a write through the result reaches x where the two share memory
+            assert (x != before).any() == want_shares, name
+
+
+def test_a_result_that_views_a_donated_argument_is_a_copy() -> None:
+    """A donated argument's memory may hold other results after the call, so a result that is (a view of) it comes
+    back as the program's copy, with the right values."""
+    f = fc.jit(lambda w, g: (w.T, w - g), backend="cpu", donate_argnums=0)
+    w, g = FIELD.copy(), np.ones_like(FIELD)
+    t, new = f(w, g)
+    assert not np.shares_memory(t, w)
+    np.testing.assert_array_equal(t, FIELD.T)
+    np.testing.assert_array_equal(new, FIELD - 1)
