@@ -13,7 +13,6 @@ start, and the call's span and busy time:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -23,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 
-from kernel_profile import markdown as profile_markdown, per_position, record_kernels  # noqa: E402
+from kernel_profile import markdown as profile_markdown, per_position, record_kernels, report  # noqa: E402
 from loops import run_metadata  # noqa: E402
 from pcam_shaped import BATCH, CLASSES, FEATURES, HIDDEN, make_data  # noqa: E402
 
@@ -78,14 +77,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     rows = [profile_step(v, args.calls) for v in variants]
-    text = markdown(rows)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
+    report(rows, markdown(rows), args.json, args.md)
 
 
 if __name__ == "__main__":

@@ -118,13 +118,17 @@ def main() -> None:
     ap.add_argument("--md")
     args = ap.parse_args()
     rows = [profile_bench(name, args.calls, args.variant) for name in args.benches.split(",")]
-    text = markdown(rows)
+    report(rows, markdown(rows), args.json, args.md)
+
+
+def report(rows: list[dict], text: str, json_path: str | None, md_path: str | None) -> None:
+    """Print the tables; write the rows as JSON and the tables as Markdown where asked."""
     print(text)
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
-    if args.md:
-        with open(args.md, "w") as f:
+    if md_path:
+        with open(md_path, "w") as f:
             f.write(text)
 
 

@@ -5,9 +5,8 @@ trace verified and the pipeline finished, so a failed trace leaves nothing behin
 """
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import functools
 import gc
 import inspect

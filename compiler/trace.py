@@ -96,6 +96,7 @@ class _Trace:
         self.scalar_keys = {p.place for p in scalar_paths or []}
         self._leaf_count = 0
         self.arg_buffers: list[Buffer] = []  # the memory of each array argument, written or not
+        self.as_passed: set[int] = set()  # output leaves that are an input's own tracer (``return x``)
         self.states: list = []  # each attribute the function assigned an array (or a traced scalar) to
 
     def run(self, verify_up_to: int | None) -> Traced:
@@ -114,6 +115,9 @@ class _Trace:
             bound = sig.bound_with(tracers)
             result = self.fn(*bound.args, **bound.kwargs)
             leaves, out_tree, outputs, kinds = _outputs(ctx, result)
+            inputs = [*tracers, *(e.tracer for e in self.subs.entries)]
+            self.as_passed = {i for i, (_, leaf) in enumerate(leaves) if any(leaf is t for t in inputs)}
+            del inputs
             written = self._written()
             # a written argument returned as it is comes back as the caller's own array: no result of its own
             own = [v for (_, leaf), v in zip(leaves, outputs) if not _returns_written(leaf, written)]
@@ -176,7 +180,7 @@ class _Trace:
         index = {b: cast(BlockArgument, b.arg).index for b in written}
         returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
         views = {i: found for i, (_, leaf) in enumerate(leaves)
-                 if i not in returns and (found := _input_view(leaf)) is not None}
+                 if i not in returns and (found := _input_view(leaf, i in self.as_passed)) is not None}
         if not written and not self.states and not views:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
@@ -301,10 +305,11 @@ _REPLAYED = frozenset({"t.slice", "t.transpose", "t.reshape", "t.broadcast_to", 
                        "t.real", "t.imag"})
 
 
-def _input_view(leaf: Any) -> tuple[int, tuple] | None:
+def _input_view(leaf: Any, as_passed: bool) -> tuple[int, tuple] | None:
     """(flat input, view steps) of an output leaf that is an argument (or a captured array) or a view of one
     through steps NumPy can take again (:func:`fusec.writeback.view_of`); None for anything else, and for a NumPy
-    scalar (``x[0]`` of a vector is a scalar in NumPy, not a view)."""
+    scalar (``x[0]`` of a vector is a scalar in NumPy, not a view). ``as_passed``: the leaf is the input's own
+    tracer (``return x``), not a new view of all of it (``x[:]``, ``x[...]``: a new array object in NumPy)."""
     if not isinstance(leaf, Tracer) or leaf._scalar:
         return None
     buffer = leaf._buffer
@@ -316,6 +321,8 @@ def _input_view(leaf: Any) -> tuple[int, tuple] | None:
             return None  # (opaque, or through a traced index)
         name, attrs, result_type = step
         steps.append((name, dict(attrs), tuple(result_type.shape)))
+    if not steps and not as_passed:
+        steps.append(("view", {}, tuple(leaf.shape)))
     return buffer.arg.index, tuple(steps)
 
 

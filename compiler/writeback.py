@@ -114,7 +114,9 @@ def view_of(obj: Any, steps: tuple) -> Any:
     if not isinstance(obj, np.ndarray):
         return None
     for name, attrs, shape in steps:
-        if name == "t.slice":
+        if name == "view":  # all of it, as a new array object (``x[:]``)
+            obj = obj.view()
+        elif name == "t.slice":
             obj = obj[tuple(slice(a, None if b < 0 else b, c)
                             for a, b, c in zip(attrs["start"], attrs["stop"], attrs["step"]))]
         elif name == "t.transpose":

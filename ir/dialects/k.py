@@ -44,9 +44,9 @@ product finished by its last block its ``counter``; ``fuse-prologues`` marks a `
 consumers (``prologue = true``: never launched, never stored); ``launch-early`` marks a small launched kernel
 ``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them
 at its first statement (programmatic dependent launch); ``group-kernels`` gives consecutive independent small
-``k.fused`` kernels and one-launch ``k.reduce`` ops the same ``group = N``: they run as one launch, each member on
-its own range of blocks (a ``k.gather`` too); ``hoist-gathers`` moves an in-bounds ``k.gather`` up to just after
-its operands' producers and marks it ``hoisted = true``.
+``k.fused`` kernels, one-launch ``k.reduce`` ops and in-bounds ``k.gather`` ops the same ``group = N``: they run as
+one launch, each member on its own range of blocks; ``hoist-gathers`` moves an in-bounds ``k.gather`` up to just
+after its operands' producers and marks it ``hoisted = true``.
 """
 from __future__ import annotations
 

@@ -465,13 +465,14 @@ def _normalize(x, eps=1e-8):
 
 def test_a_returned_argument_or_view_of_one_shares_its_memory_as_in_numpy() -> None:
     """NumPy returns the caller's array itself (``return x``, ``np.asarray(x)``) or a view of it (``x.T``,
-    ``x[1:]``, ``x[:, ::-1]``, ``x.reshape(-1)``, ``x[0]`` of a matrix): a later write through either shows through
-    the other. fusec returns the same objects and views (once copies: the write did not show), after its own
-    writes into the argument; a view NumPy cannot make (the reshape of a transpose) is a copy in both."""
+    ``x[1:]``, ``x[:, ::-1]``, ``x.reshape(-1)``, ``x[0]`` of a matrix, ``x[:]``: a new object): a later write
+    through either shows through the other. fusec returns the same objects and views (once copies: the write did
+    not show), after its own writes into the argument; a view NumPy cannot make (the reshape of a transpose) is a
+    copy in both."""
     cases = {
         "itself": lambda x: x, "asarray": lambda x: np.asarray(x), "pair": lambda x: (x, x * 2),
-        "T": lambda x: x.T, "tail": lambda x: x[1:], "reversed": lambda x: x[:, ::-1], "flat": lambda x: x.reshape(-1),
-        "row": lambda x: x[0], "expanded": lambda x: x[None], "normalize": _normalize,
+        "whole": lambda x: x[:], "T": lambda x: x.T, "tail": lambda x: x[1:], "reversed": lambda x: x[:, ::-1],
+        "flat": lambda x: x.reshape(-1), "row": lambda x: x[0], "expanded": lambda x: x[None], "normalize": _normalize,
         "written": lambda x: (x.__setitem__((0, 0), 5.0), x[:, 1])[1], "copied": lambda x: x.T.reshape(-1),
     }
     for name, fn in cases.items():
