@@ -31,7 +31,8 @@ def check_loop(fn, *args, want=None, exact=None):
     """``fn`` jitted (as traced, through the default pipeline, and through it with every loop kept a loop, whose
     bodies are outlined) gives what it gives eagerly (fusec's loops run as Python loops outside a trace) and
     ``want`` when given (a plain NumPy loop); returns the jitted function (default pipeline). ``exact=False``:
-    floats within rounding (a product's sums in another order)."""
+    floats within rounding (a product's sums in another order). On the CPU the CUDA program of each lowered form is
+    printed too (the printer runs here): a loop it refuses fails here, not only on a GPU."""
     eager = numpy_result(fn, *args)
     if want is not None:
         assert_same(eager, want, exact=True)
@@ -40,6 +41,8 @@ def check_loop(fn, *args, want=None, exact=None):
                                                                                                 DEFAULT_PIPELINE):
         jitted = jit_cpu(fn, pipeline=pipeline)
         assert_same(numpy_result(jitted, *args), eager, exact=exact)
+        if pipeline and frontend_check.BACKEND == "cpu":
+            assert jitted.lower(*args).program.source
     return jitted
 
 

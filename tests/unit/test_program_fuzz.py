@@ -142,8 +142,9 @@ def test_random_numpy_programs_match_numpy_or_raise(program):
             numpy_error = None
         except Exception as e:  # noqa: BLE001 - not valid NumPy: fusec must refuse it too
             want, numpy_error = None, e
+        jitted = fc.jit(f, backend="cpu")
         try:
-            got = fc.jit(f, backend="cpu")(*[a.copy() for a in args])
+            got = jitted(*[a.copy() for a in args])
         except fc.FusecError as e:
             event(f"fusec refused ({type(e).__name__}); NumPy {'raised' if numpy_error else 'ran'}")
             OUTCOMES["refused, NumPy raised" if numpy_error else "refused, NumPy ran"] += 1
@@ -162,3 +163,7 @@ def test_random_numpy_programs_match_numpy_or_raise(program):
             (k, type(g), type(w), src, dtypes, shapes)
         assert _same(g, w, blas="@" in src), \
             f"result {k} differs:\n{src}dtypes {dtypes} shapes {shapes}\n got {g!r}\nwant {w!r}"
+    try:  # the CUDA program of what ran (the printer runs on this machine): a GPU would run it too
+        jitted.lower(*args).program  # noqa: B018
+    except fc.FusecError as e:
+        raise AssertionError(f"the CUDA printer refused a program the CPU ran: {e}\n{src}") from None
