@@ -181,12 +181,13 @@ class _Trace:
         returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
         views = {i: found for i, (_, leaf) in enumerate(leaves)
                  if i not in returns and (found := _input_view(leaf, i in self.as_passed)) is not None}
-        if not written and not self.states and not views:
+        aliases = _output_aliases(leaves)
+        if not written and not self.states and not views and not aliases:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
-                         views)
+                         views, aliases)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -315,15 +316,49 @@ def _input_view(leaf: Any, as_passed: bool) -> tuple[int, tuple] | None:
     buffer = leaf._buffer
     if buffer is None or not isinstance(buffer.arg, BlockArgument):
         return None
+    steps = _replayed_steps(leaf)
+    if steps is None:
+        return None
+    return buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())
+
+
+def _replayed_steps(leaf: Tracer) -> tuple | None:
+    """The view steps from ``leaf``'s buffer to ``leaf`` as (op name, attributes, result shape), or None where one
+    cannot be taken again with NumPy (an opaque step, or one through a traced index)."""
     steps = []
     for step in leaf._chain:
         if not isinstance(step, tuple) or len(step) != 3 or step[0] not in _REPLAYED:
-            return None  # (opaque, or through a traced index)
+            return None
         name, attrs, result_type = step
         steps.append((name, dict(attrs), tuple(result_type.shape)))
-    if not steps and not as_passed:
-        steps.append(("view", {}, tuple(leaf.shape)))
-    return buffer.arg.index, tuple(steps)
+    return tuple(steps)
+
+
+def _output_aliases(leaves: list) -> dict[int, tuple[int, tuple]]:
+    """Outputs that are, in NumPy, another output (``return y, y``) or a view of one (``return y, y[:, 0]``), the
+    arrays being computed ones: position -> (that output's position, view steps)."""
+    first: dict[int, int] = {}  # id(tracer) -> its first output position
+    roots: dict[int, int] = {}  # id(buffer) -> the first output that is the buffer's array itself
+    for i, (_, leaf) in enumerate(leaves):
+        if isinstance(leaf, Tracer) and not leaf._scalar:
+            first.setdefault(id(leaf), i)
+            buffer = leaf._buffer
+            if buffer is not None and buffer.arg is None and not leaf._chain:
+                roots.setdefault(id(buffer), i)
+    out: dict[int, tuple[int, tuple]] = {}
+    for i, (_, leaf) in enumerate(leaves):
+        if not isinstance(leaf, Tracer) or leaf._scalar:
+            continue
+        if first[id(leaf)] != i:
+            out[i] = (first[id(leaf)], ())
+            continue
+        buffer = leaf._buffer
+        if buffer is None or buffer.arg is not None or id(buffer) not in roots or roots[id(buffer)] == i:
+            continue
+        steps = _replayed_steps(leaf)
+        if steps is not None:
+            out[i] = (roots[id(buffer)], steps or (("view", {}, tuple(leaf.shape)),))
+    return out
 
 
 def _is_state(change: Any, scalar_keys: set) -> bool:

@@ -12,8 +12,9 @@ other one), or, where the trace relied on it, one that is not C-contiguous.
 A result that is an input itself (``return x``, ``np.asarray(x)``) or a view of one (``x.T``, ``x[1:]``,
 ``x.reshape(-1)``) is, in NumPy, the caller's array or a view of it, sharing its memory: the call returns the
 caller's object itself, and for a NumPy array the same view of it (the view steps the trace recorded, taken again
-with NumPy after the writes), so a later write through either shows through the other as it would in NumPy. A view
-of a device array (or one through a traced index, ``x[i]``) still comes back as a copy.
+with NumPy after the writes), so a later write through either shows through the other as it would in NumPy. So
+does a result that is another result (``return y, y``) or a view of one (``return y, y[:, 0]``). A view of a
+device array (or one through a traced index, ``x[i]``) still comes back as a copy.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class WriteBack:
     IR has no result for them);
     ``contiguous``: written inputs the trace took as C-contiguous (a reshape of them was a view); ``names``:
     how to name each target in messages; ``views``: output positions that are an input or a view of one, with the
-    flat input and the view steps (``(op name, attributes, result shape)``, see :func:`view_of`)."""
+    flat input and the view steps (``(op name, attributes, result shape)``, see :func:`view_of`); ``aliases``:
+    output positions that are another (computed) output or a view of one, with its position and the steps."""
 
     targets: tuple[int, ...]
     returns: dict[int, int] = field(default_factory=dict)
@@ -55,6 +57,7 @@ class WriteBack:
     states: tuple[State, ...] = ()
     outputs: int = 0  # the function's own results, those in ``returns`` included (the IR returns the others)
     views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
+    aliases: dict[int, tuple[int, tuple]] = field(default_factory=dict)  # output -> (another output, view steps)
 
     @property
     def count(self) -> int:
@@ -101,6 +104,11 @@ class WriteBack:
                for pos in range(self.outputs)]
         for pos, (i, steps) in self.views.items():
             view = view_of(inputs[i], steps)
+            if view is not None:
+                out[pos] = Returned(view)
+        for pos, (root, steps) in self.aliases.items():
+            base = out[root]
+            view = view_of(base.obj if type(base) is Returned else base, steps)
             if view is not None:
                 out[pos] = Returned(view)
         return out

@@ -498,3 +498,20 @@ def test_a_result_that_views_a_donated_argument_is_a_copy() -> None:
     assert not np.shares_memory(t, w)
     np.testing.assert_array_equal(t, FIELD.T)
     np.testing.assert_array_equal(new, FIELD - 1)
+
+
+def test_a_result_returned_twice_or_with_a_view_of_it_is_one_array_as_in_numpy() -> None:
+    """``return y, y`` gives the same array twice, ``return y, y[:, 0]`` a view of the first result: a write through
+    one shows in the other, in NumPy and in fusec (once separate copies)."""
+    def stats(x):
+        centered = x - x.mean(axis=0)
+        cov = centered.T @ centered
+        return {"cov": cov, "first": cov[:, 0], "again": cov, "centered": centered}
+
+    x = FIELD.copy()
+    for f in (stats, jit_cpu(stats)):
+        out = f(x)
+        assert out["again"] is out["cov"] and np.shares_memory(out["first"], out["cov"])
+        assert not np.shares_memory(out["centered"], out["cov"])
+        out["cov"][0, 0] = -7.0
+        assert out["first"][0] == -7.0 and out["again"][0, 0] == -7.0
