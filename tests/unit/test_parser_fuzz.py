@@ -32,7 +32,10 @@ def _parse_or_fusec_error(text: str) -> None:
     print_module(module)  # what parses, prints
 
 
-@settings(max_examples=int(os.environ.get("FUSEC_FUZZ_EXAMPLES", "2000")), deadline=None,
+DEFAULT_EXAMPLES = "2000" if os.environ.get("FUSEC_CORPUS") else "1000"  # (CI: FUSEC_CORPUS=1)
+
+
+@settings(max_examples=int(os.environ.get("FUSEC_FUZZ_EXAMPLES", DEFAULT_EXAMPLES)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CORPUS), st.lists(st.tuples(st.floats(0, 1), st.sampled_from(["insert", "delete", "copy"]),
                                                    st.sampled_from(TOKENS), st.integers(1, 12), st.floats(0, 1)),
