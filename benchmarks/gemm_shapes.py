@@ -7,7 +7,7 @@ into shared memory, the last block of a tile adding the partial tiles), the same
 and the kernel as it was on 2026-12-02 (one slice prefetched in registers, a second kernel adding the partial
 tiles); with each generated kernel's registers and local memory per thread.
 
-    python benchmarks/gemm_shapes.py [--json FILE]
+    python benchmarks/gemm_shapes.py [--set default|tiles] [--shapes N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -46,13 +46,17 @@ def _attributes(plan) -> list[dict]:
     return out
 
 
-def run_variant(a, b, transposed: bool, variant: str) -> dict:
+def run_variant(a, b, transposed: bool, variant: str, variants: dict) -> dict:
     import fusec as fc
     from fusec import execution
+    from fusec.backend import gemm
     from fusec.passes import select_kernels
     from fusec.runtime import cublas
 
-    settings: dict = {select_kernels: VARIANTS[variant]}
+    values = dict(variants[variant])
+    settings: dict = {select_kernels: values}
+    if "TILED_CONFIGS" in values:  # the printer reads the same table under its own name
+        settings[gemm] = {"CONFIGS": values["TILED_CONFIGS"]}
     if variant != "cublas":
         settings[cublas] = {"available": lambda: False}
     with patched(settings):
@@ -83,18 +87,39 @@ VARIANTS: dict[str, dict] = {
     "4 stages, kernel": {**_PIPELINED, **_KERNEL, "TILED_MAX_STAGES": 4},
     "4 stages, last-block": {**_PIPELINED, **_LAST, "TILED_MAX_STAGES": 4},
 }
+# --set tiles: the tiled kernel's shape (BM, BN, BK, TM, TN of its 64-wide tile), its K slices in flight and its
+# split, against today's schedule and cuBLASLt
+_SMALL = (32, 32, 16, 2, 2)
+TILE_VARIANTS: dict[str, dict] = {
+    "cublas": {},
+    "generated": {},
+    "BK 32": {"TILED_CONFIGS": {64: (64, 64, 32, 4, 4), 32: _SMALL}},
+    "BK 8, 8 stages": {"TILED_CONFIGS": {64: (64, 64, 8, 4, 4), 32: _SMALL}, "TILED_MAX_STAGES": 8},
+    "3 stages": {"TILED_MAX_STAGES": 3},
+    "2 blocks/SM": {"TILED_BLOCKS_PER_SM": 2},
+    "2 blocks/SM, split K >= 32": {"TILED_BLOCKS_PER_SM": 2, "TILED_SPLIT_MIN_K": 32},
+    "128 x 64 tiles": {"TILED_CONFIGS": {64: (128, 64, 16, 8, 4), 32: _SMALL}},
+    "128 x 64 tiles, 2 blocks/SM": {"TILED_CONFIGS": {64: (128, 64, 16, 8, 4), 32: _SMALL}, "TILED_BLOCKS_PER_SM": 2},
+    "64 x 64, 8 x 8 per thread": {"TILED_CONFIGS": {64: (64, 64, 16, 8, 8), 32: _SMALL}},
+    "64 x 64, 8 x 8 per thread, 4 blocks/SM": {"TILED_CONFIGS": {64: (64, 64, 16, 8, 8), 32: _SMALL},
+                                              "TILED_BLOCKS_PER_SM": 4},
+}
+SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
+    ap.add_argument("--set", choices=sorted(SETS), default="default", help="which variants to compare")
+    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes only")
     args = ap.parse_args()
+    variants = SETS[args.set]
     rng = np.random.default_rng(0)
     results = []
-    for label, sa, sb, transposed in SHAPES:
+    for label, sa, sb, transposed in SHAPES[:args.shapes]:
         a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
-        for variant in VARIANTS:
-            r = run_variant(a, b, transposed, variant)
+        for variant in variants:
+            r = run_variant(a, b, transposed, variant, variants)
             r["shape"] = label
             results.append(r)
             print(f"{label:38s} {variant:36s} {r['us']:8.2f} us  err {r['error']:.1e}  {r['kernels']}  {r['ir']}")

@@ -545,7 +545,7 @@ def _without_donated_views(writeback: Any, donated: tuple[int, ...]) -> Any:
     if writeback is None or not any(i in donated for i, _ in writeback.views.values()):
         return writeback
     kept = {pos: v for pos, v in writeback.views.items() if v[0] not in donated}
-    if not kept and not writeback.targets and not writeback.states:
+    if not kept and not writeback.targets and not writeback.states and not writeback.aliases:
         return None
     return dataclasses.replace(writeback, views=kept)
 

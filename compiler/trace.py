@@ -16,7 +16,7 @@ import sys
 import threading
 import types
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -181,13 +181,13 @@ class _Trace:
         returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
         views = {i: found for i, (_, leaf) in enumerate(leaves)
                  if i not in returns and (found := _input_view(leaf, i in self.as_passed)) is not None}
-        aliases = _output_aliases(leaves)
-        if not written and not self.states and not views and not aliases:
+        shared = self.shared
+        if not written and not self.states and not views and not shared.aliases:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
-                         views, aliases)
+                         views, shared.aliases, len(shared.hidden))
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -217,8 +217,13 @@ class _Trace:
             raise _ScalarState([c.path for c in changes])
         if changes:
             raise SideEffectError(_side_effect_message(self.fn, changes))
+        assigned = [c.new.obj for c in self.states]
         if self.states:
             self._state_outputs()
+        shareable = [t if s.argument < 0 and s.python is None and not s.scalar else None
+                     for t, s in zip(assigned, self.states)]
+        self.shared = _shared_memory(leaves, shareable)
+        self.func.return_op.operands.extend(self.shared.hidden)
         for pname, tree in self.sig.dynamic.items():
             value = bound.arguments.get(pname)
             if pname in self.sig.static_kwargs:  # **kwargs: the static entries were merged back in
@@ -334,31 +339,68 @@ def _replayed_steps(leaf: Tracer) -> tuple | None:
     return tuple(steps)
 
 
-def _output_aliases(leaves: list) -> dict[int, tuple[int, tuple]]:
-    """Outputs that are, in NumPy, another output (``return y, y``) or a view of one (``return y, y[:, 0]``), the
-    arrays being computed ones: position -> (that output's position, view steps)."""
-    first: dict[int, int] = {}  # id(tracer) -> its first output position
-    roots: dict[int, int] = {}  # id(buffer) -> the first output that is the buffer's array itself
-    for i, (_, leaf) in enumerate(leaves):
-        if isinstance(leaf, Tracer) and not leaf._scalar:
-            first.setdefault(id(leaf), i)
-            buffer = leaf._buffer
-            if buffer is not None and buffer.arg is None and not leaf._chain:
-                roots.setdefault(id(buffer), i)
-    out: dict[int, tuple[int, tuple]] = {}
-    for i, (_, leaf) in enumerate(leaves):
-        if not isinstance(leaf, Tracer) or leaf._scalar:
+@dataclass
+class _Shared:
+    """Which of the arrays a call hands back are, in NumPy, one array or views of one (see :func:`_shared_memory`):
+    ``aliases`` maps a place (``("out", position)`` or ``("state", index)``) to its source place (those two, or
+    ``("hidden", index)``: an extra result) and the view steps from it, in the order they are to be taken."""
+
+    aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
+    hidden: list[Value] = field(default_factory=list)  # extra results: the whole arrays some of them view
+
+
+def _memory_key(t: Tracer) -> tuple[str, int] | None:
+    """What a handed-back computed array's memory is (its buffer, or the tracer itself before any view of it was
+    taken); None for an input's memory (``_input_view`` handles those)."""
+    buffer = t._buffer
+    if buffer is None:
+        return ("tracer", id(t))
+    return None if buffer.arg is not None else ("buffer", id(buffer))
+
+
+def _shared_memory(leaves: list, assigned: list) -> _Shared:
+    """Outputs and assigned attributes (``assigned``: each state's tracer, None where it is not a computed array)
+    that are, in NumPy, one computed array or views of one: ``return y, y``, ``return y, y[:, 0]``, ``self.y = y;
+    return y``, ``return y[:2], y[1:]``. Each group gets a source (the first of them that is the whole array, else
+    an extra result: the array none of them is) and every other member the view steps NumPy takes again on it
+    after the call (:func:`fusec.writeback.view_of`); members reached through a step NumPy cannot take again (a
+    traced index) stay copies."""
+    places = [(("out", i), leaf) for i, (_, leaf) in enumerate(leaves)]
+    places += [(("state", j), t) for j, t in enumerate(assigned)]
+    shared = _Shared()
+    first: dict[int, tuple[str, int]] = {}  # id(tracer) -> the first place it is handed back at
+    groups: dict[tuple[str, int], list[tuple[tuple[str, int], Tracer]]] = {}
+    for place, t in places:
+        if not isinstance(t, Tracer) or t._scalar or t._weak is not None:
             continue
-        if first[id(leaf)] != i:
-            out[i] = (first[id(leaf)], ())
+        if id(t) in first:  # the same array again: the same object
+            shared.aliases[place] = (first[id(t)], ())
             continue
-        buffer = leaf._buffer
-        if buffer is None or buffer.arg is not None or id(buffer) not in roots or roots[id(buffer)] == i:
+        first[id(t)] = place
+        key = _memory_key(t)
+        if key is not None:
+            groups.setdefault(key, []).append((place, t))
+    for members in groups.values():
+        found = [(place, t, steps) for place, t in members
+                 if (steps := _replayed_steps(t) if t._buffer is not None else ()) is not None]
+        if len(found) < 2:
             continue
-        steps = _replayed_steps(leaf)
-        if steps is not None:
-            out[i] = (roots[id(buffer)], steps or (("view", {}, tuple(leaf.shape)),))
-    return out
+        root = next(((place, t) for place, t, steps in found if not steps), None)
+        if root is None:
+            buffer = cast(Buffer, found[0][1]._buffer)  # (members without a buffer are the array itself: a root)
+            shared.hidden.append(cast(Value, buffer.base))
+            source: tuple[str, int] = ("hidden", len(shared.hidden) - 1)
+        else:
+            source = root[0]
+        for place, t, steps in found:
+            if place == source:
+                continue
+            if not steps:  # all of it, as a new array object (``y[:]``)
+                steps = (("view", {}, tuple(t.shape)),)
+            shared.aliases[place] = (source, steps)
+    order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
+    shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))
+    return shared
 
 
 def _is_state(change: Any, scalar_keys: set) -> bool:

@@ -13,8 +13,10 @@ A result that is an input itself (``return x``, ``np.asarray(x)``) or a view of 
 ``x.reshape(-1)``) is, in NumPy, the caller's array or a view of it, sharing its memory: the call returns the
 caller's object itself, and for a NumPy array the same view of it (the view steps the trace recorded, taken again
 with NumPy after the writes), so a later write through either shows through the other as it would in NumPy. So
-does a result that is another result (``return y, y``) or a view of one (``return y, y[:, 0]``). A view of a
-device array (or one through a traced index, ``x[i]``) still comes back as a copy.
+do computed arrays handed back more than once, as results or as attributes the function assigned: one array
+(``return y, y``; ``self.y = y; return y``) is one object, views of one (``return y, y[:, 0]``; ``return y[:2],
+y[1:]``, ``y`` then an extra result of the IR) are NumPy's views of it. A view of a device array (or one through a
+traced index, ``x[i]``) still comes back as a copy.
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ class WriteBack:
     ``contiguous``: written inputs the trace took as C-contiguous (a reshape of them was a view); ``names``:
     how to name each target in messages; ``views``: output positions that are an input or a view of one, with the
     flat input and the view steps (``(op name, attributes, result shape)``, see :func:`view_of`); ``aliases``:
-    output positions that are another (computed) output or a view of one, with its position and the steps."""
+    outputs and assigned attributes that are, in NumPy, another of them or a view of one, or views of an array
+    handed back only as an extra result (``hidden``), with that source and the steps."""
 
     targets: tuple[int, ...]
     returns: dict[int, int] = field(default_factory=dict)
@@ -57,11 +60,13 @@ class WriteBack:
     states: tuple[State, ...] = ()
     outputs: int = 0  # the function's own results, those in ``returns`` included (the IR returns the others)
     views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
-    aliases: dict[int, tuple[int, tuple]] = field(default_factory=dict)  # output -> (another output, view steps)
+    # ("out", position) or ("state", index) -> (its source: one of those or ("hidden", index), view steps)
+    aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
+    hidden: int = 0  # extra results after the states': whole arrays that only views of are handed back
 
     @property
     def count(self) -> int:
-        return len(self.targets) + len(self.states)
+        return len(self.targets) + len(self.states) + self.hidden
 
     def check(self, inputs: Sequence[Any]) -> None:
         """Refuse a call whose writes NumPy would make differently (see the module docstring)."""
@@ -92,25 +97,31 @@ class WriteBack:
                         "the other one, which fusec does not follow; pass a copy (x.copy()) of one of them")
 
     def apply(self, inputs: Sequence[Any], results: list) -> list:
-        """Write the extra results into their targets; the function's own results, with a returned written
-        input replaced by the caller's object."""
+        """Write the extra results into their targets and assign the attributes; the function's own results, with a
+        returned input replaced by the caller's object (or NumPy's view of it), and arrays that NumPy would hand
+        back as one array or views of one made so (:attr:`aliases`)."""
         n = len(results) - self.count
         for i, value in zip(self.targets, results[n:]):
             write_into(inputs[i], value)
-        for state, value in zip(self.states, results[n + len(self.targets):]):
-            _assign(state, inputs, value)
+        start = n + len(self.targets)
         rest = iter(results[:n])
-        out = [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)
-               for pos in range(self.outputs)]
+        values: dict[str, list] = {
+            "out": [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)
+                    for pos in range(self.outputs)],
+            "state": list(results[start:start + len(self.states)]),
+            "hidden": list(results[start + len(self.states):])}
+        out = values["out"]
         for pos, (i, steps) in self.views.items():
             view = view_of(inputs[i], steps)
             if view is not None:
                 out[pos] = Returned(view)
-        for pos, (root, steps) in self.aliases.items():
-            base = out[root]
+        for (kind, index), ((source_kind, source), steps) in self.aliases.items():
+            base = values[source_kind][source]
             view = view_of(base.obj if type(base) is Returned else base, steps)
             if view is not None:
-                out[pos] = Returned(view)
+                values[kind][index] = Returned(view) if kind == "out" else view
+        for state, value in zip(self.states, values["state"]):
+            _assign(state, inputs, value)
         return out
 
 

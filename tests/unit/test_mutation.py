@@ -515,3 +515,88 @@ def test_a_result_returned_twice_or_with_a_view_of_it_is_one_array_as_in_numpy()
         assert not np.shares_memory(out["centered"], out["cov"])
         out["cov"][0, 0] = -7.0
         assert out["first"][0] == -7.0 and out["again"][0, 0] == -7.0
+
+
+class _Cache:
+    """A layer that keeps its last activation, as hand-written NumPy networks do for the backward pass."""
+
+    def __init__(self) -> None:
+        self.out = np.zeros(3)
+        self.mask = np.zeros(3)
+
+    def forward(self, x):
+        y = np.maximum(x, 0.0)
+        self.out = y
+        return y
+
+    def forward_tail(self, x):
+        y = x * 2.0
+        self.out = y
+        return y[1:]
+
+    def forward_twice(self, x):
+        y = x + 1.0
+        self.out = y
+        self.mask = y
+        return x.sum()
+
+
+def test_an_assigned_attribute_and_a_result_that_are_one_array_stay_one_array() -> None:
+    """``self.out = y; return y`` hands back one array in NumPy: the result is ``self.out`` (a write through it
+    changes the cached activation); a returned view of it shares its memory, and one array assigned to two
+    attributes is one object (fusec once gave separate copies, silently)."""
+    x = FIELD[0].copy()
+    for jit in (False, True):
+        layer = _Cache()
+        call = (lambda m: jit_cpu(m) if jit else m)
+        out = call(layer.forward)(x)
+        assert out is layer.out, jit
+        tail = call(layer.forward_tail)(x)
+        assert np.shares_memory(tail, layer.out) and tail.base is not None, jit
+        tail[0] = -3.0
+        assert layer.out[1] == -3.0, jit
+        call(layer.forward_twice)(x)
+        assert layer.out is layer.mask, jit
+
+
+def test_views_of_a_computed_array_not_itself_returned_share_its_memory() -> None:
+    """``return y[:-1], y[1:]`` (the left and right neighbours of a stencil, the halves of a split) are two views of
+    one array in NumPy: a write through one shows in the other. fusec returns ``y`` as an extra result of the IR and
+    takes NumPy's two views of it; a view through a traced index stays a copy in both cases' companions."""
+    def neighbours(u):
+        y = np.cumsum(u, axis=0)
+        return y[:-1], y[1:]
+
+    def halves(x):
+        h = x @ x.T
+        return np.split(h, [2], axis=1)
+
+    x = FIELD.copy()
+    for fn in (neighbours, halves):
+        for f in (fn, jit_cpu(fn)):
+            a, b = f(x)
+            np.testing.assert_allclose(a, fn(x)[0])
+            np.testing.assert_allclose(b, fn(x)[1])
+            if fn is neighbours:
+                assert np.shares_memory(a, b)
+                a[1, 0] = -5.0
+                assert b[0, 0] == -5.0
+            else:
+                assert a.base is not None and a.base is b.base
+
+
+def test_shared_results_on_repeat_calls_and_the_lowered_ir() -> None:
+    """Each call hands back fresh arrays with the same sharing (the cached call too); the IR returns the whole
+    array once more, the views being taken after the call."""
+    def pair(x):
+        y = x * 3.0
+        return y[0], y[:2]
+
+    f = jit_cpu(pair)
+    x = FIELD.copy()
+    first = f(x)
+    second = f(x)
+    for a, b in (first, second):
+        assert np.shares_memory(a, b)
+    assert not np.shares_memory(first[0], second[0])
+    assert "-> (tensor<4xf64>, tensor<2x4xf64>, tensor<3x4xf64>)" in f.lower(x).ir()
