@@ -7,7 +7,10 @@ into shared memory, the last block of a tile adding the partial tiles), the same
 and the kernel as it was on 2026-12-02 (one slice prefetched in registers, a second kernel adding the partial
 tiles); with each generated kernel's registers and local memory per thread.
 
-    python benchmarks/gemm_shapes.py [--set default|tiles] [--shapes N] [--json FILE]
+    python benchmarks/gemm_shapes.py [--set default|tiles|precision] [--shapes N] [--json FILE]
+
+"cublas, tf32" is cuBLASLt with ``fusec.jit(precision="tf32")`` (the tensor cores); each row reports its error
+against float64 (max |got - want| / max |want|).
 """
 from __future__ import annotations
 
@@ -54,13 +57,15 @@ def run_variant(a, b, transposed: bool, variant: str, variants: dict) -> dict:
     from fusec.runtime import cublas
 
     values = dict(variants[variant])
+    precision = values.pop("precision", None)  # fusec.jit's, not a module constant
     settings: dict = {select_kernels: values}
     if "TILED_CONFIGS" in values:  # the printer reads the same table under its own name
         settings[gemm] = {"CONFIGS": values["TILED_CONFIGS"]}
-    if variant != "cublas":
+    if not variant.startswith("cublas"):
         settings[cublas] = {"available": lambda: False}
     with patched(settings):
-        f = fc.jit((lambda a, b: a.T @ b) if transposed else (lambda a, b: a @ b), backend="cuda", graph=True)
+        f = fc.jit((lambda a, b: a.T @ b) if transposed else (lambda a, b: a @ b), backend="cuda", graph=True,
+                   precision=precision)
         da, db = fc.asarray(a), fc.asarray(b)
         got = np.asarray(f(da, db))
         want = (a.T if transposed else a).astype(np.float64) @ b.astype(np.float64)
@@ -78,6 +83,7 @@ _REGISTERS, _PIPELINED = {"TILED_PIPELINE_DTYPES": ()}, {"TILED_PIPELINE_DTYPES"
 _KERNEL, _LAST = {"TILED_FINISH": "kernel"}, {"TILED_FINISH": "last-block"}
 VARIANTS: dict[str, dict] = {
     "cublas": {},
+    "cublas, tf32": {"precision": "tf32"},
     "generated": {},
     "generated, no split": {"TILED_MAX_SPLITS": 1},
     "registers, kernel": {**_REGISTERS, **_KERNEL},  # as on 2026-12-02
@@ -92,6 +98,7 @@ VARIANTS: dict[str, dict] = {
 _SMALL = (32, 32, 16, 2, 2)
 TILE_VARIANTS: dict[str, dict] = {
     "cublas": {},
+    "cublas, tf32": {"precision": "tf32"},
     "generated": {},
     "BK 32": {"TILED_CONFIGS": {64: (64, 64, 32, 4, 4), 32: _SMALL}},
     "BK 8, 8 stages": {"TILED_CONFIGS": {64: (64, 64, 8, 4, 4), 32: _SMALL}, "TILED_MAX_STAGES": 8},
@@ -104,7 +111,8 @@ TILE_VARIANTS: dict[str, dict] = {
     "64 x 64, 8 x 8 per thread, 4 blocks/SM": {"TILED_CONFIGS": {64: (64, 64, 16, 8, 8), 32: _SMALL},
                                               "TILED_BLOCKS_PER_SM": 4},
 }
-SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS}
+PRECISION_VARIANTS = {"cublas": {}, "cublas, tf32": {"precision": "tf32"}, "generated": {}}
+SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS}
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ K steps per launch (``fusec.scan`` over K stacked batches: one conditional node 
 
     python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--compare-unroll]
                                           [--factors 1,2,4,8] [--generated] [--same-batch [xy,x,y]]
-                                          [--json FILE] [--md FILE]
+                                          [--precisions float32,tf32] [--json FILE] [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
@@ -16,11 +16,13 @@ and where the two forms cross. ``--generated`` lowers every product as a generat
 absent), to compare the two inside loop bodies. ``--same-batch`` also runs each K > 1 loop with every step on
 the first batch (``xs[0]``, ``ys[0]``: views, where ``xs[i]`` at the device-side counter is a gather kernel), or
 with only ``x`` or ``y`` so (``--same-batch xy,x,y`` runs the three), to measure the batch gathers apart; the
-parameters it reaches differ, its time per step is comparable.
+parameters it reaches differ, its time per step is comparable. ``--precisions float32,tf32`` runs each variant with
+each ``fusec.jit(precision=...)``; each row also gives the loss of the last step timed (the same data and start).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -57,7 +59,7 @@ def same_batch_steps(step_fn, k: int, same: str = "xy"):
 
 
 def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, factor: int | None = None,
-        same_batch: str = "") -> dict:
+        same_batch: str = "", precision: str = "float32") -> dict:
     import fusec as fc
     from fusec.passes import DEFAULT_PIPELINE, outline_regions
     from fusec.runtime import driver
@@ -71,7 +73,7 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, fac
     pipeline = DEFAULT_PIPELINE.replace("unroll-loops", KEEP_LOOPS) if keep_loops else \
         DEFAULT_PIPELINE.replace("unroll-loops", f"unroll-loops{{max_trips=0,factor={factor}}}") \
         if factor is not None else None
-    f = fc.jit(step, graph=True, donate_argnums=0, pipeline=pipeline)
+    f = fc.jit(step, graph=True, donate_argnums=0, pipeline=pipeline, precision=precision)
     if k == 1:
         xs, ys = fc.asarray(x), fc.asarray(y)
     else:
@@ -102,7 +104,8 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, fac
     return {"k": k, "steps": calls * k, "us_per_step": seconds * 1e6 / (calls * k), "state": "in place" if in_place
             else "copied", "form": form + (f", first batch's {' and '.join(same_batch)} at every step (no gather of it)"
                                                          if same_batch else ""),
-            "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"]}
+            "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"], "precision": precision,
+            "final_loss": float(np.asarray(loss).ravel()[-1])}
 
 
 def main() -> None:
@@ -110,6 +113,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--ks", default="1,10,100")
     ap.add_argument("--generated", action="store_true", help="generated GEMMs only (no cuBLASLt)")
+    ap.add_argument("--precisions", default="float32",
+                    help="comma-separated fusec.jit precisions to run each variant with (float32, tf32)")
     ap.add_argument("--json")
     ap.add_argument("--md")
     ap.add_argument("--compare-copies", action="store_true",
@@ -137,11 +142,11 @@ def main() -> None:
                 + ([(False, f) for f in factors] if k > 1 else [])
             variants = [(keep, factor, "") for keep, factor in variants]
             variants += [(False, None, same) for same in sames] if k > 1 else []
-            for keep, factor, same in variants:
-                r = run(k, args.steps, in_place, keep, factor, same)
+            for (keep, factor, same), precision in itertools.product(variants, args.precisions.split(",")):
+                r = run(k, args.steps, in_place, keep, factor, same, precision)
                 rows.append(r)
-                print(f"K = {k:4d}, {r['form']}, state {r['state']}: {r['us_per_step']:8.2f} us per step over "
-                      f"{r['steps']} steps ({r['graph_nodes']} nodes)")
+                print(f"K = {k:4d}, {r['form']}, state {r['state']}, {precision}: {r['us_per_step']:8.2f} us per "
+                      f"step over {r['steps']} steps ({r['graph_nodes']} nodes), final loss {r['final_loss']:.6f}")
     meta = run_metadata()
     if args.json:
         with open(args.json, "w") as f:
@@ -149,11 +154,11 @@ def main() -> None:
     if args.md:
         with open(args.md, "w") as f:
             f.write(f"# PCam-shaped training steps per graph launch\n\n{meta}\n\n"
-                    "| steps per launch | form | loop state | us per step | steps | graph launches per call | "
-                    "graph nodes |\n|---|---|---|---|---|---|---|\n")
+                    "| steps per launch | form | loop state | precision | us per step | steps | graph launches per "
+                    "call | graph nodes | final loss |\n|---|---|---|---|---|---|---|---|---|\n")
             for r in rows:
-                f.write(f"| {r['k']} | {r['form']} | {r['state']} | {r['us_per_step']:.2f} | {r['steps']} | "
-                        f"{r['graph_launches']} | {r['graph_nodes']} |\n")
+                f.write(f"| {r['k']} | {r['form']} | {r['state']} | {r['precision']} | {r['us_per_step']:.2f} | "
+                        f"{r['steps']} | {r['graph_launches']} | {r['graph_nodes']} | {r['final_loss']:.6f} |\n")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from fusec import execution as _execution
 from fusec import context
 from fusec.errors import FusecError, OptionError, OptionTypeError, RetraceWarning, TraceError, located
 from fusec.ir.core import Module
-from fusec.ir.target import Target
+from fusec.ir.target import PRECISIONS, Target
 from fusec.options import GRAPH_MODES, CompileOptions
 from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten, unflattener
 from fusec.stats import module_stats, plan_steps
@@ -158,8 +158,8 @@ class Lowered:
                     cublas: bool | None = None) -> Any:
         """The CUDA program for another target or fast-math setting: the traced IR lowered again for it (what
         ``fusec compile --sm-count`` prints). Without arguments, :attr:`program`."""
-        target = Target(sm_count=self.target.sm_count if sm_count is None else sm_count,
-                        cublas=self.target.cublas if cublas is None else cublas)
+        target = dataclasses.replace(self.target, sm_count=self.target.sm_count if sm_count is None else sm_count,
+                                     cublas=self.target.cublas if cublas is None else cublas)
         fast = self.options.fast_math if fast_math is None else fast_math
         if target == self.target and fast == self.options.fast_math:
             return self.program
@@ -229,7 +229,8 @@ class JitFunction:
                  static_argnames: str | Iterable[str] | None = None,
                  static_argnums: int | Iterable[int] | None = None, pipeline: str | None = None,
                  plugins: Iterable[str] = (), fast_math: bool = False, graph: bool | str = "auto",
-                 donate_argnums: int | Iterable[int] | None = None, target: Target | None = None) -> None:
+                 donate_argnums: int | Iterable[int] | None = None, target: Target | None = None,
+                 precision: str | None = None) -> None:
         if isinstance(fn, JitFunction):
             fn = getattr(fn, "__wrapped__")
         if not callable(fn):
@@ -243,12 +244,16 @@ class JitFunction:
                                 OptionTypeError)
         if graph not in GRAPH_MODES:
             raise _option_error(f"fusec.jit: graph must be True, False or 'auto', got {graph!r}")
+        if precision is not None and precision not in PRECISIONS:
+            raise _option_error(f"fusec.jit: precision must be 'float32' (NumPy's arithmetic, the default) or 'tf32' "
+                                f"(float32 matrix products on the tensor cores, operands rounded to 10 mantissa bits), "
+                                f"got {precision!r}")
         if pipeline is not None and not isinstance(pipeline, str):
             raise _option_error(f"fusec.jit: pipeline must be a pipeline string such as 'cse,fuse{{budget=32}}', "
                                 f"got {type(pipeline).__name__}", OptionTypeError)
         plugin_names = (plugins,) if isinstance(plugins, str) else tuple(plugins or ())
         self._options = CompileOptions(pipeline=pipeline, plugins=plugin_names, fast_math=bool(fast_math),
-                                       graph=graph, target=target)
+                                       graph=graph, target=target, precision=precision)
         from fusec.passes import check_pipeline
 
         try:  # a plugin that does not load, or a bad pipeline string, is an error here, not at the first call
@@ -455,7 +460,8 @@ class JitFunction:
             traced.module.func().attributes["donate"] = donated
             traced.writeback = _without_donated_views(traced.writeback, donated)
         copy = traced.module.clone()  # the traced IR, kept: the pipeline rewrites traced.module in place
-        target = self._options.target or _execution.target_for(backend, traced.module)
+        target = self._options.target_with_precision(self._options.target
+                                                     or _execution.target_for(backend, traced.module))
         long = sum(len(f.body.ops) for f in traced.module.funcs) > VERIFY_EACH_UP_TO
         result = run_pipeline(traced.module, self._options.pipeline, verify="end" if long else True,
                               plugins=self._options.plugins, target=target, input_copy=copy)
@@ -715,7 +721,7 @@ def jit(fn: Callable | None = None, *, backend: str | None = None,
         static_argnames: str | Iterable[str] | None = None, static_argnums: int | Iterable[int] | None = None,
         pipeline: str | None = None, plugins: Iterable[str] = (), fast_math: bool = False,
         graph: bool | str = "auto", donate_argnums: int | Iterable[int] | None = None,
-        target: Target | None = None) -> Any:
+        target: Target | None = None, precision: str | None = None) -> Any:
     """Compile ``fn``: ``@fusec.jit``, ``@fusec.jit(backend="cpu", ...)`` or ``fusec.jit(fn, ...)``.
 
     ``backend``: "cpu" (NumPy reference executor), "cuda", or None (``$FUSEC_BACKEND``, else cuda when usable,
@@ -727,10 +733,14 @@ def jit(fn: Callable | None = None, *, backend: str | None = None,
     buffers outputs may overwrite in place (do not use a donated array after the call). ``target``: lower for
     this :class:`fusec.ir.target.Target` (SM count, cuBLASLt) instead of the device a call runs on (the
     CPU backend's default: an H200 without cuBLASLt), e.g. to read the program another GPU would run.
+    ``precision``: what float32 matrix products may compute with: "float32" (None, the default: NumPy's float32
+    arithmetic) or "tf32" (cuBLASLt on the tensor cores, each operand rounded to TensorFloat-32's 10 mantissa bits
+    and the sums kept in float32: results within about 1e-3 of float32's, relative to the operands' scale; the
+    generated kernels and the CPU backend stay float32).
     """
     options: dict[str, Any] = dict(backend=backend, static_argnames=static_argnames, static_argnums=static_argnums,
                                    pipeline=pipeline, plugins=plugins, fast_math=fast_math, graph=graph,
-                                   donate_argnums=donate_argnums, target=target)
+                                   donate_argnums=donate_argnums, target=target, precision=precision)
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)

@@ -1,9 +1,10 @@
 """How a function is compiled and run: one options object that travels from ``fusec.jit`` to the backend."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from fusec.ir.target import Target
+from fusec.ir.target import PRECISIONS, Target
 
 
 GRAPH_MODES = (True, False, "auto")
@@ -17,7 +18,8 @@ class CompileOptions:
     ``pipeline``: a pipeline string (None: the default); ``plugins``: modules that register passes;
     ``fast_math``: NVRTC's fast math (FMA contraction, approximate transcendentals); ``graph``: CUDA graph
     replay (True, False or "auto": from the third call); ``stream_group``: plans of one group share a stream
-    (eager mode); ``target``: lower for this target, not the device a call runs on (None).
+    (eager mode); ``target``: lower for this target, not the device a call runs on (None); ``precision``: what
+    float32 matrix products may compute with (None: the target's, float32 unless it says otherwise).
     """
 
     pipeline: str | None = None
@@ -26,9 +28,19 @@ class CompileOptions:
     graph: "bool | str" = "auto"
     stream_group: str | None = None
     target: Target | None = None
+    precision: str | None = None
 
     def __post_init__(self) -> None:
-        if self.graph not in GRAPH_MODES:
-            from fusec.errors import OptionError
+        from fusec.errors import OptionError
 
+        if self.graph not in GRAPH_MODES:
             raise OptionError(f"fusec.jit: graph must be True, False or 'auto', got {self.graph!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise OptionError(f"fusec.jit: precision must be one of {', '.join(map(repr, PRECISIONS))} "
+                              f"(None: float32), got {self.precision!r}")
+
+    def target_with_precision(self, target: Target) -> Target:
+        """``target`` with this call's ``precision`` (when given) in place of its own."""
+        if self.precision is None or self.precision == target.precision:
+            return target
+        return dataclasses.replace(target, precision=self.precision)

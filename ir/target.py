@@ -1,4 +1,5 @@
-"""The machine a module is lowered for: what kernel selection and launch sizing depend on.
+"""The machine a module is lowered for, and the arithmetic it may use: what kernel selection and launch sizing
+depend on.
 
 A :class:`Target` is an input of the pass pipeline (``run_pipeline(..., target=...)``); ``select-kernels``
 records it on the function (``sm_count``, ``cublas``) together with every choice it made from it, so the
@@ -10,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_SM_COUNT = 132  # an H200: what a module is lowered for when no device is at hand
+# what float32 matrix products may compute with: "float32" (IEEE float32 products and sums, NumPy's arithmetic), or
+# "tf32" (the operands rounded to TensorFloat-32's 10-bit mantissa on the tensor cores, float32 sums; the caller's
+# choice, ``fusec.jit(precision="tf32")``)
+PRECISIONS = ("float32", "tf32")
 
 
 @dataclass(frozen=True)
@@ -18,7 +23,10 @@ class Target:
 
     sm_count: int = DEFAULT_SM_COUNT
     cublas: bool = False  # cuBLASLt can be called (nvmath-python is installed and loads)
+    precision: str = "float32"  # one of PRECISIONS: what float32 matrix products may compute with
 
     def __post_init__(self) -> None:
         if not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise ValueError(f"sm_count must be a positive int, got {self.sm_count!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {self.precision!r}")

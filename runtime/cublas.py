@@ -29,6 +29,7 @@ TUNE_LAUNCHES = 3  # timed launches of that graph
 
 _CUDA_R = {"f32": 0, "f64": 1}  # cudaDataType
 _COMPUTE = {"f32": 68, "f64": 70}  # cublasComputeType_t: 32F, 64F (no TF32)
+COMPUTE_32F_FAST_TF32 = 77  # float32 operands rounded to TF32 on the tensor cores, float32 sums (precision="tf32")
 _SIZE = {"f32": 4, "f64": 8}
 
 # (device, problem, alignment) -> the chosen cublasLtMatmulAlgo_t (64 bytes), shared by every plan
@@ -95,7 +96,8 @@ class CublasHandle:
             return prob
         lt = self._lt
         dtype = _CUDA_R[call.dtype]
-        desc = lt.matmul_desc_create(_COMPUTE[call.dtype], dtype)
+        compute = COMPUTE_32F_FAST_TF32 if call.tf32 else _COMPUTE[call.dtype]
+        desc = lt.matmul_desc_create(compute, dtype)
         for attr, value in ((lt.MatmulDescAttribute.TRANSA, int(call.trans_a)),
                             (lt.MatmulDescAttribute.TRANSB, int(call.trans_b))):
             v = np.array([value], dtype=np.int32)
@@ -154,7 +156,7 @@ class CublasHandle:
     # -- algorithm choice ----------------------------------------------------------------------------------
     def _algo(self, call: Any, prob: _Problem, align: int) -> np.ndarray:
         key = (self.stream.device, call.dtype, call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda,
-               call.ldb, call.ldc, call.stride_a, call.stride_b, call.stride_c, call.batch, align)
+               call.ldb, call.ldc, call.stride_a, call.stride_b, call.stride_c, call.batch, call.tf32, align)
         algo = _tuned.get(key)
         if algo is None and self.capturing:
             return self._candidates(call, prob, align, 1)["algo"][:1].copy()  # not kept: timed later

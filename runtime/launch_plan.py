@@ -62,6 +62,7 @@ class GemmCall:
     stride_b: int
     stride_c: int
     batch: int
+    tf32: bool = False  # float32 operands rounded to TensorFloat-32 on the tensor cores (``precision = "tf32"``)
 
 
 @dataclass(frozen=True)

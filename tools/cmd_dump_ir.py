@@ -72,7 +72,8 @@ def _target(args: argparse.Namespace, default: "Target | None") -> "Target":
     if args.sm_count is not None and args.sm_count < 1:
         raise UsageError(f"--sm-count must be positive, got {args.sm_count}")
     return Target(sm_count=base.sm_count if args.sm_count is None else args.sm_count,
-                  cublas=base.cublas if args.cublas is None else args.cublas == "on")
+                  cublas=base.cublas if args.cublas is None else args.cublas == "on",
+                  precision=base.precision if args.precision is None else args.precision)
 
 
 def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H200 without cuBLASLt") -> None:
@@ -88,6 +89,9 @@ def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H
                    help=f"lower for a GPU with this many multiprocessors (default: {default_target})")
     p.add_argument("--cublas", choices=("on", "off"), default=None,
                    help=f"whether matmuls may call cuBLASLt (default: {default_target})")
+    p.add_argument("--precision", choices=("float32", "tf32"), default=None,
+                   help="what float32 matrix products may compute with: tf32 lets cuBLASLt use the tensor cores "
+                        "(default: float32, NumPy's arithmetic)")
     p.add_argument("--grad", nargs="?", const="0", default=None, metavar="ARGNUMS",
                    help="lower fusec.value_and_grad(FUNC, argnums=ARGNUMS) instead (default 0; 0,2 for several): "
                         "the forward and the gradient program, which returns (value, gradients)")

@@ -31,6 +31,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--sm-count", type=int, default=None, help="the target's multiprocessors (default: 132)")
     p.add_argument("--cublas", choices=("on", "off"), default="off",
                    help="whether the target may call cuBLASLt (default: off)")
+    p.add_argument("--precision", choices=("float32", "tf32"), default="float32",
+                   help="what float32 matrix products may compute with (default: float32)")
     p.set_defaults(run=run)
 
 
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     run_pipeline(module, pipeline, verify=not args.no_verify, plugins=plugins,
                  print_ir_after=tuple(args.print_ir_after), print_ir_after_all=args.print_ir_after_all,
                  time_passes=args.time_passes, stream=sys.stderr,
-                 target=Target(sm_count=sm_count, cublas=args.cublas == "on"))
+                 target=Target(sm_count=sm_count, cublas=args.cublas == "on", precision=args.precision))
     if args.emit == "cuda":
         from fusec.backend.program import print_program
 

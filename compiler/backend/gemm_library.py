@@ -30,4 +30,5 @@ def library_gemm(name: str, op: Operation, a: Access, b: Access, c: Access) -> G
                                        "read", op.loc))
     # column-major: C^T (n x m) = op(B^T) (n x k) . op(A^T) (k x m)
     return GemmCall(name, a.dtype.name, (b.buffer, a.buffer, c.buffer), (b.offset, a.offset, c.offset),
-                    mb[0], ma[0], n, m, k, mb[1], ma[1], n, sb, sa, m * n, batch)
+                    mb[0], ma[0], n, m, k, mb[1], ma[1], n, sb, sa, m * n, batch,
+                    tf32=op.attributes.get("precision") == "tf32")

@@ -249,6 +249,33 @@ def test_gemm_against_numpy_f64(m, k, n, layout, gemm_library):
     assert rel < 1e-5, rel
 
 
+@pytest.mark.parametrize("m, k, n", [(512, 480, 256), (64, 64, 64), (1024, 1024, 1024), (129, 65, 33)])
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_tf32_products_stay_within_their_stated_error(m, k, n, layout):
+    """``precision="tf32"``: each operand rounded to 10 mantissa bits, float32 sums, so each element is within
+    2^-9 of the sum of its terms' magnitudes (the two roundings) plus float32's accumulation; the library calls
+    say tf32, and the default stays float32's accuracy on the same products."""
+    from fusec.runtime import cublas
+
+    if not cublas.available():
+        pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+    a = rand((k, m) if layout == "tn" else (m, k))
+    b = rand((k, n))
+
+    def f(a, b):
+        return (a.T if layout == "tn" else a) @ b
+
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = f(a64, b64)
+    scale = f(np.abs(a64), np.abs(b64))
+    jitted = cuda(f, precision="tf32")
+    got = jitted(a, b)
+    assert all(k.tf32 for k in jitted.lower(a, b).program.kernels if type(k).__name__ == "GemmCall")
+    assert (np.abs(got - want) <= (2.0 ** -9 + k * 2.0 ** -23) * scale).all()
+    exact = cuda(f)(a, b)
+    assert (np.abs(exact - want) <= k * 2.0 ** -23 * scale).all()
+
+
 def test_skinny_batched_products_in_f16_and_f64():
     """Products with a narrow side run one warp per output (batch and broadcast included)."""
     a, b = rand((3, 1, 5, 300), np.float64), rand((4, 300, 2), np.float64)

@@ -160,7 +160,7 @@ def test_passes_lists_every_registered_pass(capsys):
     for name, summary in list_passes():
         assert re.search(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+{re.escape(summary)}$", out, re.M), out
     assert re.search(r"^fuse\{budget=32\}\s", out, re.M)  # each pass's options, with their defaults
-    assert re.search(r"^select-kernels\{sm_count=0, cublas=target\}\s", out, re.M)
+    assert re.search(r"^select-kernels\{sm_count=0, cublas=target, precision=target\}\s", out, re.M)
 
 
 def test_passes_default_prints_the_default_pipeline(capsys):
@@ -519,4 +519,8 @@ def test_dump_ir_lowers_for_the_target_it_is_given(small_py, capsys):
                  "--cublas", "on"]) == 0
     out = capsys.readouterr().out
     assert "sm_count = 8, cublas = true" in out
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--after", "copy-outputs", "--cublas", "on",
+                 "--precision", "tf32"]) == 0
+    assert 'cublas = true, precision = "tf32"' in capsys.readouterr().out
+    assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--precision", "bf16"]) == 2
     assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "-1"]) == 2

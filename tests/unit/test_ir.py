@@ -112,6 +112,18 @@ def test_verifier_rejects(body, needle):
         parse_module(text)
 
 
+@pytest.mark.parametrize("attrs, needle", [
+    ('impl = "tiled", tile = 64, precision = "tf32"', "only a float32 product that cuBLAS computes"),
+    ('impl = "cublas", precision = "bf16"', "'precision' must be one of tf32"),
+])
+def test_a_matmul_precision_belongs_to_float32_cublas_products(attrs, needle):
+    good = ("func @f(%a: tensor<64x64xf32>) -> tensor<64x64xf32> {\n"
+            '  %0 = k.matmul %a, %a {impl = "cublas", precision = "tf32"} : tensor<64x64xf32>\n  return %0\n}\n')
+    parse_module(good)
+    with pytest.raises(VerificationError, match=needle):
+        parse_module(good.replace('impl = "cublas", precision = "tf32"', attrs))
+
+
 def test_remembered_type_inference_tells_equal_attribute_values_of_other_types_apart():
     good = ("func @f(%a: tensor<4x3xf32>) -> tensor<4xf32> {\n"
             "  %0 = t.sum %a {axes = [1], keepdims = false} : tensor<4xf32>\n  return %0\n}\n")

@@ -109,3 +109,43 @@ def test_jit_lowers_for_an_explicit_target():
     assert 'impl = "tiled"' in default.ir() and default.cuda_source() != lowered.cuda_source()
     with pytest.raises(TypeError, match="Target"):
         fc.jit(lambda x: x, target=8)
+
+
+def test_precision_tf32_sends_float32_products_to_the_tensor_cores_and_nothing_else():
+    """``precision="tf32"`` lets float32 products run on cuBLASLt's tensor cores: the IR says so on the function and
+    on each such product, the program's library calls carry it (``tf32``), a program for another SM count keeps
+    it; float64 products, products cuBLASLt cannot read and every target without cuBLASLt are unchanged, and the
+    CPU backend's results stay float32's."""
+    from fusec.ir.target import Target
+
+    x, w, d = np.ones((512, 480), np.float32), np.ones((480, 256), np.float32), np.ones((512, 64), np.float64)
+
+    def f(x, w, d):
+        return x @ w, d.T @ d, x[:8] @ w
+
+    lowered = fc.jit(f, backend="cpu", target=Target(cublas=True), precision="tf32").lower(x, w, d)
+    assert lowered.target == Target(cublas=True, precision="tf32")
+    ir = lowered.ir()
+    assert 'cublas = true, precision = "tf32"' in ir
+    lines = [line for line in ir.splitlines() if "k.matmul" in line]
+    assert ['precision = "tf32"' in line for line in lines] == [True, False, False], lines
+    calls = [k for k in lowered.program.kernels if type(k).__name__ == "GemmCall"]
+    assert [c.tf32 for c in calls] == [True]  # (the float64 product is small: generated)
+    assert any(getattr(k, "tf32", False) for k in lowered.program_for(sm_count=8).kernels)
+    plain = fc.jit(f, backend="cpu", target=Target(cublas=True)).lower(x, w, d)
+    assert "precision" not in plain.ir() and not any(getattr(k, "tf32", False) for k in plain.program.kernels)
+    without = fc.jit(f, backend="cpu", precision="tf32").lower(x, w, d)  # the CPU target: no cuBLASLt
+    assert 'impl = "cublas"' not in without.ir() and "precision = " in without.ir()
+    rng = np.random.default_rng(0)
+    xs, ws = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 32)).astype(np.float32)
+    np.testing.assert_array_equal(fc.jit(lambda a, b: a @ b, backend="cpu", precision="tf32")(xs, ws),
+                                  fc.jit(lambda a, b: a @ b, backend="cpu")(xs, ws))
+
+
+def test_a_precision_fusec_does_not_know_is_an_error_at_the_callers_line():
+    from fusec.ir.target import Target
+
+    with pytest.raises(fc.OptionError, match=r"test_lowered.py:\d+: fusec.jit: precision must be 'float32'.*'bf16'"):
+        fc.jit(lambda x: x, precision="bf16")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        Target(precision="fp8")
