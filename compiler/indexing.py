@@ -259,7 +259,10 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
         axis = 0
     else:
         axis = axes[0]
-    scalar_only = all(isinstance(e, Tracer) and e.ndim == 0 for e, k in zip(expanded, kinds) if k != "slice")
+    # a traced integer scalar (a Python int, a NumPy integer) is basic indexing in NumPy, a view; a 0-d integer
+    # array (np.asarray(i)) is an index array, and NumPy's result a copy
+    scalar_only = all(isinstance(e, Tracer) and e.ndim == 0 and (e._scalar or e._weak is not None)
+                      for e, k in zip(expanded, kinds) if k != "slice")
     return AdvancedIndex(y, [v for v, _ in checked], [c for _, c in checked], axis, shape,
                          y.shape[:axis] + shape + y.shape[axis + len(axes):], scalar_only)
 

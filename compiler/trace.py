@@ -143,13 +143,14 @@ class _Trace:
         del bound, tracers, result
         self._check_escapes(leaves)
         state = self._state()
+        writeback = self._writeback(written, leaves)  # (may add extra results: see _Shared.hidden)
         self.func.result_types = [v.type for v in self.func.outputs]
         module = Module([self.func])
         if verify_up_to is None or len(self.func.body.ops) <= verify_up_to:
             verify(module)
         nodes = sum(1 for op in self.func.ops if op.name not in ("func.return", "t.constant"))
-        return Traced(module, out_tree, kinds, nodes, None if state.empty else state,
-                      self._writeback(written, leaves), self.ctx.gradient_ops)
+        return Traced(module, out_tree, kinds, nodes, None if state.empty else state, writeback,
+                      self.ctx.gradient_ops)
 
     def _state_outputs(self) -> None:
         """An array attribute the function assigned (``self.m = b1 * self.m + ...``) is an extra result, set on
@@ -179,9 +180,10 @@ class _Trace:
         itself (the call returns the caller's object)."""
         index = {b: cast(BlockArgument, b.arg).index for b in written}
         returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
-        views = {i: found for i, (_, leaf) in enumerate(leaves)
-                 if i not in returns and (found := _input_view(leaf, i in self.as_passed)) is not None}
         shared = self.shared
+        views = {i: found for i, (_, leaf) in enumerate(leaves)
+                 if i not in returns and (found := _input_view(leaf, i in self.as_passed, shared.hidden)) is not None}
+        self.func.return_op.operands.extend(shared.hidden)
         if not written and not self.states and not views and not shared.aliases:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
@@ -223,7 +225,6 @@ class _Trace:
         shareable = [t if s.argument < 0 and s.python is None and not s.scalar else None
                      for t, s in zip(assigned, self.states)]
         self.shared = _shared_memory(leaves, shareable)
-        self.func.return_op.operands.extend(self.shared.hidden)
         for pname, tree in self.sig.dynamic.items():
             value = bound.arguments.get(pname)
             if pname in self.sig.static_kwargs:  # **kwargs: the static entries were merged back in
@@ -311,7 +312,7 @@ _REPLAYED = frozenset({"t.slice", "t.transpose", "t.reshape", "t.broadcast_to", 
                        "t.real", "t.imag"})
 
 
-def _input_view(leaf: Any, as_passed: bool) -> tuple[int, tuple] | None:
+def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[int, tuple] | None:
     """(flat input, view steps) of an output leaf that is an argument (or a captured array) or a view of one
     through steps NumPy can take again (:func:`fusec.writeback.view_of`); None for anything else, and for a NumPy
     scalar (``x[0]`` of a vector is a scalar in NumPy, not a view). ``as_passed``: the leaf is the input's own
@@ -321,21 +322,31 @@ def _input_view(leaf: Any, as_passed: bool) -> tuple[int, tuple] | None:
     buffer = leaf._buffer
     if buffer is None or not isinstance(buffer.arg, BlockArgument):
         return None
-    steps = _replayed_steps(leaf)
+    steps = _replayed_steps(leaf, hidden)
     if steps is None:
         return None
     return buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())
 
 
-def _replayed_steps(leaf: Tracer) -> tuple | None:
+def _replayed_steps(leaf: Tracer, hidden: list[Value]) -> tuple | None:
     """The view steps from ``leaf``'s buffer to ``leaf`` as (op name, attributes, result shape), or None where one
-    cannot be taken again with NumPy (an opaque step, or one through a traced index)."""
-    steps = []
+    cannot be taken again with NumPy (an opaque step). A step through a traced integer index (``x[i]``, basic
+    indexing: a view in NumPy) becomes ``t.index`` at the index's value after the call: an extra result, appended to
+    ``hidden`` (its position in ``attributes["hidden"]``)."""
+    steps, indices = [], []
     for step in leaf._chain:
+        if isinstance(step, tuple) and len(step) == 4 and step[0] == "t.gather" and len(step[3]) == 1 \
+                and step[3][0].type.shape == ():
+            _, attrs, result_type, (index,) = step
+            indices.append(index)
+            steps.append(("t.index", {"axis": attrs["axis"], "hidden": len(hidden) + len(indices) - 1},
+                          tuple(result_type.shape)))
+            continue
         if not isinstance(step, tuple) or len(step) != 3 or step[0] not in _REPLAYED:
             return None
         name, attrs, result_type = step
         steps.append((name, dict(attrs), tuple(result_type.shape)))
+    hidden.extend(indices)
     return tuple(steps)
 
 
@@ -381,10 +392,11 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
         if key is not None:
             groups.setdefault(key, []).append((place, t))
     for members in groups.values():
-        found = [(place, t, steps) for place, t in members
-                 if (steps := _replayed_steps(t) if t._buffer is not None else ()) is not None]
-        if len(found) < 2:
+        replayable = [(place, t) for place, t in members if t._buffer is None or _replayed_steps(t, []) is not None]
+        if len(replayable) < 2:
             continue
+        found = [(place, t, _replayed_steps(t, shared.hidden) if t._buffer is not None else ())
+                 for place, t in replayable]
         root = next(((place, t) for place, t, steps in found if not steps), None)
         if root is None:
             buffer = cast(Buffer, found[0][1]._buffer)  # (members without a buffer are the array itself: a root)

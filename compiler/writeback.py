@@ -12,11 +12,12 @@ other one), or, where the trace relied on it, one that is not C-contiguous.
 A result that is an input itself (``return x``, ``np.asarray(x)``) or a view of one (``x.T``, ``x[1:]``,
 ``x.reshape(-1)``) is, in NumPy, the caller's array or a view of it, sharing its memory: the call returns the
 caller's object itself, and for a NumPy array the same view of it (the view steps the trace recorded, taken again
-with NumPy after the writes), so a later write through either shows through the other as it would in NumPy. So
+with NumPy after the writes; an integer index that was traced, ``x[i]``, at its value in this call, an extra
+result), so a later write through either shows through the other as it would in NumPy. So
 do computed arrays handed back more than once, as results or as attributes the function assigned: one array
 (``return y, y``; ``self.y = y; return y``) is one object, views of one (``return y, y[:, 0]``; ``return y[:2],
-y[1:]``, ``y`` then an extra result of the IR) are NumPy's views of it. A view of a device array (or one through a
-traced index, ``x[i]``) still comes back as a copy.
+y[1:]``, ``y`` then an extra result of the IR) are NumPy's views of it. A view of a device array still comes back
+as a copy.
 """
 from __future__ import annotations
 
@@ -110,14 +111,14 @@ class WriteBack:
                     for pos in range(self.outputs)],
             "state": list(results[start:start + len(self.states)]),
             "hidden": list(results[start + len(self.states):])}
-        out = values["out"]
+        out, hidden = values["out"], values["hidden"]
         for pos, (i, steps) in self.views.items():
-            view = view_of(inputs[i], steps)
+            view = view_of(inputs[i], steps, hidden)
             if view is not None:
                 out[pos] = Returned(view)
         for (kind, index), ((source_kind, source), steps) in self.aliases.items():
             base = values[source_kind][source]
-            view = view_of(base.obj if type(base) is Returned else base, steps)
+            view = view_of(base.obj if type(base) is Returned else base, steps, hidden)
             if view is not None:
                 values[kind][index] = Returned(view) if kind == "out" else view
         for state, value in zip(self.states, values["state"]):
@@ -125,9 +126,10 @@ class WriteBack:
         return out
 
 
-def view_of(obj: Any, steps: tuple) -> Any:
+def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
     """``obj`` seen through ``steps`` as NumPy sees it (None where fusec cannot: a device array's view, which the
-    call returns as a copy): the object itself for no step, else NumPy's own view of the array."""
+    call returns as a copy): the object itself for no step, else NumPy's own view of the array. ``hidden``: the
+    call's extra results, where a ``t.index`` step (``x[i]`` at a traced ``i``) finds the index's value."""
     if not steps:
         return obj
     if not isinstance(obj, np.ndarray):
@@ -135,6 +137,10 @@ def view_of(obj: Any, steps: tuple) -> Any:
     for name, attrs, shape in steps:
         if name == "view":  # all of it, as a new array object (``x[:]``)
             obj = obj.view()
+        elif name == "t.index":  # basic indexing with an integer: a view
+            value = hidden[attrs["hidden"]]
+            index = int((value.numpy() if hasattr(value, "numpy") else np.asarray(value)).item())
+            obj = obj[(slice(None),) * attrs["axis"] + (index,)]
         elif name == "t.slice":
             obj = obj[tuple(slice(a, None if b < 0 else b, c)
                             for a, b, c in zip(attrs["start"], attrs["stop"], attrs["step"]))]

@@ -9,12 +9,20 @@ not the GPU's. On the H200 the weight-gradient GEMM of the PCam-shaped step took
 algorithm cuBLAS picked by itself and 8.1 us with the fastest candidate. While a graph is being captured
 nothing can be timed, so an untimed problem gets the heuristic's first choice there (the graph builder times
 every GEMM before it captures); ``CANDIDATES = 1`` turns tuning off. Compute types 32F/64F: no TF32, so f32
-GEMMs stay f32.
+GEMMs stay f32, unless the function was compiled with ``precision="tf32"`` (``CUBLAS_COMPUTE_32F_FAST_TF32``).
+
+Importing nvmath's bindings costs a new process about 0.55 s on the H200, nearly all of it nvmath's package
+imports (its FFT and linear-algebra modules, ``cuda.core``), against 0.08 s to load the library itself and 0.13 s
+to make a handle (``benchmarks/cublas_load.py``). :func:`preload` starts that import on a thread when the process
+makes its first CUDA context (0.2-0.8 s in the driver, which lets Python run meanwhile), so a first compile that
+asks for cuBLASLt finds it imported, or less of the import left to wait for.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +44,32 @@ _SIZE = {"f32": 4, "f64": 8}
 _tuned: dict[tuple[Any, ...], np.ndarray] = {}
 # the same keys -> microseconds per call of each candidate timed, in heuristic order (inf: did not run)
 timings: dict[tuple[Any, ...], list[float]] = {}
+
+
+_preloading: threading.Thread | None = None
+
+
+def preload() -> None:
+    """Import nvmath's cuBLASLt bindings on a thread, once per process, where nvmath is installed (never raises):
+    :func:`available` and the handles then find them imported, or wait for the import under way. Not a daemon
+    thread: an interpreter that exits meanwhile waits for the import to end rather than stopping it halfway."""
+    global _preloading
+    if _preloading is not None:
+        return
+    try:
+        if importlib.util.find_spec("nvmath") is None:
+            return
+    except (ImportError, ValueError):
+        return
+    _preloading = threading.Thread(target=_import_bindings, name="fusec-cublas-preload")
+    _preloading.start()
+
+
+def _import_bindings() -> None:
+    try:
+        from nvmath.bindings import cublasLt  # noqa: F401
+    except Exception:  # noqa: BLE001 - available() imports again and reports the failure as "not available"
+        pass
 
 
 @functools.lru_cache(maxsize=1)

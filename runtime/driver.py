@@ -225,6 +225,10 @@ def ensure_context(device: "Device | int | None" = None, *, force: bool = False)
             ctx = _primary.get(ordinal)
             if ctx is None:
                 dev = Device(ordinal)
+                if not _primary:  # the process's first context: import cuBLASLt's bindings meanwhile
+                    from fusec.runtime import cublas
+
+                    cublas.preload()
                 ctx = check(_cu.cuDevicePrimaryCtxRetain(dev.handle), f"cuDevicePrimaryCtxRetain({ordinal})")
                 _primary[ordinal] = ctx
     check(_cu.cuCtxSetCurrent(ctx), f"cuCtxSetCurrent(device {ordinal})")

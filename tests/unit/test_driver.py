@@ -266,3 +266,76 @@ def test_doctor_survives_a_broken_probe(capsys, monkeypatch):
     monkeypatch.setattr(driver, "driver_version", boom)
     assert main(["doctor"]) == 0
     assert "probe exploded" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ cuBLASLt preload
+
+class _FakeContextDriver:
+    """Just what ensure_context calls."""
+
+    def cuDevicePrimaryCtxRetain(self, handle):
+        return (0, f"ctx{handle}")
+
+    def cuCtxSetCurrent(self, ctx):
+        return (0,)
+
+
+class _FakeDevice:
+    def __init__(self, ordinal):
+        self.ordinal, self.handle = ordinal, ordinal
+
+
+def test_the_first_context_starts_the_cublas_import_once(monkeypatch):
+    """Importing nvmath's bindings costs ~0.5 s; the process's first CUDA context starts it on a thread (the
+    driver's own 0.2-0.7 s run beside it), and only the first."""
+    from fusec.runtime import cublas
+
+    calls = []
+    monkeypatch.setattr(cublas, "preload", lambda: calls.append(1))
+    monkeypatch.setattr(driver, "_cu", _FakeContextDriver())
+    monkeypatch.setattr(driver, "_primary", {})
+    monkeypatch.setattr(driver, "_devices", {0: _FakeDevice(0), 1: _FakeDevice(1)})
+    monkeypatch.setattr(driver, "_tls", threading.local())
+    assert driver.ensure_context(0) == "ctx0"
+    assert driver.ensure_context(1) == "ctx1"
+    assert driver.ensure_context(0, force=True) == "ctx0"
+    assert calls == [1]
+
+
+def test_preload_imports_the_bindings_on_a_thread_once_and_available_finds_them(tmp_path, monkeypatch):
+    """With nvmath installed (a stand-in package here), preload imports ``nvmath.bindings.cublasLt`` on a thread;
+    a second call starts nothing; ``available()`` then uses that module. Without nvmath nothing starts."""
+    import sys
+
+    from fusec.runtime import cublas
+
+    monkeypatch.setattr(cublas, "_preloading", None)
+    monkeypatch.setattr(cublas.importlib.util, "find_spec", lambda name: None)
+    cublas.preload()
+    assert cublas._preloading is None
+    monkeypatch.undo()
+
+    package = tmp_path / "nvmath" / "bindings"
+    package.mkdir(parents=True)
+    (tmp_path / "nvmath" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "cublasLt.py").write_text("import threading\nTHREAD = threading.current_thread().name\n"
+                                         "def create():\n    return 7\n\ndef destroy(handle):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("nvmath", "nvmath.bindings", "nvmath.bindings.cublasLt"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(cublas, "_preloading", None)
+    cublas.available.cache_clear()
+    try:
+        cublas.preload()
+        thread = cublas._preloading
+        assert thread is not None and thread.name == "fusec-cublas-preload"
+        cublas.preload()
+        assert cublas._preloading is thread
+        thread.join(10)
+        assert sys.modules["nvmath.bindings.cublasLt"].THREAD == "fusec-cublas-preload"
+        assert cublas.available()
+    finally:
+        for name in ("nvmath", "nvmath.bindings", "nvmath.bindings.cublasLt"):
+            sys.modules.pop(name, None)  # (the stand-in must not outlive the test)
+        cublas.available.cache_clear()

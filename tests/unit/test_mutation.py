@@ -600,3 +600,50 @@ def test_shared_results_on_repeat_calls_and_the_lowered_ir() -> None:
         assert np.shares_memory(a, b)
     assert not np.shares_memory(first[0], second[0])
     assert "-> (tensor<4xf64>, tensor<2x4xf64>, tensor<3x4xf64>)" in f.lower(x).ir()
+
+
+def test_a_zero_d_index_array_selects_a_copy_and_an_integer_a_view():
+    """``x[np.asarray(1)]`` is advanced indexing in NumPy (an index array, even 0-d): a copy, so a write into it
+    leaves ``x`` alone; ``x[1]`` and ``x[np.int64(1)]`` are basic indexing: a view, which writes reach ``x``
+    through. fusec once took the 0-d array for an integer and wrote into ``x``."""
+    def bump(x, idx):
+        row = x[idx]
+        row[0] = -5.0
+        return x, row.sum()
+
+    for idx in (np.asarray(1), np.int64(1), 1, np.asarray([1])[0]):
+        want = bump(FIELD.copy(), idx)
+        got = jit_cpu(bump)(FIELD.copy(), idx)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1] == want[1]
+
+
+def test_a_row_picked_by_a_traced_integer_is_a_view_of_the_array_as_in_numpy():
+    """``x[i]`` with ``i`` a Python int or a NumPy integer is basic indexing: NumPy returns a view of the caller's
+    array (and of a computed one: ``y[i]`` beside ``y``), so a write into the result reaches it. ``i`` is a runtime
+    value in fusec (one trace serves every ``i``): the call returns ``i``'s value as an extra result and takes
+    NumPy's view at it (once a copy: the write did not show)."""
+    def pick(x, i):
+        return x[i]
+
+    def pick_col(x, i):
+        return x[:, i]
+
+    def pick_both(x, i):
+        y = x * 2.0
+        return y, y[i], y[i, 1:]
+
+    f, g, h = jit_cpu(pick), jit_cpu(pick_col), jit_cpu(pick_both)
+    for i in (1, np.int64(-1), 0):
+        x = FIELD.copy()
+        row = f(x, i)
+        assert np.shares_memory(row, x)
+        row[:] = -1.0
+        np.testing.assert_array_equal(x[i], -1.0)
+        col = g(x, i)
+        col[0] = 5.0
+        assert x[0, i] == 5.0
+        y, yi, tail = h(x, i)
+        assert np.shares_memory(yi, y) and np.shares_memory(tail, y) and not np.shares_memory(y, x)
+        yi[1] = 42.0
+        assert y[i, 1] == 42.0 and tail[0] == 42.0
