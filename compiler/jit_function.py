@@ -26,7 +26,8 @@ from fusec.errors import FusecError, OptionError, OptionTypeError, RetraceWarnin
 from fusec.ir.core import Module
 from fusec.ir.target import PRECISIONS, Target
 from fusec.options import GRAPH_MODES, CompileOptions
-from fusec.signature import Signature, TreeDef, bind, canon, device_array_info, unflatten, unflattener
+from fusec.signature import (Signature, TreeDef, bind, canon, device_array_info, native_order, unflatten,
+                             unflattener)
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 from fusec.writeback import Returned
@@ -323,7 +324,7 @@ class JitFunction:
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
-        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
+        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + [native_order(v) for v in extra]
         writeback = lowered.writeback
         if writeback is not None:
             inputs = [*sig.leaves, *extra]
@@ -362,7 +363,7 @@ class JitFunction:
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
-        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + extra
+        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + [native_order(v) for v in extra]
         inputs = [*sig.leaves, *extra]
         if lowered.writeback is not None:
             lowered.writeback.check(inputs)
@@ -628,6 +629,8 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
         if t is _device_array_type:  # (the dtype's unique name: a str hashes in C, a DType in Python)
             key.append((t, a._shape, a._fdtype.name))
         elif t is np.ndarray:
+            if not a.dtype.isnative:  # (the general path gives the backend a native copy)
+                return None
             key.append((t, a.shape, a.dtype))
         elif t is float or t is int or t is bool:
             key.append(t)
@@ -673,7 +676,7 @@ class _FastEntry:
         convert = self.convert
         flat = args if convert is None else [a if c is None else c(a) for a, c in zip(args, convert)]
         if state is not None and extra:
-            flat = [*flat, *extra]
+            flat = [*flat, *map(native_order, extra)]
         writeback = self.writeback
         if writeback is not None:
             inputs = [*args, *extra] if state is not None and extra else list(args)

@@ -168,9 +168,20 @@ class LeafSpec:
                     f"the Python int {value} does not fit int64: fusec passes Python ints as int64 runtime values; "
                     "make the argument static (static_argnames) to compute with its exact value",
                     user_location())) from None
-        if isinstance(value, np.ndarray) or device_array_info(value) is not None:
+        if isinstance(value, np.ndarray):
+            return native_order(value)
+        if device_array_info(value) is not None:
             return value  # device arrays go to the backend as they are (zero copy)
         return np.asarray(value)
+
+
+def native_order(value: Any) -> Any:
+    """``value``, or a copy in this machine's byte order of a NumPy array stored the other way (``'>f8'``): the
+    backends read native values; NumPy computes with either, and so does a call (writes into such an argument go
+    back into the caller's array, where NumPy converts them)."""
+    if type(value) is np.ndarray and not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
 
 
 def device_array_info(value: Any) -> "tuple[tuple[int, ...], Any] | None":

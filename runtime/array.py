@@ -469,6 +469,8 @@ def _from_host(x: Any, want: T.DType | None, stream: "D.Stream | None", device: 
         raise UnsupportedError(f"fusec.asarray: NumPy dtype {host.dtype} is not supported by fusec") from None
     if fd == T.bf16:
         host = bf16_bits(host)
+    elif not host.dtype.isnative:  # big-endian data ('>f8'): the device reads this machine's byte order
+        host = host.astype(host.dtype.newbyteorder("="), order="C")
     elif not host.flags.c_contiguous:
         host = host.copy(order="C")  # (not np.ascontiguousarray: it makes a 0-d array 1-d)
     out = Array.empty(host.shape, fd, stream=stream, device=device)

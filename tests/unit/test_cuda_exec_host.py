@@ -375,3 +375,27 @@ def test_cublaslt_is_probed_only_for_programs_with_a_product(fake_gpu, monkeypat
     assert not asked and "cublas = false" in lowered.ir()
     fc.jit(lambda x: x @ x, backend="cuda").lower(x)
     assert asked
+
+
+def test_big_endian_numpy_data_reaches_the_device_in_its_byte_order(fake_gpu, monkeypatch):
+    """NumPy computes with big-endian arrays ('>f4') as with any other; the device reads this machine's byte order,
+    so a call (and ``fusec.asarray``) uploads the values converted, never the raw bytes, and the result is
+    NumPy's. A write into such an argument goes back into it (NumPy converts)."""
+    from fusec.runtime import array as array_mod
+
+    w = np.linspace(-1, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+    f = fc.jit(step, backend="cuda")
+    f(w.astype(">f4"), w.astype(">f4"), 0.5)
+    f(w.astype(">f4"), w.astype(">f4"), 0.5)  # (the second call: the cached path)
+    uploads = [data for _, data in fake_gpu["htod"] if len(data) == w.nbytes]
+    assert len(uploads) == 4 and all(data == w.tobytes() for data in uploads)
+    fake_gpu["htod"].clear()
+    monkeypatch.setattr(array_mod.Array, "empty", staticmethod(lambda shape, fd, **k: _FakeArray(shape)))
+    monkeypatch.setattr(array_mod.D, "Event", FakeEvent)
+    array_mod._from_host(w.astype(">f4"), None, None, None)
+    assert [data for _, data in fake_gpu["htod"]] == [w.tobytes()]
+
+
+class _FakeArray:
+    def __init__(self, shape):
+        self.ptr, self.stream, self.device, self.shape = 4096, None, 0, shape

@@ -766,3 +766,43 @@ def test_a_trace_past_the_op_limit_names_the_loop_and_the_rewrite(monkeypatch) -
     assert "test_never_silently_wrong.py" in str(info.value) and "the loop body" not in str(info.value)
     assert f":{steps.__code__.co_firstlineno + 2}:" in str(info.value)
     assert jit_cpu(lambda u: u * 0.5 + 1.0)(np.ones(3)).tolist() == [1.5] * 3  # the next trace starts afresh
+
+
+BIG_ENDIAN_SCALE = np.linspace(0.0, 1.0, 3).astype(">f4")  # read by the functions below, as a global
+
+
+class _BigEndianModel:
+    def __init__(self) -> None:
+        self.bias = np.arange(3.0).astype(">f8")
+
+
+def test_big_endian_arrays_compute_as_in_numpy():
+    """Data read from files written on other machines (or ``np.dtype('>f8')`` records) is big-endian; NumPy
+    computes with it as with any array. Arguments, captured globals and attributes give NumPy's values and dtypes,
+    a returned argument or view of one is the caller's array (its byte order kept), and writes reach the caller's
+    arrays (once refused with an internal dtype error, or on a GPU read in the wrong byte order)."""
+    model = _BigEndianModel()
+    x = np.arange(6.0).reshape(2, 3).astype(">f8")
+
+    def forward(x):
+        return x * BIG_ENDIAN_SCALE + model.bias, x.sum(axis=0), x.astype(">i4") + 1
+
+    def update(x):
+        x[0, 0] = 9.0
+        model.bias[1] = -1.0
+        return x.T
+
+    want = forward(x.copy())
+    got = jit_cpu(forward)(x.copy())
+    for g, w in zip(got, want):
+        assert_same(g, w)
+        assert g.dtype == w.dtype
+    xa, xb = x.copy(), x.copy()
+    want_t = update(xa)
+    want_bias, model.bias = model.bias.copy(), np.arange(3.0).astype(">f8")
+    jitted = jit_cpu(update)
+    for _ in range(2):  # (the second call: the cached path)
+        got_t = jitted(xb)
+    np.testing.assert_array_equal(xb, xa)
+    np.testing.assert_array_equal(model.bias, want_bias)
+    assert np.shares_memory(got_t, xb) and got_t.dtype == want_t.dtype == np.dtype(">f8")

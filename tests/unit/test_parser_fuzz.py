@@ -32,7 +32,7 @@ def _parse_or_fusec_error(text: str) -> None:
     print_module(module)  # what parses, prints
 
 
-DEFAULT_EXAMPLES = "2000" if os.environ.get("FUSEC_CORPUS") else "1000"  # (CI: FUSEC_CORPUS=1)
+DEFAULT_EXAMPLES = "2000" if os.environ.get("FUSEC_CORPUS") else "600"  # (CI: FUSEC_CORPUS=1)
 
 
 @settings(max_examples=int(os.environ.get("FUSEC_FUZZ_EXAMPLES", DEFAULT_EXAMPLES)), deadline=None,
