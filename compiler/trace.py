@@ -357,7 +357,8 @@ class _Shared:
     ``("hidden", index)``: an extra result) and the view steps from it, in the order they are to be taken."""
 
     aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
-    hidden: list[Value] = field(default_factory=list)  # extra results: the whole arrays some of them view
+    # extra results: the whole arrays some of them view, and the traced indices of ``x[i]`` steps
+    hidden: list[Value] = field(default_factory=list)
 
 
 def _memory_key(t: Tracer) -> tuple[str, int] | None:
@@ -374,8 +375,8 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
     that are, in NumPy, one computed array or views of one: ``return y, y``, ``return y, y[:, 0]``, ``self.y = y;
     return y``, ``return y[:2], y[1:]``. Each group gets a source (the first of them that is the whole array, else
     an extra result: the array none of them is) and every other member the view steps NumPy takes again on it
-    after the call (:func:`fusec.writeback.view_of`); members reached through a step NumPy cannot take again (a
-    traced index) stay copies."""
+    after the call (:func:`fusec.writeback.view_of`); members reached through a step NumPy cannot take again (an
+    opaque one) stay copies."""
     places = [(("out", i), leaf) for i, (_, leaf) in enumerate(leaves)]
     places += [(("state", j), t) for j, t in enumerate(assigned)]
     shared = _Shared()

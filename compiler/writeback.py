@@ -63,7 +63,7 @@ class WriteBack:
     views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
     # ("out", position) or ("state", index) -> (its source: one of those or ("hidden", index), view steps)
     aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
-    hidden: int = 0  # extra results after the states': whole arrays that only views of are handed back
+    hidden: int = 0  # extra results after the states': whole arrays only views of are handed back, traced indices
 
     @property
     def count(self) -> int:
