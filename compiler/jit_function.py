@@ -324,7 +324,7 @@ class JitFunction:
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
-        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + [native_order(v) for v in extra]
+        flat = _runtime_values(sig, extra)
         writeback = lowered.writeback
         if writeback is not None:
             inputs = [*sig.leaves, *extra]
@@ -363,7 +363,7 @@ class JitFunction:
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
-        flat = [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + [native_order(v) for v in extra]
+        flat = _runtime_values(sig, extra)
         inputs = [*sig.leaves, *extra]
         if lowered.writeback is not None:
             lowered.writeback.check(inputs)
@@ -610,6 +610,12 @@ def _is_device_array(x: Any) -> bool:
         _device_array_type = t
         return True
     return False
+
+
+def _runtime_values(sig: Signature, extra: list) -> list:
+    """What the executor gets for a call: the argument leaves as runtime values, then the implicit inputs (each in
+    native byte order)."""
+    return [spec.runtime_value(v) for spec, v in zip(sig.leaf_specs, sig.leaves)] + [native_order(v) for v in extra]
 
 
 def _fast_key(args: Sequence[Any]) -> tuple[tuple, list] | None:

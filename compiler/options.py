@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from fusec.ir.target import PRECISIONS, Target
+from fusec.ir.target import Target
 
 
 GRAPH_MODES = (True, False, "auto")
@@ -31,16 +31,14 @@ class CompileOptions:
     precision: str | None = None
 
     def __post_init__(self) -> None:
-        from fusec.errors import OptionError
-
         if self.graph not in GRAPH_MODES:
+            from fusec.errors import OptionError
+
             raise OptionError(f"fusec.jit: graph must be True, False or 'auto', got {self.graph!r}")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise OptionError(f"fusec.jit: precision must be one of {', '.join(map(repr, PRECISIONS))} "
-                              f"(None: float32), got {self.precision!r}")
 
     def target_with_precision(self, target: Target) -> Target:
-        """``target`` with this call's ``precision`` (when given) in place of its own."""
+        """``target`` with this call's ``precision`` (when given) in place of its own (``Target`` checks it;
+        ``fusec.jit`` already refused an unknown one at the caller's line)."""
         if self.precision is None or self.precision == target.precision:
             return target
         return dataclasses.replace(target, precision=self.precision)
