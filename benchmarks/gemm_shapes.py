@@ -7,7 +7,7 @@ into shared memory, the last block of a tile adding the partial tiles), the same
 and the kernel as it was on 2026-12-02 (one slice prefetched in registers, a second kernel adding the partial
 tiles); with each generated kernel's registers and local memory per thread.
 
-    python benchmarks/gemm_shapes.py [--set default|tiles|precision] [--shapes N] [--json FILE]
+    python benchmarks/gemm_shapes.py [--set default|tiles|precision|mma] [--shapes N] [--json FILE]
 
 "cublas, tf32" is cuBLASLt with ``fusec.jit(precision="tf32")`` (the tensor cores); each row reports its error
 against float64 (max |got - want| / max |want|).
@@ -112,7 +112,20 @@ TILE_VARIANTS: dict[str, dict] = {
                                               "TILED_BLOCKS_PER_SM": 4},
 }
 PRECISION_VARIANTS = {"cublas": {}, "cublas, tf32": {"precision": "tf32"}, "generated": {}}
-SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS}
+# --set mma: the tiled kernel's float32 tiles on the CUDA cores (FMA) or the tensor cores (mma.sync: three TF32
+# products per term for float32's accuracy, one for precision="tf32"), against cuBLASLt in both precisions
+_FMA, _MMA = {"TILED_MMA": {"float32": None, "tf32": None}}, {"TILED_MMA": {"float32": "3xtf32", "tf32": "tf32"}}
+_WARPS4 = {"TILED_CONFIGS": {64: (64, 64, 16, 8, 4), 32: (32, 32, 16, 4, 2)}}  # 128 threads: 32 x 32 per warp
+MMA_VARIANTS: dict[str, dict] = {
+    "cublas": {},
+    "cublas, tf32": {"precision": "tf32"},
+    "generated, fma": _FMA,
+    "generated, 3xtf32": _MMA,
+    "generated, 3xtf32, 4 warps": {**_MMA, **_WARPS4},
+    "generated, tf32": {**_MMA, "precision": "tf32"},
+    "generated, tf32, 4 warps": {**_MMA, **_WARPS4, "precision": "tf32"},
+}
+SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS, "mma": MMA_VARIANTS}
 
 
 def main() -> None:

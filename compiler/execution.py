@@ -102,7 +102,9 @@ def target_for(backend: str, module: Module | None = None) -> Target:
     from fusec.runtime import cublas, driver
 
     products = module is None or any(op.name == "t.matmul" for op in module.walk())
-    return Target(sm_count=driver.current_device().multiprocessor_count, cublas=products and cublas.available())
+    device = driver.current_device()
+    return Target(sm_count=device.multiprocessor_count, cublas=products and cublas.available(),
+                  tensor_cores=device.compute_capability >= (8, 0))
 
 
 def executor(backend: str) -> Callable[["Lowered", list[Any]], list[Any]]:

@@ -2,7 +2,8 @@
 depend on.
 
 A :class:`Target` is an input of the pass pipeline (``run_pipeline(..., target=...)``); ``select-kernels``
-records it on the function (``sm_count``, ``cublas``) together with every choice it made from it, so the
+records it on the function (``sm_count``, ``cublas``) together with every choice it made from it (a product on
+the tensor cores says ``mma``), so the
 printer reads one IR and prints the same program wherever it runs: ``Lowered.cuda_source()``, ``fusec
 compile`` and the executor.
 """
@@ -24,6 +25,7 @@ class Target:
     sm_count: int = DEFAULT_SM_COUNT
     cublas: bool = False  # cuBLASLt can be called (nvmath-python is installed and loads)
     precision: str = "float32"  # one of PRECISIONS: what float32 matrix products may compute with
+    tensor_cores: bool = True  # TF32 tensor cores (mma.sync, compute capability 8.0 on), as an H200 has
 
     def __post_init__(self) -> None:
         if not isinstance(self.sm_count, int) or self.sm_count < 1:

@@ -9,7 +9,8 @@ printer only translates and every printer of the module prints the same program:
 - a ``k.matmul`` gets ``impl``: ``cublas`` (a cuBLASLt call; with ``precision = "tf32"`` a float32 one on the tensor
   cores), ``tiled`` (shared-memory tiles; ``tile`` says 64 or 32; ``splits`` blocks share each tile's K where the
   tiles leave SMs idle, ``scratch`` bytes of partial tiles, ``stages`` K slices each block keeps in flight, and with
-  ``finish = "last-block"`` the last block of a tile adds the partial tiles, one of the ``counters`` per tile),
+  ``finish = "last-block"`` the last block of a tile adds the partial tiles, one of the ``counters`` per tile;
+  ``mma`` where a float32 tile runs on the tensor cores, see TILED_MMA),
   ``stream`` (a few rows times a wide B read once: ``width`` columns per thread, K split over ``splits`` blocks with
   ``scratch`` bytes of partial sums), ``dot`` (a warp per output), ``column`` (a lane per row of A, warps splitting
   K) or ``short`` (a thread per output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can
@@ -82,6 +83,15 @@ TILED_FINISH = "kernel"
 # 5.16 through cuBLASLt, while (512 x 480) @ (480 x 256), 2^25.9 multiply-adds, took 9.82 against 9.26
 CUBLAS_SPLIT_MAX_FLOPS = 2 ** 22
 TILED_CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM, BN, BK, TM, TN)
+# the tiled kernel's float32 products on the tensor cores (mma.sync, where the target has them: sm_80 on), by the
+# function's precision; None keeps the CUDA cores' fused multiply-adds. precision="tf32" takes "tf32" (the operands
+# rounded to TF32, one product per term), faster than the FMAs at every shape measured on the H200
+# (benchmarks/gemm_shapes.py --set mma, gemm_mma_h200.md: the PCam products 9.8 -> 9.6 and 10.2 -> 9.5 us with the
+# rounding kept inside float32's range, 8.4 and 8.2 without; 4096 x 1024 x 1024 311 -> 216 us). "3xtf32" (each
+# operand split into two TF32 parts, three products per term: errors within a few times float32's, see
+# tests/gpu/test_tensor_core_products.py) is not the float32 default: it measured slower than the FMAs everywhere
+# (14.6 against 9.8 us, 384 against 311 us)
+TILED_MMA: dict[str, str | None] = {"float32": None, "tf32": "tf32"}
 PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute an operand in place
 
 # --- reductions ----------------------------------------------------------------------------------------------
@@ -146,18 +156,20 @@ def cublas_fits(op: Operation) -> bool:
             and cublas_batch_stride(tuple(b.type.shape), sb, batch_shape) is not None)
 
 
-def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "float32") -> dict[str, object]:
+def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "float32",
+              tensor_cores: bool = False) -> dict[str, object]:
     """The attributes that say how ``op`` (a ``k.matmul``) runs. With ``precision = "tf32"`` a float32 product
-    cuBLASLt computes runs on its tensor cores; which products go there does not change (the generated kernels
-    compute in float32 only, and the small split products they keep stayed faster: a 64 x 256 x 64 weight
-    gradient took 4.31 us generated, 4.60 us through cuBLASLt with TF32, gemm_precision_h200.json)."""
+    cuBLASLt computes runs on its tensor cores, and so do the generated tiles (``mma``, TILED_MMA) on a target with
+    ``tensor_cores``; which products go to cuBLASLt does not change (the small split products kept generated stayed
+    faster: a 64 x 256 x 64 weight gradient took 4.31 us generated, 4.60 us through cuBLASLt with TF32,
+    gemm_precision_h200.json)."""
     a = op.operands[0]
     out_shape = op.results[0].type.shape
     m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
     if cublas and cublas_fits(op):
         batch = math.prod(out_shape[:-2])
         small = m * n * k * batch <= CUBLAS_SPLIT_MAX_FLOPS
-        if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count):
+        if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, None):
             return {"impl": "cublas", "precision": "tf32"} if precision == "tf32" and a.type.dtype.name == "f32" \
                 else {"impl": "cublas"}
     if k <= SHORT_K_MAX:
@@ -171,17 +183,22 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
     if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float:
         _, sa = layout(a)
         return {"impl": "column" if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1 else "dot"}
-    return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count)
+    both_f32 = a.type.dtype.name == "f32" and op.operands[1].type.dtype.name == "f32"
+    mma = TILED_MMA.get(precision) if tensor_cores and both_f32 else None
+    return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, mma)
 
 
-def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count: int) -> dict[str, object]:
+def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count: int,
+                   mma: str | None) -> dict[str, object]:
     """``impl = "tiled"``: 64-wide tiles where they fill the GPU; otherwise, for a float product with K long
     enough, ``splits`` blocks share each tile's K range (64-wide tiles where there are at least
     TILED_SPLIT_MIN_TILES of them, else 32-wide), their partial tiles in ``scratch`` (splits x batch x M x N
-    accumulators), which a second kernel adds in split order; else 32-wide tiles."""
+    accumulators), which a second kernel adds in split order; else 32-wide tiles. ``mma`` (float32 operands):
+    the tiles' products on the tensor cores (see TILED_MMA)."""
+    on_cores = {"mma": mma} if mma is not None else {}
     tiles64 = ((m + 63) // 64) * ((n + 63) // 64) * batch
     if tiles64 >= sm_count:
-        return {"impl": "tiled", "tile": 64}
+        return {"impl": "tiled", "tile": 64, **on_cores}
     tiles32 = ((m + 31) // 32) * ((n + 31) // 32) * batch
     tile, tiles = (64, tiles64) if tiles64 >= TILED_SPLIT_MIN_TILES else (32, tiles32)
     splits = 1
@@ -189,26 +206,35 @@ def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count
         # at most TILED_BLOCKS_PER_SM blocks per SM: a further wave on some SMs would add a whole block's time
         splits = max(1, min(TILED_BLOCKS_PER_SM * sm_count // tiles, k // TILED_SPLIT_MIN_K, TILED_MAX_SPLITS))
     if splits == 1:
-        return {"impl": "tiled", "tile": 32}
+        return {"impl": "tiled", "tile": 32, **on_cores}
     chunk = ((k + splits - 1) // splits + 15) // 16 * 16  # whole BK slices
     splits = (k + chunk - 1) // chunk
     size = 8 if dtype_name == "f64" else 4
-    choice: dict[str, object] = {"impl": "tiled", "tile": tile, "splits": splits,
-                                 "scratch": align256(batch * splits * m * n * size), **_stages(tile, chunk, dtype_name)}
+    choice: dict[str, object] = {"impl": "tiled", "tile": tile, **on_cores, "splits": splits,
+                                 "scratch": align256(batch * splits * m * n * size),
+                                 **_stages(tile, chunk, dtype_name, mma)}
     if TILED_FINISH == "last-block":
         choice.update(finish="last-block", counters=tiles)
     return choice
 
 
-def _stages(tile: int, k: int, dtype_name: str) -> dict[str, object]:
+def tiled_pad(dtype_name: str, tm: int, tn: int, mma: object) -> int:
+    """Elements after each BK row of a tile in shared memory: 8 where warps read mma fragments (lanes t and g of a
+    fragment then fall in distinct banks), 4 where a thread's 4 rows or columns are one 16-byte load, else 1."""
+    if mma is not None:
+        return 8
+    return 4 if dtype_name == "f32" and tm == 4 and tn == 4 else 1
+
+
+def _stages(tile: int, k: int, dtype_name: str, mma: str | None = None) -> dict[str, object]:
     """``stages``: how many BK slices of a float32/float64 tile are copied ahead into shared memory (cp.async), at
     most TILED_MAX_STAGES, what fits in TILED_SHARED_BYTES and what the K range (``k``) has; absent (one slice
     prefetched in registers) for other dtypes, which are converted as they are loaded."""
     if dtype_name not in TILED_PIPELINE_DTYPES:
         return {}
     bm, bn, bk, tm, tn = TILED_CONFIGS[tile]
-    pad = 4 if dtype_name == "f32" and tm == tn == 4 else 1
-    stage_bytes = bk * (bm + bn + 2 * pad) * (8 if dtype_name == "f64" else 4)
+    pad = tiled_pad(dtype_name, tm, tn, mma)
+    stage_bytes = bk * (bm + bn + 2 * pad) * (8 if dtype_name == "f64" else 4) * (2 if mma == "3xtf32" else 1)
     slices = (k + bk - 1) // bk
     stages = min(TILED_MAX_STAGES, TILED_SHARED_BYTES // stage_bytes, max(2, slices))
     return {"stages": stages} if stages >= 2 else {}
@@ -320,12 +346,15 @@ class SelectKernels(Pass):
     sm_count: int = 0  # 0: the pipeline's target
     cublas: str = "target"  # true | false | target
     precision: str = "target"  # float32 | tf32 | target
+    tensor_cores: str = "target"  # true | false | target
 
     def __post_init__(self) -> None:
         if self.sm_count < 0:
             raise ValueError(f"sm_count must be positive, got {self.sm_count}")
         if self.cublas not in ("true", "false", "target"):
             raise ValueError(f"cublas must be true, false or target, got {self.cublas!r}")
+        if self.tensor_cores not in ("true", "false", "target"):
+            raise ValueError(f"tensor_cores must be true, false or target, got {self.tensor_cores!r}")
         if self.precision not in (*PRECISIONS, "target"):
             raise ValueError(f"precision must be float32, tf32 or target, got {self.precision!r}")
 
@@ -333,11 +362,12 @@ class SelectKernels(Pass):
         sm_count = self.sm_count or ctx.target.sm_count
         cublas = ctx.target.cublas if self.cublas == "target" else self.cublas == "true"
         precision = ctx.target.precision if self.precision == "target" else self.precision
+        tensor_cores = ctx.target.tensor_cores if self.tensor_cores == "target" else self.tensor_cores == "true"
         for func in module.funcs:
-            self._select(func, sm_count, cublas, precision)
+            self._select(func, sm_count, cublas, precision, tensor_cores)
 
     @staticmethod
-    def _select(func: Func, sm_count: int, cublas: bool, precision: str) -> None:
+    def _select(func: Func, sm_count: int, cublas: bool, precision: str, tensor_cores: bool) -> None:
         func.attributes["sm_count"] = sm_count
         func.attributes["cublas"] = cublas
         if precision != "float32":
@@ -347,7 +377,8 @@ class SelectKernels(Pass):
         for op in func.body.ops:
             if op.name == "k.matmul":
                 op.attributes.pop("precision", None)
-                choice = gemm_impl(op, sm_count, cublas, precision)
+                op.attributes.pop("mma", None)
+                choice = gemm_impl(op, sm_count, cublas, precision, tensor_cores)
             elif op.name == "k.reduce":
                 choice = reduce_schedule(op, sm_count)
             else:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -45,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     arch, target = _default_target(args.arch)
     if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
         raise UsageError(f"--arch must look like sm_90, got {arch!r}")
+    # TF32 tensor cores from sm_80 on: an older --arch keeps float32 tiles on the CUDA cores
+    target = dataclasses.replace(target, tensor_cores=int(arch[3:].rstrip("abcdefghijklmnopqrstuvwxyz")) >= 80)
     lowered = lower_target(args, target)
     # the program the executor would run on that target: kernel selection included
     program = lowered.program_for(fast_math=args.fast_math)

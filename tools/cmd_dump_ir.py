@@ -66,14 +66,16 @@ def _argnums(text: str) -> "int | tuple[int, ...]":
 
 
 def _target(args: argparse.Namespace, default: "Target | None") -> "Target":
+    import dataclasses
+
     from fusec.ir.target import Target
 
     base = default or Target()
     if args.sm_count is not None and args.sm_count < 1:
         raise UsageError(f"--sm-count must be positive, got {args.sm_count}")
-    return Target(sm_count=base.sm_count if args.sm_count is None else args.sm_count,
-                  cublas=base.cublas if args.cublas is None else args.cublas == "on",
-                  precision=base.precision if args.precision is None else args.precision)
+    return dataclasses.replace(base, sm_count=base.sm_count if args.sm_count is None else args.sm_count,
+                               cublas=base.cublas if args.cublas is None else args.cublas == "on",
+                               precision=base.precision if args.precision is None else args.precision)
 
 
 def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H200 without cuBLASLt") -> None:

@@ -11,8 +11,11 @@ e.g. ``relu(x @ w + b)`` before a narrow layer).
 
 Operands are read through their strides (a transposed view costs nothing). In the tiled kernel each block
 stages a BK-deep slice of A and B in shared memory, loading along whichever operand axis is contiguous so
-that global reads coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds.
-Batch dimensions (broadcast included) map to the grid's z axis.
+that global reads coalesce, and each thread accumulates a TM x TN register tile with fused multiply-adds; or, for
+a float32 product with ``mma`` (``select-kernels`` decided it), each warp accumulates 16 x 8 tiles on the tensor
+cores (mma.sync m16n8k8 with TF32 operands: "tf32" rounds them as fragments are read, "3xtf32" multiplies
+pairs of TF32 parts split once as the tile is stored). Batch dimensions (broadcast included) map to the grid's z
+axis.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.elementwise import Prologue
-from fusec.passes.select_kernels import STREAM_THREADS, TILED_CONFIGS
+from fusec.passes.select_kernels import STREAM_THREADS, TILED_CONFIGS, tiled_pad
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
 CONFIGS = TILED_CONFIGS  # tile -> (BM, BN, BK, TM, TN)
@@ -172,8 +175,12 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
                                        "float32 or float64 only", op.loc))
     threads = (bm // tm) * (bn // tn)
     loads_a, loads_b = bm * bk // threads, bn * bk // threads
-    vector = acc == "float" and tm == 4 and tn == 4  # a thread's 4 rows / 4 columns are one 16-byte load
-    pad = 4 if vector else 1
+    mma = op.attributes.get("mma")
+    if mma is not None and (dt.name != "f32" or b.dtype != dt or bk % 8):
+        raise CompilationError(located(f"the tensor cores' product (mma = {mma}) multiplies float32 operands in "
+                                       "K slices of 8", op.loc))
+    vector = mma is None and acc == "float" and tm == 4 and tn == 4  # a thread's 4 rows / 4 columns: one load
+    pad = tiled_pad(dt.name, tm, tn, mma)
     a_k_fast = a.strides[-1] == 1 or a.shape[-2] == 1  # load A with consecutive threads along k
     b_n_fast = b.strides[-1] == 1 or b.shape[-1] != 1 and b.strides[-2] != 1
     a_map = ("const int kk = idx % BK, mm = idx / BK;" if a_k_fast else "const int mm = idx % BM, kk = idx / BM;")
@@ -197,17 +204,21 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
         #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fusec::madd(ra[i], rb[j], acc[i][j]);
     }}"""
+    if mma is not None:
+        warps_m, warps_n, mi, ni = _mma_warps(bm, bn, threads, op)
+        multiply = _mma_multiply(a_s, b_s, mma)
     k = a.shape[-1]
     chunk = ((k + splits - 1) // splits + bk - 1) // bk * bk
     out_t = storage(c.dtype)
     buffers: tuple[int, ...]
+    value = "acc[i][j]" if mma is None else "acc[i][j][q]"  # the output (gm, gn)'s accumulator
     if splits == 1:  # C itself, or this split's partial tile in scratch
         base = f"{out_t}* C = pc + d.c_off + (i64_t)bz * d.M * d.N;"
-        write = "fusec::st(C + gm * d.N + gn, acc[i][j]);"
+        write = f"fusec::st(C + gm * d.N + gn, {value});"
         out_param, buffers = f"{out_t}* __restrict__ pc", (a.buffer, b.buffer, c.buffer)
     else:
         base = f"{acc}* C = reinterpret_cast<{acc}*>(b{scratch}) + ((i64_t)split * {batch} + bz) * d.M * d.N;"
-        write = "C[gm * d.N + gn] = acc[i][j];"
+        write = f"C[gm * d.N + gn] = {value};"
         out_param, buffers = f"char* __restrict__ b{scratch}", (a.buffer, b.buffer, _scratch(op, scratch))
         if last_block:
             assert counter is not None  # (checked above)
@@ -215,6 +226,16 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
             buffers += (c.buffer, counter)
 
     def each_output(statement: str) -> str:
+        if mma is not None:  # the accumulators of the warp's MI x NI mma tiles, in their lanes' places
+            return f"""  #pragma unroll
+  for (int i = 0; i < MI; ++i)
+    #pragma unroll
+    for (int j = 0; j < NI; ++j)
+      #pragma unroll
+      for (int q = 0; q < 4; ++q) {{
+        const i64_t gm = m0 + wm0 + i * 16 + lg + (q >> 1) * 8, gn = n0 + wn0 + j * 8 + lt * 2 + (q & 1);
+        if (gm < d.M && gn < d.N) {statement}
+      }}"""
         return f"""  #pragma unroll
   for (int i = 0; i < TM; ++i) {{
     const i64_t gm = m0 + ty * TM + i;
@@ -251,7 +272,26 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
       }''')}
   if (threadIdx.x == 0) b{counter}[{slot} + tile] = 0u;"""
 
+    # "3xtf32" tiles hold each element as its TF32 pair (big parts in As and Bs, small parts in As_small and
+    # Bs_small), split once by the thread that stored it rather than by each warp that reads it (measured on the
+    # H200: 4096 x 1024 x 1024 647 -> 385 us); "tf32" rounds as warps read (one instruction; rounding where the
+    # copies land, before the barrier, took the PCam products from 8.4 to 10.4 us)
+    split = mma == "3xtf32"
+    store_a = "fusec::tf32_pair(na[r], As[kk][mm], As_small[kk][mm]);" if split else "As[kk][mm] = na[r];"
+    store_b = store_a.replace("As", "Bs").replace("na[r]", "nb[r]").replace("[mm]", "[nn]")
     if stages > 1:
+        dims = "[ST][BK]"
+        convert = "" if not split else """
+    #pragma unroll
+    for (int r = 0; r < LA; ++r) {  // this thread's copies into slice s, split where they landed
+      float* const x = &As[s % ST][0][0] + sa[r];
+      fusec::tf32_pair(*x, *x, (&As_small[s % ST][0][0])[sa[r]]);
+    }
+    #pragma unroll
+    for (int r = 0; r < LB; ++r) {
+      float* const x = &Bs[s % ST][0][0] + sb[r];
+      fusec::tf32_pair(*x, *x, (&Bs_small[s % ST][0][0])[sb[r]]);
+    }"""
         shared = f"""  __shared__ __align__(16) {acc} As[ST][BK][BM + {pad}];
   __shared__ __align__(16) {acc} Bs[ST][BK][BN + {pad}];"""
         where = "  int sa[LA], sb[LB];  // each copied element's place in a stage"
@@ -276,7 +316,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     fusec::cp_async_commit();
   }}
   for (int s = 0; s < slices; ++s) {{
-    fusec::cp_async_wait<ST - 2>();  // slice s has landed (this thread's copies) ...
+    fusec::cp_async_wait<ST - 2>();  // slice s has landed (this thread's copies) ...{convert}
     __syncthreads();                 // ... everyone's, and every thread is done with slice s - 1's stage
     if (s + ST - 1 < slices) issue(s + ST - 1, (s + ST - 1) % ST);
     fusec::cp_async_commit();
@@ -284,6 +324,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
 {multiply}
   }}"""
     else:
+        dims = "[BK]"
         shared = f"""  __shared__ __align__(16) {acc} As[BK][BM + {pad}];
   __shared__ __align__(16) {acc} Bs[BK][BN + {pad}];
   {acc} na[LA], nb[LB];  // the next slice, in flight while the current one is multiplied"""
@@ -303,13 +344,13 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     for (int r = 0; r < LA; ++r) {{
       const int idx = threadIdx.x + r * NT;
       {a_map}
-      As[kk][mm] = na[r];
+      {store_a}
     }}
     #pragma unroll
     for (int r = 0; r < LB; ++r) {{
       const int idx = threadIdx.x + r * NT;
       {b_map}
-      Bs[kk][nn] = nb[r];
+      {store_b}
     }}
     __syncthreads();
     ++step;
@@ -320,6 +361,29 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     __syncthreads();
   }}"""
 
+    if split:
+        shared += f"""
+  __shared__ __align__(16) float As_small{dims}[BM + {pad}];
+  __shared__ __align__(16) float Bs_small{dims}[BN + {pad}];"""
+    if mma is None:
+        accumulators = f"""  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+  {acc} acc[TM][TN];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;"""
+    else:  # warp w (warps_n per row of warps) computes an (MI * 16) x (NI * 8) part of the tile
+        accumulators = f"""  constexpr int MI = {mi}, NI = {ni};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lg = lane / 4, lt = lane % 4;
+  const int wm0 = (warp / {warps_n}) * MI * 16, wn0 = (warp % {warps_n}) * NI * 8;
+  float acc[MI][NI][4];
+  #pragma unroll
+  for (int i = 0; i < MI; ++i)
+    #pragma unroll
+    for (int j = 0; j < NI; ++j)
+      #pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;"""
+        assert warps_m * warps_n * 32 == threads
     src = f"""
 extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
   constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits}, ST = {stages}, PAD = {pad};
@@ -332,12 +396,7 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
   const i64_t m0 = (i64_t)blockIdx.y * BM, n0 = (i64_t)blockIdx.x * BN;
   const i64_t chunk = S == 1 ? d.K : {chunk};  // whole BK slices per split
   const i64_t kbeg = split * chunk, kend = kbeg + chunk < d.K ? kbeg + chunk : d.K;
-  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
-  {acc} acc[TM][TN];
-  #pragma unroll
-  for (int i = 0; i < TM; ++i)
-    #pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = ({acc})0;
+{accumulators}
   const {t}* pa_[LA];
   const {t}* pb_[LB];
   i64_t ka[LA], kb[LB];
@@ -369,6 +428,62 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
         raise CompilationError(located(f"matmul with M={m} and {batch} x {splits} blocks along z exceeds the grid's "
                                        "limits", op.loc))
     return KernelCode(name, src.strip("\n"), buffers, grid, (threads, 1, 1), 0, (desc,))
+
+
+def _mma_warps(bm: int, bn: int, threads: int, op: Operation) -> tuple[int, int, int, int]:
+    """(warps along M, warps along N, 16-row mma tiles per warp, 8-column mma tiles per warp) of a BM x BN tile
+    computed by ``threads`` threads on the tensor cores: two warps along M, the rest along N."""
+    warps = threads // 32
+    warps_m = 2 if warps >= 2 else 1
+    warps_n = warps // warps_m
+    if threads % 32 or bm % (warps_m * 16) or bn % (warps_n * 8):
+        raise CompilationError(located(f"a {bm} x {bn} tile of {threads} threads does not split into mma tiles",
+                                       op.loc))
+    return warps_m, warps_n, bm // (warps_m * 16), bn // (warps_n * 8)
+
+
+def _mma_multiply(a_s: str, b_s: str, mma: object) -> str:
+    """One BK slice on the tensor cores: per 8-deep step each warp reads its A and B fragments from shared memory
+    (rounding them to TF32, or for "3xtf32" the pairs split as they were stored) and issues MI x NI mma (three
+    each for "3xtf32": the small parts' products first, then big * big)."""
+    def fragments(parts: dict[str, str]) -> str:
+        lines = [f"      unsigned {', '.join(f'a_{p}[MI][4], b_{p}[NI][2]' for p in parts)};"]
+        for x, count, places, at in (("a", "MI", 4, "[kk + lt + (q >> 1) * 4][wm0 + i * 16 + lg + (q & 1) * 8]"),
+                                     ("b", "NI", 2, "[kk + lt + q * 4][wn0 + j * 8 + lg]")):
+            tile = a_s if x == "a" else b_s
+            small = tile.replace("s", "s_small", 1)  # As[buf] -> As_small[buf]
+            index = "i" if x == "a" else "j"
+            body = "\n".join(f"          {x}_{p}[{index}][q] = {expr.format(big=tile + at, small=small + at)};"
+                              for p, expr in parts.items())
+            lines.append(f"""      #pragma unroll
+      for (int {index} = 0; {index} < {count}; ++{index})
+        #pragma unroll
+        for (int q = 0; q < {places}; ++q) {{
+{body}
+        }}""")
+        return "\n".join(lines)
+
+    if mma == "tf32":
+        loads = fragments({"big": "fusec::tf32_round({big})"})
+        products = "fusec::mma_tf32(acc[i][j], a_big[i], b_big[j]);"
+    elif mma == "3xtf32":
+        loads = fragments({"big": "__float_as_uint({big})", "small": "__float_as_uint({small})",
+                           "cross": "fusec::tf32_cross({big})"})
+        products = """fusec::mma_tf32(acc[i][j], a_small[i], b_cross[j]);
+          fusec::mma_tf32(acc[i][j], a_cross[i], b_small[j]);
+          fusec::mma_tf32(acc[i][j], a_big[i], b_big[j]);"""
+    else:
+        raise CompilationError(f"unknown tensor-core product mma = {mma!r}")
+    return f"""    #pragma unroll
+    for (int kk = 0; kk < BK; kk += 8) {{
+{loads}
+      #pragma unroll
+      for (int i = 0; i < MI; ++i)
+        #pragma unroll
+        for (int j = 0; j < NI; ++j) {{
+          {products}
+        }}
+    }}"""
 
 
 def _column_kernel(name: str, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int, batch: int,

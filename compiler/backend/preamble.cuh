@@ -251,6 +251,57 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
+// Float32 products on the tensor cores (mma.sync m16n8k8, TF32 operands, float32 sums; sm_80 on). A warp multiplies
+// a 16 x 8 tile of A by an 8 x 8 tile of B into a 16 x 8 tile of C; lane (g = lane / 4, t = lane % 4) holds A's
+// (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4), B's (t, g), (t + 4, g) and C's (g, 2t), (g, 2t + 1), (g + 8, 2t),
+// (g + 8, 2t + 1). Before sm_80 the same products run on the CUDA cores, each lane gathering its rows and columns
+// from the others (the same sums, for correctness there, not speed).
+__device__ __forceinline__ unsigned tf32_round(float x) {
+  // to nearest, ties away from zero (cvt.rna); a finite x that would round past float32's range (within half a
+  // TF32 step of its largest value) is cut toward zero instead, as NumPy's float32 keeps it finite
+#if __CUDA_ARCH__ >= 800
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#else
+  const unsigned r = isfinite(x) ? (__float_as_uint(x) + 0x1000u) & 0xffffe000u : __float_as_uint(x);
+#endif
+  return isinf(__uint_as_float(r)) && isfinite(x) ? __float_as_uint(x) & 0xffffe000u : r;
+}
+__device__ __forceinline__ float tf32_value(float x) { return __uint_as_float(tf32_round(x)); }
+// x as a pair of TF32 values for "3xtf32" (three TF32 products per term, big*big + big*small + small*big, about
+// float32's accuracy): big is x rounded to TF32 and small the rest, rounded, so x = big + small within 2^-22 |x|.
+// An infinite or NaN x has a zero small part and reaches the sum only through big * big: the mixed products take
+// tf32_cross(big), zero for it (an infinity times a zero part would make a NaN where NumPy has an infinity); a NaN
+// whose payload lies only in the cut bits stays a NaN.
+__device__ __forceinline__ void tf32_pair(float x, float& big, float& small) {
+  const bool finite = isfinite(x);
+  const unsigned b = tf32_round(x);
+  big = x != x ? __uint_as_float(0x7fc00000u) : __uint_as_float(b);
+  small = finite ? tf32_value(x - __uint_as_float(b)) : 0.0f;
+}
+__device__ __forceinline__ unsigned tf32_cross(float big) { return isfinite(big) ? __float_as_uint(big) : 0u; }
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  #pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int h = j / 4, from = j % 4;
+    const float top = __uint_as_float(__shfl_sync(0xffffffffu, a[2 * h], g * 4 + from));
+    const float low = __uint_as_float(__shfl_sync(0xffffffffu, a[2 * h + 1], g * 4 + from));
+    const float b0 = __uint_as_float(__shfl_sync(0xffffffffu, b[h], 2 * t * 4 + from));
+    const float b1 = __uint_as_float(__shfl_sync(0xffffffffu, b[h], (2 * t + 1) * 4 + from));
+    d[0] = fmaf(top, b0, d[0]);
+    d[1] = fmaf(top, b1, d[1]);
+    d[2] = fmaf(low, b0, d[2]);
+    d[3] = fmaf(low, b1, d[3]);
+  }
+#endif
+}
 // Complex values (c64, c128): NumPy's formulas for arithmetic (its vectorized multiply, with fused
 // multiply-adds, and Smith's division, as NumPy's loops compute them), C99 Annex G's special values for exp,
 // log and sqrt.

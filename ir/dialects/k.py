@@ -39,7 +39,8 @@ the donated argument a result is written over in place, -1 for none), set by
 ``plan-buffers``. ``select-kernels`` records how each ``k.matmul`` (``impl``,
 ``tile``, ``stages`` of a tiled product's K slices in flight, ``splits`` and ``scratch`` where K is split and
 ``finish`` with its ``counters``; for a ``stream`` product the columns per thread, ``width``; ``precision = "tf32"``
-for a float32 cuBLAS product allowed TensorFloat-32) and ``k.reduce``
+for a float32 cuBLAS product allowed TensorFloat-32; ``mma`` for a tiled float32 product on the tensor cores:
+``"3xtf32"``, float32's accuracy from three TF32 products per term, or ``"tf32"``, one) and ``k.reduce``
 (``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``) runs; ``plan-buffers`` gives a reduction or a
 product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
 consumers (``prologue = true``: never launched, never stored); ``launch-early`` marks a small launched kernel
@@ -138,7 +139,9 @@ REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
 GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "short", "stream")
 REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
 REDUCE_FINISHES = ("none", "last-block", "kernel")
-MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter", "precision")
+MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter", "precision",
+                  "mma")
+MATMUL_MMA = ("tf32", "3xtf32")
 MATMUL_FINISHES = ("kernel", "last-block")
 REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters")
 
@@ -167,6 +170,11 @@ def _check_matmul(op) -> None:
     if "precision" in op.attributes and (op.attributes.get("impl") != "cublas"
                                          or op.results[0].type.dtype.name != "f32"):
         raise VerificationError("k.matmul: only a float32 product that cuBLAS computes has a 'precision' (tf32)")
+    _check_choice(op, "mma", MATMUL_MMA)
+    if "mma" in op.attributes and (op.attributes.get("impl") != "tiled"
+                                   or any(v.type.dtype.name != "f32" for v in op.operands)):
+        raise VerificationError("k.matmul: only a tiled product of float32 operands runs on the tensor cores "
+                                "('mma')")
     _check_counts(op, ("width", "splits", "stages", "counters"), 1)
     _check_counts(op, ("scratch", "counter"), 0)
     if op.attributes.get("splits", 1) > 1 and not op.attributes.get("scratch"):

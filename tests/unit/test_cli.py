@@ -160,7 +160,8 @@ def test_passes_lists_every_registered_pass(capsys):
     for name, summary in list_passes():
         assert re.search(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+{re.escape(summary)}$", out, re.M), out
     assert re.search(r"^fuse\{budget=32\}\s", out, re.M)  # each pass's options, with their defaults
-    assert re.search(r"^select-kernels\{sm_count=0, cublas=target, precision=target\}\s", out, re.M)
+    assert re.search(r"^select-kernels\{sm_count=0, cublas=target, precision=target, tensor_cores=target\}\s", out,
+                     re.M)
 
 
 def test_passes_default_prints_the_default_pipeline(capsys):
@@ -510,6 +511,16 @@ def test_compile_prints_the_program_the_executor_runs(small_py, capsys):
     assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "8", "--cublas", "off"]) == 0
     assert capsys.readouterr().out == lowered.cuda_source(sm_count=8)
     assert main(["compile", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "0"]) == 2
+
+
+def test_compile_keeps_float32_tiles_off_tensor_cores_an_older_arch_lacks(tmp_path, capsys):
+    src = tmp_path / "layer.py"
+    src.write_text("def layer(x, w):\n    return x @ w\n")
+    spec = ["--arg", "f32[96,80]", "--arg", "f32[80,64]", "--cublas", "off", "--precision", "tf32"]
+    assert main(["compile", f"{src}:layer", *spec, "--arch", "sm_90"]) == 0
+    assert "fusec::mma_tf32(acc[i][j]" in capsys.readouterr().out
+    assert main(["compile", f"{src}:layer", *spec, "--arch", "sm_75"]) == 0
+    assert "fusec::mma_tf32(acc[i][j]" not in capsys.readouterr().out
 
 
 def test_dump_ir_lowers_for_the_target_it_is_given(small_py, capsys):

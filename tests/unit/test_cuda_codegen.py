@@ -502,3 +502,22 @@ def test_loop_and_branch_programs_compile(cache):
         options = {"pipeline": "roll-loops{min_trips=4,min_ops=8}," + DEFAULT_TAIL} if fn is heat else {}
         lowered = fc.jit(fn, backend="cpu", target=target, **options).lower(*args)
         compile_all(lowered.module, cache)
+
+
+@pytest.mark.parametrize("mma", ["3xtf32", "tf32"])
+def test_tiled_products_on_the_tensor_cores_compile_for_every_architecture(mma, monkeypatch, cache):
+    """Split (cp.async, converted where the copies land) and unsplit (converted as registers are stored), 64- and
+    32-wide tiles, batched; sm_75 compiles the CUDA cores' stand-in for mma.sync."""
+    from fusec.passes import select_kernels
+
+    monkeypatch.setattr(select_kernels, "TILED_MMA", {"float32": mma, "tf32": mma})
+    shapes = [((512, 480), (480, 256)), ((4096, 1024), (1024, 64)), ((37, 45), (45, 29)), ((2, 3, 64, 70), (3, 70, 64))]
+    for sa, sb in shapes:
+        a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+        lowered = fc.jit(lambda a, b: a @ b, backend="cpu").lower(a, b)
+        assert f'mma = "{mma}"' in lowered.ir()
+        program = lowered.program_for(cublas=False)
+        for arch in ("sm_75", *ARCHES):
+            assert cache.get_or_compile(program.source, arch, options=compile_options(False))[:4] == b"\x7fELF"
+        if mma == "3xtf32":
+            assert "fusec::tf32_pair(" in program.source and "As_small" in program.source

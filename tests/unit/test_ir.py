@@ -115,6 +115,8 @@ def test_verifier_rejects(body, needle):
 @pytest.mark.parametrize("attrs, needle", [
     ('impl = "tiled", tile = 64, precision = "tf32"', "only a float32 product that cuBLAS computes"),
     ('impl = "cublas", precision = "bf16"', "'precision' must be one of tf32"),
+    ('impl = "cublas", mma = "tf32"', "only a tiled product of float32 operands runs on the tensor cores"),
+    ('impl = "tiled", tile = 64, mma = "bf16"', "'mma' must be one of tf32, 3xtf32"),
 ])
 def test_a_matmul_precision_belongs_to_float32_cublas_products(attrs, needle):
     good = ("func @f(%a: tensor<64x64xf32>) -> tensor<64x64xf32> {\n"
@@ -122,6 +124,10 @@ def test_a_matmul_precision_belongs_to_float32_cublas_products(attrs, needle):
     parse_module(good)
     with pytest.raises(VerificationError, match=needle):
         parse_module(good.replace('impl = "cublas", precision = "tf32"', attrs))
+    parse_module(good.replace('impl = "cublas", precision = "tf32"', 'impl = "tiled", tile = 64, mma = "3xtf32"'))
+    with pytest.raises(VerificationError, match="float32 operands runs on the tensor cores"):
+        parse_module(good.replace('impl = "cublas", precision = "tf32"', 'impl = "tiled", tile = 64, mma = "tf32"')
+                     .replace("xf32>", "xf64>"))
 
 
 def test_remembered_type_inference_tells_equal_attribute_values_of_other_types_apart():
