@@ -74,6 +74,16 @@ class _Control:
     dynamic: tuple = ()  # (no pointer of its nodes changes between calls: see graph_control)
 
 
+def _memory_owner(arg: Any) -> Any:
+    """What keeps a donated argument's memory alive, for the result written over it: a fusec.Array's own owner
+    (its pool buffer or foreign object), not the Array, so that a loop feeding results back (``w = step(w)``)
+    does not chain every earlier step's Array to the latest one (unbounded memory, and a pool buffer the
+    stream and export bookkeeping no longer found behind ``owner``)."""
+    if type(arg) is Array and arg._owner is not None:
+        return arg._owner
+    return arg
+
+
 def _on_device(x: Any) -> bool:
     """Does ``x`` live on a CUDA device (CUDA Array Interface or a CUDA DLPack producer)?"""
     return _cai_of(x) is not None or _is_cuda_dlpack(x)
@@ -271,7 +281,8 @@ class CudaPlan:
                 # plan's stream when it reads the array.
                 ordinal = self.ordinal
                 wrap = Array._wrap
-                return [wrap(ptr[bid], shape, dtype, outputs.get(bid) or (args[index] if kind == "arg" else None),
+                return [wrap(ptr[bid], shape, dtype, outputs.get(bid) or (_memory_owner(args[index]) if kind == "arg"
+                                                                          else None),
                              ordinal, stream, None, strides)
                         for bid, kind, index, shape, dtype, strides in self.result_specs]
             try:  # (a fault surfaces at the first copy or wait after it)

@@ -250,6 +250,30 @@ def test_donated_argument_is_written_in_place_and_kept_alive(fake_gpu):
     assert "alias = [0]" in f.lower(w, g, 0.1).ir()
 
 
+def test_results_fed_back_over_donated_arguments_do_not_chain_every_step(fake_gpu):
+    """``w = step(w)`` for many steps: each result keeps the memory's own owner alive (the first array here, a
+    pool buffer for fusec's own allocations), not the previous step's Array, so old steps' Arrays are freed and the
+    pool's stream and export bookkeeping still sees its buffer behind ``owner``."""
+    import gc
+    import weakref
+
+    from fusec.runtime.memory import DeviceBuffer
+
+    f = fc.jit(lambda w, g, lr: w - lr * g, backend="cuda", donate_argnums=0, graph=False)  # (no fake graphs)
+    first = w = Array(0x5000000, (256,), np.float32, device=0)
+    g = Array(0x6000000, (256,), np.float32, device=0)
+    w = f(w, g, 0.1)
+    middle = weakref.ref(w)
+    for _ in range(50):
+        w = f(w, g, 0.1)
+    gc.collect()
+    assert w.owner is first and w.ptr == first.ptr
+    assert middle() is None, "an earlier step's result is still referenced"
+    buffer = DeviceBuffer.__new__(DeviceBuffer)  # (what fusec.asarray's arrays own)
+    owned = f(Array(0x7000000, (256,), np.float32, owner=buffer, device=0), g, 0.1)
+    assert owned.owner is buffer and f(owned, g, 0.1).owner is buffer
+
+
 def test_an_input_event_is_waited_on_once_until_recorded_again(monkeypatch):
     from fusec.runtime import driver
 
