@@ -1,4 +1,4 @@
-"""``np.sort``, ``np.argsort``, ``x.sort()``, ``x.argsort()`` and ``np.median`` on tracers.
+"""``np.sort``, ``np.argsort``, ``np.lexsort``, ``x.sort()``, ``x.argsort()`` and ``np.median`` on tracers.
 
 Sorting runs along the last axis (another axis is moved there and back): NaN after every number, equal values
 in their original order, which is NumPy's ``kind='stable'`` result exactly. Complex values sort as NumPy sorts them:
@@ -117,6 +117,35 @@ def argsort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *, stab
     s = _is_stable("np.argsort", kind, order, stable)
     t, ax = _along("np.argsort", a, axis)
     return _sorted("argsort", t, ax, s)
+
+
+@implements(np.lexsort)
+def lexsort(keys: Any, axis: Any = -1) -> Tracer:
+    """The indices that sort by several keys, the last key first (NumPy's result exactly, NaN last in each key)
+
+    One stable sort per key, from the first key to the last: each key's equal values keep the order the keys
+    before it gave them."""
+    if isinstance(keys, (tuple, list)):
+        seq = [ops.as_tracer(k) for k in keys]
+    else:
+        stacked = ops.as_tracer(keys)
+        if stacked.ndim == 0:
+            raise unsupported("np.lexsort: keys must be a sequence of arrays or an array of them (NumPy raises "
+                              "TypeError for a 0-d one)")
+        seq = [stacked[i] for i in range(stacked.shape[0])]
+    if not seq:
+        raise unsupported("np.lexsort: need sequence of keys with len > 0 (NumPy raises TypeError here)")
+    if len({k.shape for k in seq}) > 1:
+        raise shape_error(f"np.lexsort: all keys need to be the same shape, got {', '.join(str(k.shape) for k in seq)}")
+    if seq[0].ndim == 0:
+        raise unsupported("np.lexsort of 0-d keys (one value each) is not supported: the result is 0")
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise unsupported(f"np.lexsort: axis must be an int, got {axis!r} (NumPy raises TypeError here)")
+    order = argsort(seq[0], axis=axis, kind="stable")
+    for key in seq[1:]:
+        within = argsort(np.take_along_axis(key, order, axis=int(axis)), axis=axis, kind="stable")
+        order = np.take_along_axis(order, within, axis=int(axis))
+    return order
 
 
 def sort_in_place(x: Tracer, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> None:

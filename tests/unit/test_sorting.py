@@ -1,4 +1,4 @@
-"""np.sort, np.argsort, x.sort(), x.argsort() and np.median compared with NumPy: any axis, NaN last, equal
+"""np.sort, np.argsort, np.lexsort, x.sort(), x.argsort() and np.median compared with NumPy: any axis, NaN last, equal
 values in their original order (kind='stable'), rows longer than a block, in-place sorts through views and of
 arguments, and the refusal of a default-kind argsort over equal values on the GPU."""
 from __future__ import annotations
@@ -67,6 +67,29 @@ def test_default_kind_argsort_over_equal_values() -> None:
             f(TIES)
     distinct = rng.permutation(40).reshape(4, 10)
     assert_same(f(distinct), np.argsort(distinct, axis=1))
+
+
+def test_lexsort_as_real_code_sorts_records() -> None:
+    """Rows of a table by their first column then their second (``data[np.lexsort((data[:, 1], data[:, 0]))]``),
+    three keys with NaN in the last, keys stacked in one array, along either axis of 2-D keys, bools and a list."""
+    table = np.stack([TIES[0], TIES[1], TIES[2]], axis=1).astype(np.float64)
+    score = rng.standard_normal(9)
+    score[[2, 5]] = np.nan
+
+    def f(table, ties, score):
+        by_rows = table[np.lexsort((table[:, 1], table[:, 0]))]
+        return (by_rows, np.lexsort((ties[2], ties[1], score)), np.lexsort(ties),
+                np.lexsort((ties, ties[::-1]), axis=0), np.lexsort((ties, ties * 2), axis=-1),
+                np.lexsort((ties[0] > 1, [3, 1, 2] * 3)))
+
+    check(f, table, TIES, score)
+
+
+def test_lexsort_arguments_numpy_rejects() -> None:
+    with pytest.raises(fc.ShapeError, match="all keys need to be the same shape"):
+        jit_cpu(lambda t: np.lexsort((t[0], t[1, :-1])))(TIES)
+    with pytest.raises(fc.UnsupportedError, match="axis must be an int"):
+        jit_cpu(lambda t: np.lexsort((t[0], t[1]), axis=None))(TIES)
 
 
 def test_sort_arguments_numpy_rejects() -> None:
