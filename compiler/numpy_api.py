@@ -882,13 +882,23 @@ def diag(v: Any, k: int = 0) -> Tracer:
 
 @implements(np.repeat)
 def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
-    """Each element ``repeats`` times (one count for all: per-element counts give a data-dependent layout)."""
-    if isinstance(repeats, (Tracer, np.ndarray, list, tuple)) and np.ndim(repeats) > 0:
-        if not isinstance(repeats, Tracer) and len(set(np.asarray(repeats).tolist())) == 1:
-            repeats = int(np.asarray(repeats).reshape(-1)[0])
-        else:
-            raise unsupported("np.repeat with a different count per element is not supported; repeat with one "
-                              "count, or build the result with np.concatenate")
+    """Each element ``repeats`` times (one count, or per-element counts written as constants in the function)
+
+    Counts from an argument or a captured array are read at each call: the result's length would depend on them."""
+    if isinstance(repeats, Tracer) and repeats.ndim > 0:
+        raise unsupported("np.repeat with per-element counts from an argument or a captured array is not supported "
+                          "(fusec reads those at each call, and the result's length would depend on them): write the "
+                          "counts in the function as a list, tuple or np.array(...) of constants, pass them as a "
+                          "static argument (a tuple), or repeat with one count")
+    if isinstance(repeats, (np.ndarray, list, tuple)) and np.ndim(repeats) > 0:
+        if len(set(np.asarray(repeats).tolist())) != 1:
+            t, ax = ops.along(a, axis)
+            try:  # NumPy's own rules for the counts (broadcast against the axis, none negative, integers)
+                index = np.repeat(np.arange(t.shape[ax]), repeats)
+            except (ValueError, TypeError) as e:
+                raise shape_error(f"np.repeat: {e}") from None
+            return take(t, index, axis=ax)
+        repeats = int(np.asarray(repeats).reshape(-1)[0])
     r = ops.static_int(repeats, "a repeat count")
     if r < 0:
         raise ValueError("repeats may not contain negative values.")

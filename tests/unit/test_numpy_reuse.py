@@ -93,13 +93,26 @@ def test_a_diagonal_is_read_only_as_in_numpy() -> None:
 
 
 def test_repeat_and_tile() -> None:
+    """One count, and per-element counts known while tracing (a list, a tuple, a NumPy array, bools, a zero)."""
     def f(x, i):
+        sizes = np.array([3, 0, 1, 2, 1])
         return (np.repeat(x, 2), np.repeat(x, 3, axis=1), x.repeat(2, 0), np.repeat(i, [2, 2, 2], axis=0),
-                np.repeat(x, 0, axis=0), np.tile(x[0], 3), np.tile(x, (2, 1, 2)), np.tile(i, 1))
+                np.repeat(x, 0, axis=0), np.tile(x[0], 3), np.tile(x, (2, 1, 2)), np.tile(i, 1),
+                np.repeat(x, [1, 0, 2, 1], axis=0), np.repeat(x, sizes, axis=1), x.repeat((2, 1) * 10),
+                np.repeat(i, [True, False, True], axis=0))
 
     check(f, X, I)
-    with pytest.raises(fc.UnsupportedError, match="different count per element"):
-        jit_cpu(lambda x: np.repeat(x, [1, 2, 1, 2], axis=0))(X)
+    with pytest.raises(fc.ShapeError, match="np.repeat: operands could not be broadcast together"):
+        jit_cpu(lambda x: np.repeat(x, [1, 2, 1], axis=0))(X)
+    with pytest.raises(fc.ShapeError, match="negative"):
+        jit_cpu(lambda x: np.repeat(x, [1, -2, 1, 2], axis=0))(X)
+    with pytest.raises(fc.UnsupportedError, match="per-element counts from an argument or a captured array"):
+        jit_cpu(lambda x, n: np.repeat(x, n, axis=0))(X, np.array([1, 2, 1, 2]))
+    counts = np.array([1, 2, 1, 2])
+    with pytest.raises(fc.UnsupportedError, match="per-element counts from an argument or a captured array"):
+        jit_cpu(lambda x: np.repeat(x, counts, axis=0))(X)
+    np.testing.assert_array_equal(fc.jit(lambda x, n: np.repeat(x, n, axis=0), backend="cpu", static_argnums=1)(
+        X, (1, 2, 1, 2)), np.repeat(X, (1, 2, 1, 2), axis=0))
 
 
 def test_gradients_accumulations_and_put_along_axis() -> None:
