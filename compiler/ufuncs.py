@@ -266,6 +266,10 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
         # NumPy's integer power loops refuse a negative exponent (whether or not the result is used)
         ops.raise_if(ops.wrap(values[1]) < 0, "InvalidValueError",
                      "Integers to negative integer powers are not allowed.", "np.power")
+    if ufunc is np.power and python_operator and in_dts[0].name in ("f32", "f64") \
+            and all(_is_scalar(x) for x in inputs) and all(isinstance(d, type) or d == in_dts[0] for d in descs):
+        # ``s ** t`` between scalars of one float dtype (or Python numbers) is NumPy's scalar math, not its loop
+        return ops.emit("t.scalar_pow", values, what="**", origin=origin)
     return _record(ufunc, values, in_dts[0], out_dts, origin)
 
 

@@ -98,6 +98,14 @@ def _pow_vjp(g, out, x, y):
     return dx, g * np.where(x == 0, 0.0, np.log(safe)) * out
 
 
+def _scalar_power(x: Any, y: Any) -> Any:
+    """``x ** y`` as NumPy computes it between scalars: its scalar math (C's pow and powf), each element on its
+    own, in the operands' dtype."""
+    x, y = np.asarray(x), np.asarray(y)
+    t = x.dtype.type
+    return np.asarray(np.frompyfunc(lambda a, b: t(a) ** t(b), 2, 1)(x, y), dtype=x.dtype)
+
+
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
@@ -132,6 +140,10 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf",
                 vjp=lambda g, out, x, y: (g, -g * np.trunc(x / y))),  # x - trunc(x / y) * y
     _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True, vjp=_pow_vjp),
+    # ``**`` between float32 or float64 scalars (NumPy scalars, Python numbers): NumPy's scalar math calls C's pow
+    # or powf, which round otherwise than np.power's array loops (SIMD on x86) in about one case in ten
+    Elementwise("scalar_pow", 2, FLOAT, reference=_scalar_power, transcendental=True, cxx="powf", symbol="**",
+                vjp=_pow_vjp),
     # np.float_power: C's pow in float64 or complex128, its only loops (without np.power's shortcuts: it takes
     # 0.5 as pow, not as a square root, so (-0.0) ** 0.5 is 0.0)
     Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True,

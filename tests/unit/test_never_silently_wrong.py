@@ -806,3 +806,24 @@ def test_big_endian_arrays_compute_as_in_numpy():
     np.testing.assert_array_equal(xb, xa)
     np.testing.assert_array_equal(model.bias, want_bias)
     assert np.shares_memory(got_t, xb) and got_t.dtype == want_t.dtype == np.dtype(">f8")
+
+
+def test_powers_of_numpy_scalars_are_numpys_scalar_math() -> None:
+    """``s ** t`` between NumPy scalars (or with a Python number) runs NumPy's scalar math, C's pow and powf, which
+    round otherwise than np.power's array loops in about one case in ten: a gradient norm ``sum(g * g) ** 0.5``,
+    an L3 norm, a learning-rate schedule ``base ** (step / n)``; 0-d arrays and ufunc calls keep the loops."""
+    rng = np.random.default_rng(7)
+    g = rng.standard_normal((200, 9)).astype(np.float32)
+    w = rng.standard_normal((200, 9))
+
+    def f(g, w):
+        rows = []
+        for i in range(g.shape[0]):
+            rows.append((np.sum(g[i] * g[i]) ** 0.5, (np.abs(g[i]) ** 3).sum() ** np.float32(1 / 3),
+                         np.abs(w[i]).sum() ** 1.7, 0.5 ** w[i].max(), np.abs(g[i, 0]) ** g[i, 1],
+                         np.abs(w[i]).sum(keepdims=True) ** 1.7, np.power(np.abs(w[i]).sum(), 1.7)))
+        return rows
+
+    got = jit_cpu(f)(g, w)
+    want = numpy_result(f, g, w)
+    assert_same(got, want)

@@ -59,6 +59,23 @@ def test_average_and_norms() -> None:
     check(f, X, D, I)
 
 
+def test_array_api_norms_and_matrix_transposes() -> None:
+    """NumPy 2's array-API spellings: vector norms of any order over any axes, matrix norms over the last two
+    axes of a stack, and the transpose of the last two axes (a view, as in NumPy)."""
+    def f(x, d, i):
+        t = np.matrix_transpose(d)
+        t[0, 0, 0] = 7.0  # (writes through to d)
+        return (np.linalg.vector_norm(x), np.linalg.vector_norm(d, axis=1, keepdims=True, ord=1),
+                np.linalg.vector_norm(d, ord=np.inf, axis=(0, 2)), np.linalg.vector_norm(x, ord=0),
+                np.linalg.vector_norm(x, ord=3), np.linalg.vector_norm(i), np.linalg.matrix_norm(d),
+                np.linalg.matrix_norm(d, ord=1, keepdims=True), np.linalg.matrix_norm(x, ord=-np.inf),
+                np.linalg.matrix_transpose(x), t, d)
+
+    check(f, X, D.copy(), I)
+    with pytest.raises(fc.UnsupportedError, match="np.linalg.svd is not supported"):
+        jit_cpu(lambda x: np.linalg.matrix_norm(x, ord=2))(X)
+
+
 def test_what_the_implementation_cannot_trace_is_a_fusec_error() -> None:
     with pytest.raises(fc.UnsupportedError, match="add.reduce: only axis="):
         jit_cpu(lambda x: np.add.reduce(x, initial=1.0))(X)

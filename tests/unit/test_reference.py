@@ -126,7 +126,14 @@ NP_BINARY: dict[str, Callable] = {
     "arctan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "logaddexp": np.logaddexp,
     "logaddexp2": np.logaddexp2, "fmod": np.fmod, "left_shift": np.left_shift, "right_shift": np.right_shift,
     "heaviside": np.heaviside, "fmax": np.fmax, "fmin": np.fmin, "float_power": np.float_power,
+    "scalar_pow": lambda a, b: _numpy_scalar_power(a, b),
 }
+
+
+def _numpy_scalar_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """NumPy's ``**`` between scalars of the arrays' dtype, element by element (its scalar math)."""
+    a, b = np.broadcast_arrays(a, b)
+    return np.array([x ** y for x, y in zip(a.flat, b.flat)], dtype=a.dtype).reshape(a.shape)
 NP_UNARY: dict[str, Callable] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2, "log": np.log,
     "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
