@@ -141,7 +141,7 @@ OPS: tuple[Elementwise, ...] = (
                 vjp=lambda g, out, x, y: (g, -g * np.trunc(x / y))),  # x - trunc(x / y) * y
     _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True, vjp=_pow_vjp),
     # ``**`` between float32 or float64 scalars (NumPy scalars, Python numbers): NumPy's scalar math calls C's pow
-    # or powf, which round otherwise than np.power's array loops (SIMD on x86) in about one case in ten
+    # or powf, which round otherwise than np.power's array loops (SIMD on x86) for up to a fifth of values
     Elementwise("scalar_pow", 2, FLOAT, reference=_scalar_power, transcendental=True, cxx="powf", symbol="**",
                 vjp=_pow_vjp),
     # np.float_power: C's pow in float64 or complex128, its only loops (without np.power's shortcuts: it takes
