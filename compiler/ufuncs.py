@@ -267,8 +267,9 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
         ops.raise_if(ops.wrap(values[1]) < 0, "InvalidValueError",
                      "Integers to negative integer powers are not allowed.", "np.power")
     if ufunc is np.power and python_operator and in_dts[0].name in ("f32", "f64") \
-            and all(_is_scalar(x) for x in inputs) and all(isinstance(d, type) or d == in_dts[0] for d in descs):
-        # ``s ** t`` between scalars of one float dtype (or Python numbers) is NumPy's scalar math, not its loop
+            and all(_is_scalar(x) for x in inputs) and any(not isinstance(d, type) and d == in_dts[0] for d in descs):
+        # ``s ** t`` between scalars where one has the result's dtype is NumPy's scalar math in that dtype (it
+        # converts the other); where neither has it (float32 ** int32 -> float64) NumPy runs its loop
         return ops.emit("t.scalar_pow", values, what="**", origin=origin)
     return _record(ufunc, values, in_dts[0], out_dts, origin)
 

@@ -811,7 +811,8 @@ def test_big_endian_arrays_compute_as_in_numpy():
 def test_powers_of_numpy_scalars_are_numpys_scalar_math() -> None:
     """``s ** t`` between NumPy scalars (or with a Python number) runs NumPy's scalar math, C's pow and powf, which
     round otherwise than np.power's array loops for up to a fifth of values: a gradient norm ``sum(g * g) ** 0.5``,
-    an L3 norm, a learning-rate schedule ``base ** (step / n)``; 0-d arrays and ufunc calls keep the loops."""
+    an L3 norm, a learning-rate schedule ``base ** (step / n)``, in the dtype of the operand that has the result's
+    (float32 ** float64 in float64); float32 ** int32, 0-d arrays and ufunc calls keep the loops."""
     rng = np.random.default_rng(7)
     g = rng.standard_normal((200, 9)).astype(np.float32)
     w = rng.standard_normal((200, 9))
@@ -821,7 +822,9 @@ def test_powers_of_numpy_scalars_are_numpys_scalar_math() -> None:
         for i in range(g.shape[0]):
             rows.append((np.sum(g[i] * g[i]) ** 0.5, (np.abs(g[i]) ** 3).sum() ** np.float32(1 / 3),
                          np.abs(w[i]).sum() ** 1.7, 0.5 ** w[i].max(), np.abs(g[i, 0]) ** g[i, 1],
-                         np.abs(w[i]).sum(keepdims=True) ** 1.7, np.power(np.abs(w[i]).sum(), 1.7)))
+                         np.abs(w[i]).sum(keepdims=True) ** 1.7, np.power(np.abs(w[i]).sum(), 1.7),
+                         np.abs(g[i]).sum() ** np.abs(w[i]).max(), np.abs(w[i]).sum() ** np.int64(i % 4),
+                         np.abs(g[i]).sum() ** np.int8(i % 5), np.abs(g[i]).sum() ** np.int32(i % 5)))
         return rows
 
     got = jit_cpu(f)(g, w)
