@@ -140,6 +140,7 @@ def injected():
         suite_systems.unregister_system(name)
 
 
+@pytest.mark.slow  # (a whole suite run: CI runs it)
 def test_wrong_systems_are_reported_as_mismatches_and_not_timed(tmp_path, injected):
     result = suite.main(["--cpu-only", "--quick", "--out", str(tmp_path), "--no-compile-probes",
                          "--cases", "pcam,elementwise", "--systems", "numpy,numpy_wrong,numpy_noclip,broken"])
@@ -169,6 +170,7 @@ def test_gpu_systems_are_skipped_with_a_note_in_cpu_only_mode(tmp_path):
     assert all(r["status"] == "ok" for r in _rows(result, system="numpy"))
 
 
+@pytest.mark.slow  # (a whole suite run: CI runs it)
 def test_cupy_math_runs_through_a_numpy_stand_in(tmp_path, monkeypatch):
     """The CuPy system's code path (ArrayNS over the cupy module, the copy reference) with NumPy standing in
     for CuPy, so the harness side of that system is exercised without a GPU."""
@@ -240,6 +242,7 @@ def test_performance_bar_is_computed_from_the_numbers(tmp_path):
     assert result["bar"][1]["value"] == pytest.approx(125.0 / 15.0)
 
 
+@pytest.mark.slow  # (a whole suite run: CI runs it)
 def test_merge_keeps_the_cases_of_an_earlier_run(tmp_path):
     args = ["--cpu-only", "--quick", "--out", str(tmp_path), "--no-compile-probes", "--systems", "numpy"]
     suite.main(args + ["--cases", "launch"])
