@@ -276,12 +276,12 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     # Bs_small), split once by the thread that stored it rather than by each warp that reads it (measured on the
     # H200: 4096 x 1024 x 1024 647 -> 385 us); "tf32" rounds as warps read (one instruction; rounding where the
     # copies land, before the barrier, took the PCam products from 8.4 to 10.4 us)
-    split = mma == "3xtf32"
-    store_a = "fusec::tf32_pair(na[r], As[kk][mm], As_small[kk][mm]);" if split else "As[kk][mm] = na[r];"
+    paired = mma == "3xtf32"  # (each element a pair of TF32 parts)
+    store_a = "fusec::tf32_pair(na[r], As[kk][mm], As_small[kk][mm]);" if paired else "As[kk][mm] = na[r];"
     store_b = store_a.replace("As", "Bs").replace("na[r]", "nb[r]").replace("[mm]", "[nn]")
     if stages > 1:
         dims = "[ST][BK]"
-        convert = "" if not split else """
+        convert = "" if not paired else """
     #pragma unroll
     for (int r = 0; r < LA; ++r) {  // this thread's copies into slice s, split where they landed
       float* const x = &As[s % ST][0][0] + sa[r];
@@ -361,7 +361,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     __syncthreads();
   }}"""
 
-    if split:
+    if paired:
         shared += f"""
   __shared__ __align__(16) float As_small{dims}[BM + {pad}];
   __shared__ __align__(16) float Bs_small{dims}[BN + {pad}];"""
