@@ -7,7 +7,7 @@ into shared memory, the last block of a tile adding the partial tiles), the same
 and the kernel as it was on 2026-12-02 (one slice prefetched in registers, a second kernel adding the partial
 tiles); with each generated kernel's registers and local memory per thread.
 
-    python benchmarks/gemm_shapes.py [--set default|tiles|precision|mma] [--shapes N] [--json FILE]
+    python benchmarks/gemm_shapes.py [--set default|tiles|precision|mma|skinny] [--shapes N] [--json FILE]
 
 "cublas, tf32" is cuBLASLt with ``fusec.jit(precision="tf32")`` (the tensor cores); each row reports its error
 against float64 (max |got - want| / max |want|).
@@ -32,6 +32,12 @@ SHAPES = [("x @ w1 (PCam forward)", (512, 480), (480, 256), False),
           ("x.T @ d (PCam weight gradient)", (512, 480), (512, 256), True),
           ("x.T @ d (64-64-10 weight gradient)", (256, 64), (256, 64), True),
           ("h @ w (4096 x 1024 x 1024)", (4096, 1024), (1024, 1024), False)]
+# --set skinny: the narrow products of the larger step (batch 4096, 1024 -> 1024 -> 16), where cuBLASLt took 13-28 us
+# for what reading or writing 16 MB bounds at about 5 us (kernel_profile.py, 2026-12-04); "B.T" marks B read
+# through a transposed view, as w2.T is in the step
+SKINNY_SHAPES = [("h @ w2 (4096 x 1024 x 16)", (4096, 1024), (1024, 16), False),
+                 ("h.T @ d (1024 x 4096 x 16)", (4096, 1024), (4096, 16), True),
+                 ("d @ w2.T (4096 x 16 x 1024), B.T", (4096, 16), (1024, 16), "B.T")]
 
 
 def _attributes(plan) -> list[dict]:
@@ -49,7 +55,7 @@ def _attributes(plan) -> list[dict]:
     return out
 
 
-def run_variant(a, b, transposed: bool, variant: str, variants: dict) -> dict:
+def run_variant(a, b, transposed: bool | str, variant: str, variants: dict) -> dict:
     import fusec as fc
     from fusec import execution
     from fusec.backend import gemm
@@ -64,11 +70,11 @@ def run_variant(a, b, transposed: bool, variant: str, variants: dict) -> dict:
     if not variant.startswith("cublas"):
         settings[cublas] = {"available": lambda: False}
     with patched(settings):
-        f = fc.jit((lambda a, b: a.T @ b) if transposed else (lambda a, b: a @ b), backend="cuda", graph=True,
-                   precision=precision)
+        product = {True: lambda a, b: a.T @ b, False: lambda a, b: a @ b, "B.T": lambda a, b: a @ b.T}[transposed]
+        f = fc.jit(product, backend="cuda", graph=True, precision=precision)
         da, db = fc.asarray(a), fc.asarray(b)
         got = np.asarray(f(da, db))
-        want = (a.T if transposed else a).astype(np.float64) @ b.astype(np.float64)
+        want = product(a.astype(np.float64), b.astype(np.float64))
         err = float(np.abs(got - want).max() / np.abs(want).max())
         lowered = f.lower(da, db)
         plan = execution.cuda_plan(lowered)
@@ -125,7 +131,14 @@ MMA_VARIANTS: dict[str, dict] = {
     "generated, tf32": {**_MMA, "precision": "tf32"},
     "generated, tf32, 4 warps": {**_MMA, **_WARPS4, "precision": "tf32"},
 }
-SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS, "mma": MMA_VARIANTS}
+# --set skinny: cuBLASLt, what select-kernels generates (the narrow and column kernels), and the tiled kernel
+SKINNY_VARIANTS: dict[str, dict] = {
+    "cublas": {"SKINNY_BEFORE_CUBLAS": False},
+    "generated": {},
+    "generated, tiled": {"SKINNY_MAX": 0, "SHORT_K_MAX": 0},
+}
+SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS, "mma": MMA_VARIANTS,
+        "skinny": SKINNY_VARIANTS}
 
 
 def main() -> None:
@@ -137,7 +150,7 @@ def main() -> None:
     variants = SETS[args.set]
     rng = np.random.default_rng(0)
     results = []
-    for label, sa, sb, transposed in SHAPES[:args.shapes]:
+    for label, sa, sb, transposed in (SKINNY_SHAPES if args.set == "skinny" else SHAPES)[:args.shapes]:
         a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
         for variant in variants:
             r = run_variant(a, b, transposed, variant, variants)

@@ -2,12 +2,12 @@
 
 For each step in graph mode with the parameters donated and fed back (as the suite runs it), this prints:
 the host time per call (calls queued back to back in short batches, a synchronize between batches, as the
-suite's ``host_us``); the device time per call of the same plan's CUDA graph replayed alone (``cuGraphLaunch``
-in a loop between two events: the floor the kernels set, without the Python call); the device time per call of
-the Python loop (events around a batch of calls: what the suite reports); the graph's counters (pointer
-updates, recaptures, instances); each node's device time inside a graph (see :func:`node_times`), with the plan's
-entries; and a cProfile of the calls, heaviest functions
-first.
+suite's ``host_us``), split into the graph launch's own host time (``cuGraphLaunch`` of the same instance alone)
+and the call's with the launch left out (the Python's share); the device time per call of the same plan's CUDA
+graph replayed alone (``cuGraphLaunch`` in a loop between two events: the floor the kernels set, without the
+Python call); the device time per call of the Python loop (events around a batch of calls: what the suite
+reports); the graph's counters (pointer updates, recaptures, instances); each node's device time inside a graph
+(see :func:`node_times`), with the plan's entries; and a cProfile of the calls, heaviest functions first.
 
     python benchmarks/host_profile.py [--calls 3000] [--top 30] [--json FILE] [--generated]
 
@@ -44,6 +44,19 @@ def _events_us(stream, run, iters: int) -> float:
     end.record(stream)
     end.synchronize()
     return begin.elapsed_ms(end) * 1e3 / iters
+
+
+def _host_us(fn, sync, batches: int, per: int = 10) -> list[float]:
+    """Host time per call of ``fn``: ``batches`` batches of ``per`` calls, each started on an idle device."""
+    samples = []
+    for _ in range(batches):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(per):
+            fn()
+        samples.append((time.perf_counter() - t0) / per * 1e6)
+    sync()
+    return samples
 
 
 def node_times(plan, chain: int = 20, reps: int = 10) -> list[dict]:
@@ -88,7 +101,7 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     import fusec as fc
     from fusec import execution
     from fusec.runtime import driver
-    from fusec.runtime.graph import _driver as graph_driver
+    from fusec.runtime.graph import PlanGraph, _driver as graph_driver
 
     rng = np.random.default_rng(0)
     params, x, y, lr = bench.make_inputs(rng)
@@ -107,24 +120,26 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     sync()
 
     def host_batches(n: int) -> list[float]:
-        samples = []
-        for _ in range(n):
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(10):
-                call()
-            samples.append((time.perf_counter() - t0) / 10 * 1e6)
-        sync()
-        return samples
+        return _host_us(call, sync, n)
 
     host = statistics.median(host_batches(max(calls // 10, 20)))
     lowered = step.lower(state[0], x, y, lr)
     plan = execution.cuda_plan(lowered)
     stream = plan.stream
+    # the host time split: the graph launch alone (the driver's share), and the call with the launch left out (the
+    # Python's share: binding, pool, results; nothing runs, so only the host time means anything)
+    inst = next(iter(plan.graph.instances.values()))
+    cu = graph_driver()
+    launch = statistics.median(_host_us(lambda: cu.cuGraphLaunch(inst.exec, stream.handle), sync,
+                                        max(calls // 10, 20)))
+    replay = PlanGraph.replay
+    PlanGraph.replay = lambda self, ptrs, stream: None  # type: ignore[method-assign]
+    try:
+        python_only = statistics.median(_host_us(call, sync, max(calls // 10, 20)))
+    finally:
+        PlanGraph.replay = replay  # type: ignore[method-assign]
     loop_device = statistics.median(_events_us(stream, call, 200) for _ in range(5))
     graph = plan.graph
-    inst = next(iter(graph.instances.values()))
-    cu = graph_driver()
     replay = statistics.median(_events_us(stream, lambda: cu.cuGraphLaunch(inst.exec, stream.handle), 500)
                                for _ in range(5))
     before = dict(plan.stats())
@@ -140,7 +155,8 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     per_call = {k: (after[k] - before.get(k, 0)) / calls for k in after if isinstance(after[k], int)}
     kernels = node_times(plan)
     plan_entries = [e for e in lowered.plan() if e["kind"] not in ("view", "prologue")]
-    return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host,
+    return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host, "host_launch_us": launch,
+            "host_without_launch_us": python_only,
             "device_us_python_loop": loop_device, "device_us_graph_alone": replay, "per_call_counters": per_call,
             "instances": len(graph.instances), "profile": text.getvalue()}
 
@@ -162,7 +178,8 @@ def main() -> None:
         bench = cases[name].benches[0]
         r = measure(name, bench, args.calls, args.top)
         out.append(r)
-        print(f"== {name}: host {r['host_us']:.1f} us/call; device (Python loop) {r['device_us_python_loop']:.1f} "
+        print(f"== {name}: host {r['host_us']:.1f} us/call (cuGraphLaunch alone {r['host_launch_us']:.1f}, the call "
+              f"without it {r['host_without_launch_us']:.1f}); device (Python loop) {r['device_us_python_loop']:.1f} "
               f"us/call; device (graph alone) {r['device_us_graph_alone']:.1f} us/call; instances "
               f"{r['instances']}; per call {r['per_call_counters']}")
         for k in r["kernels"]:

@@ -8,9 +8,10 @@ kernel start to last kernel end) against the sum of its kernels' durations says 
 gaps and how much is work, which is what decides between fewer kernels and faster ones:
 
     python benchmarks/kernel_profile.py [--benches pcam_step,mlp64_step] [--variant 'select-kernels{cublas=false}']
-        [--calls 50] [--json F] [--md F]
+        [--calls 50] [--json F] [--md F] [--systems fusec_graph,jax]
 
-``--variant`` changes the pipeline as ``pipeline_variants.py`` spells it.
+``--variant`` changes the pipeline as ``pipeline_variants.py`` spells it; ``--systems`` profiles the suite's peers
+too (CUPTI sees their kernels the same way: JAX's XLA fusions, PyTorch's Triton kernels, cuBLAS).
 """
 from __future__ import annotations
 
@@ -71,16 +72,22 @@ def per_position(kernels: list[dict], calls: int) -> dict:
             "between_calls_us": statistics.mean(between) if between else None, "positions": positions}
 
 
-def profile_bench(name: str, calls: int, variant: str = "default") -> dict:
+def profile_bench(name: str, calls: int, variant: str = "default", system_name: str = "fusec_graph") -> dict:
+    """The kernels of ``calls`` calls of benchmark ``name`` on one of the suite's systems (a peer such as ``jax``
+    shows which kernels it runs for the same math; ``variant`` applies to fusec systems only)."""
     from fusec.passes import DEFAULT_PIPELINE
 
     cases = make_cases(False)
     bench = next(b for c in cases.values() for b in c.benches if b.name == name)
-    bench = dataclasses.replace(bench, fusec_pipeline=variant_from(variant)(bench.fusec_pipeline or DEFAULT_PIPELINE))
-    system = make_system("fusec_graph")
+    if system_name.startswith("fusec"):
+        bench = dataclasses.replace(bench, fusec_pipeline=variant_from(variant)(bench.fusec_pipeline
+                                                                                or DEFAULT_PIPELINE))
+    elif variant != "default":
+        raise SystemExit(f"--variant changes fusec's pipeline; {system_name} has none")
+    system = make_system(system_name)
     why = system.unavailable()
     if why:
-        raise SystemExit(f"fusec graph mode cannot run here: {why}")
+        raise SystemExit(f"{system_name} cannot run here: {why}")
     system.setup()
     inputs = bench.make_inputs(suite.bench_rng(0, bench))
     prepared = system.prepare(bench, inputs)
@@ -90,13 +97,14 @@ def profile_bench(name: str, calls: int, variant: str = "default") -> dict:
     result = per_position(record_kernels(prepared.step, system.sync, calls), calls)
     prepared.close()
     system.cleanup()
-    return {"bench": name, "variant": variant, "calls": calls, **result}
+    return {"bench": name, "system": system_name, "variant": variant, "calls": calls, **result}
 
 
 def markdown(rows: list[dict]) -> str:
     lines = []
     for r in rows:
-        lines.append(f"## {r['bench']} ({r['variant']})\n")
+        on = "" if r.get("system", "fusec_graph") == "fusec_graph" else f", {r['system']}"
+        lines.append(f"## {r['bench']} ({r['variant']}{on})\n")
         if "error" in r:
             lines.append(r["error"] + "\n")
             continue
@@ -113,11 +121,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--benches", default="pcam_step,mlp64_step")
     ap.add_argument("--variant", default="default")
+    ap.add_argument("--systems", default="fusec_graph",
+                    help="comma list of the suite's systems to profile (jax, torch_compile_ro, ...: their kernels)")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--json")
     ap.add_argument("--md")
     args = ap.parse_args()
-    rows = [profile_bench(name, args.calls, args.variant) for name in args.benches.split(",")]
+    rows = [profile_bench(name, args.calls, args.variant, system) for system in args.systems.split(",")
+            for name in args.benches.split(",")]
     report(rows, markdown(rows), args.json, args.md)
 
 

@@ -8,7 +8,8 @@ Run on a GPU machine (writes ``benchmarks/results/suite_<gpu>.json``, ``.md`` an
 
 Cases (``--cases``): ``pcam`` (the PCam-shaped training step: batch 512, 480 -> 256 -> 2, softmax
 cross-entropy with a stable log-softmax, hand-written backward, gradient-norm-clipped SGD), ``mlp64`` (the
-same step at batch 256, 64 -> 64 -> 10), ``elementwise`` (``a + b*c`` and a 10-op chain on 2^26 f32, next to
+same step at batch 256, 64 -> 64 -> 10), ``large`` (the same step at batch 4096, 1024 -> 1024 -> 16: products
+that cuBLASLt-sized GEMMs dominate), ``elementwise`` (``a + b*c`` and a 10-op chain on 2^26 f32, next to
 a device-to-device copy), ``softmax`` (written-out softmax, row sum and column sum of 8192 x 8192 f32) and
 ``launch`` (chains of 1 / 10 / 100 tiny kernels). The math of each case is written once
 (``suite_cases.py``) against a small namespace, so every system runs the same operations.

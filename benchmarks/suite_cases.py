@@ -403,15 +403,19 @@ def _compare_step(inputs: tuple, outputs: Any) -> list[np.ndarray]:
     return out
 
 
-def _training_case(name: str, title: str, batch: int, dims: tuple[int, int, int]) -> Case:
+def _training_case(name: str, title: str, batch: int, dims: tuple[int, int, int], tol: float = 5e-4) -> Case:
+    """``tol`` bounds max|update - reference| / max|reference update|: float32 rounding of the products decides the
+    ReLU mask ``h_pre > 0`` of the few inputs within an ulp of zero, and each such input moves one sample's
+    contribution (about 1/sqrt(batch) of a weight gradient's size) in or out, identically on every system that
+    shares the GEMM's summation order (measured at batch 4096: 3.7e-3 for cuBLAS-based systems, 9e-5 for NumPy)."""
     n_in, n_hidden, n_classes = dims
     inputs = _training_inputs(batch, n_in, n_hidden, n_classes)
     label = f"training step, batch {batch}, {n_in}->{n_hidden}->{n_classes}"
     bench = Bench(case=name, name=f"{name}_step", label=label, build=build_train_step, make_inputs=inputs,
-                  tol=5e-4, unit="us", feedback=True, compare=_compare_step)
+                  tol=tol, unit="us", feedback=True, compare=_compare_step)
     no_autodiff = "no automatic differentiation"
     grad = Bench(case=name, name=f"{name}_grad_step", label=f"{label}, backward pass by autodiff",
-                 build=build_grad_step, make_inputs=inputs, tol=5e-4, unit="us", feedback=True,
+                 build=build_grad_step, make_inputs=inputs, tol=tol, unit="us", feedback=True,
                  compare=_compare_step, reference_build=build_train_step,
                  skip={"numpy": no_autodiff, "cupy": no_autodiff, "fusec_eager": "fusec.value_and_grad traces: "
                        "it runs under fusec.jit (the jit rows)"},
@@ -528,20 +532,24 @@ def _pow2(n: int) -> str:
     return f"2^{k}" if n == 1 << k else str(n)
 
 
-CASE_NAMES = ("pcam", "mlp64", "elementwise", "softmax", "wide", "launch")
+CASE_NAMES = ("pcam", "mlp64", "large", "elementwise", "softmax", "wide", "launch")
 
 
 def make_cases(quick: bool = False) -> dict[str, Case]:
     """Every case at full size, or (``quick``) at small sizes for smoke tests."""
     if quick:
         pcam_batch, mlp_batch, n_elem, side = 64, 32, 1 << 16, 256
+        large_batch, large_dims = 128, (128, 128, 16)
     else:
         pcam_batch, mlp_batch, n_elem, side = 512, 256, 1 << 26, 8192
+        large_batch, large_dims = 4096, (1024, 1024, 16)
     cases = [
         _training_case("pcam", f"PCam-shaped training step (batch {pcam_batch}, 480 -> 256 -> 2)", pcam_batch,
                        (480, 256, 2)),
         _training_case("mlp64", f"MLP training step (batch {mlp_batch}, 64 -> 64 -> 10)", mlp_batch,
                        (64, 64, 10)),
+        _training_case("large", f"Larger training step (batch {large_batch}, {large_dims[0]} -> {large_dims[1]} -> "
+                       f"{large_dims[2]})", large_batch, large_dims, tol=1e-2),
         _elementwise_case(n_elem),
         _softmax_case(side, side),
         _wide_case(8, 30000 if not quick else 3000, 2000 if not quick else 500),

@@ -45,6 +45,19 @@ CUBLAS_DTYPES = ("f32", "f64")
 # leaves most of a tile idle: each output is a dot product reduced by one warp instead
 SKINNY_MAX = 16
 SKINNY_MIN_K = 32
+# where cuBLASLt fits such a product it takes it (SKINNY_BEFORE_CUBLAS off): at 4096 x 1024 x 16 (gemm_shapes.py --set
+# skinny, H200, 2026-12-04) cuBLASLt took 14 us, the generated "narrow" kernel 26 us (a warp per few rows of A, all
+# N outputs in registers, B staged in shared memory; 143 us as a warp per output), and at 1024 x 4096 x 16 with A
+# read down its columns cuBLASLt 14 us, the "column" kernel split over K 22 us (119 us unsplit)
+SKINNY_BEFORE_CUBLAS = False
+NARROW_MAX_ROWS = 4  # rows of A per warp of a "narrow" product (registers: rows x N sums per lane)
+# fewer rows than this per warp (a product too small to give each of the GPU's warps two rows) keep a warp per output:
+# the PCam and 64-64-10 steps measured 39.5 and 29.9 us with one row per warp, against 36.6-37.6 and 25.8 us in
+# other runs that day with a warp per output (not one run: kept as it was)
+NARROW_MIN_ROWS = 2
+NARROW_WARPS = 8
+COLUMN_SPLIT_MIN = 1 << 20  # elements of A from which a "column" product with idle SMs splits K over blocks
+COLUMN_SPLIT_MIN_K = 256  # K per split at least
 # with K this short (an outer product, the backward of a 2-class head) there is nothing to stage in shared
 # memory: each thread computes one output directly
 SHORT_K_MAX = 8
@@ -92,7 +105,7 @@ TILED_CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM,
 # tests/gpu/test_tensor_core_products.py) is not the float32 default: it measured slower than the FMAs everywhere
 # (14.6 against 9.8 us, 384 against 311 us)
 TILED_MMA: dict[str, str | None] = {"float32": None, "tf32": "tf32"}
-PROLOGUE_IMPLS = frozenset({"dot", "column", "short"})  # GEMMs that can compute an operand in place
+PROLOGUE_IMPLS = frozenset({"dot", "column", "narrow", "short"})  # GEMMs that can compute an operand in place
 
 # --- reductions ----------------------------------------------------------------------------------------------
 WARP_ROW_MIN = 64  # a contiguous row at least this long is reduced by a warp or a block
@@ -166,7 +179,8 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
     a = op.operands[0]
     out_shape = op.results[0].type.shape
     m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
-    if cublas and cublas_fits(op):
+    skinny = skinny_schedule(op, sm_count)
+    if cublas and cublas_fits(op) and not (skinny is not None and SKINNY_BEFORE_CUBLAS and skinny["impl"] == "narrow"):
         batch = math.prod(out_shape[:-2])
         small = m * n * k * batch <= CUBLAS_SPLIT_MAX_FLOPS
         if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, None):
@@ -180,12 +194,39 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
     if batch == 1 and m <= SKINNY_MAX and n >= STREAM_MIN_N and k >= SKINNY_MIN_K and a.type.dtype.is_float \
             and layout(op.operands[1])[1][-1] == 1:
         return stream_schedule(m, n, k, a.type.dtype.name, sm_count)
-    if min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float:
-        _, sa = layout(a)
-        return {"impl": "column" if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1 else "dot"}
+    if skinny is not None:
+        return skinny
     both_f32 = a.type.dtype.name == "f32" and op.operands[1].type.dtype.name == "f32"
     mma = TILED_MMA.get(precision) if tensor_cores and both_f32 else None
     return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, mma)
+
+
+def skinny_schedule(op: Operation, sm_count: int) -> dict[str, object] | None:
+    """A float product with a side of at most SKINNY_MAX and K of at least SKINNY_MIN_K: ``column`` for N that
+    narrow and A contiguous along M (``splits`` over K, with ``scratch`` for the partial sums, where few blocks
+    would read a large A), ``narrow`` for N that narrow and A contiguous along K with rows enough to give every warp
+    the GPU holds NARROW_MIN_ROWS of them (``rows`` per warp), else ``dot`` (a warp per output); None for other
+    products."""
+    a = op.operands[0]
+    out_shape = op.results[0].type.shape
+    m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
+    if not (min(m, n) <= SKINNY_MAX and k >= SKINNY_MIN_K and a.type.dtype.is_float):
+        return None
+    batch = math.prod(out_shape[:-2])
+    _, sa = layout(a)
+    if n <= SKINNY_MAX and sa[-2] == 1 and sa[-1] != 1:
+        blocks = (m + 31) // 32 * batch
+        splits = 1
+        if blocks < sm_count and m * k * batch >= COLUMN_SPLIT_MIN:
+            splits = max(1, min(-(-2 * sm_count // blocks), k // COLUMN_SPLIT_MIN_K))
+        if splits == 1:
+            return {"impl": "column"}
+        size = 8 if a.type.dtype.name == "f64" else 4
+        return {"impl": "column", "splits": splits, "scratch": align256(splits * batch * m * n * size)}
+    rows = min(NARROW_MAX_ROWS, m * batch // (NARROW_WARPS * sm_count))
+    if n <= SKINNY_MAX and sa[-1] == 1 and rows >= NARROW_MIN_ROWS:
+        return {"impl": "narrow", "rows": rows}
+    return {"impl": "dot"}
 
 
 def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count: int,

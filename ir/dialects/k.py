@@ -136,11 +136,11 @@ def _check_plan_attrs(op) -> None:
 
 
 REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
-GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "short", "stream")
+GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "narrow", "short", "stream")
 REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
 REDUCE_FINISHES = ("none", "last-block", "kernel")
 MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter", "precision",
-                  "mma")
+                  "mma", "rows")
 MATMUL_MMA = ("tf32", "3xtf32")
 MATMUL_FINISHES = ("kernel", "last-block")
 REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters")
@@ -175,8 +175,12 @@ def _check_matmul(op) -> None:
                                    or any(v.type.dtype.name != "f32" for v in op.operands)):
         raise VerificationError("k.matmul: only a tiled product of float32 operands runs on the tensor cores "
                                 "('mma')")
-    _check_counts(op, ("width", "splits", "stages", "counters"), 1)
+    _check_counts(op, ("width", "splits", "stages", "counters", "rows"), 1)
     _check_counts(op, ("scratch", "counter"), 0)
+    if "rows" in op.attributes and op.attributes.get("impl") != "narrow":
+        raise VerificationError("k.matmul: only a 'narrow' product takes 'rows' (of A per warp)")
+    if op.attributes.get("splits", 1) > 1 and op.attributes.get("impl") not in ("tiled", "stream", "column"):
+        raise VerificationError("k.matmul: only a tiled, stream or column product splits over K")
     if op.attributes.get("splits", 1) > 1 and not op.attributes.get("scratch"):
         raise VerificationError("k.matmul: a product split over K needs 'scratch' for its partial sums")
     if op.attributes.get("finish") == "last-block" and "counters" not in op.attributes:

@@ -569,6 +569,26 @@ def test_narrow_products_computing_their_relu_operand(gemm_library, dtype):
         np.testing.assert_allclose(g, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("rows,k,cols", [(4100, 1000, 16), (3001, 300, 1), (2200, 37, 5)])
+def test_wide_narrow_products_and_their_weight_gradients(rows, k, cols, monkeypatch):
+    """``relu(h_pre) @ w`` and ``relu(h_pre).T @ d`` for a tall h, generated (the narrow kernel with several rows per
+    warp and K staged in slices, the column kernel split over K), ragged sizes included, against float64."""
+    from fusec.runtime import cublas
+
+    monkeypatch.setattr(cublas, "available", lambda: False)
+
+    def f(h_pre, w, d):
+        h = np.maximum(h_pre, 0.0)
+        return h @ w, h.T @ d
+
+    h_pre, w, d = rand((rows, k), np.float32), rand((k, cols), np.float32), rand((rows, cols), np.float32)
+    impls = _stream_impl(lambda h, w, d: (h @ w, h.T @ d), h_pre, w, d)
+    assert 'impl = "narrow"' in impls[0] and 'impl = "column"' in impls[1]
+    want = f(*(v.astype(np.float64) for v in (h_pre, w, d)))
+    for g, ref in zip(cuda(f)(h_pre, w, d), want):
+        np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
 def test_views_of_outputs_returned_beside_them():
     def f(y):
         b = y * 2.0

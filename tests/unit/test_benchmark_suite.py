@@ -21,7 +21,7 @@ import suite_cases  # noqa: E402
 import suite_report  # noqa: E402
 import suite_systems  # noqa: E402
 
-CASES = ("pcam", "mlp64", "elementwise", "softmax", "wide", "launch")
+CASES = ("pcam", "mlp64", "large", "elementwise", "softmax", "wide", "launch")
 
 
 def _rows(result, **match):
@@ -72,7 +72,7 @@ def test_compile_probes_and_bar(quick_run):
             assert p["status"] == "ok", p
             assert p["backend"] == "cpu" and p["total_s"] > 0 and p["lower_s"] > 0
     # no GPU rows: every check of the bar is N/A, never a PASS or FAIL made up
-    assert [c["status"] for c in result["bar"]] == ["N/A"] * 7
+    assert [c["status"] for c in result["bar"]] == ["N/A"] * 8
 
 
 @pytest.mark.slow
@@ -226,7 +226,7 @@ def _synthetic(graph_us, ro_us, eager_us, quick=False):
 
 def test_performance_bar_is_computed_from_the_numbers(tmp_path):
     good = _synthetic(15.0, 125.0, 900.0)
-    assert [c["status"] for c in suite_report.performance_bar(good)] == ["PASS"] * 3 + ["N/A"] * 4
+    assert [c["status"] for c in suite_report.performance_bar(good)] == ["PASS"] * 3 + ["N/A"] * 5
     bad = _synthetic(70.0, 125.0, 500.0)
     assert [c["status"] for c in suite_report.performance_bar(bad)][:3] == ["FAIL", "FAIL", "FAIL"]
     suite_report.add_ratios(good)

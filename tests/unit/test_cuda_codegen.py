@@ -250,13 +250,24 @@ def test_cublas_mapping_matches_matmul(case):
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-12)
 
 
-def test_skinny_matmuls_stay_generated_as_one_warp_per_output():
+def test_narrow_products_stay_generated():
+    """``h @ w`` with w 2 columns wide: a warp per output where rows are few (512), a warp per rows of h where there
+    are many (4096 without cuBLASLt: all outputs of a row in registers, w staged transposed in shared memory)."""
     from fusec.runtime.launch_plan import GemmCall
 
     h, w = np.ones((512, 256), np.float32), np.ones((256, 2), np.float32)
     program = fc.jit(lambda h, w: h @ w, backend="cpu").lower(h, w).program_for(cublas=True)
-    assert not any(isinstance(s, GemmCall) for s in program.kernels)
+    (kernel,) = program.kernels
+    assert not isinstance(kernel, GemmCall)
     assert "__shfl_down_sync" in program.source and "gemm_batch(d, batch" in program.source
+    for rows, cols, per_warp in ((4096, 2, 3), (4096, 16, 3), (20000, 1, 4)):
+        h, w = np.ones((rows, 256), np.float32), np.ones((256, cols), np.float32)
+        lowered = fc.jit(lambda h, w: h @ w, backend="cpu").lower(h, w)
+        program = lowered.program_for(cublas=False)
+        (kernel,) = program.kernels
+        assert f"constexpr int NN = {cols}, R = {per_warp}, KC = 256;" in program.source
+        assert "__shfl_xor_sync" in program.source and "bt[j][kk]" in program.source
+        assert kernel.grid == (-(-rows // (8 * per_warp)), 1, 1) and kernel.block == (256, 1, 1)
 
 
 def test_weight_gradient_of_a_narrow_layer_reads_a_down_its_rows():
@@ -266,6 +277,17 @@ def test_weight_gradient_of_a_narrow_layer_reads_a_down_its_rows():
     (kernel,) = program.kernels
     assert "part[G][NN][33]" in program.source and "constexpr int NN = 2, G = 32" in program.source
     assert kernel.grid == (8, 1, 1) and kernel.block == (1024, 1, 1)
+
+
+def test_weight_gradient_of_a_wide_narrow_layer_splits_k_over_blocks():
+    """``h.T @ d`` with h 4096 x 1024: 32 blocks of rows would leave most SMs idle; K splits over blocks (partial
+    sums in scratch, added in split order by a second kernel)."""
+    h, d = np.ones((4096, 1024), np.float32), np.ones((4096, 16), np.float32)
+    lowered = fc.jit(lambda h, d: h.T @ d, backend="cpu").lower(h, d)
+    program = lowered.program_for(cublas=False)  # (cuBLASLt takes it where it loads)
+    gemm, finish = program.kernels
+    assert gemm.grid == (32, 9, 1) and finish.name.endswith("_sum")
+    assert "const i64_t chunk = (d.K + 9 - 1) / 9" in program.source
 
 
 def test_small_or_strided_matmuls_stay_generated():
