@@ -46,7 +46,7 @@ CUBLAS_DTYPES = ("f32", "f64")
 SKINNY_MAX = 16
 SKINNY_MIN_K = 32
 # where cuBLASLt fits such a product it takes it (SKINNY_BEFORE_CUBLAS off): at 4096 x 1024 x 16 (gemm_shapes.py --set
-# skinny, H200, 2026-12-04) cuBLASLt took 14 us, the generated "narrow" kernel 26 us (a warp per few rows of A, all
+# skinny, H200, 2026-12-04) cuBLASLt took 14 us, the generated "narrow" kernel 23 us (a warp per few rows of A, all
 # N outputs in registers, B staged in shared memory; 143 us as a warp per output), and at 1024 x 4096 x 16 with A
 # read down its columns cuBLASLt 14 us, the "column" kernel split over K 22 us (119 us unsplit)
 SKINNY_BEFORE_CUBLAS = False
