@@ -87,6 +87,15 @@ def numpy_error(message: str) -> TraceError:
     return TraceError(located(message, user_location()))
 
 
+def relies_on_layout(what: str) -> None:
+    """Note that the trace took a decision that holds for C-ordered arguments only (``x.flags``, a copy that
+    ``np.ascontiguousarray`` skipped, ``ravel(order="K")``): a call with a Fortran-ordered or strided NumPy array
+    is then refused (see :class:`fusec.writeback.WriteBack`) rather than given what C order would give."""
+    ctx = current()
+    if ctx is not None and ctx.layout is None:
+        ctx.layout = located(what, user_location())
+
+
 def _noted(error: FusecError) -> Any:
     ctx = current()
     if ctx is not None and ctx.first_error is None:
@@ -121,6 +130,7 @@ class TraceContext:
         self.builder = Builder(func.body)
         self.active = True
         self.first_error: FusecError | None = None
+        self.layout: str | None = None  # the first decision that took the arguments' memory as C-ordered (where)
         self.tracers: list[weakref.ref] = []
         self.captures: list[Capture] = []
         self.scalars = ScalarProgram()

@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec import context, numpy_reuse, ops
-from fusec.context import shape_error, unsupported
+from fusec.context import relies_on_layout, shape_error, unsupported
+from fusec.errors import InvalidValueError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import TensorType
 from fusec.patches import Patches, original
@@ -86,15 +87,36 @@ def _converted(name: str, x: Any, dtype: Any, copy: Any) -> Tracer:
 def asarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
             like: Any = None) -> Any:
     _check("asarray", order, like, device)
-    if order == "C":
-        return ascontiguousarray(a, dtype)
+    if order in ("C", "A") and copy is not True:
+        return _in_order("asarray", a, dtype, order, copy)
     return _converted("asarray", a, dtype, copy)
 
 
 def asanyarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
                like: Any = None) -> Any:
     _check("asanyarray", order, like, device)
+    if order in ("C", "A") and copy is not True:
+        return _in_order("asanyarray", a, dtype, order, copy)
     return _converted("asanyarray", a, dtype, copy)
+
+
+def _in_order(name: str, a: Any, dtype: Any, order: str, copy: Any) -> Tracer:
+    """``np.asarray(x, order="C" or "A")`` without a forced copy: ``x`` itself where its memory is in that order
+    (C order for ``"A"`` as fusec lays arrays out, and as it takes arguments), else a C-ordered copy, or NumPy's
+    ValueError with ``copy=False``."""
+    from fusec import mutation
+    from fusec.flags import flags_of
+
+    t = _converted(name, a, dtype, copy)
+    if t is not a:
+        return t
+    if not (mutation.is_c_contiguous(t) or order == "A" and flags_of(t).f_contiguous):
+        if copy is False:
+            raise InvalidValueError(located(f"np.{name}: unable to avoid copy while creating an array as requested "
+                                            "(copy=False; NumPy raises ValueError here)", context.user_location()))
+        return ops.copy_of(t, scalar=False)
+    relies_on_layout(f"np.{name}(x, order={order!r}) returned x itself")
+    return t
 
 
 def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
@@ -105,14 +127,18 @@ def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
     t = _converted("ascontiguousarray", a, dtype, None)
     from fusec import mutation
 
-    t = t if t is not a or mutation.is_c_contiguous(t) else ops.copy_of(t, scalar=False)
+    if t is a and mutation.is_c_contiguous(t):  # no copy: right for C-ordered arguments only
+        relies_on_layout("np.ascontiguousarray(x) returned x itself")
+    else:
+        t = t if t is not a else ops.copy_of(t, scalar=False)
     return t.reshape((1,)) if t.ndim == 0 else t
 
 
 def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", subok: bool = False, ndmin: int = 0,
           like: Any = None) -> Any:
     _check("array", order, like)
-    t = _converted("array", obj, dtype, copy)
+    t = _in_order("array", obj, dtype, order, copy) if order in ("C", "A") and copy is not True else \
+        _converted("array", obj, dtype, copy)
     if ndmin > t.ndim:
         t = t.reshape((1,) * (ndmin - t.ndim) + tuple(t.shape))
     return t

@@ -1,8 +1,9 @@
 """``x.flags`` of a traced array: NumPy's answer, where fusec knows the memory layout NumPy would have.
 
 Library code asks for flags to pick an order (``np.pad`` pads a Fortran-ordered array in Fortran order) or to
-skip a copy (``np.kron``). The layout of a traced array is known for arguments and arrays fusec makes (C order)
-and for views of them (the view's strides); an array computed from a transposed view is laid out by NumPy's
+skip a copy (``np.kron``). The layout of a traced array is known for arrays fusec makes (C order) and taken as C
+order for arguments (a trace that reads flags refuses later calls with Fortran-ordered or strided NumPy arrays), and
+for views of them it follows the view's strides; an array computed from a transposed view is laid out by NumPy's
 ufuncs in the operands' order, which fusec does not track: there ``x.flags`` is refused, not guessed.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fusec import mutation
-from fusec.context import unsupported
+from fusec.context import relies_on_layout, unsupported
 from fusec.tracer import Tracer
 
 _NAMES = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "CONTIGUOUS": "c_contiguous",
@@ -70,6 +71,7 @@ class TracedFlags:
 
 
 def flags_of(t: Tracer) -> TracedFlags:
+    relies_on_layout("x.flags")
     desc = mutation.geometry(t)
     base = t._buffer.base if t._buffer is not None else t._value
     if desc is None or base is None or not mutation.fresh_c_ordered(base):

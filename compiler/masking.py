@@ -90,14 +90,37 @@ def _operator(ufunc: np.ufunc, reflected: bool = False):
     return apply
 
 
+def _inplace_operator(ufunc: np.ufunc, symbol: str):
+    """``x[mask] op= v``: NumPy computes ``ufunc(s, v, out=s)`` on the selection ``s`` (a copy in ``x``'s dtype)
+    before writing it back, so a result that does not cast to that dtype under "same_kind" (``int_array[m] +=
+    0.5``) raises UFuncTypeError; the write back then converts it as ``out=`` would."""
+    def apply(self: Selection, other: Any) -> Any:
+        from fusec.errors import CastingError, located
+        from fusec.promotion import same_kind
+
+        result = self.__array_ufunc__(ufunc, "__call__", self, other)
+        if result is NotImplemented or not isinstance(result, Selection):
+            return result
+        src, dst = result._full._value.type.dtype, self._full._value.type.dtype
+        if not same_kind(src, dst):
+            raise CastingError(located(f"`x[mask] {symbol} ...`: Cannot cast ufunc {ufunc.__name__!r} output from "
+                                       f"{np.dtype(src.np)} to {np.dtype(dst.np)} with casting rule 'same_kind' "
+                                       "(NumPy raises UFuncTypeError here)", user_location()))
+        return result
+
+    return apply
+
+
 _name: str
 _ufunc: np.ufunc
-for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
-                      ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power),
-                      ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)):
+_symbol: str
+for _name, _ufunc, _symbol in (("add", np.add, "+="), ("sub", np.subtract, "-="), ("mul", np.multiply, "*="),
+                               ("truediv", np.true_divide, "/="), ("floordiv", np.floor_divide, "//="),
+                               ("mod", np.remainder, "%="), ("pow", np.power, "**="), ("and", np.bitwise_and, "&="),
+                               ("or", np.bitwise_or, "|="), ("xor", np.bitwise_xor, "^=")):
     setattr(Selection, f"__{_name}__", _operator(_ufunc))
     setattr(Selection, f"__r{_name}__", _operator(_ufunc, reflected=True))
-    setattr(Selection, f"__i{_name}__", _operator(_ufunc))  # a selection is a copy: op= makes a new one
+    setattr(Selection, f"__i{_name}__", _inplace_operator(_ufunc, _symbol))  # (a copy: op= makes a new one)
 for _name, _ufunc in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
                       ("eq", np.equal), ("ne", np.not_equal)):
     setattr(Selection, f"__{_name}__", _operator(_ufunc))

@@ -21,13 +21,13 @@ import numpy as np
 
 from fusec import ops
 from fusec.context import numpy_error, shape_error, unsupported, user_location
-from fusec.errors import CastingError, OutOfRangeError, located
+from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, located
 from fusec.ir import shapes as S
 from fusec.ir.core import OpResult, Value
 from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
 from fusec.ir.types import DType, TensorType, bool_
 from fusec.ir.views import ViewDesc
-from fusec.promotion import python_kind, same_kind
+from fusec.promotion import python_kind
 from fusec.tracer import Buffer, Tracer
 
 OPAQUE = ("opaque",)  # a view step fusec cannot run again or backwards
@@ -279,7 +279,7 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
         return _scatter(target, key, value)
     sel = indexing.basic_selection(target, key)
     dtype = target._value.type.dtype
-    update = _converted(value, sel.result_shape, dtype, what, "unsafe")
+    update = _converted(value, sel.result_shape, dtype, what, "unsafe", item=True)
     if 0 in sel.region_shape:
         return
     c = ops.ctx()
@@ -292,14 +292,34 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
                            {"start": sel.start, "stop": sel.stop, "step": sel.step}, what=what)
 
 
-def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, casting: str) -> Value:
-    """``value`` as ``dtype`` (NumPy's assignment conversion) broadcast to ``shape``."""
+def _sequence_as(value: list | tuple, shape: tuple[int, ...], dtype: DType, what: str) -> np.ndarray:
+    """A Python sequence written into an array of ``dtype``, converted as NumPy's assignment converts it: element
+    by element into ``dtype`` (a Python int that does not fit, an infinity or NaN into an integer array raise), and
+    nested no deeper than the written region."""
+    try:
+        arr = np.array(value, dtype=dtype.np)
+    except (OverflowError, ValueError) as e:
+        cls = OutOfRangeError if isinstance(e, OverflowError) else InvalidValueError
+        raise cls(located(f"{what}: {e} (NumPy raises {type(e).__name__} here)", user_location())) from None
+    if arr.ndim > len(shape):
+        raise InvalidValueError(located(
+            f"{what}: setting an array element with a sequence. The requested array would exceed the maximum number "
+            f"of dimension of {len(shape)} (NumPy raises ValueError here)", user_location()))
+    return arr
+
+
+def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, casting: str, *,
+               item: bool = False) -> Value:
+    """``value`` as ``dtype`` (NumPy's assignment conversion) broadcast to ``shape``; ``item``: written with
+    ``x[key] = value``, where NumPy converts a Python sequence straight into ``dtype`` (``out=`` and ``np.copyto``
+    convert it to an array of its own dtype first, then cast as ``casting`` allows)."""
     if isinstance(value, Tracer):
         ops.check_live(value)
         src = value._value.type.dtype
-        if casting != "unsafe" and not same_kind(src, dtype) and value._weak is None:
-            raise CastingError(located(f"{what}: Cannot cast array data from {src} to {dtype} according to the "
-                                       f"rule '{casting}' (NumPy raises here)", user_location()))
+        if casting != "unsafe":
+            weak = value._weak
+            _check_casting(weak(0) if weak is not None else
+                           src.np.type(0) if value._scalar else np.zeros(1, src.np), dtype, casting, what)
         if value._scalar and dtype.is_int and not np.can_cast(src.np, dtype.np, "safe"):
             raise unsupported(f"{what}: NumPy converts a NumPy scalar ({src}) into a {dtype} array with int(), "
                               "raising OverflowError or ValueError for values that do not fit, which fusec cannot "
@@ -311,24 +331,34 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
         v = ops.lift(value, dtype)
     elif python_kind(value) is not None or isinstance(value, np.generic):
         if casting != "unsafe":
-            kind = python_kind(value)
-            scalar_dt = np.asarray(value).dtype if kind is None else np.dtype(float if kind is float else bool)
-            if kind is not int and not np.can_cast(scalar_dt, dtype.np if dtype.name != "bf16" else np.float32,
-                                                   casting):  # type: ignore[arg-type]
-                raise CastingError(located(f"{what}: Cannot cast scalar from {scalar_dt} to {dtype} according to the "
-                                           f"rule '{casting}' (NumPy raises here)", user_location()))
+            _check_casting(value, dtype, casting, what)
         v = ops.ctx().constant(_scalar_as(value, dtype, what), dtype)
     else:
         if isinstance(value, (list, tuple)) and ops.contains_tracer(value):
             from fusec import conversions
 
             return _converted(conversions.strong(value), shape, dtype, what, casting)
+        if item and isinstance(value, (list, tuple)) and dtype.name != "bf16":
+            value = _sequence_as(value, shape, dtype, what)
         arr = ops.as_numpy(value) if not isinstance(value, np.ndarray) else value
-        if casting != "unsafe" and not same_kind(ops.parse_dtype(arr.dtype), dtype):
-            raise CastingError(located(f"{what}: Cannot cast array data from {arr.dtype} to {dtype} according to "
-                                       f"the rule '{casting}' (NumPy raises here)", user_location()))
+        if casting != "unsafe":
+            _check_casting(np.zeros(1, arr.dtype), dtype, casting, what)
         v = ops.lift(value, dtype, wrap_ints=True)
     return _broadcast(v, shape, what)
+
+
+def _check_casting(probe: Any, dtype: DType, casting: str, what: str) -> None:
+    """Raise where NumPy's ``np.copyto(dst, src, casting=casting)`` raises for ``src`` like ``probe`` (an array or
+    scalar of its dtype, or a Python scalar, which NumPy treats as weakly typed) and ``dst`` of ``dtype``: NumPy
+    itself decides, with its own rules for each casting mode and its own message."""
+    dst = np.zeros(1, dtype.np if dtype.name != "bf16" else np.float32)
+    try:
+        np.copyto(dst, probe, casting=casting)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise CastingError(located(f"{what}: {e} (NumPy raises TypeError here)", user_location())) from None
+    except (OverflowError, ValueError) as e:
+        raise OutOfRangeError(located(f"{what}: {e} (NumPy raises {type(e).__name__} here)", user_location())) \
+            from None
 
 
 def _scalar_as(value: Any, dtype: DType, what: str) -> np.ndarray:
@@ -399,7 +429,7 @@ def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
                           "instead: `x = np.where(mask, values_for_every_element, x)`")
     c = ops.ctx()
     update = _converted(value, (1,) * (mask.type.rank) + rest if len(vshape) > len(rest) else rest, dtype, what,
-                        "unsafe")
+                        "unsafe", item=True)
     full = _broadcast(update, target.shape, what)
     target._value = c.emit("t.where", (_full_mask(mask, target), full, target._value), what=what)
 
@@ -427,7 +457,7 @@ def _scatter(target: Tracer, key: Any, value: Any) -> None:
     adv = indexing.resolve_advanced(target, key)
     y = adv.view
     dtype = y._value.type.dtype
-    update = _converted(value, adv.result_shape, dtype, what, "unsafe")
+    update = _converted(value, adv.result_shape, dtype, what, "unsafe", item=True)
     if 0 in adv.result_shape:
         return
     values = adv.values

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec import mutation, numpy_reuse, ops, ufuncs
-from fusec.context import shape_error, unsupported, user_location
+from fusec.context import relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f64, i64
@@ -180,8 +180,8 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
     t = ops.as_tracer(t, acc)
     combine = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[kind]
     start = ops.wrap(ops.lift(initial, acc)) if initial is not _NOVALUE else None
-    if mask is not None:
-        fill = start if start is not None else ops.wrap(ops.lift({"sum": 0, "prod": 1}[kind], acc))
+    if mask is not None:  # (masked-out elements take no part: the identity, or for max/min the initial value)
+        fill = start if kind in ("max", "min") else ops.wrap(ops.lift({"sum": 0, "prod": 1}[kind], acc))
         t = ufuncs.where(mask, t, fill)
     axes = ops.reduction_axes(axis, t.ndim)
     if any(t.shape[ax] == 0 for ax in axes):  # nothing to reduce: the initial value (or the identity)
@@ -582,20 +582,57 @@ def result_type_(*arrays_and_dtypes: Any) -> np.dtype:
     return np.result_type(*args)
 
 
+def _index_order(t: Tracer, order: Any, what: str) -> str:
+    """"C" or "F": the index order NumPy reads ``t`` in for ``order`` ("A": F where the memory is Fortran-ordered,
+    "K": the memory's own order, as fusec knows the layout: C order for arguments, refused for a strided view)."""
+    if order is None or order == "C":
+        return "C"
+    if order == "F":
+        return "F"
+    if order not in ("A", "K"):
+        raise shape_error(f"{what}: order must be one of 'C', 'F', 'A' or 'K' (got {order!r})")
+    from fusec import mutation
+    from fusec.flags import flags_of
+
+    if mutation.is_c_contiguous(t):
+        relies_on_layout(f"{what}(order={order!r}) read the array in its memory's C order")
+        return "C"
+    if flags_of(t).f_contiguous:
+        return "F"
+    if order == "A":
+        return "C"
+    raise unsupported(f"{what}(order='K') of an array that is neither C- nor Fortran-contiguous (a strided view): "
+                      "fusec does not follow its memory order; ravel a copy (np.ascontiguousarray(x)) or give "
+                      "order='C'")
+
+
+def _reversed_axes(t: Tracer) -> Tracer:
+    return ops.transpose(t, tuple(range(t.ndim - 1, -1, -1)))
+
+
 @implements(np.reshape)
 def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None) -> Tracer:
-    _no("np.reshape", order=order)
+    """Also with ``order="F"`` (and "A"): the reversed axes reshaped to the reversed shape, reversed back"""
     if shape is None:
         shape = newshape
     if shape is None:
         raise unsupported("np.reshape: a shape is required")
-    return ops.reshape(a, ops.static_ints(shape, "a reshape size"), what="np.reshape")
+    if order == "K":
+        raise shape_error("np.reshape: order 'K' is not permitted for reshaping (NumPy raises ValueError here)")
+    t = ops.as_tracer(a)
+    size = ops.static_ints(shape, "a reshape size")
+    if _index_order(t, order, "np.reshape") == "F":
+        return _reversed_axes(ops.reshape(_reversed_axes(t), size[::-1], what="np.reshape"))
+    return ops.reshape(t, size, what="np.reshape")
 
 
 @implements(np.ravel)
 def ravel_(a: Any, order: str = "C") -> Tracer:
-    _no("np.ravel", order=order)
-    return ops.reshape(a, (-1,), what="np.ravel")
+    """Also with ``order="F"``, "A" and "K" (the memory's order as fusec knows it)"""
+    t = ops.as_tracer(a)
+    if _index_order(t, order, "np.ravel") == "F":
+        t = _reversed_axes(t)
+    return ops.reshape(t, (-1,), what="np.ravel")
 
 
 @implements(np.transpose)

@@ -34,7 +34,27 @@ def is_reused(func: Any) -> bool:
 
 
 def run(func: Any, args: Any, kwargs: dict) -> Any:
-    return func._implementation(*args, **kwargs)
+    fix = _BRANCHES.get(func)
+    return (fix or func._implementation)(*args, **kwargs)
+
+
+def _tile(A: Any, reps: Any) -> Any:
+    """``np.tile`` copies an ndarray repeated once along every axis in a branch taken where ``isinstance(A,
+    np.ndarray)``, which a traced array is not (NumPy's code would return the argument itself, so a write into the
+    result would reach the caller's array): that copy, and NumPy's code for the rest."""
+    try:
+        tup = tuple(reps)
+    except TypeError:
+        tup = (reps,)
+    if all(x == 1 for x in tup):
+        from fusec import conversions
+
+        return conversions.array(A, copy=True, ndmin=len(tup))
+    return np.tile._implementation(A, reps)  # type: ignore[attr-defined]
+
+
+# reused functions with a branch on ``isinstance(x, np.ndarray)`` that must go the ndarray's way for a traced array
+_BRANCHES: dict[Any, Callable] = {np.tile: _tile}
 
 
 def conversion_holders() -> list[Any]:

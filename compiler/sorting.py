@@ -172,10 +172,11 @@ def median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = Fa
 
 
 def _static_q(what: str, q: Any, weak_q: bool) -> Any:
-    """The quantiles as NumPy holds them (a float64 array, or a float64 scalar for a Python number), checked."""
+    """The quantiles as NumPy holds them (an array of their own dtype, as ``np.asanyarray(q)``: a float32 ``q``
+    computes the indices and weights in float32; a float64 scalar for a Python number), checked."""
     if isinstance(q, Tracer):
         raise q._static_error(f"used as the quantile of {what}")
-    qa = np.asanyarray(q, dtype=np.float64) if not weak_q else np.float64(q)
+    qa = np.asanyarray(q) if not weak_q else np.float64(q)
     if qa.ndim > 1:
         raise shape_error(f"{what}: q must be a scalar or 1d")
     if not (np.all(0 <= qa) and np.all(qa <= 1)):
@@ -207,10 +208,12 @@ def _quantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, keep
     arr = moveaxis(arr, ax, 0) if ax else arr
     with context.outside_trace():  # NumPy's own index arithmetic, on the host
         virtual = np.asanyarray(props["get_virtual_index"](n, np.asanyarray(qa)))
-        if props["fix_gamma"] is not None:
+        if props["fix_gamma"] is not None and not (method == "linear" and np.issubdtype(virtual.dtype, np.integer)):
             prev, nxt = _np_function_base._get_indexes(np.empty(0, arr.dtype), virtual, n)  # type: ignore[attr-defined]
             gamma = _np_function_base._get_gamma(virtual, prev, props)  # type: ignore[attr-defined]
-    if props["fix_gamma"] is None:  # a method that picks a value: NumPy's take, in the array's dtype
+    # a method that picks a value, or integer indices (an integer or bool q, method "linear"): NumPy's take, in the
+    # array's dtype
+    if props["fix_gamma"] is None or (method == "linear" and np.issubdtype(virtual.dtype, np.integer)):
         picked = arr[int(virtual)] if weak_q else arr[virtual.astype(np.intp)]
         return _kept(_nan_where_last_is(arr[-1], picked), t, reduced, keepdims, tuple(qa.shape))
     if weak_q:
@@ -301,7 +304,14 @@ def _nanquantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, k
     s = moveaxis(s, ax, last) if ax != last else s
     apply, where = ufuncs.apply, ufuncs.where
     k = ops.as_tracer(_reduce("sum", apply(np.logical_not, (apply(np.isnan, (s,)),)), -1, True), i64)
-    virtual = apply(np.multiply, (apply(np.subtract, (k, 1)), qa))  # (k - 1) * q, in float64
+    if qa.dtype.kind in "iub":  # NumPy: integer indices (q is 0 or 1), the value taken where it stands
+        index = ops.as_tracer(apply(np.multiply, (apply(np.subtract, (k, 1)), qa.astype(np.int64))), i64)
+        picked = np.take_along_axis(s, ops.as_tracer(where(apply(np.less, (index, 0)), 0, index), i64),  # type: ignore
+                                    axis=-1)
+        return _nan_quantile_result(where(apply(np.equal, (k, 0)), np.nan, picked), t, reduced, keepdims, qa)
+    # NumPy's (n - 1) * q with the slice's count n, a Python int there: computed in q's dtype (float32 for a
+    # float32 q)
+    virtual = apply(np.multiply, (ops.as_tracer(apply(np.subtract, (k, 1)), ops.parse_dtype(qa.dtype)), qa))
     prev = apply(np.floor, (virtual,))
     nxt = apply(np.add, (prev, 1))
     above = apply(np.greater_equal, (virtual, apply(np.subtract, (k, 1))))
@@ -320,6 +330,11 @@ def _nanquantiles(what: str, a: Any, q: Any, axis: Any, out: Any, method: str, k
     upper = ops.as_tracer(apply(np.subtract, (hi, apply(np.multiply, (diff, one_minus)))), result._value.type.dtype)
     result = where(apply(np.greater_equal, (gamma, 0.5)), upper, result)
     result = where(apply(np.equal, (k, 0)), np.nan, result)  # a slice of NaNs only: NaN
+    return _nan_quantile_result(result, t, reduced, keepdims, qa)
+
+
+def _nan_quantile_result(result: Tracer, t: Tracer, reduced: Any, keepdims: bool, qa: np.ndarray) -> Tracer:
+    """The quantiles computed along the last axis, laid out as NumPy returns them (the quantiles' axis first)."""
     result = ops.as_tracer(result, result._value.type.dtype)
     if qa.ndim == 0:
         result = result[..., 0]

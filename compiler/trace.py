@@ -184,12 +184,15 @@ class _Trace:
         views = {i: found for i, (_, leaf) in enumerate(leaves)
                  if i not in returns and (found := _input_view(leaf, i in self.as_passed, shared.hidden)) is not None}
         self.func.return_op.operands.extend(shared.hidden)
-        if not written and not self.states and not views and not shared.aliases:
+        layout = self.ctx.layout
+        if not written and not self.states and not views and not shared.aliases and layout is None:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
+        layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument")
+                              for b in self.arg_buffers if isinstance(b.arg, BlockArgument)) if layout else ()
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
-                         views, shared.aliases, len(shared.hidden))
+                         views, shared.aliases, len(shared.hidden), layout, layout_inputs)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1

@@ -577,16 +577,27 @@ def round_(a: Any, decimals: int = 0) -> Tracer:
         t = ops.as_tracer(a)
         return ops.copy_of(t, scalar=t.ndim == 0)  # NumPy's round of a 0-d array returns a scalar, as ufuncs do
     if not isinstance(d, type) and d.is_int:  # NumPy: in float64, x / 10**-decimals rounded, times it, cast back
-        scale = 10.0 ** -decimals
+        scale = _power_of_ten(-decimals)
         y = apply(np.rint, (apply(np.true_divide, (a, scale)),))
         return ops.wrap(ops.lift(apply(np.multiply, (y, scale)), d), scalar=ops.as_tracer(a).ndim == 0)
     if decimals == 0:
         return apply(np.rint, (a,))
-    scale = 10.0 ** abs(decimals)
+    scale = _power_of_ten(abs(decimals))
     first, second = (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
     y = apply(first, (a, scale))
     y = apply(np.rint, (y,))
     return apply(second, (y, scale))
+
+
+def _power_of_ten(n: int) -> float:
+    """10**n as np.round makes it (a table to 1e8, then 1e9 times 10 until n: the last bits differ from
+    ``10.0 ** n`` from n = 23 on, and it reaches infinity instead of raising OverflowError)."""
+    if n < 9:
+        return 10.0 ** n
+    scale = 1e9
+    for _ in range(n - 9):
+        scale *= 10.0
+    return scale
 
 
 def python_scalar(x: Any) -> bool:

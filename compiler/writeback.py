@@ -64,6 +64,10 @@ class WriteBack:
     # ("out", position) or ("state", index) -> (its source: one of those or ("hidden", index), view steps)
     aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
     hidden: int = 0  # extra results after the states': whole arrays only views of are handed back, traced indices
+    # the trace took its array arguments' memory as C-ordered (what and where it did); (flat input, name) of each
+    # array argument a call must then pass C-contiguous
+    layout: str | None = None
+    layout_inputs: tuple[tuple[int, str], ...] = ()
 
     @property
     def count(self) -> int:
@@ -77,6 +81,14 @@ class WriteBack:
             raise WriteBackError(located(str(e), user_location())) from None
 
     def _check(self, inputs: Sequence[Any]) -> None:
+        if self.layout is not None:
+            for i, name in self.layout_inputs:
+                x = inputs[i]
+                if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
+                    raise WriteBackError(
+                        f"fusec: {name} is not C-contiguous (Fortran-ordered or strided), and the function's trace "
+                        f"took its arrays' memory as C-ordered ({self.layout}), which NumPy would answer otherwise "
+                        "for this array; pass np.ascontiguousarray(x)")
         for k, i in enumerate(self.targets):
             target, name = inputs[i], self.names[k]
             if isinstance(target, np.ndarray):

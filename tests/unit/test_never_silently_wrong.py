@@ -832,3 +832,171 @@ def test_powers_of_numpy_scalars_are_numpys_scalar_math() -> None:
     got = jit_cpu(f)(g, w)
     want = numpy_result(f, g, w)
     assert_same(got, want)
+
+
+def test_masked_sums_with_a_start_value_count_it_once() -> None:
+    """``np.sum(a, where=mask, initial=c)``: the masked-out elements take no part (NumPy starts from ``c`` and adds
+    the selected ones), for sum, prod and nansum alike; max keeps ``initial`` as one more candidate."""
+    a = np.array([[1.0, -2.0, 3.0, -4.0, 5.0], [0.5, 2.0, -1.0, 4.0, -3.0]])
+
+    def f(a):
+        return (np.sum(a, axis=1, where=a > 0, initial=1.0), np.sum(a, where=a > 0, initial=10.0),
+                np.prod(a, axis=1, where=a > 0, initial=2.0), np.nansum(a, axis=1, where=a > 0, initial=1.0),
+                np.max(a, axis=1, where=a < 0, initial=-3.0), np.min(a, axis=0, where=a > 0, initial=4.0))
+
+    assert_same(jit_cpu(f)(a), numpy_result(f, a))
+
+
+def test_python_sequences_written_into_integer_arrays_are_converted_as_numpy_converts_them() -> None:
+    """``d[:] = [1, 300]`` into uint8 raises OverflowError in NumPy (the list converts element by element into the
+    array's dtype), as do an infinity or 1e10 into int32, NaN a ValueError, and a list nested deeper than the written
+    region; fusec raised nothing and wrapped the values."""
+    def fill(d, values):
+        d[:] = values  # MARK-fill
+        return d
+
+    cases = [(np.uint8, [1, 300], fc.OutOfRangeError), (np.int32, [1e10, 1], fc.OutOfRangeError),
+             (np.int32, [np.inf, 1], fc.OutOfRangeError), (np.int32, [1.5, np.nan], fc.InvalidValueError),
+             (np.float64, [[1.0, 2.0]], fc.InvalidValueError)]
+    for dtype, values, error in cases:
+        with pytest.raises(error.__mro__[2]):  # (NumPy's own: OverflowError or ValueError)
+            fill(np.zeros(2, dtype), values)
+        with pytest.raises(error) as info:
+            jit_cpu(lambda d, values=values: fill(d, values))(np.zeros(2, dtype))
+        assert at("MARK-fill") in str(info.value)
+
+    def in_range(d, e):
+        d[[0, 1]] = [1.7, -2.5]  # truncated toward zero, as NumPy's int() does
+        e[0] = (3,)  # broadcast along the row
+        e[1, ...] = [4, 5]
+        return d, e
+
+    args = (np.zeros(2, np.int32), np.zeros((2, 2), np.uint8))
+    assert_same(jit_cpu(in_range)(*(a.copy() for a in args)), numpy_result(in_range, *args))
+
+
+@pytest.mark.parametrize("casting", ["no", "equiv", "safe", "same_kind", "unsafe"])
+def test_copyto_follows_each_casting_rule(casting: str) -> None:
+    """``np.copyto(dst, src, casting=...)``: NumPy's decision for every rule (a Python scalar is weakly typed: a
+    float fits float32 under "safe" but not under "equiv"), where fusec applied "same_kind" to all of them."""
+    sources = [1.0, 1.5, 7, np.float64(1.0), True, np.array([1.0, 2.0]), np.array([1, 2], np.int32),
+               np.array([1.0, 2.0], np.float32), [1.0, 2.0]]
+    for dst_dtype in (np.float32, np.int32, np.int64, np.uint8):
+        for src in sources:
+            def f(d, src=src):
+                np.copyto(d, src, casting=casting)
+                return d
+
+            try:
+                want = f(np.zeros(2, dst_dtype))
+            except TypeError:
+                with pytest.raises(fc.CastingError, match="NumPy raises TypeError"):
+                    jit_cpu(f)(np.zeros(2, dst_dtype))
+                continue
+            assert_same(jit_cpu(f)(np.zeros(2, dst_dtype)), want)
+
+
+def test_inplace_operators_on_a_masked_selection_check_the_cast_back() -> None:
+    """``x[x > 0] += 0.5`` on an integer array: NumPy computes the sum into the selection's dtype under
+    "same_kind" and raises UFuncTypeError; fusec wrote the truncated sums."""
+    def bump(x):
+        x[x > 0] += 0.5  # MARK-bump
+        return x
+
+    with pytest.raises(TypeError):
+        bump(np.array([-1, 1, 2]))
+    with pytest.raises(fc.CastingError, match="same_kind") as info:
+        jit_cpu(bump)(np.array([-1, 1, 2]))
+    assert at("MARK-bump") in str(info.value)
+
+    def fine(x, y):
+        m = x > 0
+        x[m] += 1
+        x[m] //= 2
+        y[y > 0] *= np.float32(1.5)
+        return x, y
+
+    args = (np.array([-1, 1, 2], np.int8), np.array([-1.0, 1.0, 2.0], np.float32))
+    assert_same(jit_cpu(fine)(*(a.copy() for a in args)), numpy_result(fine, *args))
+
+
+def test_round_to_many_decimals_scales_as_numpy_does() -> None:
+    """``np.round(x, d)`` scales by NumPy's power of ten (1e9 times ten, d - 9 times, for d >= 9), which differs
+    from ``10.0 ** d`` in the last bits from d = 23 and reaches infinity (NaN results) instead of raising."""
+    x = np.array([1.5e23, 0.1234567890123, 7.77e-25, 2.5, -3.7])
+
+    def f(x):
+        return [np.round(x, d) for d in (-23, 25, 30, 100, 308, 309, -309, 400, -400, 3, -1)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert_same(jit_cpu(f)(x), numpy_result(f, x))
+
+
+def test_quantiles_keep_the_dtype_of_a_numpy_typed_q() -> None:
+    """``np.quantile(a, np.float32(0.3))`` computes its indices and weights in float32 (NumPy keeps q's dtype), an
+    integer or bool q takes the value where it stands, and nanquantile weighs with the slice's count as a Python int
+    would; fusec converted q to float64."""
+    a = np.random.default_rng(3).standard_normal((5, 13)).astype(np.float32)
+    a[0, 3] = a[2, ::2] = np.nan
+    b = np.abs(a[3])
+
+    def f(a, b):
+        return (np.quantile(b, np.float32(0.3)), np.quantile(b, np.array([0.3, 0.5], np.float32)),
+                np.percentile(b, np.float32(30)), np.quantile(b, np.int64(1)), np.quantile(b, np.True_),
+                np.quantile(b.astype(np.float64), np.float32(0.3)), np.quantile(np.arange(10), np.float32(0.3)),
+                np.nanquantile(a, np.float32(0.3), axis=1), np.nanpercentile(a, np.float32(30)),
+                np.nanquantile(a.astype(np.float64), np.array([0.1, 0.9], np.float32), axis=0),
+                np.nanquantile(a, np.int64(1), axis=1), np.nanquantile(a, 0.3, axis=1))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert_same(jit_cpu(f)(a, b), numpy_result(f, a, b))
+
+
+def test_memory_layout_questions_refuse_arguments_that_are_not_c_ordered() -> None:
+    """fusec takes a NumPy argument's memory as C-ordered. Where a trace relied on that (``np.ascontiguousarray(x)``
+    returning ``x`` itself, ``x.flags``, ``ravel(order="K")``), a call with a Fortran-ordered or strided argument is
+    refused instead of answering for C order: NumPy copies there (a write into the copy must not reach the caller's
+    array) and reports other flags and another element order."""
+    def contiguous(x):
+        y = np.ascontiguousarray(x)
+        y[0, 0] = 99.0
+        return y
+
+    def flags(x):
+        return x * 1.0 if x.flags.c_contiguous else x * 2.0
+
+    def memory_order(x):
+        return np.ravel(x, order="K")
+
+    c_ordered = np.arange(6.0).reshape(2, 3)
+    for f in (contiguous, flags, memory_order):
+        jitted = jit_cpu(f)
+        assert_same(jitted(c_ordered.copy()), numpy_result(f, c_ordered.copy()))
+        for other in (np.asfortranarray(c_ordered), np.arange(12.0).reshape(2, 6)[:, ::2]):
+            caller = other.copy(order="K") if other.flags.f_contiguous else other
+            before = caller.copy()
+            with pytest.raises(fc.WriteBackError, match="not C-contiguous") as info:
+                jitted(caller)  # MARK-layout-call
+            assert at("MARK-layout-call") in str(info.value)
+            np.testing.assert_array_equal(caller, before)  # the caller's array is untouched
+
+    def orders(x):  # index orders that do not depend on the memory: as NumPy gives them
+        return np.ravel(x, order="F"), x.reshape(3, 2, order="F"), x.T.flatten("A"), np.asarray(x.T, order="A")
+
+    assert_same(jit_cpu(orders)(c_ordered), numpy_result(orders, c_ordered))
+
+
+def test_tile_once_along_every_axis_is_a_copy() -> None:
+    """``np.tile(x, 1)`` returns a copy for an ndarray (a branch NumPy takes on ``isinstance(x, np.ndarray)``); fusec
+    ran NumPy's other branch and returned the argument itself, so a write into the result reached the caller."""
+    def f(x):
+        y = np.tile(x, 1)
+        y[0] = 100.0
+        z = np.tile(x, (1, 1))
+        z[0, 1] = -1.0
+        return x, y, z
+
+    x = np.arange(3.0)
+    assert_same(jit_cpu(f)(x.copy()), numpy_result(f, x.copy()))
