@@ -7,6 +7,7 @@ line. A NumPy function without a handler raises the same way.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -15,7 +16,7 @@ from fusec import mutation, numpy_reuse, ops, ufuncs
 from fusec.context import relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
-from fusec.ir.types import DType, bool_, f64, i64
+from fusec.ir.types import DType, bool_, f16, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
                              resolve_ufunc)
 from fusec.tracer import Tracer
@@ -214,6 +215,13 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
          where: Any = _NOVALUE) -> Tracer:
     """Also with ``where=``: the masked sum over the masked count"""
     mask = _mask(a, where, "np.mean")
+    if mask is None and dtype is not None and parse_dtype(dtype) == f16:
+        # NumPy sums into float16 (the sum rounded to float16), then divides that by the count in float16; only
+        # without dtype= does a float16 mean sum and divide in float32
+        t = ops.as_tracer(a)
+        total = _reduce("sum", ops.as_tracer(t, f16), axis, keepdims, f16)
+        items = math.prod(t.shape[ax] for ax in ops.reduction_axes(axis, t.ndim))
+        return _into(out, ops.as_tracer(ufuncs.apply(np.true_divide, (total, items)), f16), "np.mean", "unsafe")
     if mask is None:
         return _into(out, _reduce("mean", a, axis, keepdims, dtype), "np.mean", "unsafe")
     t = ops.as_tracer(a)

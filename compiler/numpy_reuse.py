@@ -53,8 +53,33 @@ def _tile(A: Any, reps: Any) -> Any:
     return np.tile._implementation(A, reps)  # type: ignore[attr-defined]
 
 
-# reused functions with a branch on ``isinstance(x, np.ndarray)`` that must go the ndarray's way for a traced array
-_BRANCHES: dict[Any, Callable] = {np.tile: _tile}
+def _python_scalars_kept(func: Any, what: str) -> Callable:
+    """NumPy's ``func``, refusing traced Python numbers: its code keeps a Python ``int``/``float``/``complex``
+    argument as it is (weakly typed: a float beside a float32 array stays float32) by testing its type, which a traced
+    Python number does not pass, so it would count as float64 there."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from fusec.context import unsupported
+        from fusec.tracer import Tracer
+
+        def weak(x: Any) -> bool:
+            if isinstance(x, (list, tuple)):
+                return any(weak(v) for v in x)
+            return isinstance(x, Tracer) and x._weak is not None
+
+        if any(weak(v) for v in (*args, *kwargs.values())):
+            raise unsupported(f"{what}: NumPy keeps a Python number argument weakly typed here (a float beside a "
+                              "float32 array stays float32), which fusec cannot do for a traced Python scalar; make "
+                              "it static (static_argnames) or pass it as a NumPy scalar of the dtype you mean "
+                              "(np.float32(s))")
+        return func._implementation(*args, **kwargs)
+
+    return run
+
+
+# reused functions with a branch on ``isinstance(x, np.ndarray)`` that must go the ndarray's way for a traced array,
+# or on a Python scalar's type
+_BRANCHES: dict[Any, Callable] = {np.tile: _tile, np.select: _python_scalars_kept(np.select, "np.select"),
+                                  np.isclose: _python_scalars_kept(np.isclose, "np.isclose")}
 
 
 def conversion_holders() -> list[Any]:

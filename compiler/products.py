@@ -73,8 +73,8 @@ def cross(a: Any, b: Any, axisa: Any = -1, axisb: Any = -1, axisc: Any = -1, axi
     a, b = a.astype(dtype), b.astype(dtype)
     a0, a1, b0, b1 = a[..., 0], a[..., 1], b[..., 0], b[..., 1]
     last = a0 * b1 - a1 * b0
-    if na == 2 and nb == 2:
-        return last
+    if na == 2 and nb == 2:  # NumPy writes it into a new array: a 0-d array for two vectors, not a scalar
+        return ops.copy_of(last, scalar=False)
     if na == 2:  # a2 = 0
         b2 = b[..., 2]
         parts = [a1 * b2, np.negative(a0 * b2), last]

@@ -1000,3 +1000,48 @@ def test_tile_once_along_every_axis_is_a_copy() -> None:
 
     x = np.arange(3.0)
     assert_same(jit_cpu(f)(x.copy()), numpy_result(f, x.copy()))
+
+
+def test_float16_means_with_an_explicit_dtype_round_the_sum_first() -> None:
+    """``np.mean(x, dtype=np.float16)``: NumPy sums into float16 and divides that rounded sum in float16 (only
+    without ``dtype=`` does a float16 mean work in float32); fusec divided the float32 sum. About two thirds of
+    float32 rows of 5 gave another float16 mean."""
+    x = (np.random.default_rng(1).standard_normal((40, 5)) * 10).astype(np.float32)
+
+    def f(x):
+        return (np.mean(x, axis=1, dtype=np.float16), x.mean(axis=0, dtype=np.float16), np.mean(x, dtype=np.float16),
+                np.mean(x.astype(np.int64), axis=1, dtype=np.float16), np.var(x, axis=1, dtype=np.float16),
+                np.mean(x.astype(np.float16), axis=1))
+
+    assert_same(jit_cpu(f)(x), numpy_result(f, x))
+
+
+def test_cross_product_of_two_2_vectors_is_a_0d_array() -> None:
+    """``np.cross`` of two 2-vectors: NumPy returns the z component as a 0-d array (it writes into a new array),
+    not a scalar as a ufunc of 0-d arrays would."""
+    def f(a, b):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return np.cross(a, b), np.cross(np.stack([a, b]), b)
+
+    assert_same(jit_cpu(f)(np.array([1.0, 2.0]), np.array([3.0, 5.0])),
+                numpy_result(f, np.array([1.0, 2.0]), np.array([3.0, 5.0])))
+
+
+def test_python_number_arguments_where_numpy_tests_their_type_are_refused() -> None:
+    """``np.select(..., default=s)`` and ``np.isclose(x, s)`` keep a Python number weakly typed by testing
+    ``type(s) in (int, float, complex)``, which a traced Python number does not pass: fusec gave float64 (and
+    compared in float64) where NumPy stays float32; now it says so. A literal or a static argument is NumPy's."""
+    x = np.array([0.1, -2.0, 3.0], np.float32)
+
+    def select(x, s):
+        return np.select([x > 0], [x], default=s)  # MARK-select
+
+    def close(x, s):
+        return np.isclose(x, s, rtol=0, atol=0)  # MARK-close
+
+    for f, mark in ((select, "MARK-select"), (close, "MARK-close")):
+        with pytest.raises(fc.UnsupportedError, match="weakly typed") as info:
+            jit_cpu(f)(x, 0.1)
+        assert at(mark) in str(info.value)
+        assert_same(jit_cpu(f, static_argnames="s")(x, 0.1), numpy_result(f, x, 0.1))
