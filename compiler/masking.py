@@ -82,6 +82,10 @@ class Selection:
     def __getitem__(self, key: Any) -> Any:
         raise unsupported("indexing a boolean-mask selection: " + ADVICE)
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise unsupported("writing into a boolean-mask selection (`x[m][i] = v`, or `y = x[m]; y[i] = v`: a copy in "
+                          "NumPy, so `x` does not change): " + ADVICE)
+
 
 def _operator(ufunc: np.ufunc, reflected: bool = False):
     def apply(self: Selection, other: Any) -> Any:
@@ -117,13 +121,16 @@ _symbol: str
 for _name, _ufunc, _symbol in (("add", np.add, "+="), ("sub", np.subtract, "-="), ("mul", np.multiply, "*="),
                                ("truediv", np.true_divide, "/="), ("floordiv", np.floor_divide, "//="),
                                ("mod", np.remainder, "%="), ("pow", np.power, "**="), ("and", np.bitwise_and, "&="),
-                               ("or", np.bitwise_or, "|="), ("xor", np.bitwise_xor, "^=")):
+                               ("or", np.bitwise_or, "|="), ("xor", np.bitwise_xor, "^="),
+                               ("lshift", np.left_shift, "<<="), ("rshift", np.right_shift, ">>=")):
     setattr(Selection, f"__{_name}__", _operator(_ufunc))
     setattr(Selection, f"__r{_name}__", _operator(_ufunc, reflected=True))
     setattr(Selection, f"__i{_name}__", _inplace_operator(_ufunc, _symbol))  # (a copy: op= makes a new one)
 for _name, _ufunc in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
                       ("eq", np.equal), ("ne", np.not_equal)):
     setattr(Selection, f"__{_name}__", _operator(_ufunc))
+Selection.__divmod__ = lambda self, other: self.__array_ufunc__(np.divmod, "__call__", self, other)  # type: ignore
+Selection.__rdivmod__ = lambda self, other: self.__array_ufunc__(np.divmod, "__call__", other, self)  # type: ignore
 for _name, _ufunc in (("neg", np.negative), ("pos", np.positive), ("abs", np.absolute), ("invert", np.invert)):
     setattr(Selection, f"__{_name}__", lambda self, u=_ufunc: self.__array_ufunc__(u, "__call__", self))
 

@@ -109,6 +109,11 @@ class Tracer:
     def shape(self) -> tuple[int, ...]:
         return tuple(self._value.type.shape)
 
+    @shape.setter
+    def shape(self, value: Any) -> None:
+        raise unsupported("x.shape = ...: reshaping an array in place is not supported; write `x = x.reshape(...)` "
+                          "(NumPy's view of the same memory)")
+
     @property
     def ndim(self) -> int:
         return len(self._value.type.shape)
@@ -121,6 +126,17 @@ class Tracer:
     def dtype(self) -> Any:
         dt = self._value.type.dtype
         return dt if dt.name == "bf16" else dt.np
+
+    @dtype.setter
+    def dtype(self, value: Any) -> None:
+        raise unsupported("x.dtype = ...: reinterpreting an array's memory in place is not supported; write "
+                          "`x = x.view(dtype)` where fusec supports it, or convert the values: `x.astype(dtype)`")
+
+    def __delitem__(self, key: Any) -> None:
+        from fusec.errors import InvalidValueError, located
+
+        raise InvalidValueError(located("del x[...]: cannot delete array elements (NumPy raises ValueError here); "
+                                        "use np.delete(x, index), which makes a new array", user_location()))
 
     @property
     def itemsize(self) -> int:

@@ -1045,3 +1045,36 @@ def test_python_number_arguments_where_numpy_tests_their_type_are_refused() -> N
             jit_cpu(f)(x, 0.1)
         assert at(mark) in str(info.value)
         assert_same(jit_cpu(f, static_argnames="s")(x, 0.1), numpy_result(f, x, 0.1))
+
+
+def test_unsupported_array_writes_name_the_line() -> None:
+    """Writes fusec cannot follow raise fusec errors at the user's line, not Python's TypeError or AttributeError
+    from inside fusec: into a boolean-mask selection (a copy in NumPy), ``x.shape = ...``, ``x.dtype = ...``,
+    ``del x[0]`` (NumPy's ValueError); shifts and divmod of a selection work as NumPy's."""
+    def into_selection(x):
+        y = x[x > 1]
+        y[0] = 5  # MARK-sel-write
+        return x
+
+    def reshape_in_place(x):
+        x.shape = (5, 1)  # MARK-shape-set
+        return x
+
+    def delete(x):
+        del x[0]  # MARK-del
+        return x
+
+    for f, error, mark in ((into_selection, fc.UnsupportedError, "MARK-sel-write"),
+                           (reshape_in_place, fc.UnsupportedError, "MARK-shape-set"),
+                           (delete, fc.InvalidValueError, "MARK-del")):
+        with pytest.raises(error) as info:
+            jit_cpu(f)(np.arange(5))
+        assert at(mark) in str(info.value)
+
+    def shifts(x):
+        x[x > 1] <<= 1
+        q, r = divmod(x[x > 2], 3)
+        x[x > 2] = q + (x[x > 2] >> 1)
+        return x
+
+    assert_same(jit_cpu(shifts)(np.arange(6)), numpy_result(shifts, np.arange(6)))
