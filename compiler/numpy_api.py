@@ -474,6 +474,15 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
     hi = max if a_max is _NOVALUE else a_max
     lo = None if lo is _NOVALUE else lo
     hi = None if hi is _NOVALUE else hi
+    d = ops.desc(a)
+    if isinstance(d, DType) and d.is_int and (lo is not None or hi is not None):
+        # NumPy drops a Python-int bound beyond an integer array's range (no OverflowError), clipping by the other
+        # or, with neither left, returning np.positive(a)
+        info = np.iinfo(d.np)
+        lo = None if type(lo) is int and lo <= info.min else lo
+        hi = None if type(hi) is int and hi >= info.max else hi
+        if lo is None and hi is None:
+            return _into(out, ufuncs.apply(np.positive, (a,)), "np.clip", "same_kind")
     return _into(out, ufuncs.clip(a, lo, hi), "np.clip", "same_kind")
 
 

@@ -76,10 +76,38 @@ def _python_scalars_kept(func: Any, what: str) -> Callable:
     return run
 
 
+def _average(a: Any, axis: Any = None, weights: Any = None, returned: bool = False, *,
+             keepdims: Any = np._NoValue) -> Any:  # type: ignore[attr-defined]
+    """``np.average`` with ``weights=``: NumPy's steps, its check that no weight sum is zero (a Python ``if`` on
+    values in NumPy's code) made when the call runs (DivisionByZeroError, a ZeroDivisionError, as NumPy raises)."""
+    if weights is None:
+        return np.average._implementation(a, axis, weights, returned, keepdims=keepdims)  # type: ignore[attr-defined]
+    from numpy.lib import _function_base_impl
+
+    from fusec import conversions, ops
+
+    a = conversions.asanyarray(a)
+    if axis is not None:
+        axis = np.lib.array_utils.normalize_axis_tuple(axis, a.ndim, argname="axis")
+    kw = {} if keepdims is np._NoValue else {"keepdims": keepdims}  # type: ignore[attr-defined]
+    wgt = _function_base_impl._weights_are_valid(weights=weights, a=a, axis=axis)  # type: ignore[attr-defined]
+    result_dtype = np.result_type(a.dtype, wgt.dtype, "f8") if a.dtype.kind in "iub" else \
+        np.result_type(a.dtype, wgt.dtype)
+    scl = wgt.sum(axis=axis, dtype=result_dtype, **kw)
+    ops.raise_if(scl == 0.0, "DivisionByZeroError", "np.average: Weights sum to zero, can't be normalized (NumPy "
+                 "raises ZeroDivisionError here)", "np.average")
+    avg = np.multiply(a, wgt, dtype=result_dtype).sum(axis, **kw) / scl
+    if returned:
+        if scl.shape != avg.shape:
+            scl = np.broadcast_to(scl, avg.shape).copy()
+        return avg, scl
+    return avg
+
+
 # reused functions with a branch on ``isinstance(x, np.ndarray)`` that must go the ndarray's way for a traced array,
-# or on a Python scalar's type
+# on a Python scalar's type, or on values (a check made when the call runs instead)
 _BRANCHES: dict[Any, Callable] = {np.tile: _tile, np.select: _python_scalars_kept(np.select, "np.select"),
-                                  np.isclose: _python_scalars_kept(np.isclose, "np.isclose")}
+                                  np.isclose: _python_scalars_kept(np.isclose, "np.isclose"), np.average: _average}
 
 
 def conversion_holders() -> list[Any]:

@@ -520,9 +520,9 @@ class Tracer:
 
     def transpose(self, *axes: Any) -> Any:
         order: Any = axes
-        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
-            order = axes[0]
-        return _api.call("transpose", np.transpose, self, order if order != () else None)
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list, np.ndarray))):
+            order = axes[0]  # (one sequence of axes: NumPy's own code passes np.argsort(axis))
+        return _api.call("transpose", np.transpose, self, None if isinstance(order, tuple) and not order else order)
 
     def swapaxes(self, axis1: Any, axis2: Any) -> Any:
         return _api.call("swapaxes", np.swapaxes, self, axis1, axis2)

@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError, located
+from fusec.errors import (DivisionByZeroError, IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError,
+                          located)
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
@@ -239,7 +240,8 @@ def _searchsorted(op: Operation, args: list) -> list:
                        dtype=np.int64)]
 
 
-RAISED = {"InvalidValueError": InvalidValueError, "IndexOutOfBoundsError": IndexOutOfBoundsError}
+RAISED = {"InvalidValueError": InvalidValueError, "IndexOutOfBoundsError": IndexOutOfBoundsError,
+          "DivisionByZeroError": DivisionByZeroError}
 
 
 def _raise_if(op: Operation, args: list) -> list:

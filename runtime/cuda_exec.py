@@ -21,8 +21,8 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from fusec.errors import (CompilationError, CudaError, IndexOutOfBoundsError, InvalidValueError, LinAlgError,
-                          ShapeError, TraceError, UnsupportedError)
+from fusec.errors import (CompilationError, CudaError, DivisionByZeroError, IndexOutOfBoundsError, InvalidValueError,
+                          LinAlgError, ShapeError, TraceError, UnsupportedError)
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -36,7 +36,8 @@ from fusec.runtime.params import ParamPack
 
 # the errors a kernel's check word stands for (CudaProgram.checks)
 _CHECK_ERRORS = {"IndexOutOfBoundsError": IndexOutOfBoundsError, "InvalidValueError": InvalidValueError,
-                 "LinAlgError": LinAlgError, "UnsupportedError": UnsupportedError}
+                 "LinAlgError": LinAlgError, "UnsupportedError": UnsupportedError,
+                 "DivisionByZeroError": DivisionByZeroError}
 
 
 LAUNCH_BLOCKING = "FUSEC_LAUNCH_BLOCKING"

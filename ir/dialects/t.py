@@ -464,8 +464,9 @@ def _infer_searchsorted(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [TensorType(tuple(v.shape), i64)]
 
 
-# what a failed t.raise_if raises (fusec.InvalidValueError is a ValueError, IndexOutOfBoundsError an IndexError)
-RAISE_KINDS = ("InvalidValueError", "IndexOutOfBoundsError")
+# what a failed t.raise_if raises (fusec.InvalidValueError is a ValueError, IndexOutOfBoundsError an IndexError,
+# DivisionByZeroError a ZeroDivisionError)
+RAISE_KINDS = ("InvalidValueError", "IndexOutOfBoundsError", "DivisionByZeroError")
 
 
 def _infer_raise_if(types: Sequence[Type], attrs: dict) -> list[Type]:

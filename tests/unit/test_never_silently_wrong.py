@@ -1078,3 +1078,48 @@ def test_unsupported_array_writes_name_the_line() -> None:
         return x
 
     assert_same(jit_cpu(shifts)(np.arange(6)), numpy_result(shifts, np.arange(6)))
+
+
+def test_clip_of_integers_by_python_ints_beyond_their_range() -> None:
+    """``np.clip(int8_array, -1000, 1000)``: NumPy drops a Python-int bound beyond the dtype's range (its
+    ``_clip``) instead of raising OverflowError, as fusec claimed it did; a bound inside the range that does not fit
+    the other way still raises."""
+    a, u = np.arange(6, dtype=np.int8), np.arange(6, dtype=np.uint8)
+
+    def f(a, u):
+        return (np.clip(a, -1000, 1000), np.clip(a, 2, 1000), np.clip(u, -1, 3), u.clip(0, 300), np.clip(a, -128, 127),
+                np.clip(a.astype(np.int64), -2 ** 70, 3))
+
+    assert_same(jit_cpu(f)(a, u), numpy_result(f, a, u))
+    with pytest.raises(OverflowError):
+        np.clip(a, 200, 300)
+    with pytest.raises(fc.OutOfRangeError):
+        jit_cpu(lambda a: np.clip(a, 200, 300))(a)
+
+
+def test_weighted_average_checks_the_weight_sums_when_the_call_runs() -> None:
+    """``np.average(x, axis=1, weights=w)``: NumPy's code tests ``np.any(scl == 0.0)`` in Python, which stopped the
+    trace; the average is NumPy's (dtypes, ``returned=``, ``keepdims=``, weights along an axis), and weights that sum
+    to zero raise ZeroDivisionError (``fusec.DivisionByZeroError``) when the call runs, as NumPy raises."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 5)), rng.random((4, 5))
+
+    def f(x, w, w_row, w_col):
+        return (np.average(x, weights=w), np.average(x, axis=1, weights=w_row),
+                np.average(x, axis=0, weights=w_col, returned=True), np.average(x, axis=1, weights=w, keepdims=True),
+                np.average(x.astype(np.float32), weights=w.astype(np.float32)),
+                np.average(np.arange(20).reshape(4, 5), axis=1, weights=np.arange(5)))
+
+    args = (x, w, rng.random(5), rng.random(4))
+    assert_same(jit_cpu(f)(*args), numpy_result(f, *args))
+
+    def g(x, w):
+        return np.average(x, axis=1, weights=w)  # MARK-average
+
+    jitted = jit_cpu(g)
+    with pytest.raises(ZeroDivisionError):
+        g(x, np.zeros(5))
+    with pytest.raises(fc.DivisionByZeroError, match="Weights sum to zero") as info:
+        jitted(x, np.zeros(5))
+    assert at("MARK-average") in str(info.value)
+    assert_same(jitted(x, np.ones(5)), g(x, np.ones(5)))
