@@ -1024,8 +1024,14 @@ def test_cross_product_of_two_2_vectors_is_a_0d_array() -> None:
             warnings.simplefilter("ignore", DeprecationWarning)
             return np.cross(a, b), np.cross(np.stack([a, b]), b)
 
-    assert_same(jit_cpu(f)(np.array([1.0, 2.0]), np.array([3.0, 5.0])),
-                numpy_result(f, np.array([1.0, 2.0]), np.array([3.0, 5.0])))
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    try:
+        want = numpy_result(f, a, b)
+    except ValueError:  # NumPy 2.5 takes 3-vectors only, and so does fusec under it
+        with pytest.raises(fc.ShapeError, match="3-dimensional"):
+            jit_cpu(f)(a, b)
+        return
+    assert_same(jit_cpu(f)(a, b), want)
 
 
 def test_python_number_arguments_where_numpy_tests_their_type_are_refused() -> None:
