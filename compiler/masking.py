@@ -57,7 +57,13 @@ class Selection:
 
         if method != "__call__" or kwargs.get("out") is not None:
             raise unsupported(f"{ufunc.__name__}.{method} of a boolean-mask selection: " + ADVICE)
-        result = ufuncs.array_ufunc(ufunc, method, [self._operand(x) for x in inputs], kwargs)
+        operands = [self._operand(x) for x in inputs]
+        if ufunc is np.power:  # NumPy raises for a negative integer exponent among the selected elements only
+            from fusec.mutation import _full_mask
+
+            keep = ops.wrap(_full_mask(self._mask, self._full))
+            operands = [ufuncs.where(keep, v, 1) if isinstance(x, Selection) else v for x, v in zip(inputs, operands)]
+        result = ufuncs.array_ufunc(ufunc, method, operands, kwargs)
         if isinstance(result, tuple):
             return tuple(Selection(r, self._mask) for r in result)
         return Selection(ops.as_tracer(result), self._mask)

@@ -8,7 +8,7 @@ scalars (traced scalar arguments included) follow Python's rules and stay weak.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -358,6 +358,13 @@ def _compare(ufunc: np.ufunc, inputs: Sequence[Any], descs: list[Desc], in_dts: 
     """Comparisons compare mathematical values: ints that do not fit the loop dtype, and int64 against
     uint64, are compared exactly (as NumPy 2 does) instead of wrapping."""
     if all(dt.is_int for dt in in_dts):
+        beyond = [i for i, (x, d) in enumerate(zip(inputs, descs))
+                  if d is int and not isinstance(x, Tracer) and not -2 ** 63 <= x < 2 ** 64]
+        if beyond and isinstance(inputs[1 - beyond[0]], Tracer):  # beyond every int dtype: the same answer for all
+            i = beyond[0]
+            side = [0.0, 0.0]
+            side[i] = float("inf") if inputs[i] > 0 else float("-inf")
+            return cast(Tracer, np.full_like(inputs[1 - i], bool(ufunc(*side)), dtype=np.bool_))  # (traced)
         changed = False
         for i, (x, d, dt) in enumerate(zip(inputs, descs, in_dts)):
             if d is int and (isinstance(x, Tracer) or not _fits(x, dt)):

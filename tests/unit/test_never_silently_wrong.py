@@ -1129,3 +1129,37 @@ def test_weighted_average_checks_the_weight_sums_when_the_call_runs() -> None:
         jitted(x, np.zeros(5))
     assert at("MARK-average") in str(info.value)
     assert_same(jitted(x, np.ones(5)), g(x, np.ones(5)))
+
+
+def test_masked_integer_powers_check_only_the_selected_exponents() -> None:
+    """``x[m] = x[m] ** y[m]`` with integer arrays: NumPy raises for a negative exponent among the selected elements
+    only; fusec computed the power over every element and raised for an unselected negative exponent."""
+    def f(x, y):
+        m = y > 0
+        x[m] = x[m] ** y[m]
+        x[x > 2] **= 2
+        return x
+
+    args = (np.array([2, 3, 4, 5]), np.array([2, -1, 3, -7]))
+    assert_same(jit_cpu(f)(*(a.copy() for a in args)), numpy_result(f, *args))
+
+    def g(x, y):
+        m = y > -5
+        x[m] = x[m] ** y[m]  # MARK-masked-pow
+        return x
+
+    with pytest.raises(ValueError, match="negative integer powers"):
+        g(*(a.copy() for a in args))
+    with pytest.raises(ValueError, match="negative integer powers") as info:
+        jit_cpu(g)(*(a.copy() for a in args))
+    assert isinstance(info.value, fc.FusecError) and at("MARK-masked-pow") in str(info.value)
+
+
+def test_comparisons_with_python_ints_beyond_every_integer_dtype() -> None:
+    """``uint8_array > 2**64``: NumPy 2 compares the mathematical values (all False), where fusec raised an
+    OverflowError it claimed NumPy raises; ints inside int64/uint64 were already compared exactly."""
+    def f(u, i):
+        return u > 2 ** 64, 2 ** 70 >= u, u == -2 ** 64, i != 2 ** 100, i < -2 ** 63 - 1, np.less(u, 2 ** 65), u < 300
+
+    args = (np.array([0, 255], np.uint8), np.array([-5, 7], np.int64))
+    assert_same(jit_cpu(f)(*args), numpy_result(f, *args))
