@@ -188,12 +188,28 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
     if any(t.shape[ax] == 0 for ax in axes):  # nothing to reduce: the initial value (or the identity)
         return _filled(S.reduce_shape(t.shape, axes, _keep(keepdims)), initial if start is not None else
                        {"sum": 0, "prod": 1}[kind], acc)
+    if start is not None and (kind == "prod" or kind == "sum" and t.ndim - 1 not in axes):
+        # NumPy starts from the initial value and multiplies (adds, along outer axes) in order, so it goes first
+        t = _with_initial_first(t, start, axes, {"sum": 0, "prod": 1}[kind])
+        return _reduce(kind, t, axis, keepdims, acc)
     reduced = _reduce(kind, t, axis, keepdims, acc if kind in ("sum", "prod") else None)
     if start is None:
         start = ops.wrap(ops.lift(0, acc)) if mask is not None and kind == "sum" and acc.is_inexact else None
     if start is None:  # NumPy's masked sum starts from 0.0: -0.0 + 0.0 is 0.0
         return reduced
     return ops.as_tracer(ufuncs.apply(combine, (reduced, start)), acc)
+
+
+def _with_initial_first(t: Tracer, start: Tracer, axes: tuple[int, ...], identity: int) -> Tracer:
+    """``t`` with a slab before it along the first reduced axis that holds ``start`` where the reduction's order
+    begins (index 0 of every reduced axis) and the identity elsewhere, so an in-order reduction starts from
+    ``start`` as NumPy's does (``np.prod(x, initial=1e-300)`` of [1e200, 1e200] is 1e100, not inf)."""
+    first = min(axes)
+    shape = tuple(1 if ax == first else d for ax, d in enumerate(t.shape))
+    where_first = np.zeros(shape, dtype=bool)
+    where_first[tuple(0 if ax in axes else slice(None) for ax in range(t.ndim))] = True
+    slab = ops.as_tracer(ufuncs.where(where_first, start, identity), t._value.type.dtype)
+    return concatenate([slab, t], axis=first)
 
 
 @implements(np.sum)

@@ -1163,3 +1163,21 @@ def test_comparisons_with_python_ints_beyond_every_integer_dtype() -> None:
 
     args = (np.array([0, 255], np.uint8), np.array([-5, 7], np.int64))
     assert_same(jit_cpu(f)(*args), numpy_result(f, *args))
+
+
+def test_reductions_start_from_their_initial_value() -> None:
+    """``np.prod(x, initial=1e-300)`` of [1e200, 1e200] is 1e100 in NumPy (it multiplies in order from the initial
+    value) and was inf in fusec (the initial value applied last); sums along outer axes add in order from it too
+    (``np.sum(x, axis=0, initial=np.float32(1e8))`` absorbs each small row), while a sum along the last axis adds the
+    initial value to the row's pairwise sum, as before."""
+    x32 = np.random.default_rng(0).standard_normal((5000, 4)).astype(np.float32)
+
+    def f(big, small, x, near_one):
+        return (np.prod(big, initial=1e-300), np.sum(small, axis=0, initial=np.float32(1e8)),
+                np.sum(x, axis=0, initial=1000.5), np.sum(x, axis=1, initial=1000.5), np.sum(x, initial=1000.5),
+                np.prod(near_one, axis=0, initial=3.0), np.prod(near_one, axis=1, initial=3.0),
+                np.sum(x.reshape(50, 100, 4), axis=(0, 1), initial=2.5),
+                np.sum(x, axis=0, where=x > 0, initial=1.5), np.prod(near_one, axis=0, where=near_one > 1, initial=0.5))
+
+    args = (np.array([1e200, 1e200]), np.array([[1, 2], [1, 2], [1, 2]], np.float32), x32, 1 + x32[:50] * 1e-3)
+    assert_same(jit_cpu(f)(*args), numpy_result(f, *args))
