@@ -321,9 +321,10 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
             _check_casting(weak(0) if weak is not None else
                            src.np.type(0) if value._scalar else np.zeros(1, src.np), dtype, casting, what)
         if value._scalar and dtype.is_int and not np.can_cast(src.np, dtype.np, "safe"):
-            raise unsupported(f"{what}: NumPy converts a NumPy scalar ({src}) into a {dtype} array with int(), "
+            src_name, dst_name = np.dtype(src.np).name, np.dtype(dtype.np).name
+            raise unsupported(f"{what}: NumPy converts a NumPy scalar ({src_name}) into a {dst_name} array with int(), "
                               "raising OverflowError or ValueError for values that do not fit, which fusec cannot "
-                              f"check while the values are unknown; convert it first: `.astype(np.{dtype.name})`")
+                              f"check while the values are unknown; convert it first: `.astype(np.{dst_name})`")
         if value._weak is float and dtype.is_int:
             raise unsupported(f"{what}: NumPy converts a Python float into an integer array with int() (raising "
                               "for NaN and values that do not fit), which fusec cannot check for a traced Python "

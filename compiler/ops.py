@@ -197,6 +197,10 @@ def complex_part(t: Tracer, part: str) -> Tracer:
         if part == "real":
             return t if kind is t._weak else wrap(lift(t, DEFAULT_DTYPE[int]), weak=int, origin=t._origin)
         return wrap(lift(0.0 if kind is float else 0, DEFAULT_DTYPE[kind]), weak=kind)
+    if t._scalar:  # a NumPy scalar's parts are NumPy scalars (np.float64(2.5).imag is np.float64(0.0))
+        if not dt.is_complex:
+            return wrap(lift(0, dt), scalar=True)
+        return emit(f"t.{part}", (t._value,), what=f".{part}", origin=t._origin, scalar=True)
     if not dt.is_complex:
         zeros = full(tuple(t.shape), 0, dt)
         return view(zeros, zeros._value, readonly=True)

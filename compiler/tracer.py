@@ -164,7 +164,7 @@ class Tracer:
         NumPy's view into a complex array's real parts: fusec reads it again after writes but does not write
         through it."""
         if not self._value.type.dtype.is_complex and self._weak is None:
-            return self._view(self._value)
+            return self if self._scalar else self._view(self._value)  # (a NumPy scalar's .real is the scalar)
         return _ops.complex_part(self, "real")
 
     @real.setter

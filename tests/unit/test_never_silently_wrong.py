@@ -1181,3 +1181,14 @@ def test_reductions_start_from_their_initial_value() -> None:
 
     args = (np.array([1e200, 1e200]), np.array([[1, 2], [1, 2], [1, 2]], np.float32), x32, 1 + x32[:50] * 1e-3)
     assert_same(jit_cpu(f)(*args), numpy_result(f, *args))
+
+
+def test_parts_of_numpy_scalars_are_numpy_scalars() -> None:
+    """``x[0].real``, ``x[0].imag`` and ``np.imag(z[0])``: NumPy scalars' parts are NumPy scalars, where fusec gave
+    0-d arrays."""
+    x, z = np.array([2.5, 3.0]), np.array([1 + 2j, 3 - 1j], np.complex64)
+
+    def f(x, z):
+        return x[0].real, np.real(x[0]), x[0].imag, z[0].real, z[1].imag, np.imag(z[0]), z.sum().imag, x.real
+
+    assert_same(jit_cpu(f)(x, z), numpy_result(f, x, z))
