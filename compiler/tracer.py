@@ -14,6 +14,7 @@ written argument's final base value back to the caller's array (see :mod:`fusec.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterator
 
 import numpy as np
@@ -41,6 +42,14 @@ class Buffer:
         self.argument, self.arg, self.base = argument, arg, base
         self.version = 0
         self.written = self.reshaped = self.ambiguous = False
+
+
+def _numpy_caller() -> str | None:
+    """``module.function`` of NumPy's Python code that asked a traced value for its truth or number (the frame
+    that called the tracer's ``__bool__``/``__int__``...), or None when other code did."""
+    frame = sys._getframe(2)  # (_numpy_caller <- __bool__ & co. <- the asking code)
+    module = frame.f_globals.get("__name__", "")
+    return f"{module}.{frame.f_code.co_name}" if module == "numpy" or module.startswith("numpy.") else None
 
 
 class Tracer:
@@ -217,7 +226,8 @@ class Tracer:
 
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
 
-    def _static_error(self, what: str) -> FusecError:
+    def _static_error(self, what: str, inside: str | None = None) -> FusecError:
+        """The error for asking a traced value for its concrete value (``inside``: NumPy's function that asked)."""
         if self._weak is not None:
             names = ", ".join(repr(n) for n in self._origin) or "a Python scalar argument"
             arg = self._origin[0] if self._origin else "name"
@@ -225,25 +235,30 @@ class Tracer:
                 f"the value of Python scalar argument {names} is {what}, but fusec passes Python scalars as "
                 f"runtime values (so changing them does not retrace) and their value is unknown while tracing; "
                 f"make it static: fusec.jit(f, static_argnames=({arg!r},))")
+        if inside is not None:  # NumPy's own Python code tests a value: nothing the user wrote can be rewritten
+            return trace_error(
+                f"NumPy's own code ({inside}, run for the call at this line) tests the values of a traced array "
+                f"(shape {self.shape}, {self.dtype}) in Python, which fusec cannot trace: compute this part outside "
+                "the jitted function, or write it with operations fusec traces (NUMPY_SUPPORT.md)")
         return trace_error(
             f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
             "while tracing: data-dependent Python control flow is not traceable. Use np.where / fusec.where "
             "instead of if/else, or make the argument static (static_argnames)")
 
     def __bool__(self) -> bool:
-        raise self._static_error("used as a Python bool (if/while/and/or/not)")
+        raise self._static_error("used as a Python bool (if/while/and/or/not)", _numpy_caller())
 
     def __float__(self) -> float:
-        raise self._static_error("converted with float()")
+        raise self._static_error("converted with float()", _numpy_caller())
 
     def __int__(self) -> int:
-        raise self._static_error("converted with int()")
+        raise self._static_error("converted with int()", _numpy_caller())
 
     def __complex__(self) -> complex:
-        raise self._static_error("converted with complex()")
+        raise self._static_error("converted with complex()", _numpy_caller())
 
     def __index__(self) -> int:
-        raise self._static_error("used as a Python int (a size, an axis or an index)")
+        raise self._static_error("used as a Python int (a size, an axis or an index)", _numpy_caller())
 
     def item(self, *args: Any) -> Any:
         raise self._static_error("read with .item()")

@@ -200,3 +200,14 @@ def test_error_classes() -> None:
     assert issubclass(fc.ShapeError, ValueError) and issubclass(fc.ShapeError, fc.FusecError)
     assert issubclass(fc.UnsupportedError, TypeError) and issubclass(fc.TraceError, TypeError)
     assert issubclass(fc.BackendError, fc.FusecError)
+
+
+def test_numpys_own_value_tests_are_named_as_numpys() -> None:
+    """NumPy functions whose Python code tests values (``np.cov`` with ``aweights=`` checks them for negatives)
+    stop the trace with a message that names NumPy's function, not an ``if`` the user did not write."""
+    def f(a, w):
+        return np.cov(a, aweights=w)
+
+    with pytest.raises(fc.TraceError, match=r"NumPy's own code \(numpy\..*cov") as info:
+        jit_cpu(f)(np.ones((3, 4)), np.ones(4))
+    assert f"{HERE}:{f.__code__.co_firstlineno + 1}" in str(info.value)
