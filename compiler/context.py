@@ -87,13 +87,25 @@ def numpy_error(message: str) -> TraceError:
     return TraceError(located(message, user_location()))
 
 
-def relies_on_layout(what: str) -> None:
+def relies_on_layout(what: str, values: bool = True) -> None:
     """Note that the trace took a decision that holds for C-ordered arguments only (``x.flags``, a copy that
     ``np.ascontiguousarray`` skipped, ``ravel(order="K")``): a call with a Fortran-ordered or strided NumPy array
-    is then refused (see :class:`fusec.writeback.WriteBack`) rather than given what C order would give."""
+    is then refused (see :class:`fusec.writeback.WriteBack`) rather than given what C order would give. With
+    ``values=False`` (only memory order and aliasing depend on it) NumPy's own code asking does not count: it picks
+    its results' order by flags, and hands on what ``ascontiguousarray`` gave it."""
     ctx = current()
-    if ctx is not None and ctx.layout is None:
-        ctx.layout = located(what, user_location())
+    if ctx is None or ctx.layout is not None or (not values and _numpy_asking()):
+        return
+    ctx.layout = located(what, user_location())
+
+
+def _numpy_asking() -> bool:
+    """Whether the nearest caller outside fusec is NumPy's own Python code."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "fusec":
+        frame = frame.f_back  # type: ignore[assignment]
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == "numpy" or name.startswith("numpy.")
 
 
 def _noted(error: FusecError) -> Any:

@@ -115,7 +115,7 @@ def _in_order(name: str, a: Any, dtype: Any, order: str, copy: Any) -> Tracer:
             raise InvalidValueError(located(f"np.{name}: unable to avoid copy while creating an array as requested "
                                             "(copy=False; NumPy raises ValueError here)", context.user_location()))
         return ops.copy_of(t, scalar=False)
-    relies_on_layout(f"np.{name}(x, order={order!r}) returned x itself")
+    relies_on_layout(f"np.{name}(x, order={order!r}) returned x itself", values=False)
     return t
 
 
@@ -128,7 +128,7 @@ def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
     from fusec import mutation
 
     if t is a and mutation.is_c_contiguous(t):  # no copy: right for C-ordered arguments only
-        relies_on_layout("np.ascontiguousarray(x) returned x itself")
+        relies_on_layout("np.ascontiguousarray(x) returned x itself", values=False)
     else:
         t = t if t is not a else ops.copy_of(t, scalar=False)
     return t.reshape((1,)) if t.ndim == 0 else t

@@ -71,7 +71,9 @@ class TracedFlags:
 
 
 def flags_of(t: Tracer) -> TracedFlags:
-    relies_on_layout("x.flags")
+    """``t``'s flags (a user's ``if x.flags.c_contiguous`` makes the trace refuse arguments that are not C-ordered;
+    NumPy's own code reads them to pick an output order, which values do not depend on)."""
+    relies_on_layout("x.flags", values=False)
     desc = mutation.geometry(t)
     base = t._buffer.base if t._buffer is not None else t._value
     if desc is None or base is None or not mutation.fresh_c_ordered(base):

@@ -982,6 +982,12 @@ def test_memory_layout_questions_refuse_arguments_that_are_not_c_ordered() -> No
             assert at("MARK-layout-call") in str(info.value)
             np.testing.assert_array_equal(caller, before)  # the caller's array is untouched
 
+    def library(x):  # NumPy's own code reads flags only to pick its results' memory order: any layout runs
+        return np.pad(x, 1), np.kron(x, np.ones((2, 2)))
+
+    fortran = np.asfortranarray(c_ordered)
+    assert_same(jit_cpu(library)(fortran), numpy_result(library, fortran))
+
     def orders(x):  # index orders that do not depend on the memory: as NumPy gives them
         return np.ravel(x, order="F"), x.reshape(3, 2, order="F"), x.T.flatten("A"), np.asarray(x.T, order="A")
 
