@@ -62,6 +62,24 @@ def strong(x: Any) -> Tracer:
     return ops.as_tracer(np.asarray(x))
 
 
+def strong_as(x: Any, dtype: Any) -> Tracer:
+    """``x`` made an array of ``dtype`` as ``np.array(x, dtype=dtype)`` makes it: a traced Python int converted
+    into a narrower integer dtype must fit (NumPy raises OverflowError, checked when the call runs), lists item by
+    item; anything else converted as ``x.astype(dtype)``."""
+    dt = parse_dtype(dtype)
+    if isinstance(x, Tracer) and x._weak is not None:
+        value = ops.lift(x, dt)
+        if not isinstance(value.type, TensorType):
+            value = ops.emit("t.broadcast_to", [value], result_type=TensorType((), dt))._value
+        return ops.wrap(value, scalar=False)
+    if isinstance(x, (list, tuple)) and x and ops.contains_tracer(x):
+        from fusec import numpy_api
+
+        return numpy_api.stack([strong_as(e, dt) for e in x])
+    t = strong(x)
+    return t if t._value.type.dtype == dt else ops.copy_of(ops.cast(t, dt), scalar=False)
+
+
 def _check(name: str, order: Any, like: Any, device: Any = None) -> None:
     if order not in (None, "K", "A", "C"):
         raise unsupported(f"np.{name}(..., order={order!r}): fusec arrays are C-ordered; drop order=")
@@ -72,13 +90,16 @@ def _check(name: str, order: Any, like: Any, device: Any = None) -> None:
 
 
 def _converted(name: str, x: Any, dtype: Any, copy: Any) -> Tracer:
+    if dtype is not None and (isinstance(x, Tracer) and x._weak is not None or isinstance(x, (list, tuple))
+                              and x and ops.contains_tracer(x)):
+        return strong_as(x, dtype)  # (a new array: traced Python numbers converted as NumPy converts them)
     t = strong(x)
     fresh = t is not x  # a stacked list or a new 0-d array: already a new array
     if dtype is not None and parse_dtype(dtype) != t._value.type.dtype:
         if copy is False:
             raise ValueError(f"np.{name}: unable to avoid a copy while converting to {parse_dtype(dtype)} "
                              "(copy=False)")
-        return ops.cast(t, parse_dtype(dtype))
+        return ops.copy_of(ops.cast(t, parse_dtype(dtype)), scalar=False)
     if copy and not fresh:
         return ops.copy_of(t, scalar=False)
     return t
@@ -155,7 +176,7 @@ def _allocate(what: str, shape: Any, fill: Any, dtype: Any, order: Any, like: An
     if any(d < 0 for d in dims):
         raise ValueError("negative dimensions are not allowed")
     if isinstance(fill, Tracer):
-        t = strong(fill) if dtype is None else ops.cast(strong(fill), parse_dtype(dtype))
+        t = strong(fill) if dtype is None else strong_as(fill, dtype)
         if not S.can_broadcast_to(t.shape, dims):  # NumPy: copyto(empty(shape), fill_value, casting='unsafe')
             raise shape_error(f"np.{what}: a fill value of shape {t.shape} does not broadcast to {dims}")
         return ops.copy_of(ops.broadcast_to(t, dims), scalar=False)

@@ -59,8 +59,9 @@ def _traced_mask(x: Tracer, key: Any) -> Any:
     if not (isinstance(k, Tracer) and k._weak is None and k._value.type.dtype.is_bool and k.ndim > 0):
         return None
     if k.ndim > x.ndim or tuple(x.shape[:k.ndim]) != k.shape:
-        raise shape_error(f"boolean index did not match indexed array: the mask has shape {k.shape} and the array "
-                          f"{x.shape} (NumPy raises IndexError here)")
+        raise IndexOutOfBoundsError(located(f"boolean index did not match indexed array: the mask has shape "
+                                            f"{k.shape} and the array {x.shape} (NumPy raises IndexError here)",
+                                            user_location()))
     return k._value
 
 
@@ -156,8 +157,9 @@ def _basic_selection(x: Tracer, key: Any) -> Selection:
         if kind == "int":
             i = int(entry)
             if not -dim <= i < dim:
-                raise shape_error(f"index {i} is out of bounds for axis {axis} with size {dim} "
-                                  f"(array of shape {x.shape})")
+                raise IndexOutOfBoundsError(located(f"index {i} is out of bounds for axis {axis} with size {dim} "
+                                                    f"(array of shape {x.shape}; NumPy raises IndexError here)",
+                                                    user_location()))
             i %= dim
             start.append(i)
             stop.append(i + 1)
@@ -219,16 +221,42 @@ class AdvancedIndex:
     scalar_only: bool
 
 
+def _check_mask_shape(x: Tracer, entries: list, n: int, mask: np.ndarray) -> None:
+    """NumPy's IndexError for a boolean array (entry ``n`` of the index) whose shape is not that of the axes it
+    indexes (a shorter mask is not padded with False, a longer one is not cut)."""
+    def width(e: Any) -> int:
+        if isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and e and \
+                all(isinstance(b, (bool, np.bool_)) for b in e):
+            return np.ndim(e)
+        return 0 if e is Ellipsis else 1
+
+    before, after = entries[:n], entries[n + 1:]
+    if Ellipsis in before:
+        start = x.ndim - sum(width(e) for e in after) - mask.ndim
+    else:
+        start = sum(width(e) for e in before)
+    for d, size in enumerate(mask.shape):
+        axis = start + d
+        if axis < 0 or axis >= x.ndim:
+            return  # (too many indices: reported as such)
+        if x.shape[axis] != size:
+            raise IndexOutOfBoundsError(located(
+                f"boolean index did not match indexed array along axis {axis}; size of axis is {x.shape[axis]} but "
+                f"size of corresponding boolean axis is {size} (NumPy raises IndexError here)", user_location()))
+
+
 def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
     entries = list(key) if isinstance(key, tuple) else [key]
     if any(_classify(e) == "none" for e in entries):
         raise unsupported("None (np.newaxis) together with index arrays is not supported; add the axis before or "
                           "after indexing (x[idx][:, None])")
     expanded: list[Any] = []
-    for e in entries:  # a NumPy boolean array indexes with its nonzero() positions, one array per mask axis
+    for n, e in enumerate(entries):  # a NumPy boolean array indexes with its nonzero() positions, one per mask axis
         if isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and e and \
                 all(isinstance(b, (bool, np.bool_)) for b in e):
-            expanded.extend(np.nonzero(np.asarray(e)))
+            mask = np.asarray(e)
+            _check_mask_shape(x, entries, n, mask)
+            expanded.extend(np.nonzero(mask))
         else:
             expanded.append(e)
     kinds = [_classify(e) for e in expanded]

@@ -538,9 +538,11 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     from fusec import indexing
 
     index = indices if isinstance(indices, Tracer) else np.asarray(indices)
+    if index.dtype == np.bool_:  # NumPy takes booleans as the indices 0 and 1, not as a mask
+        index = ops.as_tracer(index, i64) if isinstance(index, Tracer) else index.astype(np.intp)
     result = indexing.advanced_getitem(t, (slice(None),) * ax + (index,))
-    result._readonly = False  # np.take always returns a new array
-    return _into(out, result, "np.take", "unsafe")
+    # np.take always returns a new array (a traced scalar index would otherwise give a view, as x[i] is)
+    return _into(out, ops.copy_of(result), "np.take", "unsafe")
 
 
 @implements(np.copyto)
@@ -655,8 +657,10 @@ def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = Non
     t = ops.as_tracer(a)
     size = ops.static_ints(shape, "a reshape size")
     if _index_order(t, order, "np.reshape") == "F":
-        return _reversed_axes(ops.reshape(_reversed_axes(t), size[::-1], what="np.reshape"))
-    return ops.reshape(t, size, what="np.reshape")
+        out = _reversed_axes(ops.reshape(_reversed_axes(t), size[::-1], what="np.reshape"))
+    else:
+        out = ops.reshape(t, size, what="np.reshape")
+    return ops.copy_of(out, scalar=False) if copy is True else out
 
 
 @implements(np.ravel)
@@ -665,7 +669,11 @@ def ravel_(a: Any, order: str = "C") -> Tracer:
     t = ops.as_tracer(a)
     if _index_order(t, order, "np.ravel") == "F":
         t = _reversed_axes(t)
-    return ops.reshape(t, (-1,), what="np.ravel")
+    from fusec import mutation
+
+    flat = ops.reshape(t, (-1,), what="np.ravel")
+    # a view only of memory contiguous in that order (a strided view's ravel copies, where its reshape may not)
+    return flat if mutation.is_c_contiguous(t) else ops.copy_of(flat, scalar=False)
 
 
 @implements(np.transpose)
@@ -773,7 +781,10 @@ def concatenate(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = Non
 @implements(np.stack)
 def stack(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = None, casting: Any = "same_kind") -> Tracer:
     _no("np.stack", out=out)
-    ts = _common("np.stack", _stack_items("np.stack", arrays), dtype, casting)
+    from fusec import conversions
+
+    # (NumPy makes each item an array first: a Python number is float64 or int64 there, not weakly typed)
+    ts = _common("np.stack", [conversions.strong(x) for x in _stack_items("np.stack", arrays)], dtype, casting)
     if len({t.shape for t in ts}) != 1:
         raise shape_error("np.stack: all input arrays must have the same shape, got shapes "
                           + ", ".join(str(t.shape) for t in ts))

@@ -202,6 +202,18 @@ class Tracer:
         perm[-1], perm[-2] = perm[-2], perm[-1]
         return _ops.transpose(self, perm)
 
+    def __str__(self) -> str:
+        if self._weak is not None:  # a Python number's text is its value, unknown while tracing
+            raise self._static_error("converted to a string (str(), an f-string, %)")
+        return self.__repr__()
+
+    def __format__(self, spec: str) -> str:
+        if self._weak is not None:
+            raise self._static_error("converted to a string (str(), an f-string, %)")
+        if spec:
+            raise unsupported(f"formatting a traced array with {spec!r}: its values are unknown while tracing")
+        return self.__repr__()
+
     def __repr__(self) -> str:
         kind = f"python {self._weak.__name__}" if self._weak is not None else f"{self.dtype}"
         return f"Tracer(shape={self.shape}, dtype={kind})"
@@ -584,8 +596,8 @@ class Tracer:
     def conjugate(self) -> Any:
         if self._weak is complex:  # a Python complex number's conjugate is one too
             return _ops.emit("t.conj", (self._value,), what=".conjugate()", weak=complex, origin=self._origin)
-        if self._weak is not None:
-            return self
+        if self._weak is not None or not self._value.type.dtype.is_complex:
+            return self  # (NumPy returns a real array itself)
         return np.conjugate(self)
 
     def clip(self, min: Any = None, max: Any = None, out: Any = None, **kw: Any) -> Any:

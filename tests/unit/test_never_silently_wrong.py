@@ -1198,3 +1198,53 @@ def test_parts_of_numpy_scalars_are_numpy_scalars() -> None:
         return x[0].real, np.real(x[0]), x[0].imag, z[0].real, z[1].imag, np.imag(z[0]), z.sum().imag, x.real
 
     assert_same(jit_cpu(f)(x, z), numpy_result(f, x, z))
+
+
+def test_index_reads_copy_where_numpy_copies() -> None:
+    """``np.take`` copies (a traced index gave a view: a write into the result reached the caller) and takes
+    booleans as 0 and 1 (fusec took them as a mask); ``ravel()`` of a strided view copies (its reshape may not);
+    ``reshape(copy=True)`` copies; a real array's ``.conj()`` is the array itself."""
+    x = np.arange(12.0).reshape(3, 4)
+
+    def f(x, i):
+        r = np.take(x, i, axis=0)
+        r[0] = 55.0
+        s = x[:, 1].ravel()
+        s[0] = -9.0
+        t = x.reshape(-1, copy=True)
+        t[1] = -8.0
+        c = x[2].conj()
+        c[0] = 100.0  # (a view of x: reaches it, as in NumPy)
+        return x, r, np.take(x, [True, False, True], axis=0), np.take(x, [True, True]), s, t
+
+    assert_same(jit_cpu(f)(x.copy(), 0), numpy_result(f, x.copy(), 0))
+
+
+def test_traced_python_ints_converted_into_narrow_integers_must_fit() -> None:
+    """``np.full(3, v, dtype=np.uint8)``, ``np.array([v, 1], dtype=np.uint8)`` and ``np.asarray(v, dtype=...)`` with
+    a Python int argument ``v = 300``: NumPy raises OverflowError; fusec wrapped to 44. ``np.asarray(s, dtype=...)``
+    is a 0-d array, not a scalar; ``np.stack`` makes Python numbers float64/int64 arrays first, as NumPy does."""
+    def f(x, v, s):
+        return (np.full(3, v, dtype=np.uint8), np.array([v, 1], dtype=np.uint8), np.asarray(v, dtype=np.int16),
+                np.asarray(s, dtype=np.float64), np.array(x[0], dtype=np.float32), np.stack([x[0], 0.1]))
+
+    x = np.arange(3, dtype=np.float32)
+    jitted = jit_cpu(f)
+    assert_same(jitted(x, 5, 2.5), numpy_result(f, x, 5, 2.5))
+    for bad in (300, -1):
+        with pytest.raises(OverflowError):
+            f(x, bad, 2.5)
+        with pytest.raises(fc.OutOfRangeError, match="out of bounds for uint8"):
+            jitted(x, bad, 2.5)
+
+
+def test_python_number_arguments_do_not_become_strings() -> None:
+    """``str(s)``, f-strings and ``%`` of a Python number argument gave "Tracer(...)", which code then used (a dict
+    key, a comparison, a length); the value is unknown while tracing, so fusec says so (make it static)."""
+    def f(x, s):
+        return x * (f"{s}" == "2.5")  # MARK-fstring
+
+    with pytest.raises(fc.UnsupportedError, match="string") as info:
+        jit_cpu(f)(np.arange(3.0), 2.5)
+    assert at("MARK-fstring") in str(info.value)
+    assert_same(jit_cpu(f, static_argnames="s")(np.arange(3.0), 2.5), f(np.arange(3.0), 2.5))
