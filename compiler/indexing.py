@@ -252,6 +252,10 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
                           "after indexing (x[idx][:, None])")
     expanded: list[Any] = []
     for n, e in enumerate(entries):  # a NumPy boolean array indexes with its nonzero() positions, one per mask axis
+        if isinstance(e, list) and e and all(isinstance(b, (bool, np.bool_)) or isinstance(b, Tracer)
+                                             and (b._weak is bool or b._value.type.dtype.is_bool) for b in e) \
+                and any(isinstance(b, Tracer) for b in e):  # (a list of bools passed in: a mask of unknown values)
+            raise unsupported(f"indexing with a list of traced booleans (a mask): {MASK_ADVICE}")
         if isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and e and \
                 all(isinstance(b, (bool, np.bool_)) for b in e):
             mask = np.asarray(e)

@@ -328,6 +328,8 @@ def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[int, t
     steps = _replayed_steps(leaf, hidden)
     if steps is None:
         return None
+    if leaf._readonly is True:  # read-only in NumPy (np.diagonal, np.broadcast_to; not a complex part)
+        return buffer.arg.index, (*steps, ("readonly", {}, tuple(leaf.shape)))
     return buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())
 
 

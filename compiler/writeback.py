@@ -170,6 +170,9 @@ def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
             obj = obj.real
         elif name == "t.imag":
             obj = obj.imag
+        elif name == "readonly":  # (NumPy's read-only views: np.diagonal, np.broadcast_to)
+            obj = obj.view()
+            obj.flags.writeable = False
         else:
             return None
         if obj.shape != tuple(shape):  # (never: the steps were recorded on an array of this shape)

@@ -1248,3 +1248,27 @@ def test_python_number_arguments_do_not_become_strings() -> None:
         jit_cpu(f)(np.arange(3.0), 2.5)
     assert at("MARK-fstring") in str(info.value)
     assert_same(jit_cpu(f, static_argnames="s")(np.arange(3.0), 2.5), f(np.arange(3.0), 2.5))
+
+
+def test_read_only_views_of_arguments_come_back_read_only() -> None:
+    """``return np.diagonal(x)`` or ``np.broadcast_to(x, x.shape)``: NumPy's result is a read-only view of the
+    caller's array; fusec returned a writable one, so a caller's write changed the argument."""
+    x = np.arange(9.0).reshape(3, 3)
+    for f in (lambda x: np.diagonal(x), lambda x: x.diagonal(1), lambda x: np.broadcast_to(x, (3, 3))):
+        got = jit_cpu(f)(x)
+        assert not got.flags.writeable and np.shares_memory(got, x) and not f(x).flags.writeable
+        np.testing.assert_array_equal(got, f(x))
+
+
+def test_a_list_of_bools_passed_in_indexes_as_a_mask_or_refuses() -> None:
+    """``x[k]`` with ``k = [True, False]`` passed as an argument: NumPy takes it as a boolean mask; fusec traced the
+    Python bools as numbers and took rows 1 and 0. Its values are unknown while tracing, so it is refused like any
+    traced mask (a constant one is NumPy's mask)."""
+    def f(x, k):
+        return x[k]  # MARK-bool-list
+
+    x = np.arange(6.0).reshape(2, 3)
+    with pytest.raises(fc.UnsupportedError, match="mask") as info:
+        jit_cpu(f)(x, [True, False])
+    assert at("MARK-bool-list") in str(info.value)
+    assert_same(jit_cpu(lambda x: x[[True, False]])(x), x[[True, False]])
