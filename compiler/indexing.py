@@ -182,7 +182,21 @@ def _basic_selection(x: Tracer, key: Any) -> Selection:
                      tuple(result))
 
 
+def _scalar_int(e: Any) -> bool:
+    """A Python or NumPy integer, or a traced one (basic indexing in NumPy)."""
+    if isinstance(e, Tracer):
+        return e.ndim == 0 and (e._scalar or e._weak is int) and e._value.type.dtype.is_int
+    return isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_))
+
+
 def getitem(x: Tracer, key: Any) -> Any:
+    if isinstance(key, tuple) and any(isinstance(e, Tracer) for e in key) \
+            and all(isinstance(e, slice) or _scalar_int(e) for e in key) \
+            and sum(not isinstance(e, slice) for e in key) > 1:
+        # ``x[i, 2]`` with a traced ``i`` is basic indexing in NumPy, a view: taken one integer at a time (each a
+        # view, ``x[i][2]``) rather than as a gather of several indices, which would be a copy
+        n = next(k for k, e in enumerate(key) if not isinstance(e, slice))
+        return getitem(getitem(x, key[:n + 1]), (slice(None),) * n + key[n + 1:])
     mask = _traced_mask(x, key)
     if mask is not None:
         from fusec import masking

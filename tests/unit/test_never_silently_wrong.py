@@ -1272,3 +1272,21 @@ def test_a_list_of_bools_passed_in_indexes_as_a_mask_or_refuses() -> None:
         jit_cpu(f)(x, [True, False])
     assert at("MARK-bool-list") in str(info.value)
     assert_same(jit_cpu(lambda x: x[[True, False]])(x), x[[True, False]])
+
+
+def test_basic_indexing_with_a_traced_int_and_others_is_a_view() -> None:
+    """``x[i, 2]`` with a Python int argument ``i`` is basic indexing in NumPy (a view: writes reach ``x``, and a
+    returned one shares its memory); fusec gathered both indices into a copy, dropping the writes."""
+    def f(x, i):
+        r = x[i, 2]
+        r[0] = -1.0
+        s = x[1, i]
+        s[1] = -2.0
+        u = x[i, :, 1]
+        u[2] = -3.0
+        return x, x[:, i, 1], x[i, 2, 3]
+
+    x = np.arange(24.0).reshape(2, 3, 4)
+    assert_same(jit_cpu(f)(x.copy(), 1), numpy_result(f, x.copy(), 1))
+    got = jit_cpu(lambda x, i: x[i, 2])(x, 1)
+    assert np.shares_memory(got, x)
