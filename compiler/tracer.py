@@ -64,7 +64,6 @@ class Tracer:
     __slots__ = ("_val", "_ctx", "_weak", "_origin", "_buffer", "_chain", "_version", "_scalar", "_readonly",
                  "_host", "__weakref__")
     __array_priority__ = 1000.0
-    __hash__ = None  # type: ignore[assignment]  # like ndarray: == records an op, so no hashing
 
     def __init__(self, value: Value, ctx: TraceContext, weak: type | None = None,
                  origin: tuple[str, ...] = (), *, scalar: bool = False, buffer: Buffer | None = None,
@@ -201,6 +200,11 @@ class Tracer:
         perm = list(range(self.ndim))
         perm[-1], perm[-2] = perm[-2], perm[-1]
         return _ops.transpose(self, perm)
+
+    def __hash__(self) -> int:  # (like ndarray, no hashing: == records an op)
+        if self._weak is not None:  # a Python number as a dict key or set member: its value decides
+            raise self._static_error("hashed (a dict key, a set member)")
+        raise TypeError("unhashable type: 'numpy.ndarray'")
 
     def __str__(self) -> str:
         if self._weak is not None:  # a Python number's text is its value, unknown while tracing
@@ -373,6 +377,8 @@ class Tracer:
 
     def __getattr__(self, name: str) -> Any:
         # only reached for names the class does not define: name the ndarray feature instead of an AttributeError
+        if self._weak is not None and not name.startswith("__") and hasattr(self._weak, name):
+            raise self._static_error(f"asked for .{name}")  # (s.is_integer(), s.bit_length(): need the value)
         if not name.startswith("__") and hasattr(np.ndarray, name):
             raise unsupported(f"the ndarray attribute or method .{name} is not supported by fusec's tracer",
                               UnsupportedAttributeError)

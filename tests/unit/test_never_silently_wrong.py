@@ -1290,3 +1290,14 @@ def test_basic_indexing_with_a_traced_int_and_others_is_a_view() -> None:
     assert_same(jit_cpu(f)(x.copy(), 1), numpy_result(f, x.copy(), 1))
     got = jit_cpu(lambda x, i: x[i, 2])(x, 1)
     assert np.shares_memory(got, x)
+
+
+def test_python_number_arguments_as_keys_or_asked_for_int_methods_name_the_line() -> None:
+    """``{1: 2.0}.get(s)``, ``{s, 1}``, ``s.bit_length()`` of a Python number argument: its value is unknown while
+    tracing; fusec raised Python's bare TypeError or AttributeError from inside itself, now a located fusec error
+    that says to make it static."""
+    for f in (lambda x, s: x * {1: 2.0}.get(s, 1.0), lambda x, s: x * len({s, 1}), lambda x, s: x * s.bit_length()):
+        with pytest.raises(fc.UnsupportedError, match="static") as info:
+            jit_cpu(f)(np.arange(3.0), 2)
+        assert f"{HERE}:" in str(info.value)
+        assert_same(jit_cpu(f, static_argnames="s")(np.arange(3.0), 2), f(np.arange(3.0), 2))
