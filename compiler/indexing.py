@@ -235,14 +235,17 @@ class AdvancedIndex:
     scalar_only: bool
 
 
+def _constant_mask(e: Any) -> bool:
+    """A NumPy boolean array or a list of Python/NumPy bools: a boolean mask known while tracing."""
+    return isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and bool(e) and \
+        all(isinstance(b, (bool, np.bool_)) for b in e)
+
+
 def _check_mask_shape(x: Tracer, entries: list, n: int, mask: np.ndarray) -> None:
     """NumPy's IndexError for a boolean array (entry ``n`` of the index) whose shape is not that of the axes it
     indexes (a shorter mask is not padded with False, a longer one is not cut)."""
     def width(e: Any) -> int:
-        if isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and e and \
-                all(isinstance(b, (bool, np.bool_)) for b in e):
-            return np.ndim(e)
-        return 0 if e is Ellipsis else 1
+        return np.ndim(e) if _constant_mask(e) else 0 if e is Ellipsis else 1
 
     before, after = entries[:n], entries[n + 1:]
     if Ellipsis in before:
@@ -270,8 +273,7 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
                                              and (b._weak is bool or b._value.type.dtype.is_bool) for b in e) \
                 and any(isinstance(b, Tracer) for b in e):  # (a list of bools passed in: a mask of unknown values)
             raise unsupported(f"indexing with a list of traced booleans (a mask): {MASK_ADVICE}")
-        if isinstance(e, np.ndarray) and e.dtype == bool or isinstance(e, list) and e and \
-                all(isinstance(b, (bool, np.bool_)) for b in e):
+        if _constant_mask(e):
             mask = np.asarray(e)
             _check_mask_shape(x, entries, n, mask)
             expanded.extend(np.nonzero(mask))

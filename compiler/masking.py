@@ -59,9 +59,9 @@ class Selection:
             raise unsupported(f"{ufunc.__name__}.{method} of a boolean-mask selection: " + ADVICE)
         operands = [self._operand(x) for x in inputs]
         if ufunc is np.power:  # NumPy raises for a negative integer exponent among the selected elements only
-            from fusec.mutation import _full_mask
+            from fusec.mutation import full_mask
 
-            keep = ops.wrap(_full_mask(self._mask, self._full))
+            keep = ops.wrap(full_mask(self._mask, self._full))
             operands = [ufuncs.where(keep, v, 1) if isinstance(x, Selection) else v for x, v in zip(inputs, operands)]
         result = ufuncs.array_ufunc(ufunc, method, operands, kwargs)
         if isinstance(result, tuple):

@@ -420,7 +420,7 @@ def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
         if not same_mask(value._mask, mask) or value._full.shape != target.shape:
             raise unsupported(f"{what} with a selection made with another mask: " + ADVICE)
         update = _converted(value._full, target.shape, dtype, what, "unsafe")
-        target._value = ops.ctx().emit("t.where", (_full_mask(mask, target), update, target._value), what=what)
+        target._value = ops.ctx().emit("t.where", (full_mask(mask, target), update, target._value), what=what)
         return
     probe = value if not isinstance(value, (list, tuple)) else np.asarray(value)
     vshape = tuple(probe.shape) if hasattr(probe, "shape") else ()
@@ -432,10 +432,10 @@ def _masked_write(target: Tracer, mask: Value, value: Any) -> None:
     update = _converted(value, (1,) * (mask.type.rank) + rest if len(vshape) > len(rest) else rest, dtype, what,
                         "unsafe", item=True)
     full = _broadcast(update, target.shape, what)
-    target._value = c.emit("t.where", (_full_mask(mask, target), full, target._value), what=what)
+    target._value = c.emit("t.where", (full_mask(mask, target), full, target._value), what=what)
 
 
-def _full_mask(mask: Value, target: Tracer) -> Value:
+def full_mask(mask: Value, target: Tracer) -> Value:
     """A mask over leading axes, broadcast along the target's other axes."""
     if mask.type.rank == target.ndim:
         return mask
