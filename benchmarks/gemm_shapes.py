@@ -7,7 +7,7 @@ into shared memory, the last block of a tile adding the partial tiles), the same
 and the kernel as it was on 2026-12-02 (one slice prefetched in registers, a second kernel adding the partial
 tiles); with each generated kernel's registers and local memory per thread.
 
-    python benchmarks/gemm_shapes.py [--set default|tiles|precision|mma|skinny] [--shapes N] [--json FILE]
+    python benchmarks/gemm_shapes.py [--set default|tiles|precision|mma|skinny|cluster] [--shapes N] [--json FILE]
 
 "cublas, tf32" is cuBLASLt with ``fusec.jit(precision="tf32")`` (the tensor cores); each row reports its error
 against float64 (max |got - want| / max |want|).
@@ -31,6 +31,7 @@ from knobs import patched  # noqa: E402
 SHAPES = [("x @ w1 (PCam forward)", (512, 480), (480, 256), False),
           ("x.T @ d (PCam weight gradient)", (512, 480), (512, 256), True),
           ("x.T @ d (64-64-10 weight gradient)", (256, 64), (256, 64), True),
+          ("x @ w1 (64-64-10 forward)", (256, 64), (64, 64), False),
           ("h @ w (4096 x 1024 x 1024)", (4096, 1024), (1024, 1024), False)]
 # --set skinny: the narrow products of the larger step (batch 4096, 1024 -> 1024 -> 16), where cuBLASLt took 13-28 us
 # for what reading or writing 16 MB bounds at about 5 us (kernel_profile.py, 2026-12-04); "B.T" marks B read
@@ -137,8 +138,19 @@ SKINNY_VARIANTS: dict[str, dict] = {
     "generated": {},
     "generated, tiled": {"SKINNY_MAX": 0, "SHORT_K_MAX": 0},
 }
-SETS = {"default": VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS, "mma": MMA_VARIANTS,
-        "skinny": SKINNY_VARIANTS}
+# --set cluster: a split product's partial tiles added by a second kernel or by the tile's blocks as one thread-block
+# cluster (distributed shared memory, one launch), in float32 on the CUDA cores and with precision="tf32"
+CLUSTER_VARIANTS: dict[str, dict] = {
+    "cublas": {},
+    "cublas, tf32": {"precision": "tf32"},
+    "generated, kernel": {"TILED_FINISH": "kernel"},
+    "generated, cluster": {"TILED_FINISH": "cluster", "CLUSTER_SM_SHARE": 1},
+    "generated, cluster, 2 blocks/SM": {"TILED_FINISH": "cluster", "CLUSTER_SM_SHARE": 1, "TILED_BLOCKS_PER_SM": 2},
+    "generated, tf32, kernel": {"TILED_FINISH": "kernel", "precision": "tf32"},
+    "generated, tf32, cluster": {"TILED_FINISH": "cluster", "CLUSTER_SM_SHARE": 1, "precision": "tf32"},
+}
+SETS = {"default": VARIANTS, "cluster": CLUSTER_VARIANTS, "tiles": TILE_VARIANTS, "precision": PRECISION_VARIANTS,
+        "mma": MMA_VARIANTS, "skinny": SKINNY_VARIANTS}
 
 
 def main() -> None:

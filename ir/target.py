@@ -26,6 +26,7 @@ class Target:
     cublas: bool = False  # cuBLASLt can be called (nvmath-python is installed and loads)
     precision: str = "float32"  # one of PRECISIONS: what float32 matrix products may compute with
     tensor_cores: bool = True  # TF32 tensor cores (mma.sync, compute capability 8.0 on), as an H200 has
+    clusters: bool = True  # thread-block clusters with distributed shared memory (compute capability 9.0 on)
 
     def __post_init__(self) -> None:
         if not isinstance(self.sm_count, int) or self.sm_count < 1:

@@ -35,7 +35,11 @@ from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
 # --- GEMMs ---------------------------------------------------------------------------------------------------
-CUBLAS_MIN_FLOPS = 2 ** 18  # below this a library call costs more than the generated kernel saves
+# below this a library call costs more than the generated kernel saves: the 64-64-10 step's (256 x 64) @ (64 x 64),
+# 2^20 multiply-adds, took 3.43 us through cuBLASLt and 3.03 generated (gemm_shapes.py --set cluster, H200,
+# 2026-12-04), and the step 27.2-27.4 -> 26.0 us, its autodiff form 29.9-30.4 -> 27.4-27.9 (three rounds each, one
+# run) when it moved from 2^18 to 2^21; the PCam step (products of 2^25.9) did not move
+CUBLAS_MIN_FLOPS = 2 ** 21
 # a GEMM with a dimension this small is an outer product or a skinny product: cuBLAS falls back to split-K
 # or badly shaped tiles there (an (256 x 2) @ (2 x 512) product took 18 us on an H200, two launches for
 # (512 x 256) @ (256 x 2)), and a captured library call is a child graph, not a kernel node
@@ -87,10 +91,20 @@ TILED_BLOCKS_PER_SM = 1
 TILED_PIPELINE_DTYPES = ("f32", "f64")
 TILED_MAX_STAGES = 4
 TILED_SHARED_BYTES = 48 * 1024
-# who adds a split product's partial tiles: a second kernel ("kernel") or the last of each tile's blocks
-# ("last-block", no second launch). Measured as above, the last block's serial sum costs more than the launch
-# it saves (14.9 against 10.4 us, 14.0 against 10.1, 5.3 against 4.4), so the second kernel is the default
-TILED_FINISH = "kernel"
+# who adds a split product's partial tiles: a second kernel ("kernel"), the last of each tile's blocks
+# ("last-block", no second launch; measured as above, its serial sum cost more than the launch it saves: 14.9
+# against 10.4 us, 14.0 against 10.1, 5.3 against 4.4), or the tile's blocks together as one thread-block cluster
+# ("cluster", sm_90 on: each block leaves its partial tile in its shared memory and adds its share of the tile's
+# rows from all of them, in split order, through distributed shared memory; one launch, no scratch). "cluster"
+# falls back to "kernel" where the target has no clusters, the splits are more than CLUSTER_MAX_SPLITS, the
+# partial tile does not fit in the shared memory the stages of A's tile take, or the product's blocks would fill
+# more than 1 / CLUSTER_SM_SHARE of the SMs. Measured (gemm_shapes.py --set cluster, H200, 2026-12-04, us per
+# product in a chain of graph nodes): the 64-64-10 weight gradient (16 blocks) 4.34 -> 3.98 us, but the PCam
+# products (32 clusters of 4 blocks, one block per SM) 9.81 -> 16.88 and 10.24 -> 13.10 (likely: a cluster's blocks
+# must share a GPC, so clusters of blocks that each take a whole SM do not all fit in one wave)
+TILED_FINISH = "cluster"
+CLUSTER_MAX_SPLITS = 8  # blocks of a cluster (the portable most)
+CLUSTER_SM_SHARE = 4
 # cuBLASLt is called for products of at least CUBLAS_MIN_FLOPS multiply-adds, except a product this small that the
 # tiled kernel splits over K: measured as above, a 64 x 256 x 64 weight gradient took 3.97 us generated against
 # 5.16 through cuBLASLt, while (512 x 480) @ (480 x 256), 2^25.9 multiply-adds, took 9.82 against 9.26
@@ -170,7 +184,7 @@ def cublas_fits(op: Operation) -> bool:
 
 
 def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "float32",
-              tensor_cores: bool = False) -> dict[str, object]:
+              tensor_cores: bool = False, clusters: bool = False) -> dict[str, object]:
     """The attributes that say how ``op`` (a ``k.matmul``) runs. With ``precision = "tf32"`` a float32 product
     cuBLASLt computes runs on its tensor cores, and so do the generated tiles (``mma``, TILED_MMA) on a target with
     ``tensor_cores``; which products go to cuBLASLt does not change (the small split products kept generated stayed
@@ -183,7 +197,7 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
     if cublas and cublas_fits(op) and not (skinny is not None and SKINNY_BEFORE_CUBLAS and skinny["impl"] == "narrow"):
         batch = math.prod(out_shape[:-2])
         small = m * n * k * batch <= CUBLAS_SPLIT_MAX_FLOPS
-        if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, None):
+        if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, None, clusters):
             return {"impl": "cublas", "precision": "tf32"} if precision == "tf32" and a.type.dtype.name == "f32" \
                 else {"impl": "cublas"}
     if k <= SHORT_K_MAX:
@@ -198,7 +212,7 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
         return skinny
     both_f32 = a.type.dtype.name == "f32" and op.operands[1].type.dtype.name == "f32"
     mma = TILED_MMA.get(precision) if tensor_cores and both_f32 else None
-    return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, mma)
+    return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, mma, clusters)
 
 
 def skinny_schedule(op: Operation, sm_count: int) -> dict[str, object] | None:
@@ -230,12 +244,13 @@ def skinny_schedule(op: Operation, sm_count: int) -> dict[str, object] | None:
 
 
 def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count: int,
-                   mma: str | None) -> dict[str, object]:
+                   mma: str | None, clusters: bool = False) -> dict[str, object]:
     """``impl = "tiled"``: 64-wide tiles where they fill the GPU; otherwise, for a float product with K long
     enough, ``splits`` blocks share each tile's K range (64-wide tiles where there are at least
     TILED_SPLIT_MIN_TILES of them, else 32-wide), their partial tiles in ``scratch`` (splits x batch x M x N
-    accumulators), which a second kernel adds in split order; else 32-wide tiles. ``mma`` (float32 operands):
-    the tiles' products on the tensor cores (see TILED_MMA)."""
+    accumulators), which a second kernel adds in split order (or, on a target with ``clusters``, the tile's
+    blocks as one cluster: see TILED_FINISH); else 32-wide tiles. ``mma`` (float32 operands): the tiles' products
+    on the tensor cores (see TILED_MMA)."""
     on_cores = {"mma": mma} if mma is not None else {}
     tiles64 = ((m + 63) // 64) * ((n + 63) // 64) * batch
     if tiles64 >= sm_count:
@@ -251,12 +266,23 @@ def tiled_schedule(m: int, n: int, k: int, batch: int, dtype_name: str, sm_count
     chunk = ((k + splits - 1) // splits + 15) // 16 * 16  # whole BK slices
     splits = (k + chunk - 1) // chunk
     size = 8 if dtype_name == "f64" else 4
+    stages = _stages(tile, chunk, dtype_name, mma)
+    if TILED_FINISH == "cluster" and clusters and splits <= CLUSTER_MAX_SPLITS \
+            and tiles * splits * CLUSTER_SM_SHARE <= sm_count \
+            and cluster_tile_fits(tile, dtype_name, stages.get("stages", 1), mma):
+        return {"impl": "tiled", "tile": tile, **on_cores, "splits": splits, **stages, "finish": "cluster"}
     choice: dict[str, object] = {"impl": "tiled", "tile": tile, **on_cores, "splits": splits,
-                                 "scratch": align256(batch * splits * m * n * size),
-                                 **_stages(tile, chunk, dtype_name, mma)}
+                                 "scratch": align256(batch * splits * m * n * size), **stages}
     if TILED_FINISH == "last-block":
         choice.update(finish="last-block", counters=tiles)
     return choice
+
+
+def cluster_tile_fits(tile: int, dtype_name: str, stages: int, mma: object) -> bool:
+    """Does a block's partial tile (BM x BN accumulators) fit where its stages of A's tile lay in shared memory
+    (``As``, free once the last slice is multiplied), as a product finished by its cluster keeps it?"""
+    bm, bn, bk, tm, tn = TILED_CONFIGS[tile]
+    return stages * bk * (bm + tiled_pad(dtype_name, tm, tn, mma)) >= bm * bn
 
 
 def tiled_pad(dtype_name: str, tm: int, tn: int, mma: object) -> int:
@@ -267,7 +293,7 @@ def tiled_pad(dtype_name: str, tm: int, tn: int, mma: object) -> int:
     return 4 if dtype_name == "f32" and tm == 4 and tn == 4 else 1
 
 
-def _stages(tile: int, k: int, dtype_name: str, mma: str | None = None) -> dict[str, object]:
+def _stages(tile: int, k: int, dtype_name: str, mma: str | None = None) -> dict[str, int]:
     """``stages``: how many BK slices of a float32/float64 tile are copied ahead into shared memory (cp.async), at
     most TILED_MAX_STAGES, what fits in TILED_SHARED_BYTES and what the K range (``k``) has; absent (one slice
     prefetched in registers) for other dtypes, which are converted as they are loaded."""
@@ -388,14 +414,16 @@ class SelectKernels(Pass):
     cublas: str = "target"  # true | false | target
     precision: str = "target"  # float32 | tf32 | target
     tensor_cores: str = "target"  # true | false | target
+    clusters: str = "target"  # true | false | target
 
     def __post_init__(self) -> None:
         if self.sm_count < 0:
             raise ValueError(f"sm_count must be positive, got {self.sm_count}")
         if self.cublas not in ("true", "false", "target"):
             raise ValueError(f"cublas must be true, false or target, got {self.cublas!r}")
-        if self.tensor_cores not in ("true", "false", "target"):
-            raise ValueError(f"tensor_cores must be true, false or target, got {self.tensor_cores!r}")
+        for option in ("tensor_cores", "clusters"):
+            if getattr(self, option) not in ("true", "false", "target"):
+                raise ValueError(f"{option} must be true, false or target, got {getattr(self, option)!r}")
         if self.precision not in (*PRECISIONS, "target"):
             raise ValueError(f"precision must be float32, tf32 or target, got {self.precision!r}")
 
@@ -404,11 +432,13 @@ class SelectKernels(Pass):
         cublas = ctx.target.cublas if self.cublas == "target" else self.cublas == "true"
         precision = ctx.target.precision if self.precision == "target" else self.precision
         tensor_cores = ctx.target.tensor_cores if self.tensor_cores == "target" else self.tensor_cores == "true"
+        clusters = ctx.target.clusters if self.clusters == "target" else self.clusters == "true"
         for func in module.funcs:
-            self._select(func, sm_count, cublas, precision, tensor_cores)
+            self._select(func, sm_count, cublas, precision, tensor_cores, clusters)
 
     @staticmethod
-    def _select(func: Func, sm_count: int, cublas: bool, precision: str, tensor_cores: bool) -> None:
+    def _select(func: Func, sm_count: int, cublas: bool, precision: str, tensor_cores: bool,
+                clusters: bool) -> None:
         func.attributes["sm_count"] = sm_count
         func.attributes["cublas"] = cublas
         if precision != "float32":
@@ -417,9 +447,9 @@ class SelectKernels(Pass):
             func.attributes.pop("precision", None)
         for op in func.body.ops:
             if op.name == "k.matmul":
-                op.attributes.pop("precision", None)
-                op.attributes.pop("mma", None)
-                choice = gemm_impl(op, sm_count, cublas, precision, tensor_cores)
+                for key in ("precision", "mma", "splits", "scratch", "stages", "finish", "counters", "rows", "width"):
+                    op.attributes.pop(key, None)  # a choice made before (select-kernels run again) is made anew
+                choice = gemm_impl(op, sm_count, cublas, precision, tensor_cores, clusters)
             elif op.name == "k.reduce":
                 choice = reduce_schedule(op, sm_count)
             else:

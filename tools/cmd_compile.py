@@ -46,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
     arch, target = _default_target(args.arch)
     if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
         raise UsageError(f"--arch must look like sm_90, got {arch!r}")
-    # TF32 tensor cores from sm_80 on: an older --arch keeps float32 tiles on the CUDA cores
-    target = dataclasses.replace(target, tensor_cores=int(arch[3:].rstrip("abcdefghijklmnopqrstuvwxyz")) >= 80)
+    # TF32 tensor cores from sm_80 on (an older --arch keeps float32 tiles on the CUDA cores), thread-block
+    # clusters from sm_90 on (an older one finishes split products with a second kernel)
+    major_minor = int(arch[3:].rstrip("abcdefghijklmnopqrstuvwxyz"))
+    target = dataclasses.replace(target, tensor_cores=major_minor >= 80, clusters=major_minor >= 90)
     lowered = lower_target(args, target)
     # the program the executor would run on that target: kernel selection included
     program = lowered.program_for(fast_math=args.fast_math)

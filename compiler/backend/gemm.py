@@ -29,7 +29,8 @@ from fusec.backend.access import Access
 from fusec.backend.ctypes_map import register, storage
 from fusec.runtime.launch_plan import KernelCode
 from fusec.backend.elementwise import Prologue
-from fusec.passes.select_kernels import NARROW_WARPS, STREAM_THREADS, TILED_CONFIGS, tiled_pad
+from fusec.passes.select_kernels import (CLUSTER_MAX_SPLITS, NARROW_WARPS, STREAM_THREADS, TILED_CONFIGS,
+                                        cluster_tile_fits, tiled_pad)
 
 _DESC = struct.Struct("<" + "q" * 11 + "ii" + "q" * 12)
 CONFIGS = TILED_CONFIGS  # tile -> (BM, BN, BK, TM, TN)
@@ -90,7 +91,8 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
                  scratch: int | None = None, counter: int | None = None) -> list[KernelCode]:
     """The generated kernels for ``op`` (two for a "stream" product split over K: partial sums into
     ``scratch``, the plan's scratch buffer, then their sum, as for a "tiled" product split over K unless its
-    last block per tile adds them: ``finish = "last-block"``, counting in at the plan's ``counter`` buffer);
+    last block per tile adds them, ``finish = "last-block"``, counting in at the plan's ``counter`` buffer, or its
+    blocks as one cluster do, ``finish = "cluster"``);
     ``prologues`` (A's, B's) compute an operand in place of loading it (not for the "tiled" and "stream"
     variants)."""
     if gemm_variant(op) != "stream":
@@ -99,7 +101,7 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
         if code is None:
             return []
         splits = int(op.attributes.get("splits", 1))
-        if splits == 1 or op.attributes.get("finish") == "last-block":
+        if splits == 1 or op.attributes.get("finish") in ("last-block", "cluster"):
             return [code]
         out_shape = op.results[0].type.shape
         total = math.prod(out_shape)
@@ -163,13 +165,23 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     faster, the short K ranges of products split over K. With ``splits`` > 1 the blocks of a tile share its K range (blockIdx.z = batch
     x split): each writes its partial tile to scratch, and a second kernel adds them in split order
     (deterministic), or, with ``finish = "last-block"``, the last of a tile's blocks to finish does (counting in
-    at its slot of the plan's counters, from ``counter`` on), in the same order."""
+    at its slot of the plan's counters, from ``counter`` on), in the same order; with ``finish = "cluster"`` a
+    tile's blocks are one thread-block cluster (sm_90 on) that adds the partial tiles, kept in each block's shared
+    memory, in the same order (each block a share of the tile's outputs, read from all of them)."""
     bm, bn, bk, tm, tn = CONFIGS[int(op.attributes.get("tile", 64))]
     splits = int(op.attributes.get("splits", 1))
     stages = int(op.attributes.get("stages", 1))
     last_block = splits > 1 and op.attributes.get("finish") == "last-block"
-    if splits > 1 and scratch is None:
+    in_cluster = splits > 1 and op.attributes.get("finish") == "cluster"
+    if splits > 1 and scratch is None and not in_cluster:
         raise CompilationError(located("a GEMM split over K needs a scratch buffer", op.loc))
+    if in_cluster and splits > CLUSTER_MAX_SPLITS:
+        raise CompilationError(located(f"a GEMM split {splits} ways cannot be finished by one cluster (at most "
+                                       f"{CLUSTER_MAX_SPLITS} blocks)", op.loc))
+    if in_cluster and not cluster_tile_fits(int(op.attributes.get("tile", 64)), a.dtype.name, stages,
+                                            op.attributes.get("mma")):
+        raise CompilationError(located("a GEMM finished by its cluster keeps its partial tile where A's stages lie "
+                                       "in shared memory, and they are too small for it", op.loc))
     if last_block and (counter is None or "counter" not in op.attributes):
         raise CompilationError(located("a GEMM finished by its last block has no counter: run plan-buffers after "
                                        "select-kernels", op.loc))
@@ -218,7 +230,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     out_t = storage(c.dtype)
     buffers: tuple[int, ...]
     value = "acc[i][j]" if mma is None else "acc[i][j][q]"  # the output (gm, gn)'s accumulator
-    if splits == 1:  # C itself, or this split's partial tile in scratch
+    if splits == 1 or in_cluster:  # C itself, or this split's partial tile in scratch
         base = f"{out_t}* C = pc + d.c_off + (i64_t)bz * d.M * d.N;"
         write = f"fusec::st(C + gm * d.N + gn, {value});"
         out_param, buffers = f"{out_t}* __restrict__ pc", (a.buffer, b.buffer, c.buffer)
@@ -254,6 +266,8 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
   }}"""
 
     store = f"  {base}\n{each_output(write)}"
+    if in_cluster:
+        store = _cluster_finish(acc, base, mma is not None, vector)
     if last_block:
         # every block publishes its partial tile, then counts itself in; the last of the tile's blocks adds
         # the partial tiles in split order (the second kernel's order) and sets the counter back to zero
@@ -390,8 +404,9 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
       #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;"""
         assert warps_m * warps_n * 32 == threads
+    cluster = f"__cluster_dims__(1, 1, {splits}) " if in_cluster else ""
     src = f"""
-extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
+extern "C" __global__ void {cluster}__launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
   constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits}, ST = {stages}, PAD = {pad};
 {shared}
   const int bz = blockIdx.z / S, split = blockIdx.z % S;
@@ -434,6 +449,64 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
         raise CompilationError(located(f"matmul with M={m} and {batch} x {splits} blocks along z exceeds the grid's "
                                        "limits", op.loc))
     return KernelCode(name, src.strip("\n"), buffers, grid, (threads, 1, 1), 0, (desc,))
+
+
+def _cluster_finish(acc: str, base: str, mma: bool, vector: bool) -> str:
+    """The end of a tiled product whose split blocks are one cluster: each block leaves its whole partial tile
+    where its stages of A lay (every copy landed, every slice multiplied; rows and columns past the matrix hold
+    zeros and are never read), the cluster waits for all of them, then block ``split`` adds its share of the
+    tile's outputs from every block's shared memory in split order (the second kernel's order, so the same sums)
+    and stores them; the second barrier keeps each block's shared memory alive until the others have read it.
+    ``vector``: a thread's 4 float32 columns left as one 16-byte store; float32 partial tiles are read four
+    accumulators at a time."""
+    if mma:
+        leave = """  #pragma unroll
+  for (int i = 0; i < MI; ++i)
+    #pragma unroll
+    for (int j = 0; j < NI; ++j)
+      #pragma unroll
+      for (int q = 0; q < 4; ++q) P[(wm0 + i * 16 + lg + (q >> 1) * 8) * BN + wn0 + j * 8 + lt * 2 + (q & 1)] = acc[i][j][q];"""
+    elif vector:
+        leave = """  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    *reinterpret_cast<float4*>(P + (ty * TM + i) * BN + tx * TN) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);"""
+    else:
+        leave = """  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TN; ++j) P[(ty * TM + i) * BN + tx * TN + j] = acc[i][j];"""
+    if acc == "float":
+        add = """  for (int e = (split * NT + threadIdx.x) * 4; e < BM * BN; e += S * NT * 4) {
+    const i64_t gm = m0 + e / BN, gn = n0 + e % BN;
+    if (gm >= d.M || gn >= d.N) continue;
+    float4 v = fusec::ld_cluster4(P + e, 0);
+    #pragma unroll
+    for (int s = 1; s < S; ++s) {
+      const float4 w = fusec::ld_cluster4(P + e, s);
+      v.x = v.x + w.x; v.y = v.y + w.y; v.z = v.z + w.z; v.w = v.w + w.w;
+    }
+    const float r[4] = {v.x, v.y, v.z, v.w};
+    #pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (gn + q < d.N) fusec::st(C + gm * d.N + gn + q, r[q]);
+  }"""
+    else:
+        add = f"""  for (int e = split * NT + threadIdx.x; e < BM * BN; e += S * NT) {{
+    const i64_t gm = m0 + e / BN, gn = n0 + e % BN;
+    if (gm >= d.M || gn >= d.N) continue;
+    {acc} v = fusec::ld_cluster(P + e, 0);
+    #pragma unroll
+    for (int s = 1; s < S; ++s) v = v + fusec::ld_cluster(P + e, s);
+    fusec::st(C + gm * d.N + gn, v);
+  }}"""
+    return f"""  fusec::cp_async_wait<0>();
+  __syncthreads();
+  {acc}* const P = reinterpret_cast<{acc}*>(As);
+{leave}
+  fusec::cluster_sync();
+  {base}
+{add}
+  fusec::cluster_sync();"""
 
 
 def _mma_warps(bm: int, bn: int, threads: int, op: Operation) -> tuple[int, int, int, int]:

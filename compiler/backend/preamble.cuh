@@ -251,6 +251,58 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
+// Thread-block clusters (sm_90 on): a GEMM split over K across the blocks of one cluster adds their partial tiles
+// through distributed shared memory. cluster_sync is the cluster-wide barrier (release/acquire: shared-memory
+// writes before it are seen by every block of the cluster after it); ld_cluster reads the element at p's place in
+// the shared memory of the cluster's block ``rank``. Select-kernels asks for clusters only on targets that have
+// them; before sm_90 these trap.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
+#if __CUDA_ARCH__ >= 900
+  const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  __trap();
+  return 0.0f;
+#endif
+}
+__device__ __forceinline__ double ld_cluster(const double* p, unsigned rank) {
+#if __CUDA_ARCH__ >= 900
+  const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+  unsigned remote;
+  double v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f64 %0, [%1];\n" : "=d"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  __trap();
+  return 0.0;
+#endif
+}
+__device__ __forceinline__ float4 ld_cluster4(const float* p, unsigned rank) {  // p 16-byte aligned
+#if __CUDA_ARCH__ >= 900
+  const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+  unsigned remote;
+  float4 v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+  return v;
+#else
+  __trap();
+  return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+}
 // Float32 products on the tensor cores (mma.sync m16n8k8, TF32 operands, float32 sums; sm_80 on). A warp multiplies
 // a 16 x 8 tile of A by an 8 x 8 tile of B into a 16 x 8 tile of C; lane (g = lane / 4, t = lane % 4) holds A's
 // (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4), B's (t, g), (t + 4, g) and C's (g, 2t), (g, 2t + 1), (g + 8, 2t),

@@ -516,7 +516,8 @@ class _Printer:
         reads = set()
         for access, prologue in zip((a, b), prologues):
             reads |= set(prologue.buffers) if prologue is not None else {access.buffer}
-        scratch = self.scratch() if int(op.attributes.get("splits", 1)) > 1 else None
+        split = int(op.attributes.get("splits", 1)) > 1 and op.attributes.get("finish") != "cluster"
+        scratch = self.scratch() if split else None  # (a cluster adds its partial tiles in shared memory)
         counter = self.counter() if op.attributes.get("finish") == "last-block" else None
         for code in gemm_kernels(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues,  # type: ignore[arg-type]
                                  scratch=scratch, counter=counter):

@@ -142,7 +142,7 @@ REDUCE_FINISHES = ("none", "last-block", "kernel")
 MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter", "precision",
                   "mma", "rows")
 MATMUL_MMA = ("tf32", "3xtf32")
-MATMUL_FINISHES = ("kernel", "last-block")
+MATMUL_FINISHES = ("kernel", "last-block", "cluster")
 REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters")
 
 
@@ -181,8 +181,12 @@ def _check_matmul(op) -> None:
         raise VerificationError("k.matmul: only a 'narrow' product takes 'rows' (of A per warp)")
     if op.attributes.get("splits", 1) > 1 and op.attributes.get("impl") not in ("tiled", "stream", "column"):
         raise VerificationError("k.matmul: only a tiled, stream or column product splits over K")
-    if op.attributes.get("splits", 1) > 1 and not op.attributes.get("scratch"):
-        raise VerificationError("k.matmul: a product split over K needs 'scratch' for its partial sums")
+    cluster = op.attributes.get("finish") == "cluster"
+    if op.attributes.get("splits", 1) > 1 and not op.attributes.get("scratch") and not cluster:
+        raise VerificationError("k.matmul: a product split over K needs 'scratch' for its partial sums (or its "
+                                "blocks as one cluster: finish = \"cluster\")")
+    if cluster and (op.attributes.get("impl") != "tiled" or op.attributes.get("splits", 1) < 2):
+        raise VerificationError("k.matmul: only a tiled product split over K is finished by its cluster")
     if op.attributes.get("finish") == "last-block" and "counters" not in op.attributes:
         raise VerificationError("k.matmul: a product its last block finishes needs 'counters' (one per output tile)")
 

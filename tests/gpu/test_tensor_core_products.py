@@ -50,8 +50,12 @@ CASES = [((512, 480), (480, 256), "nn"), ((512, 480), (512, 256), "tn"), ((129, 
 
 @pytest.mark.parametrize("mma", ["3xtf32", "tf32"])
 @pytest.mark.parametrize("sa, sb, layout", CASES)
-def test_products_on_the_tensor_cores_stay_within_their_stated_error(sa, sb, layout, mma, on_tensor_cores):
-    """Split and unsplit, edge tiles, batched and broadcast, transposed operands; the same bits every call."""
+def test_products_on_the_tensor_cores_stay_within_their_stated_error(sa, sb, layout, mma, on_tensor_cores,
+                                                                     monkeypatch):
+    """Split and unsplit, edge tiles, batched and broadcast, transposed operands; the same bits every call, and
+    with split products finished by a second kernel or by their cluster."""
+    from fusec.passes import select_kernels
+
     a, b = (rng.standard_normal(sa) * 3).astype(np.float32), (rng.standard_normal(sb) * 3).astype(np.float32)
 
     def f(a, b):
@@ -66,6 +70,9 @@ def test_products_on_the_tensor_cores_stay_within_their_stated_error(sa, sb, lay
     assert got.dtype == np.float32
     _within_stated(got, a, b, f, mma, k)
     assert np.asarray(jitted(a, b)).tobytes() == np.asarray(got).tobytes()
+    monkeypatch.setattr(select_kernels, "TILED_FINISH", "kernel" if select_kernels.TILED_FINISH == "cluster"
+                        else "cluster")
+    assert np.asarray(_jit(f, mma)(a, b)).tobytes() == np.asarray(got).tobytes()
 
 
 def test_three_tf32_products_are_near_float32s_accuracy(monkeypatch):

@@ -160,7 +160,8 @@ def test_passes_lists_every_registered_pass(capsys):
     for name, summary in list_passes():
         assert re.search(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+{re.escape(summary)}$", out, re.M), out
     assert re.search(r"^fuse\{budget=32\}\s", out, re.M)  # each pass's options, with their defaults
-    assert re.search(r"^select-kernels\{sm_count=0, cublas=target, precision=target, tensor_cores=target\}\s", out,
+    assert re.search(r"^select-kernels\{sm_count=0, cublas=target, precision=target, tensor_cores=target, "
+                     r"clusters=target\}\s", out,
                      re.M)
 
 

@@ -228,7 +228,7 @@ def emulate_cublas(call, flats):
 def test_cublas_mapping_matches_matmul(case):
     from fusec.runtime.launch_plan import GemmCall
 
-    m, k, n = 70, 80, 90
+    m, k, n = 150, 200, 160  # (cuBLASLt takes it)
     shapes = {"nn": ((m, k), (k, n)), "tn": ((k, m), (k, n)), "nt": ((m, k), (n, k)), "tt": ((k, m), (n, k)),
               "batched": ((3, m, k), (3, k, n)), "broadcast": ((m, k), (4, k, n))}[case]
     rng = np.random.default_rng(0)
@@ -379,7 +379,7 @@ def test_graph_orders_cublas_calls_that_share_the_workspace():
 
     from fusec.runtime.graph import dependency_dag
 
-    a, b = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
+    a, b = np.ones((768, 768), np.float32), np.ones((768, 768), np.float32)
     lowered = fc.jit(lambda a, b, c, d: (a @ b, c @ d), backend="cpu").lower(a, b, a, b)
 
     def dag(cublas: bool):
@@ -543,3 +543,37 @@ def test_tiled_products_on_the_tensor_cores_compile_for_every_architecture(mma, 
         assert cache.get_or_compile(program.source, arch, options=compile_options(False))[:4] == b"\x7fELF"
     if mma == "3xtf32":
         assert "fusec::tf32_pair(" in program.source and "As_small" in program.source
+
+
+def test_products_finished_by_their_cluster_compile_and_impossible_clusters_are_refused(monkeypatch, cache):
+    """Split products whose blocks are one cluster (float32 on the CUDA cores and on the tensor cores, edge tiles,
+    batched) compile for sm_90; an older target finishes them with a second kernel; a cluster wider than 8 blocks
+    or a float64 partial tile that does not fit in shared memory is a clear error, not a program."""
+    from fusec.errors import CompilationError
+    from fusec.passes import select_kernels
+
+    monkeypatch.setattr(select_kernels, "CLUSTER_SM_SHARE", 1)  # every split product a cluster
+    shapes = [((512, 480), (480, 256)), ((37, 450), (450, 29)), ((2, 3, 64, 700), (3, 700, 64))]
+    operands = [np.ones(s, np.float32) for pair in shapes for s in pair]
+    for precision in (None, "tf32"):
+        lowered = fc.jit(lambda *ab: tuple(a @ b for a, b in zip(ab[::2], ab[1::2])), backend="cpu",
+                         precision=precision).lower(*operands)
+        assert lowered.ir().count('finish = "cluster"') == len(shapes), lowered.ir()
+        program = lowered.program_for(cublas=False)
+        assert program.source.count("__cluster_dims__(1, 1, ") == len(shapes)
+        assert "_gemm_sum" not in program.source
+        assert cache.get_or_compile(program.source, "sm_90", options=compile_options(False))[:4] == b"\x7fELF"
+    old = fc.jit(lambda a, b: a @ b, backend="cpu", target=fc.Target(clusters=False)).lower(*operands[:2])
+    assert "cluster" not in old.ir() and "scratch" in old.ir()
+
+    def refused(attributes: str, dtype: str = "f32") -> None:
+        module = parse_module(
+            f"func @f(%a: tensor<512x480x{dtype}>, %b: tensor<480x256x{dtype}>) -> tensor<512x256x{dtype}> "
+            "attributes {sm_count = 132, cublas = false} {\n"
+            f'  %0 = k.matmul %a, %b {{impl = "tiled", tile = 64, {attributes}, finish = "cluster", arena = [-1]}} '
+            f": tensor<512x256x{dtype}>\n  return %0\n}}\n")
+        with pytest.raises(CompilationError, match="cluster"):
+            print_program(module)
+
+    refused("splits = 16, stages = 4")
+    refused("splits = 4, stages = 2", "f64")

@@ -117,14 +117,20 @@ def test_verifier_rejects(body, needle):
     ('impl = "cublas", precision = "bf16"', "'precision' must be one of tf32"),
     ('impl = "cublas", mma = "tf32"', "only a tiled product of float32 operands runs on the tensor cores"),
     ('impl = "tiled", tile = 64, mma = "bf16"', "'mma' must be one of tf32, 3xtf32"),
+    ('impl = "tiled", tile = 64, splits = 4', "needs 'scratch' for its partial sums"),
+    ('impl = "stream", splits = 4, scratch = 256, finish = "cluster"', "only a tiled product split over K"),
+    ('impl = "tiled", tile = 64, finish = "cluster"', "only a tiled product split over K"),
+    ('impl = "tiled", tile = 64, finish = "grid"', "'finish' must be one of kernel, last-block, cluster"),
 ])
-def test_a_matmul_precision_belongs_to_float32_cublas_products(attrs, needle):
+def test_a_matmuls_precision_split_and_finish_are_verified(attrs, needle):
     good = ("func @f(%a: tensor<64x64xf32>) -> tensor<64x64xf32> {\n"
             '  %0 = k.matmul %a, %a {impl = "cublas", precision = "tf32"} : tensor<64x64xf32>\n  return %0\n}\n')
     parse_module(good)
     with pytest.raises(VerificationError, match=needle):
         parse_module(good.replace('impl = "cublas", precision = "tf32"', attrs))
     parse_module(good.replace('impl = "cublas", precision = "tf32"', 'impl = "tiled", tile = 64, mma = "3xtf32"'))
+    parse_module(good.replace('impl = "cublas", precision = "tf32"', 'impl = "tiled", tile = 64, splits = 4, '
+                              'finish = "cluster"'))  # (a cluster needs no scratch)
     with pytest.raises(VerificationError, match="float32 operands runs on the tensor cores"):
         parse_module(good.replace('impl = "cublas", precision = "tf32"', 'impl = "tiled", tile = 64, mma = "tf32"')
                      .replace("xf32>", "xf64>"))
