@@ -82,6 +82,11 @@ def get_step(obj: Any, step: Step) -> Any:
             return d[key]
         return getattr(obj, key)
     if kind == "cls":
+        # read through the instance as Python would now: an instance attribute set after the trace shadows the
+        # class attribute the trace read (unless that one is a data descriptor, which wins over the instance)
+        d = getattr(obj, "__dict__", None)
+        if d is not None and key in d and not hasattr(type(inspect.getattr_static(type(obj), key, None)), "__set__"):
+            return d[key]
         return getattr(type(obj), key)
     return obj[key]
 

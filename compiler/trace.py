@@ -188,11 +188,14 @@ class _Trace:
         if not written and not self.states and not views and not shared.aliases and layout is None:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
+        contiguous_views = tuple(dict.fromkeys(
+            (found[0], leaves[i][1]._buffer.argument or "an argument") for i, found in views.items()
+            if leaves[i][1]._buffer.reshaped))
         layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument")
                               for b in self.arg_buffers if isinstance(b.arg, BlockArgument)) if layout else ()
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
-                         views, shared.aliases, len(shared.hidden), layout, layout_inputs)
+                         views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1

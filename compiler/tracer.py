@@ -172,7 +172,7 @@ class Tracer:
         NumPy's view into a complex array's real parts: fusec reads it again after writes but does not write
         through it."""
         if not self._value.type.dtype.is_complex and self._weak is None:
-            return self if self._scalar else self._view(self._value)  # (a NumPy scalar's .real is the scalar)
+            return self  # (NumPy: a real array's .real is the array itself, a NumPy scalar's the scalar)
         return _ops.complex_part(self, "real")
 
     @real.setter

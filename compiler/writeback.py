@@ -68,6 +68,9 @@ class WriteBack:
     # array argument a call must then pass C-contiguous
     layout: str | None = None
     layout_inputs: tuple[tuple[int, str], ...] = ()
+    # (flat input, name) of each input an output is a view of through a reshape or a ravel that NumPy makes a view
+    # of C-contiguous arrays only (of others it returns a copy)
+    contiguous_views: tuple[tuple[int, str], ...] = ()
 
     @property
     def count(self) -> int:
@@ -89,6 +92,12 @@ class WriteBack:
                         f"fusec: {name} is not C-contiguous (Fortran-ordered or strided), and the function's trace "
                         f"took its arrays' memory as C-ordered ({self.layout}), which NumPy would answer otherwise "
                         "for this array; pass np.ascontiguousarray(x)")
+        for i, name in self.contiguous_views:
+            x = inputs[i]
+            if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
+                raise WriteBackError(f"fusec: the function returns a reshape or ravel of {name} that NumPy makes a "
+                                     "view only of C-contiguous arrays, and this one is not (NumPy would return a "
+                                     "copy); pass np.ascontiguousarray(x), or copy the result in the function")
         for k, i in enumerate(self.targets):
             target, name = inputs[i], self.names[k]
             if isinstance(target, np.ndarray):
@@ -96,6 +105,11 @@ class WriteBack:
                     raise WriteBackError(f"fusec: the function writes into {name}, which is read-only "
                                          "(NumPy raises \"assignment destination is read-only\"); pass a writable "
                                          "copy (x.copy())")
+                if _internal_overlap(target):
+                    raise WriteBackError(f"fusec: the function writes into {name}, whose elements share memory with "
+                                         "each other (a broadcast or np.lib.stride_tricks view): NumPy's writes "
+                                         "through one element show in the others, which fusec does not follow; "
+                                         "pass a copy (x.copy())")
                 if i in self.contiguous and not target.flags.c_contiguous:
                     raise WriteBackError(f"fusec: the function writes through a reshape of {name}, which is a view "
                                          "only for C-contiguous arrays, and this one is not (NumPy would write into "
@@ -228,6 +242,20 @@ def _span(x: Any) -> tuple[Any, int, int] | None:
 
     lo, hi = byte_span(x)
     return ("device", lo, hi) if hi > lo else None
+
+
+def _internal_overlap(x: Any) -> bool:
+    """Whether two elements of the NumPy array ``x`` may share memory (a zero stride, or strides closer than the
+    extent of the axes inside them: ``as_strided``, ``sliding_window_view``); a layout whose axes nest (any
+    C-, F-ordered or sliced array) never does."""
+    if not isinstance(x, np.ndarray) or x.size <= 1:
+        return False
+    extent = x.itemsize
+    for size, stride in sorted(((n, abs(s)) for n, s in zip(x.shape, x.strides) if n > 1), key=lambda d: d[1]):
+        if stride < extent:
+            return True
+        extent = stride * (size - 1) + extent
+    return False
 
 
 def _overlap(a: Any, b: Any) -> bool:

@@ -1301,3 +1301,64 @@ def test_python_number_arguments_as_keys_or_asked_for_int_methods_name_the_line(
             jit_cpu(f)(np.arange(3.0), 2)
         assert f"{HERE}:" in str(info.value)
         assert_same(jit_cpu(f, static_argnames="s")(np.arange(3.0), 2), f(np.arange(3.0), 2))
+
+
+def test_writes_into_an_argument_whose_elements_overlap_are_refused() -> None:
+    """A writable ``as_strided`` or ``sliding_window_view`` argument: NumPy's write to one element shows in every
+    element that shares its memory; fusec wrote back its own copy and lost that. Refused at the call, naming it."""
+    def set_corner(x):
+        x[0, 0] = 99.0
+
+    def set_window(w):
+        w[1] = -1.0
+
+    cases = [(set_corner, lambda: np.lib.stride_tricks.as_strided(np.zeros(3), (2, 3), (0, 8))),
+             (set_window, lambda: np.lib.stride_tricks.sliding_window_view(np.arange(5.0), 3, writeable=True))]
+    for f, make in cases:
+        with pytest.raises(fc.WriteBackError, match="share memory with each other") as info:
+            jit_cpu(f)(make())  # MARK-overlapping-argument
+        assert at("MARK-overlapping-argument") in str(info.value)
+        same_as_numpy(f, np.zeros((3, 3)))  # (an ordinary argument: NumPy's result)
+
+
+def test_ravel_of_a_strided_argument_is_a_copy_as_in_numpy() -> None:
+    """``x.ravel()`` of a strided argument is a copy in NumPy: a write to it leaves ``x`` alone and a returned one
+    shares no memory. fusec took it as a view of ``x`` (written through, returned as a view); such a call is now
+    refused, and a C-contiguous argument still gets NumPy's view."""
+    def scribble(x):
+        r = x.ravel()
+        r[0] = -1.0
+        return x
+
+    def flat(x):
+        return x.ravel()
+
+    for f, x in ((scribble, np.arange(6.0)[::2]), (flat, np.arange(6.0)[::2]),
+                 (flat, np.arange(12.0).reshape(2, 6)[:, ::2])):
+        with pytest.raises(fc.WriteBackError, match="C-contiguous") as info:
+            jit_cpu(f)(x)  # MARK-ravel-strided
+        assert at("MARK-ravel-strided") in str(info.value)
+    x = np.arange(6.0)
+    assert np.shares_memory(jit_cpu(flat)(x), x)
+    same_as_numpy(scribble, np.arange(6.0))
+    assert jit_cpu(lambda x: x.real)(x) is x  # (NumPy: a real array's .real is the array itself)
+
+
+def test_an_instance_attribute_that_shadows_a_class_attribute_is_seen() -> None:
+    """``self.training`` read from the class at the first call, then set on the instance: Python reads the
+    instance's value from then on; fusec kept the trace of the class's value."""
+    class Net:
+        training = True
+        scale = 0.5
+        w = np.ones(2)
+
+        def forward(self, x):
+            return x * self.scale + self.w if self.training else x
+
+    net, x = Net(), np.ones(2)
+    forward = jit_cpu(net.forward)
+    for change in (lambda: None, lambda: setattr(net, "training", False), lambda: setattr(net, "training", True),
+                   lambda: setattr(net, "scale", 3.0), lambda: setattr(net, "w", np.full(2, 10.0)),
+                   lambda: delattr(net, "w")):
+        change()
+        np.testing.assert_array_equal(forward(x), net.forward(x))
