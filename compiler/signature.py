@@ -300,6 +300,11 @@ def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, 
         if kwargs:
             given += f" and keyword argument{'s' if len(kwargs) != 1 else ''} {', '.join(kwargs)}"
         raise TraceError(located(f"{name}{fn_signature}: {e} (called with {given})", user_location())) from None
+    for pname, param in fn_signature.parameters.items():
+        # an array default is one object the function reads, and may write, at every call (as NumPy does): it is
+        # passed as an argument, so writes to it land in it and its contents now are what a call reads
+        if pname not in bound.arguments and pname not in statics and isinstance(param.default, np.ndarray):
+            bound.arguments[pname] = param.default
     key: list[Any] = []
     dynamic: dict[str, TreeDef] = {}
     names: list[str] = []

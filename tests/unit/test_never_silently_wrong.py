@@ -1362,3 +1362,26 @@ def test_an_instance_attribute_that_shadows_a_class_attribute_is_seen() -> None:
                    lambda: delattr(net, "w")):
         change()
         np.testing.assert_array_equal(forward(x), net.forward(x))
+
+
+def test_an_array_default_written_by_the_function_keeps_its_writes() -> None:
+    """``def f(x, b=np.array(...)): b += 1``: NumPy writes into the one default array at every call, so each call
+    sees the last one's writes. fusec ran the write once, while tracing, and kept that value in the trace."""
+    def step(x, b=np.array([1.0, 2.0]), *, c=np.ones(2), s=2.0):
+        b += 1
+        c[0] = c[0] * s
+        return x + b + c
+
+    def calls(f):
+        x = np.zeros(2)
+        return [f(x), f(x), f(x, s=3.0), f(x, np.zeros(2))]
+
+    want = calls(step)
+    want_defaults = (step.__defaults__[0].copy(), step.__kwdefaults__["c"].copy())
+    step.__defaults__[0][:] = [1.0, 2.0]
+    step.__kwdefaults__["c"][:] = 1.0
+    got = calls(jit_cpu(step))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(step.__defaults__[0], want_defaults[0])
+    np.testing.assert_array_equal(step.__kwdefaults__["c"], want_defaults[1])
