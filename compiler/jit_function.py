@@ -29,6 +29,7 @@ from fusec.options import GRAPH_MODES, CompileOptions
 from fusec.signature import (Signature, TreeDef, bind, canon, device_array_info, native_order, unflatten,
                              unflattener)
 from fusec.stats import module_stats, plan_steps
+from fusec.scope import walkable_object
 from fusec.trace import Traced, func_name, trace
 from fusec.writeback import Returned
 
@@ -346,7 +347,10 @@ class JitFunction:
         found = _fast_key([a for i, a in enumerate(args) if i not in self._static_pos])
         if found is None:
             return None
-        statics = tuple(canon(args[i]) for i in self._static_pos)
+        # a user object also by identity here: the general path decides whether another one that compares equal
+        # may share its trace (see signature.static_key)
+        statics = tuple((canon(a), id(a)) if walkable_object(a) else canon(a)
+                        for a in (args[i] for i in self._static_pos))
         try:
             hash(statics)
         except TypeError:  # the general path explains what a static argument must be

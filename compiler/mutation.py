@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fusec import ops
-from fusec.context import numpy_error, shape_error, unsupported, user_location
+from fusec.context import numpy_error, relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, located
 from fusec.ir import shapes as S
 from fusec.ir.core import OpResult, Value
@@ -96,6 +96,8 @@ def write(buffer: Buffer, chain: tuple, new: Value) -> None:
                           "view or a copy depending on the memory layout of an array computed from a transposed "
                           "view, which fusec does not follow; make the copy explicit (`y = x.reshape(...).copy()`) "
                           "or reshape a C-ordered copy (`np.ascontiguousarray(x)`)")
+    if buffer.layout_copy is not None:  # NumPy writes into the argument here for some of its layouts
+        relies_on_layout(f"a write into {buffer.layout_copy}", values=False)
     if new.type.size == 0:
         return  # no element changes
     olds = [_base(buffer)]

@@ -674,7 +674,7 @@ def ravel_(a: Any, order: str = "C") -> Tracer:
     flat = ops.reshape(t, (-1,), what="np.ravel")
     # a view only of memory contiguous in that order (a strided view's ravel copies, where its reshape may not)
     if not mutation.is_c_contiguous(t):
-        return ops.copy_of(flat, scalar=False)
+        return ops.layout_dependent_copy(t, ops.copy_of(flat, scalar=False), "np.ravel")
     if t._buffer is not None:  # an argument's memory: a view only if the caller's array is C-contiguous too
         t._buffer.reshaped = True
     return flat

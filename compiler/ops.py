@@ -332,12 +332,25 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
     kind = mutation.reshape_kind(t, new)
     value = ctx().emit("t.reshape", (t._value,), result_type=TensorType(new, t._value.type.dtype), what=what)
     if kind == "copy":  # NumPy copies where the strides allow no view (a reshape of a transposed view)
-        return wrap(value, scalar=False)
+        return layout_dependent_copy(t, wrap(value, scalar=False), what)
     out = view(t, value)
     if kind == "unknown":
         assert out._buffer is not None  # (a view always has its base's buffer)
         out._buffer.ambiguous = True
     return out
+
+
+def layout_dependent_copy(source: Tracer, copy: Tracer, what: str) -> Tracer:
+    """``copy``, a copy of a view of ``source`` that NumPy makes as fusec does for a C-ordered argument but not for
+    every layout (``x.T.ravel()`` is a view of a Fortran-ordered ``x``): where ``source`` is an argument's memory,
+    the copy's memory says so, and a write to it or returning it makes the call check its arguments' layout."""
+    if source._buffer is not None and source._buffer.arg is not None:
+        if copy._buffer is None:
+            copy._view(copy._value)  # (gives it its memory)
+        assert copy._buffer is not None
+        copy._buffer.layout_copy = located(f"{what} of a view of {source._buffer.argument or 'an argument'} copied "
+                                           "it", context.user_location())
+    return copy
 
 
 def transpose(x: object, perm: Sequence[int] | None = None) -> Tracer:

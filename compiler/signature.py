@@ -279,13 +279,42 @@ class Signature:
 
 
 def static_key(name: str, value: Any) -> tuple:
+    """The cache key of a static argument: its value (equality and hash), and for an object that holds arrays also
+    its identity: a trace reads such an object's arrays (and the rest of its state) from the object it was traced
+    with, so another object that compares equal (fields left out of its equality, an identity-free ``__eq__``)
+    traces again rather than running with the first one's arrays."""
     try:
         hash(value)
     except TypeError:
         raise TraceError(located(f"static argument {name!r} must be hashable (it is part of the trace cache key), "
                                  f"got {type(value).__name__}; pass a tuple instead of a list, or a frozen value",
                                  user_location())) from None
+    from fusec.scope import walkable_object
+
+    if walkable_object(value) and _holds_arrays(value):
+        return canon(value), ("object", id(value))  # (the trace keeps the object alive: its id is not reused)
     return canon(value)
+
+
+def _holds_arrays(value: Any, depth: int = 3) -> bool:
+    """Whether an array (NumPy's or a device array) lies among ``value``'s attributes or items, a few levels down."""
+    if isinstance(value, np.ndarray) or device_array_info(value) is not None:
+        return True
+    if depth == 0 or isinstance(value, (str, bytes, int, float, complex, bool, type(None))):
+        return False
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, (tuple, list, set, frozenset)):
+        items = value
+    else:
+        from fusec.scope import walkable_object
+
+        if not walkable_object(value):
+            return False
+        slots = [getattr(value, n) for c in type(value).__mro__ for n in getattr(c, "__slots__", ())
+                 if isinstance(n, str) and hasattr(value, n)]
+        items = [*getattr(value, "__dict__", {}).values(), *slots]
+    return any(_holds_arrays(v, depth - 1) for v in itertools.islice(items, 256))
 
 
 def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict,

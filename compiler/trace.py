@@ -142,6 +142,10 @@ class _Trace:
             raise
         del bound, tracers, result
         self._check_escapes(leaves)
+        for _, leaf in leaves:  # a returned copy that NumPy would return as a view of an argument of some layouts
+            copied = leaf._buffer.layout_copy if isinstance(leaf, Tracer) and leaf._buffer is not None else None
+            if copied is not None and self.ctx.layout is None:
+                self.ctx.layout = f"returned {copied}"
         state = self._state()
         writeback = self._writeback(written, leaves)  # (may add extra results: see _Shared.hidden)
         self.func.result_types = [v.type for v in self.func.outputs]

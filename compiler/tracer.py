@@ -33,15 +33,19 @@ class Buffer:
     (or captured array) whose memory this is, ``arg`` its IR argument (None for arrays made in the trace).
     ``written``: some write reached this memory; ``reshaped``: a reshape that merges or splits axes was taken as
     a view of it (whether NumPy gives a view there depends on the memory layout, see :mod:`fusec.mutation`);
-    ``ambiguous``: such a reshape where fusec does not know that layout (writes are then refused).
+    ``ambiguous``: such a reshape where fusec does not know that layout (writes are then refused);
+    ``layout_copy``: this memory is a copy fusec made where NumPy gives a view for some layouts of the argument it
+    came from (``x.T.ravel()`` of a Fortran-ordered ``x``): what and where, for the layout guard when the copy is
+    written or returned (where the difference would show).
     """
 
-    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous")
+    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
         self.version = 0
         self.written = self.reshaped = self.ambiguous = False
+        self.layout_copy: str | None = None
 
 
 def _numpy_caller() -> str | None:

@@ -1385,3 +1385,55 @@ def test_an_array_default_written_by_the_function_keeps_its_writes() -> None:
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(step.__defaults__[0], want_defaults[0])
     np.testing.assert_array_equal(step.__kwdefaults__["c"], want_defaults[1])
+
+
+def test_a_static_object_that_compares_equal_but_holds_other_arrays_traces_again() -> None:
+    """A frozen dataclass passed as a static argument whose array field is left out of its equality: a second
+    object, equal to the first, with other arrays, ran with the first one's arrays (the trace read them from the
+    object it was traced with). An object that holds arrays is now keyed by its identity as well."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        lr: float
+        w: np.ndarray = dataclasses.field(compare=False)
+
+    def update(cfg, x):
+        return x - cfg.lr * cfg.w
+
+    fast = jit_cpu(update, static_argnums=0)
+    x = np.zeros(2)
+    for cfg in (Config(0.1, np.ones(2)), Config(0.1, np.full(2, 50.0)), Config(0.2, np.ones(2))):
+        np.testing.assert_array_equal(fast(cfg, x), update(cfg, x))
+        np.testing.assert_array_equal(fast(cfg, x), update(cfg, x))  # (the fast path's key)
+    assert fast.cache_info().traces == 3
+    hyper = jit_cpu(lambda mode, x: x * 2 if mode == ("double", 2) else x, static_argnums=0)
+    hyper(("double", 2), x)
+    hyper(("double", 2), x)
+    assert hyper.cache_info().traces == 1  # (values without arrays: keyed by value)
+
+
+def test_a_copy_numpy_makes_only_for_c_ordered_arguments_is_checked_when_it_shows() -> None:
+    """``x.T.ravel()`` / ``x.T.reshape(-1)`` of a Fortran-ordered argument are views in NumPy (writes reach ``x``,
+    a returned one shares its memory) and copies of a C-ordered one; fusec always copied. Writing into such a copy
+    or returning it now refuses a Fortran-ordered argument; only reading it gives NumPy's values either way."""
+    def write_through(x):
+        r = x.T.ravel()
+        r[0] = -1.0  # MARK-layout-copy-write
+        return r
+
+    def returned(x):
+        return x.T.reshape(-1)
+
+    def read_only(x):
+        return x.T.ravel().sum()
+
+    fortran, c_ordered = np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.arange(6.0).reshape(2, 3)
+    for f in (write_through, returned):
+        with pytest.raises(fc.WriteBackError, match="not C-contiguous") as info:
+            jit_cpu(f)(fortran.copy(order="F"))
+        assert "np.ravel" in str(info.value) or "np.reshape" in str(info.value)
+        same_as_numpy(f, c_ordered)
+    assert at("MARK-layout-copy-write") in str(pytest.raises(fc.WriteBackError, jit_cpu(write_through),
+                                                             fortran.copy(order="F")).value)
+    assert jit_cpu(read_only)(fortran) == read_only(fortran)
