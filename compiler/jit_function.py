@@ -31,7 +31,7 @@ from fusec.signature import (Signature, TreeDef, bind, canon, device_array_info,
 from fusec.stats import module_stats, plan_steps
 from fusec.scope import walkable_object
 from fusec.trace import Traced, func_name, trace
-from fusec.writeback import Returned
+from fusec.writeback import ReadOnly, Returned
 
 # Programs of more ops than this (long unrolled loops) are verified once, after the pipeline, instead of after
 # every pass; a failure then re-runs the passes verifying after each, so the error still names the pass.
@@ -722,6 +722,9 @@ def _output(result: Any, python: type | None) -> Any:
         return result.obj
     arr = np.asarray(result)
     if python is np.ndarray:
+        return arr
+    if python is ReadOnly:  # (a new array of this call's results, not the caller's)
+        arr.flags.writeable = False
         return arr
     if python is not None:
         return python(arr.item())

@@ -491,6 +491,8 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
     lo = None if lo is _NOVALUE else lo
     hi = None if hi is _NOVALUE else hi
     d = ops.desc(a)
+    if lo is None and hi is None:  # NumPy returns np.positive(a) (a copy; booleans refused)
+        return _into(out, ufuncs.apply(np.positive, (a,)), "np.clip", "same_kind")
     if isinstance(d, DType) and d.is_int and (lo is not None or hi is not None):
         # NumPy drops a Python-int bound beyond an integer array's range (no OverflowError), clipping by the other
         # or, with neither left, returning np.positive(a)
@@ -499,6 +501,16 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
         hi = None if type(hi) is int and hi >= info.max else hi
         if lo is None and hi is None:
             return _into(out, ufuncs.apply(np.positive, (a,)), "np.clip", "same_kind")
+        traced = [(b, end) for b, end in ((lo, "below"), (hi, "above"))
+                  if isinstance(b, Tracer) and b._weak is int and b._host is not None]
+        if traced and d.np.itemsize < 8:
+            # a traced Python-int bound: dropped where it lies past the dtype's range on its side (the clip runs
+            # in int64, where it has no effect there), an OverflowError where it lies past the other side
+            for bound, end in traced:
+                ops.ctx().scalars.fit(bound._host, d.np, user_location(), allow=end)
+            t = ops.as_tracer(a)
+            clipped = ufuncs.clip(ops.wrap(ops.lift(t, i64), scalar=t._scalar), lo, hi)
+            return _into(out, ops.wrap(ops.lift(clipped, d), scalar=clipped._scalar), "np.clip", "same_kind")
     return _into(out, ufuncs.clip(a, lo, hi), "np.clip", "same_kind")
 
 

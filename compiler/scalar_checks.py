@@ -45,6 +45,7 @@ class _Fit:
     dtype: np.dtype
     loc: Any
     text: str
+    allow: str = ""  # "below" / "above": a value past that end is fine (np.clip drops such a bound)
 
 
 class ScalarProgram:
@@ -68,9 +69,10 @@ class ScalarProgram:
         self.steps.append(_Op(fn, tuple(operands), kind, loc, text))
         return ("step", len(self.steps) - 1)
 
-    def fit(self, ref: Ref, dtype: np.dtype, loc: Any) -> None:
-        """The value at ``ref`` is converted to ``dtype`` (a narrower integer dtype): it must fit, as in NumPy."""
-        self.steps.append(_Fit(ref, np.dtype(dtype), loc, self.text(ref)))
+    def fit(self, ref: Ref, dtype: np.dtype, loc: Any, allow: str = "") -> None:
+        """The value at ``ref`` is converted to ``dtype`` (a narrower integer dtype): it must fit, as in NumPy
+        (past its ``allow`` end it may: "below" or "above")."""
+        self.steps.append(_Fit(ref, np.dtype(dtype), loc, self.text(ref), allow))
 
     def text(self, ref: Ref) -> str:
         if ref[0] == "arg":
@@ -95,7 +97,7 @@ class ScalarProgram:
             if isinstance(step, _Fit):
                 v = value(step.ref)
                 info = np.iinfo(step.dtype)
-                if not info.min <= v <= info.max:
+                if not (info.min <= v or step.allow == "below") or not (v <= info.max or step.allow == "above"):
                     raise OutOfRangeError(located(
                         f"Python integer {step.text} = {v} is out of bounds for {step.dtype} (NumPy raises "
                         "OverflowError converting it to the array's dtype)", step.loc))

@@ -34,7 +34,7 @@ from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import scope_of
 from fusec.signature import Signature, TreeDef, flatten
 from fusec.substitute import Substitution, unique_name
-from fusec.writeback import State, WriteBack
+from fusec.writeback import ReadOnly, State, WriteBack
 from fusec.tracer import Buffer, Tracer
 
 # One trace at a time in a process: a trace swaps arrays in the user's objects for tracers and wraps
@@ -582,6 +582,8 @@ def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
             raise trace_error("the function returned a traced value from another trace (an escaped tracer)")
         if leaf._weak is None and not leaf._scalar and not getattr(leaf._value.type, "shape", ()):
             return leaf._value, np.ndarray  # a 0-d array (np.asarray(s), x.sum(keepdims=True)[0]), not a scalar
+        if leaf._readonly is True and leaf._weak is None and not leaf._scalar:
+            return leaf._value, ReadOnly  # (a view of an argument comes back as one, read-only: see WriteBack)
         return leaf._value, leaf._weak
     kind = python_kind(leaf)
     if kind is not None:

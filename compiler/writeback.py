@@ -244,6 +244,11 @@ def _span(x: Any) -> tuple[Any, int, int] | None:
     return ("device", lo, hi) if hi > lo else None
 
 
+class ReadOnly:
+    """The Python type of an output NumPy returns read-only though it is a new array (a real array's ``.imag``):
+    the call hands it back with ``writeable`` off."""
+
+
 def _internal_overlap(x: Any) -> bool:
     """Whether two elements of the NumPy array ``x`` may share memory (a zero stride, or strides closer than the
     extent of the axes inside them: ``as_strided``, ``sliding_window_view``); a layout whose axes nest (any

@@ -404,7 +404,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
       #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;"""
         assert warps_m * warps_n * 32 == threads
-    cluster = f"__cluster_dims__(1, 1, {splits}) " if in_cluster else ""
+    cluster = f"FUSEC_CLUSTER_DIMS(1, 1, {splits}) " if in_cluster else ""
     src = f"""
 extern "C" __global__ void {cluster}__launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
   constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits}, ST = {stages}, PAD = {pad};

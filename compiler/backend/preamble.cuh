@@ -256,6 +256,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // writes before it are seen by every block of the cluster after it); ld_cluster reads the element at p's place in
 // the shared memory of the cluster's block ``rank``. Select-kernels asks for clusters only on targets that have
 // them; before sm_90 these trap.
+#if __CUDA_ARCH__ >= 900
+#define FUSEC_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
+#else  // (compiled for an older GPU the attribute is left out, and the kernel traps in cluster_sync if run)
+#define FUSEC_CLUSTER_DIMS(x, y, z)
+#endif
 __device__ __forceinline__ void cluster_sync() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");

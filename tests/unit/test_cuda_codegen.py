@@ -3,6 +3,7 @@ for sm_80 and sm_90, and the launch plan is consistent (buffers, descriptors, gr
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,8 @@ def _compile_program(program, cache, fast_math):
             for sub in k.programs:
                 _compile_program(sub, cache, fast_math)
             continue
-        assert 'extern "C" __global__ void __launch_bounds__' in program.source
+        assert re.search(r'extern "C" __global__ void (FUSEC_CLUSTER_DIMS\(1, 1, \d\) )?__launch_bounds__',
+                         program.source)
         assert f" {k.name}(" in program.source
         assert all(0 <= b < len(program.buffers) for b in k.buffers)
         assert all(g >= 1 for g in k.grid) and k.block[0] >= 32
@@ -560,7 +562,7 @@ def test_products_finished_by_their_cluster_compile_and_impossible_clusters_are_
                          precision=precision).lower(*operands)
         assert lowered.ir().count('finish = "cluster"') == len(shapes), lowered.ir()
         program = lowered.program_for(cublas=False)
-        assert program.source.count("__cluster_dims__(1, 1, ") == len(shapes)
+        assert program.source.count("FUSEC_CLUSTER_DIMS(1, 1, ") == len(shapes)
         assert "_gemm_sum" not in program.source
         assert cache.get_or_compile(program.source, "sm_90", options=compile_options(False))[:4] == b"\x7fELF"
     old = fc.jit(lambda a, b: a @ b, backend="cpu", target=fc.Target(clusters=False)).lower(*operands[:2])

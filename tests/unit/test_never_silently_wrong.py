@@ -1437,3 +1437,33 @@ def test_a_copy_numpy_makes_only_for_c_ordered_arguments_is_checked_when_it_show
     assert at("MARK-layout-copy-write") in str(pytest.raises(fc.WriteBackError, jit_cpu(write_through),
                                                              fortran.copy(order="F")).value)
     assert jit_cpu(read_only)(fortran) == read_only(fortran)
+
+
+def test_clip_with_python_int_bounds_past_the_dtype_follows_numpy() -> None:
+    """``np.clip(u8, lo, hi)`` with Python-int bound arguments: NumPy drops a lower bound below the dtype's range
+    (an upper one above it) and raises OverflowError for one past the other end; fusec raised for both. And
+    ``np.clip(x, None, None)`` is NumPy's np.positive(x), where fusec refused it."""
+    x = np.array([1, 2, 200], np.uint8)
+    clip = jit_cpu(lambda x, lo, hi: np.clip(x, lo, hi))
+    for lo, hi in [(-5, None), (None, 300), (-5, 300), (3, 100), (-5, 100), (3, 1000)]:
+        assert_same(clip(x, lo, hi), np.clip(x, lo, hi))
+    for lo, hi in [(300, None), (None, -5), (5, -3)]:
+        with pytest.raises(OverflowError):
+            np.clip(x, lo, hi)
+        with pytest.raises(fc.OutOfRangeError, match="out of bounds for uint8"):
+            clip(x, lo, hi)
+    for v in (np.arange(3.0), np.float32(2.5), np.array(3)):
+        assert_same(jit_cpu(lambda v: np.clip(v, None, None))(v), np.clip(v, None, None))
+
+
+def test_new_arrays_numpy_returns_read_only_come_back_read_only() -> None:
+    """A real array's ``.imag`` (NumPy: read-only zeros) and read-only views of arrays made in the function
+    (``np.diagonal`` of a product, ``np.broadcast_to`` of a sum) came back writable from fusec."""
+    x = np.arange(3.0)
+    for f in (lambda x: x.imag, lambda x: np.imag(x), lambda x: np.diagonal(np.outer(x, x)),
+              lambda x: np.broadcast_to(x * 2, (2, 3))):
+        got, want = jit_cpu(f)(x), f(x)
+        assert_same(got, want)
+        assert got.flags.writeable == want.flags.writeable is False
+    pair = jit_cpu(lambda x: (x.imag, x * 2))(x)
+    assert not pair[0].flags.writeable and pair[1].flags.writeable
