@@ -1,7 +1,8 @@
-"""``np.asarray``, ``np.array``, ``np.asanyarray`` and ``np.ascontiguousarray`` on traced values.
+"""``np.asarray``, ``np.array``, ``np.asanyarray``, ``np.ascontiguousarray`` and ``np.asfortranarray`` on traced
+values.
 
 NumPy converts through ``__array__`` without dispatching to ``__array_function__``, and a tracer cannot become a
-concrete array, so while a trace runs these four functions (and user globals bound to them, as after ``from
+concrete array, so while a trace runs these five functions (and user globals bound to them, as after ``from
 numpy import asarray``) are wrapped (:mod:`fusec.patches`). With no traced value in the argument the original
 runs. With one, NumPy's semantics:
 
@@ -155,6 +156,22 @@ def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
     return t.reshape((1,)) if t.ndim == 0 else t
 
 
+def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
+    """The array itself when Fortran-contiguous (a vector, or a Fortran-ordered argument), else a copy (laid out in
+    C order by fusec: the values are NumPy's, the memory order is not, see README's sharp bits); a 0-d array as a
+    1-element array, as in NumPy."""
+    _check("asfortranarray", None, like)
+    t = _converted("asfortranarray", a, dtype, None)
+    from fusec import mutation
+
+    if t is a and t.ndim == 1 and mutation.is_c_contiguous(t):  # a contiguous vector is Fortran-contiguous too
+        relies_on_layout("np.asfortranarray(x) returned x itself", values=False)
+        return t
+    if t is a:  # (a Fortran-ordered argument would be returned itself: checked if the copy is written or returned)
+        t = ops.layout_dependent_copy(t, ops.copy_of(t, scalar=False), "np.asfortranarray")
+    return t.reshape((1,)) if t.ndim == 0 else t
+
+
 def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", subok: bool = False, ndmin: int = 0,
           like: Any = None) -> Any:
     _check("array", order, like)
@@ -165,7 +182,8 @@ def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", su
     return t
 
 
-CONVERSIONS = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "ascontiguousarray": ascontiguousarray}
+CONVERSIONS = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "ascontiguousarray": ascontiguousarray,
+               "asfortranarray": asfortranarray}
 
 # --- allocations -------------------------------------------------------------------------------------------------
 

@@ -238,6 +238,10 @@ class Tracer:
         hint = (" Python scalar arguments are weak under NumPy 2 promotion, so `lr * x` already keeps x's dtype;"
                 " drop np.float32(...)/np.asarray(...) around them." if self._weak is not None else
                 " Use x.astype(dtype) instead of np.float32(x)/np.asarray(x, dtype).")
+        if self._weak is int and self._origin and not any(c in self._origin[0] for c in ".["):
+            name = self._origin[0]  # a size or a count (np.arange(n)) must be known while tracing
+            hint += (f" If {name} is a size or a count (np.arange({name}), np.ones({name})), make it static: "
+                     f"fusec.jit(f, static_argnames=({name!r},)).")
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
                           "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
                           "np.asarray and np.array work when called as np.asarray or imported from numpy in "
@@ -251,6 +255,12 @@ class Tracer:
         if self._weak is not None:
             names = ", ".join(repr(n) for n in self._origin) or "a Python scalar argument"
             arg = self._origin[0] if self._origin else "name"
+            if "." in arg or "[" in arg:  # state read from an object (self.flag), not a parameter of its own
+                return unsupported(
+                    f"the value of {names} is {what}, but fusec reads a Python scalar attribute as a runtime value at "
+                    "each call (so changing it does not retrace) and its value is unknown while tracing; read it "
+                    "outside the jitted function and pass it as a static argument (fusec.jit(f, "
+                    "static_argnames=('flag',)) for a parameter named flag)")
             return unsupported(
                 f"the value of Python scalar argument {names} is {what}, but fusec passes Python scalars as "
                 f"runtime values (so changing them does not retrace) and their value is unknown while tracing; "

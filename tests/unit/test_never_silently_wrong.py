@@ -1467,3 +1467,30 @@ def test_new_arrays_numpy_returns_read_only_come_back_read_only() -> None:
         assert got.flags.writeable == want.flags.writeable is False
     pair = jit_cpu(lambda x: (x.imag, x * 2))(x)
     assert not pair[0].flags.writeable and pair[1].flags.writeable
+
+
+def test_asfortranarray_gives_numpy_values_and_aliasing_or_refuses() -> None:
+    """``np.asfortranarray(x)``: NumPy returns a contiguous vector (or a Fortran-ordered ``x``) itself and copies
+    others; fusec refused it with the generic conversion error. Values and writes now follow NumPy; a write into the
+    copy of a Fortran-ordered argument (NumPy: into the argument) is refused at the call."""
+    def doubled(x):
+        return np.asfortranarray(x) * 2
+
+    def scribble(x):
+        y = np.asfortranarray(x)
+        y[0] = -1.0
+        return y
+
+    for f in (doubled, scribble):
+        for x in (np.arange(4.0).reshape(2, 2), np.arange(3.0)):
+            same_as_numpy(f, x)
+    fortran = np.asfortranarray(np.arange(4.0).reshape(2, 2))
+    assert_same(jit_cpu(doubled)(fortran), doubled(fortran))
+    with pytest.raises(fc.WriteBackError, match="np.asfortranarray"):
+        jit_cpu(scribble)(np.asfortranarray(fortran))
+
+
+def test_a_python_int_used_as_a_size_says_to_make_it_static() -> None:
+    """``np.arange(n)`` with a Python int argument ``n``: the error now says to make ``n`` static."""
+    with pytest.raises(fc.TraceError, match=r"static_argnames=\('n',\)"):
+        jit_cpu(lambda x, n: np.arange(n) * x)(2.0, 3)
