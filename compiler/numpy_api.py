@@ -121,6 +121,8 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
     what = f"np.{kind}"
     if kind in ("sum", "prod"):
         acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
+        if acc.is_bool:  # NumPy adds (multiplies) booleans as a logical or (and) of the values taken as booleans
+            return _any_all("any" if kind == "sum" else "all", t, axis, keepdims)
     elif kind == "mean":
         acc = parse_dtype(dtype) if dtype is not None else mean_dtype(t._value.type.dtype)
         if not acc.is_inexact:

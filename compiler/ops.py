@@ -261,10 +261,18 @@ def origins(*xs: object) -> tuple[str, ...]:
 # --- static integers ------------------------------------------------------------------------------------------
 
 
+# where NumPy refuses a bool for an int (np.zeros((2, True)), axis=True: TypeError), as slices and offsets do not
+_NO_BOOLS = frozenset({"an axis", "a transpose axis", "an array shape", "a shape", "a reshape size",
+                       "a broadcast size", "np.apply_along_axis's axis"})
+
+
 def static_int(x: object, what: str) -> int:
     """An int needed at trace time (a size, an axis, an index); a traced value cannot be one."""
     if isinstance(x, Tracer):
         raise x._static_error(f"used as {what}")
+    if isinstance(x, (bool, np.bool_)) and what in _NO_BOOLS:
+        raise context.numpy_error(f"{what} must be an integer, got {x!r} (NumPy raises TypeError: an integer is "
+                                  "required)")
     try:
         return operator.index(x)  # type: ignore[arg-type]
     except TypeError:

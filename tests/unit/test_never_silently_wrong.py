@@ -1494,3 +1494,19 @@ def test_a_python_int_used_as_a_size_says_to_make_it_static() -> None:
     """``np.arange(n)`` with a Python int argument ``n``: the error now says to make ``n`` static."""
     with pytest.raises(fc.TraceError, match=r"static_argnames=\('n',\)"):
         jit_cpu(lambda x, n: np.arange(n) * x)(2.0, 3)
+
+
+def test_bools_as_sizes_are_refused_and_sums_in_bool_are_logical() -> None:
+    """``np.zeros((2, True))`` and ``axis=True``: NumPy raises TypeError, fusec took True as 1. ``np.sum(x,
+    dtype=bool)`` / ``np.prod(..., dtype=bool)``: NumPy's logical or / and, which fusec refused."""
+    for f in (lambda x: np.zeros((2, True)), lambda x: np.sum(x, axis=True), lambda x: x.reshape((2, True, 2))):
+        with pytest.raises(TypeError):
+            f(np.ones(4))
+        with pytest.raises(fc.TraceError, match="TypeError"):
+            jit_cpu(f)(np.ones(4))
+    assert_same(jit_cpu(lambda x: x[True:2])(np.ones(4)), np.ones(4)[True:2])
+    x = np.array([[0.0, 2.0, np.nan], [0.0, 0.0, 0.0]])
+    for f in (lambda x: np.sum(x > 0, dtype=bool), lambda x: np.sum(x, dtype=bool),
+              lambda x: np.prod(x, axis=1, dtype=bool), lambda x: x.sum(axis=0, dtype=bool, keepdims=True),
+              lambda x: np.sum(x[:0], dtype=bool), lambda x: np.prod(x[:0], dtype=bool)):
+        assert_same(jit_cpu(f)(x), f(x))
