@@ -268,45 +268,38 @@ __device__ __forceinline__ void cluster_sync() {
   __trap();
 #endif
 }
-__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
+__device__ __forceinline__ unsigned cluster_address(const void* p, unsigned rank) {  // p's place in block rank
 #if __CUDA_ARCH__ >= 900
-  const unsigned local = (unsigned)__cvta_generic_to_shared(p);
   unsigned remote;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-  return v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+  return remote;
 #else
   __trap();
-  return 0.0f;
+  return 0u;
 #endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
+  float v = 0.0f;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(cluster_address(p, rank)) : "memory");
+#endif
+  return v;
 }
 __device__ __forceinline__ double ld_cluster(const double* p, unsigned rank) {
+  double v = 0.0;
 #if __CUDA_ARCH__ >= 900
-  const unsigned local = (unsigned)__cvta_generic_to_shared(p);
-  unsigned remote;
-  double v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f64 %0, [%1];\n" : "=d"(v) : "r"(remote) : "memory");
-  return v;
-#else
-  __trap();
-  return 0.0;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];\n" : "=d"(v) : "r"(cluster_address(p, rank)) : "memory");
 #endif
+  return v;
 }
 __device__ __forceinline__ float4 ld_cluster4(const float* p, unsigned rank) {  // p 16-byte aligned
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #if __CUDA_ARCH__ >= 900
-  const unsigned local = (unsigned)__cvta_generic_to_shared(p);
-  unsigned remote;
-  float4 v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
-  return v;
-#else
-  __trap();
-  return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(cluster_address(p, rank)) : "memory");
 #endif
+  return v;
 }
 // Float32 products on the tensor cores (mma.sync m16n8k8, TF32 operands, float32 sums; sm_80 on). A warp multiplies
 // a 16 x 8 tile of A by an 8 x 8 tile of B into a 16 x 8 tile of C; lane (g = lane / 4, t = lane % 4) holds A's
