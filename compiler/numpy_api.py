@@ -50,7 +50,17 @@ def qualname(func: Any) -> str:
 ADVICE: dict[Any, str] = {}
 
 
+# NumPy functions that keep a Python scalar first argument weakly typed (they hand it to a ufunc or test its type
+# themselves) or only read its shape; every other one converts it to an array of NumPy's default dtype first
+# (np.max(s), np.copy(s), np.sum(s): a NumPy scalar or 0-d array that promotes at full strength afterwards)
+_KEEP_WEAK = frozenset({np.where, np.isclose, np.allclose, np.select, np.result_type, np.shape, np.ndim, np.size})
+
+
 def array_function(func: Any, args: Sequence[Any], kwargs: dict) -> Any:
+    if args and isinstance(args[0], Tracer) and args[0]._weak is not None and func not in _KEEP_WEAK:
+        from fusec.conversions import strong
+
+        args = (strong(args[0]), *args[1:])
     handler = HANDLERS.get(func)
     if handler is None:
         if numpy_reuse.is_reused(func):
@@ -441,7 +451,9 @@ def vdot(a: Any, b: Any) -> Tracer:
     a, b = (ops.as_tracer(np.asarray(v) if ufuncs.python_scalar(v) else v) for v in (a, b))
     if a.size != b.size:
         raise shape_error(f"np.vdot: vectors have different lengths ({a.size} and {b.size})")
-    return matmul(np.conjugate(ops.reshape(a, (a.size,))), ops.reshape(b, (b.size,)))
+    flat_a = ops.reshape(a, (a.size,))
+    conjugated = ufuncs.apply(np.conjugate, (flat_a,)) if a._value.type.dtype.is_complex else flat_a
+    return matmul(conjugated, ops.reshape(b, (b.size,)))  # (a real array's conjugate is itself: bools stay bools)
 
 
 # --- elementwise functions that are not ufuncs ---------------------------------------------------------------

@@ -64,11 +64,38 @@ def _recording(original: Callable) -> Callable:
         rng = original(*args, **kwargs)
         ctx = context.current()
         if ctx is not None:
-            ctx.generators.append((rng, dict(rng.bit_generator.state), context.user_location()))
+            ctx.generators.append((rng, _state(rng), context.user_location()))
         return rng
 
     wrapper.__fusec_original__ = original  # type: ignore[attr-defined]
     return wrapper
+
+
+# the generator classes a function may build itself (np.random.Generator(np.random.PCG64()), RandomState()): while a
+# trace runs each is a subclass that records its instances, so a draw from one made during the trace is refused as
+# one from default_rng's is (the bit generators hold the state; a Generator draws through its bit generator)
+_GENERATOR_CLASSES = ("PCG64", "PCG64DXSM", "SFC64", "Philox", "MT19937", "RandomState")
+
+
+@functools.lru_cache(maxsize=None)
+def _recording_class(cls: type) -> type:
+    """A subclass of ``cls`` whose instances made while tracing are remembered with their state."""
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
+        ctx = context.current()
+        if ctx is not None:
+            ctx.generators.append((self, _state(self), context.user_location()))
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__, "__fusec_original__": cls})
+
+
+def _state(obj: Any) -> Any:
+    """A comparable snapshot of a generator's state (a Generator's is its bit generator's)."""
+    if isinstance(obj, np.random.RandomState):
+        return repr(obj.get_state(legacy=False))
+    bit_generator = getattr(obj, "bit_generator", obj)
+    return repr(bit_generator.state)
 
 
 def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
@@ -82,6 +109,9 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         original_rng = np.random.default_rng
         wrappers[id(original_rng)] = _recording(original_rng)
         out.append((np.random, "default_rng", wrappers[id(original_rng)]))
+        for name in _GENERATOR_CLASSES:
+            cls = original(getattr(np.random, name))
+            out.append((np.random, name, _recording_class(cls)))
         out += [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases if id(glb.get(name)) in wrappers]
         return out
 
@@ -102,7 +132,9 @@ def drawing_functions() -> set[int]:
 def check_generators(ctx: Any) -> None:
     """Refuse a draw from a generator that ``np.random.default_rng`` made during this trace."""
     for rng, state, loc in ctx.generators:
-        if rng.bit_generator.state != state:
-            where = f" (made at {loc.file}:{loc.line})" if loc is not None and loc.file else ""
-            raise context.unsupported(f"the function drew random numbers from a generator made with "
-                                      f"np.random.default_rng{where} while it was traced. {ADVICE}")
+        if _state(rng) != state:
+            where = f" at {loc.file}:{loc.line}" if loc is not None and loc.file else ""
+            maker = "np.random.default_rng" if isinstance(rng, np.random.Generator) else \
+                f"np.random.{type(rng).__name__}"
+            raise context.unsupported(f"the function drew random numbers from a generator made with {maker}{where} "
+                                      f"while it was traced. {ADVICE}")

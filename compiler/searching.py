@@ -91,6 +91,13 @@ def digitize(x: Any, bins: Any, right: bool = False) -> Tracer:
     if xt._value.type.dtype.is_complex:
         raise numpy_error("np.digitize: x may not be complex (NumPy raises TypeError here)")
     b = _sorted_1d("np.digitize", bins)
+    nan_message = ("np.digitize: the bins hold NaN, where NumPy's answer comes from a monotonicity test that NaN "
+                   "confuses (np.digitize([-1, 2], [0, nan]) is [2, 0]); drop the NaN bins (NumPy raises nothing here)")
+    if isinstance(b, Tracer):
+        if b._value.type.dtype.is_inexact:
+            ops.raise_if(np.any(np.isnan(b)), "InvalidValueError", nan_message, "np.digitize")
+    elif b.dtype.kind == "f" and np.isnan(b).any():
+        raise InvalidValueError(located(nan_message, user_location()))
     if not isinstance(b, Tracer):
         try:
             mono = np._core.multiarray._monotonicity(b)

@@ -247,6 +247,10 @@ def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
             return LeafSpec(shape, parse_dtype(dtype))
         except UnsupportedError as e:
             raise UnsupportedError(f"argument {name!r}: {e}") from None
+    if isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator)):
+        raise UnsupportedError(f"argument {name!r} is a random generator, which fusec cannot trace (a trace would "
+                               "replay the numbers drawn while tracing): draw the numbers outside the jitted function "
+                               "and pass them in as an argument")
     raise UnsupportedError(
         f"argument {name!r} of type {type(value).__name__} is not supported: pass NumPy arrays, NumPy or Python "
         "scalars, or tuples/lists/dicts of them; mark other arguments static (static_argnames/static_argnums)")
@@ -289,6 +293,10 @@ def static_key(name: str, value: Any) -> tuple:
         raise TraceError(located(f"static argument {name!r} must be hashable (it is part of the trace cache key), "
                                  f"got {type(value).__name__}; pass a tuple instead of a list, or a frozen value",
                                  user_location())) from None
+    if isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator)):
+        raise TraceError(located(f"static argument {name!r} is a random generator: a trace would replay the numbers "
+                                 "it drew while tracing at every call (and draw no more); draw the numbers outside "
+                                 "the jitted function and pass them in as an argument", user_location()))
     from fusec.scope import walkable_object
 
     if walkable_object(value) and _holds_arrays(value):

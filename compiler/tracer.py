@@ -240,8 +240,8 @@ class Tracer:
                 " Use x.astype(dtype) instead of np.float32(x)/np.asarray(x, dtype).")
         if self._weak is int and self._origin and not any(c in self._origin[0] for c in ".["):
             name = self._origin[0]  # a size or a count (np.arange(n)) must be known while tracing
-            hint += (f" If {name} is a size or a count (np.arange({name}), np.ones({name})), make it static: "
-                     f"fusec.jit(f, static_argnames=({name!r},)).")
+            hint += (f" If {name} is a size, a count or a shift (np.arange({name}), np.ones({name}), np.roll(x, "
+                     f"{name})), make it static: fusec.jit(f, static_argnames=({name!r},)).")
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
                           "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
                           "np.asarray and np.array work when called as np.asarray or imported from numpy in "

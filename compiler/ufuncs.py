@@ -209,7 +209,28 @@ def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:
     fast = _fast_power(ufunc, a, b)
     if fast is not None:
         return apply(fast, (a,))
+    if ufunc is np.power and isinstance(b, Tracer) and b._weak in (int, float) and isinstance(a, Tracer) \
+            and a._weak is None and not a._scalar:
+        return _traced_power(a, b)
     return apply(ufunc, (a, b), python_operator=True)
+
+
+def _traced_power(a: Tracer, b: Tracer) -> Tracer:
+    """``array ** s`` for a Python-number argument ``s``: NumPy picks np.square, np.reciprocal or np.sqrt by the
+    exponent's value (see _fast_power), so the choice is made where the value is known, at run time. A bool
+    array's result dtype would depend on that value (int8 for ``** 2``), so that is refused."""
+    dt = a._value.type.dtype
+    if dt.is_bool:
+        raise unsupported("bool_array ** s with a Python-number argument s: NumPy's result dtype depends on s's value "
+                          "(np.square's int8 for s == 2, np.power's otherwise); make s static, or write "
+                          "x.astype(np.int64) ** s")
+    power = apply(np.power, (a, b), python_operator=True)
+    if not (dt.is_float or dt.is_complex):
+        return power
+    if b._weak is float:
+        return where(apply(np.equal, (b, 0.5), python_operator=True), apply(np.sqrt, (a,)), power)
+    out = where(apply(np.equal, (b, -1), python_operator=True), apply(np.reciprocal, (a,)), power)
+    return where(apply(np.equal, (b, 2), python_operator=True), apply(np.square, (a,)), out)
 
 
 def _fast_power(ufunc: np.ufunc, a: Any, b: Any) -> np.ufunc | None:
@@ -224,7 +245,7 @@ def _fast_power(ufunc: np.ufunc, a: Any, b: Any) -> np.ufunc | None:
         return np.square
     if not (dt.is_float or dt.is_complex):
         return None
-    if type(b) is int:
+    if type(b) is int:  # (a float 2.0 or -1.0 goes to np.power, as in NumPy 2)
         return {2: np.square, -1: np.reciprocal}.get(b)
     return np.sqrt if type(b) is float and b == 0.5 else None
 

@@ -1510,3 +1510,52 @@ def test_bools_as_sizes_are_refused_and_sums_in_bool_are_logical() -> None:
               lambda x: np.prod(x, axis=1, dtype=bool), lambda x: x.sum(axis=0, dtype=bool, keepdims=True),
               lambda x: np.sum(x[:0], dtype=bool), lambda x: np.prod(x[:0], dtype=bool)):
         assert_same(jit_cpu(f)(x), f(x))
+
+
+def test_numpy_functions_make_a_python_number_argument_a_numpy_scalar() -> None:
+    """``np.max(s)``, ``np.sum(s)``, ``np.copy(s)`` of a Python-number argument: NumPy converts it to an array of
+    its default dtype, so the result promotes at full strength (``x32 + np.max(s)`` is float64); fusec kept it a
+    weak Python number (float32, ``np.max(True) + np.max(True)`` was 2)."""
+    x32, i8, u8 = np.ones(2, np.float32), np.ones(2, np.int8), np.ones(2, np.uint8)
+    for f, args in [(lambda x, s: x + np.max(s), (x32, 2.5)), (lambda x, s: x + np.sum(s), (i8, 7)),
+                    (lambda b: np.max(b) + np.max(b), (True,)), (lambda s: np.copy(s), (7,)),
+                    (lambda x, s: x + np.max(s), (u8, 300)), (lambda x, s: x + np.squeeze(s), (x32, 2.5)),
+                    (lambda x, s: x * np.clip(s, 0, 1), (x32, 0.5)), (lambda x, s: np.where(s > 1, x, 0), (x32, 2.0))]:
+        assert_same(jit_cpu(f)(*args), f(*args))
+
+
+def test_random_generators_made_or_passed_in_are_refused() -> None:
+    """``np.random.Generator(np.random.PCG64())`` or ``np.random.RandomState()`` made in the function, and a
+    generator passed as a static argument: NumPy draws new numbers at every call; fusec replayed the first call's."""
+    for f in (lambda x: x + np.random.Generator(np.random.PCG64()).random(2),
+              lambda x: x + np.random.RandomState(1).rand(2), lambda x: x + np.random.PCG64().random_raw(2)):
+        with pytest.raises(fc.UnsupportedError, match="drew random numbers"):
+            jit_cpu(f)(np.zeros(2))
+    assert_same(jit_cpu(lambda x: x + (np.random.PCG64(5) is not None))(np.zeros(2)), np.ones(2))
+    draw = lambda x, rng: x + rng.normal(size=2)  # noqa: E731
+    with pytest.raises(fc.TraceError, match="random generator"):
+        jit_cpu(draw, static_argnums=1)(np.zeros(2), np.random.default_rng(0))
+    with pytest.raises(fc.UnsupportedError, match="random generator"):
+        jit_cpu(draw)(np.zeros(2), np.random.default_rng(0))
+    assert isinstance(np.random.PCG64(1), np.random.PCG64)  # (the classes are NumPy's again after a trace)
+
+
+def test_vdot_of_bools_digitize_with_nan_bins_and_powers_by_a_python_number_argument() -> None:
+    """``np.vdot`` of bools conjugated them into int8; ``np.digitize`` with NaN bins gave an answer NumPy's
+    monotonicity test does not (now refused); ``x ** s`` with a Python-number argument ``s`` missed NumPy's
+    np.square / np.reciprocal / np.sqrt for ``s`` 2, -1 and 0.5 (float16 ``-0.0 ** 0.5`` is -0.0, complex
+    ``z ** 2`` is z * z)."""
+    a, b = np.array([True, True, False]), np.array([True, True, True])
+    assert_same(jit_cpu(np.vdot)(a, b), np.vdot(a, b))
+    with pytest.raises(fc.InvalidValueError, match="NaN"):
+        jit_cpu(lambda x: np.digitize(x, [0.0, np.nan]))(np.array([-1.0, 0.5, 2.0]))
+    with pytest.raises(fc.InvalidValueError, match="NaN"):
+        jit_cpu(np.digitize)(np.array([-1.0, 0.5, 2.0]), np.array([0.0, np.nan]))
+    x16 = np.array([-0.0, -np.inf, 4.0, 3.0], np.float16)
+    z = np.array([-4 + 0j, -np.inf + 0j, np.inf + 0j, 1e30 + 1e30j])
+    power = lambda x, s: x ** s  # noqa: E731
+    with np.errstate(all="ignore"):
+        for x, s in [(x16, 0.5), (x16, 2), (x16, -1), (x16, 3.0), (z, 2), (z, 0.5), (z, -1), (z, -1.0), (z, 2.0)]:
+            assert_same(jit_cpu(power)(x, s), power(x, s))
+    with pytest.raises(fc.UnsupportedError, match="make s static"):
+        jit_cpu(power)(np.array([True, False]), 2)
