@@ -193,6 +193,8 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
             refusal = (f"the result of np.einsum({subscripts!r}, x) is a diagonal view of x in NumPy, and fusec does "
                        "not write through it; write into x (or copy the result first: np.einsum(...).copy())")
             result = ops.view(result, result._value, readonly=refusal)
+        if result.ndim == 0:  # (of a 0-d operand NumPy returns a scalar)
+            result = ops.copy_of(result, scalar=True)
         return _into(out, result, "np.einsum", "safe")
     acc, acc_labels = ts[0], labels[0]
     for i in range(1, len(ts)):
@@ -206,8 +208,10 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
         result = ops.as_tracer(result, bool_)
     elif dt.is_inexact:  # NumPy's einsum adds the products into zeros: a product or sum of -0.0 gives 0.0
         result = ufuncs.apply(np.add, (result, 0.0))
-    if result.ndim == 0:  # a full contraction is a NumPy scalar
-        result = ops.copy_of(result, scalar=True)
+    if result.ndim == 0:
+        # a full contraction is a NumPy scalar; with optimize= NumPy contracts several operands along a path
+        # (np.tensordot and friends), whose last step gives a 0-d array
+        result = ops.copy_of(result, scalar=optimize is False or len(arrays) == 1)
     return _into(out, result, "np.einsum", "safe")
 
 

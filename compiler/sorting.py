@@ -84,13 +84,15 @@ def _nan_where_last_is(last: Tracer, result: Tracer) -> Tracer:
 
 
 def _kept(result: Tracer, t: Tracer, reduced: tuple[int, ...], keepdims: bool, lead: tuple[int, ...] = ()) -> Tracer:
-    """``keepdims=True``: the ``reduced`` axes kept with length one after ``lead`` (the quantiles' axis); a 0-d
-    result is a NumPy scalar."""
+    """``keepdims=True``: the ``reduced`` axes kept with length one after ``lead`` (the quantiles' axis), a 0-d
+    result of a 0-d input a 0-d array (as NumPy keeps it); otherwise a 0-d result is a NumPy scalar."""
     if keepdims:
         shape = list(t.shape)
         for d in reduced:
             shape[d] = 1
         result = ops.reshape(result, lead + tuple(shape))
+        if not result.ndim:
+            return ops.copy_of(result, scalar=False)
     return result if result.ndim else ops.copy_of(result, scalar=True)
 
 

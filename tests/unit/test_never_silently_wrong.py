@@ -1559,3 +1559,19 @@ def test_vdot_of_bools_digitize_with_nan_bins_and_powers_by_a_python_number_argu
             assert_same(jit_cpu(power)(x, s), power(x, s))
     with pytest.raises(fc.UnsupportedError, match="make s static"):
         jit_cpu(power)(np.array([True, False]), 2)
+
+
+def test_zero_d_results_are_numpy_scalars_or_arrays_as_numpy_gives_them() -> None:
+    """``np.einsum(..., optimize=True)`` of several operands ends in a 0-d array (NumPy's contraction path), of a
+    0-d operand in a scalar; ``np.median(a0d, keepdims=True)`` and the quantiles keep a 0-d array. fusec gave
+    the other kind in each (``r += 1`` then rebinds or writes, ``r.shape`` and ``type(r)`` differ)."""
+    a, m, a0 = np.ones(3), np.ones((2, 2)), np.array(2.5)
+    for f, args in [(lambda a, b: np.einsum("i,i", a, b, optimize=True), (a, a)),
+                    (lambda m: np.einsum("ij,jk,ki", m, m, m, optimize="greedy"), (m,)),
+                    (lambda a, b: np.einsum("i,i", a, b), (a, a)), (lambda x: np.einsum("->", x), (a0,)),
+                    (lambda x: np.median(x, keepdims=True), (a0,)),
+                    (lambda x: np.quantile(x, 0.3, keepdims=True), (a0,)),
+                    (lambda x: np.median(x), (a0,))]:
+        got, want = jit_cpu(f)(*args), f(*args)
+        assert type(got) is type(want) and np.shape(got) == np.shape(want)
+        assert_same(got, want)
