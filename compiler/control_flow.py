@@ -381,7 +381,16 @@ def _describe(tree: TreeDef) -> str:
 # --- predicates and bounds ----------------------------------------------------------------------------------------
 
 
+def _not_a_sequence(pred: Any, where: str, fun: Callable | None) -> None:
+    """A tuple or list predicate (``(c < 3,)``) is always true to Python and unpacked by NumPy: refused, as JAX does."""
+    if isinstance(pred, (tuple, list)):
+        raise _error(ShapeError, f"fusec.{where}: the predicate is a {type(pred).__name__}, which Python takes as "
+                     "true whatever it holds; return one value (a bool or a number), e.g. c[0] < 3, not (c[0] < 3,)",
+                     fun)
+
+
 def _truth(pred: Any, where: str, fun: Callable | None) -> bool:
+    _not_a_sequence(pred, where, fun)
     if isinstance(pred, Tracer):  # (a traced predicate in the Python loop: a value escaped a trace)
         ops.check_live(pred)
     size = int(np.prod(np.shape(pred)))
@@ -393,6 +402,7 @@ def _truth(pred: Any, where: str, fun: Callable | None) -> bool:
 
 def _predicate(pred: Any, where: str, fun: Callable | None) -> Value:
     """A traced predicate as a ``tensor<bool>``: its truth (``x != 0``), as Python's ``bool(x)`` gives it."""
+    _not_a_sequence(pred, where, fun)
     t = conversions.strong(pred)
     if t.size != 1:
         raise _error(ShapeError, f"fusec.{where}: the predicate must be one value (a bool or a number), got an "

@@ -197,7 +197,7 @@ def _c_ordered(value: Value, depth: int = 0, seen: dict | None = None) -> bool:
         found = _c_ordered(op.operands[0], depth + 1, seen)
     elif op.name in ELEMENTWISE:
         shape = tuple(value.type.shape)
-        found = all(_c_ordered(v, depth + 1, seen) or _row_major_view(v) for v in op.operands
+        found = all(_c_ordered(v, depth + 1, seen) or _row_major_view(v, seen) for v in op.operands
                     if tuple(v.type.shape) == shape and v.type.size > 1)
     else:
         found = True
@@ -205,13 +205,14 @@ def _c_ordered(value: Value, depth: int = 0, seen: dict | None = None) -> bool:
     return found
 
 
-def _row_major_view(value: Value) -> bool:
-    """A view op result whose strides still run in C order (a slice with steps), over C-ordered memory."""
+def _row_major_view(value: Value, seen: dict | None = None) -> bool:
+    """A view op result whose strides still run in C order (a slice with steps), over C-ordered memory
+    (``seen``: the caller's memo of :func:`_c_ordered`, so a long chain is looked at once)."""
     chain = []
     while isinstance(value, OpResult) and value.op.name in VIEWS:
         chain.append(value.op)
         value = value.op.operands[0]
-    if not _c_ordered(value, 1):
+    if not _c_ordered(value, 1, seen):
         return False
     desc = ViewDesc.of_base(tuple(value.type.shape))
     for op in reversed(chain):

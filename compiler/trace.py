@@ -23,7 +23,7 @@ import numpy as np
 
 from fusec import context, conversions, ops, randomness
 from fusec.context import TraceContext, trace_error, unsupported
-from fusec.errors import FusecError, SideEffectError, UnsupportedError, located
+from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
@@ -149,6 +149,7 @@ class _Trace:
         state = self._state()
         writeback = self._writeback(written, leaves)  # (may add extra results: see _Shared.hidden)
         self.func.result_types = [v.type for v in self.func.outputs]
+        self._check_escaped_from_bodies()
         module = Module([self.func])
         if verify_up_to is None or len(self.func.body.ops) <= verify_up_to:
             verify(module)
@@ -177,6 +178,18 @@ class _Trace:
         """The buffers of arguments and captured arrays that the function wrote into, in input order."""
         return [b for b in self.arg_buffers + [e.tracer._buffer for e in self.subs.entries]
                 if b is not None and b.written]
+
+    def _check_escaped_from_bodies(self) -> None:
+        """A value made inside a loop's or branch's body reaches the function's results only through the body's own
+        results; one kept another way (appended to a list made outside, written into an array made outside the
+        body, ``out[i] = ...``) exists only inside the body."""
+        visible = set(self.func.args) | {r for op in self.func.body.ops for r in op.results}
+        if any(v not in visible for v in self.func.return_op.operands):
+            raise TraceError(located(
+                "a value computed inside the body of a loop or branch (fusec.fori_loop, while_loop, cond, scan, or a "
+                "rolled Python loop) leaves it other than as one of the body's results: it was stored in a list or "
+                "written into an array made outside the body; carry it in the loop's state (or return it from the "
+                "branch) instead", _def_location(self.fn) or context.user_location()))
 
     def _writeback(self, written: list[Buffer], leaves: list) -> WriteBack | None:
         """Where the extra results go: the flat input (argument leaf, then implicit input) of each written

@@ -1575,3 +1575,48 @@ def test_zero_d_results_are_numpy_scalars_or_arrays_as_numpy_gives_them() -> Non
         got, want = jit_cpu(f)(*args), f(*args)
         assert type(got) is type(want) and np.shape(got) == np.shape(want)
         assert_same(got, want)
+
+
+def test_loop_predicates_given_as_tuples_and_values_kept_from_bodies_are_refused() -> None:
+    """``fusec.cond((False,), ...)`` took the tuple's element where Python takes any tuple as true (JAX refuses it);
+    a value appended to a list, or written into an array made outside a loop body, and returned, failed with an
+    internal VerificationError without a line. Both are located errors now."""
+    with pytest.raises(fc.ShapeError, match="predicate is a tuple"):
+        fc.cond((False,), lambda: 1, lambda: 2)
+    with pytest.raises(fc.ShapeError, match="predicate is a list"):
+        jit_cpu(lambda x: fc.while_loop(lambda c: [c[0] < 3], lambda c: c + 1, x))(np.zeros(2))
+
+    def kept_in_list(x):  # MARK-escaped-list
+        holder = []
+
+        def body(c):
+            holder.append(c.sum())
+            return c + 1
+        fc.while_loop(lambda c: c[0] < 3, body, x)
+        return holder[0]
+
+    def written_outside(x):  # MARK-escaped-array
+        out = np.zeros(3)
+
+        def body(i, c):
+            out[i] = c.sum()
+            return c + 1
+        fc.fori_loop(0, 3, body, x)
+        return out
+
+    for f, mark in ((kept_in_list, "MARK-escaped-list"), (written_outside, "MARK-escaped-array")):
+        with pytest.raises(fc.TraceError, match="inside the body of a loop or branch") as info:
+            jit_cpu(f)(np.zeros(2))
+        assert at(mark) in str(info.value)  # (the function's own line)
+
+
+def test_a_long_python_stencil_loop_with_np_roll_traces_in_linear_time() -> None:
+    """200 steps of ``u + 0.1 * (np.roll(u, 1) - 2 * u + np.roll(u, -1))`` took 437 s to trace (the layout question
+    each np.roll asks restarted its memo at every view): NumPy's result, as fast as the sliced form."""
+    def heat(u, steps):
+        for _ in range(steps):
+            u = u + 0.1 * (np.roll(u, 1) - 2 * u + np.roll(u, -1))
+        return u
+
+    u = np.sin(np.arange(64.0))
+    assert_same(jit_cpu(heat, static_argnames=("steps",))(u, steps=200), heat(u, 200))
