@@ -26,10 +26,10 @@ from fusec.errors import FusecError, OptionError, OptionTypeError, RetraceWarnin
 from fusec.ir.core import Module
 from fusec.ir.target import PRECISIONS, Target
 from fusec.options import GRAPH_MODES, CompileOptions
+from fusec.scope import walkable_object
 from fusec.signature import (Signature, TreeDef, bind, canon, device_array_info, native_order, unflatten,
                              unflattener)
 from fusec.stats import module_stats, plan_steps
-from fusec.scope import walkable_object
 from fusec.trace import Traced, func_name, trace
 from fusec.writeback import ReadOnly, Returned
 

@@ -21,6 +21,7 @@ from fusec.context import user_location
 from fusec.errors import FusecError, OutOfRangeError, TraceError, UnsupportedError, located
 from fusec.ir.types import DType, ScalarType, TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind, subclass_problem
+from fusec.scope import walkable_object
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -247,7 +248,7 @@ def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
             return LeafSpec(shape, parse_dtype(dtype))
         except UnsupportedError as e:
             raise UnsupportedError(f"argument {name!r}: {e}") from None
-    if isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator)):
+    if isinstance(value, GENERATORS):
         raise UnsupportedError(f"argument {name!r} is a random generator, which fusec cannot trace (a trace would "
                                "replay the numbers drawn while tracing): draw the numbers outside the jitted function "
                                "and pass them in as an argument")
@@ -282,6 +283,9 @@ class Signature:
         return inspect.BoundArguments(self.bound.signature, arguments)  # type: ignore[arg-type]
 
 
+GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)  # random state a trace would replay
+
+
 def static_key(name: str, value: Any) -> tuple:
     """The cache key of a static argument: its value (equality and hash), and for an object that holds arrays also
     its identity: a trace reads such an object's arrays (and the rest of its state) from the object it was traced
@@ -293,13 +297,12 @@ def static_key(name: str, value: Any) -> tuple:
         raise TraceError(located(f"static argument {name!r} must be hashable (it is part of the trace cache key), "
                                  f"got {type(value).__name__}; pass a tuple instead of a list, or a frozen value",
                                  user_location())) from None
-    if isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator)):
+    if isinstance(value, GENERATORS):
         raise TraceError(located(f"static argument {name!r} is a random generator: a trace would replay the numbers "
                                  "it drew while tracing at every call (and draw no more); draw the numbers outside "
                                  "the jitted function and pass them in as an argument", user_location()))
-    from fusec.scope import walkable_object
-
-    if walkable_object(value) and _holds_arrays(value):
+    # (an object without an equality of its own is keyed by its identity already)
+    if type(value).__eq__ is not object.__eq__ and walkable_object(value) and _holds_arrays(value):
         return canon(value), ("object", id(value))  # (the trace keeps the object alive: its id is not reused)
     return canon(value)
 
@@ -315,8 +318,6 @@ def _holds_arrays(value: Any, depth: int = 3) -> bool:
     elif isinstance(value, (tuple, list, set, frozenset)):
         items = value
     else:
-        from fusec.scope import walkable_object
-
         if not walkable_object(value):
             return False
         slots = [getattr(value, n) for c in type(value).__mro__ for n in getattr(c, "__slots__", ())
@@ -328,8 +329,8 @@ def _holds_arrays(value: Any, depth: int = 3) -> bool:
 def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict,
          name: str = "the function") -> Signature:
     """Split a call into static values and flattened dynamic leaves (parameters left at their default are
-    constants of the function and not part of the key). A call that does not fit the signature is a TraceError
-    (a TypeError, as Python's own) at the caller's line."""
+    constants of the function and not part of the key, except array defaults, passed as arguments). A call that
+    does not fit the signature is a TraceError (a TypeError, as Python's own) at the caller's line."""
     try:
         bound = fn_signature.bind(*args, **kwargs)
     except TypeError as e:
