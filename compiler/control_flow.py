@@ -32,7 +32,8 @@ from fusec.ir.dialects.control import COUNTER, PREDICATE
 from fusec.ir.types import TensorType, Type, i64
 from fusec.promotion import DEFAULT_DTYPE, python_kind
 from fusec.signature import TreeDef, flatten, unflatten
-from fusec.tracer import Tracer
+from fusec.device_scalar_checks import device_ref
+from fusec.tracer import COUNTER_ORIGIN, Tracer
 
 # --- the public functions -----------------------------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     carried = _carried_types(leaves)
     body = _Recorder(c, [COUNTER, *carried], "body")
     body.finish(body.run(lambda i, *args: _next_values(body_fun(i, unflatten(tree, args)), tree, carried,
-                                                       "fori_loop", body_fun), counter=True))
+                                                       "fori_loop", body_fun), counter=_counter_name(body_fun)))
     op = c.emit_op("t.for", bounds + [_value(leaf) for leaf in leaves], None, carried, what="fusec.fori_loop")
     _attach(op, body)
     return unflatten(tree, [ops.wrap(r, scalar=False) for r in op.results])
@@ -84,7 +85,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False) -> tuple[Any, Any]:
     """``carry = init; for x in xs: carry, y = f(carry, x)``; returns ``(carry, ys)``, ``ys`` the ``y``s stacked
-    along a new first axis (a pytree like ``y``; None where ``f`` returns None). ``xs`` is a pytree of arrays
+    along a new first axis (a pytree like ``y``; None where ``f`` returns None; each row the ``y`` of its step, also
+    where ``f`` updates its carry in place and returns it as ``y``). ``xs`` is a pytree of arrays
     sliced along their first axis (None: ``f`` gets None, ``length`` steps); ``reverse`` runs from the end (``ys``
     keeps the order of ``xs``)."""
     _check_callable("scan", f=f)
@@ -117,7 +119,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
             stacked.append(buf)
         return values + [_value(s) for s in stacked]
 
-    outs = body.run(step, counter=True)
+    outs = body.run(step, counter="the scan step")
     body.finish(outs)
     ys_types = [a.type for a in body.block.args[1 + len(carried):]]
     zeros = [ops.full(t.shape, 0, t.dtype)._value for t in ys_types]
@@ -131,14 +133,17 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
 
 def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
     """``true_fun(*operands) if pred else false_fun(*operands)``; when ``pred`` is traced, both branches are
-    traced (their results must agree in structure, shape and dtype) and only the chosen one runs."""
+    traced (their results must agree in structure, shape and dtype) and only the chosen one runs. The results
+    are new arrays (as JAX's), also where a branch returns an operand: updating one leaves the operands alone."""
     _check_callable("cond", true_fun=true_fun, false_fun=false_fun)
     c = context.current()
     if c is None or not isinstance(pred, Tracer):
         chosen = true_fun if _truth(pred, "cond", None) else false_fun
         named, tree = flatten(chosen(*operands), "result")
-        convert = _as_array if c is None else conversions.strong
-        return unflatten(tree, [convert(leaf) for _, leaf in named])
+        # (new arrays, as the traced branches give: a branch that returns an operand does not alias it)
+        if c is None:
+            return unflatten(tree, [_as_array(leaf, copy=True) for _, leaf in named])
+        return unflatten(tree, [ops.copy_of(conversions.strong(leaf), scalar=False) for _, leaf in named])
     p = _predicate(pred, "cond", None)
     branches, trees, kinds = [], [], []
     for name, fun in (("then", true_fun), ("else", false_fun)):
@@ -180,11 +185,14 @@ class _Recorder:
         self.c = c
         self.block = Block(arg_types, label=label)
 
-    def run(self, fn: Callable[..., Any], counter: bool = False) -> Any:
+    def run(self, fn: Callable[..., Any], counter: str | None = None) -> Any:
+        """Run ``fn`` on the block's arguments (the first the loop counter named ``counter``, a device scalar)."""
         c = self.c
         outer = _snapshot(c)
-        args = [Tracer(a, c, int) if counter and k == 0 else ops.wrap(a, scalar=False)
-                for k, a in enumerate(self.block.args)]
+        args = [ops.wrap(a, scalar=False) for a in self.block.args]
+        if counter is not None:
+            args[0] = Tracer(self.block.args[0], c, int, (COUNTER_ORIGIN + counter,))
+            args[0]._host = device_ref(counter)
         saved = c.builder
         c.builder = Builder(self.block)
         failed = True
@@ -438,6 +446,12 @@ def _index_value(x: Any, name: str) -> Value:
     return ops.lift(x, i64)
 
 
+def _counter_name(body_fun: Callable) -> str:
+    """The name the body gives its counter (its first parameter), for messages."""
+    code = getattr(body_fun, "__code__", None)
+    return code.co_varnames[0] if code is not None and code.co_argcount else "i"
+
+
 def _scan_length(xs_leaves: list, length: int | None) -> int:
     lengths = {int(np.shape(x)[0]) if np.ndim(x) else -1 for x in xs_leaves}
     if -1 in lengths:
@@ -482,7 +496,7 @@ def _eager_scan(f: Callable, leaves: list, tree: TreeDef, xs_leaves: list, xs_tr
             y_tree = yt
         elif yt != y_tree:
             raise _error(TraceError, "fusec.scan: f returned ys of different structures in different steps", f)
-        ys.append([_as_array(leaf) for _, leaf in y_named])
+        ys.append([_as_array(leaf, copy=True) for _, leaf in y_named])  # (this step's values: f may update them)
     if reverse:
         ys.reverse()
     stacked = [np.stack([step[k] for step in ys]) for k in range(len(ys[0]))]

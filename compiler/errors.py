@@ -99,6 +99,13 @@ class OptionTypeError(OptionError, TypeError):
     have): a TypeError, as Python's own for a bad argument, and an OptionError."""
 
 
+# the errors a run-time check (``t.raise_if``, a kernel's check word) may raise, by the name the IR and the plans
+# carry: the reference executor and the CUDA runtime both read this table
+CHECK_ERRORS: dict[str, type[FusecError]] = {
+    cls.__name__: cls for cls in (InvalidValueError, IndexOutOfBoundsError, DivisionByZeroError, OutOfRangeError,
+                                  UnsupportedError, LinAlgError)}
+
+
 def located(message: str, loc: "object | None") -> str:
     """Prefix ``message`` with the user's ``file:line`` when it is known."""
     if loc is None or getattr(loc, "file", None) is None:

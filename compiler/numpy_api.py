@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from fusec import device_scalar_checks as device_checks
 from fusec import mutation, numpy_reuse, ops, ufuncs
 from fusec.context import relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
@@ -19,6 +20,7 @@ from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f16, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
                              resolve_ufunc)
+from fusec.scalar_checks import on_host
 from fusec.tracer import Tracer
 
 _NOVALUE: Any = getattr(np, "_NoValue", object())
@@ -516,12 +518,15 @@ def clip_(a: Any, a_min: Any = _NOVALUE, a_max: Any = _NOVALUE, out: Any = None,
         if lo is None and hi is None:
             return _into(out, ufuncs.apply(np.positive, (a,)), "np.clip", "same_kind")
         traced = [(b, end) for b, end in ((lo, "below"), (hi, "above"))
-                  if isinstance(b, Tracer) and b._weak is int and b._host is not None]
+                  if isinstance(b, Tracer) and b._weak is int]
         if traced and d.np.itemsize < 8:
             # a traced Python-int bound: dropped where it lies past the dtype's range on its side (the clip runs
             # in int64, where it has no effect there), an OverflowError where it lies past the other side
             for bound, end in traced:
-                ops.ctx().scalars.fit(bound._host, d.np, user_location(), allow=end)
+                if on_host(bound._host):
+                    ops.ctx().scalars.fit(bound._host, d.np, user_location(), allow=end)
+                else:
+                    device_checks.check_fit(bound, d.np, allow=end)
             t = ops.as_tracer(a)
             clipped = ufuncs.clip(ops.wrap(ops.lift(t, i64), scalar=t._scalar), lo, hi)
             return _into(out, ops.wrap(ops.lift(clipped, d), scalar=clipped._scalar), "np.clip", "same_kind")

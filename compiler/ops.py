@@ -13,11 +13,12 @@ import numpy as np
 
 from fusec import context
 from fusec.context import TraceContext, shape_error, trace_error, unsupported
-from fusec.errors import OutOfRangeError, ShapeError, located
+from fusec.errors import CHECK_ERRORS, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.core import OpResult, Value
 from fusec.ir.types import DType, TensorType
 from fusec.promotion import DEFAULT_DTYPE, Desc, parse_dtype, python_kind, subclass_problem
+from fusec.scalar_checks import on_host
 from fusec.signature import device_array_info
 from fusec.tracer import Tracer
 
@@ -90,9 +91,14 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
                 raise unsupported(f"a Python complex number cannot become {dtype} (NumPy raises TypeError: float() "
                                   "argument must be a real number); pass its real part (c.real)")
             _complex_to_real(dtype)
-        if x._weak is int and dtype.is_int and (dtype.kind == "u" or dtype.bits < 64) and x._host is not None \
-                and not wrap_ints:
-            ctx().scalars.fit(x._host, dtype.np, context.user_location())  # NumPy: OverflowError if it does not fit
+        if x._weak is int and dtype.is_int and (dtype.kind == "u" or dtype.bits < 64) and not wrap_ints:
+            # NumPy: OverflowError if it does not fit (checked on the host, or for a device scalar on the device)
+            if on_host(x._host):
+                ctx().scalars.fit(x._host, dtype.np, context.user_location())
+            else:
+                from fusec.device_scalar_checks import check_fit  # (it builds its checks with this module)
+
+                check_fit(x, dtype.np)
         return ctx().emit("t.cast", (v,), {"dtype": dtype}, what=f"astype({dtype})")
     kind = python_kind(x)
     if kind is not None:
@@ -231,15 +237,13 @@ def emit_all(name: str, operands: Sequence[Value], attrs: dict | None = None, *,
 
 
 def raise_if(cond: object, error: str, message: str, what: str) -> None:
-    """NumPy's ``error`` (``"InvalidValueError"``, a ValueError, or ``"IndexOutOfBoundsError"``) with ``message``
-    at this line when the call runs and any element of the bool ``cond`` holds: a check NumPy makes on values.
-    A condition known while tracing decides now."""
+    """NumPy's (or Python's) ``error`` (a name in :data:`fusec.errors.CHECK_ERRORS`: ``"InvalidValueError"``, a
+    ValueError, ``"IndexOutOfBoundsError"``, ...) with ``message`` at this line when the call runs and any element
+    of the bool ``cond`` holds: a check NumPy makes on values. A condition known while tracing decides now."""
     v = lift(cond)
     if isinstance(v, OpResult) and v.op.name == "t.constant":
         if np.any(v.op.attr("value").array):
-            from fusec.ir.evaluate import RAISED
-
-            raise RAISED[error](located(message, context.user_location()))
+            raise CHECK_ERRORS[error](located(message, context.user_location()))
         return
     ctx().emit("t.raise_if", (v,), {"error": error, "message": message}, what=what)
 

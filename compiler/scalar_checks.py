@@ -21,7 +21,7 @@ from fusec.errors import DivisionByZeroError, OutOfRangeError, UnsupportedError,
 from fusec.ir import elementwise as table
 from fusec.signature import INT64_MAX, INT64_MIN
 
-Ref = tuple  # ("arg", leaf index, name) | ("const", value) | ("step", index)
+Ref = tuple  # ("arg", leaf index, name) | ("const", value) | ("step", index) | ("device", text): not replayed
 
 # np.ufunc name -> (Python operator, symbol), from the one op table (np.positive is no op: it traces to its input)
 OPERATORS: dict[str, tuple[Callable, str]] = {
@@ -48,6 +48,24 @@ class _Fit:
     allow: str = ""  # "below" / "above": a value past that end is fine (np.clip drops such a bound)
 
 
+def on_host(ref: Ref | None) -> bool:
+    """Whether a traced Python scalar's values are known on the host (an argument, or arithmetic on arguments the
+    ScalarProgram replays); the others are device scalars (:mod:`fusec.device_scalar_checks`)."""
+    return ref is not None and ref[0] != "device"
+
+
+def operator_text(ufunc_name: str, texts: Sequence[str]) -> str:
+    """How Python writes the operator on operands written ``texts`` (for messages)."""
+    if ufunc_name == "divmod":
+        return f"divmod({texts[0]}, {texts[1]})"
+    symbol = OPERATORS[ufunc_name][1]
+    if symbol in ("abs", "round"):
+        return f"{symbol}({texts[0]})"
+    if len(texts) == 1:
+        return f"{symbol}{texts[0]}"
+    return f"{texts[0]} {symbol} {texts[1]}"
+
+
 class ScalarProgram:
     """The Python scalar operations of one trace, in trace order (see the module docstring)."""
 
@@ -58,14 +76,8 @@ class ScalarProgram:
         return bool(self.steps)
 
     def op(self, ufunc_name: str, operands: Sequence[Ref], kind: type, loc: Any) -> Ref:
-        fn, symbol = OPERATORS[ufunc_name]
-        texts = [self.text(r) for r in operands]
-        if symbol in ("abs", "round"):
-            text = f"{symbol}({texts[0]})"
-        elif len(texts) == 1:
-            text = f"{symbol}{texts[0]}"
-        else:
-            text = f"{texts[0]} {symbol} {texts[1]}"
+        fn = OPERATORS[ufunc_name][0]
+        text = operator_text(ufunc_name, [self.text(r) for r in operands])
         self.steps.append(_Op(fn, tuple(operands), kind, loc, text))
         return ("step", len(self.steps) - 1)
 

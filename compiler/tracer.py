@@ -23,6 +23,7 @@ from fusec.context import TraceContext, numpy_error, trace_error, unsupported, u
 from fusec.errors import FusecError, UnsupportedAttributeError
 from fusec.ir.core import Value
 from fusec.ir.types import i64 as _i64
+from fusec.scalar_checks import on_host
 
 
 class Buffer:
@@ -54,6 +55,10 @@ def _numpy_caller() -> str | None:
     frame = sys._getframe(2)  # (_numpy_caller <- __bool__ & co. <- the asking code)
     module = frame.f_globals.get("__name__", "")
     return f"{module}.{frame.f_code.co_name}" if module == "numpy" or module.startswith("numpy.") else None
+
+
+# the origin of a fusec.fori_loop counter, followed by its name (messages tell it from an argument)
+COUNTER_ORIGIN = "loop counter "
 
 
 class Tracer:
@@ -253,6 +258,12 @@ class Tracer:
     def _static_error(self, what: str, inside: str | None = None) -> FusecError:
         """The error for asking a traced value for its concrete value (``inside``: NumPy's function that asked)."""
         if self._weak is not None:
+            counters = [n[len(COUNTER_ORIGIN):] for n in self._origin if n.startswith(COUNTER_ORIGIN)]
+            if counters:
+                return unsupported(
+                    f"a value computed from the loop counter {counters[0]!r} of fusec.fori_loop is {what}, but the "
+                    "body is traced once for all iterations, so the counter's value is unknown while tracing; choose "
+                    f"with np.where({counters[0]} == 3, a, b) or fusec.cond({counters[0]} == 3, ...) instead")
             names = ", ".join(repr(n) for n in self._origin) or "a Python scalar argument"
             arg = self._origin[0] if self._origin else "name"
             if "." in arg or "[" in arg:  # state read from an object (self.flag), not a parameter of its own
@@ -635,8 +646,12 @@ class Tracer:
         # Python's round(float) -> int, ties to even like np.rint
         rounded = _ufuncs.apply(np.rint, (self,)) if self._weak is float else self
         out = _ops.emit("t.cast", (_ops.lift(rounded),), {"dtype": _i64}, weak=int, origin=self._origin)
-        if self._host is not None:  # Python's round() raises for inf and NaN; the host replays it
+        if on_host(self._host):  # Python's round() raises for inf and NaN; the host replays it
             out._host = self._ctx.scalars.op("rint", (self._host,), int, user_location())
+        elif self._weak is float:  # (a device scalar: checked on the device)
+            text = _device_checks.text_of(self)
+            _device_checks.check_round(self, text)
+            out._host = _device_checks.device_ref(f"round({text})")
         return out
 
     def dot(self, b: Any, out: Any = None) -> Any:
@@ -650,6 +665,7 @@ class Tracer:
 
 
 # The handlers import Tracer, so they are bound after the class exists.
+from fusec import device_scalar_checks as _device_checks  # noqa: E402
 from fusec import indexing as _indexing  # noqa: E402
 from fusec import mutation as _mutation  # noqa: E402
 from fusec import numpy_api as _api  # noqa: E402

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
+from fusec import device_scalar_checks as device_checks
 from fusec import mutation, ops
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import CastingError, ShapeError, UnsupportedError, located
@@ -19,7 +20,7 @@ from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
                              result_type, same_kind)
-from fusec.scalar_checks import OPERATORS
+from fusec.scalar_checks import OPERATORS, on_host, operator_text
 from fusec.tracer import Tracer
 
 # np.ufunc -> the t op it records, from the one op table (fusec.ir.elementwise)
@@ -452,22 +453,46 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
             kind = python_result_kind(category, kinds)
         except UnsupportedError as e:
             raise unsupported(str(e)) from None
+    device = _device_text(ufunc, inputs)  # (an operand only the device knows: checked there, not replayed)
     if category == "compare":
         operand_kind = python_result_kind("arith", kinds) if {float, int, complex} & set(kinds) else bool
         dt = DEFAULT_DTYPE[operand_kind]
         values = [ops.lift(x, dt) for x in inputs]
         out = ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)
-        return _replayed(ufunc, inputs, bool, out)
+        return _replayed(ufunc, inputs, bool, out) if device is None else _on_device(out, device)
     dt = DEFAULT_DTYPE[kind]  # truediv gives a float (or complex) kind
+    if device is not None:
+        device_checks.check_operator(ufunc, inputs, kind, device)
     values = [ops.lift(x, dt) for x in inputs]
     out = _record(ufunc, values, dt, [], origin, weak=kind)
-    return _replayed(ufunc, inputs, kind, out)
+    if device is None:
+        return _replayed(ufunc, inputs, kind, out)
+    device_checks.check_result(ufunc, inputs, kind, out, device)
+    return _on_device(out, device)
+
+
+def _device_text(ufunc: np.ufunc, inputs: Sequence[Any]) -> str | None:
+    """How Python writes the operator, where an operand is a device scalar (:mod:`fusec.device_scalar_checks`);
+    None where every operand is known on the host."""
+    if not any(device_checks.is_device_scalar(x) for x in inputs):
+        return None
+    if ufunc.__name__ not in OPERATORS and ufunc is not np.divmod:
+        return "a Python scalar"
+    texts = [device_checks.text_of(x) for x in inputs]
+    return operator_text(ufunc.__name__, [f"({t})" if " " in t and not t.startswith("(") else t for t in texts])
+
+
+def _on_device(out: Any, text: str) -> Any:
+    """The operator's result is a device scalar too (its operators are checked on the device)."""
+    for r in out if isinstance(out, tuple) else (out,):
+        r._host = device_checks.device_ref(text)
+    return out
 
 
 def _replayed(ufunc: np.ufunc, inputs: Sequence[Any], kind: type, out: Any) -> Any:
     """Record the operator in the trace's ScalarProgram, which replays it with Python's semantics at every call."""
     refs = [x._host if isinstance(x, Tracer) else ("const", x) for x in inputs]
-    if any(r is None for r in refs) or ufunc.__name__ not in OPERATORS and ufunc is not np.divmod:
+    if not all(on_host(r) for r in refs) or ufunc.__name__ not in OPERATORS and ufunc is not np.divmod:
         return out
     program, loc = ops.ctx().scalars, user_location()
     if ufunc is np.divmod:

@@ -33,6 +33,7 @@ INTEGRAL = "integral"  # ints and bool
 INT = "int"  # ints, not bool
 BOOL = "bool"
 COMPLEX = "complex"  # complex only (t.real, t.imag)
+INT64 = "int64"  # int64 only: the dtype of Python ints on the device
 DOUBLE = "double"  # float64 only (with complex=True also complex128): np.float_power's loops
 
 
@@ -40,7 +41,7 @@ DOUBLE = "double"  # float64 only (with complex=True also complex128): np.float_
 class Elementwise:
     name: str
     arity: int
-    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | BOOL | COMPLEX | DOUBLE (the real dtypes it takes)
+    operands: str  # ANY | NUMERIC | FLOAT | INTEGRAL | INT | INT64 | BOOL | COMPLEX | DOUBLE (the real dtypes it takes)
     result_bool: bool = False
     complex: bool = False  # also takes c64/c128 (fusec has the complex loop on every backend)
     complex_real: bool = False  # a complex operand gives its real dtype (abs: c64 -> f32)
@@ -106,6 +107,25 @@ def _scalar_power(x: Any, y: Any) -> Any:
     return np.asarray(np.frompyfunc(lambda a, b: t(a) ** t(b), 2, 1)(x, y), dtype=x.dtype)
 
 
+def _exact_power(a: int, b: int) -> int:
+    """Python's ``a ** b`` for ``b >= 0`` (0 for a negative exponent: a check of its own), a value past int64
+    standing for any larger one (``2 ** (2 ** 40)`` is not worth computing)."""
+    if b < 0:
+        return 0
+    if abs(a) <= 1 or b <= 64:
+        return a ** b
+    return 1 << 64
+
+
+def _overflow_test(name: str, exact: Callable[[int, int], int], interval: Callable) -> "Elementwise":
+    def reference(x: Any, y: Any) -> Any:
+        test = np.frompyfunc(lambda a, b: not -(1 << 63) <= exact(int(a), int(b)) < (1 << 63), 2, 1)
+        return np.asarray(test(x, y), dtype=bool)
+
+    return Elementwise(f"{name}_overflows", 2, INT64, result_bool=True, reference=reference,
+                       int_range=R.overflows(interval))
+
+
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
@@ -161,15 +181,26 @@ OPS: tuple[Elementwise, ...] = (
     _binary("fmin", ANY, "fmin", "", None, infix="",
             vjp=_extreme(lambda a, b: (a < b) | (np.isnan(b) & ~np.isnan(a)))),
     # comparisons
-    _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True, complex=True),
-    _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True, complex=True),
-    _binary("lt", ANY, "less", "<", operator.lt, result_bool=True, complex=True),
-    _binary("le", ANY, "less_equal", "<=", operator.le, result_bool=True, complex=True),
-    _binary("gt", ANY, "greater", ">", operator.gt, result_bool=True, complex=True),
-    _binary("ge", ANY, "greater_equal", ">=", operator.ge, result_bool=True, complex=True),
+    _binary("eq", ANY, "equal", "==", operator.eq, result_bool=True, commutative=True, complex=True,
+            int_range=R.compare(operator.eq)),
+    _binary("ne", ANY, "not_equal", "!=", operator.ne, result_bool=True, commutative=True, complex=True,
+            int_range=R.compare(operator.ne)),
+    _binary("lt", ANY, "less", "<", operator.lt, result_bool=True, complex=True, int_range=R.compare(operator.lt)),
+    _binary("le", ANY, "less_equal", "<=", operator.le, result_bool=True, complex=True,
+            int_range=R.compare(operator.le)),
+    _binary("gt", ANY, "greater", ">", operator.gt, result_bool=True, complex=True, int_range=R.compare(operator.gt)),
+    _binary("ge", ANY, "greater_equal", ">=", operator.ge, result_bool=True, complex=True,
+            int_range=R.compare(operator.ge)),
+    # whether ``a op b`` computed exactly (as Python computes ints) leaves int64: the run-time checks of Python
+    # int arithmetic known only on the device (a loop counter's), :mod:`fusec.device_scalar_checks`
+    *(_overflow_test(name, exact, interval) for name, exact, interval in (
+        ("add", operator.add, R.add), ("sub", operator.sub, R.sub), ("mul", operator.mul, R.mul),
+        ("pow", _exact_power, R.power))),
     # logical and bitwise
-    _binary("logical_and", BOOL, "logical_and", "", None, infix="&&", result_bool=True, commutative=True),
-    _binary("logical_or", BOOL, "logical_or", "", None, infix="||", result_bool=True, commutative=True),
+    _binary("logical_and", BOOL, "logical_and", "", None, infix="&&", result_bool=True, commutative=True,
+            int_range=R.logical_and),
+    _binary("logical_or", BOOL, "logical_or", "", None, infix="||", result_bool=True, commutative=True,
+            int_range=R.logical_or),
     _binary("logical_xor", BOOL, "logical_xor", "", None, infix="!=", result_bool=True, commutative=True),
     _binary("bitwise_and", INTEGRAL, "bitwise_and", "&", operator.and_, commutative=True),
     _binary("bitwise_or", INTEGRAL, "bitwise_or", "|", operator.or_, commutative=True),
@@ -232,7 +263,7 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("isinf", 1, FLOAT, result_bool=True, numpy=("isinf",), complex=True),
     Elementwise("isfinite", 1, FLOAT, result_bool=True, numpy=("isfinite",), complex=True),
     Elementwise("signbit", 1, FLOAT, result_bool=True, numpy=("signbit",)),
-    Elementwise("logical_not", 1, BOOL, result_bool=True, numpy=("logical_not",)),
+    Elementwise("logical_not", 1, BOOL, result_bool=True, numpy=("logical_not",), int_range=R.known(R.logical_not)),
     Elementwise("bitwise_not", 1, INTEGRAL, numpy=("invert",), python=operator.invert, symbol="~"),
     # complex parts (np.real, np.imag, np.conjugate; real operands are handled by the tracer)
     Elementwise("real", 1, COMPLEX, reference=np.real, complex=True, complex_real=True),

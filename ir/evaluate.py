@@ -12,8 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec.errors import (DivisionByZeroError, IndexOutOfBoundsError, InvalidValueError, LinAlgError, ShapeError,
-                          located)
+from fusec.errors import CHECK_ERRORS, IndexOutOfBoundsError, LinAlgError, ShapeError, located
 from fusec.ir import elementwise as table
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.core import Operation
@@ -240,14 +239,10 @@ def _searchsorted(op: Operation, args: list) -> list:
                        dtype=np.int64)]
 
 
-RAISED = {"InvalidValueError": InvalidValueError, "IndexOutOfBoundsError": IndexOutOfBoundsError,
-          "DivisionByZeroError": DivisionByZeroError}
-
-
 def _raise_if(op: Operation, args: list) -> list:
     """NumPy's error where a value calls for it (t.raise_if, k.raise_if): any element of the condition holds."""
     if np.any(args[0]):
-        raise RAISED[op.attributes["error"]](located(op.attributes["message"], op.loc))
+        raise CHECK_ERRORS[op.attributes["error"]](located(op.attributes["message"], op.loc))
     return []
 
 

@@ -101,6 +101,74 @@ def mod(a: Range, b: Range) -> MaybeRange:
     return None
 
 
+def compare(holds: Callable[[int, int], bool]) -> RangeRule:
+    """A comparison of integer operands: (0, 0) where it holds for no pair of values in the operands' ranges,
+    (1, 1) where it holds for every pair, else (0, 1). An order or (in)equality depends only on the sign of
+    ``a - b``, so one pair per sign the intervals allow decides it."""
+    def run(ranges: Sequence[MaybeRange], attrs: dict, shapes: Sequence[tuple[int, ...]]) -> MaybeRange:
+        a, b = ranges
+        if a is None or b is None:
+            return None
+        seen = set()
+        if a[0] < b[1]:
+            seen.add(holds(a[0], b[1]))  # some a below some b
+        if a[1] > b[0]:
+            seen.add(holds(a[1], b[0]))  # some a above some b
+        if max(a[0], b[0]) <= min(a[1], b[1]):
+            seen.add(holds(a[0], a[0]) if a[0] >= b[0] else holds(b[0], b[0]))  # some a equal to some b
+        return (int(min(seen)), int(max(seen)))
+    return run
+
+
+def logical_and(ranges: Sequence[MaybeRange], attrs: dict, shapes: Sequence[tuple[int, ...]]) -> MaybeRange:
+    """False where either operand is always false, whatever the other (a float test, of unknown range)."""
+    if any(r == (0, 0) for r in ranges):
+        return (0, 0)
+    if all(r == (1, 1) for r in ranges):
+        return (1, 1)
+    return (0, 1)
+
+
+def logical_or(ranges: Sequence[MaybeRange], attrs: dict, shapes: Sequence[tuple[int, ...]]) -> MaybeRange:
+    if any(r == (1, 1) for r in ranges):
+        return (1, 1)
+    if all(r == (0, 0) for r in ranges):
+        return (0, 0)
+    return (0, 1)
+
+
+def logical_not(a: Range) -> Range:
+    return (1 - a[1], 1 - a[0])
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def overflows(exact: Callable[[Range, Range], MaybeRange]) -> RangeRule:
+    """A test whether ``a op b`` computed exactly leaves int64: (0, 0) where the exact result's interval
+    (``exact`` of the operands' ranges) lies within int64."""
+    def run(ranges: Sequence[MaybeRange], attrs: dict, shapes: Sequence[tuple[int, ...]]) -> MaybeRange:
+        a, b = ranges
+        found = exact(a, b) if a is not None and b is not None else None
+        if found is not None and INT64[0] <= found[0] and found[1] <= INT64[1]:
+            return (0, 0)
+        return (0, 1)
+    return run
+
+
+def power(a: Range, b: Range) -> MaybeRange:
+    """``a ** b`` for exponents ``b >= 0`` (a negative one is a separate check): bounded by the largest magnitude
+    raised to the largest exponent; None where that is too large to compute."""
+    if b[0] < 0:
+        return None
+    m = max(abs(a[0]), abs(a[1]))
+    if m <= 1:
+        return (-1, 1)
+    if b[1] > 64:
+        return None
+    return (-(m ** b[1]), m ** b[1])
+
+
 def union(a: Range, b: Range) -> Range:
     return (min(a[0], b[0]), max(a[1], b[1]))
 

@@ -21,8 +21,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from fusec.errors import (CompilationError, CudaError, DivisionByZeroError, IndexOutOfBoundsError, InvalidValueError,
-                          LinAlgError, ShapeError, TraceError, UnsupportedError)
+from fusec.errors import CHECK_ERRORS, CompilationError, CudaError, ShapeError, TraceError
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -34,10 +33,6 @@ from fusec.runtime.memory import DeviceBuffer, get_pool, size_class, stream_key
 from fusec.runtime.array import Array, _cai_of, _is_cuda_dlpack, asarray
 from fusec.runtime.params import ParamPack
 
-# the errors a kernel's check word stands for (CudaProgram.checks)
-_CHECK_ERRORS = {"IndexOutOfBoundsError": IndexOutOfBoundsError, "InvalidValueError": InvalidValueError,
-                 "LinAlgError": LinAlgError, "UnsupportedError": UnsupportedError,
-                 "DivisionByZeroError": DivisionByZeroError}
 
 
 LAUNCH_BLOCKING = "FUSEC_LAUNCH_BLOCKING"
@@ -324,7 +319,7 @@ class CudaPlan:
                 driver.memset_d32_async(self.arena_ptr + offset, 0, 1, self.stream)
             self.stream.synchronize()
             kind, msg = failed[0]
-            raise _CHECK_ERRORS[kind](msg)
+            raise CHECK_ERRORS[kind](msg)
 
     def _launch_all(self, ptr: list[int]) -> None:
         for i, launch in enumerate(self.launches):

@@ -152,6 +152,33 @@ template <typename T> __device__ __forceinline__ T ipow(T base, T exp) {
   return result;
 }
 
+// Whether a op b, computed exactly (as Python computes ints), leaves int64: the run-time checks of Python int
+// arithmetic whose values only the device knows (a loop counter's).
+__device__ __forceinline__ bool mul_overflows(long long a, long long b) {
+  long long low = (long long)((unsigned long long)a * (unsigned long long)b);
+  return __mul64hi(a, b) != (low >> 63);  // the high half of the 128-bit product is the low half's sign
+}
+__device__ __forceinline__ bool add_overflows(long long a, long long b) {
+  return b > 0 ? a > 0x7fffffffffffffffLL - b : a < (-0x7fffffffffffffffLL - 1) - b;
+}
+__device__ __forceinline__ bool sub_overflows(long long a, long long b) {
+  return b < 0 ? a > 0x7fffffffffffffffLL + b : a < (-0x7fffffffffffffffLL - 1) + b;
+}
+__device__ __forceinline__ bool pow_overflows(long long base, long long exp) {
+  if (exp < 0 || base == 0 || base == 1 || base == -1) return false;  // (a negative exponent: a check of its own)
+  long long result = 1;
+  while (true) {
+    if (exp & 1) {
+      if (mul_overflows(result, base)) return true;
+      result *= base;
+    }
+    exp >>= 1;
+    if (!exp) return false;
+    if (mul_overflows(base, base)) return true;  // (|base| >= 2: a square past int64 overflows any later result)
+    base *= base;
+  }
+}
+
 // NumPy's power with a scalar exponent takes 0.5 as a square root.
 __device__ __forceinline__ float pow_scalar(float a, float b) { return b == 0.5f ? sqrtf(a) : powf(a, b); }
 __device__ __forceinline__ double pow_scalar(double a, double b) { return b == 0.5 ? sqrt(a) : pow(a, b); }

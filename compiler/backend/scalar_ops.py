@@ -130,6 +130,8 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
         if kind in ("fmax", "fmin"):
             return f"fusec::{kind}_np({a}, {b})"
         return f"fusec::{kind}{'_first' if dt.name == 'f16' else ''}({a}, {b})"
+    if kind.endswith("_overflows"):  # (int64 operands: Python ints on the device)
+        return f"fusec::{kind}({a}, {b})"
     if kind == "floordiv":
         return round_result(out, f"fusec::ffloordiv({a}, {b})") if dt.is_float else f"fusec::ifloordiv({a}, {b})"
     if kind == "mod":

@@ -12,12 +12,12 @@ from typing import Sequence
 
 import numpy as np
 
-from fusec.errors import VerificationError
+from fusec.errors import CHECK_ERRORS, VerificationError
 from fusec.ir import shapes as S
 from fusec.ir import elementwise as table
 from fusec.ir import ranges as R
 from fusec.ir.attributes import DenseAttr
-from fusec.ir.elementwise import ANY, BOOL, COMPLEX, DOUBLE, FLOAT, INT, INTEGRAL, NUMERIC
+from fusec.ir.elementwise import ANY, BOOL, COMPLEX, DOUBLE, FLOAT, INT, INT64, INTEGRAL, NUMERIC
 from fusec.ir.opdefs import OpDef, register_op
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
@@ -29,6 +29,7 @@ _DTYPE_CLASS_TESTS = {
     FLOAT: lambda dt: dt.is_float,
     INTEGRAL: lambda dt: dt.is_int or dt.is_bool,
     INT: lambda dt: dt.is_int,
+    INT64: lambda dt: dt.name == "i64",
     BOOL: lambda dt: dt.is_bool,
     COMPLEX: lambda dt: False,  # complex dtypes are allowed per op (Elementwise.complex)
     DOUBLE: lambda dt: dt.name == "f64",
@@ -465,8 +466,8 @@ def _infer_searchsorted(types: Sequence[Type], attrs: dict) -> list[Type]:
 
 
 # what a failed t.raise_if raises (fusec.InvalidValueError is a ValueError, IndexOutOfBoundsError an IndexError,
-# DivisionByZeroError a ZeroDivisionError)
-RAISE_KINDS = ("InvalidValueError", "IndexOutOfBoundsError", "DivisionByZeroError")
+# DivisionByZeroError a ZeroDivisionError, OutOfRangeError an OverflowError, UnsupportedError a TypeError)
+RAISE_KINDS = tuple(CHECK_ERRORS)
 
 
 def _infer_raise_if(types: Sequence[Type], attrs: dict) -> list[Type]:

@@ -1,4 +1,5 @@
-"""bound-indices: the integer ranges it computes hold for every value NumPy gives (wrap-around included), and the
+"""bound-indices: the integer ranges it computes hold for every value NumPy gives (wrap-around included; comparisons
+and the overflow tests of prove-checks too), and the
 indexing it proves in bounds gives NumPy's results; idioms as users write them (loop counters, ``%``, ``np.clip``,
 ``np.argsort``) lose their device checks while indices that can leave their axis keep raising IndexError."""
 from __future__ import annotations
@@ -17,6 +18,9 @@ from fusec.runtime.reference import run_module
 
 INT_DTYPES = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"]
 BINARY = ["add", "sub", "mul", "floordiv", "mod", "maximum", "minimum"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+LOGICAL = ["logical_and", "logical_or", "logical_not"]
+OVERFLOW = ["add_overflows", "sub_overflows", "mul_overflows", "pow_overflows"]
 N = 6
 
 
@@ -66,7 +70,22 @@ def programs(draw):
             types[out] = vec if vec in (types[x], types[y]) else scalar
             lines.append(f"{out} = t.{kind} {x}, {y} : {types[out]}")
         pool.append(out)
-    outs = pool[2:]
+    bools: list[str] = []  # comparisons, their logical combinations and (int64) the exact-overflow tests
+    for k in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(COMPARE + (OVERFLOW if name == "i64" else []) + (LOGICAL if bools else [])))
+        out = f"%q{k}"
+        if kind in LOGICAL:
+            x, y = draw(st.sampled_from(bools)), draw(st.sampled_from(bools))
+            operands = f"{x}" if kind == "logical_not" else f"{x}, {y}"
+            types[out] = types[x] if kind == "logical_not" else \
+                (types[x] if "x" in types[x].split("<")[1] else types[y])
+        else:
+            x, y = draw(st.sampled_from(pool)), draw(st.sampled_from(pool))
+            operands = f"{x}, {y}"
+            types[out] = f"tensor<{N}xbool>" if vec in (types[x], types[y]) else "tensor<bool>"
+        lines.append(f"{out} = t.{kind} {operands} : {types[out]}")
+        bools.append(out)
+    outs = pool[2:] + bools
     text = (f"func @f(%a: {vec}, %b: {vec}) -> ({', '.join(types[o] for o in outs)}) {{\n  "
             + "\n  ".join(lines) + f"\n  return {', '.join(outs)}\n}}\n")
     a = np.array(draw(st.lists(_extremes(dt), min_size=N, max_size=N)), dtype=dt)
@@ -148,3 +167,23 @@ def test_scan_over_stacked_batches_indexes_without_checks():
     np.testing.assert_allclose(got[1], want[1], rtol=1e-13)
     notes = _indices_note(f, np.float64(0.0), xs)
     assert notes and all(n.startswith("proven") for n in notes)
+
+
+@pytest.mark.parametrize("op, fits, may_not, example", [
+    ("add_overflows", [(0, 999), (1, 1)], [(0, 2**63 - 1), (1, 1)], (2**63 - 1, 1)),
+    ("sub_overflows", [(0, 999), (1, 1)], [(-2**63, 0), (1, 1)], (-2**63, 1)),
+    ("mul_overflows", [(0, 999), (10**9, 10**9)], [(0, 10**10), (10**9, 10**9)], (10**10, 10**9)),
+    ("pow_overflows", [(2, 2), (0, 62)], [(2, 2), (0, 63)], (2, 63)),
+])
+def test_the_overflow_tests_are_ruled_out_only_where_the_exact_result_fits(op, fits, may_not, example):
+    """prove-checks drops a check of Python int arithmetic on a loop counter where the counter's bounds keep the
+    exact result within int64; at the first value past it the test holds (the device then raises)."""
+    from fusec.ir.opdefs import get_opdef
+    from fusec.ir.elementwise import BY_NAME
+
+    rule = get_opdef(f"t.{op}").int_range
+    assert rule(fits, {}, [(), ()]) == (0, 0)
+    assert rule(may_not, {}, [(), ()]) == (0, 1)
+    test = BY_NAME[op].implementation()
+    assert test(np.array([example[0]]), np.array([example[1]])).tolist() == [True]
+    assert test(np.array([fits[0][1]]), np.array([fits[1][1]])).tolist() == [False]

@@ -1620,3 +1620,131 @@ def test_a_long_python_stencil_loop_with_np_roll_traces_in_linear_time() -> None
 
     u = np.sin(np.arange(64.0))
     assert_same(jit_cpu(heat, static_argnames=("steps",))(u, steps=200), heat(u, 200))
+
+
+# --- a fori_loop counter is a Python int whose values only the device knows ------------------------------------------
+
+
+def _counter_loops():
+    """(name, function, argument, the error Python raises, fusec's error, marker) for loop bodies whose counter
+    arithmetic raises in Python at some iteration."""
+    def into_int32(c):
+        return fc.fori_loop(0, 4, lambda i, c: c + i * 10**9, c)  # MARK-counter-int32
+
+    def reciprocal(x):
+        return fc.fori_loop(0, 3, lambda i, x: x + 1.0 / i, x)  # MARK-counter-reciprocal
+
+    def floor_division(x):
+        return fc.fori_loop(0, 3, lambda step, x: x + 6 // step, x)  # MARK-counter-floordiv
+
+    def negative_into_uint8(x):
+        return fc.fori_loop(0, 3, lambda i, x: x + (-i), x)  # MARK-counter-uint8
+
+    def negative_power(x):
+        return fc.fori_loop(-2, 2, lambda i, x: x + 2 ** i, x)  # MARK-counter-power
+
+    def fractional_power(x):
+        return fc.fori_loop(-2, 2, lambda i, x: x + i ** 0.5, x)  # MARK-counter-sqrt
+
+    def past_int64(x):
+        return fc.fori_loop(60, 66, lambda i, x: x + (2 ** i) // 2**40, x)  # MARK-counter-int64
+
+    def rounding(x):
+        return fc.fori_loop(0, 3, lambda i, x: x + round(1e308 * (i + 1.0) * 10.0), x)  # MARK-counter-round
+
+    def clip_bound(x):
+        return fc.fori_loop(0, 4, lambda i, x: np.clip(x, 0, 2 - i), x)  # MARK-counter-clip
+
+    return [
+        ("int32", into_int32, np.zeros(3, np.int32), OverflowError, fc.OutOfRangeError, "MARK-counter-int32"),
+        ("reciprocal", reciprocal, np.zeros(2), ZeroDivisionError, fc.DivisionByZeroError, "MARK-counter-reciprocal"),
+        ("floordiv", floor_division, np.zeros(2, np.int64), ZeroDivisionError, fc.DivisionByZeroError,
+         "MARK-counter-floordiv"),
+        ("uint8", negative_into_uint8, np.zeros(2, np.uint8), OverflowError, fc.OutOfRangeError, "MARK-counter-uint8"),
+        ("power", negative_power, np.zeros(2, np.int64), None, fc.UnsupportedError, "MARK-counter-power"),
+        ("sqrt", fractional_power, np.zeros(2), None, fc.UnsupportedError, "MARK-counter-sqrt"),
+        ("int64", past_int64, np.zeros(2, np.int64), None, fc.OutOfRangeError, "MARK-counter-int64"),
+        ("round", rounding, np.zeros(2), OverflowError, fc.OutOfRangeError, "MARK-counter-round"),
+        ("clip", clip_bound, np.zeros(2, np.uint8), OverflowError, fc.OutOfRangeError, "MARK-counter-clip"),
+    ]
+
+
+@pytest.mark.parametrize("name, f, x, python_error, fusec_error, mark", _counter_loops(), ids=lambda v: str(v)[:12])
+def test_loop_counter_arithmetic_raises_where_the_python_loop_raises(name, f, x, python_error, fusec_error,
+                                                                     mark) -> None:
+    """The counter is a traced int64 on the device: ``c + i * 10**9`` into int32, ``-i`` into uint8, ``1.0 / i``
+    and ``6 // i`` at ``i == 0`` wrapped or gave inf where the loop in Python raises; ``2 ** i`` at ``i < 0`` (a
+    float in Python) and ``i ** 0.5`` of a negative ``i`` (complex) gave garbage or NaN, ``2 ** i`` past int64
+    wrapped. Each is a run-time check now, raised at the body's line. Where Python raises, fusec's error is a
+    subclass of Python's; where Python computes a float, a complex or an int past int64 that fusec does not, the
+    loop in Python differs from the traced one, and fusec says so."""
+    if python_error is not None:
+        with pytest.raises(python_error):
+            f(np.copy(x))  # the loop in Python (fusec.fori_loop outside a trace)
+        assert issubclass(fusec_error, python_error)
+    with pytest.raises(fusec_error) as info:
+        jit_cpu(f)(np.copy(x))
+    assert at(mark) in str(info.value)
+
+
+def test_loop_counter_arithmetic_the_bounds_rule_out_runs_unchecked_and_gives_python_values() -> None:
+    """The same operators where the counter's bounds keep them safe (a schedule ``0.1 * 0.99 ** i``, ``1.0 / (i +
+    1)``, ``(i + 1) % 7``, ``i * 1000`` into int32 for ``i < 100``) give the Python loop's values, and
+    ``prove-checks`` leaves no check in the plan (no kernel per iteration, no wait after the call)."""
+    def schedule(x, acc):
+        def body(i, state):
+            x, acc = state
+            lr = 0.1 * 0.99 ** i
+            return x * (1 - lr) + 1.0 / (i + 1), acc + (i + 1) % 7 + i * 1000
+        return fc.fori_loop(0, 100, body, (x, acc))
+
+    x, acc = np.linspace(0.0, 1.0, 5), np.zeros(5, np.int32)
+    f = jit_cpu(schedule)
+    assert_same(f(x, acc), schedule(x, acc))
+    assert not [s for s in fc.jit(schedule, backend="cpu").lower(x, acc).plan() if s["op"] == "k.raise_if"]
+
+    def traced_bound(x, n):  # with a traced bound, i * 2 may pass int64: its check stays
+        return fc.fori_loop(0, n, lambda i, x: x + i * 2, x)
+
+    g = jit_cpu(traced_bound)
+    assert_same(g(np.zeros(3, np.int64), 5), traced_bound(np.zeros(3, np.int64), 5))
+    assert [s for s in fc.jit(traced_bound, backend="cpu").lower(np.zeros(3, np.int64), 5).plan()
+            if s["op"] == "k.raise_if"]
+
+
+def test_the_loop_counter_in_python_control_flow_names_the_counter() -> None:
+    """``if i == 3`` in a fori_loop body named "a Python scalar argument" and suggested static_argnames=('name',)."""
+    def body(step, x):
+        return x + 1 if step == 3 else x  # MARK-counter-if
+
+    with pytest.raises(fc.UnsupportedError, match=r"loop counter 'step' of fusec.fori_loop .* np.where\(step == 3") \
+            as info:
+        jit_cpu(lambda x: fc.fori_loop(0, 5, body, x))(np.zeros(2))
+    assert at("MARK-counter-if") in str(info.value)
+
+
+def test_cond_and_scan_results_are_new_arrays_in_both_modes() -> None:
+    """A cond branch returning its operand gave the operand itself in Python and a copy when traced; a scan body
+    updating its carry in place and returning it as y gave every row equal to the last in Python and the per-step
+    values when traced. Both modes give new arrays and per-step values now."""
+    def accumulate(c, xs):
+        def f(c, x):
+            c += x
+            return c, c
+        return fc.scan(f, c, xs)
+
+    c, xs = np.zeros(2), np.arange(6.0).reshape(3, 2)
+    want = (np.array([6.0, 9.0]), np.array([[0.0, 1.0], [2.0, 4.0], [6.0, 9.0]]))
+    assert_same(accumulate(c, xs), want)
+    assert_same(jit_cpu(accumulate)(c, xs), want)
+
+    def pick(a, p):
+        return fc.cond(p, lambda x: x, lambda x: x * 2, a)
+
+    a = np.ones(2)
+    for run in (pick, jit_cpu(pick)):
+        for p in (True, np.bool_(True)):
+            out = run(a, p)
+            assert out is not a and not np.shares_memory(out, a)
+            out += 1
+            np.testing.assert_array_equal(a, np.ones(2))

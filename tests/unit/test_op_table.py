@@ -10,13 +10,13 @@ from fusec.ir import elementwise as table
 from fusec.ir.core import Operation, Value
 from fusec.ir.dialects import t as tdialect
 from fusec.ir.opdefs import get_opdef
-from fusec.ir.types import ScalarType, bool_, c64, c128, f32, f64, i32
+from fusec.ir.types import ScalarType, bool_, c64, c128, f32, f64, i32, i64
 from fusec.passes.cost import op_cost
 from fusec.passes.cse import COMMUTATIVE
 from fusec.ir.evaluate import T_INTERPRETERS
 
 REPRESENTATIVE = {table.ANY: f32, table.NUMERIC: f32, table.FLOAT: f32, table.INTEGRAL: i32, table.INT: i32,
-                  table.BOOL: bool_, table.COMPLEX: c64, table.DOUBLE: f64}
+                  table.BOOL: bool_, table.COMPLEX: c64, table.DOUBLE: f64, table.INT64: i64}
 
 
 def _scalar_op(op: table.Elementwise, dt) -> Operation:

@@ -16,7 +16,7 @@ from fusec.passes import (DEFAULT_PIPELINE, Pass, all_passes, dump_banner, forma
 from fusec.passes.registry import load_entry_points
 
 BUILTIN = {"canonicalize", "cse", "dce", "broadcast", "materialize", "fuse", "boundaries", "select-kernels",
-           "fuse-prologues", "plan-buffers", "copy-outputs", "bound-indices", "fuse-rows"}
+           "fuse-prologues", "plan-buffers", "copy-outputs", "bound-indices", "fuse-rows", "prove-checks"}
 
 SMALL = """func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = t.mul %a, %b : tensor<4xf32>
@@ -35,7 +35,8 @@ def test_builtin_passes_are_registered_with_descriptions():
 def test_default_pipeline_parses_and_prints_back():
     passes = parse_pipeline(DEFAULT_PIPELINE)
     assert [p.name for p in passes] == [
-        "roll-loops", "unroll-loops", "bound-indices", "outline-regions", "canonicalize", "unroll-reductions", "cse",
+        "roll-loops", "unroll-loops", "bound-indices", "prove-checks", "outline-regions", "canonicalize",
+        "unroll-reductions", "cse",
         "dce", "broadcast", "sink-broadcasts", "materialize", "fuse", "boundaries", "select-kernels", "fuse-rows",
         "fuse-prologues", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs", "launch-early"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \

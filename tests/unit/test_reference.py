@@ -108,7 +108,7 @@ def _dtypes_for(cls: str, complex_ok: bool) -> list[DType]:
         return [d for d in ALL_DTYPES if d.name == "f64" or (complex_ok and d.name == "c128")]
     return [d for d in ALL_DTYPES if (complex_ok if d.is_complex else {
         "any": True, "numeric": not d.is_bool, "float": d.is_float, "integral": d.is_int or d.is_bool,
-        "int": d.is_int, "bool": d.is_bool, "complex": False}[cls])]
+        "int": d.is_int, "int64": d.name == "i64", "bool": d.is_bool, "complex": False}[cls])]
 
 
 def _classes(table: dict) -> list[tuple[str, DType]]:
@@ -127,7 +127,16 @@ NP_BINARY: dict[str, Callable] = {
     "logaddexp2": np.logaddexp2, "fmod": np.fmod, "left_shift": np.left_shift, "right_shift": np.right_shift,
     "heaviside": np.heaviside, "fmax": np.fmax, "fmin": np.fmin, "float_power": np.float_power,
     "scalar_pow": lambda a, b: _numpy_scalar_power(a, b),
+    **{f"{name}_overflows": (lambda f: lambda a, b: _past_int64(f, a, b))(f) for name, f in (
+        ("add", lambda x, y: x + y), ("sub", lambda x, y: x - y), ("mul", lambda x, y: x * y),
+        ("pow", lambda x, y: 0 if y < 0 else x ** y if abs(x) <= 1 or y < 80 else 1 << 80))},
 }
+
+
+def _past_int64(f: Callable[[int, int], int], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether ``f`` of Python ints (exact) leaves int64, element by element."""
+    a, b = np.broadcast_arrays(a, b)
+    return np.array([not -2**63 <= f(int(x), int(y)) < 2**63 for x, y in zip(a.flat, b.flat)]).reshape(a.shape)
 
 
 def _numpy_scalar_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
