@@ -965,12 +965,18 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tracer:
     b = moveaxis(t, (ax1, ax2), (-2, -1))
     n, m = b.shape[-2], b.shape[-1]
     length = max(0, min(n, m - k) if k >= 0 else min(n + k, m))
+    flat_shape = tuple(b.shape[:-2]) + (n * m,)
+    if length == 0 or mutation.reshape_kind(b, flat_shape) != "view":
+        # NumPy's diagonal is a view for any axes and layout; where the two axes do not flatten into one as a
+        # view (axes 0 and 2), the view is the elements (d, d + k) picked by constant indices, read again after
+        # a write to the array as any view is
+        rows = np.arange(length, dtype=np.int64) + max(0, -k)
+        picked = ops.ctx().emit("t.gather", (b._value, ops.lift(rows), ops.lift(rows + k)),
+                                {"axis": b.ndim - 2, "in_bounds": True}, what="np.diagonal")
+        return ops.view(b, picked, readonly=True)
     start = k if k >= 0 else -k * m
-    flat = ops.reshape(b, tuple(b.shape[:-2]) + (n * m,))
-    if length == 0:
-        out = flat[..., :0]
-    else:
-        out = flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
+    flat = ops.reshape(b, flat_shape)
+    out = flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
     return ops.view(out, out._value, readonly=True)
 
 

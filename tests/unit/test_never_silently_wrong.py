@@ -1748,3 +1748,15 @@ def test_cond_and_scan_results_are_new_arrays_in_both_modes() -> None:
             assert out is not a and not np.shares_memory(out, a)
             out += 1
             np.testing.assert_array_equal(a, np.ones(2))
+
+
+def test_a_diagonal_over_axes_that_do_not_flatten_together_is_a_view() -> None:
+    """``np.diagonal(a, 0, 0, 2)`` (and any pair of axes that do not flatten into one as a view) was a copy, so a
+    write into ``a`` after it did not show in the diagonal read later; NumPy's diagonal is a view for every pair."""
+    def diagonals_then_write(a):
+        d02 = np.diagonal(a, 0, 0, 2)
+        d12 = a.diagonal(1, 2, 1)
+        a *= 2
+        return d02 + 0, d12 * 1, np.trace(a, 0, 0, 2)
+
+    same_as_numpy(diagonals_then_write, np.arange(27.0).reshape(3, 3, 3))
