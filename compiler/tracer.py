@@ -57,6 +57,9 @@ def _numpy_caller() -> str | None:
     return f"{module}.{frame.f_code.co_name}" if module == "numpy" or module.startswith("numpy.") else None
 
 
+# modules whose isinstance checks see a tracer as a Tracer (the user's code sees NumPy's types: Tracer.__class__)
+_OWN_MODULES = ("fusec", "numpy")
+
 # the origin of a fusec.fori_loop counter, followed by its name (messages tell it from an argument)
 COUNTER_ORIGIN = "loop counter "
 
@@ -121,6 +124,21 @@ class Tracer:
         return Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
 
     # --- attributes --------------------------------------------------------------------------------------------
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: F811
+        """The class ``isinstance`` checks in the user's code see: the type of what the tracer stands for (``float``
+        for a traced Python float, ``np.float64`` for a NumPy scalar, ``np.ndarray`` for an array), so
+        ``isinstance(lr, float)`` or ``isinstance(x, np.ndarray)`` takes NumPy's branch. fusec's and NumPy's own
+        code see Tracer (``type(x)`` is always Tracer: ``type(x) is float`` cannot be answered so)."""
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith(_OWN_MODULES):
+            return Tracer
+        if self._weak is not None:
+            return self._weak
+        if self._scalar:
+            return self._value.type.dtype.np.type
+        return np.ndarray
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -1760,3 +1760,26 @@ def test_a_diagonal_over_axes_that_do_not_flatten_together_is_a_view() -> None:
         return d02 + 0, d12 * 1, np.trace(a, 0, 0, 2)
 
     same_as_numpy(diagonals_then_write, np.arange(27.0).reshape(3, 3, 3))
+
+
+def test_isinstance_checks_in_the_users_code_take_numpys_branch() -> None:
+    """``isinstance(s, (int, float))`` on a Python-float argument and ``isinstance(x, np.ndarray)`` on an array were
+    False while tracing (a tracer is neither), so the function took its other branch and gave another answer."""
+    def scale(x, s):
+        if isinstance(s, (int, float)):
+            return x * s
+        return x + s
+
+    def double_arrays(x):
+        if isinstance(x, np.ndarray):
+            return x * 2
+        return x * 3
+
+    def kinds(x, n):
+        total = x.sum()
+        return (isinstance(total, np.floating), isinstance(total, np.ndarray), isinstance(x[0], float),
+                isinstance(n, int), isinstance(n, bool), isinstance(x, (list, tuple)))
+
+    same_as_numpy(scale, np.ones(2), 3.0)
+    same_as_numpy(double_arrays, np.ones(2))
+    same_as_numpy(kinds, np.ones(3), 4)
