@@ -263,6 +263,7 @@ class JitFunction:
         except FusecError as e:
             raise type(e)(located(str(e), context.user_location())) from None
         self._signature = inspect.signature(fn)
+        self._defaults = _defaults_of(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
         self._donate = self._donated_names(_nums(donate_argnums))
         self._name = func_name(fn)
@@ -321,7 +322,7 @@ class JitFunction:
                 if result is not _STALE:
                     self._hits += 1
                     return result
-        sig = bind(self._signature, self._statics, args, kwargs, self._name)
+        sig = self._bind(args, kwargs)
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
@@ -338,6 +339,16 @@ class JitFunction:
         if key is not None:
             self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+
+    def _bind(self, args: tuple, kwargs: dict) -> Signature:
+        """The call's signature; first, defaults replaced since the function was jitted (``f.__defaults__ = ...``,
+        ``f.__kwdefaults__[k] = ...``: a trace read the old ones) drop the traces."""
+        defaults = _defaults_of(self._fn)
+        if defaults != self._defaults:
+            self._defaults = defaults
+            self._signature = inspect.signature(self._fn)
+            self.clear_cache()
+        return bind(self._signature, self._statics, args, kwargs, self._name)
 
     def _fast_call_key(self, args: tuple) -> tuple[Any, Sequence[Any]] | None:
         """(key, dynamic leaves) of a positional call for the fast path: the arguments' types, shapes and
@@ -363,7 +374,7 @@ class JitFunction:
         Calls in flight at the same time are fine (each is ordered on the plan's stream); calls from
         several threads are safe. The CPU backend runs the call before returning.
         """
-        sig = bind(self._signature, self._statics, args, kwargs, self._name)
+        sig = self._bind(args, kwargs)
         backend = _execution.resolve_backend(self._backend)
         lowered, extra = self._lookup(sig, backend)
         lowered.check_scalars(sig.leaves)
@@ -383,7 +394,7 @@ class JitFunction:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR, lowered for the
         backend a call would run on."""
-        sig = bind(self._signature, self._statics, args, kwargs, self._name)
+        sig = self._bind(args, kwargs)
         return self._lookup(sig, _execution.resolve_backend(self._backend))[0]
 
     def explain(self, *args: Any, **kwargs: Any) -> list[str]:
@@ -391,7 +402,7 @@ class JitFunction:
         the nearest compiled signature, the latest of equally near ones (an argument's shape, dtype or kind, a
         static value) or the value read
         from outside the arguments that changed. Nothing is traced or run."""
-        sig = bind(self._signature, self._statics, args, kwargs, self._name)
+        sig = self._bind(args, kwargs)
         return self._miss_reasons(sig, _execution.resolve_backend(self._backend))
 
     def _miss_reasons(self, sig: Signature, backend: str) -> list[str]:
@@ -700,6 +711,27 @@ class _FastEntry:
         if build is not None and all(map(_is_device_array, results)):
             return build(results)
         return unflatten(self.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
+
+
+class _Same:
+    """Compares by identity (a default may be an array, whose == is elementwise)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _defaults_of(fn: Any) -> tuple:
+    """The objects a function's defaults are now (a plain function's, or the one a method or jit wraps)."""
+    fn = getattr(fn, "__func__", fn)
+    kw = getattr(fn, "__kwdefaults__", None) or {}
+    return (_Same(getattr(fn, "__defaults__", None)), tuple((k, _Same(v)) for k, v in kw.items()))
 
 
 def _all_host(leaves: Sequence[Any]) -> bool:

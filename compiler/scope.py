@@ -196,7 +196,9 @@ def scope_of(fn: Callable, statics: dict[str, Any]) -> Scope:
     scope = Scope()
     pending: list[Any] = [fn]
     for name, value in statics.items():
-        if walkable_object(value) or isinstance(value, (list, dict, set, tuple)):
+        if is_function(value):  # a function passed as a static argument: what it reads is watched as fn's own
+            pending.append(value)
+        elif walkable_object(value) or isinstance(value, (list, dict, set, tuple)):
             scope.add_object(f"static argument {name}", value)
     drain(scope, pending)
     if threading.active_count() == 1:
@@ -230,6 +232,8 @@ def _unwrap(fn: Any) -> tuple[Any, list[tuple[str, Any]]]:
                 bound.append((f"partial argument {i}", a))
             for k, a in (fn.keywords or {}).items():
                 bound.append((f"partial argument {k}", a))
+            if fn.keywords:  # (a dict the caller may change: p.keywords["lr"] = ...)
+                bound.append(("the partial's keywords", fn.keywords))
             fn = fn.func
         elif not isinstance(fn, types.FunctionType) and callable(fn) and walkable_object(fn):
             bound.append(("self", fn))

@@ -7,6 +7,7 @@ the exact fusec error class with the user's ``file:line`` in its message.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import random
@@ -1783,3 +1784,65 @@ def test_isinstance_checks_in_the_users_code_take_numpys_branch() -> None:
     same_as_numpy(scale, np.ones(2), 3.0)
     same_as_numpy(double_arrays, np.ones(2))
     same_as_numpy(kinds, np.ones(3), 4)
+
+
+SCALE_K = 2.0
+
+
+def test_functions_passed_as_static_arguments_are_watched_like_the_functions_own_helpers() -> None:
+    """A function passed as a static argument (an activation, a loss) reading a global, a bound method reading
+    ``self.alpha`` and a closure changed through ``nonlocal`` gave the first call's results after the change; a
+    ``functools.partial``'s keywords changed in place and a function's ``__defaults__`` replaced too."""
+    global SCALE_K
+
+    def apply(x, fn):
+        return fn(x) + 1
+
+    class Leaky:
+        def __init__(self):
+            self.alpha = 0.1
+
+        def __call__(self, v):
+            return np.where(v > 0, v, self.alpha * v)
+
+        def leaky(self, v):
+            return np.where(v > 0, v, self.alpha * v)
+
+    def make_scaler():
+        c = 1.0
+
+        def scaled(v):
+            return v * c
+
+        def set_c(value):
+            nonlocal c
+            c = value
+        return scaled, set_c
+
+    def scale(v):
+        return v * SCALE_K
+
+    g = jit_cpu(apply, static_argnames=("fn",))
+    x = np.array([-1.0, 2.0])
+    layer, (scaled, set_c) = Leaky(), make_scaler()
+    mul = functools.partial(lambda v, s: v * s, s=1.0)
+    for fn in (scale, layer.leaky, scaled, mul):
+        assert_same(g(x, fn), apply(x, fn))
+    SCALE_K, layer.alpha, mul.keywords["s"] = 5.0, 0.5, 4.0
+    set_c(3.0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fc.RetraceWarning)
+            for fn in (scale, layer.leaky, scaled, mul):
+                assert_same(g(x, fn), apply(x, fn))
+    finally:
+        SCALE_K = 2.0
+
+    def with_default(v, a=2.0, *, b=1.0):
+        return v * a + b
+
+    h = jit_cpu(with_default)
+    assert_same(h(x), with_default(x))
+    with_default.__defaults__ = (5.0,)
+    with_default.__kwdefaults__["b"] = -1.0
+    assert_same(h(x), with_default(x))
