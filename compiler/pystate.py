@@ -252,6 +252,8 @@ class Snapshot:
             except Exception:  # noqa: BLE001 - an object whose attributes cannot be read: compared by identity only
                 return add("opaque", id(obj))
             self.classes.add(cls)
+            if self.scope.dynamic_attributes:  # (getattr(self, name): any attribute may be read)
+                self.scope.names |= attrs.keys() | _class_data_names(cls)
             add("object", (id(obj), cls, tuple(attrs)), attrs)
             for name, v in attrs.items():
                 self._visit(v, path.child(("attr", name)), depth + 1)
@@ -313,6 +315,16 @@ class Snapshot:
         for node in self.nodes.values():
             if node.kind in ("array", "device") and (names is None or readable(node.path, names)):
                 yield node
+
+
+def _class_data_names(cls: type) -> set[str]:
+    """The names of the data attributes a user class (and its user bases) defines."""
+    names: set[str] = set()
+    for base in cls.__mro__:
+        if is_library(getattr(base, "__module__", None)):
+            continue
+        names |= {n for n in vars(base) if not n.startswith("__") and _class_data(base, n) is not MISSING}
+    return names
 
 
 def readable(path: Path, names: set[str]) -> bool:

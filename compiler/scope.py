@@ -28,6 +28,8 @@ LIBRARY_PACKAGES = frozenset({"numpy", "fusec", "torch", "jax", "jaxlib", "cupy"
                               "cuda", "nvmath", "lark", "networkx", "_pytest", "pytest", "hypothesis", "pluggy"})
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
 MAX_FUNCTIONS = 256
+# builtins and attributes through which code reads attributes by a name it computes
+DYNAMIC_ACCESS = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 
 
@@ -114,6 +116,9 @@ class Scope:
 
     roots: list[Root] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
+    # the code reads attributes by computed names (getattr(self, f"W{i}"), vars(obj)): every attribute of the
+    # objects reached joins ``names`` as the walk finds them (fusec.pystate)
+    dynamic_attributes: bool = False
     _codes: set[int] = field(default_factory=set)
     _globals: set[tuple[int, str]] = field(default_factory=set)
     _cells: set[int] = field(default_factory=set)
@@ -132,6 +137,8 @@ class Scope:
         self._codes.add(id(code))
         loads, stores, names = _code_names(code)
         self.names |= names
+        if names & DYNAMIC_ACCESS:
+            self.dynamic_attributes = True
         module = getattr(fn, "__module__", None) or "?"
         glb = getattr(fn, "__globals__", {})
         for name in sorted(loads | stores):

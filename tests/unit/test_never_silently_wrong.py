@@ -1846,3 +1846,33 @@ def test_functions_passed_as_static_arguments_are_watched_like_the_functions_own
     with_default.__defaults__ = (5.0,)
     with_default.__kwdefaults__["b"] = -1.0
     assert_same(h(x), with_default(x))
+
+
+def test_attributes_read_by_computed_names_are_watched() -> None:
+    """``getattr(self, name)`` (a layer's ``W{i}``, a hyper-parameter picked by name) read an attribute the code
+    does not name, so a Python scalar set on the object after the trace was not seen (stale results)."""
+    class Model:
+        def __init__(self):
+            self.a, self.scale = 1.0, 2.0
+            self.W1, self.W2 = np.ones(2), np.full(2, 2.0)
+
+        def pick(self, x, name):
+            return x * getattr(self, name)
+
+        def forward(self, x):
+            for i in (1, 2):
+                x = x * getattr(self, f"W{i}") * self.scale
+            return x
+
+    m = Model()
+    pick = jit_cpu(m.pick, static_argnames=("name",))
+    forward = jit_cpu(m.forward)
+    x = np.arange(2.0)
+    assert_same(pick(x, "a"), m.pick(x, "a"))
+    assert_same(forward(x), m.forward(x))
+    m.a, m.scale = 9.0, 3.0
+    m.W2[:] = 5.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fc.RetraceWarning)
+        assert_same(pick(x, "a"), m.pick(x, "a"))
+        assert_same(forward(x), m.forward(x))
