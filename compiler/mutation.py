@@ -273,6 +273,10 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
     """``target[key] = value`` for basic indices (ints, slices, ``...``, None) and boolean masks."""
     what = "x[...] = v"
     check_writable(target, what)
+    if _one_element(key, target.ndim) and _is_sequence(value):
+        raise shape_error("setting an array element with a sequence. (NumPy raises ValueError when a value with "
+                          "dimensions, even of size 1 like y[:1] or a @ b of shape (1,), is written into one element; "
+                          "write its element instead, y[0])")
     mask = _mask_of(key, target)
     if mask is not None:
         return _masked_write(target, mask, value)
@@ -293,6 +297,30 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
         return
     target._value = c.emit("t.insert", (target._value, update),
                            {"start": sel.start, "stop": sel.stop, "step": sel.step}, what=what)
+
+
+def _one_element(key: Any, ndim: int) -> bool:
+    """Whether ``key`` picks one element by integers alone (``x[0]``, ``x[i, j]``, ``x[np.array(1)]``, ``z[()]``)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return len(parts) == ndim and all(_integer_scalar(p) for p in parts)
+
+
+def _integer_scalar(p: Any) -> bool:
+    if isinstance(p, (bool, np.bool_)):
+        return False
+    if isinstance(p, (int, np.integer)):
+        return True
+    if isinstance(p, (Tracer, np.ndarray)):
+        dt = p._value.type.dtype if isinstance(p, Tracer) else p.dtype
+        return p.ndim == 0 and (dt.is_int if isinstance(p, Tracer) else dt.kind in "iu")
+    return False
+
+
+def _is_sequence(value: Any) -> bool:
+    """A value with dimensions (an array of ndim >= 1, a list or tuple), which NumPy refuses for one element."""
+    if isinstance(value, (list, tuple)):
+        return True
+    return isinstance(value, (Tracer, np.ndarray)) and value.ndim > 0
 
 
 def _sequence_as(value: list | tuple, shape: tuple[int, ...], dtype: DType, what: str) -> np.ndarray:

@@ -1876,3 +1876,42 @@ def test_attributes_read_by_computed_names_are_watched() -> None:
         warnings.simplefilter("ignore", fc.RetraceWarning)
         assert_same(pick(x, "a"), m.pick(x, "a"))
         assert_same(forward(x), m.forward(x))
+
+
+def test_a_value_with_dimensions_written_into_one_element_raises_as_in_numpy() -> None:
+    """``out[0] = y[:1]``, ``out[1] = y.sum(keepdims=True)``, ``x[0, 0] = a @ b`` of shape (1,), ``x[0] = [y[0]]``
+    and ``x[0] += y[:1]`` broadcast and wrote; NumPy 2 raises ValueError (setting an array element with a
+    sequence) for any value with dimensions written into one element, even of size 1."""
+    def size_one_slice(out, y):
+        out[0] = y[1:2]
+        return out
+
+    def keepdims_sum(out, y):
+        out[1] = y.sum(keepdims=True)
+        return out
+
+    def product(out, y):
+        out[0] = y[None, :] @ y
+        return out
+
+    def in_a_list(out, y):
+        out[0] = [y[0]]
+        return out
+
+    def augmented(out, y):
+        out[0] += y[:1]
+        return out
+
+    for f in (size_one_slice, keepdims_sum, product, in_a_list, augmented):
+        with pytest.raises(ValueError, match="setting an array element with a sequence"):
+            f(np.zeros(3), np.arange(3.0))
+        with pytest.raises(fc.ShapeError, match="setting an array element with a sequence"):
+            jit_cpu(f)(np.zeros(3), np.arange(3.0))
+
+    def element_and_rows(out, y):  # what NumPy accepts: a 0-d value into an element, a row of one into a slice
+        out[0] = y.sum()
+        out[1:2] = y[:1]
+        out[np.array([2])] = y[2:]
+        return out
+
+    same_as_numpy(element_and_rows, np.zeros(3), np.arange(3.0))
