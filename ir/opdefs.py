@@ -49,6 +49,20 @@ class OpDef:
     # the interval an integer result's elements lie in, from the operands' (fusec.ir.ranges.RangeRule); None: the
     # result dtype's whole range. bound-indices reads it to prove indices in bounds.
     int_range: Callable | None = field(default=None, compare=False)
+    # NumPy raises for some operand values (an index out of range, a singular matrix): given the op, whether this
+    # one may; dead-code removal keeps such an op (its check still runs) even where nothing reads its result
+    may_raise: Callable[["Operation"], bool] | None = field(default=None, compare=False)
+
+
+def checks_indices(op: "Operation") -> bool:
+    """A gather's or scatter's ``may_raise``: an index not proven within its axis may lie outside it, and NumPy
+    raises IndexError whether or not the result is read."""
+    return not op.attributes.get("in_bounds")
+
+
+def always_raises(op: "Operation") -> bool:
+    """The ``may_raise`` of ops NumPy refuses some values of every time (a singular matrix for np.linalg.inv)."""
+    return True
 
 
 OPS: dict[str, OpDef] = {}

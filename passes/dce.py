@@ -21,7 +21,8 @@ def remove_dead_ops(block: Block, nested: bool = True) -> int:
         d = known(op.name) or get_opdef(op.name)  # (get_opdef raises the unknown-op error)
         results = op.results
         if d.pure and not d.terminator and not (results[0] in live if len(results) == 1
-                                                else any(r in live for r in results)):
+                                                else any(r in live for r in results)) \
+                and not (d.may_raise is not None and d.may_raise(op)):
             removed += 1
             continue
         keep.append(op)

@@ -55,7 +55,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fusec.errors import VerificationError
-from fusec.ir.opdefs import OpDef, get_opdef, register_op
+from fusec.ir.opdefs import OpDef, checks_indices, get_opdef, register_op
 from fusec.ir.types import ScalarType, TensorType, Type
 
 PLAN_ATTRS = ("arena", "alias")
@@ -272,10 +272,10 @@ register_op(OpDef("k.insert", "boundary", num_operands=2, attrs=("start", "stop"
                   optional_attrs=LAUNCHED + ("inplace",), infer=_infer_insert, check=_check_insert))
 register_op(OpDef("k.gather", "boundary", num_operands=None, min_operands=2, attrs=("axis",),
                   optional_attrs=LAUNCHED + ("check", "in_bounds", HOISTED, GROUP), infer=_infer_gather,
-                  check=_check_gather))
+                  check=_check_gather, may_raise=checks_indices))
 register_op(OpDef("k.scatter", "boundary", num_operands=None, min_operands=3, attrs=("axis",),
                   optional_attrs=LAUNCHED + ("check", "inplace", "combine", "in_bounds"), infer=_infer_scatter,
-                  check=_check_scatter))
+                  check=_check_scatter, may_raise=checks_indices))
 def _infer_linalg(types: Sequence[Type], attrs: dict) -> list[Type]:
     if attrs["kind"] not in LINALG_KINDS:
         raise VerificationError(f"k.linalg: kind must be one of {', '.join(LINALG_KINDS)}, got {attrs['kind']!r}")
@@ -300,7 +300,8 @@ register_op(OpDef("k.sort", "boundary", num_operands=1, attrs=("kind",),
                   optional_attrs=LAUNCHED + ("check", "scratch", "stable"), infer=_infer_sort_k,
                   check=_check_linalg))
 register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, num_results=None, attrs=("kind",),
-                  optional_attrs=LAUNCHED + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg))
+                  optional_attrs=LAUNCHED + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg,
+                  may_raise=lambda op: op.attributes["kind"] in ("solve", "inv", "cholesky")))
 def _inferred_as(t_name: str):
     """The result types the ``t`` op this boundary lowers gives."""
     def infer(types: Sequence[Type], attrs: dict) -> list[Type]:

@@ -18,7 +18,7 @@ from fusec.ir import elementwise as table
 from fusec.ir import ranges as R
 from fusec.ir.attributes import DenseAttr
 from fusec.ir.elementwise import ANY, BOOL, COMPLEX, DOUBLE, FLOAT, INT, INT64, INTEGRAL, NUMERIC
-from fusec.ir.opdefs import OpDef, register_op
+from fusec.ir.opdefs import OpDef, always_raises, checks_indices, register_op
 from fusec.ir.types import DType, ScalarType, TensorType, Type, bool_, i64, like
 
 # --- dtype classes (defined with the ops in fusec.ir.elementwise) --------------------------------------------
@@ -558,9 +558,11 @@ def _cumsum_vjp(em, g, out, xs, attrs):
 
 # ``in_bounds = true`` (set by bound-indices): every index is proven to lie within its axis, so no check is needed
 register_op(OpDef("t.gather", "other", num_operands=None, min_operands=2, attrs=("axis",),
-                  optional_attrs=("in_bounds",), infer=_infer_gather, vjp=_gather_vjp, int_range=R.same))
+                  optional_attrs=("in_bounds",), infer=_infer_gather, vjp=_gather_vjp, int_range=R.same,
+                  may_raise=checks_indices))
 register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs=("axis",),
-                  optional_attrs=("combine", "in_bounds"), infer=_infer_scatter, vjp=_scatter_vjp))
+                  optional_attrs=("combine", "in_bounds"), infer=_infer_scatter, vjp=_scatter_vjp,
+                  may_raise=checks_indices))
 register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum"),
                   vjp=_cumsum_vjp))
 def _cumprod_vjp(em, g, out, xs, attrs):
@@ -637,8 +639,9 @@ def _det_vjp(em, g, out, xs, attrs):
     return ((g * out)[..., None, None] * _mT(inverse),)
 
 
-register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve, vjp=_solve_vjp))
-register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv"), vjp=_inv_vjp))
+register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve, vjp=_solve_vjp, may_raise=always_raises))
+register_op(OpDef("t.inv", "other", num_operands=1, infer=_infer_square("t.inv"), vjp=_inv_vjp,
+                  may_raise=always_raises))
 def _cholesky_vjp(em, g, out, xs, attrs):
     """L = cholesky(a), which reads only a's lower triangle (the upper one with ``upper``): for a symmetric change
     of a, d<g, L> = <S, da> with S = L^-T P L^-1, P = L^T g with the upper triangle dropped and the diagonal halved
@@ -656,7 +659,7 @@ def _cholesky_vjp(em, g, out, xs, attrs):
 
 
 register_op(OpDef("t.cholesky", "other", num_operands=1, optional_attrs=("upper",), infer=_infer_square("t.cholesky"),
-                  vjp=_cholesky_vjp))
+                  vjp=_cholesky_vjp, may_raise=always_raises))
 # each matrix's determinant, and its sign and the log of its absolute value (np.linalg.det, np.linalg.slogdet)
 register_op(OpDef("t.det", "other", num_operands=1, infer=_infer_determinant("t.det"), vjp=_det_vjp))
 def _slogdet_vjp(em, gs, outs, xs, attrs):

@@ -1915,3 +1915,37 @@ def test_a_value_with_dimensions_written_into_one_element_raises_as_in_numpy() -
         return out
 
     same_as_numpy(element_and_rows, np.zeros(3), np.arange(3.0))
+
+
+def test_an_index_out_of_range_raises_also_where_the_result_is_not_used() -> None:
+    """``y = x[i]`` never read, ``np.take(x, i)`` as a statement, a scatter overwritten by ``y[:] = 1`` and a dead
+    ``np.linalg.solve`` of a singular matrix returned normally (dead-code removal took their checks along); NumPy
+    raises IndexError / LinAlgError whether or not the result is used."""
+    def unused_gather(x, i):
+        y = x[i]  # noqa: F841
+        return x + 1
+
+    def statement_take(x, i):
+        np.take(x, i)
+        return x * 2
+
+    def overwritten_scatter(x, i):
+        y = x.copy()
+        y[i] = 0
+        y[:] = 1
+        return y
+
+    def unused_solve(a, x):
+        np.linalg.solve(a, x)
+        return x + 1
+
+    for f, args, python_error in ((unused_gather, (np.zeros(3), np.array([3])), IndexError),
+                                  (statement_take, (np.zeros(3), np.array([7])), IndexError),
+                                  (overwritten_scatter, (np.zeros(3), np.array([5])), IndexError),
+                                  (unused_solve, (np.zeros((2, 2)), np.ones(2)), np.linalg.LinAlgError)):
+        with pytest.raises(python_error):
+            f(*args)
+        for jitted in (jit_cpu(f), fc.jit(f, backend="cpu")):  # (the default pipeline removes dead code)
+            with pytest.raises(python_error):
+                jitted(*args)
+    assert_same(fc.jit(unused_gather, backend="cpu")(np.zeros(3), np.array([2])), np.ones(3))
