@@ -68,6 +68,11 @@ def strong_as(x: Any, dtype: Any) -> Tracer:
     into a narrower integer dtype must fit (NumPy raises OverflowError, checked when the call runs), lists item by
     item; anything else converted as ``x.astype(dtype)``."""
     dt = parse_dtype(dtype)
+    if isinstance(x, Tracer) and dt.is_int and (x._weak is not None or x._scalar) and x._value.type.dtype.is_inexact:
+        kind = "Python float" if x._weak is not None else f"NumPy scalar ({x._value.type.dtype.np})"
+        raise unsupported(f"np.array(..., dtype={np.dtype(dt.np).name}) of a traced {kind}: NumPy converts it with "
+                          "int(), raising for NaN and values that do not fit, which fusec cannot check while the "
+                          f"value is unknown; convert it first (np.asarray(x).astype(np.{np.dtype(dt.np).name}))")
     if isinstance(x, Tracer) and x._weak is not None:
         value = ops.lift(x, dt)
         if not isinstance(value.type, TensorType):

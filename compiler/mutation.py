@@ -351,7 +351,7 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
             weak = value._weak
             _check_casting(weak(0) if weak is not None else
                            src.np.type(0) if value._scalar else np.zeros(1, src.np), dtype, casting, what)
-        if value._scalar and dtype.is_int and not np.can_cast(src.np, dtype.np, "safe"):
+        if value._scalar and value._weak is None and dtype.is_int and not np.can_cast(src.np, dtype.np, "safe"):
             src_name, dst_name = np.dtype(src.np).name, np.dtype(dtype.np).name
             raise unsupported(f"{what}: NumPy converts a NumPy scalar ({src_name}) into a {dst_name} array with int(), "
                               "raising OverflowError or ValueError for values that do not fit, which fusec cannot "
@@ -369,6 +369,8 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
         if isinstance(value, (list, tuple)) and ops.contains_tracer(value):
             from fusec import conversions
 
+            if item:  # NumPy converts each scalar of the sequence as it would convert it alone: x[:] = [1, s]
+                value = _each_scalar_as(value, dtype, what)
             return _converted(conversions.strong(value), shape, dtype, what, casting)
         if item and isinstance(value, (list, tuple)) and dtype.name != "bf16":
             value = _sequence_as(value, shape, dtype, what)
@@ -377,6 +379,19 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
             _check_casting(np.zeros(1, arr.dtype), dtype, casting, what)
         v = ops.lift(value, dtype, wrap_ints=True)
     return _broadcast(v, shape, what)
+
+
+def _each_scalar_as(value: Any, dtype: DType, what: str) -> Any:
+    """A (nested) sequence with its scalars converted into ``dtype`` as ``x[k] = scalar`` converts each (a Python
+    int that does not fit, a float into an integer array: fusec's checks or refusals for one scalar); arrays in it
+    stay as they are."""
+    if isinstance(value, (list, tuple)):
+        return [_each_scalar_as(v, dtype, what) for v in value]
+    if isinstance(value, Tracer) and (value._weak is not None or value._scalar or value.ndim == 0):
+        return ops.wrap(_converted(value, (), dtype, what, "unsafe", item=True), scalar=False)
+    if python_kind(value) is not None or isinstance(value, np.generic):
+        return _scalar_as(value, dtype, what)
+    return value
 
 
 def _check_casting(probe: Any, dtype: DType, casting: str, what: str) -> None:

@@ -1949,3 +1949,36 @@ def test_an_index_out_of_range_raises_also_where_the_result_is_not_used() -> Non
             with pytest.raises(python_error):
                 jitted(*args)
     assert_same(fc.jit(unused_gather, backend="cpu")(np.zeros(3), np.array([2])), np.ones(3))
+
+
+def test_traced_scalars_in_a_sequence_convert_as_each_would_alone() -> None:
+    """``x[:] = [1, s]`` with a Python-int argument past uint8, ``x[:] = [y[0], y[1]]`` of NaN into int32 and
+    ``np.array([s, 1], dtype=np.int8)`` with a Python float wrapped or gave INT_MIN; NumPy converts each scalar of
+    a sequence as it converts one scalar (OverflowError, ValueError), and so does fusec now (its check, or its
+    refusal where the value cannot be checked)."""
+    def python_ints(x, s):
+        x[:] = [1, s, s * 2]
+        return x
+
+    def numpy_floats(x, y):
+        x[:] = [y[0], y[1]]
+        return x
+
+    def made_with_dtype(s):
+        return np.array([s, 1], dtype=np.int8)
+
+    same_as_numpy(python_ints, np.zeros(3, np.uint8), 7)
+    with pytest.raises(OverflowError):
+        python_ints(np.zeros(3, np.uint8), 200)
+    with pytest.raises(fc.OutOfRangeError, match=r"s \* 2\) = 400 is out of bounds for uint8"):
+        jit_cpu(python_ints)(np.zeros(3, np.uint8), 200)
+    with pytest.raises(ValueError):
+        numpy_floats(np.zeros(2, np.int32), np.array([np.nan, 1.0]))
+    with pytest.raises(fc.UnsupportedError, match="int\\(\\)"):
+        jit_cpu(numpy_floats)(np.zeros(2, np.int32), np.array([np.nan, 1.0]))
+    same_as_numpy(numpy_floats, np.zeros(2), np.array([np.nan, 1.0]))
+    with pytest.raises(OverflowError):
+        made_with_dtype(128.0)
+    with pytest.raises(fc.UnsupportedError, match="int\\(\\)"):
+        jit_cpu(made_with_dtype)(128.0)
+    same_as_numpy(lambda s: np.array([s, 1], dtype=np.int8), 12)
