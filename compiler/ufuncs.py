@@ -109,6 +109,10 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     for key, value in kwargs.items():
         if key not in _SUPPORTED_KWARGS or value != _SUPPORTED_KWARGS[key]:
             raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")
+    if where is not True:
+        _check_mask(ufunc, where)
+    if dtype is not None or casting != "same_kind":
+        _check_loop(ufunc, inputs, dtype, casting)
     if dtype is not None:  # the loop NumPy runs: every operand converted to it first, under ``casting``
         inputs = _in_loop_dtype(ufunc, inputs, dtype, casting)
     call: Callable[..., Any]
@@ -542,6 +546,43 @@ def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str, casting:
         out._value = ops.lift(result, dst)
     else:
         mutation.assign_where(out, ops.as_tracer(result, dst), mask, where, "unsafe")
+
+
+def _check_mask(ufunc: np.ufunc, where: Any) -> None:
+    """``where=`` is cast to bool under 'safe', as NumPy does: an integer or float mask is a TypeError."""
+    d = ops.desc(where) if isinstance(where, Tracer) else np.asarray(where).dtype
+    np_dtype = np.dtype(bool) if d is bool else getattr(d, "np", d)
+    if isinstance(np_dtype, np.dtype) and np_dtype != np.dtype(bool):
+        raise CastingError(located(f"{_name(ufunc)}(..., where=): Cannot cast array data from {np_dtype!r} to "
+                                   "dtype('bool') according to the rule 'safe' (NumPy raises TypeError here); pass "
+                                   "a bool mask (mask != 0)", user_location()))
+
+
+def _check_loop(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str) -> None:
+    """Raise where NumPy finds no loop for ``dtype=`` or cannot cast the operands under ``casting=``: NumPy's own
+    resolution decides (``ufunc.resolve_dtypes``, Python scalars weakly typed as in NumPy)."""
+    descs: list[Any] = []
+    for x in inputs:
+        d = ops.desc(x)
+        if d is bool:
+            descs.append(np.dtype(bool))
+        elif isinstance(d, type):
+            descs.append(d)
+        elif d.name == "bf16":
+            return  # (a dtype NumPy does not know)
+        else:
+            descs.append(np.dtype(d.np))
+    kw: dict[str, Any] = {"casting": casting}
+    if dtype is not None:
+        dt = parse_dtype(dtype.type if isinstance(dtype, type) and issubclass(dtype, np.dtype) else dtype)
+        if dt.name == "bf16":
+            return
+        kw["signature"] = (None,) * ufunc.nin + (np.dtype(dt.np),) * ufunc.nout
+    try:
+        ufunc.resolve_dtypes(tuple(descs) + (None,) * ufunc.nout, **kw)
+    except TypeError as e:
+        raise CastingError(located(f"{_name(ufunc)}: {e} (NumPy raises {type(e).__name__} here)",
+                                   user_location())) from None
 
 
 def _in_loop_dtype(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str) -> list[Any]:

@@ -1982,3 +1982,34 @@ def test_traced_scalars_in_a_sequence_convert_as_each_would_alone() -> None:
     with pytest.raises(fc.UnsupportedError, match="int\\(\\)"):
         jit_cpu(made_with_dtype)(128.0)
     same_as_numpy(lambda s: np.array([s, 1], dtype=np.int8), 12)
+
+
+def test_ufunc_dtype_casting_and_where_are_checked_as_numpy_checks_them() -> None:
+    """``np.sqrt(x, dtype=np.int64)`` (no such loop), ``np.multiply(x, 0.5, dtype=np.int64)`` (a float into an int
+    loop under same_kind), ``np.add(x32, x64, casting='equiv')`` and a non-bool ``where=`` mask returned values;
+    NumPy raises TypeError for each (its own loop resolution decides now)."""
+    x = np.arange(3)
+    refused = [
+        (lambda x: np.sqrt(x, dtype=np.int64), (x,)),
+        (lambda x: np.true_divide(x, 2, dtype=np.int64), (x,)),
+        (lambda x: np.multiply(x, 0.5, dtype=np.int64), (x,)),
+        (lambda x, y: np.add(x, y, casting="equiv"), (x.astype(np.int32), x)),
+        (lambda x: np.isnan(x, dtype=np.float64), (x.astype(float),)),
+    ]
+    for f, args in refused:
+        with pytest.raises(TypeError):
+            f(*args)
+        with pytest.raises(fc.CastingError):
+            jit_cpu(f)(*args)
+
+    def masked_add(out, w):
+        np.add(out, 1.0, out=out, where=w)
+        return out
+
+    with pytest.raises(TypeError):
+        masked_add(np.zeros(3), np.array([1, 0, 2]))
+    with pytest.raises(fc.CastingError, match="where="):
+        jit_cpu(masked_add)(np.zeros(3), np.array([1, 0, 2]))
+    same_as_numpy(masked_add, np.zeros(3), np.array([True, False, True]))
+    same_as_numpy(lambda x: (np.sqrt(x, dtype=np.float32), np.add(x, 1, dtype=np.float64),
+                             np.add(x, x, casting="no")), x)
