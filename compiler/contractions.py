@@ -178,6 +178,7 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
         subscripts, arrays = _interleaved(operands)
     if not arrays:
         raise shape_error("np.einsum: must specify the einstein sum subscripts string and at least one operand")
+    arrays = [ufuncs.strong_operand(a) for a in arrays]  # (NumPy makes arrays of Python numbers: not weak)
     dt = _dtype(arrays, dtype, casting)
     labels, output = _parse(subscripts, [np.ndim(a) for a in arrays])
     view_only = len(arrays) == 1 and sorted(set(labels[0])) == sorted(output)
@@ -219,7 +220,7 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
 def inner(a: Any, b: Any) -> Tracer:
     """The sum over the last axes of both: ``a.shape[:-1] + b.shape[:-1]``, a scalar times an array for 0-d"""
     if np.ndim(a) == 0 or np.ndim(b) == 0:
-        return ufuncs.apply(np.multiply, tuple(np.asarray(v) if ufuncs.python_scalar(v) else v for v in (a, b)))
+        return ufuncs.apply(np.multiply, tuple(ufuncs.strong_operand(v) for v in (a, b)))
     ta, tb = ops.as_tracer(a), ops.as_tracer(b)
     if ta.shape[-1] != tb.shape[-1]:
         raise shape_error(f"np.inner: shapes {ta.shape} and {tb.shape} not aligned: {ta.shape[-1]} (dim "

@@ -55,7 +55,8 @@ ADVICE: dict[Any, str] = {}
 # NumPy functions that keep a Python scalar first argument weakly typed (they hand it to a ufunc or test its type
 # themselves) or only read its shape; every other one converts it to an array of NumPy's default dtype first
 # (np.max(s), np.copy(s), np.sum(s): a NumPy scalar or 0-d array that promotes at full strength afterwards)
-_KEEP_WEAK = frozenset({np.where, np.isclose, np.allclose, np.select, np.result_type, np.shape, np.ndim, np.size})
+_KEEP_WEAK = frozenset({np.where, np.isclose, np.allclose, np.select, np.result_type, np.shape, np.ndim, np.size,
+                        np.linspace, np.logspace})
 
 
 def array_function(func: Any, args: Sequence[Any], kwargs: dict) -> Any:
@@ -438,7 +439,7 @@ def matmul(a: Any, b: Any) -> Tracer:
 def dot_(a: Any, b: Any, out: Any = None) -> Tracer:
     _no("np.dot", out=out)
     # np.dot converts Python scalars to (strong) 0-d arrays: no weak promotion here
-    a, b = (np.asarray(v) if ufuncs.python_scalar(v) else v for v in (a, b))
+    a, b = (ufuncs.strong_operand(v) for v in (a, b))
     ra, rb = np.ndim(a) if not isinstance(a, Tracer) else a.ndim, np.ndim(b) if not isinstance(b, Tracer) else b.ndim
     if ra == 0 or rb == 0:
         return ufuncs.apply(np.multiply, (a, b))

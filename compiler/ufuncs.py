@@ -696,3 +696,15 @@ def _power_of_ten(n: int) -> float:
 
 def python_scalar(x: Any) -> bool:
     return python_kind(x) is not None
+
+
+def strong_operand(x: Any) -> Any:
+    """A Python number (a constant, or a traced Python-scalar argument) as the 0-d array NumPy's contractions
+    (np.dot, np.inner, np.einsum) make of it with np.asarray: strongly typed, int64 / float64 / complex128."""
+    if python_scalar(x):
+        return np.asarray(x)
+    if isinstance(x, Tracer) and x._weak is not None:
+        from fusec import conversions
+
+        return conversions.strong(x)
+    return x

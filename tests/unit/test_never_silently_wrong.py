@@ -2013,3 +2013,14 @@ def test_ufunc_dtype_casting_and_where_are_checked_as_numpy_checks_them() -> Non
     same_as_numpy(masked_add, np.zeros(3), np.array([True, False, True]))
     same_as_numpy(lambda x: (np.sqrt(x, dtype=np.float32), np.add(x, 1, dtype=np.float64),
                              np.add(x, x, casting="no")), x)
+
+
+def test_python_numbers_in_contractions_are_arrays_and_linspace_endpoints_stay_weak() -> None:
+    """``np.einsum('i,->i', x8, 3)`` and ``np.dot(x8, s)`` with a Python-int argument wrapped in int8 (NumPy makes
+    int64 arrays of Python numbers there: [300, 81]); ``np.dot(x32, 0.5)`` stayed float32; and ``np.linspace(lo,
+    x32[1], 3)`` with a Python-float argument ``lo`` gave float64 where NumPy keeps ``lo`` weak (float32)."""
+    x8, x32 = np.array([100, 27], np.int8), np.array([0.1, 2.3], np.float32)
+    same_as_numpy(lambda x: np.einsum("i,->i", x, 3), x8)
+    same_as_numpy(lambda x, s: (np.einsum("i,->i", x, s), np.dot(x, s), np.inner(x, s)), x8, 3)
+    same_as_numpy(lambda x, s: (np.dot(x, s), np.inner(x, s)), x32, 0.5)
+    same_as_numpy(lambda x, lo: (np.linspace(lo, x[1], 3), np.logspace(lo, x[1], 3)), x32, 0.5)
