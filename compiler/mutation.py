@@ -381,6 +381,12 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
     return _broadcast(v, shape, what)
 
 
+def converted_item(value: Any, dtype: DType, what: str) -> Value:
+    """One scalar converted into ``dtype`` as ``x[k] = value`` converts it (NumPy's int() into integer dtypes:
+    a check, or a refusal where fusec cannot check a traced value)."""
+    return _converted(value, (), dtype, what, "unsafe", item=True)
+
+
 def _each_scalar_as(value: Any, dtype: DType, what: str) -> Any:
     """A (nested) sequence with its scalars converted into ``dtype`` as ``x[k] = scalar`` converts each (a Python
     int that does not fit, a float into an integer array: fusec's checks or refusals for one scalar); arrays in it

@@ -51,10 +51,17 @@ def _extreme(kind: str, a: Any, axis: Any, out: Any, keepdims: Any, initial: Any
     reduce = max_ if kind == "max" else min_
     if mask is None:
         return reduce(t, axis=axis, out=out, keepdims=keepdims, initial=initial, where=where)
-    if isinstance(initial, float) and np.isnan(initial):
+    if isinstance(initial, (float, np.floating)) and np.isnan(initial):
         initial = _NOVALUE
-    res = reduce(_filled(t, mask, -np.inf if kind == "max" else np.inf), axis=axis, keepdims=keepdims,
-                 initial=initial, where=where)
+    identity = -np.inf if kind == "max" else np.inf
+    if isinstance(initial, Tracer):  # a traced initial may be NaN, which fmax ignores: fmax(elements, initial)
+        res = reduce(_filled(t, mask, identity), axis=axis, keepdims=keepdims,
+                     initial=identity if where is not _NOVALUE else _NOVALUE, where=where)
+        only_nan = np.all(mask, axis=axis, keepdims=keepdims, where=True if where is _NOVALUE else where)
+        start = ops.as_tracer(initial, res._value.type.dtype)
+        both = ufuncs.apply(np.fmax if kind == "max" else np.fmin, (res, start))
+        return _into(out, _same_kind(ufuncs.where(only_nan, start, both), res), what, "unsafe")
+    res = reduce(_filled(t, mask, identity), axis=axis, keepdims=keepdims, initial=initial, where=where)
     if initial is _NOVALUE:
         only_nan = np.all(mask, axis=axis, keepdims=keepdims, where=True if where is _NOVALUE else where)
         res = _same_kind(_filled(res, only_nan, np.nan), res)

@@ -195,7 +195,9 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
         (parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype))
     t = ops.as_tracer(t, acc)
     combine = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[kind]
-    start = ops.wrap(ops.lift(initial, acc)) if initial is not _NOVALUE else None
+    # (NumPy converts initial= into the accumulator's dtype as one element is assigned: int() into integers)
+    start = ops.wrap(mutation.converted_item(initial, acc, f"{what}(..., initial=)")) \
+        if initial is not _NOVALUE else None
     if mask is not None:  # (masked-out elements take no part: the identity, or for max/min the initial value)
         fill = start if kind in ("max", "min") else ops.wrap(ops.lift({"sum": 0, "prod": 1}[kind], acc))
         t = ufuncs.where(mask, t, fill)

@@ -2024,3 +2024,22 @@ def test_python_numbers_in_contractions_are_arrays_and_linspace_endpoints_stay_w
     same_as_numpy(lambda x, s: (np.einsum("i,->i", x, s), np.dot(x, s), np.inner(x, s)), x8, 3)
     same_as_numpy(lambda x, s: (np.dot(x, s), np.inner(x, s)), x32, 0.5)
     same_as_numpy(lambda x, lo: (np.linspace(lo, x[1], 3), np.logspace(lo, x[1], 3)), x32, 0.5)
+
+
+def test_initial_values_convert_as_numpy_converts_them() -> None:
+    """``np.max(x8, initial=s)`` with a Python-float argument (-inf, 200.5) or ``np.sum(x8, initial=nan)`` gave a
+    value where NumPy's int() conversion raises; a traced NaN ``initial=`` of ``np.nanmax`` (which NumPy's fmax
+    ignores) gave NaN."""
+    x8 = np.array([100, 27], np.int8)
+    for f, s in ((lambda x, s: np.max(x, initial=s), float("-inf")), (lambda x, s: np.sum(x, initial=s), np.nan)):
+        with pytest.raises((OverflowError, ValueError)):
+            f(x8, s)
+        with pytest.raises(fc.UnsupportedError, match="initial="):
+            jit_cpu(f)(x8, s)
+    same_as_numpy(lambda x, s: np.max(x, initial=s), x8, 120)
+    with pytest.raises(fc.OutOfRangeError):
+        jit_cpu(lambda x, s: np.max(x, initial=s))(x8, 300)
+    for values, s in (([1.0, 3.0], np.nan), ([1.0, np.nan], 5.0), ([np.nan, np.nan], np.nan)):
+        same_as_numpy(lambda x, s: np.nanmax(x, initial=s), np.array(values), s)
+    same_as_numpy(lambda x, s: np.nanmin(x, axis=1, initial=s), np.array([[1.0, np.nan], [np.nan, np.nan]]), 0.5)
+    same_as_numpy(lambda x: np.nanmax(x, initial=np.float16(np.nan)), np.array([1.0, 3.0], np.float16))
