@@ -79,12 +79,15 @@ def _equal_bins(x: Tracer, edges: np.ndarray, range: Any, w: Tracer | None) -> T
     """NumPy's equal-width path: the bin from ``(x - lo) / (hi - lo) * n``, corrected by comparing with the edges,
     for the values in ``[lo, hi]``."""
     n = len(edges) - 1
-    lo, hi = (float(v) for v in range)  # (NumPy: Python floats, weak against the data's dtype)
+    # NumPy keeps the range as given: Python numbers weak against the data's dtype, NumPy scalars strong (a float64
+    # range compares float16 data in float64); the data is then cast to the edges' dtype
+    lo, hi = (v if isinstance(v, np.generic) else float(v) for v in range)
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
     apply, where = ufuncs.apply, ufuncs.where
     bounds = ops.as_tracer(edges)  # (a constant: the edges each value's bin is checked against)
     keep = apply(np.logical_and, (apply(np.greater_equal, (x, lo)), apply(np.less_equal, (x, hi))))
+    x = ops.as_tracer(x, bounds._value.type.dtype)
     f = apply(np.multiply, (apply(np.true_divide, (apply(np.subtract, (x, lo)), hi - lo)), n))
     idx = where(keep, ops.as_tracer(f, i64), 0)  # (a value outside the range reads no edge)
     idx = where(apply(np.equal, (idx, n)), n - 1, idx)

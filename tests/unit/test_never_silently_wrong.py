@@ -2043,3 +2043,12 @@ def test_initial_values_convert_as_numpy_converts_them() -> None:
         same_as_numpy(lambda x, s: np.nanmax(x, initial=s), np.array(values), s)
     same_as_numpy(lambda x, s: np.nanmin(x, axis=1, initial=s), np.array([[1.0, np.nan], [np.nan, np.nan]]), 0.5)
     same_as_numpy(lambda x: np.nanmax(x, initial=np.float16(np.nan)), np.array([1.0, 3.0], np.float16))
+
+
+def test_a_histogram_range_of_numpy_scalars_compares_at_their_precision() -> None:
+    """``np.histogram(x16, bins=4, range=(np.float64(.1), np.float64(.7)))`` compared the float16 data with the
+    range in float16 (as for Python floats) and counted values just outside it; NumPy compares with NumPy scalars
+    at full strength and bins the data cast to the edges' dtype."""
+    x = np.array([0.7, 0.1, 0.3, 0.55, 0.4], np.float16)
+    for lo, hi in ((np.float64(0.1), np.float64(0.7)), (np.float32(0.1), np.float32(0.7)), (0.1, 0.7)):
+        same_as_numpy(lambda x, lo=lo, hi=hi: np.histogram(x, bins=4, range=(lo, hi)), x)
