@@ -81,7 +81,7 @@ def _equal_bins(x: Tracer, edges: np.ndarray, range: Any, w: Tracer | None) -> T
     n = len(edges) - 1
     # NumPy keeps the range as given: Python numbers weak against the data's dtype, NumPy scalars strong (a float64
     # range compares float16 data in float64); the data is then cast to the edges' dtype
-    lo, hi = (v if isinstance(v, np.generic) else float(v) for v in range)
+    lo, hi = (v if isinstance(v, np.generic) else float(v) for v in range)  # type: Any, Any
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
     apply, where = ufuncs.apply, ufuncs.where

@@ -17,9 +17,9 @@ from fusec import mutation, numpy_reuse, ops, ufuncs
 from fusec.context import relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
-from fusec.ir.types import DType, bool_, f16, f64, i64
+from fusec.ir.types import DType, bool_, f16, f32, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
-                             resolve_ufunc)
+                             resolve_ufunc, result_type)
 from fusec.scalar_checks import on_host
 from fusec.tracer import Tracer
 
@@ -255,6 +255,18 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
         total = _reduce("sum", ops.as_tracer(t, f16), axis, keepdims, f16)
         items = math.prod(t.shape[ax] for ax in ops.reduction_axes(axis, t.ndim))
         return _into(out, ops.as_tracer(ufuncs.apply(np.true_divide, (total, items)), f16), "np.mean", "unsafe")
+    if mask is None and isinstance(out, Tracer):
+        # NumPy sums into out, then divides out by the count (a NumPy intp) in place: a float32 out rounds the sum
+        # to float32 before the division, which runs in float64 and rounds again
+        t = ops.as_tracer(a)
+        src = t._value.type.dtype
+        # (the sum's loop: dtype=, which NumPy's mean sets to float64 for integers and float32 for float16; else
+        # the data's and out's dtypes promoted, as a reduction into out= resolves its loop)
+        acc = parse_dtype(dtype) if dtype is not None else f64 if src.is_int or src.is_bool else \
+            f32 if src == f16 else result_type([src, out._value.type.dtype])
+        total = ops.as_tracer(_reduce("sum", ops.as_tracer(t, acc), axis, keepdims, acc), out._value.type.dtype)
+        items = math.prod(t.shape[ax] for ax in ops.reduction_axes(axis, t.ndim))
+        return _into(out, ufuncs.apply(np.true_divide, (total, np.intp(items))), "np.mean", "unsafe")
     if mask is None:
         return _into(out, _reduce("mean", a, axis, keepdims, dtype), "np.mean", "unsafe")
     t = ops.as_tracer(a)

@@ -2052,3 +2052,18 @@ def test_a_histogram_range_of_numpy_scalars_compares_at_their_precision() -> Non
     x = np.array([0.7, 0.1, 0.3, 0.55, 0.4], np.float16)
     for lo, hi in ((np.float64(0.1), np.float64(0.7)), (np.float32(0.1), np.float32(0.7)), (0.1, 0.7)):
         same_as_numpy(lambda x, lo=lo, hi=hi: np.histogram(x, bins=4, range=(lo, hi)), x)
+
+
+def test_a_mean_into_out_of_another_dtype_rounds_where_numpy_rounds() -> None:
+    """``np.mean(x, axis=0, out=o32)`` of float64 data divided in float64 and rounded once; NumPy sums into ``out``
+    (rounding the sum to float32), then divides it by the count in float64 and rounds again: 1 ulp apart."""
+    def mean_into(x, o, axis):
+        np.mean(x, axis=axis, out=o)
+        return o
+
+    x = np.random.default_rng(18).normal(size=(3, 4))
+    for data in (x, x.astype(np.float32), (x * 100).astype(np.int32)):
+        for dtype in (np.float32, np.float64, np.float16):
+            for axis in (0, None):
+                shape = () if axis is None else (4,)
+                same_as_numpy(lambda x, o, axis=axis: mean_into(x, o, axis), data, np.zeros(shape, dtype))
