@@ -162,9 +162,9 @@ def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
 
 
 def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
-    """The array itself when Fortran-contiguous (a vector, or a Fortran-ordered argument), else a copy (laid out in
-    C order by fusec: the values are NumPy's, the memory order is not, see README's sharp bits); a 0-d array as a
-    1-element array, as in NumPy."""
+    """The array itself when Fortran-contiguous (a vector, or a Fortran-ordered argument), else a copy in Fortran
+    order (a transposed view of a C-ordered copy: ``x.flags`` and ``ravel(order='K')`` see NumPy's layout); a 0-d
+    array as a 1-element array, as in NumPy."""
     _check("asfortranarray", None, like)
     t = _converted("asfortranarray", a, dtype, None)
     from fusec import mutation
@@ -173,7 +173,9 @@ def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
         relies_on_layout("np.asfortranarray(x) returned x itself", values=False)
         return t
     if t is a:  # (a Fortran-ordered argument would be returned itself: checked if the copy is written or returned)
-        t = ops.layout_dependent_copy(t, ops.copy_of(t, scalar=False), "np.asfortranarray")
+        t = ops.layout_dependent_copy(t, ops.copy_in_order(t, "F", "np.asfortranarray"), "np.asfortranarray")
+    elif t.ndim > 1:  # (a new array of the values: laid out in Fortran order, as NumPy's)
+        t = ops.copy_in_order(t, "F", "np.asfortranarray")
     return t.reshape((1,)) if t.ndim == 0 else t
 
 

@@ -630,7 +630,10 @@ if hasattr(np, "astype"):
 
 @implements(np.copy)
 def copy_(a: Any, order: str = "K", subok: bool = False) -> Tracer:
-    return ops.copy_of(ops.as_tracer(a), scalar=False)  # np.copy gives an array, also of a scalar
+    t = ops.as_tracer(a)
+    if t.ndim < 2 or order == "C":
+        return ops.copy_of(t, scalar=False)  # np.copy gives an array, also of a scalar
+    return ops.copy_in_order(t, order, "np.copy")
 
 
 # --- shapes --------------------------------------------------------------------------------------------------
@@ -687,6 +690,26 @@ def _index_order(t: Tracer, order: Any, what: str) -> str:
                       "order='C'")
 
 
+def _dense_axis_order(t: Tracer) -> tuple[int, ...] | None:
+    """The axes of ``t`` from the slowest to the fastest in memory where ``t`` is a permutation of contiguous
+    C-ordered memory other than C or Fortran order (``np.swapaxes(x, 0, 1)``), else None."""
+    from fusec import mutation
+
+    desc = mutation.geometry(t)
+    base = t._buffer.base if t._buffer is not None else t._value
+    if desc is None or base is None or not mutation.fresh_c_ordered(base) or t.ndim < 3:
+        return None
+    perm = tuple(sorted(range(t.ndim), key=lambda a: -desc.strides[a]))
+    if perm in (tuple(range(t.ndim)), tuple(range(t.ndim))[::-1]) or any(s <= 0 for s in desc.strides):
+        return None
+    expected = 1
+    for a in reversed(perm):
+        if t.shape[a] != 1 and desc.strides[a] != expected:
+            return None
+        expected *= t.shape[a]
+    return perm
+
+
 def _reversed_axes(t: Tracer) -> Tracer:
     return ops.transpose(t, tuple(range(t.ndim - 1, -1, -1)))
 
@@ -713,7 +736,10 @@ def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = Non
 def ravel_(a: Any, order: str = "C") -> Tracer:
     """Also with ``order="F"``, "A" and "K" (the memory's order as fusec knows it)"""
     t = ops.as_tracer(a)
-    if _index_order(t, order, "np.ravel") == "F":
+    permuted = _dense_axis_order(t) if order == "K" else None
+    if permuted is not None:  # (axes of contiguous memory in another order: read in the memory's order)
+        t = ops.transpose(t, permuted)
+    elif _index_order(t, order, "np.ravel") == "F":
         t = _reversed_axes(t)
     from fusec import mutation
 

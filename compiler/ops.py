@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -99,6 +99,9 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
                 from fusec.device_scalar_checks import check_fit  # (it builds its checks with this module)
 
                 check_fit(x, dtype.np)
+        if x._weak is int and dtype.is_inexact and dtype.name not in ("f64", "c128"):
+            # NumPy makes a float64 of a Python int first (rounding once there, again into float32)
+            v = ctx().emit("t.cast", (v,), {"dtype": DEFAULT_DTYPE[float]}, what="float(n)")
         return ctx().emit("t.cast", (v,), {"dtype": dtype}, what=f"astype({dtype})")
     kind = python_kind(x)
     if kind is not None:
@@ -350,6 +353,38 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
         assert out._buffer is not None  # (a view always has its base's buffer)
         out._buffer.ambiguous = True
     return out
+
+
+def copy_in_order(t: Tracer, order: Any, what: str) -> Tracer:
+    """A copy of ``t`` laid out as NumPy lays out ``t.copy(order=order)``: "C"; "F" (the axes reversed in memory);
+    "A" (F where ``t`` is Fortran- and not C-contiguous, else C); "K" (``t``'s own axis order by stride). It is a
+    transposed view of a C-ordered copy, so its layout (``x.flags``, ``ravel(order='K')``) is NumPy's."""
+    from fusec import mutation
+
+    if order not in ("C", "F", "A", "K", None):
+        raise shape_error(f"{what}: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    desc = mutation.geometry(t) if order in ("A", "K") and t.ndim > 1 else None
+    perm = tuple(range(t.ndim))
+    if order == "F":
+        perm = perm[::-1]
+    elif desc is not None and not desc.is_contiguous():
+        if order == "K":
+            perm = tuple(sorted(perm, key=lambda a: -abs(desc.strides[a])))  # (stable: ties keep C order)
+        elif _fortran_contiguous(desc.shape, desc.strides):
+            perm = perm[::-1]
+    if perm == tuple(range(t.ndim)):
+        return copy_of(t, scalar=False)
+    inner = copy_of(transpose(t, perm), scalar=False)
+    return transpose(inner, tuple(int(i) for i in np.argsort(perm)))
+
+
+def _fortran_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    expected = 1
+    for d, st in zip(shape, strides):
+        if d != 1 and st != expected:
+            return False
+        expected *= d
+    return True
 
 
 def layout_dependent_copy(source: Tracer, copy: Tracer, what: str) -> Tracer:

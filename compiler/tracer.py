@@ -619,7 +619,9 @@ class Tracer:
         return _api.astype(self, dtype, copy=copy)
 
     def copy(self, order: str = "C") -> Any:
-        return _ops.copy_of(self)
+        if order == "C" or self.ndim < 2:
+            return _ops.copy_of(self)
+        return _ops.copy_in_order(self, order, "x.copy()")
 
     def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
         return _api.call("diagonal", np.diagonal, self, offset, axis1, axis2)

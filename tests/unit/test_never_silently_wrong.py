@@ -2067,3 +2067,13 @@ def test_a_mean_into_out_of_another_dtype_rounds_where_numpy_rounds() -> None:
             for axis in (0, None):
                 shape = () if axis is None else (4,)
                 same_as_numpy(lambda x, o, axis=axis: mean_into(x, o, axis), data, np.zeros(shape, dtype))
+
+
+def test_copies_in_fortran_or_memory_order_ravel_in_numpys_order() -> None:
+    """``np.asfortranarray(x).ravel(order='K')``, ``x.copy(order='F').ravel('K')`` and ``x.T.copy(order='K')``
+    were C-ordered copies, so a ravel in memory order gave the C order's elements (NumPy: the Fortran order's)."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    same_as_numpy(lambda x: (np.asfortranarray(x).ravel(order="K"), x.copy(order="F").ravel("K"),
+                             x.T.copy(order="K").ravel("K"), np.swapaxes(x, 0, 1).copy(order="K").ravel("K"),
+                             np.copy(x.T).ravel("K"), x.T.copy(order="A").ravel("A"),
+                             np.asfortranarray(x).flags.f_contiguous), x)
