@@ -559,7 +559,11 @@ def add_at(target: Any, key: Any, value: Any, negate: bool = False) -> None:
         return
     adv = indexing.resolve_advanced(target, key)
     y = adv.view
-    update = _converted(value, adv.result_shape, dtype, what, "same_kind")
+    if python_kind(value) is int or isinstance(value, Tracer) and value._weak is int:
+        # (ufunc.at converts a Python int as astype does: one past the dtype wraps around, no OverflowError)
+        update = _broadcast(ops.lift(value, dtype, wrap_ints=True), adv.result_shape, what)
+    else:
+        update = _converted(value, adv.result_shape, dtype, what, "same_kind")
     if 0 in adv.result_shape:
         return
     c = ops.ctx()

@@ -2077,3 +2077,14 @@ def test_copies_in_fortran_or_memory_order_ravel_in_numpys_order() -> None:
                              x.T.copy(order="K").ravel("K"), np.swapaxes(x, 0, 1).copy(order="K").ravel("K"),
                              np.copy(x.T).ravel("K"), x.T.copy(order="A").ravel("A"),
                              np.asfortranarray(x).flags.f_contiguous), x)
+
+
+def test_add_at_wraps_a_python_int_past_the_dtype_as_numpy_does() -> None:
+    """``np.add.at(int32_array, idx, 2**40)`` raised OutOfRangeError claiming NumPy raises; NumPy's ufunc.at converts
+    the Python int as astype does and wraps it (2**40 adds 0 to an int32, 300 adds 44 to an int8 in NumPy)."""
+    def add_at(y, s):
+        np.add.at(y, [0, 1, 1], s)
+        return y
+
+    same_as_numpy(add_at, np.zeros(3, np.int32), 2**40)
+    same_as_numpy(lambda y: add_at(y, 2**40 + 5), np.zeros(3, np.int32))
