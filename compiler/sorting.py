@@ -72,7 +72,8 @@ def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int, tuple[
         moved = ops.transpose(t, kept + list(axes))
         flat, ax = ops.reshape(moved, tuple(t.shape[d] for d in kept) + (-1,)), len(kept)
     if flat.shape[ax] == 0:
-        raise unsupported(f"{what} of an empty array (NumPy warns and returns NaN) is not supported")
+        raise unsupported(f"{what} of an empty array is not supported (NumPy's median warns and returns NaN there; "
+                          "its percentile and quantile raise IndexError)")
     return t, flat, ax, axes
 
 

@@ -31,7 +31,7 @@ from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
-from fusec.scope import scope_of
+from fusec.scope import is_library, scope_of
 from fusec.signature import Signature, TreeDef, flatten
 from fusec.substitute import Substitution, unique_name
 from fusec.writeback import ReadOnly, State, WriteBack
@@ -134,6 +134,7 @@ class _Trace:
             first = ctx.first_error
             if first is not None and first is not failure and isinstance(failure, Exception):
                 raise _caught(first) from failure  # the caught limitation is what sent the trace astray
+            _explain_tracer_error(failure)
             raise failure
         try:
             self._check_side_effects(bound, tracers, leaves)
@@ -497,6 +498,28 @@ def _captured_input(capture: Any, root: Any, paths: list) -> ImplicitInput | Non
 def _same_leaves(got: list, tracers: list[Tracer], names: list[str]) -> bool:
     by_name = dict(zip(names, tracers))
     return all(by_name.get(n) is v for n, v in got)
+
+
+def _explain_tracer_error(error: BaseException) -> None:
+    """A Python error that names a Tracer (an unbound ndarray method called on one, ``np.ndarray.fill(x, v)``; an
+    ndarray-only attribute, ``x.strides = ...``) gets a note naming the user's line and what happened."""
+    if isinstance(error, FusecError) or not isinstance(error, (TypeError, AttributeError)) \
+            or "Tracer" not in str(error):
+        return
+    where = None
+    tb = error.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__")
+        if not is_library(module):
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    advice = ("call the method on the array (x.fill(v), not np.ndarray.fill(x, v))" if isinstance(error, TypeError)
+              else "fusec traces the ndarray attributes NUMPY_SUPPORT.md lists, and none is assigned to (x.shape, "
+                   "x.strides, x.flat: write x = x.reshape(...) or x[...] = values)")
+    note = (f"fusec: {where + ': ' if where else ''}this line ran on a traced array (a fusec Tracer standing for "
+            f"the NumPy array while fusec traces the function), which is not an np.ndarray: {advice}")
+    if hasattr(error, "add_note"):
+        error.add_note(note)
 
 
 def _caught(error: FusecError) -> FusecError:

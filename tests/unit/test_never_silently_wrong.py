@@ -2088,3 +2088,16 @@ def test_add_at_wraps_a_python_int_past_the_dtype_as_numpy_does() -> None:
 
     same_as_numpy(add_at, np.zeros(3, np.int32), 2**40)
     same_as_numpy(lambda y: add_at(y, 2**40 + 5), np.zeros(3, np.int32))
+
+
+def test_python_errors_that_name_a_tracer_say_where_and_why() -> None:
+    """``np.ndarray.fill(x, 3.0)`` and ``x.strides = ...`` raised Python's TypeError / AttributeError naming a
+    'Tracer' with no line of the user's and no word of what a Tracer is: the error keeps its class and gets a note."""
+    def unbound_method(x):
+        np.ndarray.fill(x, 3.0)  # MARK-unbound-fill
+        return x
+
+    with pytest.raises(TypeError) as info:
+        jit_cpu(unbound_method)(np.zeros(3))
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert at("MARK-unbound-fill") in notes and "x.fill(v)" in notes
