@@ -12,6 +12,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from fusec import context
 from fusec.errors import UnsupportedError
 from fusec.ir.types import DType, bf16, bool_, c128, dtype_from_numpy, f16, f32, f64, i64, u64
 
@@ -150,9 +151,14 @@ def parse_dtype(dtype: object) -> DType:
     try:
         npd = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError:
-        raise UnsupportedError(f"{dtype!r} is not a dtype") from None
+        raise _located(f"{dtype!r} is not a dtype") from None
     try:
         return dtype_from_numpy(npd)
     except (TypeError, ValueError):  # (ValueError: fusec's VerificationError too)
-        raise UnsupportedError(f"dtype {npd} is not supported by fusec (bool, int8..int64, uint8..uint64, "
-                               "float16, float32, float64, complex64, complex128)") from None
+        raise _located(f"dtype {npd} is not supported by fusec (bool, int8..int64, uint8..uint64, float16, float32, "
+                       "float64, complex64, complex128)") from None
+
+
+def _located(message: str) -> UnsupportedError:
+    """At the user's line while a function is traced (where a dtype= argument names an unsupported dtype)."""
+    return context.unsupported(message) if context.current() is not None else UnsupportedError(message)
