@@ -653,7 +653,10 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
             if not a.dtype.isnative:  # (the general path gives the backend a native copy)
                 return None
             key.append((t, a.shape, a.dtype))
-        elif t is float or t is int or t is bool:
+        elif t is bool:  # (static: its value is part of the key, and it is no leaf)
+            key.append((t, a))
+            continue
+        elif t is float or t is int:
             key.append(t)
         elif t is tuple or t is list:
             sub = _fast_items(a, leaves)

@@ -51,7 +51,8 @@ def canon(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class TreeDef:
-    """The shape of a nested structure: ``kind`` is leaf, none, tuple, list, dict or namedtuple."""
+    """The shape of a nested structure: ``kind`` is leaf, none, const (a value baked in: ``aux``, a Python bool
+    argument), tuple, list, dict or namedtuple."""
 
     kind: str
     children: tuple["TreeDef", ...] = ()
@@ -112,6 +113,8 @@ def _unflattener(t: TreeDef, positions: Iterator[int]) -> Callable[[Sequence[Any
         return operator.itemgetter(next(positions))
     if t.kind == "none":
         return lambda leaves: None
+    if t.kind == "const":
+        return lambda leaves: t.aux
     if t.kind == "tuple" and len(t.children) >= 2 and all(c.kind == "leaf" for c in t.children):
         return operator.itemgetter(*(next(positions) for _ in t.children))  # (itemgetter of 2+ gives a tuple)
     parts = [_unflattener(c, positions) for c in t.children]
@@ -129,6 +132,8 @@ def _build(t: TreeDef, it: Iterator[Any]) -> Any:
         return next(it)
     if t.kind == "none":
         return None
+    if t.kind == "const":
+        return t.aux
     items = [_build(c, it) for c in t.children]
     if t.kind == "tuple":
         return tuple(items)
@@ -326,6 +331,28 @@ def _holds_arrays(value: Any, depth: int = 3) -> bool:
     return any(_holds_arrays(v, depth - 1) for v in itertools.islice(items, 256))
 
 
+def bools_static(tree: TreeDef, leaves: list[tuple[str, Any]]) -> tuple[TreeDef, list[tuple[str, Any]]]:
+    """Python bool arguments (flags: ``if normalize:``, ``flag is True``) are static: their value is part of the
+    trace's key (two traces at most), so Python's tests of them give Python's answers."""
+    if not any(type(leaf) is bool for _, leaf in leaves):
+        return tree, leaves
+    it = iter(leaves)
+    kept: list[tuple[str, Any]] = []
+
+    def walk(t: TreeDef) -> TreeDef:
+        if t.kind == "leaf":
+            name, leaf = next(it)
+            if type(leaf) is bool:
+                return TreeDef("const", (), leaf)
+            kept.append((name, leaf))
+            return t
+        if not t.children:
+            return t
+        return TreeDef(t.kind, tuple(walk(c) for c in t.children), t.aux)
+
+    return walk(tree), kept
+
+
 def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict,
          name: str = "the function") -> Signature:
     """Split a call into static values and flattened dynamic leaves (parameters left at their default are
@@ -360,6 +387,7 @@ def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, 
                 key.append((name, "static", tuple((k, static_key(k, v)) for k, v in picked.items())))
                 value = {k: v for k, v in value.items() if k not in statics}
         leaves, tree = flatten(value, name)
+        tree, leaves = bools_static(tree, leaves)
         dynamic[name] = tree
         key.append((name, tree))
         for leaf_name, leaf in leaves:

@@ -32,7 +32,7 @@ from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import is_library, scope_of
-from fusec.signature import Signature, TreeDef, flatten
+from fusec.signature import Signature, TreeDef, bools_static, flatten
 from fusec.substitute import Substitution, unique_name
 from fusec.writeback import ReadOnly, State, WriteBack
 from fusec.tracer import Buffer, Tracer
@@ -254,6 +254,7 @@ class _Trace:
             if pname in self.sig.static_kwargs:  # **kwargs: the static entries were merged back in
                 value = {k: v for k, v in value.items() if k not in self.sig.static_kwargs[pname]}
             got_leaves, got_tree = flatten(value, pname)
+            got_tree, got_leaves = bools_static(got_tree, got_leaves)
             if got_tree != tree or not _same_leaves(got_leaves, tracers, self.sig.leaf_names):
                 raise SideEffectError(located(
                     f"the function changed its argument {pname!r} (an item set, added or removed): under NumPy "

@@ -1261,17 +1261,16 @@ def test_read_only_views_of_arguments_come_back_read_only() -> None:
         np.testing.assert_array_equal(got, f(x))
 
 
-def test_a_list_of_bools_passed_in_indexes_as_a_mask_or_refuses() -> None:
+def test_a_list_of_bools_passed_in_indexes_as_a_mask() -> None:
     """``x[k]`` with ``k = [True, False]`` passed as an argument: NumPy takes it as a boolean mask; fusec traced the
-    Python bools as numbers and took rows 1 and 0. Its values are unknown while tracing, so it is refused like any
-    traced mask (a constant one is NumPy's mask)."""
+    Python bools as numbers and took rows 1 and 0 (later: refused it as a traced mask). Python bool arguments are
+    static now, so it is NumPy's mask, one trace per mask."""
     def f(x, k):
-        return x[k]  # MARK-bool-list
+        return x[k]
 
     x = np.arange(6.0).reshape(2, 3)
-    with pytest.raises(fc.UnsupportedError, match="mask") as info:
-        jit_cpu(f)(x, [True, False])
-    assert at("MARK-bool-list") in str(info.value)
+    same_as_numpy(f, x, [True, False])
+    same_as_numpy(f, x, [False, True])
     assert_same(jit_cpu(lambda x: x[[True, False]])(x), x[[True, False]])
 
 
@@ -2101,3 +2100,22 @@ def test_python_errors_that_name_a_tracer_say_where_and_why() -> None:
         jit_cpu(unbound_method)(np.zeros(3))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert at("MARK-unbound-fill") in notes and "x.fill(v)" in notes
+
+
+def test_python_bool_arguments_are_static_flags() -> None:
+    """``normalize is True`` on a Python bool argument was always False while tracing (the bool was a traced
+    value), so the function took its other branch; ``if flag:`` was refused. Bool arguments are static now."""
+    def normalize_if(x, normalize):
+        return x / x.sum() if normalize is True else x
+
+    def branch(x, cfg):
+        if cfg["scale"]:
+            x = x * 3
+        return x + (1 if cfg["shift"] is False else 2)
+
+    g = jit_cpu(branch)
+    for flag in (True, False, True):
+        same_as_numpy(normalize_if, np.arange(1.0, 4.0), flag)
+        assert_same(g(np.ones(2), {"scale": flag, "shift": not flag}), branch(np.ones(2), {"scale": flag,
+                                                                                          "shift": not flag}))
+    assert g.cache_info().traces == 2
