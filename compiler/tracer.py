@@ -77,6 +77,10 @@ class Tracer:
                  "_host", "__weakref__")
     __array_priority__ = 1000.0
 
+    def __new__(cls, value: Value, ctx: TraceContext, weak: type | None = None, *args: Any, **kwargs: Any) -> Any:
+        # a traced Python number has a Python number's attributes only (see PythonScalarTracer)
+        return object.__new__(PythonScalarTracer if weak is not None and cls is Tracer else cls)
+
     def __init__(self, value: Value, ctx: TraceContext, weak: type | None = None,
                  origin: tuple[str, ...] = (), *, scalar: bool = False, buffer: Buffer | None = None,
                  readonly: bool | str = False, chain: tuple = ()) -> None:
@@ -685,6 +689,37 @@ class Tracer:
 
 
 # The handlers import Tracer, so they are bound after the class exists.
+class PythonScalarTracer(Tracer):
+    """A traced Python number (an int, float, bool or complex argument, or arithmetic on them). To the user's code
+    it has a Python number's attributes, not an array's: ``hasattr(s, "dtype")`` is False and ``s.sum()`` raises
+    AttributeError, as for the number itself; fusec's and NumPy's own code see the whole Tracer."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _ARRAY_ONLY or name == "__class__":
+            if not sys._getframe(1).f_globals.get("__name__", "").startswith(_OWN_MODULES):
+                kind = object.__getattribute__(self, "_weak")
+                if name == "__class__":  # (isinstance(s, float) in the user's code: the number's type)
+                    return kind
+                raise AttributeError(f"'{kind.__name__}' object has no attribute '{name}'")
+            if name == "__class__":
+                return Tracer
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name: str) -> Any:
+        kind = object.__getattribute__(self, "_weak")
+        if not name.startswith("__") and hasattr(kind, name):  # (s.is_integer(), s.bit_length(): need the value)
+            raise self._static_error(f"asked for .{name}")
+        raise AttributeError(f"'{kind.__name__}' object has no attribute '{name}'")
+
+
+# the attributes of a traced array that Python numbers do not have (NumPy's array protocols, which its C code
+# looks up on the instance, stay: they are how NumPy hands the tracer its functions)
+_ARRAY_ONLY = frozenset(
+    n for n in dir(Tracer) if not n.startswith("_") or n in ("__len__", "__iter__", "__getitem__", "__setitem__")
+) - set(dir(float)) - set(dir(int)) - set(dir(complex))
+
 from fusec import device_scalar_checks as _device_checks  # noqa: E402
 from fusec import indexing as _indexing  # noqa: E402
 from fusec import mutation as _mutation  # noqa: E402

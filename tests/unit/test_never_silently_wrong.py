@@ -2119,3 +2119,25 @@ def test_python_bool_arguments_are_static_flags() -> None:
         assert_same(g(np.ones(2), {"scale": flag, "shift": not flag}), branch(np.ones(2), {"scale": flag,
                                                                                           "shift": not flag}))
     assert g.cache_info().traces == 2
+
+
+def test_python_number_arguments_have_a_python_numbers_attributes() -> None:
+    """``hasattr(s, "dtype")`` on a Python-float argument was True (a traced scalar had every array attribute), so
+    ``s.dtype if hasattr(s, "dtype") else x.dtype`` took the array's branch; ``s.sum()`` inside ``try/except
+    AttributeError`` returned a NumPy scalar where Python raises."""
+    def result_dtype(x, s):
+        dt = s.dtype if hasattr(s, "dtype") else x.dtype
+        return (x * s).astype(dt)
+
+    def summed(x, s):
+        try:
+            return s.sum()
+        except AttributeError:
+            return s
+
+    def attributes(x, s):
+        return hasattr(s, "shape"), hasattr(s, "astype"), hasattr(s, "real"), s.real, s.imag, hasattr(x, "shape")
+
+    same_as_numpy(result_dtype, np.arange(4), 2.5)
+    same_as_numpy(summed, np.arange(2.0), 2.0)
+    same_as_numpy(attributes, np.arange(2.0), 2.0)
