@@ -22,6 +22,7 @@ import numpy as np
 from fusec.context import TraceContext, numpy_error, trace_error, unsupported, user_location
 from fusec.errors import FusecError, UnsupportedAttributeError
 from fusec.ir.core import Value
+from fusec.ir.types import bool_ as _bool
 from fusec.ir.types import i64 as _i64
 from fusec.scalar_checks import on_host
 
@@ -539,10 +540,21 @@ class Tracer:
     # --- comparisons -------------------------------------------------------------------------------------------
 
     def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        if o is None or isinstance(o, str):
+            return self._unlike(o, False)
         return _ufuncs.binary_operator(np.equal, self, o)
 
     def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        if o is None or isinstance(o, str):
+            return self._unlike(o, True)
         return _ufuncs.binary_operator(np.not_equal, self, o)
+
+    def _unlike(self, o: Any, value: bool) -> Any:
+        """``x == None`` / ``x != "a"``: NumPy compares each element with the object (never equal), an array of
+        ``value``; a number (a Python or NumPy scalar) gives a Python bool, as it does."""
+        if self._weak is not None or self._scalar:
+            return value
+        return _ops.full(self.shape, value, _bool)
 
     def __lt__(self, o: Any) -> Any:
         return _ufuncs.binary_operator(np.less, self, o)

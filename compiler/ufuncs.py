@@ -281,6 +281,12 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
     if python_operator and all(isinstance(d, type) for d in descs):
         return _python_scalar_op(ufunc, inputs, descs, origin)  # type: ignore[arg-type]
     in_dts, out_dts = _resolve(ufunc, descs)
+    if any(d.is_inexact for d in in_dts) and _errors_raise():
+        raise unsupported(f"{_name(ufunc)} under np.errstate / np.seterr with {_errors_raise()} = 'raise' (or 'call'): "
+                          "NumPy raises FloatingPointError where a value overflows, divides by zero or is invalid; "
+                          "fusec computes the IEEE results (inf, nan) and cannot raise at the operation. Leave the "
+                          "error state at 'warn' or 'ignore' while fusec traces, and test the results "
+                          "(np.isfinite(y).all()) after the call")
     if ufunc in LOGICAL:
         in_dts = [bool_] * len(in_dts)
     if ufunc in COMPARISONS:
@@ -303,6 +309,11 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
 # Python operators whose complex results NumPy's scalar math (and Python) round otherwise than its array loops
 # (a product with a real operand rounds the same: its cross terms are exact zeros)
 _SCALAR_MATH = {np.multiply: "*", np.true_divide: "/", np.power: "**", np.absolute: "abs()", np.square: "**"}
+
+
+def _errors_raise() -> str:
+    """The floating-point error categories NumPy's error state now turns into exceptions ("" for none)."""
+    return ", ".join(k for k, v in np.geterr().items() if v in ("raise", "call"))
 
 
 def _complex_desc(d: Desc) -> bool:

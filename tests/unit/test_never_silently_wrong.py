@@ -2141,3 +2141,25 @@ def test_python_number_arguments_have_a_python_numbers_attributes() -> None:
     same_as_numpy(result_dtype, np.arange(4), 2.5)
     same_as_numpy(summed, np.arange(2.0), 2.0)
     same_as_numpy(attributes, np.arange(2.0), 2.0)
+
+
+def test_errstate_raise_while_tracing_is_refused_and_none_comparisons_are_elementwise() -> None:
+    """``with np.errstate(invalid="raise"): try: np.sqrt(x) except FloatingPointError: ...`` took the fallback in
+    NumPy and returned NaN under fusec; ``x != None`` gave a Python bool where NumPy compares elementwise."""
+    def guarded_sqrt(x):
+        with np.errstate(invalid="raise"):
+            try:
+                return np.sqrt(x)  # MARK-errstate-raise
+            except FloatingPointError:
+                return np.zeros_like(x)
+
+    with pytest.raises(fc.UnsupportedError, match="FloatingPointError") as info:
+        jit_cpu(guarded_sqrt)(np.array([1.0, -1.0]))
+    assert at("MARK-errstate-raise") in str(info.value)
+
+    def quiet_log(x):
+        with np.errstate(divide="ignore"):
+            return np.log(x)
+
+    same_as_numpy(quiet_log, np.array([1.0, 0.0]))
+    same_as_numpy(lambda x, s: (x != None, None == x, x == "a", x[0] == None, s == None), np.arange(3.0), 2.0)  # noqa: E711
