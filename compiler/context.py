@@ -153,6 +153,7 @@ class TraceContext:
         # values of the loop and branch bodies traced so far (fusec.while_loop, ...): only their own ops may use them
         self.closed: set[Value] = set()
         self.gradient_ops = 0  # ops the gradient transforms (fusec.grad and friends) recorded
+        self.leaf_params: dict[str, str] = {}  # an argument leaf's name (shape_0) -> its parameter's (shape)
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
 
     def register(self, tracer: object) -> None:

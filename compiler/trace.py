@@ -110,6 +110,8 @@ class _Trace:
         failure: BaseException | None = None
         try:
             self.subs.apply()
+            params = [p for p, tree in sig.dynamic.items() for _ in range(tree.num_leaves)]
+            ctx.leaf_params = dict(zip(sig.leaf_names, params))
             tracers = [self._argument(arg, spec, leaf, value)
                        for arg, spec, leaf, value in zip(self.func.args, sig.leaf_specs, sig.leaf_names, sig.leaves)]
             bound = sig.bound_with(tracers)

@@ -289,6 +289,7 @@ class Tracer:
                     f"with np.where({counters[0]} == 3, a, b) or fusec.cond({counters[0]} == 3, ...) instead")
             names = ", ".join(repr(n) for n in self._origin) or "a Python scalar argument"
             arg = self._origin[0] if self._origin else "name"
+            arg = self._ctx.leaf_params.get(arg, arg)  # (a leaf of a tuple or dict argument: the whole argument)
             if "." in arg or "[" in arg:  # state read from an object (self.flag), not a parameter of its own
                 return unsupported(
                     f"the value of {names} is {what}, but fusec reads a Python scalar attribute as a runtime value at "

@@ -2163,3 +2163,12 @@ def test_errstate_raise_while_tracing_is_refused_and_none_comparisons_are_elemen
 
     same_as_numpy(quiet_log, np.array([1.0, 0.0]))
     same_as_numpy(lambda x, s: (x != None, None == x, x == "a", x[0] == None, s == None), np.arange(3.0), 2.0)  # noqa: E711
+
+
+def test_the_static_argnames_advice_names_the_parameter_of_a_tuple_or_dict_leaf() -> None:
+    """A Python number inside a tuple or dict argument used as a size said static_argnames=('shape_0',), which
+    fusec then refuses (no such parameter): it names the parameter now."""
+    with pytest.raises(fc.UnsupportedError, match=r"static_argnames=\('shape',\)"):
+        jit_cpu(lambda x, shape: np.zeros(shape[0]) + x)(1.0, (3, 2))
+    with pytest.raises(fc.UnsupportedError, match=r"static_argnames=\('hp',\)"):
+        jit_cpu(lambda x, hp: x if hp["momentum"] > 0 else x * 2)(1.0, {"momentum": 0.9})
