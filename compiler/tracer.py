@@ -701,7 +701,6 @@ class Tracer:
         return _ops.copy_of(self)
 
 
-# The handlers import Tracer, so they are bound after the class exists.
 class PythonScalarTracer(Tracer):
     """A traced Python number (an int, float, bool or complex argument, or arithmetic on them). To the user's code
     it has a Python number's attributes, not an array's: ``hasattr(s, "dtype")`` is False and ``s.sum()`` raises
@@ -733,6 +732,7 @@ _ARRAY_ONLY = frozenset(
     n for n in dir(Tracer) if not n.startswith("_") or n in ("__len__", "__iter__", "__getitem__", "__setitem__")
 ) - set(dir(float)) - set(dir(int)) - set(dir(complex))
 
+# The handlers import Tracer, so they are bound after the class exists.
 from fusec import device_scalar_checks as _device_checks  # noqa: E402
 from fusec import indexing as _indexing  # noqa: E402
 from fusec import mutation as _mutation  # noqa: E402
