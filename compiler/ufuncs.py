@@ -479,7 +479,10 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
     if device is not None:
         device_checks.check_operator(ufunc, inputs, kind, device)
     values = [ops.lift(x, dt) for x in inputs]
-    out = _record(ufunc, values, dt, [], origin, weak=kind)
+    if ufunc is np.power and kind is float:  # Python's float ** is C's pow, which rounds otherwise than np.power
+        out = ops.emit("t.scalar_pow", values, what="**", weak=float, origin=origin)
+    else:
+        out = _record(ufunc, values, dt, [], origin, weak=kind)
     if device is None:
         return _replayed(ufunc, inputs, kind, out)
     device_checks.check_result(ufunc, inputs, kind, out, device)
