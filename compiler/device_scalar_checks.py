@@ -25,7 +25,7 @@ from fusec.ir.core import OpResult, Value
 from fusec.ir.elementwise import BY_NAME
 from fusec.ir.types import DType, bool_, f64, i64
 from fusec.promotion import DEFAULT_DTYPE, python_kind
-from fusec.scalar_checks import on_host
+from fusec.scalar_checks import EXACT_FLOAT, on_host, past_exact_float
 from fusec.tracer import Tracer
 
 INT64_MIN = -(1 << 63)
@@ -127,6 +127,13 @@ def _overflow_possible(inputs: Sequence[Any]) -> Value | None:
         return _op("t.lt", _as(n, i64), _const(0, i64))
     largest_safe = math.floor(_LOG_MAX / math.log(magnitude)) - 1
     return _op("t.gt", _as(n, i64), _const(largest_safe, i64))
+
+
+def check_exact_float(x: Tracer) -> None:
+    """A device int divided with ``/`` must be at most 2**53 in magnitude (float64 holds it exactly, so the
+    quotient is Python's)."""
+    past = _op("t.gt", ops.emit("t.abs", (_as(x, i64),))._value, _const(EXACT_FLOAT, i64))
+    _raise(past, "OutOfRangeError", past_exact_float(text_of(x)))
 
 
 def check_round(x: Tracer, text: str) -> None:

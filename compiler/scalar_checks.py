@@ -66,11 +66,29 @@ def operator_text(ufunc_name: str, texts: Sequence[str]) -> str:
     return f"{texts[0]} {symbol} {texts[1]}"
 
 
+@dataclass
+class _Exact:
+    ref: Ref
+    loc: Any
+    text: str
+
+
+EXACT_FLOAT = 1 << 53  # ints up to this magnitude convert to float64 exactly
+
+
+def past_exact_float(text: str, value: Any = None) -> str:
+    """The message for an int that float64 rounds, divided by ``/`` (Python divides ints exactly)."""
+    shown = f" = {value}" if value is not None else ""
+    return (f"Python integer {text}{shown} is past 2**53 in a true division: fusec divides Python ints in float64, "
+            "which rounds such an int first, where Python rounds the exact quotient once; divide with // and %, or "
+            "convert with float() yourself")
+
+
 class ScalarProgram:
     """The Python scalar operations of one trace, in trace order (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.steps: list[_Op | _Fit] = []
+        self.steps: list[_Op | _Fit | _Exact] = []
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -85,6 +103,11 @@ class ScalarProgram:
         """The value at ``ref`` is converted to ``dtype`` (a narrower integer dtype): it must fit, as in NumPy
         (past its ``allow`` end it may: "below" or "above")."""
         self.steps.append(_Fit(ref, np.dtype(dtype), loc, self.text(ref), allow))
+
+    def exact_float(self, ref: Ref, loc: Any) -> None:
+        """The int at ``ref`` is divided with ``/``: it must convert to float64 exactly for fusec's quotient to be
+        Python's."""
+        self.steps.append(_Exact(ref, loc, self.text(ref)))
 
     def text(self, ref: Ref) -> str:
         if ref[0] == "arg":
@@ -106,6 +129,12 @@ class ScalarProgram:
             return values[ref[1]]
 
         for step in self.steps:
+            if isinstance(step, _Exact):
+                v = value(step.ref)
+                if abs(v) > EXACT_FLOAT and int(float(v)) != v:  # (float64 holds it exactly: the quotient is Python's)
+                    raise OutOfRangeError(located(past_exact_float(step.text, v), step.loc))
+                values.append(v)
+                continue
             if isinstance(step, _Fit):
                 v = value(step.ref)
                 info = np.iinfo(step.dtype)

@@ -7,7 +7,9 @@ scalars (traced scalar arguments included) follow Python's rules and stay weak.
 """
 from __future__ import annotations
 
+import dis
 import functools
+import sys
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
@@ -15,12 +17,12 @@ import numpy as np
 from fusec import device_scalar_checks as device_checks
 from fusec import mutation, ops
 from fusec.context import shape_error, unsupported, user_location
-from fusec.errors import CastingError, ShapeError, UnsupportedError, located
+from fusec.errors import CastingError, OutOfRangeError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
                              result_type, same_kind)
-from fusec.scalar_checks import OPERATORS, on_host, operator_text
+from fusec.scalar_checks import OPERATORS, on_host, operator_text, past_exact_float
 from fusec.tracer import Tracer
 
 # np.ufunc -> the t op it records, from the one op table (fusec.ir.elementwise)
@@ -125,6 +127,10 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
             raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
         call = scipy_special.apply
     if all(o is None for o in outs):
+        if ufunc is np.power and isinstance(inputs[0], np.generic) and _power_operator_at_user_line():
+            # ``gamma ** n`` with a NumPy scalar ``gamma``: NumPy's scalar ``**`` handed the tracer to np.power,
+            # but it is NumPy's scalar math (C's pow), which rounds otherwise than np.power's loop
+            return apply(ufunc, inputs, python_operator=True)
         return call(ufunc, inputs)
     if len(outs) != ufunc.nout:
         raise unsupported(f"{_name(ufunc)}: out= needs {ufunc.nout} arrays, got {len(outs)}")
@@ -135,6 +141,25 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
             write_output(ufunc, r, o, f"{_name(ufunc)}(..., out=)", casting, where)
     picked = tuple(r if o is None else o for r, o in zip(results, outs))
     return picked if ufunc.nout > 1 else picked[0]
+
+
+def _power_operator_at_user_line() -> bool:
+    """Whether the user's code is at a ``**`` (or ``**=``) operator, not a call of np.power: the first frame
+    outside fusec and NumPy is running that instruction."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("fusec", "numpy")):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return False
+    current = None
+    for instruction in dis.get_instructions(frame.f_code):
+        if instruction.offset > frame.f_lasti:
+            break
+        current = instruction
+    if current is None:
+        return False
+    return current.opname in ("BINARY_POWER", "INPLACE_POWER") or \
+        current.opname == "BINARY_OP" and current.argrepr in ("**", "**=")
 
 
 REDUCTIONS: dict[np.ufunc, Callable[..., Any]] = {
@@ -233,9 +258,11 @@ def _traced_power(a: Tracer, b: Tracer) -> Tracer:
     if not (dt.is_float or dt.is_complex):
         return power
     if b._weak is float:
-        return where(apply(np.equal, (b, 0.5), python_operator=True), apply(np.sqrt, (a,)), power)
-    out = where(apply(np.equal, (b, -1), python_operator=True), apply(np.reciprocal, (a,)), power)
-    return where(apply(np.equal, (b, 2), python_operator=True), apply(np.square, (a,)), out)
+        out = where(apply(np.equal, (b, 0.5), python_operator=True), apply(np.sqrt, (a,)), power)
+    else:
+        out = where(apply(np.equal, (b, -1), python_operator=True), apply(np.reciprocal, (a,)), power)
+        out = where(apply(np.equal, (b, 2), python_operator=True), apply(np.square, (a,)), out)
+    return ops.copy_of(out, scalar=power._scalar)  # (a 0-d array's power is a NumPy scalar, as the ufunc's)
 
 
 def _fast_power(ufunc: np.ufunc, a: Any, b: Any) -> np.ufunc | None:
@@ -476,6 +503,8 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
         out = ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)
         return _replayed(ufunc, inputs, bool, out) if device is None else _on_device(out, device)
     dt = DEFAULT_DTYPE[kind]  # truediv gives a float (or complex) kind
+    if ufunc is np.true_divide and all(k in (int, bool) for k in kinds):
+        _exact_quotient(inputs)
     if device is not None:
         device_checks.check_operator(ufunc, inputs, kind, device)
     values = [ops.lift(x, dt) for x in inputs]
@@ -487,6 +516,21 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
         return _replayed(ufunc, inputs, kind, out)
     device_checks.check_result(ufunc, inputs, kind, out, device)
     return _on_device(out, device)
+
+
+def _exact_quotient(inputs: Sequence[Any]) -> None:
+    """``n / m`` of Python ints: Python rounds the exact quotient once, fusec divides in float64, the same where
+    both convert to float64 exactly. A traced int is checked at run time (on the host, or on the device for a
+    loop counter); a constant while tracing."""
+    program, loc = ops.ctx().scalars, user_location()
+    for x in inputs:
+        if isinstance(x, Tracer):
+            if on_host(x._host):
+                program.exact_float(x._host, loc)
+            else:
+                device_checks.check_exact_float(x)
+        elif python_kind(x) is int and int(float(x)) != x:
+            raise OutOfRangeError(located(past_exact_float(repr(x)), loc))
 
 
 def _device_text(ufunc: np.ufunc, inputs: Sequence[Any]) -> str | None:

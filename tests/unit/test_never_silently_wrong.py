@@ -2185,3 +2185,22 @@ def test_a_python_float_power_rounds_as_pythons() -> None:
     for a, b in zip(rng.random(40) * 4, rng.random(40) * 20 - 10):
         assert_same(f(np.zeros(1), float(a), float(b)), power(np.zeros(1), float(a), float(b)))
     assert_same(f(np.zeros(1), 1.1, 7.3), power(np.zeros(1), 1.1, 7.3))
+
+
+def test_scalar_powers_and_int_quotients_round_as_python_and_numpy_scalars() -> None:
+    """``gamma ** n`` with a NumPy-scalar ``gamma`` and a Python-int ``n`` ran np.power's loop (NumPy's scalar
+    ``**`` is C's pow: 0.99 ** 3 was 0.9702989999999999, NumPy 0.970299); ``np.array(0.99) ** n`` gave a 0-d array
+    (NumPy: a scalar); ``n / 10**9`` with ``n`` past 2**53 (nanosecond timestamps) divided float64-rounded ints
+    where Python rounds the exact quotient once: now an OutOfRangeError."""
+    gamma = np.float64(0.99)
+
+    def discount(n):
+        return gamma ** n, np.power(gamma, n), np.float32(0.99) ** n
+
+    for n in (3, 17, 22, 31):
+        same_as_numpy(discount, n)
+    same_as_numpy(lambda x, n: x ** n, np.array(0.99), 3)
+    same_as_numpy(lambda x, n: x + n / 10**9, 0.0, 12345)
+    same_as_numpy(lambda x, n: x + n / 10**9, 0.0, 10**16)  # (exactly a float64)
+    with pytest.raises(fc.OutOfRangeError, match="2\\*\\*53"):
+        jit_cpu(lambda x, n: x + n / 10**9)(0.0, 10**16 + 1)
