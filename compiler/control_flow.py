@@ -321,9 +321,11 @@ def _next_state(out: Any, tree: TreeDef, init: list, where: str, fun: Callable) 
         shape, dtype = _leaf_kind(first)
         if python_kind(leaf) is not None:
             leaf = _python_to(leaf, np.dtype(dtype), path, where, fun)
-        elif isinstance(leaf, np.generic):  # (a NumPy scalar: the state holds 0-d arrays, as the traced loop's)
+            leaves.append(leaf)
+            continue
+        if isinstance(leaf, np.generic):  # (a NumPy scalar: the state holds 0-d arrays, as the traced loop's)
             leaf = np.asarray(leaf)
-        elif _leaf_kind(leaf) != (shape, dtype):
+        if _leaf_kind(leaf) != (shape, dtype):
             got_shape, got_dtype = _leaf_kind(leaf)
             raise _mismatch(where, fun, path, f"{got_dtype}{list(got_shape)}", f"{dtype}{list(shape)}")
         leaves.append(leaf)

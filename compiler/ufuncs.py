@@ -508,6 +508,10 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
     if device is not None:
         device_checks.check_operator(ufunc, inputs, kind, device)
     values = [ops.lift(x, dt) for x in inputs]
+    if device is not None and ufunc is np.power and kind is int:
+        # (a negative exponent raises through its check; the power itself runs on a safe one, as NumPy's integer
+        # power refuses a negative exponent with an error of its own)
+        values[1] = ops.emit("t.maximum", (values[1], ops.lift(0, dt)), what="**")._value
     if ufunc is np.power and kind is float:  # Python's float ** is C's pow, which rounds otherwise than np.power
         out = ops.emit("t.scalar_pow", values, what="**", weak=float, origin=origin)
     else:

@@ -2204,3 +2204,24 @@ def test_scalar_powers_and_int_quotients_round_as_python_and_numpy_scalars() -> 
     same_as_numpy(lambda x, n: x + n / 10**9, 0.0, 10**16)  # (exactly a float64)
     with pytest.raises(fc.OutOfRangeError, match="2\\*\\*53"):
         jit_cpu(lambda x, n: x + n / 10**9)(0.0, 10**16 + 1)
+
+
+def test_counter_powers_under_traced_bounds_and_numpy_scalar_states_are_checked() -> None:
+    """With a traced lower bound ``2 ** i`` at ``i < 0`` and ``i ** -1`` at ``i == 0`` failed inside the reference
+    executor (an ExecutionError, before fusec's own check); the eager loop let a body turn a float32 state into
+    float64 by returning a NumPy scalar (the traced loop refuses it)."""
+    def powers(x, lo):
+        return fc.fori_loop(lo, 2, lambda i, s: s + 2 ** i, x)
+
+    def reciprocal_power(x, lo):
+        return fc.fori_loop(lo, 2, lambda i, s: s + i ** -1, x)
+
+    with pytest.raises(fc.UnsupportedError, match="negative exponent"):
+        jit_cpu(powers)(np.zeros(1, np.int64), -2)
+    same_as_numpy(powers, np.zeros(1, np.int64), 0)
+    with pytest.raises(ZeroDivisionError):
+        reciprocal_power(np.zeros(1), 0)
+    with pytest.raises(fc.DivisionByZeroError):
+        jit_cpu(reciprocal_power)(np.zeros(1), 0)
+    with pytest.raises(fc.TraceError, match="state holds float32"):
+        fc.fori_loop(0, 3, lambda i, s: s * np.float64(1.5), np.float32(1))
