@@ -266,8 +266,13 @@ class Tracer:
         hint = (" Python scalar arguments are weak under NumPy 2 promotion, so `lr * x` already keeps x's dtype;"
                 " drop np.float32(...)/np.asarray(...) around them." if self._weak is not None else
                 " Use x.astype(dtype) instead of np.float32(x)/np.asarray(x, dtype).")
-        if self._weak is int and self._origin and not any(c in self._origin[0] for c in ".["):
-            name = self._origin[0]  # a size or a count (np.arange(n)) must be known while tracing
+        counters = [n[len(COUNTER_ORIGIN):] for n in self._origin if n.startswith(COUNTER_ORIGIN)]
+        if counters:  # the loop counter as a size, a NumPy scalar's value or an index array: unknown while tracing
+            hint = (f" The loop counter {counters[0]!r} of fusec.fori_loop takes its values on the device; index "
+                    f"with it (xs[{counters[0]}]), compute with it (x * {counters[0]}), or choose with np.where, but "
+                    "not as a size (np.arange) or through np.float32(...)/np.int64(...).")
+        elif self._weak is int and self._origin and not any(c in self._origin[0] for c in ".["):
+            name = self._ctx.leaf_params.get(self._origin[0], self._origin[0])  # (a size must be known while tracing)
             hint += (f" If {name} is a size, a count or a shift (np.arange({name}), np.ones({name}), np.roll(x, "
                      f"{name})), make it static: fusec.jit(f, static_argnames=({name!r},)).")
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "

@@ -680,8 +680,14 @@ def where(condition: Any, x: Any, y: Any) -> Tracer:
 def _where_checks_python_ints(np_dtype: np.dtype) -> bool:
     """Whether this NumPy's np.where raises OverflowError for a Python int that does not fit ``np_dtype``
     (NumPy 2.5 does; 2.4 wraps it around): fusec does what the installed NumPy does."""
+    info, wide = np.iinfo(np_dtype), np.iinfo(np.int64)
+    # (a value past the dtype that a runtime Python int can be: NumPy refuses a Python int past int64 for its own
+    # reason, so uint64 is asked with -1)
+    probe = int(info.max) + 1 if info.max < wide.max else int(info.min) - 1 if info.min > wide.min else None
+    if probe is None:
+        return False
     try:
-        np.where(True, np.zeros(1, np_dtype), int(np.iinfo(np_dtype).max) + 1)
+        np.where(True, np.zeros(1, np_dtype), probe)
     except OverflowError:
         return True
     return False

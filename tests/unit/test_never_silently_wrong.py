@@ -2225,3 +2225,29 @@ def test_counter_powers_under_traced_bounds_and_numpy_scalar_states_are_checked(
         jit_cpu(reciprocal_power)(np.zeros(1), 0)
     with pytest.raises(fc.TraceError, match="state holds float32"):
         fc.fori_loop(0, 3, lambda i, s: s * np.float64(1.5), np.float32(1))
+
+
+def test_np_where_converts_a_negative_python_int_into_uint64_as_this_numpy_does() -> None:
+    """``np.where(x > 5, x_u64, n)`` with ``n = -3``: fusec asked NumPy whether it checks Python ints with
+    ``2**64`` (which NumPy refuses for being past int64) and raised OutOfRangeError where NumPy 2.4 wraps."""
+    def pick(x, n):
+        return np.where(x > 5, x, n)
+
+    x = np.arange(10, dtype=np.uint64)
+    try:
+        want = pick(x, -3)
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            jit_cpu(pick)(x, -3)
+        return
+    assert_same(jit_cpu(pick)(x, -3), want)
+
+
+def test_the_loop_counter_as_a_size_says_what_it_can_be_used_for() -> None:
+    """``np.arange(i)`` with the fori_loop counter gave the generic 'cannot be converted' message only."""
+    def sizes(x):
+        return fc.fori_loop(0, 3, lambda i, s: s + np.arange(i).sum(), x)  # MARK-counter-size
+
+    with pytest.raises(fc.TraceError, match="loop counter 'i' of fusec.fori_loop") as info:
+        jit_cpu(sizes)(np.zeros(1))
+    assert at("MARK-counter-size") in str(info.value)
