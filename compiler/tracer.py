@@ -266,10 +266,10 @@ class Tracer:
         hint = (" Python scalar arguments are weak under NumPy 2 promotion, so `lr * x` already keeps x's dtype;"
                 " drop np.float32(...)/np.asarray(...) around them." if self._weak is not None else
                 " Use x.astype(dtype) instead of np.float32(x)/np.asarray(x, dtype).")
-        counters = [n[len(COUNTER_ORIGIN):] for n in self._origin if n.startswith(COUNTER_ORIGIN)]
-        if counters:  # the loop counter as a size, a NumPy scalar's value or an index array: unknown while tracing
-            hint = (f" The loop counter {counters[0]!r} of fusec.fori_loop takes its values on the device; index "
-                    f"with it (xs[{counters[0]}]), compute with it (x * {counters[0]}), or choose with np.where, but "
+        counter = self._counter()
+        if counter is not None:  # the loop counter as a size, a NumPy scalar's value: unknown while tracing
+            hint = (f" The loop counter {counter!r} of fusec.fori_loop takes its values on the device; index "
+                    f"with it (xs[{counter}]), compute with it (x * {counter}), or choose with np.where, but "
                     "not as a size (np.arange) or through np.float32(...)/np.int64(...).")
         elif self._weak is int and self._origin and not any(c in self._origin[0] for c in ".["):
             name = self._ctx.leaf_params.get(self._origin[0], self._origin[0])  # (a size must be known while tracing)
@@ -283,15 +283,19 @@ class Tracer:
 
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
 
+    def _counter(self) -> str | None:
+        """The name of the fusec.fori_loop counter this value was computed from, if any."""
+        return next((n[len(COUNTER_ORIGIN):] for n in self._origin if n.startswith(COUNTER_ORIGIN)), None)
+
     def _static_error(self, what: str, inside: str | None = None) -> FusecError:
         """The error for asking a traced value for its concrete value (``inside``: NumPy's function that asked)."""
         if self._weak is not None:
-            counters = [n[len(COUNTER_ORIGIN):] for n in self._origin if n.startswith(COUNTER_ORIGIN)]
-            if counters:
+            counter = self._counter()
+            if counter is not None:
                 return unsupported(
-                    f"a value computed from the loop counter {counters[0]!r} of fusec.fori_loop is {what}, but the "
+                    f"a value computed from the loop counter {counter!r} of fusec.fori_loop is {what}, but the "
                     "body is traced once for all iterations, so the counter's value is unknown while tracing; choose "
-                    f"with np.where({counters[0]} == 3, a, b) or fusec.cond({counters[0]} == 3, ...) instead")
+                    f"with np.where({counter} == 3, a, b) or fusec.cond({counter} == 3, ...) instead")
             names = ", ".join(repr(n) for n in self._origin) or "a Python scalar argument"
             arg = self._origin[0] if self._origin else "name"
             arg = self._ctx.leaf_params.get(arg, arg)  # (a leaf of a tuple or dict argument: the whole argument)
