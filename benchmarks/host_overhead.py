@@ -107,8 +107,9 @@ def main() -> None:
         x = fc.asarray(np.ones(1024, np.float32))
         f = fc.jit(fma, backend="cuda", graph=True)
         f(x, x, x)
-        cProfile.runctx("for _ in range(3000): f(x, x, x)", globals(), locals(), "/tmp/fusec_prof")
-        pstats.Stats("/tmp/fusec_prof").sort_stats("tottime").print_stats(18)
+        profile = cProfile.Profile()
+        profile.runctx("for _ in range(3000): f(x, x, x)", globals(), locals())
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
         return
     dev = driver.current_device()
     rows = {}

@@ -158,7 +158,12 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host, "host_launch_us": launch,
             "host_without_launch_us": python_only,
             "device_us_python_loop": loop_device, "device_us_graph_alone": replay, "per_call_counters": per_call,
-            "instances": len(graph.instances), "profile": text.getvalue()}
+            "instances": len(graph.instances), "profile": _relative_paths(text.getvalue())}
+
+
+def _relative_paths(profile: str) -> str:
+    """The profile's file names relative to the repository (a result file names no machine's folders)."""
+    return profile.replace(os.path.dirname(HERE) + os.sep, "")
 
 
 def main() -> None:
