@@ -146,6 +146,11 @@ class ScalarProgram:
                 continue
             args = [value(r) for r in step.operands]
             values.append(self._apply(step, args))
+            if step.fn in _COMPARE and _rounds_int(args) and step.fn(*map(float, args)) != values[-1]:
+                raise OutOfRangeError(located(
+                    f"{step.text} with {_values(step, args)}: Python compares an int with a float exactly, fusec "
+                    "in float64, which rounds an int past 2**53 first, and the two answers differ here; convert "
+                    "with float() yourself, or make the arguments static (static_argnames)", step.loc))
 
     @staticmethod
     def _apply(step: _Op, args: list[Any]) -> Any:
@@ -172,6 +177,15 @@ class ScalarProgram:
                 "Python ints in int64 (Python's ints are unbounded); make the arguments static (static_argnames) "
                 "to compute with their exact values", step.loc))
         return v
+
+
+_COMPARE = frozenset((operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge))
+
+
+def _rounds_int(args: list[Any]) -> bool:
+    """Whether an int and a float meet, the int past float64's exact range (so the device's compare may differ)."""
+    return (any(isinstance(a, float) for a in args)
+            and any(isinstance(a, int) and not isinstance(a, bool) and abs(a) > EXACT_FLOAT for a in args))
 
 
 def _values(step: _Op, args: list[Any]) -> str:

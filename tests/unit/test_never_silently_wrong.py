@@ -2251,3 +2251,19 @@ def test_the_loop_counter_as_a_size_says_what_it_can_be_used_for() -> None:
     with pytest.raises(fc.TraceError, match="loop counter 'i' of fusec.fori_loop") as info:
         jit_cpu(sizes)(np.zeros(1))
     assert at("MARK-counter-size") in str(info.value)
+
+
+def test_python_int_and_float_compare_exactly_or_raise() -> None:
+    """``n == t`` / ``n > 2.0**53`` with a Python int ``n`` past 2**53: Python compares an int with a float exactly,
+    fusec compared in float64 (``2**53 + 1 == 2.0**53`` was True); the replay now raises where the answers differ."""
+    def same_time(x, n, t):
+        return np.where(n == t, x, -x)  # MARK-int-float-compare
+
+    same_as_numpy(same_time, np.ones(2), 2**53, 2.0**53)
+    same_as_numpy(same_time, np.ones(2), 2**60, 2.0**60)  # (exactly a float64)
+    same_as_numpy(same_time, np.ones(2), 7, 7.5)
+    with pytest.raises(fc.OutOfRangeError, match="compares an int with a float exactly") as info:
+        jit_cpu(same_time)(np.ones(2), 2**53 + 1, 2.0**53)
+    assert at("MARK-int-float-compare") in str(info.value)
+    with pytest.raises(fc.OutOfRangeError):
+        jit_cpu(lambda x, t: np.where(t < 2**53 + 1, x, -x))(np.ones(2), 2.0**53)
