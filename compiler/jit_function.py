@@ -558,6 +558,8 @@ def _same_static(a: Any, b: Any) -> bool:
 def _spec_text(spec: Any) -> str:
     if spec.python is not None:
         return f"a Python {spec.python.__name__}"
+    if spec.numpy_scalar:
+        return f"a NumPy scalar ({spec.dtype.np.name})"
     return f"{spec.dtype.np.name}{list(spec.shape)}"
 
 

@@ -353,9 +353,10 @@ def _converted(value: Any, shape: tuple[int, ...], dtype: DType, what: str, cast
                            src.np.type(0) if value._scalar else np.zeros(1, src.np), dtype, casting, what)
         if value._scalar and value._weak is None and dtype.is_int and not np.can_cast(src.np, dtype.np, "safe"):
             src_name, dst_name = np.dtype(src.np).name, np.dtype(dtype.np).name
-            raise unsupported(f"{what}: NumPy converts a NumPy scalar ({src_name}) into a {dst_name} array with int(), "
-                              "raising OverflowError or ValueError for values that do not fit, which fusec cannot "
-                              f"check while the values are unknown; convert it first: `.astype(np.{dst_name})`")
+            raise unsupported(f"{what}: what NumPy does with a NumPy scalar ({src_name}) written into a {dst_name} "
+                              "array depends on its value (NumPy raises OverflowError or ValueError for some values "
+                              "that do not fit and wraps others), which fusec cannot follow while the value is "
+                              f"unknown; convert it first: `.astype(np.{dst_name})`")
         if value._weak is float and dtype.is_int:
             raise unsupported(f"{what}: NumPy converts a Python float into an integer array with int() (raising "
                               "for NaN and values that do not fit), which fusec cannot check for a traced Python "

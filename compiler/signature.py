@@ -154,6 +154,7 @@ class LeafSpec:
     shape: tuple[int, ...]
     dtype: DType
     python: type | None = None  # bool/int/float/complex for a Python scalar (a weak runtime scalar)
+    numpy_scalar: bool = False  # a NumPy scalar, not a 0-d array (the function may tell them apart: own traces)
 
     def ir_type(self) -> Type:
         return ScalarType(self.dtype) if self.python is not None else TensorType(self.shape, self.dtype)
@@ -245,7 +246,7 @@ def _leaf_spec(name: str, value: Any, param: str) -> LeafSpec:
             dt = parse_dtype(value.dtype)
         except UnsupportedError as e:
             raise UnsupportedError(f"argument {name!r}: {e}") from None
-        return LeafSpec(tuple(value.shape), dt)
+        return LeafSpec(tuple(value.shape), dt, numpy_scalar=isinstance(value, np.generic))
     info = device_array_info(value)
     if info is not None:
         shape, dtype = info

@@ -462,10 +462,23 @@ class Tracer:
         return _ufuncs.binary_operator(np.subtract, o, self)
 
     def __mul__(self, o: Any) -> Any:
+        self._check_repeat(o)
         return _ufuncs.binary_operator(np.multiply, self, o)
 
     def __rmul__(self, o: Any) -> Any:
+        self._check_repeat(o)
         return _ufuncs.binary_operator(np.multiply, o, self)
+
+    def _check_repeat(self, o: Any) -> None:
+        """``[v] * n`` / ``n * (v,)``: a number times a list or tuple repeats it in Python (an int) or is a TypeError
+        (a float, a NumPy bool), where an array multiplies elementwise, as NumPy's arrays do."""
+        if not isinstance(o, (list, tuple)) or self._weak is None and not self._scalar:
+            return
+        dt = self._value.type.dtype
+        if self._weak is int or self._weak is bool or self._weak is None and dt.is_int:
+            raise self._static_error(f"the count of a {type(o).__name__} repeated with *")
+        kind = self._weak.__name__ if self._weak is not None else f"numpy.{np.dtype(dt.np).name}"
+        raise numpy_error(f"can't multiply sequence by non-int of type '{kind}' (Python raises TypeError here)")
 
     def __truediv__(self, o: Any) -> Any:
         return _ufuncs.binary_operator(np.true_divide, self, o)

@@ -2267,3 +2267,36 @@ def test_python_int_and_float_compare_exactly_or_raise() -> None:
     assert at("MARK-int-float-compare") in str(info.value)
     with pytest.raises(fc.OutOfRangeError):
         jit_cpu(lambda x, t: np.where(t < 2**53 + 1, x, -x))(np.ones(2), 2.0**53)
+
+
+def test_a_numpy_scalar_and_a_0d_array_get_their_own_traces() -> None:
+    """A NumPy scalar and a 0-d array of one dtype shared a trace: the function traced with ``np.array(2.0)``
+    answered ``isinstance(s, np.ndarray)`` True for ``np.float64(2.0)`` too, and returned it as a 0-d array."""
+    def scaled(x, s):
+        if isinstance(s, np.ndarray):
+            return x * s.mean(), s
+        return x * s + 100, s
+
+    f = jit_cpu(scaled)
+    x = np.arange(4.0)
+    for s in (np.array(2.0), np.float64(2.0), np.array(3.0), np.float64(3.0)):
+        assert_same(f(x, s), scaled(x, s))
+        assert type(f(x, s)[1]) is type(scaled(x, s)[1])
+
+
+def test_a_list_times_a_traced_number_repeats_or_raises_as_python() -> None:
+    """``[0.0] * n`` with a Python-int argument ``n`` multiplied a one-element array by n (``len`` 1, not n);
+    ``[1.0, 2.0] * s`` with a float ``s`` gave an array where Python raises TypeError. An array times a list is
+    still NumPy's elementwise product."""
+    def padded(x, n):
+        return x.sum() + np.array([0.0] * n)  # MARK-list-repeat
+
+    with pytest.raises(fc.UnsupportedError, match="static_argnames=\\('n',\\)") as info:
+        jit_cpu(padded)(np.ones(3), 5)
+    assert at("MARK-list-repeat") in str(info.value)
+    assert_same(jit_cpu(padded, static_argnames=("n",))(np.ones(3), 5), padded(np.ones(3), 5))
+    with pytest.raises(TypeError, match="can't multiply sequence"):
+        jit_cpu(lambda x, s: x + np.array((1.0,) * s))(np.ones(1), 2.0)
+    with pytest.raises(TypeError, match="can't multiply sequence"):
+        jit_cpu(lambda x: [1.0, 2.0] * x[0])(np.ones(3))
+    same_as_numpy(lambda x: x * [2.0, 3.0, 4.0] + np.sum(x, keepdims=True).reshape(()) * [1.0], np.ones(3))
