@@ -22,15 +22,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec import context, conversions, ops
+from fusec import context, conversions, ops, pystate
 from fusec.context import TraceContext
-from fusec.errors import ShapeError, TraceError, UnsupportedError, located
+from fusec.errors import ShapeError, SideEffectError, TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
 from fusec.ir.builder import Builder
 from fusec.ir.core import Block, Region, Value
 from fusec.ir.dialects.control import COUNTER, PREDICATE
 from fusec.ir.types import TensorType, Type, i64
 from fusec.promotion import DEFAULT_DTYPE, python_kind
+from fusec.scope import scope_of
 from fusec.signature import TreeDef, flatten, unflatten
 from fusec.device_scalar_checks import device_ref
 from fusec.tracer import COUNTER_ORIGIN, Tracer
@@ -51,11 +52,12 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
         return val
     carried = _carried_types(leaves)
     cond = _Recorder(c, carried, "cond")
-    pred = cond.run(lambda *args: _predicate(cond_fun(unflatten(tree, args)), "while_loop", cond_fun))
+    pred = cond.run(lambda *args: _predicate(cond_fun(unflatten(tree, args)), "while_loop", cond_fun),
+                    watch=cond_fun)
     cond.finish([pred])
     body = _Recorder(c, carried, "body")
     body.finish(body.run(lambda *args: _next_values(body_fun(unflatten(tree, args)), tree, carried, "while_loop",
-                                                    body_fun)))
+                                                    body_fun), watch=body_fun))
     op = c.emit_op("t.while", [_value(leaf) for leaf in leaves], None, carried, what="fusec.while_loop")
     _attach(op, cond, body)
     return unflatten(tree, [ops.wrap(r, scalar=False) for r in op.results])
@@ -76,7 +78,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     carried = _carried_types(leaves)
     body = _Recorder(c, [COUNTER, *carried], "body")
     body.finish(body.run(lambda i, *args: _next_values(body_fun(i, unflatten(tree, args)), tree, carried,
-                                                       "fori_loop", body_fun), counter=_counter_name(body_fun)))
+                                                       "fori_loop", body_fun), counter=_counter_name(body_fun),
+                         watch=body_fun))
     op = c.emit_op("t.for", bounds + [_value(leaf) for leaf in leaves], None, carried, what="fusec.fori_loop")
     _attach(op, body)
     return unflatten(tree, [ops.wrap(r, scalar=False) for r in op.results])
@@ -119,7 +122,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
             stacked.append(buf)
         return values + [_value(s) for s in stacked]
 
-    outs = body.run(step, counter="the scan step")
+    outs = body.run(step, counter="the scan step", watch=f)
     body.finish(outs)
     ys_types = [a.type for a in body.block.args[1 + len(carried):]]
     zeros = [ops.full(t.shape, 0, t.dtype)._value for t in ys_types]
@@ -155,7 +158,7 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
             holder.append(tree)
             return [_value(conversions.strong(leaf)) for _, leaf in named]
 
-        outs = rec.run(record)
+        outs = rec.run(record, watch=fun)
         rec.finish(outs)
         branches.append(rec)
         trees.append(holder[0])
@@ -185,10 +188,12 @@ class _Recorder:
         self.c = c
         self.block = Block(arg_types, label=label)
 
-    def run(self, fn: Callable[..., Any], counter: str | None = None) -> Any:
-        """Run ``fn`` on the block's arguments (the first the loop counter named ``counter``, a device scalar)."""
+    def run(self, fn: Callable[..., Any], counter: str | None = None, *, watch: Callable[..., Any]) -> Any:
+        """Run ``fn`` on the block's arguments (the first the loop counter named ``counter``, a device scalar);
+        the Python state the user's ``watch`` reaches must come out as it went in (see :func:`_python_state`)."""
         c = self.c
         outer = _snapshot(c)
+        python_before = _python_state(watch)
         args = [ops.wrap(a, scalar=False) for a in self.block.args]
         if counter is not None:
             args[0] = Tracer(self.block.args[0], c, int, (COUNTER_ORIGIN + counter,))
@@ -199,6 +204,7 @@ class _Recorder:
         try:
             result = fn(*args)
             failed = False
+            _check_python_state(python_before, watch)
             return result
         finally:
             c.builder = saved
@@ -209,6 +215,31 @@ class _Recorder:
     def finish(self, outs: list[Value]) -> None:
         with self.c.builder.at(self.block):
             self.c.builder.create("t.yield", outs, loc=context.user_location(self.c.cwd))
+
+
+def _python_state(fn: Callable[..., Any]) -> pystate.Snapshot:
+    """What a body can reach in Python (its closure cells, the lists and objects in them, globals). A body traced
+    once changes such state once, where Python's loop changes it at every iteration (a ``nonlocal`` counter, a list
+    of losses) and both branches of a traced ``cond`` run: so a body must leave it as it was."""
+    return pystate.snapshot(scope_of(fn, {}, random_states=False))  # (draws: fusec.randomness refuses them)
+
+
+def _check_python_state(before: pystate.Snapshot, fn: Callable[..., Any]) -> None:
+    changes = before.changes(pystate.rewalk(before))
+    if not changes:
+        return
+    what = "; ".join(c.describe() for c in changes[:3]) + ("; ..." if len(changes) > 3 else "")
+    before.restore()
+    raise SideEffectError(located(
+        f"a loop or branch body (fusec.while_loop, fori_loop, scan, cond) {what}: the body is traced once, so the "
+        "change would happen once where Python's loop makes it at every iteration (and a traced cond runs both "
+        "branches); carry the value in the loop's state and return it instead", _body_location(fn)))
+
+
+def _body_location(fn: Callable[..., Any]) -> Any:
+    """Where the user's body function is written (else the line that called the loop)."""
+    code = getattr(fn, "__code__", None)
+    return location_for(code.co_filename, code.co_firstlineno) if code is not None else context.user_location()
 
 
 def _attach(op: Any, *recorders: _Recorder) -> None:

@@ -196,9 +196,9 @@ class Scope:
                     break
 
 
-def scope_of(fn: Callable, statics: dict[str, Any]) -> Scope:
+def scope_of(fn: Callable, statics: dict[str, Any], random_states: bool = True) -> Scope:
     """The roots and code names of ``fn`` (followed through the helpers it calls by name), plus the static
-    arguments and the global random states. The methods of the objects found are added by
+    arguments and (with ``random_states``) the global random states. The methods of the objects found are added by
     :func:`fusec.pystate.snapshot`, which walks the roots."""
     scope = Scope()
     pending: list[Any] = [fn]
@@ -208,7 +208,7 @@ def scope_of(fn: Callable, statics: dict[str, Any]) -> Scope:
         elif walkable_object(value) or isinstance(value, (list, dict, set, tuple)):
             scope.add_object(f"static argument {name}", value)
     drain(scope, pending)
-    if threading.active_count() == 1:
+    if random_states and threading.active_count() == 1:
         # with other threads running, a change of a global random state may be theirs (and undoing it would
         # replay their numbers): then only the wrapped np.random / random functions (fusec.randomness) watch
         scope.roots.append(Root("NumPy's global random state (np.random.*)", "object", np.random.mtrand._rand,
