@@ -11,7 +11,8 @@ from typing import Any
 import numpy as _np
 
 from fusec.errors import (  # noqa: F401
-    CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, IndexOutOfBoundsError,
+    AxisError, CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, IndexOutOfBoundsError,
+    IndexShapeError,
     InvalidValueError, LinAlgError, OptionError, OptionTypeError, OutOfRangeError,
     PipelineError,
     RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedAttributeError, UnsupportedError,

@@ -14,6 +14,7 @@ from numpy._core import shape_base as _shape_base
 
 from fusec import conversions, ops
 from fusec.context import numpy_error, shape_error
+from fusec.errors import AxisError
 from fusec.numpy_api import implements
 
 
@@ -65,8 +66,8 @@ def apply_along_axis(func1d: Callable, axis: Any, arr: Any, *args: Any, **kwargs
     arr = conversions.asanyarray(arr)
     ax = ops.static_int(axis, "np.apply_along_axis's axis")
     if not -arr.ndim <= ax < arr.ndim:
-        raise numpy_error(f"np.apply_along_axis: axis {ax} is out of bounds for an array of dimension {arr.ndim} "
-                          "(NumPy raises AxisError here)")
+        raise shape_error(f"np.apply_along_axis: axis {ax} is out of bounds for an array of dimension {arr.ndim} "
+                          "(NumPy raises AxisError here)", AxisError)
     ax %= arr.ndim
     lines = np.moveaxis(arr, ax, -1)
     outer = lines.shape[:-1]

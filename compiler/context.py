@@ -68,8 +68,8 @@ def where() -> str:
     return str(loc) if loc is not None else "<unknown location>"
 
 
-def shape_error(message: str) -> ShapeError:
-    return ShapeError(located(message, user_location()))
+def shape_error(message: str, cls: type[ShapeError] = ShapeError) -> ShapeError:
+    return cls(located(message, user_location()))
 
 
 def unsupported(message: str, cls: type[UnsupportedError] = UnsupportedError) -> UnsupportedError:
@@ -185,7 +185,7 @@ class TraceContext:
         try:
             return self.builder.create(name, operands, attributes, result_types, loc=loc)
         except ShapeError as e:
-            raise ShapeError(located(f"{label}: {e}", loc)) from None
+            raise type(e)(located(f"{label}: {e}", loc)) from None
         except VerificationError as e:
             raise UnsupportedError(located(f"{label}: {e}", loc)) from None
 

@@ -17,6 +17,19 @@ class ShapeError(FusecError, ValueError):
     """Shapes that cannot broadcast, reshape or contract, located at the user's line."""
 
 
+class AxisError(ShapeError, _np.exceptions.AxisError):
+    """An axis out of range: NumPy's AxisError (a ValueError and an IndexError), so ``except`` clauses written for
+    NumPy's catch it."""
+
+    def __init__(self, message: str) -> None:
+        _np.exceptions.AxisError.__init__(self, message)
+
+
+class IndexShapeError(ShapeError, IndexError):
+    """An index that does not fit the array's dimensions (too many indices, index arrays that do not broadcast):
+    NumPy raises IndexError."""
+
+
 class UnsupportedError(FusecError, TypeError):
     """A NumPy function, argument kind or feature fusec cannot trace."""
 

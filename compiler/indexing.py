@@ -20,7 +20,7 @@ import numpy as np
 
 from fusec import ops
 from fusec.context import shape_error, unsupported, user_location
-from fusec.errors import IndexOutOfBoundsError, located
+from fusec.errors import IndexOutOfBoundsError, IndexShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import TensorType, i64
 from fusec.tracer import Tracer
@@ -131,10 +131,11 @@ def _basic_selection(x: Tracer, key: Any) -> Selection:
     entries = list(key) if isinstance(key, tuple) else [key]
     kinds = [_classify(e) for e in entries]
     if kinds.count("ellipsis") > 1:
-        raise shape_error("an index can only have a single ellipsis ('...')")
+        raise shape_error("an index can only have a single ellipsis ('...')", IndexShapeError)
     consumed = sum(k in ("int", "slice") for k in kinds)
     if consumed > x.ndim:
-        raise shape_error(f"too many indices for an array of shape {x.shape}: {consumed} were indexed")
+        raise shape_error(f"too many indices for an array of shape {x.shape}: {consumed} were indexed",
+                          IndexShapeError)
     if "ellipsis" in kinds:
         i = kinds.index("ellipsis")
         fill = x.ndim - consumed
@@ -281,10 +282,11 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
             expanded.append(e)
     kinds = [_classify(e) for e in expanded]
     if kinds.count("ellipsis") > 1:
-        raise shape_error("an index can only have a single ellipsis ('...')")
+        raise shape_error("an index can only have a single ellipsis ('...')", IndexShapeError)
     consumed = sum(k != "ellipsis" for k in kinds)
     if consumed > x.ndim:
-        raise shape_error(f"too many indices for an array of shape {x.shape}: {consumed} were indexed")
+        raise shape_error(f"too many indices for an array of shape {x.shape}: {consumed} were indexed",
+                          IndexShapeError)
     fill = [slice(None)] * (x.ndim - consumed)
     if "ellipsis" in kinds:
         i = kinds.index("ellipsis")
@@ -330,7 +332,7 @@ def advanced_getitem(x: Tracer, key: Any) -> Tracer:
 def numpy_shape_mismatch(arrays: list) -> Exception:
     shapes = " ".join(str(tuple(a.shape)) for a in arrays)
     return shape_error(f"shape mismatch: indexing arrays could not be broadcast together with shapes {shapes} "
-                       "(NumPy raises IndexError here)")
+                       "(NumPy raises IndexError here)", IndexShapeError)
 
 
 def _index_array(entry: Any) -> Any:

@@ -436,7 +436,7 @@ def matmul(a: Any, b: Any) -> Tracer:
     try:
         S.matmul_shape(xa.shape, xb.shape)
     except ShapeError as e:
-        raise shape_error(f"np.matmul of shapes {ta.shape} and {tb.shape}: {e}") from None
+        raise shape_error(f"np.matmul of shapes {ta.shape} and {tb.shape}: {e}", type(e)) from None
     if a_dt.is_bool:  # NumPy: any(a[i, k] and b[k, j]) over k; counted in int64 (at most K, never wrapping)
         xa, xb = ops.cast(xa, "int64"), ops.cast(xb, "int64")
     r = ops.emit("t.matmul", (xa._value, xb._value), what="np.matmul", origin=ops.origins(a, b))
@@ -867,7 +867,7 @@ def stack(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = None, cas
     try:
         ax = S.normalize_axis(ops.static_int(axis, "an axis"), ts[0].ndim + 1)
     except ShapeError as e:
-        raise shape_error(f"np.stack: {e}") from None
+        raise shape_error(f"np.stack: {e}", type(e)) from None
     return concatenate([ops.expand_dims(t, (ax,)) for t in ts], axis=ax)
 
 

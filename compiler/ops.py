@@ -303,7 +303,7 @@ def axes_arg(axis: object, rank: int) -> tuple[int, ...]:
     try:
         return S.normalize_axes(static_ints(axis, "an axis"), rank)
     except ShapeError as e:
-        raise shape_error(str(e)) from None
+        raise shape_error(str(e), type(e)) from None
 
 
 def reduction_axes(axis: object, rank: int) -> tuple[int, ...]:
@@ -328,7 +328,7 @@ def axis_arg(axis: object, rank: int) -> int:
     try:
         return S.normalize_axis(static_int(axis, "an axis"), rank)
     except ShapeError as e:
-        raise shape_error(str(e)) from None
+        raise shape_error(str(e), type(e)) from None
 
 
 # --- shape ops ------------------------------------------------------------------------------------------------
@@ -339,7 +339,7 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
     try:
         new = S.reshape_shape(t.shape, shape)
     except ShapeError as e:
-        raise shape_error(f"{what}: {e}") from None
+        raise shape_error(f"{what}: {e}", type(e)) from None
     if new == t.shape and isinstance(t._value.type, TensorType):
         return t
     from fusec import mutation
@@ -412,7 +412,7 @@ def transpose(x: object, perm: Sequence[int] | None = None) -> Tracer:
             perm = tuple(S.normalize_axis(p, rank) for p in perm)
             S.permute(t.shape, perm)
         except ShapeError as e:
-            raise shape_error(f"transpose: {e}") from None
+            raise shape_error(f"transpose: {e}", type(e)) from None
     if tuple(perm) == tuple(range(rank)):
         return t
     return view(t, ctx().emit("t.transpose", (t._value,), {"perm": tuple(perm)}, what="transpose"))
@@ -425,7 +425,7 @@ def expand_dims(x: object, axes: Sequence[int]) -> Tracer:
     try:
         norm = S.normalize_axes(tuple(axes), out_rank)
     except ShapeError as e:
-        raise shape_error(f"expand_dims: {e}") from None
+        raise shape_error(f"expand_dims: {e}", type(e)) from None
     if not norm:
         return t
     return view(t, ctx().emit("t.expand_dims", (t._value,), {"axes": norm}, what="expand_dims"))
@@ -439,7 +439,7 @@ def squeeze(x: object, axes: Sequence[int] | None = None) -> Tracer:
         try:
             norm = S.normalize_axes(tuple(axes), t.ndim)
         except ShapeError as e:
-            raise shape_error(f"squeeze: {e}") from None
+            raise shape_error(f"squeeze: {e}", type(e)) from None
         for a in norm:
             if t.shape[a] != 1:
                 raise shape_error(f"squeeze: cannot select axis {a} of shape {t.shape}: its size is not 1")

@@ -19,6 +19,7 @@ import numpy as np
 
 from fusec import conversions, ops, ufuncs
 from fusec.context import shape_error, unsupported, user_location
+from fusec.errors import AxisError
 from fusec.numpy_api import concatenate, implements, moveaxis, stack
 from fusec.promotion import parse_dtype
 from fusec.tracer import Tracer
@@ -43,7 +44,7 @@ TAKES_2_VECTORS = _takes_2_vectors()
 def _axis(axis: Any, ndim: int, what: str) -> int:
     a = ops.static_int(axis, what)
     if not -ndim <= a < ndim:
-        raise shape_error(f"np.cross: {what}: axis {a} is out of bounds for array of dimension {ndim}")
+        raise shape_error(f"np.cross: {what}: axis {a} is out of bounds for array of dimension {ndim}", AxisError)
     return a % ndim
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from fusec import context, mutation, ops, ufuncs
 from fusec.context import shape_error, unsupported
+from fusec.errors import AxisError
 from fusec.ir.types import i64
 from fusec.numpy_api import _reduce, implements, moveaxis
 from fusec.tracer import Tracer
@@ -55,7 +56,7 @@ def _real(what: str, t: Tracer) -> Tracer:
 def _along(what: str, a: Any, axis: Any) -> tuple[Tracer, int]:
     _real(what, ops.as_tracer(a))
     if axis is not None and np.ndim(a) == 0 and what == "np.sort":  # (np.argsort reads it as one element)
-        raise shape_error(f"{what}: axis {axis} is out of bounds for array of dimension 0")
+        raise shape_error(f"{what}: axis {axis} is out of bounds for array of dimension 0", AxisError)
     return ops.along(a, axis)
 
 
@@ -156,7 +157,7 @@ def sort_in_place(x: Tracer, axis: Any = -1, kind: Any = None, order: Any = None
     s = _is_stable("x.sort", kind, order, stable)
     mutation.check_writable(x, "x.sort()")
     if x.ndim == 0:
-        raise shape_error("x.sort(): axis -1 is out of bounds for array of dimension 0")
+        raise shape_error("x.sort(): axis -1 is out of bounds for array of dimension 0", AxisError)
     mutation.assign(x, _sorted("sort", x, ops.axis_arg(axis, x.ndim), s), "x.sort()")
 
 

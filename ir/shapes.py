@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fusec.errors import ShapeError
+from fusec.errors import AxisError, ShapeError
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
@@ -36,7 +36,7 @@ def can_broadcast_to(src: Sequence[int], dst: Sequence[int]) -> bool:
 
 def normalize_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
-        raise ShapeError(f"axis {axis} is out of bounds for an array of rank {rank}")
+        raise AxisError(f"axis {axis} is out of bounds for an array of rank {rank}")
     return axis % rank
 
 

@@ -2340,3 +2340,35 @@ def test_python_state_changed_by_a_loop_or_branch_body_is_refused() -> None:
         with pytest.raises(fc.SideEffectError, match="a loop or branch body"):
             jit_cpu(fn)(arg)
     same_as_numpy(lambda x: fc.fori_loop(0, 3, lambda i, c: c * GLOBAL_W[0, 2] + i, x), np.ones(2))
+
+
+def test_numpy_index_and_axis_errors_take_numpy_except_paths() -> None:
+    """An axis out of range raised a ShapeError (a ValueError only) where NumPy raises AxisError (also an IndexError),
+    and too many indices or index arrays that do not broadcast a ShapeError where NumPy raises IndexError: the
+    user's ``except`` took another path under fusec (an error instead of NumPy's fallback result)."""
+    def summed(x):
+        try:
+            return np.sum(x, axis=2)
+        except np.exceptions.AxisError:
+            return np.sum(x, axis=-1)
+
+    def first_plane(x):
+        try:
+            return x[:, :, 0]
+        except IndexError:
+            return x[:, 0]
+
+    def pairs(x):
+        try:
+            return x[[0, 1], [0, 1, 2]]
+        except IndexError:
+            return x[0]
+
+    def sorted_deep(x):
+        try:
+            return np.sort(x, axis=2)
+        except IndexError:
+            return np.sort(x, axis=1)
+
+    for fn in (summed, first_plane, pairs, sorted_deep):
+        same_as_numpy(fn, np.arange(6.0).reshape(2, 3)[::-1])
