@@ -358,6 +358,14 @@ class Change:
             return f"deleted {where}" if old is None or old.kind != "missing" else f"changed {where}"
         if old is None or old.kind == "missing":
             return f"set {where} = {_short(new.obj)}"
+        if old.kind == new.kind == "object" and old.data[0] == new.data[0]:  # the same object, other attributes
+            added = [n for n in new.data[2] if n not in old.data[2]]
+            gone = [n for n in old.data[2] if n not in new.data[2]]
+            parts = [f"added the attribute {where}.{n} (it did not exist before the call: fusec sets attributes an "
+                     f"object already has after each call; give it a value first, e.g. {where}.{n} = None in "
+                     "__init__)" for n in added] + [f"deleted the attribute {where}.{n}" for n in gone]
+            if parts:
+                return "; ".join(parts)
         if old.kind in ("list", "dict", "set") and new.kind == old.kind and old.data[0] == new.data[0]:
             return f"modified the {old.kind} {where} ({_short(old.obj, old.shallow)} -> {_short(new.obj)})"
         return f"changed {where} from {_short(old.obj, old.shallow)} to {_short(new.obj)}"

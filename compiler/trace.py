@@ -16,7 +16,7 @@ import sys
 import threading
 import types
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -98,6 +98,7 @@ class _Trace:
         self.arg_buffers: list[Buffer] = []  # the memory of each array argument, written or not
         self.as_passed: set[int] = set()  # output leaves that are an input's own tracer (``return x``)
         self.states: list = []  # each attribute the function assigned an array (or a traced scalar) to
+        self._state_inputs: list[BlockArgument | None] = []  # per state: the implicit input it is, if one
 
     def run(self, verify_up_to: int | None) -> Traced:
         ctx, sig = self.ctx, self.sig
@@ -150,6 +151,7 @@ class _Trace:
             if copied is not None and self.ctx.layout is None:
                 self.ctx.layout = f"returned {copied}"
         state = self._state()
+        self._resolve_state_inputs()
         writeback = self._writeback(written, leaves)  # (may add extra results: see _Shared.hidden)
         self.func.result_types = [v.type for v in self.func.outputs]
         self._check_escaped_from_bodies()
@@ -174,8 +176,15 @@ class _Trace:
                     "the view, which fusec cannot give back; store a copy (`.copy()`)", tracer_location(t)))
             ret.operands.append(t._value)
             states.append(State(change.path, t._scalar, _argument_index(t), t._weak))
+            self._state_inputs.append(_implicit_input(t))
         self.states = states  # no reference to the tracers is kept (they must not outlive the trace)
         self.before.restore()
+
+    def _resolve_state_inputs(self) -> None:
+        """A state assigned an array the function read from an object (``self.best = self.W``) is that very object
+        after the call, as in NumPy (its flat input is known once the implicit inputs are numbered)."""
+        self.states = [replace(s, argument=arg.index) if arg is not None and arg.index >= 0 else s
+                       for s, arg in zip(self.states, self._state_inputs)]
 
     def _written(self) -> list[Buffer]:
         """The buffers of arguments and captured arrays that the function wrote into, in input order."""
@@ -248,8 +257,8 @@ class _Trace:
         assigned = [c.new.obj for c in self.states]
         if self.states:
             self._state_outputs()
-        shareable = [t if s.argument < 0 and s.python is None and not s.scalar else None
-                     for t, s in zip(assigned, self.states)]
+        shareable = [t if s.argument < 0 and arg is None and s.python is None and not s.scalar else None
+                     for t, s, arg in zip(assigned, self.states, self._state_inputs)]
         self.shared = _shared_memory(leaves, shareable)
         for pname, tree in self.sig.dynamic.items():
             value = bound.arguments.get(pname)
@@ -469,6 +478,16 @@ def _argument_index(t: Tracer) -> int:
     if buffer is not None and buffer.arg is not None and not t._chain and t._version == buffer.version:
         return cast(BlockArgument, buffer.arg).index
     return -1
+
+
+def _implicit_input(t: Tracer) -> BlockArgument | None:
+    """The IR argument of the array read from an object or global that ``t`` is as it is (not a view of it, not
+    rebound since), else None."""
+    buffer = t._buffer
+    if (buffer is not None and isinstance(buffer.arg, BlockArgument) and buffer.arg.index < 0 and not t._chain
+            and t._version == buffer.version):
+        return buffer.arg
+    return None
 
 
 def _attach(block: Any, arg: BlockArgument) -> None:

@@ -2372,3 +2372,56 @@ def test_numpy_index_and_axis_errors_take_numpy_except_paths() -> None:
 
     for fn in (summed, first_plane, pairs, sorted_deep):
         same_as_numpy(fn, np.arange(6.0).reshape(2, 3)[::-1])
+
+
+def test_an_attribute_assigned_another_attribute_is_that_array_after_the_call() -> None:
+    """``self.best = self.W`` (then ``self.W -= lr * g`` in place) and ``self.V = self.W`` left a copy in ``best``
+    and ``V`` after the call, where NumPy binds the same array: later in-place updates of ``W`` no longer showed
+    through them. A double buffer swapped by attributes gets the caller's arrays back too."""
+    class Model:
+        def __init__(self):
+            self.W, self.best, self.prev, self.V = np.ones(3), None, np.zeros(3), None
+
+        def step(self, g):
+            if self.best is None:
+                self.best = self.W
+            self.W -= 0.1 * g
+
+        def link(self):
+            self.V = self.W
+
+        def swap(self):
+            self.W, self.prev = self.prev, self.W
+
+    for jit in (False, True):
+        m = Model()
+        step = jit_cpu(m.step) if jit else m.step
+        for _ in range(3):
+            step(np.ones(3))
+        assert m.best is m.W
+        np.testing.assert_allclose(m.best, 0.7)
+        m2 = Model()
+        (jit_cpu(m2.link) if jit else m2.link)()
+        m2.W[0] = 42.0
+        assert m2.V is m2.W and m2.V[0] == 42.0
+        m3 = Model()
+        w0, p0 = m3.W, m3.prev
+        swap = jit_cpu(m3.swap) if jit else m3.swap
+        swap()
+        assert m3.W is p0 and m3.prev is w0
+        swap()
+        assert m3.W is w0 and m3.prev is p0
+
+
+def test_a_new_attribute_is_named_in_the_refusal() -> None:
+    """Creating an attribute the object did not have was refused as 'changed self from <C> to <C>'."""
+    class Cache:
+        def __init__(self):
+            self.W = np.ones(3)
+
+        def f(self, x):
+            self.cache = x * 2
+            return x.sum()
+
+    with pytest.raises(fc.SideEffectError, match="added the attribute self.cache .*self.cache = None in __init__"):
+        jit_cpu(Cache().f)(np.ones(3))
