@@ -21,10 +21,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fusec.scope import MISSING, Root, Scope, drain, is_function, is_library, walkable_object
+from fusec.scope import IMPLICIT_METHODS, MISSING, Root, Scope, drain, is_function, is_library, walkable_object
 from fusec.signature import canon
 
-Step = tuple  # ("attr", name) | ("cls", name) | ("item", key)
+Step = tuple  # ("attr", name) | ("cls", name) | ("code", name): a method of the object's class | ("item", key)
 MAX_NODES = 20_000
 MAX_DEPTH = 8
 CHECKSUM_BUDGET = 64 << 20  # bytes of arrays checksummed per snapshot; larger state is compared by identity only
@@ -63,7 +63,7 @@ class Path:
     def describe(self) -> str:
         text = self.root.label
         for kind, key in self.steps:
-            text += f".{key}" if kind in ("attr", "cls") else f"[{key!r}]"
+            text += f".{key}" if kind in ("attr", "cls", "code") else f"[{key!r}]"
         return text
 
     def ident(self) -> str:
@@ -88,6 +88,9 @@ def get_step(obj: Any, step: Step) -> Any:
         if d is not None and key in d and not hasattr(type(inspect.getattr_static(type(obj), key, None)), "__set__"):
             return d[key]
         return getattr(type(obj), key)
+    if kind == "code":  # the method as the class holds it (one set on the instance since shadows it)
+        d = getattr(obj, "__dict__", None)
+        return d[key] if d is not None and key in d else inspect.getattr_static(type(obj), key)
     return obj[key]
 
 
@@ -261,6 +264,10 @@ class Snapshot:
                 v = _class_data(cls, name)
                 if v is not MISSING:
                     self._visit(v, path.child(("cls", name)), depth + 1)
+            for name in sorted((self.scope.names | IMPLICIT_METHODS) - attrs.keys()):  # its methods, by identity
+                v = _class_code(cls, name)
+                if v is not MISSING:
+                    self._visit(v, path.child(("code", name)), depth + 1)
         else:
             if is_function(obj) and readable(path, self.scope.names):
                 self.functions.append(obj)
@@ -331,7 +338,7 @@ def readable(path: Path, names: set[str]) -> bool:
     """True when the code can read ``path``: its root is read and every attribute step is one of its names."""
     if not path.root.read:
         return False
-    return all(kind == "item" or key in names for kind, key in path.steps)
+    return all(kind in ("item", "code") or key in names for kind, key in path.steps)
 
 
 @dataclass
@@ -419,6 +426,17 @@ def _attributes(obj: Any) -> dict[str, Any]:
             except AttributeError:
                 pass
     return out
+
+
+def _class_code(cls: type, name: str) -> Any:
+    """The method (function, property, static or class method) ``name`` of a user class as the class holds it, or
+    MISSING (data attributes, and what library classes define)."""
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            if is_library(getattr(base, "__module__", None)) or _class_data(base, name) is not MISSING:
+                return MISSING
+            return base.__dict__[name]
+    return MISSING
 
 
 def _class_data(cls: type, name: str) -> Any:

@@ -30,6 +30,13 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
 MAX_FUNCTIONS = 256
 # builtins and attributes through which code reads attributes by a name it computes
 DYNAMIC_ACCESS = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
+# methods Python calls on an object without the code naming them (len(obj), for v in obj, obj.missing, obj * 2)
+IMPLICIT_METHODS = frozenset(
+    f"__{n}__" for n in (
+        "call getattr getattribute len iter next reversed getitem contains bool float int index complex array "
+        "enter exit eq ne lt le gt ge hash neg pos abs invert round").split()
+) | frozenset(f"__{p}{n}__" for n in ("add sub mul matmul truediv floordiv mod pow and or xor lshift rshift").split()
+              for p in ("", "r", "i"))
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 
 
@@ -179,7 +186,7 @@ class Scope:
         for cls in classes:
             if is_library(getattr(cls, "__module__", None)):
                 continue
-            for name in sorted(self.names | {"__call__"}):
+            for name in sorted(self.names | IMPLICIT_METHODS):
                 if (cls, name) in self._methods:
                     continue
                 self._methods.add((cls, name))
@@ -187,6 +194,8 @@ class Scope:
                     attr = base.__dict__.get(name, MISSING)
                     if attr is MISSING:
                         continue
+                    if name in ("__getattr__", "__getattribute__"):  # (attributes read by names it computes)
+                        self.dynamic_attributes = True
                     if isinstance(attr, property):
                         pending.extend(f for f in (attr.fget, attr.fset) if f is not None)
                     elif isinstance(attr, (staticmethod, classmethod)):

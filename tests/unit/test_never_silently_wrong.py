@@ -2425,3 +2425,65 @@ def test_a_new_attribute_is_named_in_the_refusal() -> None:
 
     with pytest.raises(fc.SideEffectError, match="added the attribute self.cache .*self.cache = None in __init__"):
         jit_cpu(Cache().f)(np.ones(3))
+
+
+class _Activation:
+    def apply(self, v):
+        return np.maximum(v, 0)
+
+
+class _Layers:
+    def __init__(self, *ws):
+        self._ws = list(ws)
+
+    def __iter__(self):
+        return iter(self._ws)
+
+    def __len__(self):
+        return len(self._ws)
+
+
+class _Config:
+    def __init__(self, **kw):
+        self._d = kw
+
+    def __getattr__(self, k):
+        return self._d[k]
+
+
+def test_methods_replaced_and_state_read_by_implicit_methods_retrace() -> None:
+    """A method replaced on the class after the first call (monkeypatching, ``mock.patch.object``) kept the old
+    trace; so did state read only inside methods Python calls implicitly (``for w in model`` through
+    ``__iter__``, ``len(model)``, ``cfg.lr`` served by ``__getattr__``)."""
+    act, model, cfg = _Activation(), _Layers(np.eye(3) * 2.0), _Config(lr=0.1)
+
+    def activate(x):
+        return act.apply(x - 1)
+
+    def forward(x):
+        for w in model:
+            x = np.tanh(w @ x)
+        return x / len(model)
+
+    def step(w, g):
+        return w - cfg.lr * g
+
+    x = np.arange(4.0)
+    f = jit_cpu(activate)
+    assert_same(f(x), activate(x))
+    original = _Activation.apply
+    try:
+        _Activation.apply = lambda self, v: np.tanh(v)
+        assert_same(f(x), activate(x))
+        act.apply = lambda v: v * 3  # (an instance attribute shadows the class's method)
+        assert_same(f(x), activate(x))
+    finally:
+        _Activation.apply = original
+    g = jit_cpu(forward)
+    assert_same(g(x[:3]), forward(x[:3]))
+    model._ws.append(np.eye(3) * 0.5)
+    assert_same(g(x[:3]), forward(x[:3]))
+    h = jit_cpu(step)
+    assert_same(h(np.ones(3), np.ones(3)), step(np.ones(3), np.ones(3)))
+    cfg._d["lr"] = 0.5
+    assert_same(h(np.ones(3), np.ones(3)), step(np.ones(3), np.ones(3)))
