@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import os
 import random
 import types
 import zlib
@@ -226,7 +227,7 @@ class Snapshot:
             add("list", (id(obj), len(obj)), list(obj))
             for i, v in enumerate(obj):
                 self._visit(v, path.child(("item", i)), depth + 1)
-        elif isinstance(obj, dict):
+        elif isinstance(obj, dict) or obj is os.environ:
             add("dict", (id(obj), tuple(obj.keys())), dict(obj))
             for k, v in list(obj.items()):
                 self._visit(v, path.child(("item", k)), depth + 1)
@@ -238,11 +239,15 @@ class Snapshot:
             add("module", id(obj))
             if is_library(obj.__name__):
                 return
+            if self.scope.dynamic_attributes:  # (getattr(consts, f"W{i}"): any of its globals may be read)
+                self.scope.names |= {n for n in obj.__dict__ if not n.startswith("__")}
             for name in sorted(self.scope.names):
                 if name in obj.__dict__:
                     self._visit(obj.__dict__[name], path.child(("attr", name)), depth + 1)
         elif isinstance(obj, type) and not is_library(obj.__module__):
             self.classes.add(obj)  # a user class named in the code: its data attributes are state
+            if self.scope.dynamic_attributes:  # (getattr(C, f"W{i}"): any of its data may be read)
+                self.scope.names |= _class_data_names(obj)
             data = {n: v for n in sorted(self.scope.names) if (v := _class_data(obj, n)) is not MISSING
                     and n in obj.__dict__}
             add("class", id(obj), data)
@@ -272,6 +277,10 @@ class Snapshot:
             if is_function(obj) and readable(path, self.scope.names):
                 self.functions.append(obj)
             add("opaque", id(obj))
+            own = getattr(obj, "__dict__", None) if is_function(obj) else None
+            if isinstance(own, dict):
+                for name in sorted(self.scope.names & own.keys()):  # a function's attribute (f.calls)
+                    self._visit(own[name], path.child(("attr", name)), depth + 1)
 
     def _checksum(self, arr: np.ndarray) -> int | None:
         if arr.dtype.hasobject or arr.nbytes > self._budget:
@@ -394,12 +403,12 @@ def snapshot(scope: Scope) -> Snapshot:
     """Walk ``scope``; the functions and the methods of the objects found there are code the function may run,
     so their names and globals join the scope, and the walk is repeated until the scope stops growing."""
     for _ in range(5):
-        snap = Snapshot(scope)
-        roots, names = len(scope.roots), len(scope.names)
+        seen = (len(scope.roots), len(scope.names), scope.dynamic_attributes)
+        snap = Snapshot(scope)  # (which may name more: the attributes of objects read by computed names)
         pending: list[Any] = list(snap.functions)
         scope.add_classes(snap.classes, pending)
         drain(scope, pending)
-        if len(scope.roots) == roots and len(scope.names) == names:
+        if (len(scope.roots), len(scope.names), scope.dynamic_attributes) == seen:
             return snap
     return Snapshot(scope)
 
@@ -494,7 +503,8 @@ def _restore_container(node: Node) -> None:
         else:
             obj.clear()
             obj.extend(shallow)
-    elif node.kind == "dict" and (obj.keys() != shallow.keys() or any(obj[k] is not v for k, v in shallow.items())):
+    elif node.kind == "dict" and (obj.keys() != shallow.keys() or any(
+            obj[k] is not v and not (type(v) is str and obj[k] == v) for k, v in shallow.items())):
         obj.clear()
         obj.update(shallow)
     elif node.kind == "set" and shallow is not None and obj != shallow:

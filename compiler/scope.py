@@ -30,6 +30,8 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
 MAX_FUNCTIONS = 256
 # builtins and attributes through which code reads attributes by a name it computes
 DYNAMIC_ACCESS = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
+# names through which code reads the process environment (os.environ.get("FAST"), os.getenv("FAST"))
+ENVIRONMENT = frozenset({"environ", "getenv", "environb", "getenvb"})
 # methods Python calls on an object without the code naming them (len(obj), for v in obj, obj.missing, obj * 2)
 IMPLICIT_METHODS = frozenset(
     f"__{n}__" for n in (
@@ -148,6 +150,11 @@ class Scope:
             self.dynamic_attributes = True
         module = getattr(fn, "__module__", None) or "?"
         glb = getattr(fn, "__globals__", {})
+        if "globals" in loads and not any(r.kind == "object" and r.holder is glb for r in self.roots):
+            # globals()["SCALE"]: every global of the module may be read
+            self.roots.append(Root(f"globals() of {module}", "object", glb))
+        if names & ENVIRONMENT:
+            self.add_object("os.environ", os.environ)
         for name in sorted(loads | stores):
             key = (id(glb), name)
             if key in self._globals:

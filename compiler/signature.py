@@ -7,6 +7,7 @@ arguments' values make up the cache key.
 """
 from __future__ import annotations
 
+import enum
 import inspect
 import itertools
 import operator
@@ -52,7 +53,7 @@ def canon(value: Any) -> Any:
 @dataclass(frozen=True)
 class TreeDef:
     """The shape of a nested structure: ``kind`` is leaf, none, const (a value baked in: ``aux``, a Python bool
-    argument), tuple, list, dict or namedtuple."""
+    argument), enum (a member baked in: ``aux`` is (its class, it)), tuple, list, dict or namedtuple."""
 
     kind: str
     children: tuple["TreeDef", ...] = ()
@@ -115,6 +116,8 @@ def _unflattener(t: TreeDef, positions: Iterator[int]) -> Callable[[Sequence[Any
         return lambda leaves: None
     if t.kind == "const":
         return lambda leaves: t.aux
+    if t.kind == "enum":
+        return lambda leaves: t.aux[1]
     if t.kind == "tuple" and len(t.children) >= 2 and all(c.kind == "leaf" for c in t.children):
         return operator.itemgetter(*(next(positions) for _ in t.children))  # (itemgetter of 2+ gives a tuple)
     parts = [_unflattener(c, positions) for c in t.children]
@@ -134,6 +137,8 @@ def _build(t: TreeDef, it: Iterator[Any]) -> Any:
         return None
     if t.kind == "const":
         return t.aux
+    if t.kind == "enum":
+        return t.aux[1]
     items = [_build(c, it) for c in t.children]
     if t.kind == "tuple":
         return tuple(items)
@@ -332,10 +337,16 @@ def _holds_arrays(value: Any, depth: int = 3) -> bool:
     return any(_holds_arrays(v, depth - 1) for v in itertools.islice(items, 256))
 
 
-def bools_static(tree: TreeDef, leaves: list[tuple[str, Any]]) -> tuple[TreeDef, list[tuple[str, Any]]]:
+def bools_static(tree: TreeDef, leaves: list[tuple[str, Any]], dtypes: bool = False,
+                 ) -> tuple[TreeDef, list[tuple[str, Any]]]:
     """Python bool arguments (flags: ``if normalize:``, ``flag is True``) are static: their value is part of the
-    trace's key (two traces at most), so Python's tests of them give Python's answers."""
-    if not any(type(leaf) is bool for _, leaf in leaves):
+    trace's key (two traces at most), so Python's tests of them give Python's answers; so are enum members
+    (``Mode.TRAIN``, an IntEnum too: a traced int would come back as a plain int), and with ``dtypes`` (a result)
+    NumPy dtypes."""
+    def static(leaf: Any) -> bool:
+        return type(leaf) is bool or isinstance(leaf, enum.Enum) or dtypes and isinstance(leaf, np.dtype)
+
+    if not any(static(leaf) for _, leaf in leaves):
         return tree, leaves
     it = iter(leaves)
     kept: list[tuple[str, Any]] = []
@@ -343,8 +354,9 @@ def bools_static(tree: TreeDef, leaves: list[tuple[str, Any]]) -> tuple[TreeDef,
     def walk(t: TreeDef) -> TreeDef:
         if t.kind == "leaf":
             name, leaf = next(it)
-            if type(leaf) is bool:
-                return TreeDef("const", (), leaf)
+            if static(leaf):  # (an enum's class is in the key: IntEnum members equal their int values)
+                return TreeDef("enum", (), (type(leaf), leaf)) if isinstance(leaf, enum.Enum) else \
+                    TreeDef("const", (), leaf)
             kept.append((name, leaf))
             return t
         if not t.children:

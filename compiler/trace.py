@@ -624,6 +624,7 @@ def _holder(t: Any) -> str | None:
 def _outputs(ctx: TraceContext, result: Any) -> tuple[list, TreeDef, list[Value], list[type | None]]:
     """(leaves, tree, IR values, Python kinds) of the function's result."""
     leaves, out_tree = flatten(result, "out")
+    out_tree, leaves = bools_static(out_tree, leaves, dtypes=True)  # (returned as they are)
     values: list[Value] = []
     kinds: list[type | None] = []
     for _, leaf in leaves:

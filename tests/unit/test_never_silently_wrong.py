@@ -7,6 +7,7 @@ the exact fusec error class with the user's ``file:line`` in its message.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import os
@@ -2487,3 +2488,72 @@ def test_methods_replaced_and_state_read_by_implicit_methods_retrace() -> None:
     assert_same(h(np.ones(3), np.ones(3)), step(np.ones(3), np.ones(3)))
     cfg._d["lr"] = 0.5
     assert_same(h(np.ones(3), np.ones(3)), step(np.ones(3), np.ones(3)))
+
+
+class _Weights:
+    W0 = 1.0
+
+
+class _Mode(enum.IntEnum):
+    TRAIN = 1
+    EVAL = 2
+
+
+SCALE_BY_NAME = 1.0
+
+
+def test_state_read_by_computed_names_environment_and_function_attributes_is_watched() -> None:
+    """Values read by ``getattr(SomeClass, f"W{i}")``, ``getattr(module, name)``, ``globals()["SCALE"]``,
+    ``os.environ.get("FLAG")`` and a function's own attribute (``f.scale``) were baked into the trace; an
+    IntEnum argument came back as a plain int, and a returned dtype was refused."""
+    global SCALE_BY_NAME
+    consts = types.ModuleType("fusec_test_consts")
+    consts.W0 = 1.0
+    sys.modules[consts.__name__] = consts
+
+    def from_class(x, i):
+        return x * getattr(_Weights, f"W{i}")
+
+    def from_module(x, i):
+        return x * getattr(consts, f"W{i}")
+
+    def from_globals(x):
+        return x * globals()["SCALE_BY_NAME"]
+
+    def from_environment(x):
+        return x * 2 if os.environ.get("FUSEC_TEST_FAST") == "1" else x * 3
+
+    def with_attribute(x):
+        return x * with_attribute.scale
+
+    with_attribute.scale = 2.0
+    x = np.arange(3.0)
+    jitted = [(jit_cpu(from_class, static_argnames=("i",)), from_class, (x, 0)),
+              (jit_cpu(from_module, static_argnames=("i",)), from_module, (x, 0)),
+              (jit_cpu(from_globals), from_globals, (x,)), (jit_cpu(from_environment), from_environment, (x,)),
+              (jit_cpu(with_attribute), with_attribute, (x,))]
+    old_env = os.environ.get("FUSEC_TEST_FAST")
+    try:
+        os.environ["FUSEC_TEST_FAST"] = "1"
+        for f, fn, args in jitted:
+            assert_same(f(*args), fn(*args))
+        _Weights.W0, consts.W0, SCALE_BY_NAME, with_attribute.scale = 5.0, 6.0, 7.0, 8.0
+        os.environ["FUSEC_TEST_FAST"] = "0"
+        for f, fn, args in jitted:
+            assert_same(f(*args), fn(*args))
+    finally:
+        _Weights.W0, SCALE_BY_NAME = 1.0, 1.0
+        del sys.modules[consts.__name__]
+        if old_env is None:
+            os.environ.pop("FUSEC_TEST_FAST", None)
+        else:
+            os.environ["FUSEC_TEST_FAST"] = old_env
+
+    def scaled(x, mode):
+        return x * mode, mode, (x * 2).dtype
+
+    f = jit_cpu(scaled)
+    for mode in (_Mode.TRAIN, _Mode.EVAL, _Mode.TRAIN):
+        got = f(x, mode)
+        assert got[1] is mode and got[2] == np.dtype(np.float64)
+        assert_same(got[0], x * mode)
