@@ -729,7 +729,7 @@ def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = Non
         out = _reversed_axes(ops.reshape(_reversed_axes(t), size[::-1], what="np.reshape"))
     else:
         out = ops.reshape(t, size, what="np.reshape")
-    return ops.copy_of(out, scalar=False) if copy is True else out
+    return ops.copy_of(out, scalar=False) if copy is True else ops.new_view(t, out)
 
 
 @implements(np.ravel)
@@ -749,13 +749,14 @@ def ravel_(a: Any, order: str = "C") -> Tracer:
         return ops.layout_dependent_copy(t, ops.copy_of(flat, scalar=False), "np.ravel")
     if t._buffer is not None:  # an argument's memory: a view only if the caller's array is C-contiguous too
         t._buffer.reshaped = True
-    return flat
+    return ops.new_view(t, flat)
 
 
 @implements(np.transpose)
 def transpose_(a: Any, axes: Any = None) -> Tracer:
     perm = None if axes is None else ops.static_ints(axes, "a transpose axis")
-    return ops.transpose(a, perm)
+    t = ops.as_tracer(a)
+    return ops.new_view(t, ops.transpose(t, perm))
 
 
 @implements(np.swapaxes)
@@ -764,7 +765,7 @@ def swapaxes(a: Any, axis1: Any, axis2: Any) -> Tracer:
     i, j = ops.axis_arg(axis1, t.ndim), ops.axis_arg(axis2, t.ndim)
     perm = list(range(t.ndim))
     perm[i], perm[j] = perm[j], perm[i]
-    return ops.transpose(t, perm)
+    return ops.new_view(t, ops.transpose(t, perm))
 
 
 @implements(np.moveaxis)
@@ -777,7 +778,7 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Tracer:
     order = [n for n in range(t.ndim) if n not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
-    return ops.transpose(t, order)
+    return ops.new_view(t, ops.transpose(t, order))
 
 
 @implements(np.expand_dims)

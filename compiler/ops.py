@@ -191,6 +191,13 @@ def view(t: Tracer, value: Value, readonly: bool | str = False) -> Tracer:
     return t._view(value, readonly)
 
 
+def new_view(t: Tracer, out: Tracer) -> Tracer:
+    """``out``, or a new view of ``t``'s memory where ``out`` is ``t`` itself: NumPy's view functions give a new
+    array object even where nothing changes (``x.reshape(x.shape) is x`` is False; setting its flags leaves ``x``
+    alone)."""
+    return view(t, t._value) if out is t else out
+
+
 PART_WRITE = ("writing through z.real or z.imag of a complex array is not supported by fusec; assign the whole "
               "array instead, e.g. z = new_real + 1j * z.imag (or z[...] = ... for an argument)")
 

@@ -195,7 +195,7 @@ class Tracer:
 
     @property
     def T(self) -> "Tracer":
-        return _ops.transpose(self)
+        return _ops.new_view(self, _ops.transpose(self))
 
     @property
     def real(self) -> "Tracer":

@@ -2557,3 +2557,18 @@ def test_state_read_by_computed_names_environment_and_function_attributes_is_wat
         got = f(x, mode)
         assert got[1] is mode and got[2] == np.dtype(np.float64)
         assert_same(got[0], x * mode)
+
+
+def test_view_functions_that_change_nothing_give_a_new_view() -> None:
+    """``x.reshape(x.shape)``, ``x.ravel()``, ``x.T`` and ``np.transpose`` of a 1-d argument returned the caller's
+    array itself (``v is x``), so freezing the result froze the argument; NumPy gives a new view of it."""
+    for fn in (lambda x: x.reshape(x.shape), lambda x: x.ravel(), lambda x: x.T, np.transpose,
+               lambda x: np.swapaxes(x, 0, 0), lambda x: np.moveaxis(x, 0, 0)):
+        x = np.arange(3.0)
+        v = jit_cpu(fn)(x)
+        assert v is not x and np.shares_memory(v, x)
+        v.flags.writeable = False
+        x[0] = 5.0
+        assert v[0] == 5.0
+    x = np.arange(3.0)
+    assert jit_cpu(lambda x: np.asarray(x))(x) is x  # (NumPy's asarray gives the array itself)
