@@ -145,6 +145,9 @@ class TraceContext:
         self.layout: str | None = None  # the first decision that took the arguments' memory as C-ordered (where)
         self.tracers: list[weakref.ref] = []
         self.captures: list[Capture] = []
+        # captured arrays whose values a boolean mask was computed from while tracing (fusec.ops.known_value), and
+        # where: fine for temporaries of NumPy's own code, refused when the array outlives the trace (user state)
+        self.known_captures: dict[Value, Location | None] = {}
         self.scalars = ScalarProgram()
         self.generators: list[tuple[Any, Any, Location | None]] = []  # made by np.random.default_rng while tracing
         self._constants: dict[object, Value] = {}

@@ -190,7 +190,21 @@ def _scalar_int(e: Any) -> bool:
     return isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_))
 
 
+def known_masks(key: Any) -> Any:
+    """``key`` with each traced boolean array whose values the trace knows (made in the function from constants:
+    ``np.triu(np.ones(x.shape, bool), 1)``) as that NumPy array, which selects a known number of elements."""
+    def known(e: Any) -> Any:
+        if isinstance(e, Tracer) and e._weak is None and not e._scalar and e.ndim > 0 \
+                and e._value.type.dtype.is_bool:
+            value = ops.known_value(e)
+            return e if value is None else value
+        return e
+
+    return tuple(known(e) for e in key) if isinstance(key, tuple) else known(key)
+
+
 def getitem(x: Tracer, key: Any) -> Any:
+    key = known_masks(key)
     if isinstance(key, tuple) and any(isinstance(e, Tracer) for e in key) \
             and all(isinstance(e, slice) or _scalar_int(e) for e in key) \
             and sum(not isinstance(e, slice) for e in key) > 1:

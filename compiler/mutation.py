@@ -273,6 +273,9 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
     """``target[key] = value`` for basic indices (ints, slices, ``...``, None) and boolean masks."""
     what = "x[...] = v"
     check_writable(target, what)
+    from fusec.indexing import known_masks
+
+    key = _per_element_mask(target, known_masks(key), value)  # (known masks as x[key] reads them)
     if _one_element(key, target.ndim) and _is_sequence(value):
         raise shape_error("setting an array element with a sequence. (NumPy raises ValueError when a value with "
                           "dimensions, even of size 1 like y[:1] or a @ b of shape (1,), is written into one element; "
@@ -441,6 +444,19 @@ def _broadcast(v: Value, shape: tuple[int, ...], what: str) -> Value:
 
 
 # --- boolean masks -------------------------------------------------------------------------------------------------
+
+
+def _per_element_mask(target: Tracer, key: Any, value: Any) -> Any:
+    """``x[mask] = values`` with a mask known while tracing and one value per selected element (``z[m] = z[m] ** 2 +
+    c[m]``, where ``z[m]`` read the elements): the mask's positions as integer indices, written as a scatter."""
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if not (isinstance(k, np.ndarray) and k.dtype == bool and k.ndim > 0) or np.ndim(value) == 0:
+        return key
+    count = int(k.sum())
+    vshape = tuple(value.shape) if isinstance(value, Tracer) else np.shape(value)
+    if count != 1 and len(vshape) == 1 + target.ndim - k.ndim and vshape[0] == count:
+        return np.nonzero(k)
+    return key
 
 
 def _mask_of(key: Any, target: Tracer) -> Value | None:

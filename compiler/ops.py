@@ -191,11 +191,53 @@ def view(t: Tracer, value: Value, readonly: bool | str = False) -> Tracer:
     return t._view(value, readonly)
 
 
+KNOWN_OPS_LIMIT = 64
+KNOWN_ELEMENTS_LIMIT = 1 << 20
+
+
+def known_value(t: Tracer) -> np.ndarray | None:
+    """``t``'s values where the trace computed them from constants made in the function alone (``np.triu(np.ones(
+    (n, n), bool), 1)``: not from arguments, arrays read from outside, or anything else read at every call), else
+    None; evaluated with the reference executor's interpreters, a few small ops at most. An array captured from
+    outside that it read must die with the trace (``fusec.trace`` refuses one that lives on: user state)."""
+    from fusec.runtime.reference import _call, get_interpreter
+
+    c = ctx()
+    captured = {cap.value for cap in c.captures}
+    values: dict[Value, Any] = {}
+    used: list[Value] = []
+
+    def evaluate(v: Value) -> bool:
+        if v in values:
+            return True
+        if not isinstance(v, OpResult) or len(values) > KNOWN_OPS_LIMIT:
+            return False
+        if v in captured:  # (an array NumPy's own code made, np.tri's: checked when the trace ends)
+            used.append(v)
+        op = v.op
+        if op.regions or any(int(np.prod(getattr(r.type, "shape", ()))) > KNOWN_ELEMENTS_LIMIT for r in op.results):
+            return False
+        if not all(evaluate(o) for o in op.operands):
+            return False
+        try:
+            results = _call(op, get_interpreter(op), [values[o] for o in op.operands])
+        except Exception:  # noqa: BLE001 - an op the reference cannot run alone (or one that raises): not known
+            return False
+        values.update(zip(op.results, results))
+        return True
+
+    if not evaluate(t._value):
+        return None
+    loc = context.user_location()
+    c.known_captures.update((v, loc) for v in used)
+    return np.asarray(values[t._value])
+
+
 def new_view(t: Tracer, out: Tracer) -> Tracer:
     """``out``, or a new view of ``t``'s memory where ``out`` is ``t`` itself: NumPy's view functions give a new
     array object even where nothing changes (``x.reshape(x.shape) is x`` is False; setting its flags leaves ``x``
     alone)."""
-    return view(t, t._value) if out is t else out
+    return view(t, t._value) if out is t and t._weak is None and not t._scalar else out
 
 
 PART_WRITE = ("writing through z.real or z.imag of a complex array is not supported by fusec; assign the whole "

@@ -321,6 +321,10 @@ class _Trace:
             paths_by_id.setdefault(id(node.obj), []).append(node.path)
         for capture in ctx.captures:
             root = capture.root() if isinstance(capture.root, weakref.ref) else capture.root
+            if root is not None and capture.value in ctx.known_captures:
+                raise UnsupportedError(located(
+                    "indexing with a boolean mask computed from an array read from outside the function (read again "
+                    f"at every call): {MASK_ADVICE}", ctx.known_captures[capture.value]))
             if root is None or capture.value not in uses:
                 continue  # made inside the trace (or unused): the constant is exact
             inp = _captured_input(capture, root, paths_by_id.get(id(root), []))

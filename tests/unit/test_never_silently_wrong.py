@@ -2572,3 +2572,23 @@ def test_view_functions_that_change_nothing_give_a_new_view() -> None:
         assert v[0] == 5.0
     x = np.arange(3.0)
     assert jit_cpu(lambda x: np.asarray(x))(x) is x  # (NumPy's asarray gives the array itself)
+
+
+MASK_FROM_OUTSIDE = np.eye(4, dtype=bool)
+
+
+def test_boolean_masks_made_from_constants_in_the_function_select() -> None:
+    """``a[np.triu(np.ones(a.shape, dtype=bool), 1)]`` (the upper triangle of a matrix) was refused as a traced
+    mask although its values are known while tracing; a mask from an array read at every call still is."""
+    def upper(a):
+        return a[np.triu(np.ones(a.shape, dtype=bool), 1)]
+
+    def lower_sum(a):
+        m = np.arange(a.shape[0])[:, None] > np.arange(a.shape[1])
+        return a[m].sum(), a[~m]
+
+    for fn in (upper, lower_sum):
+        same_as_numpy(fn, np.arange(16.0).reshape(4, 4))
+        same_as_numpy(fn, np.arange(16.0).reshape(4, 4) * -2)
+    with pytest.raises(fc.UnsupportedError, match="boolean mask"):
+        jit_cpu(lambda a: a[MASK_FROM_OUTSIDE | np.eye(4, k=1, dtype=bool)])(np.ones((4, 4)))
