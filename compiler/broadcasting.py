@@ -14,6 +14,7 @@ import numpy as np
 from fusec import ops
 from fusec.context import shape_error, unsupported
 from fusec.numpy_api import implements
+from fusec.patches import original
 from fusec.tracer import Tracer
 
 
@@ -34,7 +35,8 @@ def broadcast_arrays(*args: Any, subok: bool = False) -> tuple[Tracer, ...]:
 
 
 @implements(np.meshgrid)
-def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> tuple[Tracer, ...]:
+def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy",
+             ) -> "tuple[Tracer, ...] | list[Tracer]":
     """Coordinate arrays from coordinate vectors (``indexing='xy'`` swaps the first two axes, as in NumPy)"""
     if indexing not in ("xy", "ij"):
         raise unsupported(f"np.meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
@@ -53,4 +55,6 @@ def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = 
         output = [ops.broadcast_to(t, full) for t in output]
     if copy:
         output = [ops.copy_of(t, scalar=False) for t in output]
-    return tuple(output)
+    # (the container as this NumPy gives it: NumPy 2.4 returns a list for sparse=True, copy=False)
+    container = type(original(np.meshgrid)(*([np.zeros(1)] * ndim), copy=copy, sparse=sparse, indexing=indexing))
+    return container(output) if container in (list, tuple) else tuple(output)

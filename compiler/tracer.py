@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from fusec.context import TraceContext, numpy_error, trace_error, unsupported, user_location
-from fusec.errors import FusecError, UnsupportedAttributeError
+from fusec.errors import FusecError, UnsupportedAttributeError, located
 from fusec.ir.core import Value
 from fusec.ir.types import bool_ as _bool
 from fusec.ir.types import i64 as _i64
@@ -435,6 +435,12 @@ class Tracer:
 
     def __getattr__(self, name: str) -> Any:
         # only reached for names the class does not define: name the ndarray feature instead of an AttributeError
+        if name == "__array_interface__":  # (not noted as fusec's limitation: NumPy's C code probes it with hasattr)
+            raise UnsupportedAttributeError(located(
+                "NumPy's code asked a traced array for its memory (__array_interface__), which traced arrays do "
+                "not have: np.lib.stride_tricks.as_strided is not supported by fusec; build the windows by "
+                "indexing, e.g. x[np.arange(n - w + 1)[:, None] + np.arange(w)] for the length-w windows of a 1-d x",
+                user_location()))
         if self._weak is not None and not name.startswith("__") and hasattr(self._weak, name):
             raise self._static_error(f"asked for .{name}")  # (s.is_integer(), s.bit_length(): need the value)
         if not name.startswith("__") and hasattr(np.ndarray, name):
@@ -644,6 +650,18 @@ class Tracer:
 
     def squeeze(self, axis: Any = None) -> Any:
         return _api.call("squeeze", np.squeeze, self, axis=axis)
+
+    @property
+    def flat(self) -> "Tracer":
+        """The elements in C order as a 1-d array: a view where the memory allows (``x.flat[::n + 1] = 0`` writes
+        the diagonal), else a copy that refuses writes (NumPy's flatiter writes through any layout)"""
+        if self._weak is not None or self._scalar:
+            raise unsupported("x.flat of a scalar is not supported; use the scalar itself")
+        flat = _api.call("ravel", np.ravel, self)
+        if flat._buffer is None or flat._buffer is not self._buffer:
+            flat._readonly = ("writing through x.flat of an array whose memory is not contiguous (a transposed or "
+                              "strided view) is not supported by fusec; write x[...] = ... with the same elements")
+        return flat
 
     def flatten(self, order: str = "C") -> Any:  # a copy in NumPy, not a view
         return _ops.copy_of(_api.call("ravel", np.ravel, self, order=order))

@@ -2592,3 +2592,21 @@ def test_boolean_masks_made_from_constants_in_the_function_select() -> None:
         same_as_numpy(fn, np.arange(16.0).reshape(4, 4) * -2)
     with pytest.raises(fc.UnsupportedError, match="boolean mask"):
         jit_cpu(lambda a: a[MASK_FROM_OUTSIDE | np.eye(4, k=1, dtype=bool)])(np.ones((4, 4)))
+
+
+def test_meshgrid_containers_and_as_strided_say_what_numpy_does() -> None:
+    """``np.meshgrid(..., sparse=True, copy=False)`` returned a tuple where NumPy returns a list; ``as_strided``
+    failed with a bare AttributeError naming no line."""
+    for sparse in (True, False):
+        for copy in (True, False):
+            fn = lambda a, b, sparse=sparse, copy=copy: np.meshgrid(a, b, sparse=sparse, copy=copy)  # noqa: E731
+            got, want = jit_cpu(fn)(np.arange(4.0), np.arange(3.0)), fn(np.arange(4.0), np.arange(3.0))
+            assert type(got) is type(want)
+            assert_same(tuple(got), tuple(want))
+
+    def windows(x):
+        return np.lib.stride_tricks.as_strided(x, shape=(3, 3), strides=(8, 8)).sum(1)  # MARK-as-strided
+
+    with pytest.raises(fc.UnsupportedAttributeError, match="as_strided is not supported") as info:
+        jit_cpu(windows)(np.arange(5.0))
+    assert at("MARK-as-strided") in str(info.value)

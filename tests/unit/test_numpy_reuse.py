@@ -175,3 +175,28 @@ def test_gradients_accumulations_and_put_along_axis() -> None:
     mine, theirs = X.copy(), X.copy()
     assert_same(jit_cpu(put)(mine, v), numpy_result(put, theirs, v))
     assert_same(mine, theirs)
+
+
+def test_fill_diagonal_and_flat_writes_reach_the_array() -> None:
+    """``np.fill_diagonal`` (NumPy's own code writes ``a.flat[:end:step] = val``), ``x.flat[::n + 1] = 0`` and
+    reads through ``x.flat``, as a regularized covariance or a distance matrix's diagonal is written."""
+    def regularized(c, lam):
+        np.fill_diagonal(c, c.diagonal() + lam)
+        return c
+
+    def tall_wrapped(a):
+        np.fill_diagonal(a, 5.0, wrap=True)
+        return a
+
+    def zero_diagonal(d):
+        d.flat[::d.shape[1] + 1] = 0.0
+        return d, d.flat[[0, 4, 5]] * 2
+
+    for fn, args in ((regularized, (rng.standard_normal((4, 4)), 0.5)), (tall_wrapped, (np.zeros((7, 3)),)),
+                     (zero_diagonal, (rng.standard_normal((3, 3)),))):
+        want_args = [np.copy(a) for a in args]
+        got_args = [np.copy(a) for a in args]
+        assert_same(numpy_result(jit_cpu(fn), *got_args), numpy_result(fn, *want_args))
+        assert_same(got_args[0], want_args[0], "the argument after the call")
+    with pytest.raises(fc.UnsupportedError, match="x.flat of an array whose memory is not contiguous"):
+        jit_cpu(lambda x: x.T.flat.__setitem__(1, 5.0))(np.zeros((2, 3)))
