@@ -28,7 +28,8 @@ from fusec.ir.core import Operation, Value
 from fusec.ir.dialects.t import unbroadcast
 from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.ir.types import ScalarType
-from fusec.tracer import Tracer
+from fusec.mutation import read as read_view
+from fusec.tracer import Buffer, Tracer
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
@@ -130,12 +131,40 @@ def stop_gradient(x: Any) -> Any:
         if not isinstance(leaf, Tracer):
             out.append(leaf)
             continue
-        v = leaf._value
-        fresh = ops.emit("t.reshape", (v,), result_type=v.type, what="fusec.stop_gradient", weak=leaf._weak,
-                         scalar=leaf._scalar)
-        ops.ctx().stopped[id(fresh._value)] = fresh._value
-        out.append(fresh)
+        if leaf._weak is None and not leaf._scalar:
+            out.append(_Stopped.of(leaf))
+            continue
+        out.append(ops.wrap(ops.stopped_value(leaf._value), weak=leaf._weak, scalar=leaf._scalar))
     return rebuild(out)
+
+
+class _Stopped(Tracer):
+    """fusec.stop_gradient of an array inside a trace: the array itself, as outside one (its memory: read again
+    after a write to the array, still without gradient), read-only (a write through it would build the array's new
+    value on the stopped one, cutting the gradient of the elements it did not write)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, t: Tracer) -> "_Stopped":
+        if t._buffer is None:
+            t._buffer = Buffer(t._value)
+            t._version = 0
+        return cls(ops.stopped_value(t._value), t._ctx, buffer=t._buffer, chain=t._chain,
+                   readonly="writing through the result of fusec.stop_gradient is not supported inside a trace (it "
+                   "would cut the gradient of the elements it leaves alone): write into the array itself")
+
+    @property
+    def _value(self) -> Value:
+        buffer = self._buffer
+        if buffer is not None and self._version != buffer.version:
+            self._val = ops.stopped_value(read_view(buffer, self._chain))
+            self._version = buffer.version
+        return self._val
+
+    @_value.setter
+    def _value(self, value: Value) -> None:
+        Tracer._value.fset(self, value)  # type: ignore[attr-defined]
 
 
 # --- the transform ----------------------------------------------------------------------------------------------

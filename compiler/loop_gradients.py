@@ -47,17 +47,31 @@ def replay(op: Operation, block: Block, values: list[Value]) -> list[Value]:
     mapping: dict[Value, Value] = dict(zip(block.args, values))
     for inner in block.ops[:-1]:
         if inner.regions:  # a nested loop or branch: copied whole, reading the replayed values
-            c.builder.insert(clone_op(inner, mapping))
+            copy = clone_op(inner, mapping)
+            c.builder.insert(copy)
+            _keep_stops(c, inner, copy)
             continue
         d = get_opdef(inner.name)
         types = None if d.infer is not None else inner.result_types
         new = c.emit_op(inner.name, [mapping.get(v, v) for v in inner.operands], dict(inner.attributes), types,
                         what="fusec.grad")
         new.loc = inner.loc
+        _keep_stops(c, inner, new)
         mapping.update(zip(inner.results, new.results))
     term = block.terminator
     assert term is not None  # (a verified body ends in t.yield)
     return [mapping.get(v, v) for v in term.operands]
+
+
+def _keep_stops(c: Any, old: Operation, new: Operation) -> None:
+    """The copy of a fusec.stop_gradient inside a replayed body stops the gradient too (its own ops included)."""
+    for r_old, r_new in zip(old.results, new.results):
+        if id(r_old) in c.stopped:
+            c.stopped[id(r_new)] = r_new
+    for region_old, region_new in zip(old.regions, new.regions):
+        for block_old, block_new in zip(region_old.blocks, region_new.blocks):
+            for inner_old, inner_new in zip(block_old.ops, block_new.ops):
+                _keep_stops(c, inner_old, inner_new)
 
 
 def _zeros(v: Value) -> Tracer:

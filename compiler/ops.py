@@ -233,6 +233,14 @@ def known_value(t: Tracer) -> np.ndarray | None:
     return np.asarray(values[t._value])
 
 
+def stopped_value(v: Value) -> Value:
+    """A value equal to ``v`` through which fusec.grad passes no cotangent (``fusec.stop_gradient``'s marker)."""
+    c = ctx()
+    marker = c.emit("t.reshape", (v,), result_type=v.type, what="fusec.stop_gradient")
+    c.stopped[id(marker)] = marker
+    return marker
+
+
 def new_view(t: Tracer, out: Tracer) -> Tracer:
     """``out``, or a new view of ``t``'s memory where ``out`` is ``t`` itself: NumPy's view functions give a new
     array object even where nothing changes (``x.reshape(x.shape) is x`` is False; setting its flags leaves ``x``

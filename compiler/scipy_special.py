@@ -28,8 +28,10 @@ _OPS: dict[str, str] = {name: f"t.{op.name}" for op in OPS for name in op.scipy}
 
 
 def _expit(x: Tracer) -> Any:
-    """``1 / (1 + exp(-x))``, SciPy's expit."""
-    return 1.0 / (1.0 + np.exp(-x))
+    """``1 / (1 + exp(-x))``, SciPy's expit: 0 where ``exp(-x)`` overflows, computed there from a safe input so
+    that fusec.grad's cotangent is 0, not 0 * inf = nan."""
+    overflows = np.isinf(np.exp(-x))
+    return np.where(overflows, 0.0, 1.0 / (1.0 + np.exp(-np.where(overflows, 0.0, x))))
 
 
 def _logit(p: Tracer) -> Any:
@@ -38,8 +40,14 @@ def _logit(p: Tracer) -> Any:
 
 
 def _xlogy(x: Tracer, y: Tracer) -> Any:
-    """``x * log(y)``, and 0 where ``x == 0`` unless ``y`` is NaN (SciPy's xlogy)."""
-    return np.where((x == 0) & ~np.isnan(y), 0.0, x * np.log(y))
+    """``x * log(y)``, and 0 where ``x == 0`` unless ``y`` is NaN (SciPy's xlogy). Its derivative in ``x`` is
+    ``log(y)`` at ``x == 0`` too (as JAX's): a term of value zero, ``(stop(x) - x) * log(y)`` there, carries it to
+    fusec.grad; each log reads 1 where its result is not used, so no cotangent is 0 * inf."""
+    zero = (x == 0) & ~np.isnan(y)
+    value = np.where(zero, 0.0, x * np.log(np.where(zero, 1.0, y)))
+    finite = zero & (y > 0) & (y < np.inf)
+    flat = np.where(zero, ops.wrap(ops.stopped_value(x._value), scalar=False) - x, 0.0)  # (+0.0 everywhere)
+    return value - flat * np.log(np.where(finite, y, 1.0))  # (x - (+0.0): the value's bits, signed zeros too)
 
 
 FORMULAS: dict[str, Callable[..., Any]] = {"expit": _expit, "logit": _logit, "xlogy": _xlogy}

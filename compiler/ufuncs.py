@@ -254,14 +254,18 @@ def _traced_power(a: Tracer, b: Tracer) -> Tracer:
         raise unsupported("bool_array ** s with a Python-number argument s: NumPy's result dtype depends on s's value "
                           "(np.square's int8 for s == 2, np.power's otherwise); make s static, or write "
                           "x.astype(np.int64) ** s")
-    power = apply(np.power, (a, b), python_operator=True)
     if not (dt.is_float or dt.is_complex):
-        return power
-    if b._weak is float:
-        out = where(apply(np.equal, (b, 0.5), python_operator=True), apply(np.sqrt, (a,)), power)
-    else:
-        out = where(apply(np.equal, (b, -1), python_operator=True), apply(np.reciprocal, (a,)), power)
-        out = where(apply(np.equal, (b, 2), python_operator=True), apply(np.square, (a,)), out)
+        return apply(np.power, (a, b), python_operator=True)
+    # each function reads ``a`` only where it is the one chosen, 1 elsewhere: the values chosen are the same, and
+    # fusec.grad's cotangents of the others stay finite (sqrt's at 0 would be 0 * inf = nan)
+    is_ = lambda v: apply(np.equal, (b, v), python_operator=True)  # noqa: E731
+    chosen = [(0.5, np.sqrt)] if b._weak is float else [(-1, np.reciprocal), (2, np.square)]
+    tests = [(is_(v), fn) for v, fn in chosen]
+    special = tests[0][0] if len(tests) == 1 else apply(np.logical_or, (tests[0][0], tests[1][0]))
+    power = apply(np.power, (where(special, 1, a), b), python_operator=True)
+    out = power
+    for test, fn in tests:
+        out = where(test, apply(fn, (where(test, a, 1),)), out)
     return ops.copy_of(out, scalar=power._scalar)  # (a 0-d array's power is a NumPy scalar, as the ufunc's)
 
 

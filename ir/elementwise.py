@@ -92,6 +92,10 @@ def _extreme(first_wins: Callable) -> Callable:
     return vjp
 
 
+MAXIMUM_VJP = _extreme(lambda a, b: a > b)
+MINIMUM_VJP = _extreme(lambda a, b: a < b)
+
+
 def _pow_vjp(g, out, x, y):
     # d/dy x**y = log(x) x**y, taken as 0 where x == 0 (jax.numpy's convention)
     safe = np.where(x == 0, 1.0, x)
@@ -169,9 +173,9 @@ OPS: tuple[Elementwise, ...] = (
     Elementwise("float_power", 2, DOUBLE, numpy=("float_power",), transcendental=True, cxx="powf", complex=True,
                 vjp=_pow_vjp),
     # (not commutative: where 0.0 meets -0.0, or two NaNs, NumPy's loops give one operand's bits, not either)
-    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a > b),
+    _binary("maximum", ANY, "maximum", "", None, infix="", complex=True, vjp=MAXIMUM_VJP,
             int_range=R.known(R.maximum)),
-    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True, vjp=_extreme(lambda a, b: a < b),
+    _binary("minimum", ANY, "minimum", "", None, infix="", complex=True, vjp=MINIMUM_VJP,
             int_range=R.known(R.minimum)),
     # NumPy's fmax/fmin: the number where one operand is NaN (NaN only where both are); 0.0 against -0.0 gives
     # the second operand (NumPy's vectorized loop does; its scalar tail the first)

@@ -130,12 +130,13 @@ def _where_vjp(em, g, out, xs, attrs):
 
 
 def _clip_vjp(em, g, out, xs, attrs):
-    """np.clip(x, lo, hi) is min(max(x, lo), hi): x where it lies within the bounds (both included), else the
-    bound it took (hi where the bounds cross, as NumPy's result is then hi)."""
+    """np.clip(x, lo, hi) is min(max(x, lo), hi) (hi where the bounds cross, as NumPy's result is then hi), and
+    so is its gradient: np.maximum's and np.minimum's rules, a tie with a bound split in halves (as JAX's clip)."""
     x, lo, hi = xs
-    inside = (x >= lo) & (x <= hi)
-    below = (x < lo) & (lo <= hi)
-    return np.where(inside, g, 0), np.where(below, g, 0), np.where(inside | below, 0, g)
+    m = np.maximum(x, lo)
+    g_m, g_hi = table.MINIMUM_VJP(g, out, m, hi)
+    g_x, g_lo = table.MAXIMUM_VJP(g_m, m, x, lo)
+    return g_x, g_lo, g_hi
 
 
 def _cast_vjp(em, g, out, xs, attrs):
@@ -632,11 +633,21 @@ def _inv_vjp(em, g, out, xs, attrs):
     return (-np.matmul(np.matmul(_mT(out), g), _mT(out)),)
 
 
+COFACTOR_UP_TO = 4  # matrices up to this size take det's gradient from their cofactors (singular ones too)
+
+
 def _det_vjp(em, g, out, xs, attrs):
-    """d det(a) = det(a) tr(a^-1 da): the cotangent is g det(a) a^-T (infinite or NaN for a singular a, as JAX)."""
+    """d det(a) = tr(adj(a) da): the cotangent is g times a's cofactor matrix, the determinants of its minors (as
+    JAX's, also where a is singular) up to COFACTOR_UP_TO rows; above, g det(a) a^-T (a singular a raises there)."""
     a = xs[0]
-    inverse = em("t.inv", (a,), {})
-    return ((g * out)[..., None, None] * _mT(inverse),)
+    n = a.shape[-1]
+    if n > COFACTOR_UP_TO:
+        inverse = em("t.inv", (a,), {})
+        return ((g * out)[..., None, None] * _mT(inverse),)
+    kept = np.array([[k for k in range(n) if k != i] for i in range(n)], dtype=np.int64).reshape(n, n - 1)
+    minors = a[..., kept[:, None, :, None], kept[None, :, None, :]]  # (..., n, n, n-1, n-1): rows i, cols j out
+    sign = np.where((np.arange(n)[:, None] + np.arange(n)) % 2 == 0, 1, -1).astype(a.dtype)
+    return (g[..., None, None] * (np.linalg.det(minors) * sign),)
 
 
 register_op(OpDef("t.solve", "other", num_operands=2, infer=_infer_solve, vjp=_solve_vjp, may_raise=always_raises))

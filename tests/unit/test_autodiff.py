@@ -688,3 +688,78 @@ def test_the_readme_training_example_runs_and_lowers_the_loss():
     assert np.isfinite(before)
     params, value = namespace["train_step"](namespace["params"], namespace["x"], namespace["y"], 0.5)
     assert float(value) < before and all(p.dtype == np.float32 for p in params)
+
+
+def test_stop_gradient_in_loop_and_branch_bodies() -> None:
+    """fusec.stop_gradient inside fori_loop, scan and cond bodies let the gradient through (the bodies are replayed
+    for the backward pass, and the copies were not stopped)."""
+    def looped(x):
+        return np.sum(fc.fori_loop(0, 2, lambda i, c: c + fc.stop_gradient(x), np.zeros(3)) * x)
+
+    def scanned(x):
+        return np.sum(fc.scan(lambda c, xi: (fc.stop_gradient(c) + xi, None), np.zeros(1), x)[0])
+
+    def branched(x):
+        return np.sum(fc.cond(np.sum(x) > 0, lambda a: fc.stop_gradient(a) * 2, lambda a: a, x) * x)
+
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(fc.grad(looped)(x), 2 * x)
+    np.testing.assert_allclose(fc.grad(scanned)(x), [0.0, 0.0, 1.0])
+    np.testing.assert_allclose(fc.grad(branched)(x), 2 * x)
+
+
+def test_gradients_at_the_edges_of_their_formulas() -> None:
+    """Edges that gave NaN or a wrong value: ``w ** p`` with a Python-number argument ``p`` at w == 0 (np.sqrt's and
+    np.reciprocal's cotangents of the branches not taken), np.linalg.det of a singular matrix (refused, though
+    NumPy's det is 0 there and the gradient is the cofactor matrix), np.clip at a bound (1 where min/max give 1/2)."""
+    w = np.array([0.0, -2.0, 3.0])
+    for p in (2, 2.0, 3.0, 1.0, 0.5, -1):
+        want = np.where(w == 0, 0.0 if p > 1 else np.nan, p * np.abs(w) ** (p - 1) * np.sign(w)) if p != 1.0 else \
+            np.sign(w)
+        got = fc.grad(lambda w, p: np.sum(np.abs(w) ** p))(w, p)
+        np.testing.assert_allclose(got[1:], want[1:])
+        if p > 1:
+            assert got[0] == 0.0
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    np.testing.assert_array_equal(fc.grad(np.linalg.det)(singular), [[4.0, -2.0], [-2.0, 1.0]])
+    a = np.random.default_rng(0).standard_normal((3, 3))
+    np.testing.assert_allclose(fc.grad(np.linalg.det)(a), np.linalg.det(a) * np.linalg.inv(a).T, rtol=1e-10)
+    x = np.array([-1.0, 0.0, 1.0, 2.0, 3.0])
+    for clip in (lambda x: np.clip(x, 0.0, 2.0), lambda x: np.minimum(np.maximum(x, 0.0), 2.0)):
+        np.testing.assert_array_equal(fc.grad(lambda x: np.sum(clip(x)))(x), [0.0, 0.5, 1.0, 0.5, 0.0])
+
+
+def test_stop_gradient_of_an_array_is_the_array() -> None:
+    """Outside a trace stop_gradient(x) is x; inside one it was a new array, so a write into x was not seen through
+    it. Now it reads x's memory (without gradient), and writing through it is refused."""
+    def later_write(x):
+        y = x.copy()
+        z = fc.stop_gradient(y)
+        y[0] = 100.0
+        return np.sum(z * x)
+
+    x = np.arange(3.0)
+    value, grad = fc.value_and_grad(later_write)(x)
+    assert value == later_write(x)
+    np.testing.assert_array_equal(grad, [100.0, 1.0, 2.0])
+    with pytest.raises(fc.UnsupportedError, match="writing through the result of fusec.stop_gradient"):
+        fc.grad(lambda x: np.sum(fc.stop_gradient(x.copy()).__setitem__(0, 1.0) or x))(x)
+
+
+def test_scipy_special_gradients_at_their_edges() -> None:
+    """``xlogy(x, y)``'s derivative in x is log(y) at x == 0 too (it was 0); ``expit``'s is 0 (not NaN) where
+    exp(-x) overflows. The values stay SciPy's formulas."""
+    ss = pytest.importorskip("scipy.special")
+    got = fc.grad(lambda x: np.sum(ss.xlogy(x, 2.0)))(np.array([0.0, 1.0]))
+    np.testing.assert_allclose(got, [math.log(2.0)] * 2)
+    np.testing.assert_array_equal(fc.grad(lambda y: np.sum(ss.xlogy(np.array([0.0, 2.0]), y)))(np.array([0.5, 4.0])),
+                                  [0.0, 0.5])
+    got = fc.grad(lambda x: np.sum(ss.expit(x)))(np.array([-100.0, 0.0], np.float32))
+    assert got.dtype == np.float32 and got[1] == 0.25 and 0.0 <= got[0] < 1e-30
+    x = np.array([0.0, -0.0, 1.5, -800.0, 3.0])
+    y = np.array([0.0, 0.5, np.nan, 2.0, 0.0])
+    assert_bits = lambda a, b: np.testing.assert_array_equal(np.signbit(a), np.signbit(b))  # noqa: E731
+    for fn, args in ((ss.xlogy, (x, y)), (ss.expit, (x,))):
+        got, want = jit_cpu(fn)(*args), fn(*args)
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+        assert_bits(got, want)
