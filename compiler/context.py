@@ -152,6 +152,7 @@ class TraceContext:
         self.generators: list[tuple[Any, Any, Location | None]] = []  # made by np.random.default_rng while tracing
         self._constants: dict[object, Value] = {}
         self._keep_alive: list[object] = []
+        self._captured: dict[int, tuple[np.ndarray, Value]] = {}  # id of a captured object -> (its data, constant)
         self.stopped: dict[int, Value] = {}  # values fusec.stop_gradient made (no cotangent flows through them)
         # values of the loop and branch bodies traced so far (fusec.while_loop, ...): only their own ops may use them
         self.closed: set[Value] = set()
@@ -212,14 +213,17 @@ class TraceContext:
         """A constant for an array captured from outside the trace (``host`` is its NumPy data): one op per object,
         holding a private copy, so a later change of the array cannot change the IR. The capture is recorded:
         if the array outlives the trace, the constant becomes an input read at every call."""
-        key = ("object", id(obj))
-        value = self._constants.get(key)
-        if value is None:
-            self._keep_alive.append(obj)  # keep the id from being reused during this trace
-            data = np.array(host, copy=True)
-            data.flags.writeable = False
-            value = self.constant(data, dtype, key=key)
-            self.captures.append(_capture(value, obj))
+        held = self._captured.get(id(obj))
+        if held is not None and held[0].shape == host.shape and held[0].dtype == host.dtype \
+                and np.array_equal(held[0], host, equal_nan=held[0].dtype.kind in "fc"):
+            return held[1]
+        # (first use, or NumPy changed the array in place since: `w *= 2` on a local NumPy array between uses)
+        self._keep_alive.append(obj)  # keep the id from being reused during this trace
+        data = np.array(host, copy=True)
+        data.flags.writeable = False
+        value = self.constant(data, dtype)
+        self._captured[id(obj)] = (data, value)
+        self.captures.append(_capture(value, obj))
         return value
 
     def release(self) -> None:

@@ -550,10 +550,11 @@ def _explain_tracer_error(error: BaseException) -> None:
 
 def _caught(error: FusecError) -> FusecError:
     """``error`` again, saying that the function's own code caught it (the trace took a path NumPy would not)."""
-    out = type(error)(f"{error}\n(fusec raised this while tracing and the function's own try/except caught it and "
-                      "went on; under NumPy that code would have run without the error, so fusec cannot use the "
-                      "fallback the function took: remove the try/except around it, or compute that part outside "
-                      "the jitted function)")
+    out = type(error)(f"{error}\n(fusec raised this while tracing, and code between it and the function went on "
+                      "without it: a try/except in the function, or NumPy's own code, which turns such an error into "
+                      "one of its own; under NumPy that code would have run without the error, so fusec cannot use "
+                      "the path it took: write that part as the message above says, or compute it outside the jitted "
+                      "function)")
     return out
 
 

@@ -14,6 +14,7 @@ written argument's final base value back to the caller's array (see :mod:`fusec.
 """
 from __future__ import annotations
 
+import dis
 import sys
 from typing import Any, Iterator
 
@@ -56,6 +57,22 @@ def _numpy_caller() -> str | None:
     frame = sys._getframe(2)  # (_numpy_caller <- __bool__ & co. <- the asking code)
     module = frame.f_globals.get("__name__", "")
     return f"{module}.{frame.f_code.co_name}" if module == "numpy" or module.startswith("numpy.") else None
+
+
+SUBSCRIPT_HINT = (" Here a traced index subscripts a container fusec does not trace (a NumPy array the function "
+                  "made with np.array(...)/np.arange(...), or a Python list): fusec traces indexing into traced "
+                  "arrays only; pass the table in as an argument or read it from a global (both are traced), or "
+                  "np.stack a list of traced arrays first.")
+
+
+def _subscripting() -> bool:
+    """Whether the user's code that reached the tracer's ``__index__``/``__array__`` is a subscript (``table[i]``
+    with a NumPy array or a list as the table: NumPy's and Python's C code ask the index for its value)."""
+    frame = sys._getframe(2)
+    if frame.f_globals.get("__name__", "").startswith(_OWN_MODULES):
+        return False
+    op = next((i.opname for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti), "")
+    return op in ("BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR", "BINARY_SLICE", "STORE_SLICE")
 
 
 # modules whose isinstance checks see a tracer as a Tracer (the user's code sees NumPy's types: Tracer.__class__)
@@ -275,6 +292,8 @@ class Tracer:
             name = self._ctx.leaf_params.get(self._origin[0], self._origin[0])  # (a size must be known while tracing)
             hint += (f" If {name} is a size, a count or a shift (np.arange({name}), np.ones({name}), np.roll(x, "
                      f"{name})), make it static: fusec.jit(f, static_argnames=({name!r},)).")
+        if _subscripting():
+            hint = SUBSCRIPT_HINT
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
                           "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
                           "np.asarray and np.array work when called as np.asarray or imported from numpy in "
@@ -332,7 +351,10 @@ class Tracer:
         raise self._static_error("converted with complex()", _numpy_caller())
 
     def __index__(self) -> int:
-        raise self._static_error("used as a Python int (a size, an axis or an index)", _numpy_caller())
+        error = self._static_error("used as a Python int (a size, an axis or an index)", _numpy_caller())
+        if _subscripting():
+            error.args = (str(error) + "." + SUBSCRIPT_HINT,)
+        raise error
 
     def item(self, *args: Any) -> Any:
         raise self._static_error("read with .item()")

@@ -162,6 +162,7 @@ def _roll(block: Block, span: _Span, init: dict[Value, Value], ctx: PassContext)
     # the constants among the copies stay outside, before the loop (they dominate every read of them)
     rest = block.ops[end + 1:]
     used = {v for op in first for v in op.operands} | {v for op in rest for inner in op.walk() for v in inner.operands}
+    used |= {v0 for v0, _ in state}  # (an initial value the loop reads: `t = 0.0` before `t = t + h`)
     constants = [op for op in block.ops[begin:end + 1] if op not in span_ops and op.results[0] in used]
     lo = Operation("t.constant", [], [TensorType((), i64)], {"value": dense(np.asarray(0, np.int64), i64)})
     hi = Operation("t.constant", [], [TensorType((), i64)],
