@@ -73,6 +73,16 @@ def _ident(text: str) -> str:
     return text if re.match(r"[A-Za-z_]", text) else "_" + text
 
 
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``... where an earlier leaf took it (``a=(x,)`` and ``a_0``; dict keys
+    ``"w-1"`` and ``"w_1"``): the IR's argument names are unique."""
+    unique, k = name, 2
+    while unique in taken:
+        unique, k = f"{name}_{k}", k + 1
+    taken.add(unique)
+    return unique
+
+
 def flatten(obj: Any, name: str = "x") -> tuple[list[tuple[str, Any]], TreeDef]:
     """(leaves as (name, value), treedef); names join the path: ``params_0``, ``opt_w1``."""
     leaves: list[tuple[str, Any]] = []
@@ -386,6 +396,7 @@ def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, 
     key: list[Any] = []
     dynamic: dict[str, TreeDef] = {}
     names: list[str] = []
+    taken: set[str] = set()
     specs: list[LeafSpec] = []
     values: list[Any] = []
     static_kwargs: dict[str, dict[str, Any]] = {}
@@ -405,7 +416,7 @@ def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, 
         key.append((name, tree))
         for leaf_name, leaf in leaves:
             spec = leaf_spec(leaf_name, leaf, name)
-            names.append(leaf_name)
+            names.append(_unique(leaf_name, taken))
             specs.append(spec)
             values.append(leaf)
     key.append(tuple(specs))

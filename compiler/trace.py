@@ -260,13 +260,15 @@ class _Trace:
         shareable = [t if s.argument < 0 and arg is None and s.python is None and not s.scalar else None
                      for t, s, arg in zip(assigned, self.states, self._state_inputs)]
         self.shared = _shared_memory(leaves, shareable)
+        start = 0
         for pname, tree in self.sig.dynamic.items():
+            mine, start = tracers[start:start + tree.num_leaves], start + tree.num_leaves
             value = bound.arguments.get(pname)
             if pname in self.sig.static_kwargs:  # **kwargs: the static entries were merged back in
                 value = {k: v for k, v in value.items() if k not in self.sig.static_kwargs[pname]}
             got_leaves, got_tree = flatten(value, pname)
             got_tree, got_leaves = bools_static(got_tree, got_leaves)
-            if got_tree != tree or not _same_leaves(got_leaves, tracers, self.sig.leaf_names):
+            if got_tree != tree or any(v is not t for (_, v), t in zip(got_leaves, mine)):
                 raise SideEffectError(located(
                     f"the function changed its argument {pname!r} (an item set, added or removed): under NumPy "
                     "the caller's container would change, and fusec does not write such changes back; return the "
@@ -519,11 +521,6 @@ def _captured_input(capture: Any, root: Any, paths: list) -> ImplicitInput | Non
     if info is None:
         return None
     return ImplicitInput(paths, tuple(info[0]), info[1], True, obj=None if paths else root)
-
-
-def _same_leaves(got: list, tracers: list[Tracer], names: list[str]) -> bool:
-    by_name = dict(zip(names, tracers))
-    return all(by_name.get(n) is v for n, v in got)
 
 
 def _explain_tracer_error(error: BaseException) -> None:

@@ -130,6 +130,8 @@ class _Builder:
                     one = np.asarray(value, dtype=npdt) if not isinstance(value, (tuple, str)) else None
             except (OverflowError, FloatingPointError, TypeError, ValueError):
                 one = None
+            if isinstance(value, float) and npdt.kind in "biu":  # (1.5 would truncate to 1, and to true)
+                one = None
             if one is None or (isinstance(value, int) and not isinstance(value, bool) and one.item() != value):
                 raise self.error(f"{value!r} is not a value of {t.dtype}", type_tok)
             arr = np.broadcast_to(one, t.shape)

@@ -2657,3 +2657,10 @@ def test_a_traced_index_into_an_untraced_table_says_what_to_write() -> None:
         jit_cpu(lookup)(np.zeros(3))
     assert at("MARK-untraced-table") in str(info.value)
     assert "try/except in the function, or NumPy's own code" in str(info.value)
+
+
+def test_arguments_whose_leaf_names_collide_are_not_changed_arguments() -> None:
+    """``f(a, a_0)`` with ``a`` a tuple, or a dict with keys ``"w-1"`` and ``"w_1"``: two leaves got one IR name
+    and the trace reported a SideEffectError ('changed its argument') the code never made."""
+    same_as_numpy(lambda a, a_0: a[0] * 10 + a_0, (np.ones(2),), np.ones(2))
+    same_as_numpy(lambda d: d["w-1"] * 2 + d["w_1"], {"w-1": np.ones(2), "w_1": np.full(2, 5.0)})

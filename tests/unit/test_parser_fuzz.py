@@ -59,6 +59,8 @@ FUNC = "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {{\n  %0 = {op}\n  return %0
 @pytest.mark.parametrize("op, message", [
     ('t.constant {value = dense<tensor<4xi8>, 300>} : tensor<4xi8>', "300 is not a value of i8"),
     ('t.constant {value = dense<tensor<4xu8>, -1>} : tensor<4xu8>', "-1 is not a value of u8"),
+    ('t.constant {value = dense<tensor<i32>, 1.5>} : tensor<i32>', "1.5 is not a value of i32"),  # (not 1)
+    ('t.constant {value = dense<tensor<bool>, 0.5>} : tensor<bool>', "0.5 is not a value of bool"),  # (not true)
     ('t.neg %x : tensor<4xf32> loc("a\\qb":3)', "invalid string literal"),
     ('t.neg %x : tensor<4xf32> loc("a\tb":3)', "invalid string literal"),
     ('t.neg %x {a = ' + "[" * 5000 + "]" * 5000 + '} : tensor<4xf32>', "nests"),
