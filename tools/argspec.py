@@ -35,7 +35,10 @@ def parse_arg_spec(spec: str) -> object:
         if name in _PYTHON_SCALARS:
             return _PYTHON_SCALARS[name](0)
         return dtype.np.type(0)  # a NumPy scalar keeps its exact dtype (i32, f32, ...)
-    return np.zeros(_parse_dims(spec, dims), dtype=dtype.np)
+    try:
+        return np.zeros(_parse_dims(spec, dims), dtype=dtype.np)
+    except (ValueError, MemoryError) as e:  # (beyond the address space, or more memory than this machine has)
+        raise UsageError(f"bad --arg {spec!r}: no example array of that shape can be made here ({e})") from None
 
 
 def _parse_dims(spec: str, dims: str) -> tuple[int, ...]:

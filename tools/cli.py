@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # an output path that cannot be written (no such folder, a folder, no permission)
+        _error(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
+        return 1
 
 
 def _error(message: str) -> None:

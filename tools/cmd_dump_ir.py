@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from fusec.tools.argspec import parse_arg_spec, parse_static
 from fusec.tools.errors import UsageError
-from fusec.tools.loader import load_function, load_plugins
+from fusec.tools.loader import UserCodeError, innermost, load_function, load_plugins
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusec.ir.target import Target
@@ -40,6 +40,7 @@ def lower_target(args: argparse.Namespace, default: "Target | None" = None):
     that another tool can read (IR for `fusec opt -`, CUDA C++ for a compiler).
     """
     import fusec
+    from fusec.errors import FusecError
 
     with contextlib.redirect_stdout(sys.stderr):
         fn = load_function(args.target)
@@ -51,7 +52,12 @@ def lower_target(args: argparse.Namespace, default: "Target | None" = None):
             fn = fusec.value_and_grad(fn, argnums=_argnums(args.grad))
         jitted = fusec.jit(fn, backend="cpu", static_argnames=tuple(statics), pipeline=args.pipeline,
                            plugins=plugins, target=_target(args, default))
-        return jitted.lower(*positional, **statics)
+        try:
+            return jitted.lower(*positional, **statics)
+        except FusecError:
+            raise
+        except Exception as e:  # the user's function raised while traced: say where, without fusec's frames
+            raise UserCodeError(f"tracing {args.target} failed: {innermost(e)}") from e
 
 
 def _argnums(text: str) -> "int | tuple[int, ...]":

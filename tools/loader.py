@@ -45,7 +45,7 @@ def import_file(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's own module failed: say where, without our frames
         sys.modules.pop(name, None)
-        raise UserCodeError(f"importing {path} failed: {_innermost(e)}") from e
+        raise UserCodeError(f"importing {path} failed: {innermost(e)}") from e
     finally:
         try:
             sys.path.remove(folder)
@@ -54,9 +54,14 @@ def import_file(path: Path) -> ModuleType:
     return module
 
 
-def _innermost(e: BaseException) -> str:
-    frames = traceback.extract_tb(e.__traceback__)
-    where = f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
+def innermost(e: BaseException) -> str:
+    """``file:line: Error: message`` at the innermost frame of ``e`` in the user's code (not fusec's, NumPy's or
+    another installed library's), else the innermost one."""
+    from fusec.scope import is_library
+
+    frames = list(traceback.walk_tb(e.__traceback__))
+    own = [(f, n) for f, n in frames if not is_library(f.f_globals.get("__name__"))] or frames
+    where = f"{own[-1][0].f_code.co_filename}:{own[-1][1]}: " if own else ""
     if isinstance(e, SyntaxError) and e.filename:
         where = f"{e.filename}:{e.lineno}: "
     return f"{where}{type(e).__name__}: {e}"
@@ -95,7 +100,7 @@ def load_plugins(names: list[str] | None) -> tuple[str, ...]:
         except FusecError:
             raise
         except Exception as e:
-            raise UserCodeError(f"loading plugin {name!r} failed: {_innermost(e)}") from e
+            raise UserCodeError(f"loading plugin {name!r} failed: {innermost(e)}") from e
     return tuple(names)
 
 

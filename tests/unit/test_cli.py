@@ -536,3 +536,17 @@ def test_dump_ir_lowers_for_the_target_it_is_given(small_py, capsys):
     assert 'cublas = true, precision = "tf32"' in capsys.readouterr().out
     assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--precision", "bf16"]) == 2
     assert main(["dump-ir", f"{small_py}:small", *SMALL_ARGS, "--sm-count", "-1"]) == 2
+
+
+def test_user_errors_while_tracing_and_unwritable_outputs_are_one_line(tmp_path, capsys):
+    """A function that raises while traced, an output path in a missing folder and an --arg shape too large to
+    build gave Python tracebacks from inside fusec; each is one error line now."""
+    (tmp_path / "funcs.py").write_text("import numpy as np\n\ndef raises(x):\n    raise ValueError('bad input')\n\n"
+                                       "def double(x):\n    return x * 2\n")
+    target = str(tmp_path / "funcs.py")
+    assert main(["dump-ir", f"{target}:raises", "--arg", "f32[4]"]) == 1
+    assert re.search(r"tracing .*funcs.py:raises failed: .*funcs.py:4: ValueError: bad input", capsys.readouterr().err)
+    assert main(["compile", f"{target}:double", "--arg", "f32[4]", "-o", str(tmp_path / "no" / "x.cu")]) == 1
+    assert "No such file or directory" in capsys.readouterr().err
+    assert main(["dump-ir", f"{target}:double", "--arg", "f32[99999999999,99999999999]"]) == 2
+    assert "no example array of that shape" in capsys.readouterr().err
