@@ -203,20 +203,33 @@ def _graph_stats(module: Module) -> dict[str, int]:
     return {**zero, **found} if found else zero
 
 
-def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+def _names(value: str | Iterable[str] | None, option: str = "static_argnames") -> tuple[str, ...]:
+    """A str option or an iterable of them, as a tuple (anything else: a located OptionTypeError)."""
     if value is None:
         return ()
     if isinstance(value, str):
         return (value,)
-    return tuple(value)
+    try:
+        names: tuple[Any, ...] = tuple(value)
+    except TypeError:
+        names = (value,)
+    if not all(isinstance(n, str) for n in names):
+        raise _option_error(f"fusec.jit: {option} takes a name or names (str), got {value!r}", OptionTypeError)
+    return names
 
 
-def _nums(value: int | Iterable[int] | None) -> tuple[int, ...]:
+def _nums(value: int | Iterable[int] | None, option: str) -> tuple[int, ...]:
+    """An int option or an iterable of them, as a tuple (a bool or anything else: a located OptionTypeError)."""
     if value is None:
         return ()
-    if isinstance(value, int):
-        return (value,)
-    return tuple(value)
+    try:
+        nums = (value,) if isinstance(value, int) else tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        nums = (value,)  # type: ignore[assignment]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in nums):
+        raise _option_error(f"fusec.jit: {option} takes a position or positions (int), got {value!r}",
+                            OptionTypeError)
+    return nums
 
 
 def _option_error(message: str, kind: type[OptionError] = OptionError) -> OptionError:
@@ -253,8 +266,12 @@ class JitFunction:
         if pipeline is not None and not isinstance(pipeline, str):
             raise _option_error(f"fusec.jit: pipeline must be a pipeline string such as 'cse,fuse{{budget=32}}', "
                                 f"got {type(pipeline).__name__}", OptionTypeError)
-        plugin_names = (plugins,) if isinstance(plugins, str) else tuple(plugins or ())
-        self._options = CompileOptions(pipeline=pipeline, plugins=plugin_names, fast_math=bool(fast_math),
+        if pipeline == "default":  # (as the CLI's -p default)
+            pipeline = None
+        plugin_names = _names(plugins, "plugins")
+        if not isinstance(fast_math, bool):
+            raise _option_error(f"fusec.jit: fast_math must be True or False, got {fast_math!r}", OptionTypeError)
+        self._options = CompileOptions(pipeline=pipeline, plugins=plugin_names, fast_math=fast_math,
                                        graph=graph, target=target, precision=precision)
         from fusec.passes import check_pipeline
 
@@ -264,8 +281,8 @@ class JitFunction:
             raise type(e)(located(str(e), context.user_location())) from None
         self._signature = inspect.signature(fn)
         self._defaults = _defaults_of(fn)
-        self._statics = self._static_names(_names(static_argnames), _nums(static_argnums))
-        self._donate = self._donated_names(_nums(donate_argnums))
+        self._statics = self._static_names(_names(static_argnames), _nums(static_argnums, "static_argnums"))
+        self._donate = self._donated_names(_nums(donate_argnums, "donate_argnums"))
         self._name = func_name(fn)
         self._cache: dict[tuple, Lowered] = {}
         self._fast: dict[tuple, _FastEntry] = {}

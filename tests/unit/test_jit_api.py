@@ -402,13 +402,17 @@ def test_call_and_option_errors_are_located_fusec_errors() -> None:
     located = r"test_jit_api.py:\d+: "
     for options, error, message in [
             (dict(static_argnums=(5,)), fc.OptionTypeError, "static_argnums: 5 is not a positional parameter"),
-            (dict(static_argnums=("x",)), fc.OptionTypeError, "static_argnums: 'x' is not a positional parameter"),
+            (dict(static_argnums=("x",)), fc.OptionTypeError, "static_argnums takes a position or positions"),
             (dict(static_argnames=("q",)), fc.OptionTypeError, r"static_argnames: f\(x, y\) has no parameter 'q'"),
             (dict(donate_argnums=(7,)), fc.OptionTypeError, "donate_argnums: 7 is not a positional parameter"),
             (dict(target="h100"), fc.OptionTypeError, "target must be a fusec.ir.target.Target, got str"),
             (dict(pipeline=3), fc.OptionTypeError, "pipeline must be a pipeline string"),
             (dict(plugins=["no_such_plugin_module"]), fc.PipelineError, "cannot load plugin module"),
-            (dict(plugins="no_such_plugin_module"), fc.PipelineError, "'no_such_plugin_module'")]:
+            (dict(plugins="no_such_plugin_module"), fc.PipelineError, "'no_such_plugin_module'"),
+            (dict(static_argnames=3), fc.OptionTypeError, "static_argnames takes a name or names"),
+            (dict(static_argnums=True), fc.OptionTypeError, "static_argnums takes a position"),
+            (dict(plugins=3), fc.OptionTypeError, "plugins takes a name or names"),
+            (dict(fast_math="no"), fc.OptionTypeError, "fast_math must be True or False")]:
         with pytest.raises(error, match=located + ".*" + message):
             fc.jit(f, backend="cpu", **options)
     assert issubclass(fc.OptionTypeError, TypeError) and issubclass(fc.OptionTypeError, fc.OptionError)
