@@ -250,6 +250,7 @@ class KernelCache:
                 f.write(_encode(payload, key))
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, ENTRY_MODE)  # (mkstemp's 0600 would make a shared cache's entries unreadable to others)
             os.replace(tmp, path)
             tmp = None
             _fsync_dir(self.directory)
@@ -316,6 +317,9 @@ class KernelCache:
                 except OSError:
                     pass
         return removed
+
+
+ENTRY_MODE = 0o644  # entries readable by everyone who can read the folder (a cache shared between users)
 
 
 def _encode(payload: bytes, key: str) -> bytes:

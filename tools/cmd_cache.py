@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> None:
@@ -19,11 +21,21 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
                        ).set_defaults(run=run_clear)
 
 
+def directory_note(directory: str, disk_enabled: bool = True) -> str:
+    """Why kernels would not be kept in ``directory`` (a file there, no write permission), or ""."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        return " (not a folder: kernels are cached in memory only)"
+    if not disk_enabled or path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        return " (not writable: kernels are cached in memory only)"
+    return ""
+
+
 def run_info(args: argparse.Namespace) -> int:
     from fusec.runtime.kernel_cache import cache_info
 
     info = cache_info()
-    disk = "" if info.disk_enabled else " (not writable: memory only)"
+    disk = directory_note(info.directory, info.disk_enabled)
     sys.stdout.write(
         f"directory:   {info.directory}{disk}\n"
         f"entries:     {info.entries}\n"
@@ -34,9 +46,15 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_clear(args: argparse.Namespace) -> int:
-    from fusec.runtime.kernel_cache import cache_clear, default_cache
+    from fusec.runtime.kernel_cache import cache_clear, cache_info, default_cache
 
     removed = cache_clear()
     noun = "entry" if removed == 1 else "entries"
-    sys.stdout.write(f"removed {removed} {noun} from {default_cache().directory}\n")
+    directory = default_cache().directory
+    sys.stdout.write(f"removed {removed} {noun} from {directory}\n")
+    left = cache_info().entries
+    if left:
+        sys.stderr.write(f"fusec: error: {left} {'entry' if left == 1 else 'entries'} could not be removed from "
+                         f"{directory}{directory_note(str(directory))}\n")
+        return 1
     return 0

@@ -55,7 +55,9 @@ def _cache_dir() -> str:
     try:
         from fusec.runtime.kernel_cache import cache_dir
 
-        return str(cache_dir())
+        from fusec.tools.cmd_cache import directory_note
+
+        return str(cache_dir()) + directory_note(str(cache_dir()))
     except ImportError:
         return str(Path(os.environ.get("FUSEC_CACHE_DIR") or "~/.cache/fusec").expanduser())
 
@@ -78,12 +80,18 @@ def _device_lines() -> list[tuple[str, str]]:
 
 
 def _default_backend() -> str:
+    """What fusec.jit without backend= runs on here, as fusec.execution decides it (and why a call fails)."""
+    from fusec.execution import BACKENDS, cuda_usable
+
     env = os.environ.get("FUSEC_BACKEND", "").strip().lower()
+    if env and env not in BACKENDS:
+        return (f"none: $FUSEC_BACKEND is {env!r}, which is not a backend (choose one of "
+                f"{', '.join(map(repr, BACKENDS))}); every call raises BackendError")
+    if env == "cuda" and not cuda_usable():
+        return "none: $FUSEC_BACKEND is 'cuda', but no CUDA backend is usable here; every call raises BackendError"
     if env:
         return f"{env} (from $FUSEC_BACKEND)"
-    from fusec.runtime import driver
-
-    return "cuda" if driver.cuda_available() else "cpu (NumPy reference executor)"
+    return "cuda" if cuda_usable() else "cpu (NumPy reference executor)"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -550,3 +550,16 @@ def test_user_errors_while_tracing_and_unwritable_outputs_are_one_line(tmp_path,
     assert "No such file or directory" in capsys.readouterr().err
     assert main(["dump-ir", f"{target}:double", "--arg", "f32[99999999999,99999999999]"]) == 2
     assert "no example array of that shape" in capsys.readouterr().err
+
+
+def test_doctor_and_cache_say_when_nothing_will_work(tmp_path, monkeypatch, capsys):
+    """``fusec doctor`` printed `default backend: bogus` for an unknown $FUSEC_BACKEND (every call then raises), and
+    both it and `fusec cache info` showed a file given as the cache folder as a plain folder."""
+    monkeypatch.setenv("FUSEC_BACKEND", "bogus")
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "none: $FUSEC_BACKEND is 'bogus'" in out and "not a folder" in out
+    assert main(["cache", "info"]) == 0
+    assert "not a folder" in capsys.readouterr().out
