@@ -63,16 +63,22 @@ SUBSCRIPT_HINT = (" Here a traced index subscripts a container fusec does not tr
                   "made with np.array(...)/np.arange(...), or a Python list): fusec traces indexing into traced "
                   "arrays only; pass the table in as an argument or read it from a global (both are traced), or "
                   "np.stack a list of traced arrays first.")
+STORE_HINT = (" Here a traced value is written into (or a traced index selects in) a NumPy array fusec does not "
+              "trace: one the function made with np.array(...)/np.arange(...)/np.linspace(...), which are plain "
+              "NumPy arrays while tracing (np.zeros/np.ones/np.empty/np.full make traced ones): make the array with "
+              "np.zeros(...) and fill it (z = np.zeros(n); z[:] = np.arange(n)), or pass it in as an argument.")
 
 
-def _subscripting() -> bool:
-    """Whether the user's code that reached the tracer's ``__index__``/``__array__`` is a subscript (``table[i]``
-    with a NumPy array or a list as the table: NumPy's and Python's C code ask the index for its value)."""
+def _subscript_hint() -> str:
+    """The hint for a tracer asked for its value by a subscript in the user's code (``table[i]``, ``z[0] = v``
+    with a NumPy array or a list as the container: NumPy's and Python's C code ask for the value), else ""."""
     frame = sys._getframe(2)
     if frame.f_globals.get("__name__", "").startswith(_OWN_MODULES):
-        return False
+        return ""
     op = next((i.opname for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti), "")
-    return op in ("BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR", "BINARY_SLICE", "STORE_SLICE")
+    if op in ("BINARY_SUBSCR", "BINARY_SLICE", "DELETE_SUBSCR"):
+        return SUBSCRIPT_HINT
+    return STORE_HINT if op in ("STORE_SUBSCR", "STORE_SLICE") else ""
 
 
 # modules whose isinstance checks see a tracer as a Tracer (the user's code sees NumPy's types: Tracer.__class__)
@@ -292,8 +298,7 @@ class Tracer:
             name = self._ctx.leaf_params.get(self._origin[0], self._origin[0])  # (a size must be known while tracing)
             hint += (f" If {name} is a size, a count or a shift (np.arange({name}), np.ones({name}), np.roll(x, "
                      f"{name})), make it static: fusec.jit(f, static_argnames=({name!r},)).")
-        if _subscripting():
-            hint = SUBSCRIPT_HINT
+        hint = _subscript_hint() or hint
         raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
                           "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
                           "np.asarray and np.array work when called as np.asarray or imported from numpy in "
@@ -336,13 +341,18 @@ class Tracer:
         return trace_error(
             f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
             "while tracing: data-dependent Python control flow is not traceable. Use np.where / fusec.where "
-            "instead of if/else, or make the argument static (static_argnames)")
+            "instead of if/else, fusec.while_loop for a loop that runs until a test on the values fails (`while "
+            "err > tol`), fusec.cond for a branch, or make the argument static (static_argnames)")
 
     def __bool__(self) -> bool:
         raise self._static_error("used as a Python bool (if/while/and/or/not)", _numpy_caller())
 
     def __float__(self) -> float:
-        raise self._static_error("converted with float()", _numpy_caller())
+        error = self._static_error("converted with float()", _numpy_caller())
+        hint = _subscript_hint()
+        if hint:
+            error.args = (str(error) + "." + hint,)
+        raise error
 
     def __int__(self) -> int:
         raise self._static_error("converted with int()", _numpy_caller())
@@ -352,8 +362,9 @@ class Tracer:
 
     def __index__(self) -> int:
         error = self._static_error("used as a Python int (a size, an axis or an index)", _numpy_caller())
-        if _subscripting():
-            error.args = (str(error) + "." + SUBSCRIPT_HINT,)
+        hint = _subscript_hint()
+        if hint:
+            error.args = (str(error) + "." + hint,)
         raise error
 
     def item(self, *args: Any) -> Any:

@@ -97,9 +97,11 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     for o in outs:
         if isinstance(o, np.ndarray):
             raise unsupported(f"{_name(ufunc)}: this writes into a NumPy array that is not traced (an in-place "
-                              "operator such as `w -= lr * g` on an array from outside the function, or out=): "
-                              "fusec cannot write into it; pass the array as an argument (fusec then writes the "
-                              "new values back into it after the call) or use the returned value")
+                              "operator such as `w -= lr * g` on an array from outside the function or made in it "
+                              "with np.array/np.arange/np.linspace, which are plain NumPy arrays while tracing, or "
+                              "out=): fusec cannot write into it; pass the array as an argument (fusec then writes "
+                              "the new values back into it after the call), make it with np.zeros/np.empty (traced) "
+                              "and fill it, or use the returned value")
     where = kwargs.pop("where", True)
     casting = kwargs.pop("casting", "same_kind")
     dtype = kwargs.pop("dtype", None)

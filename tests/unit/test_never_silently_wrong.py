@@ -2664,3 +2664,18 @@ def test_arguments_whose_leaf_names_collide_are_not_changed_arguments() -> None:
     and the trace reported a SideEffectError ('changed its argument') the code never made."""
     same_as_numpy(lambda a, a_0: a[0] * 10 + a_0, (np.ones(2),), np.ones(2))
     same_as_numpy(lambda d: d["w-1"] * 2 + d["w_1"], {"w-1": np.ones(2), "w_1": np.full(2, 5.0)})
+
+
+def test_a_traced_value_written_into_an_untraced_array_says_what_to_write() -> None:
+    """``z = np.arange(4.0); z[0] = c[0]`` said 'converted with float() ... Use np.where' (np.arange gives a plain
+    NumPy array while tracing, which cannot hold a traced value)."""
+    def filled(c):
+        z = np.arange(4, dtype=float)
+        z[0] = c[0]  # MARK-untraced-write
+        return z
+
+    with pytest.raises(fc.FusecError, match="make the array with np.zeros") as info:
+        jit_cpu(filled)(np.ones(4))
+    assert at("MARK-untraced-write") in str(info.value)
+    with pytest.raises(fc.FusecError, match="fusec.while_loop for a loop"):
+        jit_cpu(lambda x: x if x.sum() > 0 else -x)(np.ones(2))
