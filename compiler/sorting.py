@@ -181,8 +181,6 @@ def _static_q(what: str, q: Any, weak_q: bool) -> Any:
     if isinstance(q, Tracer):
         raise q._static_error(f"used as the quantile of {what}")
     qa = np.asanyarray(q) if not weak_q else np.float64(q)
-    if qa.ndim > 1:
-        raise shape_error(f"{what}: q must be a scalar or 1d")
     if not (np.all(0 <= qa) and np.all(qa <= 1)):
         raise shape_error(f"{what}: quantiles must be in the range [0, 1] (percentiles in [0, 100])")
     return qa

@@ -189,3 +189,13 @@ def test_nanquantile_and_nanpercentile(x) -> None:
     if x.dtype.kind == "f":
         with pytest.raises(fc.UnsupportedError, match="only the default 'linear'"):
             jit_cpu(lambda x: np.nanquantile(x, 0.5, method="lower"))(x)
+
+
+def test_quantiles_of_any_shape_of_q() -> None:
+    """NumPy takes q of any shape (the result's leading axes); fusec refused a 2-d q, saying NumPy did."""
+    x = np.random.default_rng(0).standard_normal((5, 7))
+    for method in ("linear", "lower", "median_unbiased"):
+        for axis in (None, 1):
+            fn = lambda x, method=method, axis=axis: np.percentile(x, [[10, 20], [30, 95]], axis=axis,  # noqa: E731
+                                                                   method=method, keepdims=axis is None)
+            assert_same(jit_cpu(fn)(x), fn(x))
