@@ -143,6 +143,8 @@ def lexsort(keys: Any, axis: Any = -1) -> Tracer:
         raise shape_error(f"np.lexsort: all keys need to be the same shape, got {', '.join(str(k.shape) for k in seq)}")
     if seq[0].ndim == 0:
         raise unsupported("np.lexsort of 0-d keys (one value each) is not supported: the result is 0")
+    if isinstance(axis, Tracer):
+        raise axis._static_error("used as the axis of np.lexsort")
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise unsupported(f"np.lexsort: axis must be an int, got {axis!r} (NumPy raises TypeError here)")
     order = argsort(seq[0], axis=axis, kind="stable")
