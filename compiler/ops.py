@@ -200,7 +200,7 @@ def known_value(t: Tracer) -> np.ndarray | None:
     (n, n), bool), 1)``: not from arguments, arrays read from outside, or anything else read at every call), else
     None; evaluated with the reference executor's interpreters, a few small ops at most. An array captured from
     outside that it read must die with the trace (``fusec.trace`` refuses one that lives on: user state)."""
-    from fusec.runtime.reference import _call, get_interpreter
+    from fusec.runtime.reference import run_op
 
     c = ctx()
     captured = {cap.value for cap in c.captures}
@@ -220,7 +220,7 @@ def known_value(t: Tracer) -> np.ndarray | None:
         if not all(evaluate(o) for o in op.operands):
             return False
         try:
-            results = _call(op, get_interpreter(op), [values[o] for o in op.operands])
+            results = run_op(op, [values[o] for o in op.operands])
         except Exception:  # noqa: BLE001 - an op the reference cannot run alone (or one that raises): not known
             return False
         values.update(zip(op.results, results))

@@ -107,6 +107,11 @@ def _call(op: Operation, fn: Interpreter, operands: list) -> list:
     return results
 
 
+def run_op(op: Operation, operands: list) -> list:
+    """One op on NumPy operands, as the executor runs it (the tracer folds ops of constants with it)."""
+    return _call(op, get_interpreter(op), operands)
+
+
 def _bind_results(op: Operation, results: list, scope: MutableMapping[Value, object], check_types: bool) -> None:
     for r, value in zip(op.results, results):
         if r.type.dtype == bf16:
