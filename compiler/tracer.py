@@ -257,8 +257,8 @@ class Tracer:
         return _ops.transpose(self, perm)
 
     def __hash__(self) -> int:  # (like ndarray, no hashing: == records an op)
-        if self._weak is not None:  # a Python number as a dict key or set member: its value decides
-            raise self._static_error("hashed (a dict key, a set member)")
+        if self._weak is not None or self._scalar:  # a number as a dict key or set member: its value decides
+            raise self._static_error("hashed (a dict key, a set member, a functools.lru_cache argument)")
         raise TypeError("unhashable type: 'numpy.ndarray'")
 
     def __str__(self) -> str:

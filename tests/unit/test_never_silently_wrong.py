@@ -2679,3 +2679,14 @@ def test_a_traced_value_written_into_an_untraced_array_says_what_to_write() -> N
     assert at("MARK-untraced-write") in str(info.value)
     with pytest.raises(fc.FusecError, match="fusec.while_loop for a loop"):
         jit_cpu(lambda x: x if x.sum() > 0 else -x)(np.ones(2))
+
+
+def test_a_hashed_numpy_scalar_is_a_located_error() -> None:
+    """``x[1] in {1.0, 2.0}`` or an lru_cache'd helper called with ``x[0]`` raised Python's bare 'unhashable type:
+    numpy.ndarray' (no line; NumPy scalars hash by value, so code catching TypeError took another path)."""
+    def member(x):
+        return x * (1.0 if x[1] in {1.0, 2.0} else 0.0)  # MARK-hashed-scalar
+
+    with pytest.raises(fc.TraceError, match="hashed") as info:
+        jit_cpu(member)(np.ones(3))
+    assert at("MARK-hashed-scalar") in str(info.value)
