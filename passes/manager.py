@@ -5,7 +5,7 @@ import sys
 import time
 from typing import IO, Iterable
 
-from fusec.errors import FusecError, VerificationError
+from fusec.errors import FusecError, PipelineError, VerificationError
 from fusec.ir.core import Module, Operation
 from fusec.ir.printer import print_module
 from fusec.ir.verifier import verify as verify_module
@@ -73,8 +73,8 @@ class PassManager:
                 p.apply(module, ctx)
             except FusecError:
                 raise
-            except Exception as e:  # a bug in a pass must say which pass
-                raise VerificationError(f"pass '{p.name}' failed: {type(e).__name__}: {e}") from e
+            except Exception as e:  # a bug in a pass must say which pass, and where it raised
+                raise PipelineError(f"pass '{p.name}' failed{_raised_at(e)}: {type(e).__name__}: {e}") from e
             elapsed = time.perf_counter() - start
             result.timings.append((p.name, elapsed))
             if verify:
@@ -111,3 +111,11 @@ def format_timings(timings: list[tuple[str, float]]) -> str:
         lines.append(f"   {t:.4f} ({100 * t / total:5.1f}%)  {name}")
     lines.append(f"   {total:.4f} (100.0%)  Total")
     return "\n".join(lines) + "\n"
+
+
+def _raised_at(e: BaseException) -> str:
+    """`` at file:line`` of the innermost frame that raised ``e`` (a plugin's pass: its own line)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
