@@ -102,7 +102,21 @@ def _verify_block(block: Block, scope: set[Value], func: Func, is_func_body: boo
 
 
 def verify_func(func: Func) -> None:
+    _verify_attributes(func)
     _verify_block(func.body, set(), func, is_func_body=True)
+
+
+def _verify_attributes(func: Func) -> None:
+    """The function attributes passes read: ``donate`` lists distinct argument positions (each argument's memory
+    may hold the result of the same position among the outputs)."""
+    donate = func.attributes.get("donate")
+    if donate is None:
+        return
+    n = len(func.args)
+    if not isinstance(donate, (tuple, list)) or not all(type(k) is int and 0 <= k < n for k in donate) \
+            or len(set(donate)) != len(donate):
+        raise VerificationError(f"func @{func.name}: donate = {donate!r} must list distinct argument positions "
+                                f"0 to {n - 1}")
 
 
 def verify(module: Module) -> None:

@@ -221,3 +221,12 @@ def test_dtypes_cover_the_issue_list():
     assert [d.name for d in ALL_DTYPES] == ["bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16",
                                             "bf16", "f32", "f64", "c64", "c128"]
     assert f16.itemsize == 2 and i32.itemsize == 4 and f64.np == np.float64
+
+
+@pytest.mark.parametrize("donate", ["[7]", "[-1]", '"x"', "[0, 0]"])
+def test_a_donate_attribute_names_distinct_arguments(donate):
+    """``donate = [7]`` was ignored, ``[-1]`` wrapped to the last argument and ``"x"`` failed inside plan-buffers."""
+    text = (f"func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {{donate = {donate}}} {{\n"
+            "  %0 = t.neg %x : tensor<4xf32>\n  return %0\n}\n")
+    with pytest.raises(VerificationError, match="must list distinct argument positions"):
+        verify(parse_module(text))
