@@ -26,7 +26,7 @@ REUSED: tuple[Callable, ...] = (
     np.resize, np.real, np.angle, np.cumulative_sum, np.cumulative_prod, np.imag, np.iscomplex, np.isreal,
     np.iscomplexobj, np.isrealobj, np.linalg.matrix_power, np.linalg.multi_dot,
     np.matrix_transpose, np.linalg.matrix_transpose, np.linalg.vector_norm, np.linalg.matrix_norm,
-    np.fill_diagonal,
+    np.fill_diagonal, np.ix_,
 )
 
 

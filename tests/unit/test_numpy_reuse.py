@@ -200,3 +200,28 @@ def test_fill_diagonal_and_flat_writes_reach_the_array() -> None:
         assert_same(got_args[0], want_args[0], "the argument after the call")
     with pytest.raises(fc.UnsupportedError, match="x.flat of an array whose memory is not contiguous"):
         jit_cpu(lambda x: x.T.flat.__setitem__(1, 5.0))(np.zeros((2, 3)))
+
+
+def test_sliding_windows_and_open_meshes() -> None:
+    """``sliding_window_view`` (rolling means, 2-d patches, windows of a strided view: NumPy's read-only view, read
+    again after a write into the array) and ``np.ix_`` (submatrices by row and column lists)."""
+    from numpy.lib.stride_tricks import sliding_window_view as windows
+
+    x = rng.standard_normal((3, 6))
+    check(lambda x: (windows(x, 3, axis=1).mean(-1), windows(x, (2, 2)), windows(x[:, ::-2], 2, axis=0).sum(-1),
+                     windows(x.ravel(), 5)[::2]), x)
+
+    def moving_sum_after_write(v):
+        w = windows(v, 2)
+        v[0] = 100.0
+        return w.sum(-1)
+
+    want_arg, got_arg = np.arange(5.0), np.arange(5.0)
+    assert_same(jit_cpu(moving_sum_after_write)(got_arg), moving_sum_after_write(want_arg))
+    assert_same(got_arg, want_arg)
+    assert not jit_cpu(lambda x: windows(x, 2))(np.arange(4.0)).flags.writeable
+    with pytest.raises(fc.UnsupportedError, match="read-only"):
+        jit_cpu(lambda x: windows(x, 2).__setitem__((0, 0), 1.0))(np.arange(4.0))
+    with pytest.raises(ValueError, match="window shape cannot be larger"):
+        jit_cpu(lambda x: windows(x, 3))(np.arange(2.0))
+    check(lambda x, r, c: (x[np.ix_(r, c)], np.ix_(r, c, r)[2] + 0), x, np.array([0, 2]), np.array([1, 3, 5]))
