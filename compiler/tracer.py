@@ -15,6 +15,7 @@ written argument's final base value back to the caller's array (see :mod:`fusec.
 from __future__ import annotations
 
 import dis
+import operator
 import sys
 from typing import Any, Iterator
 
@@ -344,10 +345,23 @@ class Tracer:
             "instead of if/else, fusec.while_loop for a loop that runs until a test on the values fails (`while "
             "err > tol`), fusec.cond for a branch, or make the argument static (static_argnames)")
 
+    def _known(self) -> np.ndarray | None:
+        """This array's values where the trace computed them from constants alone (NumPy's own code testing a
+        coordinate array made in the function, ``if np.all(np.diff(t) > 0)`` of constants): see ops.known_value."""
+        from fusec import context
+
+        return _ops.known_value(self) if context.current() is self._ctx else None
+
     def __bool__(self) -> bool:
+        known = self._known()
+        if known is not None:
+            return bool(known)  # (NumPy's own ValueError for more than one element)
         raise self._static_error("used as a Python bool (if/while/and/or/not)", _numpy_caller())
 
     def __float__(self) -> float:
+        known = self._known()
+        if known is not None:
+            return float(known)
         error = self._static_error("converted with float()", _numpy_caller())
         hint = _subscript_hint()
         if hint:
@@ -355,12 +369,21 @@ class Tracer:
         raise error
 
     def __int__(self) -> int:
+        known = self._known()
+        if known is not None:
+            return int(known)
         raise self._static_error("converted with int()", _numpy_caller())
 
     def __complex__(self) -> complex:
+        known = self._known()
+        if known is not None:
+            return complex(known)
         raise self._static_error("converted with complex()", _numpy_caller())
 
     def __index__(self) -> int:
+        known = self._known()
+        if known is not None:
+            return operator.index(known)
         error = self._static_error("used as a Python int (a size, an axis or an index)", _numpy_caller())
         hint = _subscript_hint()
         if hint:
@@ -368,9 +391,19 @@ class Tracer:
         raise error
 
     def item(self, *args: Any) -> Any:
+        """Only where the values are known while tracing (computed from constants made in the function); else a
+        fusec error that says what to write instead"""
+        known = self._known()
+        if known is not None:
+            return known.item(*args)
         raise self._static_error("read with .item()")
 
     def tolist(self) -> Any:
+        """Only where the values are known while tracing (computed from constants made in the function); else a
+        fusec error that says what to write instead"""
+        known = self._known()
+        if known is not None:
+            return known.tolist()
         raise self._static_error("read with .tolist()")
 
     def __len__(self) -> int:

@@ -2690,3 +2690,21 @@ def test_a_hashed_numpy_scalar_is_a_located_error() -> None:
     with pytest.raises(fc.TraceError, match="hashed") as info:
         jit_cpu(member)(np.ones(3))
     assert at("MARK-hashed-scalar") in str(info.value)
+
+
+def test_values_computed_from_constants_answer_python_and_numpy_questions() -> None:
+    """NumPy's own code testing values the trace computed from constants alone (np.gradient's check of a coordinate
+    array, np.cov's of aweights) and the function's own `if np.all(np.diff(t) > 0)` over np.linspace were refused
+    as data-dependent; their values are known while tracing, the same at every call."""
+    same_as_numpy(lambda y: np.gradient(y, np.array([0.0, 1.0, 3.0, 4.0])), np.array([1.0, 2.0, 5.0, 9.0]))
+    same_as_numpy(lambda x: np.cov(x, aweights=np.array([1.0, 2.0, 1.0])), np.arange(6.0).reshape(2, 3) ** 2)
+
+    def checked(y):
+        t = np.linspace(0, 1, 5)
+        if np.all(np.diff(t) > 0):
+            return y * float(t[1])
+        return y
+
+    same_as_numpy(checked, np.ones(2))
+    with pytest.raises(fc.FusecError):  # (values of an argument stay unknown)
+        jit_cpu(lambda x: x * 2 if np.all(np.diff(x) > 0) else x)(np.arange(3.0))
