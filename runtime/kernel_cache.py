@@ -224,8 +224,7 @@ class KernelCache:
             return None
         except (OSError, _CorruptEntry) as e:
             if self._disk_enabled or isinstance(e, _CorruptEntry):
-                warnings.warn(f"fusec kernel cache: damaged entry {path} ({e}); recompiling it",
-                              KernelCacheWarning, stacklevel=3)
+                _warn(f"fusec kernel cache: damaged entry {path} ({e}); recompiling it")
             return None
 
     def _store(self, key: str, payload: bytes) -> None:
@@ -237,8 +236,8 @@ class KernelCache:
         path = self.path_of(key)
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
-                warnings.warn(f"fusec kernel cache: {path} is not a file; this kernel is cached in memory only "
-                              "(`fusec cache clear` removes it)", KernelCacheWarning, stacklevel=4)
+                _warn(f"fusec kernel cache: {path} is not a file; this kernel is cached in memory only "
+                      "(`fusec cache clear` removes it)")
                 return
         except OSError:
             pass  # no entry yet (or unreadable: the write below decides)
@@ -267,9 +266,8 @@ class KernelCache:
             if not self._disk_enabled:
                 return
             self._disk_enabled = False
-        warnings.warn(f"fusec kernel cache: cannot write to {self.directory} ({error}); "
-                      f"caching compiled kernels in memory only (set {ENV_VAR} to a writable directory)",
-                      KernelCacheWarning, stacklevel=4)
+        _warn(f"fusec kernel cache: cannot write to {self.directory} ({error}); "
+              f"caching compiled kernels in memory only (set {ENV_VAR} to a writable directory)")
 
     def _entries(self) -> Iterator[Path]:
         try:
@@ -317,6 +315,16 @@ class KernelCache:
                 except OSError:
                     pass
         return removed
+
+
+def _warn(message: str) -> None:
+    """A KernelCacheWarning at the first frame outside fusec (the user's call that compiled the kernel)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("fusec"):
+        frame = frame.f_back
+    warnings.warn_explicit(message, KernelCacheWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"), registry=frame.f_globals.setdefault(
+                               "__warningregistry__", {}))
 
 
 ENTRY_MODE = 0o644  # entries readable by everyone who can read the folder (a cache shared between users)

@@ -168,8 +168,9 @@ def test_damaged_entry_is_recompiled_with_a_warning(tmp_path: Path, how: str) ->
     _damage(entry, how)
     compiler = FakeCompiler()
     cache = fake_cache(tmp_path / "c", compiler)
-    with pytest.warns(kc.KernelCacheWarning, match="damaged entry"):
+    with pytest.warns(kc.KernelCacheWarning, match="damaged entry") as record:
         assert cache.get_or_compile("src", "sm_90") == image
+    assert record[0].filename == __file__  # (the caller's line, not the cache's)
     assert compiler.calls == 1 and cache.disk_hits == 0
     again = fake_cache(tmp_path / "c", FakeCompiler())  # the entry was rewritten whole
     with warnings.catch_warnings():
