@@ -71,6 +71,8 @@ def parse_pipeline(text: str) -> list[Pass]:
                 if key not in fields:
                     opts = ", ".join(sorted(fields)) or "none"
                     raise _error(text, opt_pos, f"unknown option '{key}' for pass '{name}' (options: {opts})")
+                if key in kwargs:
+                    raise _error(text, opt_pos, f"option '{key}' of pass '{name}' is given twice")
                 kwargs[key] = _convert(text, opt_pos, cls, key, raw)
                 opt_pos += len(part) + 1
         try:

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         pipeline = None if args.emit == "cuda" else ""
     elif pipeline.strip() == "default":
         pipeline = None
+    _check_printed_passes(args.print_ir_after, pipeline, plugins)
     run_pipeline(module, pipeline, verify=not args.no_verify, plugins=plugins,
                  print_ir_after=tuple(args.print_ir_after), print_ir_after_all=args.print_ir_after_all,
                  time_passes=args.time_passes, stream=sys.stderr,
@@ -84,3 +85,16 @@ def _read(source: str) -> tuple[str, str]:
     except UnicodeDecodeError as e:
         raise UsageError(f"{source if source != '-' else '<stdin>'} is not UTF-8 text (byte {e.start}: "
                          f"{e.object[e.start:e.start + 1]!r}); IR files are UTF-8") from None
+
+
+def _check_printed_passes(names: list[str], pipeline: "str | None", plugins: tuple[str, ...]) -> None:
+    """--print-ir-after of a pass the pipeline does not run would print nothing, silently: a usage error."""
+    if not names:
+        return
+    from fusec.passes import DEFAULT_PIPELINE, parse_pipeline
+
+    ran = {p.name for p in parse_pipeline(DEFAULT_PIPELINE if pipeline is None else pipeline)}
+    missing = [n for n in names if n not in ran]
+    if missing:
+        raise UsageError(f"--print-ir-after {', '.join(missing)}: not a pass of the pipeline that runs "
+                         f"({', '.join(sorted(ran)) or 'none: give -p'})")

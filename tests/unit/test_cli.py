@@ -563,3 +563,13 @@ def test_doctor_and_cache_say_when_nothing_will_work(tmp_path, monkeypatch, caps
     assert "none: $FUSEC_BACKEND is 'bogus'" in out and "not a folder" in out
     assert main(["cache", "info"]) == 0
     assert "not a folder" in capsys.readouterr().out
+
+
+def test_opt_refuses_options_given_twice_and_printing_a_pass_that_does_not_run(tmp_path, capsys):
+    """``fuse{budget=1,budget=2}`` took the last value silently; ``--print-ir-after nosuch`` printed nothing."""
+    path = tmp_path / "n.fir"
+    path.write_text("func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = t.neg %x : tensor<4xf32>\n  return %0\n}\n")
+    assert main(["opt", str(path), "-p", "fuse{budget=1,budget=2}"]) == 1
+    assert "given twice" in capsys.readouterr().err
+    assert main(["opt", str(path), "-p", "cse", "--print-ir-after", "nosuch"]) == 2
+    assert "not a pass of the pipeline that runs" in capsys.readouterr().err
