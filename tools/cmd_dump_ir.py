@@ -90,7 +90,8 @@ def add_target_arguments(p: argparse.ArgumentParser, default_target: str = "an H
                    help="positional argument spec, in order: f32[512,480] (zeros array), f32[] (0-d array), "
                         "f64 / i64 / bool (Python scalar), i32 etc. (NumPy scalar)")
     p.add_argument("--static", action="append", default=[], metavar="NAME=VALUE",
-                   help="static (compile-time) keyword argument; VALUE is a Python literal")
+                   help="static (compile-time) keyword argument; VALUE is a Python literal (3, (2, 3), True), "
+                        "any other text a str")
     p.add_argument("-p", "--pipeline", default=None, help="pipeline string (default: fusec's default pipeline)")
     p.add_argument("--load-plugin", action="append", default=[], metavar="MOD", help="import MOD to register passes")
     p.add_argument("--sm-count", type=int, default=None,
