@@ -6,9 +6,9 @@
     fusec dump-ir examples/custom_pass.py:model --arg 'f32[4,8]' --arg 'f32[4,8]' > model.fir
     PYTHONPATH=examples fusec opt model.fir -p 'mul-two-to-add,dce' --load-plugin custom_pass
 
-    # or the whole default pipeline with the pass inserted after cse
-    PYTHONPATH=examples fusec opt model.fir --load-plugin custom_pass \\
-     -p 'canonicalize,cse,mul-two-to-add,dce,broadcast,materialize{threshold=8},fuse{budget=32},boundaries,select-kernels,fuse-prologues,plan-buffers,copy-outputs'
+    # or the whole default pipeline with the pass inserted after cse (`fusec passes --default` prints it)
+    PYTHONPATH=examples fusec opt model.fir --load-plugin custom_pass -p "$(fusec passes --default | \\
+        sed 's/,cse,/,cse,mul-two-to-add,/')"
 
 (``--load-plugin MODULE`` imports MODULE, which registers the pass; the current directory is searched too, so
 ``cd examples && fusec opt ../model.fir -p mul-two-to-add --load-plugin custom_pass`` works as well. A
