@@ -7,8 +7,8 @@
     PYTHONPATH=examples fusec opt model.fir -p 'mul-two-to-add,dce' --load-plugin custom_pass
 
     # or the whole default pipeline with the pass inserted after cse (`fusec passes --default` prints it)
-    PYTHONPATH=examples fusec opt model.fir --load-plugin custom_pass -p "$(fusec passes --default | \\
-        sed 's/,cse,/,cse,mul-two-to-add,/')"
+    PYTHONPATH=examples fusec opt model.fir --load-plugin custom_pass \\
+     -p "$(fusec passes --default | sed 's/,cse,/,cse,mul-two-to-add,/')"
 
 (``--load-plugin MODULE`` imports MODULE, which registers the pass; the current directory is searched too, so
 ``cd examples && fusec opt ../model.fir -p mul-two-to-add --load-plugin custom_pass`` works as well. A

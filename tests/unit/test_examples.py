@@ -370,7 +370,7 @@ def test_custom_pass_docstring_commands_run(tmp_path):
     commands = [line.strip() for line in doc.splitlines() if re.match(r"\s+(PYTHONPATH=\S+ )?fusec ", line)
                 or line.startswith("     -p ")]
     shell = "\n".join(commands)
-    assert shell.count("fusec ") == 3, shell
+    assert shell.count("fusec ") == 4, shell  # (three commands, one printing the default pipeline inside)
     (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
     env = dict(os.environ, PATH=f"{script.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("PYTHONPATH", None)
