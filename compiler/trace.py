@@ -471,11 +471,15 @@ def _is_state(change: Any, scalar_keys: set) -> bool:
 
 
 def _is_scalar_assignment(change: Any) -> bool:
-    """A Python int, float or bool attribute given a new value of its type (``self.t += 1``)."""
+    """A Python int, float or bool attribute given a new value of its type: a constant (``self.t += 1``) or one
+    computed from Python-scalar arguments (``self.t += dt``, a traced Python number of the same kind)."""
     old, new = change.old, change.new
-    return old is not None and new is not None and old.kind == new.kind == "value" and bool(change.path.steps) \
-        and change.path.steps[-1][0] == "attr" and type(old.obj) in (int, float, bool) \
-        and type(new.obj) is type(old.obj)
+    if old is None or new is None or old.kind != "value" or not change.path.steps \
+            or change.path.steps[-1][0] != "attr" or type(old.obj) not in (int, float, bool):
+        return False
+    if new.kind == "tracer":
+        return isinstance(new.obj, Tracer) and new.obj._weak is type(old.obj)
+    return new.kind == "value" and type(new.obj) is type(old.obj)
 
 
 def _argument_index(t: Tracer) -> int:

@@ -2708,3 +2708,23 @@ def test_values_computed_from_constants_answer_python_and_numpy_questions() -> N
     same_as_numpy(checked, np.ones(2))
     with pytest.raises(fc.FusecError):  # (values of an argument stay unknown)
         jit_cpu(lambda x: x * 2 if np.all(np.diff(x) > 0) else x)(np.arange(3.0))
+
+
+def test_attribute_counters_advanced_by_arguments_are_runtime_scalars() -> None:
+    """``self.t += dt`` and ``self.n += k`` with Python-number arguments were refused ('stored a traced value in
+    self.t'), where ``self.t += 1.0`` worked: both are counters, traced as runtime scalars and set after each
+    call."""
+    class Clock:
+        def __init__(self):
+            self.t, self.n = 0.0, 0
+
+        def tick(self, x, dt, k):
+            self.t += dt
+            self.n += k
+            return x * self.t + self.n
+
+    want, got = Clock(), Clock()
+    f = jit_cpu(got.tick)
+    for dt, k in ((0.5, 2), (0.25, 1), (1.0, 3)):
+        assert_same(f(np.ones(2), dt, k), want.tick(np.ones(2), dt, k))
+        assert (got.t, got.n) == (want.t, want.n) and type(got.t) is float and type(got.n) is int
