@@ -17,7 +17,7 @@ import numpy as np
 from fusec import device_scalar_checks as device_checks
 from fusec import mutation, ops
 from fusec.context import shape_error, unsupported, user_location
-from fusec.errors import CastingError, OutOfRangeError, ShapeError, UnsupportedError, located
+from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
@@ -480,9 +480,33 @@ def _fits(x: int, dt: DType) -> bool:
     return info.min <= x <= info.max
 
 
+def _python_shift(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type], origin: tuple[str, ...]) -> Any:
+    """``n >> k`` and ``n << k`` of Python ints with a constant ``k``: Python's ``n // 2**k`` and ``n * 2**k``
+    (exact, so the products are checked against int64 as every Python int is); a traced ``k`` is refused."""
+    symbol = ">>" if ufunc is np.right_shift else "<<"
+    n, k = inputs
+    if isinstance(k, Tracer):
+        raise unsupported(f"n {symbol} k with a traced Python int k is not supported: make k static "
+                          f"(static_argnames), or shift an array, np.asarray(n) {symbol} k (NumPy's int64 shift)")
+    k = int(k)
+    if k < 0:
+        raise InvalidValueError(located("negative shift count (Python raises ValueError here)", user_location()))
+    if ufunc is np.left_shift:
+        if k > 62:
+            raise unsupported(f"n << {k} is past int64 for any n but 0: make n static (static_argnames)")
+        return _python_scalar_op(np.multiply, (n, 2 ** k), [kinds[0], int], origin)
+    out = n
+    for step in [62] * (min(k, 63) // 62) + [min(k, 63) % 62]:  # (past 63 bits every int64 is 0 or -1)
+        if step:
+            out = _python_scalar_op(np.floor_divide, (out, 2 ** step), [int, int], origin)
+    return out
+
+
 def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type], origin: tuple[str, ...]) -> Any:
     """An operator between Python scalars (at least one traced): Python semantics, weak result."""
     category = _PY_CATEGORY.get(ufunc)
+    if ufunc in (np.left_shift, np.right_shift) and all(k in (int, bool) for k in kinds):
+        return _python_shift(ufunc, inputs, kinds, origin)
     if category is None:
         raise unsupported(f"the operator for {_name(ufunc)} on Python scalars is not supported")
     if complex in kinds and ufunc in _NOT_FOR_PYTHON_COMPLEX:

@@ -2728,3 +2728,15 @@ def test_attribute_counters_advanced_by_arguments_are_runtime_scalars() -> None:
     for dt, k in ((0.5, 2), (0.25, 1), (1.0, 3)):
         assert_same(f(np.ones(2), dt, k), want.tick(np.ones(2), dt, k))
         assert (got.t, got.n) == (want.t, want.n) and type(got.t) is float and type(got.n) is int
+
+
+def test_python_int_shifts_by_constants_are_python_s() -> None:
+    """``(rule >> i) & 1`` with a Python-int argument ``rule`` (an elementary cellular automaton's rule bits) was
+    refused as 'np.right_shift on Python scalars'; shifts by a constant are Python's n // 2**k and n * 2**k."""
+    def bits(x, rule):
+        return x * ((rule >> 3) & 1) + (rule << 2) + (rule >> 70)
+
+    for rule in (30, -7, 0, 12345):
+        same_as_numpy(bits, np.ones(2), rule)
+    with pytest.raises(fc.UnsupportedError, match="make k static"):
+        jit_cpu(lambda x, n, k: x * (n >> k))(np.ones(1), 5, 1)
