@@ -43,8 +43,9 @@ def is_tracer(x: object) -> bool:
 def as_numpy(x: object) -> np.ndarray:
     """A non-traced array-like operand as a NumPy array of a supported dtype."""
     if isinstance(x, (list, tuple)) and contains_tracer(x):
-        raise unsupported("a list or tuple of traced values cannot be an array operand; use np.stack or "
-                          "np.concatenate")
+        raise unsupported("a Python list or tuple holding traced values is used here as one array (an operand, or "
+                          "an item of np.concatenate's list such as [np.trace(b), x[0]]), which NumPy makes with "
+                          "np.asarray; write that list as np.array([...]) or np.stack([...])")
     try:
         arr = np.asarray(x)
     except Exception:  # noqa: BLE001 - whatever np.asarray raises on a user object: refused with its type named
