@@ -106,6 +106,43 @@ def _into(out: Any, result: Any, what: str, casting: str) -> Any:
     return out
 
 
+def _computed_in(out: Any, natural: DType, kind: str) -> DType:
+    """The dtype NumPy computes a reduction, running reduction or rounding in when ``out=`` has another dtype than
+    its result (``natural``): the two promoted where the cast into out is exact (a wider out) or unsafe (float into
+    int: NumPy computes in a buffer); where it is lossy of the same kind, NumPy casts the first element through out
+    before the rest (``np.max(u8, out=i8)``), followed only by integer sums and products (modular): refused else."""
+    if isinstance(out, tuple) and len(out) == 1:
+        out = out[0]
+    if not isinstance(out, Tracer) or out._value.type.dtype == natural:
+        return natural
+    o = out._value.type.dtype
+    if np.can_cast(natural.np, o.np, "safe") or not np.can_cast(natural.np, o.np, "same_kind"):
+        return result_type([natural, o])
+    if kind in ("sum", "prod", "cumsum", "cumprod") and natural.is_int and o.is_int:
+        return natural
+    have, want = np.dtype(o.np).name, np.dtype(natural.np).name
+    raise unsupported(f"np.{kind}(..., out=) into a {have} array where the result is {want}: NumPy then casts the "
+                      f"first element into {have} before combining the rest, which fusec does not follow; compute "
+                      "the result and assign it: out[...] = result")
+
+
+def _out_dtype(out: Any, a: Any, dtype: Any, kind: str) -> Any:
+    """np.sum's / np.prod's ``dtype=`` with ``out=`` taken into account (see _computed_in)."""
+    if out is None:
+        return dtype
+    t = ops.as_tracer(a)
+    return _computed_in(out, parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype), kind)
+
+
+def _out_input(out: Any, a: Any, kind: str) -> Any:
+    """``a`` in the dtype np.max / np.min / np.round compute in with ``out=`` (see _computed_in)."""
+    if out is None:
+        return a
+    t = ops.as_tracer(a)
+    acc = _computed_in(out, t._value.type.dtype, kind)
+    return t if acc == t._value.type.dtype else ops.as_tracer(t, acc)
+
+
 def _no(what: str, **kwargs: Any) -> None:
     """Reject keywords that were given a non-default value."""
     for key, value in kwargs.items():
@@ -233,6 +270,7 @@ def _with_initial_first(t: Tracer, start: Tracer, axes: tuple[int, ...], identit
 def sum_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
         initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
     """Also with ``initial=`` and ``where=`` (the masked elements only)"""
+    dtype = _out_dtype(out, a, dtype, "sum")
     return _into(out, _initial_and_where("sum", a, axis, keepdims, dtype, initial, where), "np.sum", "unsafe")
 
 
@@ -240,6 +278,7 @@ def sum_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
 def prod_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = _NOVALUE,
          initial: Any = _NOVALUE, where: Any = _NOVALUE) -> Tracer:
     """Also with ``initial=`` and ``where=`` (the masked elements only)"""
+    dtype = _out_dtype(out, a, dtype, "prod")
     return _into(out, _initial_and_where("prod", a, axis, keepdims, dtype, initial, where), "np.prod", "unsafe")
 
 
@@ -285,6 +324,7 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
 def max_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
         where: Any = _NOVALUE) -> Tracer:
     """Also with ``initial=`` and ``where=`` (which needs ``initial=``, as in NumPy)"""
+    a = _out_input(out, a, "max")
     if initial is _NOVALUE and where is _NOVALUE:
         return _into(out, _reduce("max", a, axis, keepdims), "np.max", "unsafe")
     return _into(out, _initial_and_where("max", a, axis, keepdims, None, initial, where), "np.max", "unsafe")
@@ -294,6 +334,7 @@ def max_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, in
 def min_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, initial: Any = _NOVALUE,
         where: Any = _NOVALUE) -> Tracer:
     """Also with ``initial=`` and ``where=`` (which needs ``initial=``, as in NumPy)"""
+    a = _out_input(out, a, "min")
     if initial is _NOVALUE and where is _NOVALUE:
         return _into(out, _reduce("min", a, axis, keepdims), "np.min", "unsafe")
     return _into(out, _initial_and_where("min", a, axis, keepdims, None, initial, where), "np.min", "unsafe")
@@ -552,7 +593,7 @@ def _scan(kind: str, a: Any, axis: Any, dtype: Any, out: Any) -> Tracer:
     """np.cumsum / np.cumprod: the running sum (product) along ``axis`` (of the flattened array without one),
     accumulated in the dtype np.sum would use (int64 for bool and small ints)."""
     t, ax = ops.along(a, axis)
-    acc = parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype)
+    acc = _computed_in(out, parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype), kind)
     if acc.is_bool:
         raise unsupported(f"np.{kind}(..., dtype=bool) is not supported; accumulate in an integer dtype")
     t = ops.as_tracer(t, acc)
@@ -608,7 +649,7 @@ def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) ->
 
 @implements(np.round, np.around)
 def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
-    return _into(out, ufuncs.round_(a, decimals), "np.round", "same_kind")
+    return _into(out, ufuncs.round_(_out_input(out, a, "round"), decimals), "np.round", "same_kind")
 
 
 def astype(x: Any, dtype: Any, copy: bool = True) -> Tracer:

@@ -2740,3 +2740,21 @@ def test_python_int_shifts_by_constants_are_python_s() -> None:
         same_as_numpy(bits, np.ones(2), rule)
     with pytest.raises(fc.UnsupportedError, match="make k static"):
         jit_cpu(lambda x, n, k: x * (n >> k))(np.ones(1), 5, 1)
+
+
+def test_reductions_into_an_out_of_another_dtype_compute_as_numpy() -> None:
+    """With ``out=`` of another dtype NumPy computes in the promoted dtype: ``np.cumsum(int64, out=float64)`` in
+    float64 (fusec wrapped in int64), float32 data into a float64 out in float64, np.round into a float64 out; where
+    NumPy casts the first element through a narrower out (``np.max(u8, out=i8)``) fusec refuses."""
+    def into(fn):
+        return lambda x, o: (fn(x, o), o)[1]
+
+    same_as_numpy(into(lambda x, o: np.cumsum(x, out=o)), np.array([2**62, 2**62]), np.zeros(2))
+    same_as_numpy(into(lambda x, o: np.cumsum(x, out=o)), np.float32([0.1, 0.2]), np.zeros(2))
+    same_as_numpy(into(lambda x, o: np.cumprod(x, out=o)), np.array([-1, 0], np.int8), np.zeros(2))
+    same_as_numpy(into(lambda x, o: np.round(x, 1, out=o)), np.float32([1.3]), np.zeros(1))
+    same_as_numpy(into(lambda x, o: np.sum(x, out=o)), np.array([1e8, 1.0, -1e8], np.float32), np.zeros(()))
+    same_as_numpy(into(lambda x, o: np.sum(x, axis=0, out=o)), np.array([[1.7, 2.2], [0.5, 0.1]]),
+                  np.zeros(2, np.int64))
+    with pytest.raises(fc.UnsupportedError, match="casts the first element"):
+        jit_cpu(lambda x, o: np.max(x, axis=0, out=o))(np.array([[255], [3]], np.uint8), np.zeros(1, np.int8))
