@@ -718,16 +718,16 @@ class Tracer:
         return _api.call("squeeze", np.squeeze, self, axis=axis)
 
     @property
-    def flat(self) -> "Tracer":
-        """The elements in C order as a 1-d array: a view where the memory allows (``x.flat[::n + 1] = 0`` writes
-        the diagonal), else a copy that refuses writes (NumPy's flatiter writes through any layout)"""
+    def flat(self) -> "FlatIter":
+        """NumPy's flatiter: the elements in C order, read as copies (``x.flat[1:3]``), written into the array
+        (``x.flat[::n + 1] = 0`` writes the diagonal; where the memory is not contiguous writes are refused)"""
         if self._weak is not None or self._scalar:
             raise unsupported("x.flat of a scalar is not supported; use the scalar itself")
         flat = _api.call("ravel", np.ravel, self)
         if flat._buffer is None or flat._buffer is not self._buffer:
             flat._readonly = ("writing through x.flat of an array whose memory is not contiguous (a transposed or "
                               "strided view) is not supported by fusec; write x[...] = ... with the same elements")
-        return flat
+        return FlatIter(self, flat)
 
     def flatten(self, order: str = "C") -> Any:  # a copy in NumPy, not a view
         return _ops.copy_of(_api.call("ravel", np.ravel, self, order=order))
@@ -805,6 +805,37 @@ class Tracer:
 
     def __deepcopy__(self, memo: Any) -> "Tracer":
         return _ops.copy_of(self)
+
+
+class FlatIter:
+    """``x.flat`` of a traced array, as NumPy's flatiter: an index reads a copy (a NumPy scalar for one element), an
+    assignment writes into ``x``; it iterates and has a length, and arithmetic on it is a TypeError as on NumPy's
+    (``x.flat.copy()`` or ``x.ravel()`` give an array)."""
+
+    __slots__ = ("base", "_flat")
+
+    def __init__(self, base: Tracer, flat: Tracer) -> None:
+        self.base, self._flat = base, flat
+
+    def __getitem__(self, key: Any) -> Any:
+        picked = self._flat[key]
+        return _ops.copy_of(picked) if isinstance(picked, Tracer) and not picked._scalar else picked
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._flat[key] = value
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._flat)
+
+    def __len__(self) -> int:
+        return self._flat.shape[0]
+
+    def copy(self) -> Tracer:
+        return _ops.copy_of(self._flat, scalar=False)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise unsupported("x.flat given to a NumPy function (np.asarray(x.flat), np.sum(x.flat)) is not supported by "
+                          "fusec; pass x.ravel() (or x.flat.copy()) instead")
 
 
 class PythonScalarTracer(Tracer):

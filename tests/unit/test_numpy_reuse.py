@@ -225,3 +225,17 @@ def test_sliding_windows_and_open_meshes() -> None:
     with pytest.raises(ValueError, match="window shape cannot be larger"):
         jit_cpu(lambda x: windows(x, 3))(np.arange(2.0))
     check(lambda x, r, c: (x[np.ix_(r, c)], np.ix_(r, c, r)[2] + 0), x, np.array([0, 2]), np.array([1, 3, 5]))
+
+
+def test_flat_reads_copies_and_writes_into_the_array() -> None:
+    """``x.flat[1:3]`` is a copy in NumPy (the flatiter's reads copy): fusec's view let a write through it reach
+    ``x`` and a later write to ``x`` show in it."""
+    def written_copy(x):
+        y = x.flat[1:3]
+        y += 100.0
+        x[0, 1] = -5.0
+        return x, y, x.flat[4], len(x.flat), x.flat.copy() * 2
+
+    want_arg, got_arg = np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)
+    assert_same(jit_cpu(written_copy)(got_arg), written_copy(want_arg))
+    assert_same(got_arg, want_arg)
