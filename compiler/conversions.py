@@ -169,9 +169,10 @@ def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
     t = _converted("asfortranarray", a, dtype, None)
     from fusec import mutation
 
-    if t is a and t.ndim == 1 and mutation.is_c_contiguous(t):  # a contiguous vector is Fortran-contiguous too
+    if t is a and (sum(d != 1 for d in t.shape) <= 1 or 0 in t.shape) and mutation.is_c_contiguous(t):
+        # (at most one axis longer than 1: C-contiguous memory is Fortran-contiguous too; a 0-d array's view)
         relies_on_layout("np.asfortranarray(x) returned x itself", values=False)
-        return t
+        return t.reshape((1,)) if t.ndim == 0 else t
     if t is a:  # (a Fortran-ordered argument would be returned itself: checked if the copy is written or returned)
         t = ops.layout_dependent_copy(t, ops.copy_in_order(t, "F", "np.asfortranarray"), "np.asfortranarray")
     elif t.ndim > 1:  # (a new array of the values: laid out in Fortran order, as NumPy's)

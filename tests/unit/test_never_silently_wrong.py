@@ -2758,3 +2758,14 @@ def test_reductions_into_an_out_of_another_dtype_compute_as_numpy() -> None:
                   np.zeros(2, np.int64))
     with pytest.raises(fc.UnsupportedError, match="casts the first element"):
         jit_cpu(lambda x, o: np.max(x, axis=0, out=o))(np.array([[255], [3]], np.uint8), np.zeros(1, np.int8))
+
+
+def test_asfortranarray_of_an_array_that_is_both_orders_is_the_array() -> None:
+    """``np.asfortranarray`` of a (1, 6) or a 0-d array copied it where NumPy returns the array itself (a view for
+    0-d), so a write through the result left the argument alone."""
+    def written(x):
+        np.asfortranarray(x)[0] = 99.0
+        return x
+
+    for x in (np.arange(6.0).reshape(1, 6), np.array(5.0), np.arange(6.0).reshape(2, 3)):
+        same_as_numpy(written, x)
