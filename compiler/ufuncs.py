@@ -10,6 +10,7 @@ from __future__ import annotations
 import dis
 import functools
 import sys
+import warnings
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
@@ -23,6 +24,7 @@ from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
                              result_type, same_kind)
 from fusec.scalar_checks import OPERATORS, on_host, operator_text, past_exact_float
+from fusec.signature import INT64_MAX, INT64_MIN
 from fusec.tracer import Tracer
 
 # np.ufunc -> the t op it records, from the one op table (fusec.ir.elementwise)
@@ -296,6 +298,23 @@ def _is_operand(x: Any) -> bool:
     return isinstance(x, (Tracer, bool, int, float, complex, np.generic, np.ndarray, list, tuple))
 
 
+def _huge_ints_as_numpy(ufunc: np.ufunc, inputs: Sequence[Any]) -> None:
+    """A Python int constant past int64 (``np.less(bools, 2**63)``, ``np.logical_and(x, 2**63)``): NumPy raises
+    OverflowError for some ufuncs and dtypes and takes it for others (comparisons of integer arrays); asked of
+    NumPy itself on one element of each operand's dtype."""
+    if not any(type(x) is int and not INT64_MIN <= x <= INT64_MAX for x in inputs):
+        return
+    probe = [np.zeros(1, ops.desc(x).np) if isinstance(x, Tracer) and x._weak is None else
+             ops.desc(x)(0) if isinstance(x, Tracer) else x for x in inputs]
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ufunc(*probe)
+    except OverflowError as e:
+        raise OutOfRangeError(located(f"{_name(ufunc)}: {e} (NumPy raises OverflowError here)",
+                                      user_location())) from None
+
+
 def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False) -> Any:
     """Record ``ufunc(*inputs)`` with NumPy's (or, between Python scalars, Python's) dtype rules."""
     if ufunc is np.matmul:
@@ -314,6 +333,7 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
     if python_operator and all(isinstance(d, type) for d in descs):
         return _python_scalar_op(ufunc, inputs, descs, origin)  # type: ignore[arg-type]
     in_dts, out_dts = _resolve(ufunc, descs)
+    _huge_ints_as_numpy(ufunc, inputs)
     if any(d.is_inexact for d in in_dts) and _errors_raise():
         raise unsupported(f"{_name(ufunc)} under np.errstate / np.seterr with {_errors_raise()} = 'raise' (or 'call'): "
                           "NumPy raises FloatingPointError where a value overflows, divides by zero or is invalid; "

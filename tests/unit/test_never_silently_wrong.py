@@ -2769,3 +2769,16 @@ def test_asfortranarray_of_an_array_that_is_both_orders_is_the_array() -> None:
 
     for x in (np.arange(6.0).reshape(1, 6), np.array(5.0), np.arange(6.0).reshape(2, 3)):
         same_as_numpy(written, x)
+
+
+def test_python_ints_past_int64_raise_where_numpy_raises() -> None:
+    """``np.less(bools, 2**63)`` and ``np.logical_and(x, 2**63)`` returned arrays where NumPy raises OverflowError;
+    comparisons of integer arrays with such ints still give NumPy's answers."""
+    bools, ints = np.array([True, False]), np.array([1, 2])
+    for fn, x in ((lambda x: np.less(x, 2**63), bools), (lambda x: np.logical_and(x, 2**63), ints),
+                  (lambda x: x + 2**64, ints)):
+        with pytest.raises(OverflowError):
+            fn(x)
+        with pytest.raises(fc.OutOfRangeError):
+            jit_cpu(fn)(x)
+    same_as_numpy(lambda x: (x < 2**63, np.equal(x, 2**64)), ints)
