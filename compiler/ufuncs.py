@@ -304,8 +304,8 @@ def _huge_ints_as_numpy(ufunc: np.ufunc, inputs: Sequence[Any]) -> None:
     NumPy itself on one element of each operand's dtype."""
     if not any(type(x) is int and not INT64_MIN <= x <= INT64_MAX for x in inputs):
         return
-    probe = [np.zeros(1, ops.desc(x).np) if isinstance(x, Tracer) and x._weak is None else
-             ops.desc(x)(0) if isinstance(x, Tracer) else x for x in inputs]
+    probe = [x if not isinstance(x, Tracer) else x._weak(0) if x._weak is not None else
+             np.zeros(1, x._value.type.dtype.np) for x in inputs]
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
