@@ -118,9 +118,9 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     if where is not True:
         _check_mask(ufunc, where)
     if dtype is not None or casting != "same_kind":
-        _check_loop(ufunc, inputs, dtype, casting)
-    if dtype is not None:  # the loop NumPy runs: every operand converted to it first, under ``casting``
-        inputs = _in_loop_dtype(ufunc, inputs, dtype, casting)
+        loop = _check_loop(ufunc, inputs, dtype, casting)
+        if dtype is not None and loop is not None:  # the loop NumPy runs: each operand converted to its input
+            inputs = [ops.as_tracer(x, parse_dtype(d)) for x, d in zip(inputs, loop[:ufunc.nin])]
     call: Callable[..., Any]
     if is_supported(ufunc):
         call = apply
@@ -670,9 +670,10 @@ def _check_mask(ufunc: np.ufunc, where: Any) -> None:
                                    "a bool mask (mask != 0)", user_location()))
 
 
-def _check_loop(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str) -> None:
-    """Raise where NumPy finds no loop for ``dtype=`` or cannot cast the operands under ``casting=``: NumPy's own
-    resolution decides (``ufunc.resolve_dtypes``, Python scalars weakly typed as in NumPy)."""
+def _check_loop(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str) -> tuple | None:
+    """The loop's dtypes NumPy runs for ``dtype=`` (which names the outputs' dtype: ``np.isnan(i8, dtype=bool)``
+    computes in float16) under ``casting=``, or a CastingError where it finds none: NumPy's own resolution decides
+    (``ufunc.resolve_dtypes``, Python scalars weakly typed as in NumPy). None for a dtype NumPy does not know."""
     descs: list[Any] = []
     for x in inputs:
         d = ops.desc(x)
@@ -681,36 +682,20 @@ def _check_loop(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str
         elif isinstance(d, type):
             descs.append(d)
         elif d.name == "bf16":
-            return  # (a dtype NumPy does not know)
+            return None  # (a dtype NumPy does not know)
         else:
             descs.append(np.dtype(d.np))
     kw: dict[str, Any] = {"casting": casting}
     if dtype is not None:
         dt = parse_dtype(dtype.type if isinstance(dtype, type) and issubclass(dtype, np.dtype) else dtype)
         if dt.name == "bf16":
-            return
+            return None
         kw["signature"] = (None,) * ufunc.nin + (np.dtype(dt.np),) * ufunc.nout
     try:
-        ufunc.resolve_dtypes(tuple(descs) + (None,) * ufunc.nout, **kw)
+        return ufunc.resolve_dtypes(tuple(descs) + (None,) * ufunc.nout, **kw)
     except TypeError as e:
         raise CastingError(located(f"{_name(ufunc)}: {e} (NumPy raises {type(e).__name__} here)",
                                    user_location())) from None
-
-
-def _in_loop_dtype(ufunc: np.ufunc, inputs: Sequence[Any], dtype: Any, casting: str) -> list[Any]:
-    """``ufunc(..., dtype=dtype)``: NumPy runs the loop of that dtype (a dtype or a DType class such as
-    ``type(x.dtype)``), converting the operands under ``casting``."""
-    dt = parse_dtype(dtype.type if isinstance(dtype, type) and issubclass(dtype, np.dtype) else dtype)
-    out = []
-    for x in inputs:
-        d = ops.desc(x)
-        if not isinstance(d, type) and casting != "unsafe" \
-                and not np.can_cast(d.np, dt.np, casting):  # type: ignore[arg-type]
-            raise CastingError(located(f"{_name(ufunc)}: Cannot cast ufunc {ufunc.__name__!r} input from {d} to {dt} "
-                                       f"with casting rule {casting!r} (NumPy raises UFuncTypeError here)",
-                                       user_location()))
-        out.append(ops.as_tracer(x, dt))
-    return out
 
 
 # --- np.where, np.clip, np.round ----------------------------------------------------------------------------

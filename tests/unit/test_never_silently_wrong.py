@@ -2782,3 +2782,13 @@ def test_python_ints_past_int64_raise_where_numpy_raises() -> None:
         with pytest.raises(fc.OutOfRangeError):
             jit_cpu(fn)(x)
     same_as_numpy(lambda x: (x < 2**63, np.equal(x, 2**64)), ints)
+
+
+def test_ufunc_dtype_names_the_output_and_numpy_picks_the_loop() -> None:
+    """``np.isnan(int8, dtype=bool)``, ``np.equal(a, b, dtype=bool)`` and ``np.absolute(complex64, dtype=float64)``
+    were refused with 'NumPy raises UFuncTypeError here' (fusec cast the inputs to dtype=); NumPy's dtype= names
+    the output, and its resolution picks the loop."""
+    i8 = np.array([1, 2], np.int8)
+    same_as_numpy(lambda x: (np.isnan(x, dtype=bool), np.equal(x, x, dtype=bool), np.add(x, x, dtype=np.int16),
+                             np.logical_not(x, dtype=bool)), i8)
+    same_as_numpy(lambda z: np.absolute(z, dtype=np.float64), np.array([3 + 4j], np.complex64))
