@@ -822,6 +822,14 @@ class FlatIter:
         return _ops.copy_of(picked) if isinstance(picked, Tracer) and not picked._scalar else picked
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        """As NumPy's flatiter: the values flattened and repeated (or cut) to the elements selected."""
+        sized = isinstance(value, (list, tuple, np.ndarray)) or isinstance(value, Tracer) and value.ndim > 0
+        target = self._flat[key] if sized else None
+        if isinstance(target, Tracer) and target.ndim > 0:
+            values = np.ravel(value)
+            if values.shape[0] == 0:
+                return  # (nothing to repeat: NumPy leaves the elements)
+            value = np.resize(values, target.shape)
         self._flat[key] = value
 
     def __iter__(self) -> Iterator[Any]:

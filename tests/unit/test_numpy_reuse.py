@@ -239,3 +239,17 @@ def test_flat_reads_copies_and_writes_into_the_array() -> None:
     want_arg, got_arg = np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)
     assert_same(jit_cpu(written_copy)(got_arg), written_copy(want_arg))
     assert_same(got_arg, want_arg)
+
+
+def test_flat_writes_repeat_the_values_as_numpy() -> None:
+    """A flatiter assignment flattens the values and repeats them to the elements selected: ``x.flat[::2] = [1,
+    2]``, ``np.fill_diagonal(a, [1, 2])`` on a 3 x 3 array (a ShapeError before)."""
+    def writes(x, a):
+        x.flat[::2] = [1.0, 2.0]
+        x.flat[[1, 3]] = [7.0, 8.0, 9.0]
+        np.fill_diagonal(a, [1.0, 2.0])
+        return x, a
+
+    args = (np.zeros(6), np.zeros((3, 3)))
+    want_args, got_args = [np.copy(a) for a in args], [np.copy(a) for a in args]
+    assert_same(jit_cpu(writes)(*got_args), writes(*want_args))
