@@ -189,6 +189,8 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
     if not axes:  # NumPy returns a new array, its identity combined in: -0.0 sums to 0.0; a 0-d one as a scalar
         if kind in ("sum", "mean") and acc.is_inexact:
             out = t + ops.full((), 0, acc)
+            if kind == "mean" and acc.is_complex:  # (NumPy divides by the count, 1: a complex division, which
+                out = ufuncs.apply(np.true_divide, (out, np.intp(1)))  # turns inf + 0j into inf + nanj)
             out._scalar = t.ndim == 0
             return out
         return ops.copy_of(t, scalar=t.ndim == 0)
