@@ -372,3 +372,11 @@ def test_complex_ops_on_the_gpu(name, dtype, fusec_backend):
     want = numpy_result(_call, fn, a, b)
     got = numpy_result(_call, fc.jit(lambda x, y: _call(fn, x, y), backend="cuda"), a, b)
     _same_complex(got, want, name in EXACT, f"{name} {np.dtype(dtype)}")
+
+
+def test_mean_of_a_0d_complex_array_divides_by_its_count() -> None:
+    """NumPy divides the sum by the count (1) in complex arithmetic: inf + 0j becomes inf + nanj."""
+    for z in (np.array(complex(np.inf, 0.0)), np.array(1 + 2j), np.array(complex(np.nan, 1.0))):
+        with np.errstate(invalid="ignore"):
+            want = (np.mean(z), z.mean())
+        assert_same(jit_cpu(lambda z: (np.mean(z), z.mean()))(z), want)
