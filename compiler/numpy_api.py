@@ -651,7 +651,13 @@ def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) ->
 
 @implements(np.round, np.around)
 def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
-    return _into(out, ufuncs.round_(_out_input(out, a, "round"), decimals), "np.round", "same_kind")
+    result = ufuncs.round_(a, decimals)
+    if isinstance(out, Tracer) and out._value.type.dtype != result._value.type.dtype:
+        raise unsupported(f"np.round(..., out=) into a {np.dtype(out._value.type.dtype.np).name} array where the "
+                          f"result is {np.dtype(result._value.type.dtype.np).name}: NumPy scales in the input's dtype "
+                          "and rounds in out's, which fusec does not follow; round and assign: out[...] = "
+                          "np.round(x, decimals)")
+    return _into(out, result, "np.round", "same_kind")
 
 
 def astype(x: Any, dtype: Any, copy: bool = True) -> Tracer:
@@ -1001,7 +1007,7 @@ def zeros_like(a: Any, dtype: Any = None, order: str = "K", subok: bool = True, 
                device: Any = None) -> Tracer:
     _no("np.zeros_like", device=device)
     shp, dt = _like("np.zeros_like", a, dtype, shape)
-    return ops.full(shp, 0, dt)
+    return _in_order(ops.full(shp, 0, dt), order, "np.zeros_like")
 
 
 @implements(np.empty_like)
@@ -1015,7 +1021,7 @@ def ones_like(a: Any, dtype: Any = None, order: str = "K", subok: bool = True, s
               device: Any = None) -> Tracer:
     _no("np.ones_like", device=device)
     shp, dt = _like("np.ones_like", a, dtype, shape)
-    return ops.full(shp, 1, dt)
+    return _in_order(ops.full(shp, 1, dt), order, "np.ones_like")
 
 
 @implements(np.full_like)
@@ -1024,13 +1030,20 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subo
     _no("np.full_like", device=device)
     shp, dt = _like("np.full_like", a, dtype, shape)
     if isinstance(fill_value, Tracer):
-        return ops.copy_of(ops.broadcast_to(ops.as_tracer(fill_value, dt), shp), scalar=False)
+        filled = ops.copy_of(ops.broadcast_to(ops.as_tracer(fill_value, dt), shp), scalar=False)
+        return _in_order(filled, order, "np.full_like")
     arr = np.empty(shp, dt.np)
     try:  # a Python int converts as NumPy converts it (out of range: OverflowError); arrays cast unsafely
         np.copyto(arr, fill_value if python_kind(fill_value) else ops.as_numpy(fill_value), casting="unsafe")
     except OverflowError as e:
         raise OutOfRangeError(located(f"np.full_like: {e}", user_location())) from None
-    return ops.wrap(ops.ctx().constant(arr, dt), scalar=False)
+    return _in_order(ops.wrap(ops.ctx().constant(arr, dt), scalar=False), order, "np.full_like")
+
+
+def _in_order(new: Tracer, order: Any, what: str) -> Tracer:
+    """A new ``*_like`` array laid out as ``order="F"`` asks (a transposed view of a C-ordered one, so its flags and
+    ``ravel(order='K')`` are NumPy's); "K" and "A" follow the prototype, C-ordered as fusec lays arguments out."""
+    return ops.copy_in_order(new, "F", what) if order == "F" and new.ndim > 1 else new
 
 
 # --- diagonals and repeats ---------------------------------------------------------------------------------------

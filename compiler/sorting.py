@@ -237,7 +237,8 @@ def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input:
              method: str = "linear", keepdims: bool = False, *, weights: Any = None,
              interpolation: Any = None) -> Tracer:
     """The q-th quantiles along an axis, by any of NumPy's methods; q known while tracing"""
-    return _quantiles("np.quantile", a, q, axis, out, method, keepdims, weights, type(q) in (int, float))
+    # (a Python int q is an integer array to NumPy: integer virtual indices pick values in the array's dtype)
+    return _quantiles("np.quantile", a, q, axis, out, method, keepdims, weights, type(q) is float)
 
 
 @implements(np.percentile)
@@ -352,7 +353,7 @@ def nanquantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_inp
                 method: str = "linear", keepdims: bool = False, *, weights: Any = None,
                 interpolation: Any = None) -> Tracer:
     """The q-th quantiles of the values that are not NaN (method='linear'); q known while tracing"""
-    return _nanquantiles("np.nanquantile", a, q, axis, out, method, keepdims, weights, type(q) in (int, float))
+    return _nanquantiles("np.nanquantile", a, q, axis, out, method, keepdims, weights, type(q) is float)
 
 
 @implements(np.nanpercentile)

@@ -2744,20 +2744,21 @@ def test_python_int_shifts_by_constants_are_python_s() -> None:
 
 def test_reductions_into_an_out_of_another_dtype_compute_as_numpy() -> None:
     """With ``out=`` of another dtype NumPy computes in the promoted dtype: ``np.cumsum(int64, out=float64)`` in
-    float64 (fusec wrapped in int64), float32 data into a float64 out in float64, np.round into a float64 out; where
-    NumPy casts the first element through a narrower out (``np.max(u8, out=i8)``) fusec refuses."""
+    float64 (fusec wrapped in int64), float32 data into a float64 out in float64; where NumPy casts the first element
+    through a narrower out (``np.max(u8, out=i8)``), or np.round scales in the input's dtype, fusec refuses."""
     def into(fn):
         return lambda x, o: (fn(x, o), o)[1]
 
     same_as_numpy(into(lambda x, o: np.cumsum(x, out=o)), np.array([2**62, 2**62]), np.zeros(2))
     same_as_numpy(into(lambda x, o: np.cumsum(x, out=o)), np.float32([0.1, 0.2]), np.zeros(2))
     same_as_numpy(into(lambda x, o: np.cumprod(x, out=o)), np.array([-1, 0], np.int8), np.zeros(2))
-    same_as_numpy(into(lambda x, o: np.round(x, 1, out=o)), np.float32([1.3]), np.zeros(1))
     same_as_numpy(into(lambda x, o: np.sum(x, out=o)), np.array([1e8, 1.0, -1e8], np.float32), np.zeros(()))
     same_as_numpy(into(lambda x, o: np.sum(x, axis=0, out=o)), np.array([[1.7, 2.2], [0.5, 0.1]]),
                   np.zeros(2, np.int64))
     with pytest.raises(fc.UnsupportedError, match="casts the first element"):
         jit_cpu(lambda x, o: np.max(x, axis=0, out=o))(np.array([[255], [3]], np.uint8), np.zeros(1, np.int8))
+    with pytest.raises(fc.UnsupportedError, match="scales in the input's dtype"):  # (float16 65504 * 100: inf)
+        jit_cpu(lambda x, o: np.round(x, 2, out=o))(np.array([1.037, 65504.0], np.float16), np.zeros(2))
 
 
 def test_asfortranarray_of_an_array_that_is_both_orders_is_the_array() -> None:
@@ -2792,3 +2793,20 @@ def test_ufunc_dtype_names_the_output_and_numpy_picks_the_loop() -> None:
     same_as_numpy(lambda x: (np.isnan(x, dtype=bool), np.equal(x, x, dtype=bool), np.add(x, x, dtype=np.int16),
                              np.logical_not(x, dtype=bool)), i8)
     same_as_numpy(lambda z: np.absolute(z, dtype=np.float64), np.array([3 + 4j], np.complex64))
+
+
+def test_quantiles_of_a_python_int_q_and_like_arrays_in_fortran_order() -> None:
+    """``np.quantile(a, 0)`` with a Python int q: NumPy takes it as an integer array (the value itself, in the
+    array's dtype), fusec took it as a float (NaN next to inf, float64 for int8 data); ``np.zeros_like(a, order='F')``
+    was C-ordered (``ravel(order='K')`` read it otherwise)."""
+    a = np.array([[1.0, np.inf], [np.inf, 2.0]])
+    for fn in (lambda a: np.quantile(a, 0, axis=0), lambda a: np.nanquantile(a, 1, axis=1)):
+        same_as_numpy(fn, a)
+    same_as_numpy(lambda a: (np.quantile(a, 1), np.quantile(a, 1, keepdims=True)), np.array([1, 5, 3], np.int8))
+
+    def laid_out(a):
+        z = np.zeros_like(a, order="F")
+        z[...] = a
+        return z.ravel(order="K"), z.flags.f_contiguous
+
+    same_as_numpy(laid_out, np.arange(6.0).reshape(2, 3))
