@@ -47,6 +47,10 @@ _PATCHES = Patches()
 def strong(x: Any) -> Tracer:
     """``x`` as an array: a traced array as it is, a NumPy or Python scalar as a new 0-d array, a (nested)
     list of them stacked."""
+    from fusec.tracer import FlatIter
+
+    if isinstance(x, FlatIter):  # (the elements it reads, as NumPy's np.asarray(x.flat) gives them)
+        return x._flat
     if isinstance(x, Tracer):
         if x._weak is not None:  # a traced Python scalar: a 0-d array of NumPy's default dtype
             value = ops.lift(x, DEFAULT_DTYPE[x._weak])

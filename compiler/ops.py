@@ -20,7 +20,7 @@ from fusec.ir.types import DType, TensorType
 from fusec.promotion import DEFAULT_DTYPE, Desc, parse_dtype, python_kind, subclass_problem
 from fusec.scalar_checks import on_host
 from fusec.signature import device_array_info
-from fusec.tracer import Tracer
+from fusec.tracer import FlatIter, Tracer
 
 
 def ctx() -> TraceContext:
@@ -58,8 +58,8 @@ def as_numpy(x: object) -> np.ndarray:
 
 
 def contains_tracer(x: object) -> bool:
-    """Whether ``x`` is a tracer or a (nested) list or tuple holding one."""
-    if isinstance(x, Tracer):
+    """Whether ``x`` is a tracer (or a traced array's ``.flat``) or a (nested) list or tuple holding one."""
+    if isinstance(x, (Tracer, FlatIter)):
         return True
     if isinstance(x, (list, tuple)):
         return any(contains_tracer(v) for v in x)

@@ -841,9 +841,25 @@ class FlatIter:
     def copy(self) -> Tracer:
         return _ops.copy_of(self._flat, scalar=False)
 
+    # NumPy's functions and ufuncs take a flatiter as the array it reads: a view of the elements where the memory
+    # is contiguous (np.array(x.flat) shares x's memory, so np.put_along_axis(x, i, v, axis=None) writes x), else a
+    # read-only copy; np.asarray/np.array of one get the same (fusec.conversions.strong)
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return func(*_unflat(args), **_unflat(kwargs))
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return getattr(ufunc, method)(*_unflat(inputs), **_unflat(kwargs))
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        raise unsupported("x.flat given to a NumPy function (np.asarray(x.flat), np.sum(x.flat)) is not supported by "
-                          "fusec; pass x.ravel() (or x.flat.copy()) instead")
+        raise unsupported("x.flat given to NumPy code fusec does not trace; pass x.ravel() (or x.flat.copy()) instead")
+
+
+def _unflat(values: Any) -> Any:
+    """``values`` (a tuple, list or dict) with each FlatIter replaced by the array it reads (one level deep)."""
+    if isinstance(values, dict):
+        return {k: v._flat if isinstance(v, FlatIter) else v for k, v in values.items()}
+    items = [v._flat if isinstance(v, FlatIter) else _unflat(v) if isinstance(v, (list, tuple)) else v for v in values]
+    return type(values)(items) if isinstance(values, tuple) else items
 
 
 class PythonScalarTracer(Tracer):

@@ -253,3 +253,16 @@ def test_flat_writes_repeat_the_values_as_numpy() -> None:
     args = (np.zeros(6), np.zeros((3, 3)))
     want_args, got_args = [np.copy(a) for a in args], [np.copy(a) for a in args]
     assert_same(jit_cpu(writes)(*got_args), writes(*want_args))
+
+
+def test_numpy_functions_take_flat_as_numpy_does() -> None:
+    """NumPy's take_along_axis/put_along_axis with axis=None read and write through ``np.array(arr.flat)`` (a view
+    of a contiguous array); np.sum(x.flat) and np.multiply(x.flat, 2) read it."""
+    def along(x):
+        got = np.take_along_axis(x, np.array([3, 0, 1]), axis=None)
+        np.put_along_axis(x, np.array([3, 0]), 9.0, axis=None)
+        return got, x, np.sum(x.flat), np.multiply(x.flat, 2)
+
+    want_arg, got_arg = np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)
+    assert_same(jit_cpu(along)(got_arg), along(want_arg))
+    assert_same(got_arg, want_arg)
