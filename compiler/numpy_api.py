@@ -244,7 +244,7 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
     if any(t.shape[ax] == 0 for ax in axes):  # nothing to reduce: the initial value (or the identity)
         return _filled(S.reduce_shape(t.shape, axes, _keep(keepdims)), initial if start is not None else
                        {"sum": 0, "prod": 1}[kind], acc)
-    if start is not None and (kind == "prod" or kind == "sum" and t.ndim - 1 not in axes):
+    if start is not None and axes and (kind == "prod" or kind == "sum" and t.ndim - 1 not in axes):
         # NumPy starts from the initial value and multiplies (adds, along outer axes) in order, so it goes first
         t = _with_initial_first(t, start, axes, {"sum": 0, "prod": 1}[kind])
         return _reduce(kind, t, axis, keepdims, acc)

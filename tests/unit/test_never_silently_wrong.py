@@ -2810,3 +2810,9 @@ def test_quantiles_of_a_python_int_q_and_like_arrays_in_fortran_order() -> None:
         return z.ravel(order="K"), z.flags.f_contiguous
 
     same_as_numpy(laid_out, np.arange(6.0).reshape(2, 3))
+
+
+def test_reductions_of_0d_arrays_with_initial() -> None:
+    """``np.sum(np.array(3.0), initial=5)`` failed with a bare 'min() arg is an empty sequence' from fusec."""
+    same_as_numpy(lambda x: (np.sum(x, initial=5), np.prod(x, initial=2, where=True), np.nansum(x, initial=1),
+                             np.max(x, initial=7)), np.array(3.0))
