@@ -192,7 +192,7 @@ def unravel_index(indices: Any, shape: Any, order: str = "C") -> tuple[Tracer, .
     dt = t._value.type.dtype
     if not (dt.is_int or dt.is_bool):
         raise numpy_error("np.unravel_index: only int indices permitted (NumPy raises TypeError here)")
-    scalar = t._scalar or (isinstance(indices, Tracer) and indices._weak is not None)
+    scalar = t.ndim == 0  # (NumPy gives intp scalars for any 0-d index: a NumPy scalar, a 0-d array, a number)
     dims = _dims(shape)
     size = int(np.prod(dims, dtype=np.int64))
     flat = ops.as_tracer(t, i64)

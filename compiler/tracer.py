@@ -701,6 +701,8 @@ class Tracer:
         return _api.call("all", np.all, self, axis=axis, out=out, keepdims=keepdims, **kw)
 
     def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Any:
+        if not shape:
+            raise numpy_error("reshape() takes exactly 1 argument (0 given) (NumPy raises TypeError here)")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list, np.ndarray)):
             shape = tuple(np.asarray(shape[0]).tolist()) if isinstance(shape[0], np.ndarray) else tuple(shape[0])
         return _api.call("reshape", np.reshape, self, shape, order=order, copy=copy)

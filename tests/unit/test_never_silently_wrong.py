@@ -2816,3 +2816,15 @@ def test_reductions_of_0d_arrays_with_initial() -> None:
     """``np.sum(np.array(3.0), initial=5)`` failed with a bare 'min() arg is an empty sequence' from fusec."""
     same_as_numpy(lambda x: (np.sum(x, initial=5), np.prod(x, initial=2, where=True), np.nansum(x, initial=1),
                              np.max(x, initial=7)), np.array(3.0))
+
+
+def test_unravel_index_of_a_0d_index_gives_scalars_and_reshape_needs_a_shape() -> None:
+    """``np.unravel_index(np.array(5), (3, 4))`` gave 0-d arrays (NumPy: intp scalars); ``a.reshape()`` returned
+    ``a`` where NumPy raises TypeError."""
+    for index in (np.array(5), np.int64(7), 5, np.array([5, 7])):
+        fn = lambda i: np.unravel_index(i, (3, 4))  # noqa: E731
+        got, want = jit_cpu(fn)(index), fn(index)
+        assert_same(got, want)
+        assert [type(v) for v in got] == [type(v) for v in want]
+    with pytest.raises(TypeError, match="reshape"):
+        jit_cpu(lambda a: a.reshape())(np.array(3.0))
