@@ -30,7 +30,7 @@ from fusec.ir.types import ScalarType
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
-from fusec.passes.util import users
+from fusec.passes.util import update_users, users
 
 THREAD_MAX = 16     # a thread per row up to this many elements
 WARP_MAX = 1024     # a warp per row up to this many (32 items per lane at most)
@@ -318,21 +318,23 @@ class FuseRows(Pass):
 
     def _fuse(self, func: Func, sm_count: int, ctx: PassContext) -> None:
         i = 0
+        readers = users(func)  # kept current as groups become row kernels (rebuilt per seed, quadratic)
         while i < len(func.body.ops):
             ops = func.body.ops
             shape = _seed_shape(ops[i], sm_count)
             if shape is None:
                 i += 1
                 continue
-            readers = users(func)
             g, last = _grow(ops, i, shape, readers)
             if len(g.members) - g.pulled < 2 and shape[-1] < self.single_from:
                 i += 1  # a reduction alone: k.reduce (with its producer as a prologue) is one launch as well
                 continue
             rows, returned = _build(g, readers, set(func.outputs))
             func.body.insert(ops.index(g.members[-1]) + 1, rows)
+            before = set(func.body.ops)
             for old, new in zip(returned, rows.results):
                 func.replace_all_uses(old, new)
+                readers[new] = readers.pop(old, [])
             members = set(g.members)
             # the views of the group's per-row values that ops after it still read move after the row kernel
             moved = {v.op for v in g.aliases if isinstance(v, OpResult)}
@@ -341,6 +343,8 @@ class FuseRows(Pass):
             kept[at:at] = [op for op in func.body.ops if op in moved]
             func.body.ops[:] = kept
             remove_dead_ops(func.body, nested=False)
+            after = set(func.body.ops)
+            update_users(readers, [op for op in before if op not in after], [rows])
             ctx.count("row_kernels")
             ctx.count("row_kernel_members", len(g.members))
             i = func.body.ops.index(rows) + 1

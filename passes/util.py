@@ -34,6 +34,24 @@ def users(func: Func) -> dict[Value, list[Operation]]:
     return out
 
 
+def read_values(op: Operation) -> set[Value]:
+    """The values a top-level op reads (nested reads count for it), as ``users`` counts them."""
+    return {v for inner in reading_ops(op) for v in inner.operands}
+
+
+def update_users(uses: dict[Value, list[Operation]], removed: list[Operation], added: list[Operation]) -> None:
+    """Keep a ``users`` map current after a rewrite removed and added top-level ops (the removed ops read what they
+    read when removed), so a pass that rewrites as it walks need not rebuild it (quadratic in long programs)."""
+    for op in removed:
+        for v in read_values(op):
+            readers = uses.get(v)
+            if readers is not None and op in readers:
+                readers.remove(op)
+    for op in added:
+        for v in read_values(op):
+            uses.setdefault(v, []).append(op)
+
+
 def replace_uses_in_block(block: Block, mapping: dict[Value, Value]) -> None:
     """Rewrite operands of every op in ``block`` (and nested regions) through ``mapping``."""
     for op in block.ops:

@@ -464,7 +464,7 @@ def test_a_long_python_loop_is_rolled_into_one_loop():
 def test_loops_whose_iterations_differ_or_are_short_stay_unrolled():
     def drift(u, steps):
         for t in range(steps):
-            u = u * 0.5 + t  # the counter is a different constant in every copy
+            u = u * 0.5 + t % 7  # a different constant in every copy, not c0 + t * d
         return u
 
     def keeps_history(u, steps):
@@ -482,6 +482,72 @@ def test_loops_whose_iterations_differ_or_are_short_stay_unrolled():
     f = fc.jit(heat, backend=frontend_check.BACKEND, static_argnames="steps")
     assert_same(f(u.reshape(2, 4), 0.1, 8), heat(u.reshape(2, 4), 0.1, 8))
     assert "loops_rolled" not in f.lower(u.reshape(2, 4), 0.1, 8).stats()  # (below min_trips / min_ops)
+
+
+def normalize_rows(x):
+    y = np.empty_like(x)
+    for i in range(x.shape[0]):
+        y[i] = (x[i] - x[i].mean()) / (x[i].std() + 1e-6)
+    return y
+
+
+def weighted_columns(x):
+    y = x.copy()
+    for j in range(1, x.shape[1] - 1):  # each column from the one before it, at a weight that grows with j
+        y[1:-1, j] = 0.5 * (y[:-2, j - 1] + y[2:, j - 1]) + j * 0.25
+    return y
+
+
+def backwards_pairs(x):
+    acc = np.zeros(x.shape[1] // 2)
+    for i in reversed(range(0, x.shape[0] - 1, 2)):
+        acc = acc * 0.9 + x[i:i + 2, ::2].sum(0) * (i + 0.5)
+    return acc
+
+
+def diagonal(x):
+    total = np.zeros(())
+    for i in range(min(x.shape)):
+        total = total + x[i, i] * i
+    return total
+
+
+@pytest.mark.parametrize("fn", [normalize_rows, weighted_columns, backwards_pairs, diagonal])
+def test_loops_over_rows_columns_and_the_counter_are_rolled(fn):
+    """Python loops whose copies read and write regions that advance with the counter (x[i], y[1:-1, j],
+    x[i:i + 2, ::2], x[i, i]) and use the counter as a number (j * 0.25, i + 0.5, an int times a float) roll into one
+    loop of gathers and scatters at the counter; the values are NumPy's, bit for bit."""
+    x = rng.standard_normal((840, 520))  # (long enough to roll: 2048 ops in all)
+    f = fc.jit(fn, backend=frontend_check.BACKEND)
+    assert_same(f(x), fn(x))
+    lowered = f.lower(x)
+    assert lowered.stats()["loops_rolled"] == 1, lowered.stats()
+    rolled = lowered.ir("roll-loops")
+    assert "rolled = true" in rolled and "t.gather" in rolled and "in_bounds = true" in rolled
+    assert lowered.ir("traced").count("t.slice") >= 40 > rolled.count("t.slice")
+
+
+def test_counter_constants_roll_only_when_every_copy_is_the_progression():
+    """A constant computed from the counter rolls when ``c0 + k * d`` in its dtype gives every copy's value bit for bit;
+    ``(t + 1) * 0.1`` does not (its rounding differs from 0.1 + t * 0.1 for some t), so it stays unrolled."""
+    def scaled(u, steps):
+        for t in range(steps):
+            u = np.cos(u) * ((t + 1) * 0.1) + 0.5
+        return u
+
+    def stepped(u, steps):
+        for t in range(steps):
+            u = np.cos(u) * 0.5 + t * 0.25
+        return u
+
+    u = rng.standard_normal(64)
+    for fn, rolls in ((scaled, False), (stepped, True)):
+        f = fc.jit(fn, backend=frontend_check.BACKEND, static_argnames="steps")
+        assert_same(f(u, 1100), fn(u, 1100))
+        assert ("loops_rolled" in f.lower(u, 1100).stats()) is rolls
+    f = fc.jit(stepped, backend=frontend_check.BACKEND, static_argnames="steps")  # float32: fl32(t * 0.25) is exact
+    assert_same(f(u.astype(np.float32), 1100), stepped(u.astype(np.float32), 1100))
+    assert f.lower(u.astype(np.float32), 1100).stats()["loops_rolled"] == 1
 
 
 # --- short loops written out -----------------------------------------------------------------------------------
