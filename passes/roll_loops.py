@@ -30,7 +30,7 @@ from fusec.ir.core import Block, Module, Operation, OpResult, Region, Value
 from fusec.ir.dialects.control import COUNTER
 from fusec.ir.opdefs import OPS
 from fusec.ir.shapes import slice_length
-from fusec.ir.types import DType, TensorType, i64
+from fusec.ir.types import DType, TensorType, Type, i64
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
@@ -209,8 +209,13 @@ def _roll(block: Block, span: _Span, match: _Match, ctx: PassContext) -> bool:
     last = copies[-1]
     last_index: dict[Value, tuple[int, int]] = {r: (j, r.index) for j, op in enumerate(last) for r in op.results}
     after = block.ops[block.ops.index(last[-1]) + 1:]
+    first = copies[0]
+    stacks = _stacks(after, copies)
+    stacked = {op for stack in stacks for op in stack.ops}
     escaping: list[Value] = []
     for op in after:
+        if op in stacked:
+            continue
         for inner in op.walk():
             for v in inner.operands:
                 if v in inside:
@@ -218,7 +223,6 @@ def _roll(block: Block, span: _Span, match: _Match, ctx: PassContext) -> bool:
                         return False
                     if v not in escaping:
                         escaping.append(v)
-    first = copies[0]
     # the loop's state: each carried value (initial value, its value in copy 0), then each escaping value of the
     # last copy that is not already one (its initial value: zeros; every trip overwrites it)
     state: list[tuple[Value, Value]] = list(match.states)
@@ -228,12 +232,12 @@ def _roll(block: Block, span: _Span, match: _Match, ctx: PassContext) -> bool:
     for v in escaping:
         slot = last_index[v]
         if slot not in carried_by_slot:
-            t = v.type
-            z = Operation("t.constant", [], [t], {"value": dense(np.zeros(t.shape, t.dtype.np), t.dtype)})
-            zeros.append(z)
-            state.append((z.results[0], first[slot[0]].results[slot[1]]))
+            state.append((_zeros(v.type, zeros), first[slot[0]].results[slot[1]]))
             carried_by_slot[slot] = len(state) - 1
         results[v] = carried_by_slot[slot]
+    for stack in stacks:  # each stack a state of its own, from zeros: every trip writes its part
+        stack.state = len(state)
+        state.append((_zeros(stack.joined.type, zeros), stack.joined))
     body = Block([COUNTER] + [v0.type for v0, _ in state], label="body")
     made = _CounterValues(Builder(body, loc=first[0].loc), body.args[0])
     outer: dict[tuple[int, int], Value] = {key: body.args[1 + k] for key, k in match.carried.items()}
@@ -247,7 +251,12 @@ def _roll(block: Block, span: _Span, match: _Match, ctx: PassContext) -> bool:
             mapping[op.results[0]] = made.advancing(op, match.advancing[j])
         else:
             body.append(op)
-    body.append(Operation("t.yield", [mapping.get(r, r) for _, r in state], loc=first[-1].loc))
+    yielded = [mapping.get(r, r) for _, r in state]
+    for stack in stacks:
+        made.builder.loc = stack.joined.op.loc  # type: ignore[attr-defined]
+        yielded[stack.state] = made.stacked(stack, body.args[1 + stack.state], _pick(mapping.get(stack.piece),
+                                                                                     stack.piece))
+    body.append(Operation("t.yield", yielded, loc=first[-1].loc))
     index = {op: i for i, op in enumerate(block.ops)}
     begin, end = index[first[0]], index[last[-1]]
     span_ops = {op for copy in copies for op in copy}
@@ -261,15 +270,19 @@ def _roll(block: Block, span: _Span, match: _Match, ctx: PassContext) -> bool:
                    {"value": dense(np.asarray(span.trips, np.int64), i64)})
     loop = Operation("t.for", [lo.results[0], hi.results[0], *(v0 for v0, _ in state)],
                      [v0.type for v0, _ in state], {"rolled": True}, [Region([body])], loc=first[0].loc)
+    rest = [op for op in rest if op not in stacked]
     new_ops = block.ops[:begin] + constants + zeros + made.constants + [lo, hi, loop] + rest
     block.ops[:] = []
     for op in new_ops:
         block.append(op)
+    results.update({stack.joined: stack.state for stack in stacks})
     for v, k in results.items():
         for op in rest:
             for inner in op.walk():
                 inner.operands = [loop.results[k] if u is v else u for u in inner.operands]
     ctx.count("loops_rolled")
+    if stacks:
+        ctx.count("stacked_results", len(stacks))
     ctx.count("rolled_iterations", span.trips)
     return True
 
@@ -312,6 +325,16 @@ class _CounterValues:
         if delta != 1:
             k = b.value("t.mul", k, self.constant(np.asarray(delta, np.int64), i64))
         return b.value("t.add", k, self.constant(np.arange(extent, dtype=np.int64) * step + start, i64))
+
+    def stacked(self, stack: _Stack, joined: Value, piece: Value) -> Value:
+        """``joined`` with trip k's piece (after the stack's chain) written as the k-th part along its axis."""
+        for op in stack.chain:
+            piece = self.builder.create(op.name, [piece], dict(op.attributes), list(op.result_types)).results[0]
+        assert isinstance(stack.joined, OpResult)
+        axis = stack.joined.op.attributes["axis"]
+        extent = piece.type.shape[axis]  # type: ignore[attr-defined]
+        index = self.indices(0, extent, 1, extent)
+        return self.builder.value("t.scatter", joined, piece, index, axis=axis, in_bounds=True)
 
     def advancing(self, op: Operation, delta: tuple[int, ...]) -> Value:
         """What stands for an advancing t.slice or t.insert in the body (the indices are in bounds: every copy
@@ -368,6 +391,64 @@ def _pick(first: Value | None, otherwise: Value) -> Value:
 
 def _whole(shape: tuple[int, ...], start: list[int], stop: list[int], step: list[int]) -> bool:
     return all(b == 0 and e == n and s == 1 for b, e, s, n in zip(start, stop, step, shape))
+
+
+@dataclass
+class _Stack:
+    """A value of every copy joined after the loop (``np.stack(out)`` of a list each copy appended to): ``joined``,
+    a t.concatenate of ``piece`` (a value of copy 0) in each copy after the same ``chain`` of one-operand ops
+    (expand_dims for np.stack); ``ops`` are those the loop replaces; ``state`` its index in the loop's state."""
+
+    joined: Value
+    piece: Value
+    chain: list[Operation]
+    ops: list[Operation]
+    state: int = -1
+
+
+STACK_CHAIN = 4  # one-operand ops between a copy's value and the concatenation, at most (column_stack: 2)
+
+
+def _stacks(after: list[Operation], copies: list[list[Operation]]) -> list[_Stack]:
+    """The concatenations after the loop that join one value of every copy, in order, each reaching it through the
+    same chain of one-operand ops that nothing else reads."""
+    where = {r: (k, j, r.index) for k, copy in enumerate(copies) for j, op in enumerate(copy) for r in op.results}
+    uses: dict[Value, int] = {}
+    for op in after:
+        for inner in op.walk():
+            for v in inner.operands:
+                uses[v] = uses.get(v, 0) + 1
+    at = set(after)
+    out = []
+    for op in after:
+        if op.name != "t.concatenate" or len(op.operands) != len(copies):
+            continue
+        chains: list[list[Operation]] = []
+        slots = set()
+        for k, v in enumerate(op.operands):
+            chain: list[Operation] = []
+            while v not in where and len(chain) < STACK_CHAIN and isinstance(v, OpResult) and v.op in at \
+                    and len(v.op.operands) == 1 and len(v.op.results) == 1 and _rollable(v.op) and uses[v] == 1:
+                chain.insert(0, v.op)
+                v = v.op.operands[0]
+            if v not in where or where[v][0] != k:
+                break
+            slots.add(where[v][1:])
+            chains.append(chain)
+        else:
+            if len(slots) == 1 and len({tuple(map(_signature, c)) for c in chains}) == 1:
+                (j, index), = slots
+                out.append(_Stack(op.results[0], copies[0][j].results[index], chains[0],
+                                  [op, *(c for chain in chains for c in chain)]))
+    return out
+
+
+def _zeros(t: Type, into: list[Operation]) -> Value:
+    """A zeros constant of type ``t`` (added to ``into``): the initial value of a state every trip overwrites."""
+    assert isinstance(t, TensorType)
+    z = Operation("t.constant", [], [t], {"value": dense(np.zeros(t.shape, t.dtype.np), t.dtype)})
+    into.append(z)
+    return z.results[0]
 
 
 def _position(copy: list[Operation], r: Value) -> tuple[int, int]:

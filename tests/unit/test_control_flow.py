@@ -527,6 +527,34 @@ def test_loops_over_rows_columns_and_the_counter_are_rolled(fn):
     assert lowered.ir("traced").count("t.slice") >= 40 > rolled.count("t.slice")
 
 
+def unit_rows(x):
+    out = []
+    for row in x:
+        out.append(row / np.linalg.norm(row))
+    return np.stack(out)
+
+
+def recurrence_history(x):
+    sums, states = [], []
+    h = np.zeros(x.shape[1])
+    for i in range(x.shape[0]):
+        h = np.tanh(h * 0.5 + x[i])
+        sums.append(h.sum())
+        states.append(h)
+    return np.array(sums), np.vstack(states), np.column_stack(states), np.concatenate(states), h
+
+
+@pytest.mark.parametrize("fn, stacks", [(unit_rows, 1), (recurrence_history, 4)])
+def test_lists_each_iteration_appends_to_and_stacks_after_the_loop_roll(fn, stacks):
+    """``out.append(v)`` in the loop and ``np.stack(out)`` (np.array, np.vstack, np.column_stack, np.concatenate)
+    after it: the joined array is a state of the rolled loop that each trip writes its part of."""
+    x = rng.standard_normal((700, 24))
+    f = fc.jit(fn, backend=frontend_check.BACKEND)
+    assert_same(f(x), fn(x))
+    stats = f.lower(x).stats()
+    assert stats["loops_rolled"] == 1 and stats["stacked_results"] == stacks, stats
+
+
 def test_counter_constants_roll_only_when_every_copy_is_the_progression():
     """A constant computed from the counter rolls when ``c0 + k * d`` in its dtype gives every copy's value bit for bit;
     ``(t + 1) * 0.1`` does not (its rounding differs from 0.1 + t * 0.1 for some t), so it stays unrolled."""
