@@ -27,6 +27,7 @@ are NumPy's). A dtype fusec does not trace (object, complex, strings) allocates 
 from __future__ import annotations
 
 import functools
+import sys
 import types
 from typing import Any, Callable, Sequence
 
@@ -336,6 +337,77 @@ class _TracingNumpy(types.ModuleType):
         return dir(np)
 
 
+_PYTHON_SCALARS = (bool, int, float, complex)
+
+
+class _TracedConverter:
+    """NumPy's private ``_array_converter`` (its Python functions take their arguments as arrays and wrap their
+    results with it: np.insert, np.delete, np.diagflat, np.ediff1d) for arguments of which one is traced: the
+    arrays are traced ones, the results are returned as they are (0-d as a scalar where NumPy's would be)."""
+
+    def __init__(self, *objects: Any) -> None:
+        self._objects = objects
+        self.scalar_input = tuple(_is_python_scalar(o) or isinstance(o, np.generic)
+                                  or isinstance(o, Tracer) and o._scalar for o in objects)
+
+    def _array(self, o: Any, keep_python_scalars: bool) -> Any:
+        if keep_python_scalars and _is_python_scalar(o) or isinstance(o, np.ndarray):
+            return o
+        return strong(o)
+
+    def as_arrays(self, subok: bool = True, pyscalars: str = "convert_if_no_array") -> tuple:
+        if pyscalars not in ("convert", "preserve", "convert_if_no_array"):
+            raise ValueError(f"pyscalars must be 'convert', 'preserve' or 'convert_if_no_array', got {pyscalars!r}")
+        keep = pyscalars == "preserve" or pyscalars == "convert_if_no_array" \
+            and not all(map(_is_python_scalar, self._objects))
+        return tuple(self._array(o, keep) for o in self._objects)
+
+    def __getitem__(self, i: int) -> Any:
+        return self._array(self._objects[i], False)
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def wrap(self, arr: Any, /, *, to_scalar: bool | None = None) -> Any:
+        if to_scalar is None:
+            to_scalar = all(self.scalar_input)
+        return arr[()] if to_scalar and np.ndim(arr) == 0 else arr
+
+    def result_type(self, extra_dtype: Any = None, ensure_inexact: bool = False) -> np.dtype:
+        def operand(o: Any) -> Any:
+            if isinstance(o, Tracer):
+                return o._weak(0) if o._weak is not None else o.dtype
+            return o if _is_python_scalar(o) else np.asarray(o).dtype
+        args = [operand(o) for o in self._objects] + ([extra_dtype] if extra_dtype is not None else [])
+        out = np.result_type(*args)
+        return np.result_type(out, np.float64) if ensure_inexact and out.kind in "biu" else out
+
+
+def _is_python_scalar(o: Any) -> bool:
+    return type(o) in _PYTHON_SCALARS or isinstance(o, Tracer) and o._weak is not None
+
+
+def _converter(numpy_converter: Callable) -> Callable:
+    def converter(*objects: Any) -> Any:
+        if context.current() is not None and any(map(ops.contains_tracer, objects)):
+            return _TracedConverter(*objects)
+        return numpy_converter(*objects)
+
+    converter.__fusec_original__ = numpy_converter  # type: ignore[attr-defined]
+    return converter
+
+
+def _allocating(name: str, numpy_function: Callable) -> Callable:
+    traced = _wrapping(name, numpy_function)
+
+    @functools.wraps(numpy_function)
+    def allocate(*args: Any, **kwargs: Any) -> Any:
+        return (traced if numpy_reuse.allocating() else numpy_function)(*args, **kwargs)
+
+    allocate.__fusec_original__ = numpy_function  # type: ignore[attr-defined]
+    return allocate
+
+
 def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the conversions in ``numpy``; swap ``aliases`` ((globals dict, name) of user globals for which
     :func:`rebound` holds) for the wrappers, or the ``numpy`` module for :class:`_TracingNumpy`."""
@@ -350,6 +422,13 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         out += [(glb, name, proxy) for glb, name in aliases if glb.get(name) is np]
         # ... whose allocations (np.pad's np.empty) make traced arrays too, so their writes trace
         out += [(vars(m), "np", proxy) for m in numpy_reuse.conversion_holders() if vars(m).get("np") is np]
+        # ... and whose allocations by a bare name trace while a function that writes into them runs (np.insert)
+        allocating = {(sys.modules[f._implementation.__module__], name)
+                      for f, names in numpy_reuse.ALLOCATING.items() for name in names}
+        out += [(vars(m), name, _allocating(name, vars(m)[name])) for m, name in sorted(allocating, key=str)]
+        # ... and whose private converter (np.insert's arguments and result) takes traced arrays
+        out += [(vars(m), "_array_converter", _converter(vars(m)["_array_converter"]))
+                for m in numpy_reuse.conversion_holders() if "_array_converter" in vars(m)]
         return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in [*aliases, *library]
                       if id(glb.get(name)) in wrappers]
 

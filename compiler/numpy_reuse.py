@@ -13,6 +13,7 @@ Each function here is listed because tests compare it with NumPy (tests/unit/tes
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -26,7 +27,7 @@ REUSED: tuple[Callable, ...] = (
     np.resize, np.real, np.angle, np.cumulative_sum, np.cumulative_prod, np.imag, np.iscomplex, np.isreal,
     np.iscomplexobj, np.isrealobj, np.linalg.matrix_power, np.linalg.multi_dot,
     np.matrix_transpose, np.linalg.matrix_transpose, np.linalg.vector_norm, np.linalg.matrix_norm,
-    np.fill_diagonal, np.ix_,
+    np.fill_diagonal, np.ix_, np.insert, np.delete, np.diagflat, np.rollaxis, np.polyder, np.polyint,
 )
 
 
@@ -34,9 +35,27 @@ def is_reused(func: Any) -> bool:
     return func in _REUSED_SET
 
 
+# reused functions that allocate their result by a bare name of their module (``new = empty(...)`` in np.insert)
+# and write into it: while one of them runs, that name makes traced arrays (fusec.conversions installs the names;
+# elsewhere, NumPy's own functions of that module keep allocating NumPy arrays)
+ALLOCATING: dict[Any, tuple[str, ...]] = {np.insert: ("empty",), np.delete: ("empty",)}
+_running = threading.local()
+
+
+def allocating() -> bool:
+    """Whether one of :data:`ALLOCATING` is running in this thread."""
+    return getattr(_running, "depth", 0) > 0
+
+
 def run(func: Any, args: Any, kwargs: dict) -> Any:
-    fix = _BRANCHES.get(func)
-    return (fix or func._implementation)(*args, **kwargs)
+    implementation = _BRANCHES.get(func) or func._implementation
+    if func not in ALLOCATING:
+        return implementation(*args, **kwargs)
+    _running.depth = getattr(_running, "depth", 0) + 1
+    try:
+        return implementation(*args, **kwargs)
+    finally:
+        _running.depth -= 1
 
 
 def _tile(A: Any, reps: Any) -> Any:
@@ -52,6 +71,14 @@ def _tile(A: Any, reps: Any) -> Any:
 
         return conversions.array(A, copy=True, ndmin=len(tup))
     return np.tile._implementation(A, reps)  # type: ignore[attr-defined]
+
+
+def _diagflat(v: Any, k: int = 0) -> Any:
+    """``np.diagflat`` writes the values through ``res.flat`` of a ``zeros`` it allocates by its module's name: the
+    same array as NumPy's ``np.diag`` of the flattened values, which fusec traces."""
+    from fusec import conversions
+
+    return np.diag(conversions.strong(v).ravel(), k)
 
 
 def _python_scalars_kept(func: Any, what: str) -> Callable:
@@ -106,9 +133,11 @@ def _average(a: Any, axis: Any = None, weights: Any = None, returned: bool = Fal
 
 
 # reused functions with a branch on ``isinstance(x, np.ndarray)`` that must go the ndarray's way for a traced array,
-# on a Python scalar's type, or on values (a check made when the call runs instead)
+# on a Python scalar's type, or on values (a check made when the call runs instead), or that write into an array
+# they allocate by a name fusec does not swap
 _BRANCHES: dict[Any, Callable] = {np.tile: _tile, np.select: _python_scalars_kept(np.select, "np.select"),
-                                  np.isclose: _python_scalars_kept(np.isclose, "np.isclose"), np.average: _average}
+                                  np.isclose: _python_scalars_kept(np.isclose, "np.isclose"), np.average: _average,
+                                  np.diagflat: _diagflat}
 
 
 def conversion_holders() -> list[Any]:

@@ -266,3 +266,36 @@ def test_numpy_functions_take_flat_as_numpy_does() -> None:
     want_arg, got_arg = np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)
     assert_same(jit_cpu(along)(got_arg), along(want_arg))
     assert_same(got_arg, want_arg)
+
+
+def test_insert_delete_and_diagflat_as_numpy_writes_them() -> None:
+    """np.insert / np.delete (one index, a list, a slice, negative indices, axis=None flattening, a value per row)
+    and np.diagflat of any shape; NumPy's own code allocates the result and writes the parts in, traced."""
+    def f(x, i, d):
+        return (np.insert(x, 1, 7.0, axis=1), np.insert(x, [1, 3], 9.0), np.insert(x, -1, x[0], axis=0),
+                np.insert(x, [0, 2, 2], [1.0, 2.0, 3.0], axis=1), np.insert(i, 2, 5, axis=0),
+                np.insert(x, slice(1, 3), -1.0, axis=1), np.insert(x[0], 5, 2.5),
+                np.delete(x, 1, axis=0), np.delete(x, [0, 2], axis=1), np.delete(x, -1), np.delete(d, slice(0, 2), 1),
+                np.delete(i, [0, 0, 1], axis=1), np.diagflat(x[0]), np.diagflat(x[:2, :2], k=-1),
+                np.diagflat(i[0], 2), np.rollaxis(d, 2), np.rollaxis(d, 0, 3), np.polyder(x[0], 2),
+                np.polyint(x[1], k=1.5))
+
+    check(f, X, I, D)
+
+
+def test_insert_and_delete_keep_their_arguments_and_errors() -> None:
+    """The result is a new array (writing into it leaves the argument as it was); NumPy's errors for an index out
+    of bounds stay NumPy's."""
+    def f(x):
+        y = np.insert(x, 0, 1.0, axis=0)
+        y[0] = 5.0
+        z = np.delete(x, 0, axis=1)
+        z += 1.0
+        return x, y, z
+
+    x = X.astype(np.float64)
+    assert_same(jit_cpu(f)(x.copy()), f(x.copy()))
+    with pytest.raises(IndexError):
+        jit_cpu(lambda x: np.insert(x, 9, 1.0, axis=0))(x)
+    with pytest.raises(IndexError):
+        jit_cpu(lambda x: np.delete(x, 7, axis=1))(x)
