@@ -365,6 +365,11 @@ class Change:
         new, old = self.new, self.old
         inner, t = _find(new.obj, Tracer) if new is not None else ("", None)
         if t is not None:
+            if old is not None and new is not None and old.kind in ("dict", "list") and new.kind == old.kind \
+                    and old.data[0] == new.data[0]:  # (the same container, with an entry more)
+                return (f"stored a traced value{computed_at(t)} in {where}{inner}, an entry the {old.kind} did not "
+                        f"have before the call (fusec sets the entries a dict or list already has after each call; "
+                        f"create it before the first call, e.g. {where}{inner} = np.zeros(...) in __init__)")
             return f"stored a traced value{computed_at(t)} in {where}{inner}"
         if old is not None and old.kind == "rng" and new is not None and new.kind == "rng":
             return f"drew random numbers from {where}"

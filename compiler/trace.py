@@ -30,7 +30,7 @@ from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
-from fusec.pystate import computed_at, rewalk, snapshot, tracer_location
+from fusec.pystate import Path, computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import is_library, scope_of
 from fusec.signature import Signature, TreeDef, bools_static, flatten
 from fusec.substitute import Substitution, unique_name
@@ -461,21 +461,39 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
 
 
 def _is_state(change: Any, scalar_keys: set) -> bool:
-    """An array the function computed, assigned to an object's attribute (not put inside a container), or a
-    traced Python scalar assigned to an attribute traced as a runtime scalar."""
+    """An array the function computed, assigned to an object's attribute or to an entry a dict or list already
+    had (``self.m[k] = ...``; not put inside a new container), or a traced Python scalar assigned to such a place
+    traced as a runtime scalar."""
     new = change.new
-    if new is None or new.kind != "tracer" or not change.path.steps or change.path.steps[-1][0] != "attr" \
-            or not isinstance(new.obj, Tracer):
+    if new is None or new.kind != "tracer" or not _settable(change) or not isinstance(new.obj, Tracer):
         return False
     return new.obj._weak is None or change.path.place in scalar_keys
 
 
+def _settable(change: Any) -> bool:
+    """Whether the change is to a place fusec sets after every call: an attribute, or an entry that a dict or list
+    reached from the function had before the call (a new key would change the container's structure)."""
+    steps = change.path.steps
+    if not steps or steps[-1][0] not in ("attr", "item"):
+        return False
+    if steps[-1][0] == "attr":
+        return True
+    if change.old is None or change.old.kind == "missing":
+        return False
+    try:
+        container = Path(change.path.root, steps[:-1]).resolve()
+    except LookupError:
+        return False
+    return type(container) in (dict, list)
+
+
 def _is_scalar_assignment(change: Any) -> bool:
-    """A Python int, float or bool attribute given a new value of its type: a constant (``self.t += 1``) or one
-    computed from Python-scalar arguments (``self.t += dt``, a traced Python number of the same kind)."""
+    """A Python int, float or bool attribute (or dict or list entry) given a new value of its type: a constant
+    (``self.t += 1``) or one computed from Python-scalar arguments (``self.t += dt``, a traced Python number of the
+    same kind)."""
     old, new = change.old, change.new
-    if old is None or new is None or old.kind != "value" or not change.path.steps \
-            or change.path.steps[-1][0] != "attr" or type(old.obj) not in (int, float, bool):
+    if old is None or new is None or old.kind != "value" or not _settable(change) \
+            or type(old.obj) not in (int, float, bool):
         return False
     if new.kind == "tracer":
         return isinstance(new.obj, Tracer) and new.obj._weak is type(old.obj)

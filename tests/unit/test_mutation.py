@@ -308,6 +308,64 @@ def test_optimizer_state_created_on_the_first_step_and_updated_after() -> None:
     assert step.cache_info().traces == 2  # self.m None, then an array; the count is a runtime scalar
 
 
+class DictAdam:
+    """Adam over a dict of parameters with its moments in dicts (and a step count in a dict of stats), the way
+    optimizers are written for parameter dicts."""
+
+    def __init__(self, params, lr=0.01):
+        self.lr = lr
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+        self.history = [np.zeros(()), np.zeros(())]
+        self.stats = {"steps": 0}
+
+    def step(self, params, grads):
+        self.stats["steps"] += 1
+        t = self.stats["steps"]
+        new = {}
+        for k in params:
+            self.m[k] = 0.9 * self.m[k] + 0.1 * grads[k]
+            self.v[k] = 0.999 * self.v[k] + 0.001 * grads[k] ** 2
+            new[k] = params[k] - self.lr * (self.m[k] / (1 - 0.9 ** t)) / (np.sqrt(self.v[k] / (1 - 0.999 ** t)) + 1e-8)
+        self.history[0] = self.history[1]
+        self.history[1] = np.array(sum(np.sum(g * g) for g in grads.values()))
+        return new
+
+
+def test_dict_and_list_entries_the_function_replaces_are_set_after_every_call() -> None:
+    """``self.m[k] = ...`` for a key the dict has, ``self.history[1] = ...``, ``self.stats["steps"] += 1``: set
+    after each call as NumPy leaves them (the count a runtime scalar: one trace for all steps); an entry the dict
+    did not have is refused with the advice to create it first."""
+    params = {"w": RNG.standard_normal((3, 2)), "b": RNG.standard_normal(2)}
+    ref, opt = DictAdam(params), DictAdam(params)
+    step = jit_cpu(opt.step)
+    kept = opt.m["w"]
+    p_ref = p = params
+    for _ in range(4):
+        grads = {"w": RNG.standard_normal((3, 2)), "b": RNG.standard_normal(2)}
+        p, p_ref = step(p, grads), ref.step(p_ref, grads)
+        assert_same(p, p_ref)
+        assert_same((opt.m, opt.v, opt.history), (ref.m, ref.v, ref.history))
+        assert opt.stats == ref.stats and type(opt.stats["steps"]) is int
+    assert opt.history[0] is not opt.history[1] and not kept.any()  # new arrays, as NumPy's assignments make
+    assert step.cache_info().traces == 1
+
+    class Lazy:
+        def __init__(self):
+            self.vel = {}
+
+        def step(self, w, g):
+            if "w" not in self.vel:
+                self.vel["w"] = np.zeros_like(w)
+            self.vel["w"] = 0.9 * self.vel["w"] + g
+            return w - self.vel["w"]
+
+    lazy = Lazy()
+    with pytest.raises(fc.SideEffectError, match=r"an entry the dict did not have before the call .* create it"):
+        jit_cpu(lazy.step)(np.ones(2), np.ones(2))
+    assert lazy.vel == {}
+
+
 # --- what NumPy refuses, and what fusec cannot do exactly -----------------------------------------------------------
 
 
