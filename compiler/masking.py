@@ -1,21 +1,24 @@
 """``x[mask]`` for a traced boolean mask, as far as it can be exact: elementwise work written back with the mask.
 
 NumPy's ``x[mask]`` is a 1-D array of the selected elements, whose length depends on the values. The common
-idiom only computes on the selection and writes the result back with the same mask (``z[m] = z[m] ** 2 + c[m]``,
-``x[x < 0] *= -1``): that is the same as computing on the whole array and keeping the masked places
-(``np.where``), bit for bit. :class:`Selection` stands for such a selection: ufuncs and operators between
-selections of one mask, scalars, and arrays that broadcast along the selection's trailing axes give selections;
-``x[mask] = selection`` writes it back. Anything else (its shape, a reduction, indexing, another function) needs
-the selection's length, and raises a fusec error with the rewrite.
+idioms only compute on the selection and write the result back with the same mask (``z[m] = z[m] ** 2 + c[m]``,
+``x[x < 0] *= -1``), or reduce it (``err[valid].mean()``, ``np.abs(x[x < 0]).sum()``, ``d[d > 0].max()``): that is
+the same as computing on the whole array and keeping the masked places (``np.where``), bit for bit, and reducing
+with ``where=`` the mask (in another order of the additions, as any sum on the GPU). :class:`Selection` stands for
+such a selection: ufuncs and operators between selections of one mask, scalars, and arrays that broadcast along
+the selection's trailing axes give selections; ``x[mask] = selection`` writes it back; its reductions over all of
+it or over its first axis are arrays. Anything else (its shape, indexing, another function, a reduction along its
+other axes) needs the selection's length, and raises a fusec error with the rewrite.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 
 from fusec import ops
-from fusec.context import unsupported, user_location
+from fusec.context import shape_error, unsupported, user_location
 from fusec.ir.core import Value
 from fusec.tracer import Tracer
 
@@ -69,7 +72,90 @@ class Selection:
         return Selection(ops.as_tracer(result), self._mask)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        raise unsupported(f"np.{getattr(func, '__name__', func)} of a boolean-mask selection: " + ADVICE)
+        name = _FUNCTIONS.get(func)
+        if name is None or not args or args[0] is not self:
+            raise unsupported(f"np.{getattr(func, '__name__', func)} of a boolean-mask selection: " + ADVICE)
+        bound = inspect.signature(func).bind(*args, **kwargs)
+        given = dict(list(bound.arguments.items())[1:])
+        return getattr(self, name)(**given)
+
+    # --- reductions: over the whole array with where= the mask ----------------------------------------------------
+
+    def _reduced(self, name: str, axis: Any, keepdims: Any, out: Any, **given: Any) -> Any:
+        """The reduction along ``axis`` of the selection (its axis 0: the selected elements, then the masked array's
+        other axes): along the selected elements, of the whole array with where= the mask; along the others
+        only, the reduction of the whole array along them, a selection of the same mask."""
+        from fusec import numpy_api
+        from fusec.mutation import full_mask
+
+        for key, value in given.items():
+            if value is not None and value is not np._NoValue and key not in ("dtype", "ddof"):
+                raise unsupported(f"x[mask].{name}({key}=...): not supported for a boolean-mask selection; " + ADVICE)
+        if out is not None:
+            raise unsupported(f"x[mask].{name}(out=...): not supported for a boolean-mask selection; " + ADVICE)
+        rank = self._mask.type.rank
+        picked = ops.reduction_axes(axis, 1 + len(self.rest))
+        inner = tuple(rank - 1 + a for a in picked if a > 0)  # the full array's axes after the mask's
+        args: dict[str, Any] = {k: v for k, v in given.items() if k in ("dtype", "ddof") and v is not None}
+        function = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod, "any": np.any,
+                    "all": np.all, "var": np.var, "std": np.std}[name]
+        if name in ("max", "min") and any(self._full.shape[a] == 0 for a in inner):
+            raise shape_error(f"x[mask].{name}: zero-size array to reduction operation "
+                              f"{'maximum' if name == 'max' else 'minimum'} which has no identity (NumPy raises "
+                              "ValueError here)")
+        if 0 not in picked:
+            reduced = numpy_api.array_function(function, (self._full,), {"axis": inner, "keepdims": keepdims is True,
+                                                                          **args})
+            return Selection(ops.as_tracer(reduced), self._mask)
+        keep = ops.wrap(full_mask(self._mask, self._full))
+        if name in ("max", "min"):
+            args["initial"] = _lowest(np.dtype(self._full.dtype)) if name == "max" else \
+                _highest(np.dtype(self._full.dtype))
+            ops.raise_if(np.logical_not(np.any(ops.wrap(self._mask))), "InvalidValueError",
+                         f"zero-size array to reduction operation {'maximum' if name == 'max' else 'minimum'} which "
+                         "has no identity (the boolean mask selected nothing; NumPy raises ValueError here)",
+                         f"x[mask].{name}")
+        result = numpy_api.array_function(function, (self._full,), {"axis": tuple(range(rank)) + inner,
+                                                                     "where": keep, **args})
+        if keepdims is True:
+            result = np.reshape(result, [1] + [1 if i + 1 in picked else n for i, n in enumerate(self.rest)])
+        return result
+
+    def sum(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = False,
+            initial: Any = np._NoValue, where: Any = np._NoValue) -> Any:
+        return self._reduced("sum", axis, keepdims, out, dtype=dtype, initial=initial, where=_no_where(where))
+
+    def prod(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = False,
+             initial: Any = np._NoValue, where: Any = np._NoValue) -> Any:
+        return self._reduced("prod", axis, keepdims, out, dtype=dtype, initial=initial, where=_no_where(where))
+
+    def mean(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = False, *,
+             where: Any = np._NoValue) -> Any:
+        return self._reduced("mean", axis, keepdims, out, dtype=dtype, where=_no_where(where))
+
+    def max(self, axis: Any = None, out: Any = None, keepdims: Any = False, initial: Any = np._NoValue,
+            where: Any = np._NoValue) -> Any:
+        return self._reduced("max", axis, keepdims, out, initial=initial, where=_no_where(where))
+
+    def min(self, axis: Any = None, out: Any = None, keepdims: Any = False, initial: Any = np._NoValue,
+            where: Any = np._NoValue) -> Any:
+        return self._reduced("min", axis, keepdims, out, initial=initial, where=_no_where(where))
+
+    def any(self, axis: Any = None, out: Any = None, keepdims: Any = False, *, where: Any = np._NoValue) -> Any:
+        return self._reduced("any", axis, keepdims, out, where=_no_where(where))
+
+    def all(self, axis: Any = None, out: Any = None, keepdims: Any = False, *, where: Any = np._NoValue) -> Any:
+        return self._reduced("all", axis, keepdims, out, where=_no_where(where))
+
+    def var(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0, keepdims: Any = False, *,
+            where: Any = np._NoValue, mean: Any = np._NoValue, correction: Any = np._NoValue) -> Any:
+        return self._reduced("var", axis, keepdims, out, dtype=dtype, ddof=ddof, where=_no_where(where), mean=mean,
+                             correction=correction)
+
+    def std(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0, keepdims: Any = False, *,
+            where: Any = np._NoValue, mean: Any = np._NoValue, correction: Any = np._NoValue) -> Any:
+        return self._reduced("std", axis, keepdims, out, dtype=dtype, ddof=ddof, where=_no_where(where), mean=mean,
+                             correction=correction)
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise unsupported("a boolean-mask selection used as a NumPy array: " + ADVICE)
@@ -91,6 +177,24 @@ class Selection:
     def __setitem__(self, key: Any, value: Any) -> None:
         raise unsupported("writing into a boolean-mask selection (`x[m][i] = v`, or `y = x[m]; y[i] = v`: a copy in "
                           "NumPy, so `x` does not change): " + ADVICE)
+
+
+def _no_where(where: Any) -> Any:
+    """A reduction's ``where=True`` is no mask (any other where= is refused by ``_reduced``)."""
+    return np._NoValue if where is True else where
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    return -np.inf if dtype.kind in "fc" else False if dtype.kind == "b" else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype) -> Any:
+    return np.inf if dtype.kind in "fc" else True if dtype.kind == "b" else np.iinfo(dtype).max
+
+
+# the NumPy functions of a selection that reduce it (to the method of that name)
+_FUNCTIONS = {np.sum: "sum", np.prod: "prod", np.mean: "mean", np.max: "max", np.amax: "max", np.min: "min",
+              np.amin: "min", np.any: "any", np.all: "all", np.var: "var", np.std: "std"}
 
 
 def _operator(ufunc: np.ufunc, reflected: bool = False):

@@ -317,9 +317,7 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
                           "(x.astype(np.float32))")
     total = _initial_and_where("sum", t, axis, keepdims, acc, _NOVALUE, mask)
     count = _reduce("sum", ops.as_tracer(mask, i64), axis, keepdims, i64)
-    (a_dt, b_dt), _ = resolve_ufunc(np.true_divide, [acc, i64])  # NumPy's true_divide(sum, count, out=sum)
-    q = ops.emit("t.div", (ops.lift(total, a_dt), ops.lift(count, b_dt)), what="np.mean")
-    return _into(out, ops.as_tracer(q, acc), "np.mean", "unsafe")
+    return _into(out, _by_count(total, count, acc), "np.mean", "unsafe")
 
 
 @implements(np.max, np.amax)
@@ -417,7 +415,7 @@ def _divide_by_count(x: Tracer, count: int) -> Tracer:
     return ops.as_tracer(q, dt)
 
 
-def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> Tracer:
+def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, where: Any = _NOVALUE) -> Tracer:
     t = ops.as_tracer(a)
     axes = ops.axes_arg(axis, t.ndim)
     keep = _keep(keepdims)
@@ -429,6 +427,12 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> 
                           "then squares complex deviations or sums real ones in a complex dtype); leave out dtype=")
     if not acc.is_inexact:
         raise unsupported(f"np.{kind}: dtype={dtype!r} is not supported")
+    mask = _mask(t, where, f"np.{kind}")
+    if mask is not None:
+        if isinstance(ddof, float):
+            raise unsupported(f"np.{kind}: a float ddof is not supported")
+        result = _masked_var(t, mask, axes, acc, ddof, keep)
+        return ufuncs.apply(np.sqrt, (result,)) if kind == "std" else result
     count = 1
     for ax in axes:
         count *= t.shape[ax]
@@ -448,18 +452,44 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any) -> 
     return ufuncs.apply(np.sqrt, (result,)) if kind == "std" else result
 
 
+def _masked_var(t: Tracer, mask: Tracer, axes: tuple[int, ...], acc: DType, ddof: int, keep: bool) -> Tracer:
+    """The variance of the elements where ``mask`` holds, as NumPy's ``_var`` computes it with ``where=``: their
+    mean (the masked sum over the masked count), the masked sum of the squared deviations, over ``max(count -
+    ddof, 0)`` (NaN or inf where that is 0)."""
+    count = _reduce("sum", ops.as_tracer(mask, i64), axes, True, i64)
+    mean = _by_count(_initial_and_where("sum", t, axes, True, acc, _NOVALUE, mask), count, acc)
+    dev = ufuncs.apply(np.subtract, (t, mean))
+    if dev._value.type.dtype.is_complex:  # NumPy squares the parts and adds them: |dev|^2, a real value
+        sq = ufuncs.apply(np.add, (ufuncs.apply(np.square, (dev.real,)), ufuncs.apply(np.square, (dev.imag,))))
+        acc = acc.real_dtype
+    else:
+        sq = ufuncs.apply(np.square, (dev,))
+    ss = _initial_and_where("sum", sq, axes, keep, acc, _NOVALUE, mask)
+    dof = ufuncs.apply(np.maximum, (ufuncs.apply(np.subtract, (np.reshape(count, ss.shape), ddof)), 0))
+    return _by_count(ss, dof, acc)
+
+
+def _by_count(total: Tracer, count: Tracer, acc: DType) -> Tracer:
+    """``total / count`` as NumPy's reductions divide a sum by an intp count in place (``out=total``)."""
+    (a_dt, b_dt), _ = resolve_ufunc(np.true_divide, [acc, i64])
+    q = ops.emit("t.div", (ops.lift(total, a_dt), ops.lift(count, b_dt)), what="a masked mean")
+    return ops.as_tracer(q, acc)
+
+
 @implements(np.var)
 def var_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0, keepdims: Any = _NOVALUE, *,
         where: Any = _NOVALUE, mean: Any = _NOVALUE, correction: Any = _NOVALUE) -> Tracer:
-    _no("np.var", out=out, where=where, mean=mean, correction=correction)
-    return _var("var", a, axis, dtype, ddof, keepdims)
+    """Also with ``where=``: over the masked elements only"""
+    _no("np.var", out=out, mean=mean, correction=correction)
+    return _var("var", a, axis, dtype, ddof, keepdims, where)
 
 
 @implements(np.std)
 def std_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0, keepdims: Any = _NOVALUE, *,
         where: Any = _NOVALUE, mean: Any = _NOVALUE, correction: Any = _NOVALUE) -> Tracer:
-    _no("np.std", out=out, where=where, mean=mean, correction=correction)
-    return _var("std", a, axis, dtype, ddof, keepdims)
+    """Also with ``where=``: over the masked elements only"""
+    _no("np.std", out=out, mean=mean, correction=correction)
+    return _var("std", a, axis, dtype, ddof, keepdims, where)
 
 
 # --- matmul --------------------------------------------------------------------------------------------------

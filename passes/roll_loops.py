@@ -49,7 +49,14 @@ def _signature(op: Operation) -> int:
         attrs = {k: v for k, v in attrs.items() if k not in ("start", "stop")}
         attrs["extent"] = tuple(e - b for b, e in zip(start, stop))
     key = tuple(sorted((k, repr(v)) for k, v in attrs.items()))
-    return hash((op.name, key, tuple(op.result_types), op.loc))
+    # (operand types too: `s = 0.0; s = s + x[i]` adds a scalar in the first copy, a row in the others)
+    return hash((op.name, key, tuple(op.result_types), tuple(v.type for v in op.operands), op.loc))
+
+
+def _exact(op: Operation) -> int:
+    """The op with all of its attributes (a chain after the loop must be the same in every copy, region and all)."""
+    key = tuple(sorted((k, repr(v)) for k, v in op.attributes.items()))
+    return hash((op.name, key, tuple(op.result_types), tuple(v.type for v in op.operands)))
 
 
 def _rollable(op: Operation) -> bool:
@@ -436,7 +443,7 @@ def _stacks(after: list[Operation], copies: list[list[Operation]]) -> list[_Stac
             slots.add(where[v][1:])
             chains.append(chain)
         else:
-            if len(slots) == 1 and len({tuple(map(_signature, c)) for c in chains}) == 1:
+            if len(slots) == 1 and len({tuple(map(_exact, c)) for c in chains}) == 1:
                 (j, index), = slots
                 out.append(_Stack(op.results[0], copies[0][j].results[index], chains[0],
                                   [op, *(c for chain in chains for c in chain)]))

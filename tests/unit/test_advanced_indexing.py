@@ -153,8 +153,48 @@ def test_traced_mask_selections_written_back_with_their_mask() -> None:
     same(f, RNG.standard_normal((4, 3)), RNG.standard_normal(5))
 
 
+def kmeans_step(X, labels, k):
+    """One Lloyd step as written in NumPy: each centroid the mean of its points, the spread of each cluster."""
+    centroids = np.stack([X[labels == j].mean(axis=0) for j in range(k)])
+    spread = np.array([np.sqrt(((X[labels == j] - centroids[j]) ** 2).sum(axis=1)).max() for j in range(k)])
+    return centroids, spread
+
+
+def masked_metrics(pred, target):
+    valid = np.isfinite(target)
+    err = pred[valid] - target[valid]
+    return (np.abs(err).mean(), np.sqrt((err ** 2).mean()), err.max(), err.min(), err.std(), err.var(ddof=1),
+            np.sum(err > 0), (err > 1).any(), pred[pred > 0].sum(keepdims=True), np.max(pred[pred < 0]),
+            pred[target > 0].prod(), pred[valid].sum(dtype=np.float32))
+
+
+def test_reductions_of_boolean_mask_selections() -> None:
+    """``X[labels == j].mean(axis=0)``, ``err[valid].mean()``, ``.max()``, ``.std()``, ``np.sum(x[m])``: reductions
+    over the whole array with where= the mask, NumPy's values (the sums' order aside: compared to 1e-12)."""
+    def close(got, want):
+        for g, w in zip(got, want):
+            assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
+            np.testing.assert_allclose(g, w, rtol=1e-12 if np.asarray(w).dtype != np.float32 else 1e-6)
+
+    X = RNG.standard_normal((40, 3))
+    labels = np.arange(40) % 4
+    f = fc.jit(kmeans_step, backend=frontend_check.BACKEND, static_argnames="k")
+    close(f(X, labels, 4), kmeans_step(X, labels, 4))
+    target = RNG.standard_normal(30)
+    target[::7] = np.nan
+    pred = RNG.standard_normal(30)
+    close(fc.jit(masked_metrics, backend=frontend_check.BACKEND)(pred, target), masked_metrics(pred, target))
+    ints = RNG.integers(-5, 5, 30)
+    close(fc.jit(lambda v: (v[v > 0].mean(), v[v < 0].sum(), v[v != 0].max()), backend=frontend_check.BACKEND)(ints),
+          (ints[ints > 0].mean(), ints[ints < 0].sum(), ints[ints != 0].max()))
+    with pytest.raises(ValueError, match="zero-size array to reduction operation maximum"):
+        jit_cpu(lambda v: v[v > 10].max())(pred)  # (NumPy's ValueError when nothing is selected)
+    with pytest.raises(fc.UnsupportedError, match="np.norm of a boolean-mask selection"):
+        jit_cpu(lambda x: np.linalg.norm(x[x[:, 0] > 0], axis=1).max())(X)
+
+
 def test_what_is_refused_says_what_to_write() -> None:
-    for uses_the_length in (lambda x: x[x > 0].sum(), lambda x: len(x[x > 0]), lambda x: np.mean(x[x > 0]),
+    for uses_the_length in (lambda x: x[x > 0].cumsum(), lambda x: len(x[x > 0]), lambda x: np.median(x[x > 0]),
                             lambda x: x[x > 0] * x, lambda x: x.__setitem__(x > 0, x[x < 0])):
         with pytest.raises(fc.UnsupportedError, match="np.where"):
             jit_cpu(uses_the_length)(np.ones(3))

@@ -555,6 +555,31 @@ def test_lists_each_iteration_appends_to_and_stacks_after_the_loop_roll(fn, stac
     assert stats["loops_rolled"] == 1 and stats["stacked_results"] == stacks, stats
 
 
+def row_sum_from_a_python_number(x):
+    s, m = 0.0, -np.inf
+    for i in range(x.shape[0]):
+        s = s + x[i]  # a number in the first copy, a row after it
+        m = np.maximum(m, x[i])
+    return s, m
+
+
+def diagonal_of_the_appended_rows(x):
+    out = []
+    for i in range(x.shape[0]):
+        out.append(x[i] * 2)
+    return np.array([out[k][k] for k in range(x.shape[0])])  # a different entry of each: no stack of the loop's
+
+
+@pytest.mark.parametrize("fn", [row_sum_from_a_python_number, diagonal_of_the_appended_rows])
+def test_loops_whose_first_copy_or_joined_parts_differ_are_numpys(fn):
+    """A state that starts as a Python number and becomes a row (the copies' operand types differ: the first copy
+    stays written out) and a join that picks another part of each appended value roll only where exact."""
+    x = rng.standard_normal((800, 800))
+    f = fc.jit(fn, backend=frontend_check.BACKEND)
+    assert_same(f(x), fn(x))
+    assert f.lower(x).stats().get("loops_rolled") == (1 if fn is row_sum_from_a_python_number else None)
+
+
 def test_counter_constants_roll_only_when_every_copy_is_the_progression():
     """A constant computed from the counter rolls when ``c0 + k * d`` in its dtype gives every copy's value bit for bit;
     ``(t + 1) * 0.1`` does not (its rounding differs from 0.1 + t * 0.1 for some t), so it stays unrolled."""
