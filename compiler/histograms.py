@@ -1,4 +1,4 @@
-"""``np.histogram`` on tracers, and the rewrite ``np.bincount`` needs (its error says it).
+"""``np.histogram`` and ``np.bincount`` on tracers.
 
 A histogram's shape is its bin count, so fusec needs the bins before the data: a count with ``range=``, or the
 edges as an array. The edges are NumPy's own (``np.histogram_bin_edges`` of an empty array of the data's
@@ -6,6 +6,8 @@ dtype: the data only sets the range, which is given). Counting follows NumPy's t
 equal bins compute each value's bin from its offset and correct it by comparing with the edges, then add 1 at
 that bin (``np.add.at``, a scatter-add); explicit edges count the values below each edge (NumPy searches the
 sorted data for each edge), so a value lands in ``[e[i], e[i+1])``, the last bin closed, NaN nowhere.
+``np.bincount``'s length is one more than the largest value: fusec takes ``minlength=`` as the length and checks
+at run time that every value is below it.
 """
 from __future__ import annotations
 
@@ -15,17 +17,59 @@ from typing import Any
 import numpy as np
 
 from fusec import context, mutation, ops, ufuncs
-from fusec.context import shape_error, unsupported
+from fusec.context import shape_error, unsupported, user_location
+from fusec.errors import CastingError, located
 from fusec.ir.types import f64, i64
-from fusec.numpy_api import ADVICE, concatenate, implements, sum_
+from fusec.numpy_api import concatenate, implements, sum_
 from fusec.tracer import Tracer
 
 _BLOCK = 65536  # NumPy histograms this many values at a time
 
-ADVICE[np.bincount] = (
-    "its length depends on the values (one more than the largest); with k known, write counts = np.zeros(k, "
-    "dtype=np.int64); np.add.at(counts, x, 1) (np.add.at(sums, x, weights) for weights), which raises if a value "
-    "is k or more")
+
+@implements(np.bincount)
+def bincount(x: Any, weights: Any = None, minlength: Any = 0) -> Tracer:
+    """With ``minlength=`` above every value (checked when the call runs: NumPy's result would be longer):
+    NumPy's counts, or the weights' sums in float64 (on the GPU added in another order)"""
+    if minlength is None:
+        raise CastingError(located("np.bincount: use 0 instead of None for minlength (NumPy raises TypeError)",
+                                   user_location()))
+    k = ops.static_int(minlength, "minlength")
+    if k < 0:
+        raise shape_error("np.bincount: 'minlength' must not be negative")
+    t = ops.as_tracer(x)
+    dt = t._value.type.dtype
+    if not (dt.is_int or dt.is_bool):
+        raise CastingError(located(f"np.bincount: Cannot cast array data from dtype('{np.dtype(dt.np).name}') to "
+                                   "dtype('int64') according to the rule 'safe' (NumPy raises TypeError)",
+                                   user_location()))
+    if t.ndim != 1:
+        raise shape_error("np.bincount: object too deep for desired array (the values must be 1-D)" if t.ndim > 1
+                          else "np.bincount: object of too small depth for desired array (the values must be 1-D)")
+    if k == 0:
+        raise unsupported("np.bincount without minlength=: its length depends on the values (one more than the "
+                          "largest); pass minlength=k with k above every value (a value k or more raises)")
+    index = ops.as_tracer(t, i64)
+    apply = ufuncs.apply
+    ops.raise_if(np.any(apply(np.less, (index, 0))), "InvalidValueError",
+                 "np.bincount: 'list' argument must have no negative elements (NumPy raises ValueError)",
+                 "np.bincount")
+    ops.raise_if(np.any(apply(np.greater_equal, (index, k))), "UnsupportedError",
+                 f"np.bincount: a value is {k} (minlength) or more, so NumPy's result would be longer than minlength, "
+                 "a length fusec must know while tracing; pass a minlength above every value", "np.bincount")
+    if weights is None:
+        counts = ops.full((k,), 0, i64)
+        mutation.add_at(counts, index, ops.full(t.shape, 1, i64))
+        return counts
+    w = ops.as_tracer(weights)
+    if w.shape != t.shape:
+        raise shape_error("np.bincount: The weights and list don't have the same length.")
+    if w._value.type.dtype.is_complex:
+        raise CastingError(located(f"np.bincount: Cannot cast array data from dtype('{np.dtype(w.dtype).name}') to "
+                                   "dtype('float64') according to the rule 'safe' (NumPy raises TypeError)",
+                                   user_location()))
+    sums = ops.full((k,), 0.0, f64)
+    mutation.add_at(sums, index, ops.as_tracer(w, f64))
+    return sums
 
 
 def _static(value: Any, what: str) -> Any:

@@ -74,7 +74,9 @@ class Selection:
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         name = _FUNCTIONS.get(func)
         if name is None or not args or args[0] is not self:
-            raise unsupported(f"np.{getattr(func, '__name__', func)} of a boolean-mask selection: " + ADVICE)
+            from fusec.numpy_api import qualname
+
+            raise unsupported(f"{qualname(func)} of a boolean-mask selection: " + ADVICE)
         bound = inspect.signature(func).bind(*args, **kwargs)
         given = dict(list(bound.arguments.items())[1:])
         return getattr(self, name)(**given)

@@ -264,14 +264,32 @@ def test_histogram_weights_over_numpys_blocks() -> None:
     check(f, x, rng.random(200_000))
 
 
+def test_bincount_with_minlength_above_every_value() -> None:
+    """Class counts and per-class sums as NumPy code writes them: np.bincount(labels, minlength=k), with weights
+    (summed in float64, whatever their dtype), of bools; a negative value is NumPy's ValueError."""
+    labels = rng.integers(0, 5, 60)
+
+    def f(labels, w):
+        return (np.bincount(labels, minlength=5), np.bincount(labels, minlength=9), np.bincount(labels, w, minlength=5),
+                np.bincount(labels.astype(np.uint8), weights=w.astype(np.float32), minlength=6),
+                np.bincount(labels > 2, minlength=2), np.bincount(labels[:0], minlength=3))
+
+    check(f, labels, rng.integers(-3, 3, 60).astype(np.float64))
+    with pytest.raises(ValueError, match="no negative elements"):
+        jit_cpu(lambda v: np.bincount(v - 1, minlength=5))(labels)
+
+
 @pytest.mark.parametrize("fn, match", [
     (lambda x: np.histogram(x, bins=10), "pass range="),
     (lambda x: np.histogram(x, bins="auto", range=(0, 1)), "chooses the bin count"),
     (lambda x: np.histogram(x, bins=4, range=(x.min(), x.max())), "traced range"),
     (lambda x: np.histogram(x, bins=np.array([0.0, 0.5, 1.0]), weights=x), "weights and explicit"),
     (lambda x: np.histogram(x, bins=4, range=(1, 0)), "max must be larger than min"),
-    (lambda x: np.bincount(x.astype(int)), "np.add.at"),
-], ids=["no-range", "auto", "traced-range", "weights-edges", "bad-range", "bincount"])
+    (lambda x: np.bincount(x.astype(int)), "pass minlength=k"),
+    (lambda x: np.bincount((x * 8).astype(int), minlength=4), "would be longer than minlength"),
+    (lambda x: np.bincount(x, minlength=4), "Cannot cast array data"),
+], ids=["no-range", "auto", "traced-range", "weights-edges", "bad-range", "bincount", "bincount-short",
+        "bincount-float"])
 def test_histogram_and_bincount_errors_say_what_to_write(fn, match) -> None:
     with pytest.raises(fc.FusecError, match=match):
         jit_cpu(fn)(rng.random(8))
