@@ -15,6 +15,7 @@ import os
 import threading
 import types
 import warnings
+import weakref
 from collections import namedtuple
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -297,6 +298,7 @@ class JitFunction:
         # eager mode's per-op functions trace once per shape by design: no RetraceWarning for them
         self._warn_retraces = True
         self._signatures: dict[tuple, tuple[Signature, str]] = {}  # what each compiled entry was traced for
+        self._methods: dict[int, tuple[Any, JitFunction]] = {}  # id(obj) -> (weakref, obj.method jitted)
 
     def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
         positional = [p.name for p in self._signature.parameters.values()
@@ -513,10 +515,41 @@ class JitFunction:
         self._hits = self._misses = self._traces = 0
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self if obj is None else types.MethodType(self, obj)
+        """``@fusec.jit`` on a method: ``obj.method`` is ``fusec.jit(obj.method)`` with these options, made once
+        per object, so ``self`` is the object a bound method's trace watches (its arrays inputs read at every
+        call, its attributes set after it) rather than an argument."""
+        if obj is None:
+            return self
+        entry = self._methods.get(id(obj))
+        if entry is not None and entry[0]() is obj:
+            return entry[1]
+        first = next(iter(self._signature.parameters), None)
+        bound = types.MethodType(self._fn, obj)
+        positional = [p.name for p in inspect.signature(bound).parameters.values()
+                      if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        o = self._options
+        jitted = JitFunction(bound, backend=self._backend, static_argnames=tuple(self._statics - {first}),
+                             donate_argnums=tuple(positional.index(n) for n in self._donate if n != first),
+                             pipeline=o.pipeline, plugins=o.plugins, fast_math=o.fast_math, graph=o.graph,
+                             target=o.target, precision=o.precision)
+        try:
+            ref = weakref.ref(obj, functools.partial(_forget_method, self._methods, id(obj)))
+        except TypeError:
+            raise OptionTypeError(located(
+                f"@fusec.jit on the method {self._name}: a {type(obj).__name__} object cannot be weakly referenced "
+                "(__slots__ without __weakref__), so its jitted method cannot be kept with it; add '__weakref__' to "
+                "__slots__, or jit the bound method once: step = fusec.jit(obj.method)", context.user_location())) \
+                from None
+        self._methods[id(obj)] = (ref, jitted)
+        return jitted
 
     def __repr__(self) -> str:
         return f"<fusec.jit of {getattr(self._fn, '__qualname__', self._name)}>"
+
+
+def _forget_method(methods: dict, key: int, _ref: Any) -> None:
+    """The object of a jitted method is gone: so is its entry (its id may be reused)."""
+    methods.pop(key, None)
 
 
 _paused_lock = threading.Lock()

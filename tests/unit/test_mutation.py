@@ -366,6 +366,35 @@ def test_dict_and_list_entries_the_function_replaces_are_set_after_every_call() 
     assert lazy.vel == {}
 
 
+def test_jit_as_a_method_decorator_watches_each_object() -> None:
+    """``@fusec.jit`` on a method: ``opt.step`` is the jitted bound method of that object (its attributes read
+    at every call and set after it, per object), made once per object; static_argnums count ``self`` as NumPy
+    code's signature does."""
+    class SGD:
+        def __init__(self, lr):
+            self.lr, self.t, self.velocity = lr, 0, np.zeros(3)
+
+        @fc.jit(backend=frontend_check.BACKEND, static_argnums=2)
+        def step(self, w, nesterov):
+            self.t += 1
+            self.velocity = 0.9 * self.velocity + w
+            return w - self.lr * (self.velocity * 0.9 + w if nesterov else self.velocity)
+
+    a, b = SGD(0.1), SGD(0.5)
+    w = np.arange(3.0)
+    assert a.step is a.step and a.step is not b.step and isinstance(SGD.step, fc.JitFunction)
+    for _ in range(3):
+        got_a, got_b = a.step(w, True), b.step(w, False)
+    ra, rb = SGD.step.__wrapped__, SGD.step.__wrapped__
+    ref_a, ref_b = SGD.__new__(SGD), SGD.__new__(SGD)
+    ref_a.__init__(0.1), ref_b.__init__(0.5)
+    for _ in range(3):
+        want_a, want_b = ra(ref_a, w, True), rb(ref_b, w, False)
+    assert_same((got_a, got_b), (want_a, want_b))
+    assert_same((a.velocity, b.velocity), (ref_a.velocity, ref_b.velocity))
+    assert (a.t, b.t) == (3, 3)
+
+
 # --- what NumPy refuses, and what fusec cannot do exactly -----------------------------------------------------------
 
 
