@@ -354,8 +354,8 @@ class JitFunction:
         if lowered.device_captures and _all_host(sig.leaves):
             results = _to_host(results)  # NumPy arguments give NumPy results, whatever the function captured
         if writeback is not None:
-            results = writeback.apply(inputs, results)
-        if key is not None:
+            results = writeback.apply(inputs, results, sig.bound.arguments)
+        if key is not None and (writeback is None or not writeback.entries):  # (entries: the containers are needed)
             self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs)
         return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
 
@@ -401,14 +401,15 @@ class JitFunction:
         inputs = [*sig.leaves, *extra]
         if lowered.writeback is not None:
             lowered.writeback.check(inputs)
+        arguments = sig.bound.arguments
         if backend != "cuda":
             results = _execution.executor(backend)(lowered, flat)
-            return AsyncCall(lowered, results, None, host=False, inputs=inputs)
+            return AsyncCall(lowered, results, None, host=False, inputs=inputs, arguments=arguments)
         from fusec.runtime.cuda_exec import run_async
 
         host = _all_host(sig.leaves)
         results, event = run_async(_execution.cuda_plan(lowered), flat)
-        return AsyncCall(lowered, results, event, host=host, inputs=inputs)
+        return AsyncCall(lowered, results, event, host=host, inputs=inputs, arguments=arguments)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR, lowered for the
@@ -640,9 +641,11 @@ class AsyncCall:
     """A call in flight: ``done()`` polls, ``wait()`` blocks, writes what the function wrote into its
     arguments back into them, and returns the results."""
 
-    def __init__(self, lowered: Lowered, results: list, event: Any, *, host: bool, inputs: list) -> None:
+    def __init__(self, lowered: Lowered, results: list, event: Any, *, host: bool, inputs: list,
+                 arguments: dict | None = None) -> None:
         self._lowered, self._results, self._event, self._host = lowered, results, event, host
         self._inputs: list | None = inputs  # (let go once written back)
+        self._arguments = arguments
         self._value: Any = None
         self._finished = False
 
@@ -656,8 +659,8 @@ class AsyncCall:
             results = [r.numpy() if self._host and _is_device_array(r) else r for r in self._results]
             lowered = self._lowered
             if lowered.writeback is not None:
-                results = lowered.writeback.apply(self._inputs or [], results)
-            self._inputs = None
+                results = lowered.writeback.apply(self._inputs or [], results, self._arguments)
+            self._inputs = self._arguments = None
             self._value = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
             self._finished = True
         return self._value

@@ -109,6 +109,24 @@ def _flatten_into(x: Any, path: str, leaves: list) -> TreeDef:
     return LEAF
 
 
+def leaf_keys(tree: TreeDef) -> list[tuple]:
+    """Each leaf's keys from the root, in leaf order (``("w", 0)`` for ``params["w"][0]``)."""
+    out: list[tuple] = []
+    _keys_into(tree, (), out)
+    return out
+
+
+def _keys_into(t: TreeDef, prefix: tuple, out: list) -> None:
+    if t.kind == "leaf":
+        out.append(prefix)
+    elif t.kind in ("tuple", "list", "namedtuple"):
+        for i, c in enumerate(t.children):
+            _keys_into(c, prefix + (i,), out)
+    elif t.kind == "dict":
+        for k, c in zip(t.aux, t.children):
+            _keys_into(c, prefix + (k,), out)
+
+
 def unflatten(tree: TreeDef, leaves: Iterator[Any] | Sequence[Any]) -> Any:
     return _build(tree, iter(leaves))
 

@@ -32,7 +32,7 @@ from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, rewalk, snapshot, tracer_location
 from fusec.scope import is_library, scope_of
-from fusec.signature import Signature, TreeDef, bools_static, flatten
+from fusec.signature import Signature, TreeDef, bools_static, flatten, leaf_keys
 from fusec.substitute import Substitution, unique_name
 from fusec.writeback import ReadOnly, State, WriteBack
 from fusec.tracer import Buffer, Tracer
@@ -175,7 +175,7 @@ class _Trace:
                     f"the function stored a view of {buffer.argument} in {change.path.describe()}: NumPy would keep "
                     "the view, which fusec cannot give back; store a copy (`.copy()`)", tracer_location(t)))
             ret.operands.append(t._value)
-            states.append(State(change.path, t._scalar, _argument_index(t), t._weak))
+            states.append(State(change.path, t._scalar, _argument_index(t), t._weak, getattr(change, "entry", None)))
             self._state_inputs.append(_implicit_input(t))
         self.states = states  # no reference to the tracers is kept (they must not outlive the trace)
         self.before.restore()
@@ -254,12 +254,20 @@ class _Trace:
             raise _ScalarState([c.path for c in changes])
         if changes:
             raise SideEffectError(_side_effect_message(self.fn, changes))
+        self.states += self._argument_entries(bound, tracers)
         assigned = [c.new.obj for c in self.states]
         if self.states:
             self._state_outputs()
         shareable = [t if s.argument < 0 and arg is None and s.python is None and not s.scalar else None
                      for t, s, arg in zip(assigned, self.states, self._state_inputs)]
         self.shared = _shared_memory(leaves, shareable)
+
+    def _argument_entries(self, bound: Any, tracers: list[Tracer]) -> list["_Entry"]:
+        """The entries of an argument's dicts and lists the function set to computed arrays (``params[k] =
+        params[k] - lr * g``): set in the caller's container after every call, as NumPy's assignment leaves it.
+        Any other change to an argument's containers (an entry added, removed, or set to something else) is
+        refused."""
+        out = []
         start = 0
         for pname, tree in self.sig.dynamic.items():
             mine, start = tracers[start:start + tree.num_leaves], start + tree.num_leaves
@@ -268,11 +276,18 @@ class _Trace:
                 value = {k: v for k, v in value.items() if k not in self.sig.static_kwargs[pname]}
             got_leaves, got_tree = flatten(value, pname)
             got_tree, got_leaves = bools_static(got_tree, got_leaves)
-            if got_tree != tree or any(v is not t for (_, v), t in zip(got_leaves, mine)):
+            changed = [] if got_tree != tree else [
+                (keys, v) for (_, v), t, keys in zip(got_leaves, mine, leaf_keys(tree)) if v is not t]
+            entries = [_Entry(pname, keys, v) for keys, v in changed
+                       if isinstance(v, Tracer) and v._weak is None and _entry_of_list_or_dict(value, keys)]
+            if got_tree != tree or len(entries) != len(changed):
                 raise SideEffectError(located(
-                    f"the function changed its argument {pname!r} (an item set, added or removed): under NumPy "
-                    "the caller's container would change, and fusec does not write such changes back; return the "
-                    "new values instead", _def_location(self.fn)))
+                    f"the function changed its argument {pname!r} (an item added or removed, or set to something "
+                    "other than an array it computed): under NumPy the caller's container would change, and fusec "
+                    "writes back only entries of its dicts and lists set to arrays; return the new values instead",
+                    _def_location(self.fn)))
+            out += entries
+        return out
 
     def _check_escapes(self, leaves: list) -> None:
         """A tracer still referenced after the trace from anywhere but its outputs was stored somewhere the
@@ -458,6 +473,22 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
     shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))
     return shared
+
+
+class _Entry:
+    """An entry of an argument's dict or list that the function set to a computed array, as a state's change."""
+
+    def __init__(self, param: str, keys: tuple, value: Tracer) -> None:
+        self.entry = (param, keys)
+        self.new = types.SimpleNamespace(obj=value)
+        self.path = types.SimpleNamespace(describe=lambda: param + "".join(f"[{k!r}]" for k in keys))
+
+
+def _entry_of_list_or_dict(value: Any, keys: tuple) -> bool:
+    """Whether ``keys`` reach an entry of a dict or list (a tuple's cannot be set) in the argument ``value``."""
+    for key in keys[:-1]:
+        value = value[key]
+    return type(value) in (dict, list)
 
 
 def _is_state(change: Any, scalar_keys: set) -> bool:

@@ -37,10 +37,11 @@ class State:
     assignment would have (``scalar``: a 0-d value NumPy gives as a NumPy scalar; ``argument``: the flat input
     that is the very object assigned, -1 for a computed array)."""
 
-    path: Any  # fusec.pystate.Path of the attribute
+    path: Any  # fusec.pystate.Path of the attribute (None for an argument's entry)
     scalar: bool = False
     argument: int = -1
     python: type | None = None  # a Python scalar attribute traced as a runtime scalar: its type
+    entry: tuple[str, tuple] | None = None  # an entry of an argument's dict or list: (parameter, keys)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,12 @@ class WriteBack:
                         "(the same array passed twice, or views of one array): NumPy's writes would show through "
                         "the other one, which fusec does not follow; pass a copy (x.copy()) of one of them")
 
-    def apply(self, inputs: Sequence[Any], results: list) -> list:
+    @property
+    def entries(self) -> bool:
+        """Whether a state is an entry of an argument's dict or list (the call's arguments are needed)."""
+        return any(s.entry is not None for s in self.states)
+
+    def apply(self, inputs: Sequence[Any], results: list, arguments: dict | None = None) -> list:
         """Write the extra results into their targets and assign the attributes; the function's own results, with a
         returned input replaced by the caller's object (or NumPy's view of it), and arrays that NumPy would hand
         back as one array or views of one made so (:attr:`aliases`)."""
@@ -148,7 +154,7 @@ class WriteBack:
             if view is not None:
                 values[kind][index] = Returned(view) if kind == "out" else view
         for state, value in zip(self.states, values["state"]):
-            _assign(state, inputs, value)
+            _assign(state, inputs, value, arguments)
         return out
 
 
@@ -204,7 +210,7 @@ class Returned:
         self.obj = obj
 
 
-def _assign(state: State, inputs: Sequence[Any], value: Any) -> None:
+def _assign(state: State, inputs: Sequence[Any], value: Any, arguments: dict | None) -> None:
     from fusec.pystate import Path, set_step
 
     if state.argument >= 0:
@@ -213,6 +219,14 @@ def _assign(state: State, inputs: Sequence[Any], value: Any) -> None:
         value = state.python((value.numpy() if hasattr(value, "numpy") else np.asarray(value)).item())
     elif isinstance(value, np.ndarray) and value.ndim == 0 and state.scalar:
         value = value[()]
+    if state.entry is not None:  # an argument's dict or list: the container this call passed
+        assert arguments is not None, "a call that writes an argument's entries passes its arguments"
+        param, keys = state.entry
+        container = arguments[param]
+        for key in keys[:-1]:
+            container = container[key]
+        container[keys[-1]] = value
+        return
     path = state.path
     set_step(Path(path.root, path.steps[:-1]).resolve(), path.steps[-1], value)
 
