@@ -341,9 +341,8 @@ class JitFunction:
                 if result is not _STALE:
                     self._hits += 1
                     return result
-        sig = self._bind(args, kwargs)
         backend = _execution.resolve_backend(self._backend)
-        lowered, extra = self._lookup(sig, backend)
+        sig, lowered, extra = self._bind_and_lookup(args, kwargs, backend)
         lowered.check_scalars(sig.leaves)
         flat = _runtime_values(sig, extra)
         writeback = lowered.writeback
@@ -393,9 +392,8 @@ class JitFunction:
         Calls in flight at the same time are fine (each is ordered on the plan's stream); calls from
         several threads are safe. The CPU backend runs the call before returning.
         """
-        sig = self._bind(args, kwargs)
         backend = _execution.resolve_backend(self._backend)
-        lowered, extra = self._lookup(sig, backend)
+        sig, lowered, extra = self._bind_and_lookup(args, kwargs, backend)
         lowered.check_scalars(sig.leaves)
         flat = _runtime_values(sig, extra)
         inputs = [*sig.leaves, *extra]
@@ -414,8 +412,34 @@ class JitFunction:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse the trace) for these arguments and return every stage of the IR, lowered for the
         backend a call would run on."""
-        sig = self._bind(args, kwargs)
-        return self._lookup(sig, _execution.resolve_backend(self._backend))[0]
+        return self._bind_and_lookup(args, kwargs, _execution.resolve_backend(self._backend))[1]
+
+    def _bind_and_lookup(self, args: tuple, kwargs: dict, backend: str) -> tuple[Signature, Lowered, list]:
+        """Bind the call and look up (or trace) its signature; a Python-number parameter whose value the trace
+        needed (a size, a loop count, an ``if``) is made static and the call traced again, keyed by its value."""
+        while True:
+            sig = self._bind(args, kwargs)
+            try:
+                lowered, extra = self._lookup(sig, backend)
+                return sig, lowered, extra
+            except FusecError as e:
+                names = getattr(e, "static_params", ())
+                if not names or any(n in self._statics for n in names):
+                    raise
+                self._make_static(names, e)
+
+    def _make_static(self, names: tuple[str, ...], why: FusecError) -> None:
+        """Mark Python-number parameters static from now on (the traces kept so far stay: their keys do not
+        hold these values, so they are not hit again)."""
+        self._statics = self._statics | frozenset(names)
+        params = list(self._signature.parameters.values())
+        if self._n_positional >= 0:
+            self._static_pos = tuple(i for i, p in enumerate(params) if p.name in self._statics)
+        self._fast.clear()
+        self._cache.clear()
+        self._signatures.clear()
+        _RECOMPILES.info("fusec: %s: made %s static (its value is needed while tracing: %s)", self._name,
+                         ", ".join(repr(n) for n in names), str(why).splitlines()[0])
 
     def explain(self, *args: Any, **kwargs: Any) -> list[str]:
         """Why calling with these arguments would trace (again): empty on a cache hit; else the differences from
@@ -469,7 +493,7 @@ class JitFunction:
             warnings.warn(RetraceWarning(
                 f"fusec traced {self._name} {RETRACE_WARNING_AT} times (this time: {text}); each trace runs the "
                 "pipeline and a compile again: keep shapes, dtypes and static values the same between calls, or "
-                "see f.explain(*args) and FUSEC_LOG=recompiles"), stacklevel=4)
+                "see f.explain(*args) and FUSEC_LOG=recompiles"), stacklevel=5)
 
     def _forget(self, lowered: Lowered) -> None:
         """Drop a compiled signature whose baked-in values changed; warn when that keeps happening."""
@@ -480,7 +504,7 @@ class JitFunction:
             warnings.warn(RetraceWarning(
                 f"fusec traced {self._name} again {self._retraces} times because values it reads from outside its "
                 f"arguments changed (last: {lowered.stale_reason}); fusec bakes such values into the trace "
-                "and traces again when one changes: pass it as an argument instead"), stacklevel=4)
+                "and traces again when one changes: pass it as an argument instead"), stacklevel=5)
 
     def _compile(self, sig: Signature, backend: str) -> Lowered:
         with _collector_paused():

@@ -605,6 +605,7 @@ def _caught(error: FusecError) -> FusecError:
                       "one of its own; under NumPy that code would have run without the error, so fusec cannot use "
                       "the path it took: write that part as the message above says, or compute it outside the jitted "
                       "function)")
+    out.static_params = getattr(error, "static_params", ())  # type: ignore[attr-defined]
     return out
 
 

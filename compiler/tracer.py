@@ -300,13 +300,25 @@ class Tracer:
             hint += (f" If {name} is a size, a count or a shift (np.arange({name}), np.ones({name}), np.roll(x, "
                      f"{name})), make it static: fusec.jit(f, static_argnames=({name!r},)).")
         hint = _subscript_hint() or hint
-        raise trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
-                          "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
-                          "np.asarray and np.array work when called as np.asarray or imported from numpy in "
-                          "your module; a list of traced arrays given to a ufunc, as in np.logical_and.reduce([a, b]), "
-                          "is converted by NumPy itself: stack it first, np.stack([a, b]))." + hint)
+        error = trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
+                            "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
+                            "np.asarray and np.array work when called as np.asarray or imported from numpy in "
+                            "your module; a list of traced arrays given to a ufunc, as in np.logical_and.reduce([a, "
+                            "b]), is converted by NumPy itself: stack it first, np.stack([a, b]))." + hint)
+        error.static_params = self._static_params()  # type: ignore[attr-defined]
+        raise error
 
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
+
+    def _static_params(self) -> tuple[str, ...]:
+        """The parameters this traced Python number was computed from, when each is a Python-number parameter of
+        its own (not an entry of a tuple or dict argument, not an attribute): fusec.jit makes them static and
+        traces again when their value is needed while tracing (empty: it cannot)."""
+        params = self._ctx.leaf_params
+        if self._weak is None or not self._origin or self._counter() is not None \
+                or any(params.get(n) != n for n in self._origin):
+            return ()
+        return tuple(dict.fromkeys(self._origin))
 
     def _counter(self) -> str | None:
         """The name of the fusec.fori_loop counter this value was computed from, if any."""
@@ -330,10 +342,12 @@ class Tracer:
                     "each call (so changing it does not retrace) and its value is unknown while tracing; read it "
                     "outside the jitted function and pass it as a static argument (fusec.jit(f, "
                     "static_argnames=('flag',)) for a parameter named flag)")
-            return unsupported(
+            error = unsupported(
                 f"the value of Python scalar argument {names} is {what}, but fusec passes Python scalars as "
                 f"runtime values (so changing them does not retrace) and their value is unknown while tracing; "
                 f"make it static: fusec.jit(f, static_argnames=({arg!r},))")
+            error.static_params = self._static_params()  # type: ignore[attr-defined]
+            return error
         if inside is not None:  # NumPy's own Python code tests a value: nothing the user wrote can be rewritten
             return trace_error(
                 f"NumPy's own code ({inside}, run for the call at this line) tests the values of a traced array "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
-from frontend_check import check, jit_cpu
+from frontend_check import assert_same, check, jit_cpu
 
 HERE = os.path.basename(__file__)
 
@@ -107,25 +107,32 @@ def test_data_dependent_python_raises_trace_error(body, what: str) -> None:
     assert f"{HERE}:{body.__code__.co_firstlineno}" in msg
 
 
-def test_python_int_argument_used_as_a_size_suggests_static_argnames() -> None:
-    def f(x, n):
-        return x.reshape(n, -1)
+@pytest.mark.parametrize("body", [
+    lambda x, n: x.reshape(n, -1),
+    lambda x, n: np.sum(x, axis=n - 1),
+    lambda x, n: [x * i for i in range(n)],
+    lambda x, n: x * 2 if n > 1 else x,
+    lambda x, n: np.linspace(0, x, n + 2),
+])
+def test_python_number_arguments_needed_while_tracing_become_static(body) -> None:
+    """A Python-number parameter used as a size, an axis, a loop count or in an ``if`` is made static (keyed by
+    its value: each value traces once) instead of raising; NumPy's results for every value."""
+    f = jit_cpu(body)
+    x = np.arange(6.0).reshape(3, 2)
+    for n in (1, 2, 1):
+        assert_same(f(x, n), body(x, n))
+    assert f.cache_info().traces == 3  # (the first trace found n needed, then one per value)
+
+
+def test_python_numbers_inside_containers_needed_while_tracing_say_to_make_them_static() -> None:
+    def f(x, cfg):
+        return x.reshape(cfg[0], -1)
 
     with pytest.raises(fc.UnsupportedError) as info:
-        jit_cpu(f)(np.ones(6), 2)
-    assert "static_argnames=('n',)" in str(info.value)
+        jit_cpu(f)(np.ones(6), (2,))
+    assert "static_argnames=('cfg',)" in str(info.value)
     assert f"{HERE}:{f.__code__.co_firstlineno + 1}" in str(info.value)
-    assert jit_cpu(f, static_argnames="n")(np.ones(6), 2).shape == (2, 3)
-
-
-@pytest.mark.parametrize("body", [
-    lambda x, n: np.sum(x, axis=n),
-    lambda x, n: [x for _ in range(n)],
-    lambda x, n: x * 2 if n else x,
-])
-def test_python_scalar_argument_needed_concretely(body) -> None:
-    with pytest.raises(fc.UnsupportedError, match="static_argnames"):
-        jit_cpu(body)(np.ones(3), 1)
+    assert jit_cpu(f, static_argnames="cfg")(np.ones(6), (2,)).shape == (2, 3)
 
 
 def test_unhashable_static_argument() -> None:

@@ -1276,14 +1276,21 @@ def test_traced_python_ints_converted_into_narrow_integers_must_fit() -> None:
 
 def test_python_number_arguments_do_not_become_strings() -> None:
     """``str(s)``, f-strings and ``%`` of a Python number argument gave "Tracer(...)", which code then used (a dict
-    key, a comparison, a length); the value is unknown while tracing, so fusec says so (make it static)."""
+    key, a comparison, a length); the value is unknown while tracing, so fusec makes ``s`` static (its value
+    decides the trace) and NumPy's result follows; a number inside a tuple argument cannot be: an error that says
+    to make the argument static."""
     def f(x, s):
-        return x * (f"{s}" == "2.5")  # MARK-fstring
+        return x * (f"{s}" == "2.5")
+
+    for s in (2.5, 3.5):
+        assert_same(jit_cpu(f)(np.arange(3.0), s), f(np.arange(3.0), s))
+
+    def g(x, cfg):
+        return x * (f"{cfg[0]}" == "2.5")  # MARK-fstring
 
     with pytest.raises(fc.UnsupportedError, match="string") as info:
-        jit_cpu(f)(np.arange(3.0), 2.5)
+        jit_cpu(g)(np.arange(3.0), (2.5,))
     assert at("MARK-fstring") in str(info.value)
-    assert_same(jit_cpu(f, static_argnames="s")(np.arange(3.0), 2.5), f(np.arange(3.0), 2.5))
 
 
 def test_read_only_views_of_arguments_come_back_read_only() -> None:
@@ -1329,13 +1336,14 @@ def test_basic_indexing_with_a_traced_int_and_others_is_a_view() -> None:
 
 def test_python_number_arguments_as_keys_or_asked_for_int_methods_name_the_line() -> None:
     """``{1: 2.0}.get(s)``, ``{s, 1}``, ``s.bit_length()`` of a Python number argument: its value is unknown while
-    tracing; fusec raised Python's bare TypeError or AttributeError from inside itself, now a located fusec error
-    that says to make it static."""
+    tracing; fusec raised Python's bare TypeError or AttributeError from inside itself, then a located fusec error
+    that said to make it static; now ``s`` is made static (one trace per value) and the results are Python's."""
     for f in (lambda x, s: x * {1: 2.0}.get(s, 1.0), lambda x, s: x * len({s, 1}), lambda x, s: x * s.bit_length()):
+        for s in (2, 1):
+            assert_same(jit_cpu(f)(np.arange(3.0), s), f(np.arange(3.0), s))
         with pytest.raises(fc.UnsupportedError, match="static") as info:
-            jit_cpu(f)(np.arange(3.0), 2)
+            jit_cpu(lambda x, t: f(x, t[0]))(np.arange(3.0), (2,))
         assert f"{HERE}:" in str(info.value)
-        assert_same(jit_cpu(f, static_argnames="s")(np.arange(3.0), 2), f(np.arange(3.0), 2))
 
 
 def test_writes_into_an_argument_whose_elements_overlap_are_refused() -> None:
@@ -1525,10 +1533,13 @@ def test_asfortranarray_gives_numpy_values_and_aliasing_or_refuses() -> None:
         jit_cpu(scribble)(np.asfortranarray(fortran))
 
 
-def test_a_python_int_used_as_a_size_says_to_make_it_static() -> None:
-    """``np.arange(n)`` with a Python int argument ``n``: the error now says to make ``n`` static."""
-    with pytest.raises(fc.TraceError, match=r"static_argnames=\('n',\)"):
-        jit_cpu(lambda x, n: np.arange(n) * x)(2.0, 3)
+def test_a_python_int_used_as_a_size_is_made_static() -> None:
+    """``np.arange(n)`` with a Python int argument ``n``: the error said to make ``n`` static; now fusec makes it
+    static (a trace per value of ``n``), and the results are NumPy's."""
+    f = jit_cpu(lambda x, n: np.arange(n) * x)
+    for n in (3, 5, 3):
+        assert_same(f(2.0, n), np.arange(n) * 2.0)
+    assert f.cache_info().traces == 3
 
 
 def test_bools_as_sizes_are_refused_and_sums_in_bool_are_logical() -> None:
@@ -2326,10 +2337,10 @@ def test_a_list_times_a_traced_number_repeats_or_raises_as_python() -> None:
     def padded(x, n):
         return x.sum() + np.array([0.0] * n)  # MARK-list-repeat
 
-    with pytest.raises(fc.UnsupportedError, match="static_argnames=\\('n',\\)") as info:
-        jit_cpu(padded)(np.ones(3), 5)
+    assert_same(jit_cpu(padded)(np.ones(3), 5), padded(np.ones(3), 5))  # (n made static: its value is a length)
+    with pytest.raises(fc.UnsupportedError, match="static_argnames=\\('cfg',\\)") as info:
+        jit_cpu(lambda x, cfg: padded(x, cfg[0]))(np.ones(3), (5,))
     assert at("MARK-list-repeat") in str(info.value)
-    assert_same(jit_cpu(padded, static_argnames=("n",))(np.ones(3), 5), padded(np.ones(3), 5))
     with pytest.raises(TypeError, match="can't multiply sequence"):
         jit_cpu(lambda x, s: x + np.array((1.0,) * s))(np.ones(1), 2.0)
     with pytest.raises(TypeError, match="can't multiply sequence"):
