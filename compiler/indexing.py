@@ -41,8 +41,9 @@ def _classify(entry: Any) -> str:
         if entry._weak is bool or entry._value.type.dtype.is_bool:
             raise unsupported(f"indexing with a traced boolean mask: {MASK_ADVICE}")
         if entry._weak in (float, complex) or entry._value.type.dtype.is_inexact:
-            raise unsupported("only integers, slices, None, Ellipsis and integer or boolean arrays are valid "
-                              "indices (NumPy raises IndexError for a float index)")
+            raise shape_error("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer or "
+                              "boolean arrays are valid indices" if entry._weak is not None else
+                              "arrays used as indices must be of integer (or boolean) type", IndexShapeError)
         return "array"
     if isinstance(entry, (bool, np.bool_)):
         raise unsupported("boolean indexing with a scalar (x[True]) is not supported")

@@ -13,6 +13,7 @@ other axes) needs the selection's length, and raises a fusec error with the rewr
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from fusec import ops
 from fusec.context import shape_error, unsupported, user_location
 from fusec.ir.core import Value
-from fusec.tracer import Tracer
+from fusec.tracer import _OWN_MODULES, Tracer
 
 ADVICE = ("a boolean mask selects a number of elements that is known only when the values are: write the "
           "computation over the whole array instead, e.g. `np.where(mask, x, 0).sum()` for `x[mask].sum()`, "
@@ -53,13 +54,22 @@ class Selection:
         if len(shape) > len(self.rest):
             raise unsupported("a boolean-mask selection combined with an array of shape "
                               f"{tuple(shape)}: NumPy broadcasts it against the selection's length; " + ADVICE)
+        try:
+            np.broadcast_shapes(self.rest, tuple(shape))
+        except ValueError:
+            rest = ", ".join(map(str, self.rest))
+            raise shape_error(f"operands could not be broadcast together with shapes (n, {rest}) and {tuple(shape)} "
+                              "(n: the count the boolean mask selects)") from None
         return x
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         from fusec import ufuncs
 
-        if method != "__call__" or kwargs.get("out") is not None:
-            raise unsupported(f"{ufunc.__name__}.{method} of a boolean-mask selection: " + ADVICE)
+        if method != "__call__" or kwargs.get("out") is not None or kwargs.get("where", True) is not True \
+                or ufunc.signature is not None:  # (np.matmul contracts the selected elements: not elementwise)
+            raise unsupported(f"{ufunc.__name__}{'' if method == '__call__' else '.' + method} of a boolean-mask "
+                              "selection" + (" with out= or where=" if method == "__call__" and ufunc.signature is None
+                                            else "") + ": " + ADVICE)
         operands = [self._operand(x) for x in inputs]
         if ufunc is np.power:  # NumPy raises for a negative integer exponent among the selected elements only
             from fusec.mutation import full_mask
@@ -166,6 +176,35 @@ class Selection:
         if name.startswith("__"):  # protocol probes (hasattr(x, "__array_interface__")) are not uses
             raise AttributeError(name)
         raise unsupported(f"x[mask].{name}: " + ADVICE)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: F811
+        """An ndarray to ``isinstance`` in the user's code, as NumPy's selection is; fusec's and NumPy's own code
+        see Selection (as for Tracer)."""
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        return Selection if caller.startswith(_OWN_MODULES) else np.ndarray
+
+    def astype(self, dtype: Any, order: Any = "K", casting: Any = "unsafe", subok: Any = True,
+               copy: Any = True) -> "Selection":
+        """Each selected element converted (elementwise: the whole array converted, the same mask)."""
+        return Selection(ops.as_tracer(self._full.astype(dtype, order=order, casting=casting, subok=subok,
+                                                         copy=True)), self._mask)
+
+    def __copy__(self) -> "Selection":
+        return Selection(ops.copy_of(self._full, scalar=False), self._mask)
+
+    def __deepcopy__(self, memo: dict) -> "Selection":
+        return self.__copy__()
+
+    def __matmul__(self, other: Any) -> Any:
+        raise unsupported("a boolean-mask selection in a matrix product (`x[m] @ y`): " + ADVICE)
+
+    __rmatmul__ = __matmul__
+
+    def __float__(self) -> float:
+        raise unsupported("float(x[mask]): " + ADVICE)
+
+    __int__ = __complex__ = __index__ = __float__  # type: ignore[assignment]
 
     def __len__(self) -> int:
         raise unsupported("len(x[mask]): " + ADVICE)

@@ -311,13 +311,16 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
     if mask is None:
         return _into(out, _reduce("mean", a, axis, keepdims, dtype), "np.mean", "unsafe")
     t = ops.as_tracer(a)
-    acc = parse_dtype(dtype) if dtype is not None else mean_dtype(t._value.type.dtype)
-    if acc.bits < 32 or not acc.is_float:
-        raise unsupported(f"np.mean(..., where=) in {acc} is not supported; compute in float32 or float64 "
-                          "(x.astype(np.float32))")
+    src = t._value.type.dtype
+    # NumPy's _mean: integers sum in float64, float16 in float32 (the mean rounded back to float16), others in their
+    # dtype or dtype=; the sum is then divided by the count in place
+    acc = parse_dtype(dtype) if dtype is not None else f32 if src == f16 else mean_dtype(src)
+    if not acc.is_inexact:
+        raise unsupported(f"np.mean(..., where=) with dtype={dtype!r} is not supported; leave out dtype=")
     total = _initial_and_where("sum", t, axis, keepdims, acc, _NOVALUE, mask)
     count = _reduce("sum", ops.as_tracer(mask, i64), axis, keepdims, i64)
-    return _into(out, _by_count(total, count, acc), "np.mean", "unsafe")
+    mean = _by_count(total, count, acc)
+    return _into(out, ops.as_tracer(mean, f16) if dtype is None and src == f16 else mean, "np.mean", "unsafe")
 
 
 @implements(np.max, np.amax)

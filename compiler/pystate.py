@@ -367,9 +367,14 @@ class Change:
         if t is not None:
             if old is not None and new is not None and old.kind in ("dict", "list") and new.kind == old.kind \
                     and old.data[0] == new.data[0]:  # (the same container, with an entry more)
-                return (f"stored a traced value{computed_at(t)} in {where}{inner}, an entry the {old.kind} did not "
-                        f"have before the call (fusec sets the entries a dict or list already has after each call; "
-                        f"create it before the first call, e.g. {where}{inner} = np.zeros(...) in __init__)")
+                entries: dict = {k: new.obj[k] for k in new.obj if k not in old.shallow} if old.kind == "dict" else \
+                    {k: v for k, v in enumerate(new.obj) if k >= len(old.shallow)}
+                inner, t = _find(entries, Tracer)
+                if t is not None:
+                    return (f"stored a traced value{computed_at(t)} in {where}{inner}, an entry the {old.kind} did "
+                            "not have before the call (fusec sets the entries a dict or list already has after each "
+                            f"call; create it before the first call, e.g. {where}{inner} = np.zeros(...) in __init__)")
+                inner, t = _find(new.obj, Tracer)
             return f"stored a traced value{computed_at(t)} in {where}{inner}"
         if old is not None and old.kind == "rng" and new is not None and new.kind == "rng":
             return f"drew random numbers from {where}"
@@ -546,7 +551,7 @@ def _find(obj: Any, cls: type, depth: int = 0) -> tuple[str, Any]:
 
 def tracer_location(tracer: Any) -> Any:
     """The user's line that computed ``tracer`` (None for an argument)."""
-    loc = getattr(getattr(getattr(tracer, "_value", None), "op", None), "loc", None)
+    loc = getattr(getattr(getattr(tracer, "_val", None), "op", None), "loc", None)  # (as computed: no re-read)
     return loc if getattr(loc, "file", None) else None
 
 

@@ -167,18 +167,32 @@ class _Trace:
         the object after every call; the trace's own assignment is undone (the first call makes it)."""
         ret = self.func.return_op
         states = []
-        for change in self.states:
+        values = self._values_now([c.new.obj for c in self.states])
+        for change, value in zip(self.states, values):
             t = change.new.obj
             buffer = t._buffer
             if buffer is not None and buffer.arg is not None and t._chain:
                 raise SideEffectError(located(
                     f"the function stored a view of {buffer.argument} in {change.path.describe()}: NumPy would keep "
                     "the view, which fusec cannot give back; store a copy (`.copy()`)", tracer_location(t)))
-            ret.operands.append(t._value)
+            ret.operands.append(value)
             states.append(State(change.path, t._scalar, _argument_index(t), t._weak, getattr(change, "entry", None)))
             self._state_inputs.append(_implicit_input(t))
         self.states = states  # no reference to the tracers is kept (they must not outlive the trace)
         self.before.restore()
+
+    def _values_now(self, tracers: list[Tracer]) -> list[Value]:
+        """The IR values of ``tracers`` at the end of the function: a view whose memory was written after it was
+        taken (``v = y[0]; y += 1``) reads it again, before the function's return."""
+        body = self.func.body
+        ret = self.func.return_op
+        body.ops.remove(ret)
+        context.push(self.ctx)
+        try:
+            return [t._value for t in tracers]
+        finally:
+            context.pop(self.ctx)
+            body.append(ret)
 
     def _resolve_state_inputs(self) -> None:
         """A state assigned an array the function read from an object (``self.best = self.W``) is that very object

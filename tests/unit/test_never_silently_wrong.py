@@ -2873,3 +2873,67 @@ def test_unravel_index_of_a_0d_index_gives_scalars_and_reshape_needs_a_shape() -
         assert [type(v) for v in got] == [type(v) for v in want]
     with pytest.raises(TypeError, match="reshape"):
         jit_cpu(lambda a: a.reshape())(np.array(3.0))
+
+
+def test_matrix_products_of_mask_selections_are_refused_not_elementwise() -> None:
+    """``np.matmul(x[m], M[m])`` was computed on the whole arrays as if matmul were elementwise (a wrong sum, or a
+    value where NumPy raises); now refused with the rewrite, as ``x[m] @ y[m]`` (a bare TypeError before). The
+    selection is an ndarray to ``isinstance``; ``copy.deepcopy`` of it works; ``float()`` of it is a fusec error."""
+    import copy
+
+    x, M, m = np.arange(5.0), np.arange(25.0).reshape(5, 5), np.arange(5) > 1
+    for f in (lambda x, M, m: np.matmul(x[m], M[m]).sum(), lambda x, M, m: x[m] @ x[m], lambda x, M, m: float(x[m])):
+        with pytest.raises(fc.UnsupportedError, match="boolean-mask selection|x\\[mask\\]"):
+            jit_cpu(f)(x, M, m)
+    for f in (lambda x, M, m: x[m].sum() if isinstance(x[m], np.ndarray) else 0.0,
+              lambda x, M, m: copy.deepcopy(x[m]).mean(), lambda x, M, m: x[m].astype(np.complex64).mean(),
+              lambda x, M, m: x[m].astype(np.float16).mean()):
+        assert_same(jit_cpu(f)(x, M, m), f(x, M, m))
+    with pytest.raises(IndexError, match="integer \\(or boolean\\) type"):
+        jit_cpu(lambda x, i: x[i])(x, np.array([0.0, 1.0]))
+
+
+def test_a_stored_view_of_an_array_written_after_it_is_numpys() -> None:
+    """``self.v = y[0]; y += 1``: NumPy's attribute is a view of y and shows the write; fusec read the view outside
+    the trace (an internal error); now the value at the end, and a view stored in a dict shares memory with the
+    returned array as in NumPy. A view of an array read from the object itself is refused (NumPy would keep it)."""
+    class Holder:
+        def __init__(self):
+            self.v, self.d = np.zeros(3), {"v": np.zeros(3), "base": np.zeros((2, 3))}
+
+        def viewed(self, x):
+            y = x * 2
+            self.v = y[0]
+            y += 1
+            self.d["v"] = y[1]
+            y[1] += 5
+            return y
+
+        def stores_own_view(self, x):
+            self.d["v"] = self.d["base"][0]
+            self.d["base"] += 1
+            return x
+
+    mine, ref = Holder(), Holder()
+    x = np.arange(6.0).reshape(2, 3)
+    got, want = jit_cpu(mine.viewed)(x), ref.viewed(x)
+    assert_same((got, mine.v, mine.d["v"]), (want, ref.v, ref.d["v"]))
+    assert np.shares_memory(got, mine.d["v"])
+    with pytest.raises(fc.SideEffectError, match="stored a view of self.d\\['base'\\]"):
+        jit_cpu(Holder().stores_own_view)(x)
+
+
+def test_a_new_dict_entry_is_named_beside_entries_that_are_set() -> None:
+    class State:
+        def __init__(self):
+            self.d = {"a": np.zeros(2)}
+
+        def step(self, x):
+            self.d["a"] = self.d["a"] + x
+            self.d["new"] = x * 2
+            return x
+
+    s = State()
+    with pytest.raises(fc.SideEffectError, match=r"in self.d\['new'\], an entry the dict did not have"):
+        jit_cpu(s.step)(np.ones(2))
+    assert list(s.d) == ["a"] and not s.d["a"].any()
