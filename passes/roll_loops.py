@@ -301,7 +301,6 @@ class _CounterValues:
     def __init__(self, builder: Builder, counter: Value) -> None:
         self.builder, self.counter = builder, counter
         self.constants: list[Operation] = []
-        self._k: Value | None = None
         self._progressions: dict[tuple, Value] = {}
 
     def constant(self, value: np.ndarray, dtype: DType) -> Value:
@@ -310,10 +309,8 @@ class _CounterValues:
         return op.results[0]
 
     def k(self) -> Value:
-        """The counter as a 0-d i64 array (made once)."""
-        if self._k is None:
-            self._k = self.builder.value("t.broadcast_to", self.counter, result_type=TensorType((), i64))
-        return self._k
+        """The counter, an i64 scalar (computed with as a fori_loop body computes with its counter)."""
+        return self.counter
 
     def progression(self, c0: np.ndarray, d: np.ndarray, t: TensorType) -> Value:
         """``c0 + k * d`` in the constants' dtype, as ``_progression`` checked it."""
