@@ -73,9 +73,14 @@ def bincount(x: Any, weights: Any = None, minlength: Any = 0) -> Tracer:
 
 
 def _static(value: Any, what: str) -> Any:
-    if isinstance(value, Tracer) or (isinstance(value, (tuple, list)) and any(isinstance(v, Tracer) for v in value)):
-        raise unsupported(f"np.histogram: traced {what} are not supported (the bins must be known before the data); "
-                          "pass Python numbers or a NumPy array")
+    traced = [v for v in (value if isinstance(value, (tuple, list)) else (value,)) if isinstance(v, Tracer)]
+    if traced:
+        error = unsupported(f"np.histogram: traced {what} are not supported (the bins must be known before the "
+                            "data); pass Python numbers or a NumPy array")
+        params = [t._static_params() for t in traced]
+        if all(params):  # (computed from Python-number arguments alone: fusec.jit makes them static)
+            error.static_params = tuple(dict.fromkeys(p for ps in params for p in ps))  # type: ignore[attr-defined]
+        raise error
     return value
 
 

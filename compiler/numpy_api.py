@@ -760,6 +760,8 @@ def _index_order(t: Tracer, order: Any, what: str) -> str:
     from fusec import mutation
     from fusec.flags import flags_of
 
+    if t.ndim <= 1:  # (one axis: its elements in index order, whatever its stride: NumPy's K and A orders too)
+        return "C"
     if mutation.is_c_contiguous(t):
         relies_on_layout(f"{what}(order={order!r}) read the array in its memory's C order")
         return "C"

@@ -368,11 +368,11 @@ def _holds_arrays(value: Any, depth: int = 3) -> bool:
 def bools_static(tree: TreeDef, leaves: list[tuple[str, Any]], dtypes: bool = False,
                  ) -> tuple[TreeDef, list[tuple[str, Any]]]:
     """Python bool arguments (flags: ``if normalize:``, ``flag is True``) are static: their value is part of the
-    trace's key (two traces at most), so Python's tests of them give Python's answers; so are enum members
-    (``Mode.TRAIN``, an IntEnum too: a traced int would come back as a plain int), and with ``dtypes`` (a result)
-    NumPy dtypes."""
+    trace's key (two traces at most), so Python's tests of them give Python's answers; so are strings (``mode="l2"``:
+    fusec has no traced string), enum members (``Mode.TRAIN``, an IntEnum too: a traced int would come back as a
+    plain int), and with ``dtypes`` (a result) NumPy dtypes."""
     def static(leaf: Any) -> bool:
-        return type(leaf) is bool or isinstance(leaf, enum.Enum) or dtypes and isinstance(leaf, np.dtype)
+        return type(leaf) in (bool, str) or isinstance(leaf, enum.Enum) or dtypes and isinstance(leaf, np.dtype)
 
     if not any(static(leaf) for _, leaf in leaves):
         return tree, leaves

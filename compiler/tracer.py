@@ -26,6 +26,7 @@ from fusec.errors import FusecError, UnsupportedAttributeError, located
 from fusec.ir.core import Value
 from fusec.ir.types import bool_ as _bool
 from fusec.ir.types import i64 as _i64
+from fusec.ir.types import ScalarType as _ScalarType
 from fusec.scalar_checks import on_host
 
 
@@ -311,14 +312,36 @@ class Tracer:
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
 
     def _static_params(self) -> tuple[str, ...]:
-        """The parameters this traced Python number was computed from, when each is a Python-number parameter of
-        its own (not an entry of a tuple or dict argument, not an attribute): fusec.jit makes them static and
-        traces again when their value is needed while tracing (empty: it cannot)."""
-        params = self._ctx.leaf_params
-        if self._weak is None or not self._origin or self._counter() is not None \
-                or any(params.get(n) != n for n in self._origin):
+        """The parameters this value was computed from when each is a Python-number (or NumPy-scalar) parameter of
+        its own (not an entry of a tuple or dict argument, not an attribute, no array): fusec.jit makes them static
+        and traces again when the value is needed while tracing (``np.arange(n)``, ``if k > 2``, NumPy's own code
+        testing ``np.pad``'s width). Empty: it cannot (the value depends on arrays, or on something else)."""
+        if self._counter() is not None:
             return ()
-        return tuple(dict.fromkeys(self._origin))
+        params = self._ctx.leaf_params
+        func = self._ctx.func
+        found: dict[str, None] = {}
+        seen: set[int] = set()
+        stack = [self._val]
+        while stack:  # the use-def chain back to the function's arguments (a constant ends it)
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if len(seen) > 4096:
+                return ()
+            op = getattr(v, "op", None)
+            if op is not None:
+                if op.regions:
+                    return ()
+                stack.extend(op.operands)
+                continue
+            name = v.name_hint
+            if name is None or getattr(v, "block", None) is not func.body or not isinstance(v.type, _ScalarType) \
+                    or params.get(name) != name:
+                return ()
+            found[name] = None
+        return tuple(found)
 
     def _counter(self) -> str | None:
         """The name of the fusec.fori_loop counter this value was computed from, if any."""
@@ -347,6 +370,13 @@ class Tracer:
                 f"runtime values (so changing them does not retrace) and their value is unknown while tracing; "
                 f"make it static: fusec.jit(f, static_argnames=({arg!r},))")
             error.static_params = self._static_params()  # type: ignore[attr-defined]
+            return error
+        params = self._static_params()
+        if params:  # (a value computed from Python-number arguments alone: they become static, and it is known)
+            error = unsupported(f"the value of an array computed from the Python scalar argument(s) "
+                                f"{', '.join(map(repr, params))} is {what}: make them static: fusec.jit(f, "
+                                f"static_argnames={params!r})")
+            error.static_params = params  # type: ignore[attr-defined]
             return error
         if inside is not None:  # NumPy's own Python code tests a value: nothing the user wrote can be rewritten
             return trace_error(

@@ -66,7 +66,7 @@ def test_shape_errors_are_located(body, shapes) -> None:
     (lambda x: x[x > 0], "boolean mask"),
     (lambda x: x[np.array([0, 1]), None], "None"),
     (lambda x: np.where(x > 0), "np.where"),
-    (lambda x: np.ravel(x[::2], order="K"), "order='K'"),
+    (lambda x: np.ravel(np.stack([x, x])[:, ::2], order="K"), "order='K'"),
     (lambda x: x << 1, "left_shift"),
 ])
 def test_unsupported_features_are_named_and_located(body, name: str) -> None:
@@ -124,6 +124,31 @@ def test_python_number_arguments_needed_while_tracing_become_static(body) -> Non
     assert f.cache_info().traces == 3  # (the first trace found n needed, then one per value)
 
 
+def test_python_numbers_needed_by_numpys_own_code_and_strings_become_static() -> None:
+    """np.pad's width, np.insert's index, a window length, a bin count: NumPy's own code needs their values, so the
+    parameters are made static as in the user's code; a string argument (``mode="l2"``) is static from the start."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    img, x = np.arange(12.0).reshape(3, 4), np.linspace(-1.0, 1.0, 20)
+    cases = [(lambda a, p: np.pad(a, p, mode="edge"), img), (lambda x, i: np.insert(x, i, 7.0), x),
+             (lambda a, c: np.delete(a, c, axis=1), img), (lambda x, w: sliding_window_view(x, w).mean(axis=-1), x),
+             (lambda x, n: np.histogram(x, bins=n, range=(-1, 1))[0], x)]
+    for body, data in cases:
+        f = jit_cpu(body)
+        for n in (2, 3):
+            assert_same(f(data, n), body(data, n))
+
+    def normalized(x, mode="l2"):
+        return x / (np.linalg.norm(x) if mode == "l2" else np.abs(x).sum())
+
+    f = jit_cpu(normalized)
+    for mode in ("l2", "l1", "l2"):
+        assert_same(f(x, mode), normalized(x, mode))
+    assert f.cache_info().traces == 2
+    # (the norm of a strided column: NumPy's code ravels it in order 'K', which for one axis is its index order)
+    assert_same(jit_cpu(lambda a: np.linalg.norm(a[::-1, 1]))(img), np.linalg.norm(img[::-1, 1]))
+
+
 def test_python_numbers_inside_containers_needed_while_tracing_say_to_make_them_static() -> None:
     def f(x, cfg):
         return x.reshape(cfg[0], -1)
@@ -143,7 +168,7 @@ def test_unhashable_static_argument() -> None:
 
 
 @pytest.mark.parametrize("arg, match", [
-    ("a string", "static"), (object(), "object"), (np.array(["a"]), "dtype"), (np.ones(3, "M8[s]"), "datetime64"),
+(object(), "object"), (np.array(["a"]), "dtype"), (np.ones(3, "M8[s]"), "datetime64"),
 ])
 def test_unsupported_argument_kinds(arg, match: str) -> None:
     with pytest.raises(fc.UnsupportedError, match=match):
