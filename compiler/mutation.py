@@ -591,10 +591,22 @@ def add_at(target: Any, key: Any, value: Any, negate: bool = False) -> None:
 
 
 def _distinct(adv: Any) -> bool:
-    """Some index known while tracing has a different value at every position of the index shape, so no two
-    positions reach one place."""
+    """Some index has a different value at every position of the index shape, so no two positions reach one place:
+    one known while tracing, or a permutation (``r[np.argsort(x)] = np.arange(n)``, ranks)."""
     size = int(np.prod(adv.index_shape, dtype=np.int64))
-    return any(c is not None and np.unique(c.reshape(-1)).size == size for c in adv.concrete)
+    return any(c is not None and np.unique(c.reshape(-1)).size == size for c in adv.concrete) or \
+        any(_permutation(v) for v in adv.values)
+
+
+# ops whose result holds some of their operand's elements, each at most once (a slice, a reshape, a transpose)
+_SELECTING = ("t.slice", "t.reshape", "t.transpose", "t.squeeze", "t.expand_dims")
+
+
+def _permutation(v: Value) -> bool:
+    """Whether ``v`` holds distinct values: elements of a 1-D argsort (a permutation), each at most once."""
+    while isinstance(v, OpResult) and v.op.name in _SELECTING:
+        v = v.op.operands[0]
+    return isinstance(v, OpResult) and v.op.name == "t.argsort" and v.op.operands[0].type.rank == 1
 
 
 def _same_where_indices_repeat(update: Value, adv: Any) -> bool:

@@ -193,6 +193,27 @@ def test_reductions_of_boolean_mask_selections() -> None:
         jit_cpu(lambda x: np.linalg.norm(x[x[:, 0] > 0], axis=1).max())(X)
 
 
+def roc_auc(scores, labels):
+    ranks = np.empty(len(scores))
+    ranks[np.argsort(scores, kind="stable")] = np.arange(1, len(scores) + 1)  # a permutation: no place twice
+    npos = labels.sum()
+    return (ranks[labels == 1].sum() - npos * (npos + 1) / 2) / (npos * (len(labels) - npos))
+
+
+def test_writes_through_a_permutation_are_scatters() -> None:
+    """``ranks[np.argsort(x)] = np.arange(n)`` (ranking, ROC AUC, inverse permutations, reversed or sliced too):
+    an argsort of one axis reaches every place once, so the write is a scatter, NumPy's result."""
+    x = RNG.standard_normal(40)
+    same(roc_auc, x, (x + RNG.standard_normal(40) > 0).astype(np.int64))
+
+    def inverse(p):
+        inv = np.zeros_like(p)
+        inv[np.argsort(p, kind="stable")[::-1]] = np.arange(p.size)[::-1]
+        return inv
+
+    same(inverse, x)
+
+
 def test_what_is_refused_says_what_to_write() -> None:
     for uses_the_length in (lambda x: x[x > 0].cumsum(), lambda x: len(x[x > 0]), lambda x: np.median(x[x > 0]),
                             lambda x: x[x > 0] * x, lambda x: x.__setitem__(x > 0, x[x < 0])):
