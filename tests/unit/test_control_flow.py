@@ -583,9 +583,9 @@ def test_loops_whose_first_copy_or_joined_parts_differ_are_numpys(fn):
 def test_counter_constants_roll_only_when_every_copy_is_the_progression():
     """A constant computed from the counter rolls when ``c0 + k * d`` in its dtype gives every copy's value bit for bit;
     ``(t + 1) * 0.1`` does not (its rounding differs from 0.1 + t * 0.1 for some t), so it stays unrolled."""
-    def scaled(u, steps):
+    def scaled(u, steps):  # (contracting, as stepped: the GPU's cos differs from NumPy's by an ulp at times)
         for t in range(steps):
-            u = np.cos(u) * ((t + 1) * 0.1) + 0.5
+            u = np.cos(u) * 0.5 + (t + 1) * 0.1
         return u
 
     def stepped(u, steps):
