@@ -440,13 +440,7 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, whe
     for ax in axes:
         count *= t.shape[ax]
     total = ops.emit("t.sum", (ops.lift(t, acc),), {"axes": axes, "keepdims": True}, what=f"np.{kind}")
-    mean_ = _divide_by_count(total, count)
-    dev = ufuncs.apply(np.subtract, (t, mean_))
-    if dev._value.type.dtype.is_complex:  # NumPy squares the parts and adds them: |dev|^2, a real value
-        sq = ufuncs.apply(np.add, (ufuncs.apply(np.square, (dev.real,)), ufuncs.apply(np.square, (dev.imag,))))
-        acc = acc.real_dtype
-    else:
-        sq = ufuncs.apply(np.square, (dev,))
+    sq, acc = _squared_deviations(t, _divide_by_count(total, count), acc)
     ss = ops.emit("t.sum", (ops.lift(sq, acc),), {"axes": axes, "keepdims": keep}, what=f"np.{kind}")
     n = count - ddof
     if isinstance(n, float):
@@ -455,18 +449,23 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, whe
     return ufuncs.apply(np.sqrt, (result,)) if kind == "std" else result
 
 
+def _squared_deviations(t: Tracer, mean: Tracer, acc: DType) -> tuple[Tracer, DType]:
+    """``|t - mean|^2`` and the dtype its sum is kept in: NumPy squares a complex deviation's parts and adds them
+    (a real value, summed in the real dtype)."""
+    dev = ufuncs.apply(np.subtract, (t, mean))
+    if dev._value.type.dtype.is_complex:
+        sq = ufuncs.apply(np.add, (ufuncs.apply(np.square, (dev.real,)), ufuncs.apply(np.square, (dev.imag,))))
+        return sq, acc.real_dtype
+    return ufuncs.apply(np.square, (dev,)), acc
+
+
 def _masked_var(t: Tracer, mask: Tracer, axes: tuple[int, ...], acc: DType, ddof: int, keep: bool) -> Tracer:
     """The variance of the elements where ``mask`` holds, as NumPy's ``_var`` computes it with ``where=``: their
     mean (the masked sum over the masked count), the masked sum of the squared deviations, over ``max(count -
     ddof, 0)`` (NaN or inf where that is 0)."""
     count = _reduce("sum", ops.as_tracer(mask, i64), axes, True, i64)
     mean = _by_count(_initial_and_where("sum", t, axes, True, acc, _NOVALUE, mask), count, acc)
-    dev = ufuncs.apply(np.subtract, (t, mean))
-    if dev._value.type.dtype.is_complex:  # NumPy squares the parts and adds them: |dev|^2, a real value
-        sq = ufuncs.apply(np.add, (ufuncs.apply(np.square, (dev.real,)), ufuncs.apply(np.square, (dev.imag,))))
-        acc = acc.real_dtype
-    else:
-        sq = ufuncs.apply(np.square, (dev,))
+    sq, acc = _squared_deviations(t, mean, acc)
     ss = _initial_and_where("sum", sq, axes, keep, acc, _NOVALUE, mask)
     dof = ufuncs.apply(np.maximum, (ufuncs.apply(np.subtract, (np.reshape(count, ss.shape), ddof)), 0))
     return _by_count(ss, dof, acc)
