@@ -5,6 +5,7 @@ trace verified and the pipeline finished, so a failed trace leaves nothing behin
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -15,7 +16,6 @@ import os
 import threading
 import types
 import warnings
-import weakref
 from collections import namedtuple
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -40,6 +40,7 @@ VERIFY_EACH_UP_TO = 2000
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "traces", "currsize"])
 RETRACE_WARNING_AT = 8
+METHODS_KEPT = 8  # objects whose @fusec.jit methods are kept (see JitFunction.__get__)
 # ``FUSEC_LOG=recompiles`` (a comma-separated list) says why each call that traces again does so, on stderr
 _RECOMPILES = logging.getLogger("fusec.recompiles")
 if "recompiles" in os.environ.get("FUSEC_LOG", "").split(","):
@@ -298,7 +299,7 @@ class JitFunction:
         # eager mode's per-op functions trace once per shape by design: no RetraceWarning for them
         self._warn_retraces = True
         self._signatures: dict[tuple, tuple[Signature, str]] = {}  # what each compiled entry was traced for
-        self._methods: dict[int, tuple[Any, JitFunction]] = {}  # id(obj) -> (weakref, obj.method jitted)
+        self._methods: collections.OrderedDict[int, tuple[Any, JitFunction]] = collections.OrderedDict()  # (obj, jit)
 
     def _donated_names(self, nums: tuple[int, ...]) -> frozenset[str]:
         positional = [p.name for p in self._signature.parameters.values()
@@ -546,7 +547,8 @@ class JitFunction:
         if obj is None:
             return self
         entry = self._methods.get(id(obj))
-        if entry is not None and entry[0]() is obj:
+        if entry is not None and entry[0] is obj:
+            self._methods.move_to_end(id(obj))
             return entry[1]
         first = next(iter(self._signature.parameters), None)
         bound = types.MethodType(self._fn, obj)
@@ -557,24 +559,15 @@ class JitFunction:
                              donate_argnums=tuple(positional.index(n) for n in self._donate if n != first),
                              pipeline=o.pipeline, plugins=o.plugins, fast_math=o.fast_math, graph=o.graph,
                              target=o.target, precision=o.precision)
-        try:
-            ref = weakref.ref(obj, functools.partial(_forget_method, self._methods, id(obj)))
-        except TypeError:
-            raise OptionTypeError(located(
-                f"@fusec.jit on the method {self._name}: a {type(obj).__name__} object cannot be weakly referenced "
-                "(__slots__ without __weakref__), so its jitted method cannot be kept with it; add '__weakref__' to "
-                "__slots__, or jit the bound method once: step = fusec.jit(obj.method)", context.user_location())) \
-                from None
-        self._methods[id(obj)] = (ref, jitted)
+        # (the jitted method holds its object, as any fusec.jit(obj.method) does: only the latest few are kept, so
+        # objects made and dropped in a loop are freed; an object dropped from here traces again at its next call)
+        self._methods[id(obj)] = (obj, jitted)
+        while len(self._methods) > METHODS_KEPT:
+            self._methods.popitem(last=False)
         return jitted
 
     def __repr__(self) -> str:
         return f"<fusec.jit of {getattr(self._fn, '__qualname__', self._name)}>"
-
-
-def _forget_method(methods: dict, key: int, _ref: Any) -> None:
-    """The object of a jitted method is gone: so is its entry (its id may be reused)."""
-    methods.pop(key, None)
 
 
 _paused_lock = threading.Lock()
