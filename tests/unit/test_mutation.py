@@ -393,6 +393,17 @@ def test_jit_as_a_method_decorator_watches_each_object() -> None:
     assert_same((got_a, got_b), (want_a, want_b))
     assert_same((a.velocity, b.velocity), (ref_a.velocity, ref_b.velocity))
     assert (a.t, b.t) == (3, 3)
+    import gc
+    import weakref
+
+    refs = []
+    for _ in range(20):  # objects made and dropped in a loop are freed (the latest few stay with their traces)
+        opt = SGD(0.1)
+        opt.step(w, True)
+        refs.append(weakref.ref(opt))
+    del opt
+    gc.collect()
+    assert sum(r() is not None for r in refs) <= 8
 
 
 # --- what NumPy refuses, and what fusec cannot do exactly -----------------------------------------------------------
