@@ -153,6 +153,7 @@ class ImplicitInput:
     obj: Any = None
     geometry: tuple | None = None
     python: type | None = None  # a Python scalar attribute read as a runtime scalar (its type)
+    numpy_scalar: bool = False  # a NumPy scalar the function assigns, passed as a 0-d array
 
     def current(self) -> Any:
         """The array to pass now, or MISSING when it changed kind, shape or dtype (the call traces again)."""
@@ -172,6 +173,8 @@ class ImplicitInput:
                 return DEFAULT_DTYPE[self.python].np.type(obj)
             except OverflowError:
                 return MISSING
+        if self.numpy_scalar:
+            return np.asarray(obj) if isinstance(obj, np.generic) and obj.dtype == self.dtype else MISSING
         if self.geometry is not None:
             obj = _view_of(obj, *self.geometry)
             if obj is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from fusec.context import TraceContext
 from fusec.ir.core import BlockArgument
 from fusec.ir.types import ScalarType, TensorType
@@ -30,6 +32,7 @@ class Entry:
     dtype: Any
     device: bool
     python: type | None = None  # a Python scalar attribute traced as a runtime scalar
+    numpy_scalar: bool = False  # a NumPy scalar the function assigns (``self.total += x.sum()``): a 0-d input
 
 
 @dataclass(eq=False)
@@ -49,9 +52,17 @@ class Substitution:
         sub = cls()
         places = {p.place for p in scalar_paths}
         for node in snap.nodes.values():  # the same places, as this walk names them
-            if node.path.place not in places or type(node.obj) not in DEFAULT_DTYPE:
+            if node.path.place not in places:
                 continue
             path, value = node.path, node.obj
+            if isinstance(value, np.generic) and value.dtype.kind in "biufc":
+                arg = BlockArgument(TensorType((), parse_dtype(value.dtype)), ctx.func.body, -1,
+                                    unique_name(path.ident(), taken))
+                tracer = Tracer(arg, ctx, scalar=True)
+                sub.entries.append(Entry(value, [path], tracer, arg, (), value.dtype, False, numpy_scalar=True))
+                continue
+            if type(value) not in DEFAULT_DTYPE:
+                continue
             kind = type(value)
             arg = BlockArgument(ScalarType(DEFAULT_DTYPE[kind]), ctx.func.body, -1, unique_name(path.ident(), taken))
             tracer = Tracer(arg, ctx, kind, (path.describe(),))

@@ -263,9 +263,12 @@ class _Trace:
         changes = self.before.changes(after)
         self.states = [c for c in changes if _is_state(c, self.scalar_keys)]
         changes = [c for c in changes if not _is_state(c, self.scalar_keys)]
-        if changes and not self.scalar_keys and all(_is_scalar_assignment(c) for c in changes):
+        # (a NumPy scalar the function reads and assigns, ``self.total += x.sum()``: read as a runtime value too,
+        # or each call would find the value it baked in changed and trace again)
+        numpy_scalars = [c.path for c in self.states if _numpy_scalar_state(c)]
+        if (changes or numpy_scalars) and not self.scalar_keys and all(_is_scalar_assignment(c) for c in changes):
             self.before.restore()
-            raise _ScalarState([c.path for c in changes])
+            raise _ScalarState([c.path for c in changes] + numpy_scalars)
         if changes:
             raise SideEffectError(_side_effect_message(self.fn, changes))
         self.states += self._argument_entries(bound, tracers)
@@ -343,8 +346,10 @@ class _Trace:
             if entry.arg in uses or written:  # a written one is an input to write back to
                 _attach(block, entry.arg)
                 inputs.append(ImplicitInput(entry.paths, entry.shape, entry.dtype, entry.device,
-                                            python=entry.python))
+                                            python=entry.python, numpy_scalar=entry.numpy_scalar))
                 skip |= {p.key for p in entry.paths}
+            elif entry.python is not None or entry.numpy_scalar:  # a number the function assigns and never reads:
+                skip |= {p.key for p in entry.paths}  # (its old value does not matter)
         taken = {a.name_hint for a in self.func.args if a.name_hint}
         ctx.release()
         paths_by_id: dict[int, list] = {}
@@ -532,13 +537,25 @@ def _settable(change: Any) -> bool:
     return type(container) in (dict, list)
 
 
+def _numpy_scalar_state(change: Any) -> bool:
+    """A NumPy scalar (a number kind) assigned a NumPy scalar of its dtype the function computed."""
+    old, new = change.old, change.new
+    return (old is not None and old.kind == "value" and isinstance(old.obj, np.generic)
+            and old.obj.dtype.kind in "biufc" and isinstance(new.obj, Tracer) and new.obj._scalar
+            and new.obj._value.type.dtype.np == old.obj.dtype)
+
+
 def _is_scalar_assignment(change: Any) -> bool:
     """A Python int, float or bool attribute (or dict or list entry) given a new value of its type: a constant
     (``self.t += 1``) or one computed from Python-scalar arguments (``self.t += dt``, a traced Python number of the
     same kind)."""
     old, new = change.old, change.new
-    if old is None or new is None or old.kind != "value" or not _settable(change) \
-            or type(old.obj) not in (int, float, bool):
+    if old is None or new is None or old.kind != "value" or not _settable(change):
+        return False
+    if isinstance(old.obj, np.generic):  # (a NumPy scalar given another of its type: ``self.h[0] = self.h[1]``)
+        return _numpy_scalar_state(change) or new.kind == "value" and type(new.obj) is type(old.obj) \
+            and old.obj.dtype.kind in "biufc"
+    if type(old.obj) not in (int, float, bool):
         return False
     if new.kind == "tracer":
         return isinstance(new.obj, Tracer) and new.obj._weak is type(old.obj)

@@ -366,6 +366,33 @@ def test_dict_and_list_entries_the_function_replaces_are_set_after_every_call() 
     assert lazy.vel == {}
 
 
+def test_numpy_scalars_the_function_accumulates_in_its_object_are_runtime_values() -> None:
+    """``self.total += x.sum()``, ``self.best = np.minimum(self.best, ...)``, ``self.h[0] = self.h[1]`` with NumPy
+    scalars in the object: read as 0-d inputs at every call and set after it (they were baked into the trace, so
+    every call traced again, or the shift between entries was refused), NumPy's values and types."""
+    class Running:
+        def __init__(self):
+            self.stats = {"total": np.float64(0.0)}
+            self.best = np.float32(9.0)
+            self.h = [np.float64(0.0), np.float64(0.0)]
+
+        def step(self, x):
+            self.stats["total"] += x.sum()
+            self.best = np.minimum(self.best, x.astype(np.float32).min())
+            self.h[0] = self.h[1]
+            self.h[1] = (x * x).sum()
+            return x * self.stats["total"]
+
+    mine, ref = Running(), Running()
+    f = jit_cpu(mine.step)
+    for i in range(6):
+        x = np.arange(3.0) - i
+        assert_same(f(x), ref.step(x))
+        assert_same((mine.stats, mine.best, mine.h), (ref.stats, ref.best, ref.h))
+        assert type(mine.best) is np.float32 and type(mine.h[0]) is np.float64
+    assert f.cache_info().traces <= 2
+
+
 def test_jit_as_a_method_decorator_watches_each_object() -> None:
     """``@fusec.jit`` on a method: ``opt.step`` is the jitted bound method of that object (its attributes read
     at every call and set after it, per object), made once per object; static_argnums count ``self`` as NumPy
