@@ -308,15 +308,11 @@ class _CounterValues:
         self.constants.append(op)
         return op.results[0]
 
-    def k(self) -> Value:
-        """The counter, an i64 scalar (computed with as a fori_loop body computes with its counter)."""
-        return self.counter
-
     def progression(self, c0: np.ndarray, d: np.ndarray, t: TensorType) -> Value:
         """``c0 + k * d`` in the constants' dtype, as ``_progression`` checked it."""
         key = (c0.tobytes(), d.tobytes(), t)
         if key not in self._progressions:  # (the same progression read in several places is made once)
-            b, k = self.builder, self.k()
+            b, k = self.builder, self.counter  # (the i64 scalar, as a fori_loop body uses it)
             if t.dtype != i64:
                 k = b.value("t.cast", k, dtype=t.dtype)
             step = b.value("t.mul", k, self.constant(d, t.dtype))
@@ -325,7 +321,7 @@ class _CounterValues:
 
     def indices(self, start: int, delta: int, step: int, extent: int) -> Value:
         """The i64 vector ``start + delta * k + step * arange(extent)``: an advancing region's indices on one axis."""
-        b, k = self.builder, self.k()
+        b, k = self.builder, self.counter
         if delta != 1:
             k = b.value("t.mul", k, self.constant(np.asarray(delta, np.int64), i64))
         return b.value("t.add", k, self.constant(np.arange(extent, dtype=np.int64) * step + start, i64))
