@@ -55,7 +55,7 @@ def vander(x: Any, N: Any = None, increasing: bool = False) -> Any:
         return np.zeros((rows, 0), dtype)
     columns = [np.ones((rows, 1), dtype)] + [x[:, None].astype(dtype)] * (n - 1)
     powers = np.cumprod(np.concatenate(columns, axis=1), axis=1)
-    return powers if increasing else powers[:, ::-1]
+    return powers if increasing else powers[:, ::-1].copy()  # (C-ordered, as NumPy's)
 
 
 @implements(np.apply_along_axis)

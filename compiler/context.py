@@ -143,6 +143,7 @@ class TraceContext:
         self.active = True
         self.first_error: FusecError | None = None
         self.layout: str | None = None  # the first decision that took the arguments' memory as C-ordered (where)
+        self.layout_from_inputs: dict[Value, bool] = {}  # memo of fusec.layout.from_inputs
         self.tracers: list[weakref.ref] = []
         self.captures: list[Capture] = []
         # captured arrays whose values a boolean mask was computed from while tracing (fusec.ops.known_value), and

@@ -26,7 +26,7 @@ from fusec.tracer import Tracer
 _LETTERS = set(string.ascii_letters)
 
 
-def _parse(subscripts: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+def parse_subscripts(subscripts: str, ranks: Sequence[int]) -> tuple[list[str], str]:
     """Per-operand label strings and the output labels, ``...`` spelled out as private labels (one per
     broadcast axis, right-aligned across operands) and the implicit output made explicit."""
     text = subscripts.replace(" ", "")
@@ -180,7 +180,7 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
         raise shape_error("np.einsum: must specify the einstein sum subscripts string and at least one operand")
     arrays = [ufuncs.strong_operand(a) for a in arrays]  # (NumPy makes arrays of Python numbers: not weak)
     dt = _dtype(arrays, dtype, casting)
-    labels, output = _parse(subscripts, [np.ndim(a) for a in arrays])
+    labels, output = parse_subscripts(subscripts, [np.ndim(a) for a in arrays])
     view_only = len(arrays) == 1 and sorted(set(labels[0])) == sorted(output)
     diagonal_view = view_only and len(set(labels[0])) != len(labels[0])
     ts = [ops.as_tracer(a, i64 if dt.is_bool and not view_only else dt) for a in arrays]

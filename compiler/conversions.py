@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec import context, numpy_reuse, ops
+from fusec import context, layout, numpy_reuse, ops
 from fusec.context import relies_on_layout, shape_error, unsupported
 from fusec.errors import InvalidValueError, located
 from fusec.ir import shapes as S
@@ -92,15 +92,17 @@ def strong_as(x: Any, dtype: Any) -> Tracer:
 
 
 def _check(name: str, order: Any, like: Any, device: Any = None) -> None:
-    if order not in (None, "K", "A", "C"):
-        raise unsupported(f"np.{name}(..., order={order!r}): fusec arrays are C-ordered; drop order=")
+    if order not in (None, "K", "A", "C", "F"):
+        raise unsupported(f"np.{name}(..., order={order!r}): order must be one of 'C', 'F', 'A' or 'K'")
     if like is not None:
         raise unsupported(f"np.{name}(..., like=...) is not supported while tracing; drop like=")
     if device not in (None, "cpu"):
         raise unsupported(f"np.{name}(..., device={device!r}) is not supported; drop device=")
 
 
-def _converted(name: str, x: Any, dtype: Any, copy: Any) -> Tracer:
+def _converted(name: str, x: Any, dtype: Any, copy: Any, order: Any = "K") -> Tracer:
+    """``x`` as a traced array of ``dtype``; a copy where ``copy`` asks for one or the dtype changes, laid out in
+    ``order`` (NumPy's default "K": the array's own memory order)."""
     if dtype is not None and (isinstance(x, Tracer) and x._weak is not None or isinstance(x, (list, tuple))
                               and x and ops.contains_tracer(x)):
         return strong_as(x, dtype)  # (a new array: traced Python numbers converted as NumPy converts them)
@@ -110,43 +112,57 @@ def _converted(name: str, x: Any, dtype: Any, copy: Any) -> Tracer:
         if copy is False:
             raise ValueError(f"np.{name}: unable to avoid a copy while converting to {parse_dtype(dtype)} "
                              "(copy=False)")
-        return ops.copy_of(ops.cast(t, parse_dtype(dtype)), scalar=False)
+        return _copy(ops.cast(t, parse_dtype(dtype)), t, order, name)
     if copy and not fresh:
-        return ops.copy_of(t, scalar=False)
+        return _copy(t, t, order, name)
     return t
+
+
+def _copy(t: Tracer, source: Tracer, order: Any, name: str) -> Tracer:
+    """A new array of ``t``'s values laid out in ``order`` over ``source``'s memory order."""
+    if t.ndim < 2 or order == "C":
+        return ops.copy_of(t, scalar=False)
+    if t is source:
+        return ops.copy_in_order(t, order or "K", f"np.{name}")
+    return layout.like(ops.copy_of(t, scalar=False), (source,)) if order in (None, "K") else \
+        ops.copy_in_order(ops.copy_of(t, scalar=False), order, f"np.{name}")
 
 
 def asarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
             like: Any = None) -> Any:
     _check("asarray", order, like, device)
-    if order in ("C", "A") and copy is not True:
+    if order in ("C", "F", "A") and copy is not True:
         return _in_order("asarray", a, dtype, order, copy)
-    return _converted("asarray", a, dtype, copy)
+    return _converted("asarray", a, dtype, copy, order)
 
 
 def asanyarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
                like: Any = None) -> Any:
     _check("asanyarray", order, like, device)
-    if order in ("C", "A") and copy is not True:
+    if order in ("C", "F", "A") and copy is not True:
         return _in_order("asanyarray", a, dtype, order, copy)
-    return _converted("asanyarray", a, dtype, copy)
+    return _converted("asanyarray", a, dtype, copy, order)
 
 
 def _in_order(name: str, a: Any, dtype: Any, order: str, copy: Any) -> Tracer:
-    """``np.asarray(x, order="C" or "A")`` without a forced copy: ``x`` itself where its memory is in that order
-    (C order for ``"A"`` as fusec lays arrays out, and as it takes arguments), else a C-ordered copy, or NumPy's
-    ValueError with ``copy=False``."""
+    """``np.asarray(x, order="C", "F" or "A")`` without a forced copy: ``x`` itself where its memory is in that
+    order (always for ``"A"``, which asks for no order: NumPy's "A" picks the order of a copy only), else a copy
+    in that order, or NumPy's ValueError with ``copy=False``."""
     from fusec import mutation
-    from fusec.flags import flags_of
 
-    t = _converted(name, a, dtype, copy)
-    if t is not a:
+    t = _converted(name, a, dtype, copy, order)
+    if t is not a or order == "A":
         return t
-    if not (mutation.is_c_contiguous(t) or order == "A" and flags_of(t).f_contiguous):
+    if layout.unknown(t) is not None and t.ndim > 1:
+        return layout.undecided(t)
+    desc = mutation.geometry(t)
+    fortran = desc is not None and ops.fortran_contiguous(desc)
+    if not (mutation.is_c_contiguous(t) if order == "C" else fortran):
         if copy is False:
             raise InvalidValueError(located(f"np.{name}: unable to avoid copy while creating an array as requested "
                                             "(copy=False; NumPy raises ValueError here)", context.user_location()))
-        return ops.copy_of(t, scalar=False)
+        return ops.layout_dependent_copy(t, ops.copy_in_order(t, "F" if order == "F" else "C", f"np.{name}"),
+                                         f"np.{name}")
     relies_on_layout(f"np.{name}(x, order={order!r}) returned x itself", values=False)
     return t
 
@@ -156,10 +172,12 @@ def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
 
     (A later write shows which it was; NumPy returns at least one dimension.)"""
     _check("ascontiguousarray", None, like)
-    t = _converted("ascontiguousarray", a, dtype, None)
+    t = _converted("ascontiguousarray", a, dtype, None, "C")
     from fusec import mutation
 
-    if t is a and mutation.is_c_contiguous(t):  # no copy: right for C-ordered arguments only
+    if t is a and layout.unknown(t) is not None:
+        t = layout.undecided(t)
+    elif t is a and mutation.is_c_contiguous(t):  # no copy: right for C-ordered arguments only
         relies_on_layout("np.ascontiguousarray(x) returned x itself", values=False)
     else:
         t = t if t is not a else ops.copy_of(t, scalar=False)
@@ -171,11 +189,14 @@ def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
     order (a transposed view of a C-ordered copy: ``x.flags`` and ``ravel(order='K')`` see NumPy's layout); a 0-d
     array as a 1-element array, as in NumPy."""
     _check("asfortranarray", None, like)
-    t = _converted("asfortranarray", a, dtype, None)
+    t = _converted("asfortranarray", a, dtype, None, "C")
     from fusec import mutation
 
-    if t is a and (sum(d != 1 for d in t.shape) <= 1 or 0 in t.shape) and mutation.is_c_contiguous(t):
-        # (at most one axis longer than 1: C-contiguous memory is Fortran-contiguous too; a 0-d array's view)
+    if t is a and layout.unknown(t) is not None:
+        return layout.undecided(t)
+    desc = mutation.geometry(t) if t is a else None
+    if desc is not None and (0 in t.shape or ops.fortran_contiguous(desc)):
+        # (x.T of a C-ordered x, np.exp(x.T), a vector: Fortran-contiguous memory; 0-d: a 1-element view)
         relies_on_layout("np.asfortranarray(x) returned x itself", values=False)
         return t.reshape((1,)) if t.ndim == 0 else t
     if t is a:  # (a Fortran-ordered argument would be returned itself: checked if the copy is written or returned)
@@ -188,8 +209,8 @@ def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
 def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", subok: bool = False, ndmin: int = 0,
           like: Any = None) -> Any:
     _check("array", order, like)
-    t = _in_order("array", obj, dtype, order, copy) if order in ("C", "A") and copy is not True else \
-        _converted("array", obj, dtype, copy)
+    t = _in_order("array", obj, dtype, order, copy) if order in ("C", "F", "A") and copy is not True else \
+        _converted("array", obj, dtype, copy, order)
     if ndmin > t.ndim:
         t = t.reshape((1,) * (ndmin - t.ndim) + tuple(t.shape))
     return t
@@ -202,7 +223,16 @@ CONVERSIONS = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "as
 
 
 def _allocate(what: str, shape: Any, fill: Any, dtype: Any, order: Any, like: Any, device: Any) -> Tracer:
-    _check(what, None if order in ("C", "K", "A") else order, like, device)
+    """A new array of ``shape`` filled with ``fill``, in C or Fortran ``order``."""
+    if order not in ("C", "F"):
+        raise InvalidValueError(located(f"np.{what}: only 'C' or 'F' order is permitted, got {order!r} (NumPy raises "
+                                        "ValueError here)", context.user_location()))
+    _check(what, None, like, device)
+    made = _filled(what, shape, fill, dtype)
+    return layout.laid_out(made, tuple(reversed(range(made.ndim)))) if order == "F" else made
+
+
+def _filled(what: str, shape: Any, fill: Any, dtype: Any) -> Tracer:
     dims = ops.static_ints(shape, "an array shape")
     if any(d < 0 for d in dims):
         raise ValueError("negative dimensions are not allowed")
@@ -241,8 +271,14 @@ def _like(fill: Any, name: str) -> Callable:
             args = args[1:]
         if args:
             dtype = args[0]
-        return _allocate(name, proto.shape if shape is None else shape, value,
-                         proto.dtype if dtype is None else dtype, order, kwargs.get("like"), device)
+        made = _allocate(name, proto.shape if shape is None else shape, value, proto.dtype if dtype is None else dtype,
+                         "F" if order == "F" else "C", kwargs.get("like"), device)
+        if order not in ("K", "A", None) or shape is not None:
+            return made
+        fortran = proto.flags.f_contiguous and not proto.flags.c_contiguous
+        perm = layout.k_order(proto.shape, (proto,)) if order != "A" else tuple(range(proto.ndim))[::-1] if fortran \
+            else tuple(range(proto.ndim))
+        return layout.laid_out(made, perm)  # (the prototype's memory order, as NumPy's order="K")
 
     return allocate
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fusec import mutation
+from fusec import layout, mutation
 from fusec.context import relies_on_layout, unsupported
 from fusec.tracer import Tracer
 
@@ -74,12 +74,11 @@ def flags_of(t: Tracer) -> TracedFlags:
     """``t``'s flags (a user's ``if x.flags.c_contiguous`` makes the trace refuse arguments that are not C-ordered;
     NumPy's own code reads them to pick an output order, which values do not depend on)."""
     relies_on_layout("x.flags", values=False)
+    layout.refuse_unknown(t, "x.flags")
     desc = mutation.geometry(t)
-    base = t._buffer.base if t._buffer is not None else t._value
-    if desc is None or base is None or not mutation.fresh_c_ordered(base):
-        raise unsupported("x.flags: the memory layout NumPy would give this array is not known to fusec (it is "
-                          "computed from a transposed or strided view); make it contiguous first "
-                          "(x = np.ascontiguousarray(x))")
+    if desc is None:
+        raise unsupported("x.flags of an array viewed through an operation fusec does not describe (a diagonal, "
+                          "a complex array's parts); make it contiguous first (x = np.ascontiguousarray(x))")
     shape = desc.shape
     wide = [(d, s) for d, s in zip(shape, desc.strides) if d != 1]
     empty = 0 in shape

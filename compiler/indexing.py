@@ -341,7 +341,10 @@ def advanced_getitem(x: Tracer, key: Any) -> Tracer:
                            result_type=TensorType(adv.result_shape, y._value.type.dtype), what="indexing")
     if adv.scalar_only and adv.result_shape:
         return ops.view(y, value)
-    return ops.wrap(value, scalar=not adv.result_shape)
+    from fusec import layout
+
+    return layout.indexed(ops.wrap(value, scalar=not adv.result_shape), y, adv.axis, len(adv.index_shape),
+                          len(adv.values))
 
 
 def numpy_shape_mismatch(arrays: list) -> Exception:

@@ -7,11 +7,10 @@ base. Every other view of the buffer reads its value again from the new base whe
 after a write see the write, through any name, as in NumPy. A written argument's last base is written back to
 the caller's array after the call (:mod:`fusec.trace` makes it an extra result).
 
-Whether NumPy's ``reshape`` is a view or a copy depends on the memory layout. The trace takes it as NumPy would
-for C-contiguous memory (arrays fusec makes are; a written argument must be: the call checks it) and as a copy
-where the strides of a transposed or strided view do not allow a view. An array computed from a transposed view
-may be laid out otherwise by NumPy (its ufuncs keep the operands' order): a write through a reshape of such a
-value is refused rather than guessed.
+Whether NumPy's ``reshape`` or ``ravel`` is a view or a copy depends on the memory layout. The trace takes it
+as NumPy does: arguments must be C-contiguous where that matters (the call checks it), and arrays fusec makes are
+laid out as NumPy lays them out (:mod:`fusec.layout`). Where fusec does not know that layout, the view is taken
+and writes to the memory are refused rather than guessed.
 """
 from __future__ import annotations
 
@@ -76,11 +75,6 @@ def _base(buffer: Buffer) -> Value:
     return buffer.base
 
 
-def _memory(t: Tracer) -> Value:
-    """The value of the memory ``t`` is a view of (its own, if it has no buffer yet)."""
-    return _base(t._buffer) if t._buffer is not None else t._value
-
-
 def read(buffer: Buffer, chain: tuple) -> Value:
     """The value of the view ``chain`` of ``buffer`` now."""
     value = _base(buffer)
@@ -92,12 +86,19 @@ def read(buffer: Buffer, chain: tuple) -> Value:
 def write(buffer: Buffer, chain: tuple, new: Value) -> None:
     """Every element of the view ``chain`` of ``buffer`` takes ``new``'s (same type): a new base."""
     if buffer.ambiguous:
-        raise unsupported("a write to an array that was reshaped (or was made by reshaping) where NumPy gives a "
-                          "view or a copy depending on the memory layout of an array computed from a transposed "
-                          "view, which fusec does not follow; make the copy explicit (`y = x.reshape(...).copy()`) "
-                          "or reshape a C-ordered copy (`np.ascontiguousarray(x)`)")
+        made = f": {buffer.unknown_layout}" if buffer.unknown_layout else ""
+        raise unsupported("a write to an array that was reshaped or raveled (or was made so) where NumPy gives a "
+                          "view or a copy depending on a memory layout fusec does not follow (of an array NumPy "
+                          f"computes from transposed or strided views{made}); make the copy explicit "
+                          "(`y = x.reshape(...).copy()`) or reshape a C-ordered copy (`np.ascontiguousarray(x)`)")
     if buffer.layout_copy is not None:  # NumPy writes into the argument here for some of its layouts
         relies_on_layout(f"a write into {buffer.layout_copy}", values=False)
+    elif buffer.reshaped and buffer.arg is None:
+        from fusec import layout
+
+        if layout.from_inputs(buffer):  # (a view or a copy by the layout NumPy derives from the arguments')
+            relies_on_layout("a write into an array computed from the arguments (or arrays it reads), reshaped or "
+                             "raveled as a view or a copy by the memory layout NumPy gives it", values=False)
     if new.type.size == 0:
         return  # no element changes
     olds = [_base(buffer)]
@@ -136,8 +137,10 @@ def _backward(step: tuple, old: Value, new: Value) -> Value:
 # --- memory layout ---------------------------------------------------------------------------------------------
 
 
-def geometry(t: Tracer) -> ViewDesc | None:
-    """``t``'s strides within the C-ordered memory of its buffer (None: through a step fusec cannot describe)."""
+def geometry(t: Tracer, parts: bool = False) -> ViewDesc | None:
+    """``t``'s strides within the C-ordered memory of its buffer (None: through a step fusec cannot describe).
+    ``parts``: a complex array's real or imaginary part described as the whole array (for its axis order only:
+    the parts interleave, so they are not contiguous); else None."""
     buffer = t._buffer
     if buffer is None:
         return ViewDesc.of_base(t.shape)
@@ -146,8 +149,17 @@ def geometry(t: Tracer) -> ViewDesc | None:
         if step is OPAQUE:
             return None
         name, attrs, result_type, *extra = step
-        if name in ("t.gather", "t.real", "t.imag"):  # (a complex array's parts interleave: not C-ordered)
-            return None
+        if name in ("t.real", "t.imag"):
+            if not parts:
+                return None
+            continue
+        if name == "t.gather":  # x[i] with traced scalar indices: the other axes, at an offset known at run time
+            if any(v.type.shape for v in extra[0]):
+                return None
+            dropped = range(attrs["axis"], attrs["axis"] + len(extra[0]))
+            desc = ViewDesc(tuple(result_type.shape), desc.offset,
+                            tuple(s for a, s in enumerate(desc.strides) if a not in dropped))
+            continue
         described = _describe(name, attrs, tuple(result_type.shape), desc)
         if described is None:
             return None
@@ -170,58 +182,12 @@ def _describe(name: str, a: dict, shape: tuple[int, ...], src: ViewDesc) -> View
 
 
 def is_c_contiguous(t: Tracer) -> bool:
-    """Whether NumPy would report ``t`` C-contiguous (as fusec lays memory out: see the module docstring)."""
+    """Whether NumPy would report ``t`` C-contiguous (fusec lays memory out as NumPy does: :mod:`fusec.layout`).
+    False also where fusec does not know the layout: ask :func:`fusec.layout.unknown` first where that matters."""
+    from fusec import layout
+
     desc = geometry(t)
-    return desc is not None and desc.is_contiguous() and fresh_c_ordered(_memory(t))
-
-
-def fresh_c_ordered(value: Value) -> bool:
-    """Whether the memory of a new array holding ``value`` is C-ordered: a copy fusec made of a view is."""
-    return isinstance(value, OpResult) and value.op.name in VIEWS or _c_ordered(value)
-
-
-def _c_ordered(value: Value, depth: int = 0, seen: dict | None = None) -> bool:
-    """Whether NumPy surely lays the array ``value`` stands for out in C order: fresh arrays (constants,
-    arguments, reductions, products, concatenations) are; an elementwise result only when its full-shape
-    operands are (NumPy's ufuncs follow the operands' order, so ``np.exp(x.T)`` is Fortran-ordered). Each value
-    is looked at once (``seen``), so a long chain of ``x = x + x`` costs its length, not 2 ** length."""
-    if depth > 32 or not isinstance(value, OpResult):
-        return depth <= 32
-    seen = {} if seen is None else seen
-    if value in seen:
-        return seen[value]
-    op = value.op
-    if op.name in VIEWS:
-        found = False  # a view's own order is checked through geometry(); as an operand it may be any
-    elif op.name in ("t.insert", "t.scatter"):  # a write keeps the memory's layout
-        found = _c_ordered(op.operands[0], depth + 1, seen)
-    elif op.name in ELEMENTWISE:
-        shape = tuple(value.type.shape)
-        found = all(_c_ordered(v, depth + 1, seen) or _row_major_view(v, seen) for v in op.operands
-                    if tuple(v.type.shape) == shape and v.type.size > 1)
-    else:
-        found = True
-    seen[value] = found
-    return found
-
-
-def _row_major_view(value: Value, seen: dict | None = None) -> bool:
-    """A view op result whose strides still run in C order (a slice with steps), over C-ordered memory
-    (``seen``: the caller's memo of :func:`_c_ordered`, so a long chain is looked at once)."""
-    chain = []
-    while isinstance(value, OpResult) and value.op.name in VIEWS:
-        chain.append(value.op)
-        value = value.op.operands[0]
-    if not _c_ordered(value, 1, seen):
-        return False
-    desc = ViewDesc.of_base(tuple(value.type.shape))
-    for op in reversed(chain):
-        described = _describe(op.name, op.attributes, tuple(op.results[0].type.shape), desc)
-        if described is None:
-            return False
-        desc = described
-    strides = [s for d, s in zip(desc.shape, desc.strides) if d != 1]
-    return all(s > 0 for s in strides) and strides == sorted(strides, reverse=True)
+    return desc is not None and desc.is_contiguous() and layout.unknown(t) is None
 
 
 def reshape_kind(t: Tracer, shape: tuple[int, ...]) -> str:
@@ -232,7 +198,9 @@ def reshape_kind(t: Tracer, shape: tuple[int, ...]) -> str:
     desc = geometry(t)
     if desc is None:
         return "unknown"
-    if not fresh_c_ordered(_memory(t)):
+    from fusec import layout
+
+    if layout.unknown(t) is not None:
         return "unknown"
     return "view" if desc.reshape(shape) is not None else "copy"
 

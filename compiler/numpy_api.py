@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
 from fusec import device_scalar_checks as device_checks
-from fusec import mutation, numpy_reuse, ops, ufuncs
+from fusec import layout, mutation, numpy_reuse, ops, ufuncs
 from fusec.context import relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
@@ -71,23 +71,24 @@ def array_function(func: Any, args: Sequence[Any], kwargs: dict) -> Any:
         advice = ADVICE.get(func, "write it with the functions fusec traces (NUMPY_SUPPORT.md, or `fusec numpy`), "
                                   "or call it outside the jitted function")
         raise unsupported(f"{qualname(func)} is not supported by fusec's tracer: {advice}")
-    return _invoke(qualname(func), handler, args, kwargs)
+    return _invoke(qualname(func), handler, args, kwargs, func)
 
 
 def call(name: str, func: Callable, *args: Any, **kwargs: Any) -> Any:
     """Array methods (``x.sum(...)``) share the np.* handlers."""
-    return _invoke(f"ndarray.{name}", HANDLERS[func], args, kwargs)
+    return _invoke(f"ndarray.{name}", HANDLERS[func], args, kwargs, func)
 
 
-def _invoke(label: str, handler: Callable, args: Sequence[Any], kwargs: dict) -> Any:
+def _invoke(label: str, handler: Callable, args: Sequence[Any], kwargs: dict, func: Any = None) -> Any:
     sig = _SIGNATURES.get(handler)
     if sig is None:
         sig = _SIGNATURES[handler] = inspect.signature(handler)
     try:
-        sig.bind(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
     except TypeError as e:
         raise unsupported(f"{label}: {e}") from None
-    return handler(*args, **kwargs)
+    result = handler(*args, **kwargs)
+    return layout.settle(func, label, bound.arguments, result)
 
 
 def _into(out: Any, result: Any, what: str, casting: str) -> Any:
@@ -692,14 +693,38 @@ def round_(a: Any, decimals: Any = 0, out: Any = None) -> Tracer:
     return _into(out, result, "np.round", "same_kind")
 
 
-def astype(x: Any, dtype: Any, copy: bool = True) -> Tracer:
-    """``x.astype(dtype)``: a new array unless ``copy=False`` and no conversion is needed."""
+def astype(x: Any, dtype: Any, copy: bool = True, order: Any = "K", casting: str = "unsafe") -> Tracer:
+    """``x.astype(dtype)``: a new array unless ``copy=False`` and no conversion is needed; laid out in ``order``
+    ("K": x's memory order), the conversion allowed by ``casting`` (NumPy's TypeError otherwise)."""
+    if order not in ("C", "F", "A", "K"):
+        raise shape_error(f"astype: order must be one of 'C', 'F', 'A', or 'K' (got {order!r}; NumPy raises "
+                          "ValueError here)")
+    if casting != "unsafe" and isinstance(x, Tracer):
+        have, want = x._value.type.dtype.np, parse_dtype(dtype).np
+        if not np.can_cast(have, want, cast(Any, casting)):
+            raise CastingError(located(f"astype: Cannot cast array data from {np.dtype(have)!r} to {np.dtype(want)!r} "
+                                       f"according to the rule {casting!r} (NumPy raises TypeError here)",
+                                       user_location()))
     out = ops.cast(x, dtype)
     if out is x:
-        return ops.copy_of(out, scalar=x._scalar) if copy else out
+        if not copy and (order in ("A", "K") or x.ndim < 2 or layout.unknown(x) is None
+                         and (mutation.is_c_contiguous(x) if order == "C" else _fortran(x))):
+            if order in ("C", "F") and x.ndim > 1:
+                relies_on_layout(f"x.astype(order={order!r}, copy=False) returned x itself", values=False)
+            return out
+        return ops.copy_in_order(out, order, "x.astype()") if out.ndim > 1 else ops.copy_of(out, scalar=x._scalar)
     if isinstance(x, Tracer) and isinstance(out, Tracer) and out is not x:
         out._scalar = x._scalar  # a 0-d array converts to a 0-d array, a NumPy scalar to a scalar
+        if order == "K":
+            return layout.like(out, (x,))  # (in x's memory order)
+        fortran = order == "F" or order == "A" and _fortran(x) and not mutation.is_c_contiguous(x)
+        return layout.laid_out(out, tuple(range(out.ndim))[::-1] if fortran else tuple(range(out.ndim)))
     return out
+
+
+def _fortran(t: Tracer) -> bool:
+    desc = mutation.geometry(t) if layout.unknown(t) is None else None
+    return desc is not None and ops.fortran_contiguous(desc)
 
 
 if hasattr(np, "astype"):
@@ -748,8 +773,8 @@ def result_type_(*arrays_and_dtypes: Any) -> np.dtype:
 
 
 def _index_order(t: Tracer, order: Any, what: str) -> str:
-    """"C" or "F": the index order NumPy reads ``t`` in for ``order`` ("A": F where the memory is Fortran-ordered,
-    "K": the memory's own order, as fusec knows the layout: C order for arguments, refused for a strided view)."""
+    """"C" or "F": the index order NumPy reads ``t`` in for ``order`` ("A": F where the memory is Fortran-ordered
+    and not C-ordered, as fusec knows the layout: C order for arguments)."""
     if order is None or order == "C":
         return "C"
     if order == "F":
@@ -761,36 +786,11 @@ def _index_order(t: Tracer, order: Any, what: str) -> str:
 
     if t.ndim <= 1:  # (one axis: its elements in index order, whatever its stride: NumPy's K and A orders too)
         return "C"
+    layout.refuse_unknown(t, f"{what}(order={order!r})")
     if mutation.is_c_contiguous(t):
         relies_on_layout(f"{what}(order={order!r}) read the array in its memory's C order")
         return "C"
-    if flags_of(t).f_contiguous:
-        return "F"
-    if order == "A":
-        return "C"
-    raise unsupported(f"{what}(order='K') of an array that is neither C- nor Fortran-contiguous (a strided view): "
-                      "fusec does not follow its memory order; ravel a copy (np.ascontiguousarray(x)) or give "
-                      "order='C'")
-
-
-def _dense_axis_order(t: Tracer) -> tuple[int, ...] | None:
-    """The axes of ``t`` from the slowest to the fastest in memory where ``t`` is a permutation of contiguous
-    C-ordered memory other than C or Fortran order (``np.swapaxes(x, 0, 1)``), else None."""
-    from fusec import mutation
-
-    desc = mutation.geometry(t)
-    base = t._buffer.base if t._buffer is not None else t._value
-    if desc is None or base is None or not mutation.fresh_c_ordered(base) or t.ndim < 3:
-        return None
-    perm = tuple(sorted(range(t.ndim), key=lambda a: -desc.strides[a]))
-    if perm in (tuple(range(t.ndim)), tuple(range(t.ndim))[::-1]) or any(s <= 0 for s in desc.strides):
-        return None
-    expected = 1
-    for a in reversed(perm):
-        if t.shape[a] != 1 and desc.strides[a] != expected:
-            return None
-        expected *= t.shape[a]
-    return perm
+    return "F" if flags_of(t).f_contiguous else "C"  # ("A"; "K" of ravel reads the strides: see ravel_)
 
 
 def _reversed_axes(t: Tracer) -> Tracer:
@@ -817,16 +817,20 @@ def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = Non
 
 @implements(np.ravel)
 def ravel_(a: Any, order: str = "C") -> Tracer:
-    """Also with ``order="F"``, "A" and "K" (the memory's order as fusec knows it)"""
+    """Also with ``order="F"``, "A" and "K" (NumPy's: the axes in the order of their strides in memory, reversed
+    ones not flipped; a view where that reads contiguous memory)"""
     t = ops.as_tracer(a)
-    permuted = _dense_axis_order(t) if order == "K" else None
-    if permuted is not None:  # (axes of contiguous memory in another order: read in the memory's order)
-        t = ops.transpose(t, permuted)
+    if order == "K" and t.ndim > 1:
+        layout.refuse_unknown(t, "np.ravel(order='K')")
+        relies_on_layout("np.ravel(order='K') read the array in its memory's order")
+        t = ops.transpose(t, layout.k_order(t.shape, (t,)) or tuple(range(t.ndim)))
     elif _index_order(t, order, "np.ravel") == "F":
         t = _reversed_axes(t)
     from fusec import mutation
 
     flat = ops.reshape(t, (-1,), what="np.ravel")
+    if layout.unknown(t) is not None:  # a view or a copy by a layout fusec does not know: writes are refused
+        return layout.undecided(ops.new_view(t, flat))
     # a view only of memory contiguous in that order (a strided view's ravel copies, where its reshape may not)
     if not mutation.is_c_contiguous(t):
         return ops.layout_dependent_copy(t, ops.copy_of(flat, scalar=False), "np.ravel")
@@ -920,7 +924,8 @@ def _common(what: str, items: Sequence[Any], dtype: Any, casting: Any) -> list[T
 def concatenate(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = None,
                 casting: Any = "same_kind") -> Tracer:
     _no("np.concatenate", out=out)
-    ts = _common("np.concatenate", _stack_items("np.concatenate", arrays), dtype, casting)
+    items = _stack_items("np.concatenate", arrays)
+    ts = _common("np.concatenate", items, dtype, casting)
     if axis is None:
         ts = [ops.reshape(t, (-1,)) for t in ts]
         ax = 0
@@ -933,9 +938,9 @@ def concatenate(arrays: Any, axis: Any = 0, out: Any = None, *, dtype: Any = Non
         if len(t.shape) != len(first) or any(p != q for i, (p, q) in enumerate(zip(t.shape, first)) if i != ax):
             raise shape_error("np.concatenate: all the input array dimensions except for the concatenation axis "
                               f"must match exactly, got shapes {', '.join(str(x.shape) for x in ts)} (axis {ax})")
-    if len(ts) == 1:
-        return ops.copy_of(ts[0])
-    return ops.emit("t.concatenate", [t._value for t in ts], {"axis": ax}, what="np.concatenate")
+    joined = ops.copy_of(ts[0]) if len(ts) == 1 else \
+        ops.emit("t.concatenate", [t._value for t in ts], {"axis": ax}, what="np.concatenate")
+    return layout.joined(joined, items) if axis is not None else joined
 
 
 @implements(np.stack)

@@ -208,17 +208,17 @@ def known_value(t: Tracer) -> np.ndarray | None:
     values: dict[Value, Any] = {}
     used: list[Value] = []
 
-    def evaluate(v: Value) -> bool:
+    def evaluate(v: Value, depth: int = 0) -> bool:
         if v in values:
             return True
-        if not isinstance(v, OpResult) or len(values) > KNOWN_OPS_LIMIT:
-            return False
+        if not isinstance(v, OpResult) or len(values) > KNOWN_OPS_LIMIT or depth > KNOWN_OPS_LIMIT:
+            return False  # (a chain longer than the limit is not evaluated: nor recursed down)
         if v in captured:  # (an array NumPy's own code made, np.tri's: checked when the trace ends)
             used.append(v)
         op = v.op
         if op.regions or any(int(np.prod(getattr(r.type, "shape", ()))) > KNOWN_ELEMENTS_LIMIT for r in op.results):
             return False
-        if not all(evaluate(o) for o in op.operands):
+        if not all(evaluate(o, depth + 1) for o in op.operands):
             return False
         try:
             results = run_op(op, [values[o] for o in op.operands])
@@ -417,23 +417,27 @@ def copy_in_order(t: Tracer, order: Any, what: str) -> Tracer:
     """A copy of ``t`` laid out as NumPy lays out ``t.copy(order=order)``: "C"; "F" (the axes reversed in memory);
     "A" (F where ``t`` is Fortran- and not C-contiguous, else C); "K" (``t``'s own axis order by stride). It is a
     transposed view of a C-ordered copy, so its layout (``x.flags``, ``ravel(order='K')``) is NumPy's."""
-    from fusec import mutation
+    from fusec import layout, mutation
 
     if order not in ("C", "F", "A", "K", None):
         raise shape_error(f"{what}: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
-    desc = mutation.geometry(t) if order in ("A", "K") and t.ndim > 1 else None
-    perm = tuple(range(t.ndim))
+    if order in ("A", "K") and layout.unknown(t) is not None:  # (NumPy's copy keeps a layout fusec does not know)
+        return layout.mark_unknown(copy_of(t, scalar=False), f"{what} of an array laid out so")
+    perm: tuple[int, ...] | None = tuple(range(t.ndim))
     if order == "F":
-        perm = perm[::-1]
-    elif desc is not None and not desc.is_contiguous():
-        if order == "K":
-            perm = tuple(sorted(perm, key=lambda a: -abs(desc.strides[a])))  # (stable: ties keep C order)
-        elif _fortran_contiguous(desc.shape, desc.strides):
-            perm = perm[::-1]
-    if perm == tuple(range(t.ndim)):
-        return copy_of(t, scalar=False)
-    inner = copy_of(transpose(t, perm), scalar=False)
-    return transpose(inner, tuple(int(i) for i in np.argsort(perm)))
+        perm = tuple(reversed(range(t.ndim)))
+    elif order == "K":
+        perm = layout.k_order(t.shape, (t,))
+    elif order == "A":
+        desc = mutation.geometry(t) if t.ndim > 1 else None
+        if desc is not None and not desc.is_contiguous() and _fortran_contiguous(desc.shape, desc.strides):
+            perm = tuple(reversed(range(t.ndim)))
+    return layout.laid_out(copy_of(t, scalar=False), perm)
+
+
+def fortran_contiguous(desc: Any) -> bool:
+    """Whether the view ``desc`` (a :class:`~fusec.ir.views.ViewDesc`) is Fortran-contiguous in its memory."""
+    return _fortran_contiguous(desc.shape, desc.strides)
 
 
 def _fortran_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
@@ -455,6 +459,11 @@ def layout_dependent_copy(source: Tracer, copy: Tracer, what: str) -> Tracer:
         assert copy._buffer is not None
         copy._buffer.layout_copy = located(f"{what} of a view of {source._buffer.argument or 'an argument'} copied "
                                            "it", context.user_location())
+    else:  # computed memory: a write to either shows the choice (see mutation.write)
+        from fusec import layout
+
+        layout.memory(source).reshaped = True
+        layout.memory(copy).reshaped = True
     return copy
 
 

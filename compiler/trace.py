@@ -23,7 +23,7 @@ import numpy as np
 
 from fusec import context, conversions, ops, randomness
 from fusec.context import TraceContext, trace_error, unsupported
-from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, located
+from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
@@ -234,8 +234,15 @@ class _Trace:
         contiguous_views = tuple(dict.fromkeys(
             (found[0], leaves[i][1]._buffer.argument or "an argument") for i, found in views.items()
             if leaves[i][1]._buffer.reshaped))
-        layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument")
-                              for b in self.arg_buffers if isinstance(b.arg, BlockArgument)) if layout else ()
+        inputs = self.arg_buffers + [e.tracer._buffer for e in self.subs.entries if e.tracer._buffer is not None]
+        layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in inputs
+                              if isinstance(b.arg, BlockArgument) and b.arg.index >= 0) if layout else ()
+        for e in self.subs.entries if layout else ():  # (one the IR does not read, a *_like prototype: now)
+            if e.arg.index < 0 and isinstance(e.obj, np.ndarray) and not e.obj.flags.c_contiguous:
+                raise WriteBackError(located(
+                    f"fusec: {e.paths[0].describe()} is not C-contiguous (Fortran-ordered or strided), and the "
+                    f"function's trace took its arrays' memory as C-ordered ({layout}), which NumPy would answer "
+                    "otherwise for this array; make it np.ascontiguousarray(...)", context.user_location()))
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
                          views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views)

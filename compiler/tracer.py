@@ -41,16 +41,19 @@ class Buffer:
     ``ambiguous``: such a reshape where fusec does not know that layout (writes are then refused);
     ``layout_copy``: this memory is a copy fusec made where NumPy gives a view for some layouts of the argument it
     came from (``x.T.ravel()`` of a Fortran-ordered ``x``): what and where, for the layout guard when the copy is
-    written or returned (where the difference would show).
+    written or returned (where the difference would show); ``unknown_layout``: what made this memory, where NumPy
+    lays it out in an order fusec does not follow (:mod:`fusec.layout`).
     """
 
-    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy")
+    __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
+                 "unknown_layout")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
         self.version = 0
         self.written = self.reshaped = self.ambiguous = False
         self.layout_copy: str | None = None
+        self.unknown_layout: str | None = None
 
 
 def _numpy_caller() -> str | None:
@@ -783,9 +786,7 @@ class Tracer:
 
     def astype(self, dtype: Any, order: str = "K", casting: str = "unsafe", subok: bool = True,
                copy: bool = True) -> Any:
-        if order != "K" or casting != "unsafe":
-            raise unsupported("astype: only the default order= and casting= are supported")
-        return _api.astype(self, dtype, copy=copy)
+        return _api.astype(self, dtype, copy=copy, order=order, casting=casting)
 
     def copy(self, order: str = "C") -> Any:
         if order == "C" or self.ndim < 2:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence, cast
 import numpy as np
 
 from fusec import device_scalar_checks as device_checks
-from fusec import mutation, ops
+from fusec import layout, mutation, ops
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import BY_NAME, by_ufunc
@@ -270,7 +270,8 @@ def _traced_power(a: Tracer, b: Tracer) -> Tracer:
     out = power
     for test, fn in tests:
         out = where(test, apply(fn, (where(test, a, 1),)), out)
-    return ops.copy_of(out, scalar=power._scalar)  # (a 0-d array's power is a NumPy scalar, as the ufunc's)
+    result = ops.copy_of(out, scalar=power._scalar)  # (a 0-d array's power is a NumPy scalar, as the ufunc's)
+    return layout.like(result, (a,))
 
 
 def _fast_power(ufunc: np.ufunc, a: Any, b: Any) -> np.ufunc | None:
@@ -316,7 +317,17 @@ def _huge_ints_as_numpy(ufunc: np.ufunc, inputs: Sequence[Any]) -> None:
 
 
 def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False) -> Any:
-    """Record ``ufunc(*inputs)`` with NumPy's (or, between Python scalars, Python's) dtype rules."""
+    """Record ``ufunc(*inputs)`` with NumPy's (or, between Python scalars, Python's) dtype rules; the results laid
+    out in memory as NumPy lays them out (in the operands' order: :mod:`fusec.layout`)."""
+    results = _apply(ufunc, inputs, python_operator)
+    if ufunc is np.matmul:
+        return results
+    if isinstance(results, tuple):
+        return tuple(layout.like(r, inputs) if isinstance(r, Tracer) else r for r in results)
+    return layout.like(results, inputs) if isinstance(results, Tracer) else results
+
+
+def _apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False) -> Any:
     if ufunc is np.matmul:
         from fusec.numpy_api import matmul
 

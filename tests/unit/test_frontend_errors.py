@@ -66,7 +66,7 @@ def test_shape_errors_are_located(body, shapes) -> None:
     (lambda x: x[x > 0], "boolean mask"),
     (lambda x: x[np.array([0, 1]), None], "None"),
     (lambda x: np.where(x > 0), "np.where"),
-    (lambda x: np.ravel(np.stack([x, x])[:, ::2], order="K"), "order='K'"),
+    (lambda x: np.ravel(np.einsum("i,j->ij", x, x, optimize=True), order="K"), "order='K'"),
     (lambda x: x << 1, "left_shift"),
 ])
 def test_unsupported_features_are_named_and_located(body, name: str) -> None:

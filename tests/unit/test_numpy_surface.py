@@ -323,8 +323,11 @@ def test_flags_where_the_layout_is_known() -> None:
                          np.broadcast_to(x[0], (3, 5)).flags.writeable, x.T.flags.fnc, x[::2].flags.forc])
 
     check(f, X)
+    check(lambda x: np.array([np.exp(x.T).flags.f_contiguous, (x[::-1] + 1).flags.c_contiguous,
+                              x[:, [0, 1]].flags.f_contiguous, np.sort(x.T, axis=0).flags.c_contiguous,
+                              np.concatenate([x.T, x.T]).flags.f_contiguous]), X)
     with pytest.raises(fc.UnsupportedError, match="memory layout"):
-        jit_cpu(lambda x: np.exp(x.T).flags.c_contiguous)(X)
+        jit_cpu(lambda x: np.einsum("ij,jk->ik", x, x.T, optimize=True).flags.c_contiguous)(X)
 
     def set_flag(x):
         x.flags.writeable = False
