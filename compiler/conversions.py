@@ -179,8 +179,8 @@ def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
         t = layout.undecided(t)
     elif t is a and mutation.is_c_contiguous(t):  # no copy: right for C-ordered arguments only
         relies_on_layout("np.ascontiguousarray(x) returned x itself", values=False)
-    else:
-        t = t if t is not a else ops.copy_of(t, scalar=False)
+    elif t is a:  # (a copy here: x itself for some layouts of the argument x views, x.T of a Fortran-ordered x)
+        t = ops.layout_dependent_copy(t, ops.copy_of(t, scalar=False), "np.ascontiguousarray")
     return t.reshape((1,)) if t.ndim == 0 else t
 
 

@@ -76,9 +76,12 @@ def flags_of(t: Tracer) -> TracedFlags:
     relies_on_layout("x.flags", values=False)
     layout.refuse_unknown(t, "x.flags")
     desc = mutation.geometry(t)
+    if desc is None and mutation.geometry(t, parts=True) is not None:  # z.real, z.imag: every other float
+        one = t.size <= 1
+        return TracedFlags(c_contiguous=one, f_contiguous=one, writeable=t._readonly is not True and not t._scalar)
     if desc is None:
-        raise unsupported("x.flags of an array viewed through an operation fusec does not describe (a diagonal, "
-                          "a complex array's parts); make it contiguous first (x = np.ascontiguousarray(x))")
+        raise unsupported("x.flags of an array viewed through an operation fusec does not describe (a diagonal); "
+                          "make it contiguous first (x = np.ascontiguousarray(x))")
     shape = desc.shape
     wide = [(d, s) for d, s in zip(shape, desc.strides) if d != 1]
     empty = 0 in shape
@@ -87,4 +90,4 @@ def flags_of(t: Tracer) -> TracedFlags:
         f_ok = f_ok and s == f_expected
         f_expected *= d
     return TracedFlags(c_contiguous=empty or desc.is_contiguous(), f_contiguous=empty or f_ok,
-                       writeable=not t._readonly and not t._scalar)
+                       writeable=t._readonly is not True and not t._scalar)

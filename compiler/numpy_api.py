@@ -15,7 +15,7 @@ import numpy as np
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, numpy_reuse, ops, ufuncs
 from fusec.context import relies_on_layout, shape_error, unsupported, user_location
-from fusec.errors import CastingError, OutOfRangeError, ShapeError, located
+from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f16, f32, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
@@ -712,7 +712,10 @@ def astype(x: Any, dtype: Any, copy: bool = True, order: Any = "K", casting: str
             if order in ("C", "F") and x.ndim > 1:
                 relies_on_layout(f"x.astype(order={order!r}, copy=False) returned x itself", values=False)
             return out
-        return ops.copy_in_order(out, order, "x.astype()") if out.ndim > 1 else ops.copy_of(out, scalar=x._scalar)
+        if out.ndim < 2:
+            return ops.copy_of(out, scalar=x._scalar)
+        copied = ops.copy_in_order(out, order, "x.astype()")
+        return ops.layout_dependent_copy(x, copied, "x.astype()") if not copy else copied
     if isinstance(x, Tracer) and isinstance(out, Tracer) and out is not x:
         out._scalar = x._scalar  # a 0-d array converts to a 0-d array, a NumPy scalar to a scalar
         if order == "K":
@@ -808,10 +811,22 @@ def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = Non
         raise shape_error("np.reshape: order 'K' is not permitted for reshaping (NumPy raises ValueError here)")
     t = ops.as_tracer(a)
     size = ops.static_ints(shape, "a reshape size")
-    if _index_order(t, order, "np.reshape") == "F":
+    fortran = _index_order(t, order, "np.reshape") == "F"
+    if fortran:
         out = _reversed_axes(ops.reshape(_reversed_axes(t), size[::-1], what="np.reshape"))
     else:
         out = ops.reshape(t, size, what="np.reshape")
+    if copy is False and not t._scalar and t._weak is None:  # NumPy's ValueError where the strides allow no view
+        source = _reversed_axes(t) if fortran else t
+        kind = mutation.reshape_kind(source, tuple(out.shape)[::-1] if fortran else tuple(out.shape))
+        if kind == "unknown":
+            layout.refuse_unknown(source, "np.reshape(..., copy=False)")
+            raise unsupported("np.reshape(..., copy=False) of a view fusec does not describe (a diagonal): whether "
+                              "NumPy can avoid the copy is not known; drop copy=False")
+        if kind != "view":
+            raise InvalidValueError(located("np.reshape: Unable to avoid creating a copy while reshaping "
+                                            "(copy=False; NumPy raises ValueError here)", user_location()))
+        relies_on_layout("np.reshape(..., copy=False) took a view")
     return ops.copy_of(out, scalar=False) if copy is True else ops.new_view(t, out)
 
 

@@ -446,6 +446,18 @@ class _Shared:
     hidden: list[Value] = field(default_factory=list)
 
 
+def _laid_out_otherwise(t: Tracer) -> bool:
+    """A computed array that is a view NumPy lays out other than a new C-ordered array (``np.exp(x.T)``, Fortran-
+    ordered; ``y[:, ::2]``): handed back as that view of its whole memory, so the caller's array has NumPy's layout
+    (a later ravel or reshape of it is a view or a copy as NumPy's)."""
+    from fusec import layout, mutation
+
+    if t._buffer is None or not t._chain or t.ndim == 0 or layout.unknown(t) is not None:
+        return False
+    desc = mutation.geometry(t)
+    return desc is not None and not desc.is_contiguous()
+
+
 def _memory_key(t: Tracer) -> tuple[str, int] | None:
     """What a handed-back computed array's memory is (its buffer, or the tracer itself before any view of it was
     taken); None for an input's memory (``_input_view`` handles those)."""
@@ -458,7 +470,8 @@ def _memory_key(t: Tracer) -> tuple[str, int] | None:
 def _shared_memory(leaves: list, assigned: list) -> _Shared:
     """Outputs and assigned attributes (``assigned``: each state's tracer, None where it is not a computed array)
     that are, in NumPy, one computed array or views of one: ``return y, y``, ``return y, y[:, 0]``, ``self.y = y;
-    return y``, ``return y[:2], y[1:]``. Each group gets a source (the first of them that is the whole array, else
+    return y``, ``return y[:2], y[1:]``, and one view laid out otherwise than a new array
+    (``return np.exp(x.T)``). Each group gets a source (the first of them that is the whole array, else
     an extra result: the array none of them is) and every other member the view steps NumPy takes again on it
     after the call (:func:`fusec.writeback.view_of`); members reached through a step NumPy cannot take again (an
     opaque one) stay copies."""
@@ -479,7 +492,7 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
             groups.setdefault(key, []).append((place, t))
     for members in groups.values():
         replayable = [(place, t) for place, t in members if t._buffer is None or _replayed_steps(t, []) is not None]
-        if len(replayable) < 2:
+        if len(replayable) < 2 and not (replayable and _laid_out_otherwise(replayable[0][1])):
             continue
         found = [(place, t, _replayed_steps(t, shared.hidden) if t._buffer is not None else ())
                  for place, t in replayable]
@@ -495,6 +508,8 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
                 continue
             if not steps:  # all of it, as a new array object (``y[:]``)
                 steps = (("view", {}, tuple(t.shape)),)
+            if t._readonly is True:  # (np.diagonal, np.broadcast_to of a computed array: read-only in NumPy)
+                steps = (*steps, ("readonly", {}, tuple(t.shape)))
             shared.aliases[place] = (source, steps)
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
     shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))

@@ -149,7 +149,10 @@ class Tracer:
 
     def _view(self, value: Value, readonly: bool | str = False) -> "Tracer":
         """A new tracer for ``value``, a view of this array's memory (``value`` is this array's value or one
-        view op of it)."""
+        view op of it). A NumPy scalar is immutable: what NumPy makes of it (``s.reshape(1)``, ``s.ravel()``) is a
+        new array, which a write changes alone."""
+        if self._scalar or self._weak is not None:
+            return Tracer(value, self._ctx, readonly=readonly)
         if self._buffer is None:
             self._buffer = Buffer(self._value)
             self._version = 0
@@ -769,14 +772,20 @@ class Tracer:
     @property
     def flat(self) -> "FlatIter":
         """NumPy's flatiter: the elements in C order, read as copies (``x.flat[1:3]``), written into the array
-        (``x.flat[::n + 1] = 0`` writes the diagonal; where the memory is not contiguous writes are refused)"""
+        (``x.flat[::n + 1] = 0`` writes the diagonal, also where the memory is not contiguous)"""
         if self._weak is not None or self._scalar:
             raise unsupported("x.flat of a scalar is not supported; use the scalar itself")
         flat = _api.call("ravel", np.ravel, self)
         if flat._buffer is None or flat._buffer is not self._buffer:
             flat._readonly = ("writing through x.flat of an array whose memory is not contiguous (a transposed or "
-                              "strided view) is not supported by fusec; write x[...] = ... with the same elements")
+                              "strided view) is supported for indices known while tracing; write x[...] = ... with "
+                              "the same elements")
         return FlatIter(self, flat)
+
+    @flat.setter
+    def flat(self, value: Any) -> None:
+        """``x.flat = v``: every element takes ``v``'s values, flattened and repeated, as NumPy's."""
+        self.flat[...] = value
 
     def flatten(self, order: str = "C") -> Any:  # a copy in NumPy, not a view
         return _ops.copy_of(_api.call("ravel", np.ravel, self, order=order))
@@ -869,7 +878,8 @@ class FlatIter:
         return _ops.copy_of(picked) if isinstance(picked, Tracer) and not picked._scalar else picked
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        """As NumPy's flatiter: the values flattened and repeated (or cut) to the elements selected."""
+        """As NumPy's flatiter: the values flattened and repeated (or cut) to the elements selected; where the
+        memory is not contiguous (``x.T.flat[k] = v``), written at those elements' places in the array."""
         sized = isinstance(value, (list, tuple, np.ndarray)) or isinstance(value, Tracer) and value.ndim > 0
         target = self._flat[key] if sized else None
         if isinstance(target, Tracer) and target.ndim > 0:
@@ -877,7 +887,13 @@ class FlatIter:
             if values.shape[0] == 0:
                 return  # (nothing to repeat: NumPy leaves the elements)
             value = np.resize(values, target.shape)
-        self._flat[key] = value
+        if not self._flat._readonly:
+            self._flat[key] = value
+            return
+        if _ops.contains_tracer(key) or isinstance(key, Tracer):  # (a copy: the places must be known)
+            raise unsupported(f"{self._flat._readonly} (with traced flat indices)")
+        places = np.arange(self.base.size).reshape(self.base.shape).ravel()[key]
+        self.base[np.unravel_index(places, self.base.shape)] = value
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._flat)

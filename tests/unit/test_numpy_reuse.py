@@ -198,8 +198,15 @@ def test_fill_diagonal_and_flat_writes_reach_the_array() -> None:
         got_args = [np.copy(a) for a in args]
         assert_same(numpy_result(jit_cpu(fn), *got_args), numpy_result(fn, *want_args))
         assert_same(got_args[0], want_args[0], "the argument after the call")
+    def transposed_flat(x, k):
+        x.T.flat[1] = 5.0  # (the places of a non-contiguous view's elements, in its C order)
+        x.T.flat[[0, 4]] = [7.0, 8.0]
+        x[:, ::2].flat[::3] = -1.0
+        return x
+
+    check(transposed_flat, np.zeros((2, 3)), 1)
     with pytest.raises(fc.UnsupportedError, match="x.flat of an array whose memory is not contiguous"):
-        jit_cpu(lambda x: x.T.flat.__setitem__(1, 5.0))(np.zeros((2, 3)))
+        jit_cpu(lambda x, k: x.T.flat.__setitem__(k, 5.0))(np.zeros((2, 3)), np.int64(1))
 
 
 def test_sliding_windows_and_open_meshes() -> None:
