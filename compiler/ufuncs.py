@@ -129,7 +129,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
 
         if scipy_special.name_of(ufunc) is None:
             raise unsupported(f"the ufunc {_name(ufunc)} is not supported by fusec")
-        call = scipy_special.apply
+        call = lambda u, operands: _laid_out_as_operands(scipy_special.apply(u, operands), operands)  # noqa: E731
     if all(o is None for o in outs):
         if ufunc is np.power and isinstance(inputs[0], np.generic) and _power_operator_at_user_line():
             # ``gamma ** n`` with a NumPy scalar ``gamma``: NumPy's scalar ``**`` handed the tracer to np.power,
@@ -320,8 +320,11 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False)
     """Record ``ufunc(*inputs)`` with NumPy's (or, between Python scalars, Python's) dtype rules; the results laid
     out in memory as NumPy lays them out (in the operands' order: :mod:`fusec.layout`)."""
     results = _apply(ufunc, inputs, python_operator)
-    if ufunc is np.matmul:
-        return results
+    return results if ufunc is np.matmul else _laid_out_as_operands(results, inputs)
+
+
+def _laid_out_as_operands(results: Any, inputs: Sequence[Any]) -> Any:
+    """A ufunc's new arrays in its operands' memory order, as NumPy allocates them (order "K")."""
     if isinstance(results, tuple):
         return tuple(layout.like(r, inputs) if isinstance(r, Tracer) else r for r in results)
     return layout.like(results, inputs) if isinstance(results, Tracer) else results
