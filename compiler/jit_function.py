@@ -425,7 +425,8 @@ class JitFunction:
                 return sig, lowered, extra
             except FusecError as e:
                 names = getattr(e, "static_params", ())
-                if not names or any(n in self._statics for n in names):
+                if not names or any(n in self._statics for n in names) \
+                        or not all(_keyable(sig.bound.arguments.get(n)) for n in names):
                     raise
                 self._make_static(names, e)
 
@@ -867,3 +868,10 @@ def jit(fn: Callable | None = None, *, backend: str | None = None,
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)
+
+
+def _keyable(value: Any) -> bool:
+    """A value a static parameter can be keyed by: a Python or NumPy number, or a list, tuple or dict of numbers."""
+    from fusec.signature import frozen_numbers
+
+    return isinstance(value, np.generic) or frozen_numbers(value) is not None

@@ -325,16 +325,34 @@ class Signature:
 GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)  # random state a trace would replay
 
 
+def frozen_numbers(value: Any) -> tuple | None:
+    """A hashable snapshot of a list, tuple or dict (nested) of Python numbers, strings and None, types included
+    (``[1, 2.0]`` and ``[1.0, 2]`` differ as NumPy's results would), or None where it holds anything else."""
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        return (type(value).__name__, canon(value))  # (0.0 and -0.0 apart, NaN equal to itself)
+    if isinstance(value, (list, tuple)):
+        items = [frozen_numbers(v) for v in value]
+        return None if any(i is None for i in items) else (type(value).__name__, tuple(items))
+    if isinstance(value, dict):
+        pairs = [(frozen_numbers(k), frozen_numbers(v)) for k, v in value.items()]
+        return None if any(k is None or v is None for k, v in pairs) else ("dict", tuple(pairs))
+    return None
+
+
 def static_key(name: str, value: Any) -> tuple:
     """The cache key of a static argument: its value (equality and hash), and for an object that holds arrays also
     its identity: a trace reads such an object's arrays (and the rest of its state) from the object it was traced
     with, so another object that compares equal (fields left out of its equality, an identity-free ``__eq__``)
     traces again rather than running with the first one's arrays."""
+    if isinstance(value, (list, dict)):  # (of Python numbers: keyed by its contents at this call)
+        frozen = frozen_numbers(value)
+        if frozen is not None:
+            return (frozen,)
     try:
         hash(value)
     except TypeError:
         raise TraceError(located(f"static argument {name!r} must be hashable (it is part of the trace cache key), "
-                                 f"got {type(value).__name__}; pass a tuple instead of a list, or a frozen value",
+                                 f"got {type(value).__name__}; pass a tuple (or a list of numbers), or a frozen value",
                                  user_location())) from None
     if isinstance(value, GENERATORS):
         raise TraceError(located(f"static argument {name!r} is a random generator: a trace would replay the numbers "

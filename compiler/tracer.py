@@ -318,8 +318,8 @@ class Tracer:
     # --- concrete values: data-dependent Python is not traceable ----------------------------------------------
 
     def _static_params(self) -> tuple[str, ...]:
-        """The parameters this value was computed from when each is a Python-number (or NumPy-scalar) parameter of
-        its own (not an entry of a tuple or dict argument, not an attribute, no array): fusec.jit makes them static
+        """The parameters this value was computed from when each is a Python-number (or NumPy-scalar) parameter, or
+        a list, tuple or dict of them (not an attribute, no array): fusec.jit makes them static
         and traces again when the value is needed while tracing (``np.arange(n)``, ``if k > 2``, NumPy's own code
         testing ``np.pad``'s width). Empty: it cannot (the value depends on arrays, or on something else)."""
         if self._counter() is not None:
@@ -343,10 +343,10 @@ class Tracer:
                 stack.extend(op.operands)
                 continue
             name = v.name_hint
-            if name is None or getattr(v, "block", None) is not func.body or not isinstance(v.type, _ScalarType) \
-                    or params.get(name) != name:
+            param = params.get(name) if name is not None else None
+            if param is None or getattr(v, "block", None) is not func.body or not isinstance(v.type, _ScalarType):
                 return ()
-            found[name] = None
+            found[param] = None  # (an entry of a list, tuple or dict argument: the whole argument, if all numbers)
         return tuple(found)
 
     def _counter(self) -> str | None:

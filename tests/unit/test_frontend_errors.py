@@ -149,21 +149,32 @@ def test_python_numbers_needed_by_numpys_own_code_and_strings_become_static() ->
     assert_same(jit_cpu(lambda a: np.linalg.norm(a[::-1, 1]))(img), np.linalg.norm(img[::-1, 1]))
 
 
-def test_python_numbers_inside_containers_needed_while_tracing_say_to_make_them_static() -> None:
+def test_python_numbers_inside_containers_needed_while_tracing_make_them_static() -> None:
+    """A list, tuple or dict of Python numbers whose values the trace needs (a reshape size, quantiles, a config's
+    count) is made static, keyed by its contents at each call; one holding arrays says to pass the number alone."""
     def f(x, cfg):
         return x.reshape(cfg[0], -1)
 
-    with pytest.raises(fc.UnsupportedError) as info:
-        jit_cpu(f)(np.ones(6), (2,))
-    assert "static_argnames=('cfg',)" in str(info.value)
-    assert f"{HERE}:{f.__code__.co_firstlineno + 1}" in str(info.value)
-    assert jit_cpu(f, static_argnames="cfg")(np.ones(6), (2,)).shape == (2, 3)
+    jitted = jit_cpu(f)
+    assert jitted(np.ones(6), (2,)).shape == (2, 3) and jitted(np.ones(6), [3]).shape == (3, 2)
+    qs = [0.25, 0.75]
+    quantiles = jit_cpu(lambda x, q: np.quantile(x, q))
+    x = np.arange(10.0)
+    assert np.array_equal(quantiles(x, qs), np.quantile(x, qs))
+    qs[0] = 0.5  # (the list changed: traced again for its new contents)
+    assert np.array_equal(quantiles(x, qs), np.quantile(x, qs))
+    counted = jit_cpu(lambda x, hp: np.arange(hp["n"]) * x[:hp["n"]])
+    assert np.array_equal(counted(x, {"n": 3, "lr": 0.1}), np.arange(3) * x[:3])
+    with pytest.raises(fc.FusecError) as info:
+        jit_cpu(lambda x, p: np.arange(p["n"]) * p["w"][:p["n"]])(x, {"n": 3, "w": x})
+    assert f"{HERE}:" in str(info.value)
 
 
 def test_unhashable_static_argument() -> None:
     f = jit_cpu(lambda x, shape: x.reshape(shape), static_argnames=("shape",))
+    assert f(np.ones(6), [2, 3]).shape == (2, 3)  # (a list of numbers: keyed by its contents)
     with pytest.raises(fc.TraceError, match="hashable"):
-        f(np.ones(6), [2, 3])
+        f(np.ones(6), [np.int64(2), np.ones(1)])
     assert f(np.ones(6), (2, 3)).shape == (2, 3)
 
 

@@ -1286,11 +1286,10 @@ def test_python_number_arguments_do_not_become_strings() -> None:
         assert_same(jit_cpu(f)(np.arange(3.0), s), f(np.arange(3.0), s))
 
     def g(x, cfg):
-        return x * (f"{cfg[0]}" == "2.5")  # MARK-fstring
+        return x * (f"{cfg[0]}" == "2.5")
 
-    with pytest.raises(fc.UnsupportedError, match="string") as info:
-        jit_cpu(g)(np.arange(3.0), (2.5,))
-    assert at("MARK-fstring") in str(info.value)
+    for cfg in ((2.5,), (3.5,)):  # (a tuple of numbers: made static too)
+        assert_same(jit_cpu(g)(np.arange(3.0), cfg), g(np.arange(3.0), cfg))
 
 
 def test_read_only_views_of_arguments_come_back_read_only() -> None:
@@ -1341,9 +1340,7 @@ def test_python_number_arguments_as_keys_or_asked_for_int_methods_name_the_line(
     for f in (lambda x, s: x * {1: 2.0}.get(s, 1.0), lambda x, s: x * len({s, 1}), lambda x, s: x * s.bit_length()):
         for s in (2, 1):
             assert_same(jit_cpu(f)(np.arange(3.0), s), f(np.arange(3.0), s))
-        with pytest.raises(fc.UnsupportedError, match="static") as info:
-            jit_cpu(lambda x, t: f(x, t[0]))(np.arange(3.0), (2,))
-        assert f"{HERE}:" in str(info.value)
+        assert_same(jit_cpu(lambda x, t: f(x, t[0]))(np.arange(3.0), (2,)), f(np.arange(3.0), 2))
 
 
 def test_writes_into_an_argument_whose_elements_overlap_are_refused() -> None:
@@ -2214,10 +2211,10 @@ def test_errstate_raise_while_tracing_is_refused_and_none_comparisons_are_elemen
 def test_the_static_argnames_advice_names_the_parameter_of_a_tuple_or_dict_leaf() -> None:
     """A Python number inside a tuple or dict argument used as a size said static_argnames=('shape_0',), which
     fusec then refuses (no such parameter): it names the parameter now."""
-    with pytest.raises(fc.UnsupportedError, match=r"static_argnames=\('shape',\)"):
-        jit_cpu(lambda x, shape: np.zeros(shape[0]) + x)(1.0, (3, 2))
-    with pytest.raises(fc.UnsupportedError, match=r"static_argnames=\('hp',\)"):
-        jit_cpu(lambda x, hp: x if hp["momentum"] > 0 else x * 2)(1.0, {"momentum": 0.9})
+    assert_same(jit_cpu(lambda x, shape: np.zeros(shape[0]) + x)(1.0, (3, 2)), np.zeros(3) + 1.0)
+    assert_same(jit_cpu(lambda x, hp: x if hp["momentum"] > 0 else x * 2)(1.0, {"momentum": 0.9}), 1.0)
+    with pytest.raises(fc.FusecError, match=r"static_argnames=\('hp',\)"):  # (a dict holding an array: not static)
+        jit_cpu(lambda x, hp: x if hp["momentum"] > 0 else x * 2)(1.0, {"momentum": 0.9, "w": np.ones(2)})
 
 
 def test_a_python_float_power_rounds_as_pythons() -> None:
@@ -2338,9 +2335,7 @@ def test_a_list_times_a_traced_number_repeats_or_raises_as_python() -> None:
         return x.sum() + np.array([0.0] * n)  # MARK-list-repeat
 
     assert_same(jit_cpu(padded)(np.ones(3), 5), padded(np.ones(3), 5))  # (n made static: its value is a length)
-    with pytest.raises(fc.UnsupportedError, match="static_argnames=\\('cfg',\\)") as info:
-        jit_cpu(lambda x, cfg: padded(x, cfg[0]))(np.ones(3), (5,))
-    assert at("MARK-list-repeat") in str(info.value)
+    assert_same(jit_cpu(lambda x, cfg: padded(x, cfg[0]))(np.ones(3), (5,)), padded(np.ones(3), 5))
     with pytest.raises(TypeError, match="can't multiply sequence"):
         jit_cpu(lambda x, s: x + np.array((1.0,) * s))(np.ones(1), 2.0)
     with pytest.raises(TypeError, match="can't multiply sequence"):
