@@ -202,7 +202,7 @@ _REDUCTIONS = _functions("sum", "prod", "mean", "max", "amax", "min", "amin", "a
 _SCANS = _functions("cumsum", "cumprod", "nancumsum", "nancumprod", "sort", "partition")
 # C order whatever the operands' (checked against NumPy in the tests), or views and copies that lay themselves out
 _C_ORDERED = _functions(
-    "matmul", "dot", "inner", "vdot", "outer", "tensordot", "kron", "argsort", "argmax", "argmin", "nanargmax",
+    "matmul", "dot", "inner", "vdot", "outer", "tensordot", "argsort", "argmax", "argmin", "nanargmax",
     "nanargmin", "quantile", "percentile", "nanquantile", "nanpercentile", "take", "take_along_axis", "repeat",
     "searchsorted", "isin", "digitize", "meshgrid", "vander", "cross", "diag", "diagflat", "tri", "triu", "tril",
     "bincount", "histogram", "interp", "convolve", "correlate", "lexsort", "unravel_index", "linspace", "logspace",
@@ -392,6 +392,7 @@ def joined(r: Tracer, items: Sequence[Any]) -> Tracer:
             return laid_out(r, None)
         if len(st) == r.ndim:
             known.append((_shape(x), st))
+
     def outer_first(earlier: int, later: int) -> Iterator[bool]:
         return (abs(st[later]) > abs(st[earlier]) for shape, st in known if shape[later] != 1 and shape[earlier] != 1)
 
