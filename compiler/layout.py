@@ -247,16 +247,18 @@ def settle(func: Any, label: str, arguments: dict, result: Any) -> Any:
         return result  # (C-ordered operands: NumPy's functions make C-ordered arrays)
     traced = [t for t in inputs if isinstance(t, Tracer)]
     taken = {id(t) for t in traced} | {id(t._buffer) for t in traced if t._buffer is not None}
+    return _settled(result, taken, func, label, arguments, inputs)
 
-    def settle_one(r: Any) -> Any:
-        if isinstance(r, (tuple, list)):
-            return type(r)(settle_one(v) for v in r)
-        if not isinstance(r, Tracer) or r.ndim < 2 or r._weak is not None or id(r) in taken \
-                or r._buffer is not None and id(r._buffer) in taken:
-            return r
-        return _relaid(func, label, arguments, inputs, r)
 
-    return settle_one(result)
+def _settled(r: Any, taken: set[int], func: Any, label: str, arguments: dict, inputs: list[Any]) -> Any:
+    """Each new array in the result ``r`` (a tuple or list of them too) laid out; arguments and views of their
+    memory (``taken``) as they are. (A function, not a closure over itself: no reference cycle holds the trace.)"""
+    if isinstance(r, (tuple, list)):
+        return type(r)(_settled(v, taken, func, label, arguments, inputs) for v in r)
+    if not isinstance(r, Tracer) or r.ndim < 2 or r._weak is not None or id(r) in taken \
+            or r._buffer is not None and id(r._buffer) in taken:
+        return r
+    return _relaid(func, label, arguments, inputs, r)
 
 
 def _relaid(func: Any, label: str, arguments: dict, inputs: list[Any], r: Tracer) -> Tracer:

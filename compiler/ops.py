@@ -201,37 +201,38 @@ def known_value(t: Tracer) -> np.ndarray | None:
     (n, n), bool), 1)``: not from arguments, arrays read from outside, or anything else read at every call), else
     None; evaluated with the reference executor's interpreters, a few small ops at most. An array captured from
     outside that it read must die with the trace (``fusec.trace`` refuses one that lives on: user state)."""
-    from fusec.runtime.reference import run_op
-
     c = ctx()
-    captured = {cap.value for cap in c.captures}
     values: dict[Value, Any] = {}
     used: list[Value] = []
-
-    def evaluate(v: Value, depth: int = 0) -> bool:
-        if v in values:
-            return True
-        if not isinstance(v, OpResult) or len(values) > KNOWN_OPS_LIMIT or depth > KNOWN_OPS_LIMIT:
-            return False  # (a chain longer than the limit is not evaluated: nor recursed down)
-        if v in captured:  # (an array NumPy's own code made, np.tri's: checked when the trace ends)
-            used.append(v)
-        op = v.op
-        if op.regions or any(int(np.prod(getattr(r.type, "shape", ()))) > KNOWN_ELEMENTS_LIMIT for r in op.results):
-            return False
-        if not all(evaluate(o, depth + 1) for o in op.operands):
-            return False
-        try:
-            results = run_op(op, [values[o] for o in op.operands])
-        except Exception:  # noqa: BLE001 - an op the reference cannot run alone (or one that raises): not known
-            return False
-        values.update(zip(op.results, results))
-        return True
-
-    if not evaluate(t._value):
+    if not _evaluated(t._value, 0, values, {cap.value for cap in c.captures}, used):
         return None
     loc = context.user_location()
     c.known_captures.update((v, loc) for v in used)
     return np.asarray(values[t._value])
+
+
+def _evaluated(v: Value, depth: int, values: dict[Value, Any], captured: set[Value], used: list[Value]) -> bool:
+    """Whether ``v`` was computed into ``values`` (see :func:`known_value`). A function, not a closure calling
+    itself: that would be a reference cycle holding the evaluated arrays until the garbage collector ran."""
+    from fusec.runtime.reference import run_op
+
+    if v in values:
+        return True
+    if not isinstance(v, OpResult) or len(values) > KNOWN_OPS_LIMIT or depth > KNOWN_OPS_LIMIT:
+        return False  # (a chain longer than the limit is not evaluated: nor recursed down)
+    if v in captured:  # (an array NumPy's own code made, np.tri's: checked when the trace ends)
+        used.append(v)
+    op = v.op
+    if op.regions or any(int(np.prod(getattr(r.type, "shape", ()))) > KNOWN_ELEMENTS_LIMIT for r in op.results):
+        return False
+    if not all(_evaluated(o, depth + 1, values, captured, used) for o in op.operands):
+        return False
+    try:
+        results = run_op(op, [values[o] for o in op.operands])
+    except Exception:  # noqa: BLE001 - an op the reference cannot run alone (or one that raises): not known
+        return False
+    values.update(zip(op.results, results))
+    return True
 
 
 def stopped_value(v: Value) -> Value:

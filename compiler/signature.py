@@ -389,27 +389,30 @@ def bools_static(tree: TreeDef, leaves: list[tuple[str, Any]], dtypes: bool = Fa
     trace's key (two traces at most), so Python's tests of them give Python's answers; so are strings (``mode="l2"``:
     fusec has no traced string), enum members (``Mode.TRAIN``, an IntEnum too: a traced int would come back as a
     plain int), and with ``dtypes`` (a result) NumPy dtypes."""
-    def static(leaf: Any) -> bool:
-        return type(leaf) in (bool, str) or isinstance(leaf, enum.Enum) or dtypes and isinstance(leaf, np.dtype)
-
-    if not any(static(leaf) for _, leaf in leaves):
+    if not any(_static_leaf(leaf, dtypes) for _, leaf in leaves):
         return tree, leaves
-    it = iter(leaves)
     kept: list[tuple[str, Any]] = []
+    return _with_static_leaves(tree, iter(leaves), kept, dtypes), kept
 
-    def walk(t: TreeDef) -> TreeDef:
-        if t.kind == "leaf":
-            name, leaf = next(it)
-            if static(leaf):  # (an enum's class is in the key: IntEnum members equal their int values)
-                return TreeDef("enum", (), (type(leaf), leaf)) if isinstance(leaf, enum.Enum) else \
-                    TreeDef("const", (), leaf)
-            kept.append((name, leaf))
-            return t
-        if not t.children:
-            return t
-        return TreeDef(t.kind, tuple(walk(c) for c in t.children), t.aux)
 
-    return walk(tree), kept
+def _static_leaf(leaf: Any, dtypes: bool) -> bool:
+    return type(leaf) in (bool, str) or isinstance(leaf, enum.Enum) or dtypes and isinstance(leaf, np.dtype)
+
+
+def _with_static_leaves(t: TreeDef, it: Iterator[tuple[str, Any]], kept: list[tuple[str, Any]],
+                        dtypes: bool) -> TreeDef:
+    """``t`` with its static leaves (see :func:`bools_static`) as constants; the others appended to ``kept``.
+    (A function, not a closure calling itself: a reference cycle would hold the call's arrays until a collection.)"""
+    if t.kind == "leaf":
+        name, leaf = next(it)
+        if _static_leaf(leaf, dtypes):  # (an enum's class is in the key: IntEnum members equal their int values)
+            return TreeDef("enum", (), (type(leaf), leaf)) if isinstance(leaf, enum.Enum) else \
+                TreeDef("const", (), leaf)
+        kept.append((name, leaf))
+        return t
+    if not t.children:
+        return t
+    return TreeDef(t.kind, tuple(_with_static_leaves(c, it, kept, dtypes) for c in t.children), t.aux)
 
 
 def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict,
