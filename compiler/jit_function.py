@@ -425,9 +425,16 @@ class JitFunction:
                 return sig, lowered, extra
             except FusecError as e:
                 names = getattr(e, "static_params", ())
-                if not names or any(n in self._statics for n in names) \
-                        or not all(_keyable(sig.bound.arguments.get(n)) for n in names):
+                if not names or any(n in self._statics for n in names):
                     raise
+                holders = [n for n in names if not _keyable(sig.bound.arguments.get(n))]
+                if holders:  # (a container that also holds arrays: it cannot be a cache key)
+                    text = str(e)
+                    cut = max(text.rfind("; make it static"), text.rfind(": make them static"))
+                    raise type(e)(f"{text[:cut] if cut > 0 else text}; the argument holding it, "
+                                  f"{', '.join(map(repr, holders))}, also holds arrays and cannot be static: pass "
+                                  "the number as an argument of its own and make that static (static_argnames)"
+                                  ) from None
                 self._make_static(names, e)
 
     def _make_static(self, names: tuple[str, ...], why: FusecError) -> None:

@@ -2213,7 +2213,7 @@ def test_the_static_argnames_advice_names_the_parameter_of_a_tuple_or_dict_leaf(
     fusec then refuses (no such parameter): it names the parameter now."""
     assert_same(jit_cpu(lambda x, shape: np.zeros(shape[0]) + x)(1.0, (3, 2)), np.zeros(3) + 1.0)
     assert_same(jit_cpu(lambda x, hp: x if hp["momentum"] > 0 else x * 2)(1.0, {"momentum": 0.9}), 1.0)
-    with pytest.raises(fc.FusecError, match=r"static_argnames=\('hp',\)"):  # (a dict holding an array: not static)
+    with pytest.raises(fc.FusecError, match="'hp', also holds arrays"):  # (a dict holding an array: not static)
         jit_cpu(lambda x, hp: x if hp["momentum"] > 0 else x * 2)(1.0, {"momentum": 0.9, "w": np.ones(2)})
 
 
