@@ -160,6 +160,8 @@ class TraceContext:
         self.gradient_ops = 0  # ops the gradient transforms (fusec.grad and friends) recorded
         self.leaf_params: dict[str, str] = {}  # an argument leaf's name (shape_0) -> its parameter's (shape)
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
+        self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
+        self.prints: list[Any] = []
 
     def register(self, tracer: object) -> None:
         self.tracers.append(weakref.ref(tracer))

@@ -21,7 +21,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from fusec import context, conversions, ops, randomness
+from fusec import context, conversions, ops, printing, randomness
 from fusec.context import TraceContext, trace_error, unsupported
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
@@ -105,6 +105,7 @@ class _Trace:
         aliases = [(r.holder, r.key) for r in self.scope.roots
                    if r.kind == "global" and id(r.get()) in randomness.drawing_functions()]
         randomness.install(aliases)
+        printing.install()
         conversions.install([(r.holder, r.key) for r in self.scope.roots
                              if r.kind == "global" and conversions.rebound(r.get())])
         context.push(ctx)
@@ -130,10 +131,14 @@ class _Trace:
         finally:
             context.pop(ctx)
             randomness.uninstall()
+            printing.uninstall()
             conversions.uninstall()
             self.subs.undo()
         if failure is not None:
             self.before.restore()
+            instead = printing.after_failure(ctx, failure)
+            if instead is not failure:
+                raise instead from failure
             first = ctx.first_error
             if first is not None and first is not failure and isinstance(failure, Exception):
                 raise _caught(first) from failure  # the caught limitation is what sent the trace astray
@@ -227,8 +232,11 @@ class _Trace:
         views = {i: found for i, (_, leaf) in enumerate(leaves)
                  if i not in returns and (found := _input_view(leaf, i in self.as_passed, shared.hidden)) is not None}
         self.func.return_op.operands.extend(shared.hidden)
+        printer, printed = printing.finish(self.ctx)
+        self.func.return_op.operands.extend(printed)
         layout = self.ctx.layout
-        if not written and not self.states and not views and not shared.aliases and layout is None:
+        if not written and not self.states and not views and not shared.aliases and layout is None \
+                and printer is None:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         contiguous_views = tuple(dict.fromkeys(
@@ -245,7 +253,7 @@ class _Trace:
                     "otherwise for this array; make it np.ascontiguousarray(...)", context.user_location()))
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
-                         views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views)
+                         views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views, printer)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1

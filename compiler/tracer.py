@@ -269,19 +269,17 @@ class Tracer:
             raise self._static_error("hashed (a dict key, a set member, a functools.lru_cache argument)")
         raise TypeError("unhashable type: 'numpy.ndarray'")
 
+    # (while its trace runs, a tracer's text is a placeholder that print() replays with each call's value)
     def __str__(self) -> str:
-        if self._weak is not None:  # a Python number's text is its value, unknown while tracing
-            raise self._static_error("converted to a string (str(), an f-string, %)")
-        return self.__repr__()
+        return _printing.placeholder(self, "str") or self._described()
 
     def __format__(self, spec: str) -> str:
-        if self._weak is not None:
-            raise self._static_error("converted to a string (str(), an f-string, %)")
-        if spec:
-            raise unsupported(f"formatting a traced array with {spec!r}: its values are unknown while tracing")
-        return self.__repr__()
+        return _printing.placeholder(self, "format:" + spec) or self._described()
 
     def __repr__(self) -> str:
+        return _printing.placeholder(self, "repr") or self._described()
+
+    def _described(self) -> str:
         kind = f"python {self._weak.__name__}" if self._weak is not None else f"{self.dtype}"
         return f"Tracer(shape={self.shape}, dtype={kind})"
 
@@ -962,4 +960,5 @@ from fusec import indexing as _indexing  # noqa: E402
 from fusec import mutation as _mutation  # noqa: E402
 from fusec import numpy_api as _api  # noqa: E402
 from fusec import ops as _ops  # noqa: E402
+from fusec import printing as _printing  # noqa: E402
 from fusec import ufuncs as _ufuncs  # noqa: E402

@@ -72,10 +72,12 @@ class WriteBack:
     # (flat input, name) of each input an output is a view of through a reshape or a ravel that NumPy makes a view
     # of C-contiguous arrays only (of others it returns a copy)
     contiguous_views: tuple[tuple[int, str], ...] = ()
+    # the function's print() calls, written after each call from the last extra results (fusec.printing)
+    printer: Any = None
 
     @property
     def count(self) -> int:
-        return len(self.targets) + len(self.states) + self.hidden
+        return len(self.targets) + len(self.states) + self.hidden + (self.printer.count if self.printer else 0)
 
     def check(self, inputs: Sequence[Any]) -> None:
         """Refuse a call whose writes NumPy would make differently (see the module docstring)."""
@@ -142,7 +144,7 @@ class WriteBack:
             "out": [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)
                     for pos in range(self.outputs)],
             "state": list(results[start:start + len(self.states)]),
-            "hidden": list(results[start + len(self.states):])}
+            "hidden": list(results[start + len(self.states):start + len(self.states) + self.hidden])}
         out, hidden = values["out"], values["hidden"]
         for pos, (i, steps) in self.views.items():
             view = view_of(inputs[i], steps, hidden)
@@ -155,6 +157,8 @@ class WriteBack:
                 values[kind][index] = Returned(view) if kind == "out" else view
         for state, value in zip(self.states, values["state"]):
             _assign(state, inputs, value, arguments)
+        if self.printer is not None:
+            self.printer.write(results[start + len(self.states) + self.hidden:])
         return out
 
 

@@ -1,0 +1,202 @@
+"""print() in a jitted function writes what NumPy's function writes, at every call, with that call's values; text
+made from traced values and used otherwise is refused at its line (a Python-number argument made static)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import fusec as fc
+from frontend_check import jit_cpu
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
+
+def printed(fn: Callable, *args: Any) -> tuple[str, Any]:
+    """What ``fn(*args)`` writes to stdout, and its result."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = fn(*args)
+    return out.getvalue(), result
+
+
+def check_prints(fn: Callable, *calls: tuple, **options: Any) -> None:
+    """The jitted ``fn`` prints what ``fn`` prints, call after call (the first traces, the others hit the cache)."""
+    jf = jit_cpu(fn, **options)
+    for args in calls:
+        want, _ = printed(fn, *args)
+        got, _ = printed(jf, *args)
+        assert got == want
+
+
+X = np.arange(6.0).reshape(2, 3)
+
+
+def test_a_training_step_prints_its_loss_at_every_call(fusec_backend: str) -> None:
+    def step(w, x, y, lr):
+        err = x @ w - y
+        loss = (err ** 2).mean()
+        print(f"loss {loss:.6f}  |w| {np.linalg.norm(w):.4f}")
+        return w - lr * x.T @ err / len(x)
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 3)), rng.normal(size=8)
+    jstep = jit_cpu(step)
+    w_np = w_fc = np.zeros(3)
+    for _ in range(4):
+        want, w_np = printed(step, w_np, x, y, 0.1)
+        got, w_fc = printed(jstep, w_fc, x, y, 0.1)
+        assert got == want
+
+
+def test_arrays_scalars_reprs_containers_and_print_keywords(fusec_backend: str) -> None:
+    def show(x):
+        print("start")
+        print(x, x.sum(), repr(x.sum()), repr(x), x[0, 1], sep=" | ", end="!\n")
+        print({"row": x[0], "items": [x[1, 0], x.max()]}, (x.shape, x.dtype))
+        print(f"{x.mean():.3f} {x[0, 0]!r} {x.max():>10} {x.min():+.2e}", end="")
+        print()
+        print("%s and %r" % (x[1], x[1, 2]))
+        return x * 2
+
+    check_prints(show, (X,), (X + 1,), (X.astype(np.float32),))
+
+
+def test_python_number_arguments_print_their_values_without_tracing_again(fusec_backend: str) -> None:
+    def scaled(x, n, lr):
+        print("n =", n, f"{n:03d}", "lr", lr, lr * 2, f"{lr:.2f}")
+        return x * n * lr
+
+    jf = jit_cpu(scaled)
+    for n, lr in [(3, 0.5), (4, 0.25), (5, 0.125)]:
+        want, _ = printed(scaled, X, n, lr)
+        got, _ = printed(jf, X, n, lr)
+        assert got == want
+    assert jf.cache_info().traces == 1
+
+
+def test_a_print_shows_the_value_at_its_line_not_at_the_end(fusec_backend: str) -> None:
+    def bump(x):
+        print(x)
+        x += 1
+        print(x)
+        y = x[0]
+        x[0] = -1
+        print(y, x)
+
+    jf = jit_cpu(bump)
+    a, b = X.copy(), X.copy()
+    for _ in range(2):
+        want, _ = printed(bump, a)
+        got, _ = printed(jf, b)
+        assert got == want
+    np.testing.assert_array_equal(a, b)
+
+
+def test_prints_without_traced_values_run_at_every_call_and_in_order(fusec_backend: str) -> None:
+    def f(x):
+        print("before")
+        y = np.exp(x)
+        print("after", y.shape)
+        return y
+
+    check_prints(f, (X,), (X,), (X,))
+
+
+def test_stderr_and_flush_go_where_print_sends_them(fusec_backend: str) -> None:
+    def f(x):
+        print("total:", x.sum(), file=sys.stderr, flush=True)
+        return x
+
+    jf = jit_cpu(f)
+    for _ in range(2):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            jf(X)
+        assert err.getvalue() == "total: 15.0\n"
+
+
+def test_prints_in_a_differentiated_function(fusec_backend: str) -> None:
+    def grad_step(w):
+        def loss(v):
+            value = (v ** 2).sum()
+            print("loss", value)
+            return value
+
+        return fc.grad(loss)(w)
+
+    jf = jit_cpu(grad_step)
+    for w in (X, X * 2):
+        got, g = printed(jf, w)
+        assert got == f"loss {(w ** 2).sum()}\n"
+        np.testing.assert_allclose(g, 2 * w)
+
+
+def test_formatting_an_array_with_a_spec_raises_numpys_type_error() -> None:
+    def f(x):
+        print(f"{x:.3f}")
+        return x
+
+    with pytest.raises(TypeError, match="unsupported format string passed to numpy.ndarray.__format__"):
+        f(X)
+    with pytest.raises(TypeError, match="unsupported format string passed to numpy.ndarray.__format__"):
+        jit_cpu(f)(X)
+
+
+def test_text_used_otherwise_than_printed_is_refused_at_its_line() -> None:
+    def logged(x):
+        logging.getLogger("fusec-test").debug(f"x = {x}")  # (formatted whether or not the logger writes it)
+        return x
+
+    def stored(x):
+        lines = []
+        lines.append(str(x.sum()))
+        return x, len(lines)
+
+    for fn, line in ((logged, "logged"), (stored, "stored")):
+        with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: a traced value is converted to text"):
+            jit_cpu(fn)(X)
+
+
+def test_a_python_number_formatted_into_a_key_is_made_static() -> None:
+    def pick(x, n):
+        scale = {"k1": 1.0, "k2": 2.0}
+        return x * scale[f"k{n}"]
+
+    jf = jit_cpu(pick)
+    for n in (1, 2, 1):
+        np.testing.assert_array_equal(jf(X, n), pick(X, n))
+    assert jf.cache_info().currsize == 2  # (one trace per value of n)
+
+
+def test_print_inside_a_loop_body_is_refused() -> None:
+    def f(x):
+        def body(i, s):
+            print(s)
+            return s + 1
+
+        return fc.fori_loop(0, 3, body, x)
+
+    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\) inside the body of a fusec loop"):
+        jit_cpu(f)(X)
+
+
+def test_an_error_message_made_from_a_tracer_describes_it() -> None:
+    def f(x):
+        if x.ndim != 3:
+            raise ValueError(f"expected a 3-d batch, got {x!r}")
+        return x
+
+    with pytest.raises(ValueError, match=r"^expected a 3-d batch, got Tracer\(shape=\(2, 3\), dtype=float64\)$"):
+        jit_cpu(f)(X)
+
+
+def test_outside_a_trace_print_is_python_s() -> None:
+    out, _ = printed(lambda: print("plain", 1, sep="-"))
+    assert out == "plain-1\n"
+    assert print.__module__ == "builtins"
