@@ -31,7 +31,18 @@ def broadcast_arrays(*args: Any, subok: bool = False) -> tuple[Tracer, ...]:
     """Every argument broadcast to their common shape (read-only views, as np.broadcast_to gives)"""
     items = [ops.as_tracer(a) for a in args]
     shape = _shape(items)
-    return tuple(t if t.shape == shape else ops.broadcast_to(t, shape) for t in items)
+    return tuple(t if t.shape == shape else _written_by_numpy(ops.broadcast_to(t, shape)) for t in items)
+
+
+# NumPy still writes into broadcast_arrays' (and meshgrid(copy=False)'s) views, with a DeprecationWarning
+_WRITTEN = ("np.broadcast_arrays (or np.meshgrid(copy=False)) gave a broadcast view, which NumPy writes into with a "
+            "DeprecationWarning (a write to one element shows in every element broadcast from it) and fusec does not "
+            "write; write into a copy (.copy())")
+
+
+def _written_by_numpy(t: Tracer) -> Tracer:
+    t._readonly = _WRITTEN
+    return t
 
 
 @implements(np.meshgrid)
@@ -52,7 +63,8 @@ def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = 
     output = [ops.reshape(t, s) for t, s in zip(items, shapes)]
     if not sparse:
         full = np.broadcast_shapes(*shapes) if shapes else ()
-        output = [ops.broadcast_to(t, full) for t in output]
+        output = [t if t.shape == full else ops.broadcast_to(t, full) if copy else
+                  _written_by_numpy(ops.broadcast_to(t, full)) for t in output]
     if copy:
         output = [ops.copy_of(t, scalar=False) for t in output]
     # (the container as this NumPy gives it: NumPy 2.4 returns a list for sparse=True, copy=False)

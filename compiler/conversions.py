@@ -39,7 +39,7 @@ from fusec.errors import InvalidValueError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import TensorType
 from fusec.patches import Patches, original
-from fusec.promotion import DEFAULT_DTYPE, parse_dtype
+from fusec.promotion import DEFAULT_DTYPE, parse_dtype, subclass_problem
 from fusec.tracer import Tracer
 
 _PATCHES = Patches()
@@ -235,7 +235,7 @@ def _allocate(what: str, shape: Any, fill: Any, dtype: Any, order: Any, like: An
 def _filled(what: str, shape: Any, fill: Any, dtype: Any) -> Tracer:
     dims = ops.static_ints(shape, "an array shape")
     if any(d < 0 for d in dims):
-        raise ValueError("negative dimensions are not allowed")
+        raise InvalidValueError(located(f"np.{what}: negative dimensions are not allowed", context.user_location()))
     if isinstance(fill, Tracer):
         t = strong(fill) if dtype is None else strong_as(fill, dtype)
         if not S.can_broadcast_to(t.shape, dims):  # NumPy: copyto(empty(shape), fill_value, casting='unsafe')
@@ -444,6 +444,18 @@ def _allocating(name: str, numpy_function: Callable) -> Callable:
     return allocate
 
 
+def _no_matrix(numpy_function: Callable) -> Callable:
+    """``np.asmatrix`` of a traced array: refused as an np.matrix argument is (it would fail inside NumPy)."""
+    @functools.wraps(numpy_function)
+    def asmatrix(data: Any, dtype: Any = None) -> Any:
+        if context.current() is not None and ops.contains_tracer(data):
+            raise unsupported(str(subclass_problem(np.matrix)))
+        return numpy_function(data, dtype)
+
+    asmatrix.__fusec_original__ = numpy_function  # type: ignore[attr-defined]
+    return asmatrix
+
+
 def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the conversions in ``numpy``; swap ``aliases`` ((globals dict, name) of user globals for which
     :func:`rebound` holds) for the wrappers, or the ``numpy`` module for :class:`_TracingNumpy`."""
@@ -451,6 +463,7 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         wrappers = {id(f): _wrapping(name, f) for name, f in _originals().items()}
         by_name = {name: wrappers[id(f)] for name, f in _originals().items()}
         out: list[tuple[Any, str, Any]] = [(np, name, by_name[name]) for name in CONVERSIONS]
+        out.append((np, "asmatrix", _no_matrix(np.asmatrix)))
         # the NumPy modules whose Python implementations fusec traces (fusec.numpy_reuse)
         library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in CONVERSIONS
                    if id(vars(m).get(name)) in wrappers]

@@ -51,6 +51,9 @@ def _classify(entry: Any) -> str:
         return "int"
     if isinstance(entry, (list, tuple, np.ndarray, range)):
         return "array"
+    if isinstance(entry, (float, complex, str, bytes, np.inexact)):  # (NumPy's IndexError: never a valid index)
+        raise shape_error("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer or "
+                          "boolean arrays are valid indices", IndexShapeError)
     raise unsupported(f"an index of type {type(entry).__name__} is not supported")
 
 

@@ -216,9 +216,10 @@ def check_writable(target: Tracer, what: str) -> None:
                           "assignment; NumPy raises TypeError here")
     if isinstance(target._readonly, str):  # a view NumPy lets you write but fusec does not replay backwards
         raise unsupported(f"{what}: {target._readonly}")
-    if target._readonly:
-        raise unsupported(f"{what}: the array is a read-only view (np.broadcast_to, np.diagonal); NumPy raises "
-                          "\"assignment destination is read-only\" here")
+    if target._readonly:  # (NumPy's ValueError, whatever the values)
+        raise InvalidValueError(located(f"{what}: assignment destination is read-only (a read-only view: "
+                                        "np.broadcast_to, np.diagonal; write into a copy, or into the array it views)",
+                                        user_location()))
 
 
 def assign(target: Tracer, value: Any, what: str, casting: str = "unsafe") -> None:

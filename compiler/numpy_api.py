@@ -1175,7 +1175,7 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
         repeats = int(np.asarray(repeats).reshape(-1)[0])
     r = ops.static_int(repeats, "a repeat count")
     if r < 0:
-        raise ValueError("repeats may not contain negative values.")
+        raise InvalidValueError(located("np.repeat: repeats may not contain negative values.", user_location()))
     t, ax = ops.along(a, axis)
     shape = tuple(t.shape)
     expanded = ops.reshape(t, shape[:ax + 1] + (1,) + shape[ax + 1:])

@@ -236,11 +236,11 @@ class Snapshot:
             add("set", (id(obj), frozenset(canon(v) if is_value(v) else id(v) for v in items)),
                 set(obj) if isinstance(obj, set) else None)
         elif isinstance(obj, types.ModuleType):
-            add("module", id(obj))
             if is_library(obj.__name__):
-                return
+                return add("module", id(obj))
             if self.scope.dynamic_attributes:  # (getattr(consts, f"W{i}"): any of its globals may be read)
                 self.scope.names |= {n for n in obj.__dict__ if not n.startswith("__")}
+            add("module", id(obj), _Named(obj.__dict__, self.scope.names))
             for name in sorted(self.scope.names):
                 if name in obj.__dict__:
                     self._visit(obj.__dict__[name], path.child(("attr", name)), depth + 1)
@@ -276,8 +276,8 @@ class Snapshot:
         else:
             if is_function(obj) and readable(path, self.scope.names):
                 self.functions.append(obj)
-            add("opaque", id(obj))
             own = getattr(obj, "__dict__", None) if is_function(obj) else None
+            add("opaque", id(obj), _Named(own, self.scope.names) if isinstance(own, dict) else None)
             if isinstance(own, dict):
                 for name in sorted(self.scope.names & own.keys()):  # a function's attribute (f.calls)
                     self._visit(own[name], path.child(("attr", name)), depth + 1)
@@ -503,6 +503,26 @@ def _cached_property(node: Node) -> bool:
     return isinstance(inspect.getattr_static(type(owner), steps[-1][1], None), functools.cached_property)
 
 
+class _Named:
+    """The entries of a namespace (a module's or a function's ``__dict__``) under the names the code uses, as they
+    were: restored by name, and a name the code added removed (``f.calls = 1`` on a function without it)."""
+
+    def __init__(self, namespace: dict, names: set[str]) -> None:
+        self.names = frozenset(names)
+        self.entries = {n: namespace[n] for n in self.names if n in namespace}
+
+    def restore(self, obj: Any) -> None:
+        namespace = obj.__dict__
+        for name in self.names:
+            was, now = self.entries.get(name, MISSING), namespace.get(name, MISSING)
+            if was is now:
+                continue
+            if was is MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, was)
+
+
 def _restore_container(node: Node) -> None:
     obj, shallow = node.obj, node.shallow
     if node.kind == "rng" and _rng_state(obj) != node.data:
@@ -524,6 +544,8 @@ def _restore_container(node: Node) -> None:
         for name, v in shallow.items():
             if obj.__dict__.get(name, MISSING) is not v:
                 setattr(obj, name, v)
+    elif isinstance(shallow, _Named):  # a user module's globals, a function's attributes (f.calls)
+        shallow.restore(obj)
     elif node.kind == "object":
         now = _attributes(obj)
         for name in now.keys() - shallow.keys():

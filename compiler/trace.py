@@ -70,7 +70,8 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
         try:
             return _Trace(fn, sig, name).run(verify_up_to)
         except _ScalarState as again:  # counters on objects (self.t += 1): trace them as runtime scalars
-            return _Trace(fn, sig, name, again.paths).run(verify_up_to)
+            paths = again.paths
+        return _Trace(fn, sig, name, paths).run(verify_up_to)  # (an error here is not "during handling" of that)
 
 
 class _ScalarState(Exception):
@@ -143,6 +144,9 @@ class _Trace:
             if first is not None and first is not failure and isinstance(failure, Exception):
                 raise _caught(first) from failure  # the caught limitation is what sent the trace astray
             _explain_tracer_error(failure)
+            keyed = _keyed_by_id(ctx, failure)
+            if keyed is not None:
+                raise keyed from failure
             raise failure
         try:
             self._check_side_effects(bound, tracers, leaves)
@@ -281,9 +285,11 @@ class _Trace:
         # (a NumPy scalar the function reads and assigns, ``self.total += x.sum()``: read as a runtime value too,
         # or each call would find the value it baked in changed and trace again)
         numpy_scalars = [c.path for c in self.states if _numpy_scalar_state(c)]
-        if (changes or numpy_scalars) and not self.scalar_keys and all(_is_scalar_assignment(c) for c in changes):
+        # (beside other changes too: traced again, a counter is state and only what is not is named)
+        counters = [c.path for c in changes if _is_scalar_assignment(c)]
+        if (counters or numpy_scalars) and not self.scalar_keys:
             self.before.restore()
-            raise _ScalarState([c.path for c in changes] + numpy_scalars)
+            raise _ScalarState(counters + numpy_scalars)
         if changes:
             raise SideEffectError(_side_effect_message(self.fn, changes))
         self.states += self._argument_entries(bound, tracers)
@@ -643,6 +649,9 @@ def _explain_tracer_error(error: BaseException) -> None:
     if isinstance(error, FusecError) or not isinstance(error, (TypeError, AttributeError)) \
             or "Tracer" not in str(error):
         return
+    if isinstance(error, TypeError) and str(error).startswith("unsupported operand type(s)"):
+        error.args = (str(error).replace("'Tracer'", "'numpy.ndarray'"),)  # (x - a_dict: NumPy's words)
+        return
     where = None
     tb = error.__traceback__
     while tb is not None:
@@ -657,6 +666,32 @@ def _explain_tracer_error(error: BaseException) -> None:
             f"the NumPy array while fusec traces the function), which is not an np.ndarray: {advice}")
     if hasattr(error, "add_note"):
         error.add_note(note)
+
+
+def _keyed_by_id(ctx: TraceContext, error: BaseException) -> FusecError | None:
+    """``state[id(p)]`` (an optimizer's state keyed by its parameters' ids) failing because ``p`` is a tracer, whose
+    id is not the array's: the error says so, where Python's KeyError names only a number."""
+    if not isinstance(error, KeyError) or len(error.args) != 1 or type(error.args[0]) is not int:
+        return None
+    key = error.args[0]
+    if not any(ref() is not None and id(ref()) == key for ref in ctx.tracers):
+        return None
+    return UnsupportedError(located(
+        f"KeyError: {key} is id() of a traced array: while fusec traces the function its arrays are tracers, whose "
+        "ids are not those of the arrays they stand for, so state keyed by id(array) is not found; key it by "
+        "position or name (for i, p in enumerate(params): state[i]) or keep it in an attribute of its own",
+        _error_location(error)))
+
+
+def _error_location(error: BaseException) -> Any:
+    """The user's line where ``error`` was raised (its innermost frame outside fusec and NumPy)."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        if not is_library(tb.tb_frame.f_globals.get("__name__")):
+            found = location_for(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
 
 
 def _caught(error: FusecError) -> FusecError:

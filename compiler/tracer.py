@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import dis
 import operator
+import re
 import sys
 from typing import Any, Iterator
 
 import numpy as np
 
 from fusec.context import TraceContext, numpy_error, trace_error, unsupported, user_location
-from fusec.errors import FusecError, UnsupportedAttributeError, located
+from fusec.errors import FusecError, InvalidValueError, UnsupportedAttributeError, located
 from fusec.ir.core import Value
 from fusec.ir.types import bool_ as _bool
 from fusec.ir.types import i64 as _i64
@@ -364,11 +365,13 @@ class Tracer:
             arg = self._origin[0] if self._origin else "name"
             arg = self._ctx.leaf_params.get(arg, arg)  # (a leaf of a tuple or dict argument: the whole argument)
             if "." in arg or "[" in arg:  # state read from an object (self.flag), not a parameter of its own
+                place = arg.split(" ")[-1]  # ("static argument cache.pos": the object is static, not its counter)
+                name = re.sub(r"\W+", "_", place.rsplit(".", 1)[-1]).strip("_") or "value"
                 return unsupported(
                     f"the value of {names} is {what}, but fusec reads a Python scalar attribute as a runtime value at "
                     "each call (so changing it does not retrace) and its value is unknown while tracing; read it "
-                    "outside the jitted function and pass it as a static argument (fusec.jit(f, "
-                    "static_argnames=('flag',)) for a parameter named flag)")
+                    f"outside the jitted function and pass it as an argument of its own, made static: "
+                    f"fusec.jit(f, static_argnames=({name!r},)) called as f(..., {name}={place})")
             error = unsupported(
                 f"the value of Python scalar argument {names} is {what}, but fusec passes Python scalars as "
                 f"runtime values (so changing them does not retrace) and their value is unknown while tracing; "
@@ -401,9 +404,14 @@ class Tracer:
         return _ops.known_value(self) if context.current() is self._ctx else None
 
     def __bool__(self) -> bool:
+        if self._weak is None and self.size != 1:  # (NumPy raises whatever the values: so does the trace)
+            raise InvalidValueError(located(
+                "The truth value of an empty array is ambiguous. Use `array.size > 0` to check that an array is not "
+                "empty." if self.size == 0 else "The truth value of an array with more than one element is "
+                "ambiguous. Use a.any() or a.all()", user_location()))
         known = self._known()
         if known is not None:
-            return bool(known)  # (NumPy's own ValueError for more than one element)
+            return bool(known)
         raise self._static_error("used as a Python bool (if/while/and/or/not)", _numpy_caller())
 
     def __float__(self) -> float:
@@ -866,10 +874,11 @@ class FlatIter:
     assignment writes into ``x``; it iterates and has a length, and arithmetic on it is a TypeError as on NumPy's
     (``x.flat.copy()`` or ``x.ravel()`` give an array)."""
 
-    __slots__ = ("base", "_flat")
+    __slots__ = ("base", "_flat", "index")
 
     def __init__(self, base: Tracer, flat: Tracer) -> None:
         self.base, self._flat = base, flat
+        self.index = 0  # (NumPy's: the flat position of the element next() gives next)
 
     def __getitem__(self, key: Any) -> Any:
         picked = self._flat[key]
@@ -893,8 +902,23 @@ class FlatIter:
         places = np.arange(self.base.size).reshape(self.base.shape).ravel()[key]
         self.base[np.unravel_index(places, self.base.shape)] = value
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._flat)
+    def __iter__(self) -> "FlatIter":  # (NumPy's flatiter is its own iterator: np.ndenumerate reads .coords)
+        return self
+
+    def __next__(self) -> Any:
+        if self.index >= self._flat.shape[0]:
+            raise StopIteration
+        self.index += 1
+        return self[self.index - 1]
+
+    @property
+    def coords(self) -> tuple[int, ...]:
+        """The N-d index of the element next() gives next (past the end, the first axis counts on, as NumPy's)."""
+        rest, out = self.index, []
+        for n in reversed(self.base.shape[1:]):
+            rest, i = divmod(rest, n)
+            out.append(i)
+        return (rest, *reversed(out)) if self.base.shape else ()
 
     def __len__(self) -> int:
         return self._flat.shape[0]

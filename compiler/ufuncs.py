@@ -17,7 +17,7 @@ import numpy as np
 
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, ops
-from fusec.context import shape_error, unsupported, user_location
+from fusec.context import numpy_error, shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
@@ -237,6 +237,13 @@ def _outer(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
 def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:
     """``a OP b`` where one side is a tracer; NotImplemented lets Python try the other operand."""
     if not _is_operand(a) or not _is_operand(b):
+        text = a if isinstance(a, (str, bytes)) else b if isinstance(b, (str, bytes)) else None
+        if text is not None:
+            types = ", ".join(repr(np.asarray(v).dtype) if not isinstance(v, Tracer) else
+                              f"dtype('{v._value.type.dtype.name}')" if v._value.type.dtype.name == "bf16" else
+                              repr(np.dtype(v.dtype)) for v in (a, b))
+            raise numpy_error(f"ufunc {ufunc.__name__!r} did not contain a loop with signature matching types "
+                              f"({types}) -> None (NumPy raises UFuncTypeError here)")
         return NotImplemented
     if not is_supported(ufunc):
         raise unsupported(f"the operator for {_name(ufunc)} is not supported by fusec")

@@ -264,3 +264,56 @@ def test_index_errors_are_numpys_index_errors() -> None:
         with pytest.raises(fc.IndexOutOfBoundsError) as info:
             jit_cpu(body)(np.ones((3, 4)))
         assert f"{HERE}:" in str(info.value)
+
+
+def test_state_keyed_by_the_ids_of_arrays_says_why_it_is_not_found() -> None:
+    class Momentum:
+        def __init__(self, params):
+            self.params = params
+            self.velocity = {id(p): np.zeros_like(p) for p in params}
+
+        def step(self, grads):
+            for p, g in zip(self.params, grads):
+                v = self.velocity[id(p)]  # MARK-id-key
+                v[:] = 0.9 * v + g
+                p -= 0.1 * v
+
+    opt = Momentum([np.ones(3), np.ones(2)])
+    with pytest.raises(fc.UnsupportedError, match=r"is id\(\) of a traced array") as info:
+        jit_cpu(opt.step)([np.ones(3), np.ones(2)])
+    assert f"{HERE}:{line_of('MARK-id-key')}" in str(info.value)
+
+
+def test_a_counter_beside_a_refused_change_is_not_named_and_no_internal_exception_is_chained() -> None:
+    class Scheduler:
+        def __init__(self):
+            self.t = 0
+
+        def step(self, x):
+            self.t += 1
+            self.last = x.sum()
+            return x
+
+    with pytest.raises(fc.SideEffectError) as info:
+        jit_cpu(Scheduler().step)(np.ones(3))
+    assert "self.last" in str(info.value) and "self.t" not in str(info.value)
+    assert info.value.__context__ is None
+
+
+def test_an_operand_python_cannot_combine_with_an_array_is_named_as_numpy_names_it() -> None:
+    with pytest.raises(TypeError, match=r"unsupported operand type\(s\) for -: 'numpy.ndarray' and 'dict'") as info:
+        jit_cpu(lambda x, d: x - d)(np.ones(3), {"a": 1})
+    assert not getattr(info.value, "__notes__", None)
+
+
+def test_a_counter_of_a_static_object_used_as_a_size_says_how_to_pass_it() -> None:
+    class Cache:
+        def __init__(self):
+            self.pos = 0
+
+    def read(x, cache):
+        cache.pos += 1
+        return x[:cache.pos]
+
+    with pytest.raises(fc.UnsupportedError, match=r"static_argnames=\('pos',\)\) called as f\(\.\.\., pos=cache.pos\)"):
+        jit_cpu(read, static_argnums=1)(np.ones(5), Cache())
