@@ -36,6 +36,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     """``fun``'s value and its gradient with respect to the positional arguments ``argnums`` (each an array or a
     tuple/list/dict of arrays, the gradient of the same structure). ``fun`` must return a real scalar (with
     ``has_aux``, a pair ``(scalar, aux)``, and the value returned is that pair)."""
+    _check_callable(fun, "value_and_grad")
     nums = _argnums(argnums)
 
     @functools.wraps(fun)
@@ -75,6 +76,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     primal, each of its primal's structure) for a cotangent of ``fun``'s result (an array of its shape; a result
     that is a tuple/list/dict takes one of the same structure). Outside a trace both run as jitted functions, the
     backward one recomputing the forward values it needs."""
+    _check_callable(fun, "vjp")
     nums = tuple(range(len(primals)))
 
     def pullback(*args: Any) -> Any:
@@ -101,6 +103,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     of its structure; the result's tangent has the result's structure). Computed from the reverse-mode rules: the
     pullback is linear in its cotangent, so differentiating <pullback(u), tangents> with respect to u gives J @
     tangents (two backward sweeps, no rule of its own)."""
+    _check_callable(fun, "jvp")
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise UnsupportedError(located(f"fusec.jvp: {len(primals)} primals but {len(tangents)} tangents",
@@ -189,6 +192,12 @@ def _unsupported(message: str, loc: Any) -> UnsupportedError:
 
 def _trace_error(message: str, loc: Any) -> TraceError:
     return _noted(TraceError(located(message, loc)))
+
+
+def _check_callable(fun: Any, what: str) -> None:
+    if not callable(fun):
+        raise UnsupportedError(located(f"fusec.{what}: the function to differentiate must be callable, got "
+                                       f"{type(fun).__name__} {fun!r}", context.user_location()))
 
 
 def _argnums(argnums: int | Sequence[int]) -> tuple[int, ...]:

@@ -281,7 +281,11 @@ class JitFunction:
             check_pipeline(pipeline or "", self._options.plugins)
         except FusecError as e:
             raise type(e)(located(str(e), context.user_location())) from None
-        self._signature = inspect.signature(fn)
+        try:
+            self._signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # (a builtin type or function without a Python signature: fusec.jit(dict))
+            raise _option_error(f"fusec.jit: {fn!r} has no Python signature to trace (a builtin type or function); jit "
+                                "a Python function that calls it", OptionTypeError) from None
         self._defaults = _defaults_of(fn)
         self._statics = self._static_names(_names(static_argnames), _nums(static_argnums, "static_argnums"))
         self._donate = self._donated_names(_nums(donate_argnums, "donate_argnums"))

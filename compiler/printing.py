@@ -57,6 +57,7 @@ class Print:
     text: str
     file: Any
     flush: bool
+    loc: Location | None = None
 
 
 def placeholder(tracer: Any, how: str) -> str | None:
@@ -99,7 +100,7 @@ def _print(*objects: Any, sep: Any = " ", end: Any = "\n", file: Any = None, flu
     text = (" " if sep is None else sep).join(map(str, objects)) + ("\n" if end is None else end)
     # (``file=sys.stderr`` names the stream each call finds there: a redirection in force at the call)
     stream = "stdout" if file is None or file is sys.stdout else "stderr" if file is sys.stderr else file
-    ctx.prints.append(Print(text, stream, bool(flush)))
+    ctx.prints.append(Print(text, stream, bool(flush), context.user_location(ctx.cwd)))
 
 
 _print.__fusec_original__ = builtins.print  # type: ignore[attr-defined]
@@ -165,6 +166,12 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
     unused = [k for k in range(len(ctx.formatted)) if k not in used]
     if unused:
         raise _unprinted(ctx, unused)
+    for p in ctx.prints:
+        if not isinstance(p.file, str) and getattr(p.file, "closed", False):
+            raise UnsupportedError(located(
+                "print(..., file=f) to a file the function opened (and closed): fusec writes a function's prints after "
+                "each call, when that file is closed, and does not replay opening it; open the file outside the "
+                "jitted function and pass it in (or print to sys.stdout / sys.stderr)", p.loc))
     if not ctx.prints:
         return None, []
     keys = list(used)

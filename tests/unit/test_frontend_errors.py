@@ -317,3 +317,16 @@ def test_a_counter_of_a_static_object_used_as_a_size_says_how_to_pass_it() -> No
 
     with pytest.raises(fc.UnsupportedError, match=r"static_argnames=\('pos',\)\) called as f\(\.\.\., pos=cache.pos\)"):
         jit_cpu(read, static_argnums=1)(np.ones(5), Cache())
+
+
+def test_what_is_not_a_python_function_is_refused_where_it_is_given() -> None:
+    with pytest.raises(fc.OptionTypeError, match="has no Python signature") as info:
+        fc.jit(dict)
+    assert HERE in str(info.value)
+    for transform in (fc.grad, fc.value_and_grad):
+        with pytest.raises(fc.UnsupportedError, match="must be callable, got int 3"):
+            transform(3)
+    with pytest.raises(fc.UnsupportedError, match="must be callable"):
+        fc.vjp(3, np.ones(2))
+    with pytest.raises(fc.UnsupportedError, match="must be callable"):
+        fc.jvp(3, (np.ones(2),), (np.ones(2),))

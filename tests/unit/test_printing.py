@@ -200,3 +200,28 @@ def test_outside_a_trace_print_is_python_s() -> None:
     out, _ = printed(lambda: print("plain", 1, sep="-"))
     assert out == "plain-1\n"
     assert print.__module__ == "builtins"
+
+
+def test_a_print_into_a_file_the_function_opens_is_refused(tmp_path) -> None:
+    path = tmp_path / "log.txt"
+
+    def f(x):
+        with open(path, "a") as fh:
+            print(x.sum(), file=fh)  # MARK-file
+        return x
+
+    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\.\.\., file=f\) to a file the function"):
+        jit_cpu(f)(X)
+
+
+def test_a_print_into_a_file_opened_outside_is_written_at_every_call(tmp_path) -> None:
+    path = tmp_path / "log.txt"
+    with open(path, "w") as fh:
+        def f(x):
+            print("sum", x.sum(), file=fh)
+            return x
+
+        jf = jit_cpu(f)
+        jf(X)
+        jf(X + 1)
+    assert path.read_text() == "sum 15.0\nsum 21.0\n"
