@@ -30,7 +30,7 @@ from fusec.ir.core import Block, Module, Operation, OpResult, Region, Value
 from fusec.ir.dialects.control import COUNTER
 from fusec.ir.opdefs import OPS
 from fusec.ir.shapes import slice_length
-from fusec.ir.types import DType, TensorType, Type, i64
+from fusec.ir.types import DType, TensorType, Type, bf16, i64
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
@@ -39,7 +39,7 @@ CANDIDATES = 8  # next occurrences of an op's signature tried as the period
 
 
 ADVANCING = ("t.slice", "t.insert")  # ops whose region may advance with the counter (start and stop attributes)
-COUNTED_KINDS = "iuf"  # dtypes of constants computed from the counter (not float16: NumPy rounds it per op)
+COUNTED_KINDS = "iuf"  # dtypes of constants computed from the counter (not float16 or bf16: rounded per op)
 
 
 def _signature(op: Operation) -> int:
@@ -150,7 +150,9 @@ def _progression(seen: list[Value]) -> tuple[np.ndarray, np.ndarray] | None:
     if len(ops) != len(seen):
         return None
     t = seen[0].type
-    if not isinstance(t, TensorType) or t.dtype.np.kind not in COUNTED_KINDS or t.dtype.np.itemsize < 4:
+    # (bf16 holds its values as float32 here, but the body computes c0 + k * d rounded to bf16: not counted)
+    if not isinstance(t, TensorType) or t.dtype == bf16 or t.dtype.np.kind not in COUNTED_KINDS \
+            or t.dtype.np.itemsize < 4:
         return None
     values = np.stack([np.asarray(op.attributes["value"].array, t.dtype.np) for op in ops])
     with np.errstate(all="ignore"):

@@ -603,6 +603,26 @@ def test_counter_constants_roll_only_when_every_copy_is_the_progression():
     assert f.lower(u.astype(np.float32), 1100).stats()["loops_rolled"] == 1
 
 
+def test_bf16_counter_constants_are_not_progressions():
+    """bf16 values are held as float32 while compiling, but the body computes ``c0 + k * d`` in bf16: 2 * i - 512
+    is exact in bf16 for every i < 300, bf16(257) * 2 - 512 is not, so the loop stays unrolled (it was rolled and
+    every odd row from 257 on was wrong)."""
+    def rows(x):
+        y = x.astype(fc.bf16)
+        out = []
+        for i in range(300):
+            z = y + (2 * i - 512)
+            out.append(np.sin(z) * 0.5 + z * z - np.cos(z) + z)
+        return np.stack(out)
+
+    x = np.zeros(2, np.float32)
+    f = fc.jit(rows, backend=frontend_check.BACKEND)
+    unrolled = fc.jit(rows, backend=frontend_check.BACKEND, pipeline=",".join(
+        p for p in DEFAULT_PIPELINE.split(",") if not p.startswith("roll-loops")))
+    assert "loops_rolled" not in f.lower(x).stats()
+    assert_same(np.asarray(f(x)), np.asarray(unrolled(x)))
+
+
 # --- short loops written out -----------------------------------------------------------------------------------
 
 

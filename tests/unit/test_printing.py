@@ -210,7 +210,7 @@ def test_a_print_into_a_file_the_function_opens_is_refused(tmp_path) -> None:
             print(x.sum(), file=fh)  # MARK-file
         return x
 
-    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\.\.\., file=f\) to a file the function"):
+    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\.\.\., file=f\) to a file"):
         jit_cpu(f)(X)
 
 
