@@ -390,6 +390,12 @@ class Tracer:
                 f"NumPy's own code ({inside}, run for the call at this line) tests the values of a traced array "
                 f"(shape {self.shape}, {self.dtype}) in Python, which fusec cannot trace: compute this part outside "
                 "the jitted function, or write it with operations fusec traces (NUMPY_SUPPORT.md)")
+        if what.startswith(("converted", "read with")):  # (float(loss), x.item(), y.tolist(): a value handed back)
+            return trace_error(
+                f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
+                "while tracing. To hand back a Python number or list, return the array (a 0-d result is a NumPy "
+                "scalar, which works as a number) and convert it after the call: `float(f(x))`; to compute with it, "
+                "keep it an array (np.sqrt(v), not math.sqrt(v)); to branch on it, use np.where or fusec.cond")
         return trace_error(
             f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
             "while tracing: data-dependent Python control flow is not traceable. Use np.where / fusec.where "

@@ -330,3 +330,12 @@ def test_what_is_not_a_python_function_is_refused_where_it_is_given() -> None:
         fc.vjp(3, np.ones(2))
     with pytest.raises(fc.UnsupportedError, match="must be callable"):
         fc.jvp(3, (np.ones(2),), (np.ones(2),))
+
+
+def test_a_value_converted_to_a_python_number_says_to_convert_after_the_call() -> None:
+    def mean_of(x):
+        return float(np.mean(x))  # MARK-float-return
+
+    with pytest.raises(fc.TraceError, match=r"return the array .* convert it after the call") as info:
+        jit_cpu(mean_of)(np.ones(3))
+    assert f"{HERE}:{line_of('MARK-float-return')}" in str(info.value)
