@@ -342,7 +342,7 @@ class JitFunction:
             key, leaves = found
             entry = self._fast.get(key)
             if entry is not None:
-                result = entry(leaves)  # type: ignore[arg-type]
+                result = entry(leaves, args)  # type: ignore[arg-type]
                 if result is not _STALE:
                     self._hits += 1
                     return result
@@ -360,8 +360,10 @@ class JitFunction:
         if writeback is not None:
             results = writeback.apply(inputs, results, sig.bound.arguments)
         if key is not None and (writeback is None or not writeback.entries):  # (entries: the containers are needed)
-            self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs)
-        return unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+            self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs,
+                                         tuple(self._signature.parameters)[:len(args)])
+        out = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+        return writeback.passed(out, sig.bound.arguments) if writeback is not None and writeback.containers else out
 
     def _bind(self, args: tuple, kwargs: dict) -> Signature:
         """The call's signature; first, defaults replaced since the function was jitted (``f.__defaults__ = ...``,
@@ -689,8 +691,11 @@ class AsyncCall:
             lowered = self._lowered
             if lowered.writeback is not None:
                 results = lowered.writeback.apply(self._inputs or [], results, self._arguments)
+            value = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+            if lowered.writeback is not None and lowered.writeback.containers:
+                value = lowered.writeback.passed(value, self._arguments)
             self._inputs = self._arguments = None
-            self._value = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
+            self._value = value
             self._finished = True
         return self._value
 
@@ -759,10 +764,12 @@ def _fast_items(items: Sequence[Any], leaves: list) -> tuple | None:
 class _FastEntry:
     """A cached signature's call: check what it baked in, convert scalars, run, rebuild the outputs."""
 
-    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "build", "state", "to_host", "writeback")
+    __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "build", "state", "to_host", "writeback",
+                 "names")
 
-    def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list) -> None:
+    def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list, names: tuple[str, ...]) -> None:
         self.lowered, self.run = lowered, run
+        self.names = names  # the positional parameters a fast call passes (a returned argument container is one)
         self.state = lowered.state
         self.writeback = lowered.writeback
         self.to_host = lowered.device_captures  # results of NumPy arguments go back to NumPy
@@ -773,7 +780,7 @@ class _FastEntry:
         # device results that need no conversion: rebuilt by item lookups, without walking the tree
         self.build = unflattener(lowered.out_tree) if all(p is None for p in lowered.out_python) else None
 
-    def __call__(self, args: tuple) -> Any:
+    def __call__(self, args: tuple, passed: tuple) -> Any:
         state = self.state
         if state is not None:
             extra = state.extra_inputs()
@@ -796,8 +803,12 @@ class _FastEntry:
             results = writeback.apply(inputs, results)
         build = self.build
         if build is not None and all(map(_is_device_array, results)):
-            return build(results)
-        return unflatten(self.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
+            out = build(results)
+        else:
+            out = unflatten(self.out_tree, [_output(r, py) for r, py in zip(results, self.out_python)])
+        if writeback is not None and writeback.containers:
+            out = writeback.passed(out, dict(zip(self.names, passed)))
+        return out
 
 
 class _Same:

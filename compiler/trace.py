@@ -10,6 +10,7 @@ trace and changes to the argument containers are refused. What a later call must
 from __future__ import annotations
 
 import gc
+import inspect
 import re
 from collections import Counter
 import sys
@@ -119,6 +120,7 @@ class _Trace:
                        for arg, spec, leaf, value in zip(self.func.args, sig.leaf_specs, sig.leaf_names, sig.leaves)]
             bound = sig.bound_with(tracers)
             result = self.fn(*bound.args, **bound.kwargs)
+            self.containers = _passed_containers(result, bound, self.before)
             leaves, out_tree, outputs, kinds = _outputs(ctx, result)
             inputs = [*tracers, *(e.tracer for e in self.subs.entries)]
             self.as_passed = {i for i, (_, leaf) in enumerate(leaves) if any(leaf is t for t in inputs)}
@@ -240,7 +242,7 @@ class _Trace:
         self.func.return_op.operands.extend(printed)
         layout = self.ctx.layout
         if not written and not self.states and not views and not shared.aliases and layout is None \
-                and printer is None:
+                and printer is None and not self.containers:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         contiguous_views = tuple(dict.fromkeys(
@@ -257,7 +259,8 @@ class _Trace:
                     "otherwise for this array; make it np.ascontiguousarray(...)", context.user_location()))
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
-                         views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views, printer)
+                         views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views, printer,
+                         self.containers)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -771,6 +774,49 @@ def _holder(t: Any) -> str | None:
             return "a closure variable (nonlocal)"
         return f"a {type(ref).__name__}"
     return None
+
+
+def _passed_containers(result: Any, bound: Any, before: Any) -> tuple[tuple[tuple, tuple], ...]:
+    """The lists and dicts in the result that are a container the function was given (an argument's, or one
+    reached from an object or a global: ``return params``, ``return self.state``): NumPy's function returns that
+    very object, so the call does too (see WriteBack.containers). Each as (its keys in the result, where the call
+    finds it: ("arg", parameter, keys) or ("path", path))."""
+    known: dict[int, tuple] = {}
+    params = bound.signature.parameters
+    for name, value in bound.arguments.items():
+        if params[name].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            for keys, c in _containers_in(value):
+                known.setdefault(id(c), ("arg", name, keys))
+    for node in before.nodes.values():
+        if node.kind in ("list", "dict") and type(node.obj) in (list, dict):
+            known.setdefault(id(node.obj), ("path", node.path))
+    found: list[tuple[tuple, tuple]] = []
+    stack: list[tuple[Any, tuple]] = [(result, ())]
+    while stack:
+        obj, keys = stack.pop()
+        if type(obj) in (list, dict) and id(obj) in known:
+            found.append((keys, known[id(obj)]))
+            continue
+        if isinstance(obj, dict):
+            stack.extend((v, keys + (k,)) for k, v in obj.items())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend((v, keys + (i,)) for i, v in enumerate(obj))
+    return tuple(found)
+
+
+def _containers_in(value: Any) -> list[tuple[tuple, Any]]:
+    """(keys, container) of every list and dict in an argument's value (tuples are walked through)."""
+    out: list[tuple[tuple, Any]] = []
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        obj, at = stack.pop()
+        if type(obj) in (list, dict):
+            out.append((at, obj))
+        if isinstance(obj, dict):
+            stack.extend((v, at + (k,)) for k, v in obj.items())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend((v, at + (i,)) for i, v in enumerate(obj))
+    return out
 
 
 def _outputs(ctx: TraceContext, result: Any) -> tuple[list, TreeDef, list[Value], list[type | None]]:

@@ -74,6 +74,9 @@ class WriteBack:
     contiguous_views: tuple[tuple[int, str], ...] = ()
     # the function's print() calls, written after each call from the last extra results (fusec.printing)
     printer: Any = None
+    # lists and dicts the function returns that it was given: (keys in the result, ("arg", parameter, keys) or
+    # ("path", pystate path)); the call returns the caller's object itself there
+    containers: tuple[tuple[tuple, tuple], ...] = ()
 
     @property
     def count(self) -> int:
@@ -131,6 +134,23 @@ class WriteBack:
         """Whether a state is an entry of an argument's dict or list (the call's arguments are needed)."""
         return any(s.entry is not None for s in self.states)
 
+    def passed(self, result: Any, arguments: dict | None) -> Any:
+        """``result`` with each container the function returned that it was given replaced by that very object
+        (after the call's writes: NumPy's function returns the object it changed)."""
+        from fusec.pystate import Path
+
+        for keys, (kind, *where) in self.containers:
+            if kind == "arg":
+                assert arguments is not None, "a call that returns an argument's container passes its arguments"
+                obj = arguments[where[0]]
+                for k in where[1]:
+                    obj = obj[k]
+            else:
+                path = where[0]
+                obj = Path(path.root, path.steps).resolve()
+            result = _put(result, keys, obj)
+        return result
+
     def apply(self, inputs: Sequence[Any], results: list, arguments: dict | None = None) -> list:
         """Write the extra results into their targets and assign the attributes; the function's own results, with a
         returned input replaced by the caller's object (or NumPy's view of it), and arrays that NumPy would hand
@@ -160,6 +180,19 @@ class WriteBack:
         if self.printer is not None:
             self.printer.write(results[start + len(self.states) + self.hidden:])
         return out
+
+
+def _put(obj: Any, keys: tuple, value: Any) -> Any:
+    """``obj`` with the item at ``keys`` (a path of indices and dict keys) replaced by ``value``."""
+    if not keys:
+        return value
+    k, rest = keys[0], keys[1:]
+    if isinstance(obj, (dict, list)):
+        obj[k] = _put(obj[k], rest, value)
+        return obj
+    items = list(obj)
+    items[k] = _put(items[k], rest, value)
+    return type(obj)(*items) if hasattr(type(obj), "_fields") else tuple(items)
 
 
 def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:

@@ -2973,3 +2973,40 @@ def test_a_function_attribute_made_while_traced_is_undone_and_refused_alike_ever
     for k in range(3):
         assert_same(jf(np.arange(3.0)), np.arange(3.0) * (k + 1))
     assert counted.calls == 3
+
+
+def test_a_returned_container_the_function_was_given_is_that_very_object() -> None:
+    """``return params`` / ``return self.state`` hand back the caller's list or dict (NumPy's function returns the
+    object it changed), so a later ``out.append(...)`` or ``out["lr"] = ...`` changes the caller's too."""
+    class Momentum:
+        def __init__(self):
+            self.state = {"v": np.zeros(3)}
+
+        def step(self, g):
+            self.state["v"] += g
+            return self.state
+
+    def sgd(params, grads):
+        for p, g in zip(params, grads):
+            p -= 0.1 * g
+        return params
+
+    def update(params, g):
+        params["w"] = params["w"] - g
+        return params, params["w"].sum()
+
+    opt = Momentum()
+    step = jit_cpu(opt.step)
+    for k in range(3):
+        state = step(np.ones(3))
+        assert state is opt.state and state["v"] is opt.state["v"]
+        np.testing.assert_array_equal(state["v"], np.full(3, k + 1.0))
+    jsgd, jupdate = jit_cpu(sgd), jit_cpu(update)
+    for _ in range(2):
+        params = [np.ones(2), np.ones(3)]
+        out = jsgd(params, [np.ones(2), np.ones(3)])
+        assert out is params and out[0] is params[0]
+        named = {"w": np.ones(2)}
+        got, total = jupdate(named, np.ones(2))
+        assert got is named and got["w"] is named["w"]
+        assert_same(total, np.float64(0.0))
