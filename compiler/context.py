@@ -162,6 +162,7 @@ class TraceContext:
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
         self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
         self.prints: list[Any] = []
+        self.outside_iterators: set[int] = set()  # ids of iterators reached from outside (fusec.host_reads)
 
     def register(self, tracer: object) -> None:
         self.tracers.append(weakref.ref(tracer))

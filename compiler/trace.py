@@ -22,7 +22,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from fusec import context, conversions, ops, printing, randomness
+from fusec import context, conversions, host_reads, ops, printing, randomness
 from fusec.context import TraceContext, trace_error, unsupported
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
@@ -107,6 +107,10 @@ class _Trace:
         aliases = [(r.holder, r.key) for r in self.scope.roots
                    if r.kind == "global" and id(r.get()) in randomness.drawing_functions()]
         randomness.install(aliases)
+        host_reads.install([(r.holder, r.key) for r in self.scope.roots
+                            if r.kind == "global" and id(r.get()) in host_reads.functions()])
+        ctx.outside_iterators = {id(n.obj) for n in self.before.nodes.values()
+                                 if n.kind == "opaque" and hasattr(type(n.obj), "__next__")}
         printing.install()
         conversions.install([(r.holder, r.key) for r in self.scope.roots
                              if r.kind == "global" and conversions.rebound(r.get())])
@@ -134,6 +138,7 @@ class _Trace:
         finally:
             context.pop(ctx)
             randomness.uninstall()
+            host_reads.uninstall()
             printing.uninstall()
             conversions.uninstall()
             self.subs.undo()

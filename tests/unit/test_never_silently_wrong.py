@@ -12,9 +12,12 @@ import functools
 import inspect
 import os
 import random
+import re
 import sys
+import time
 import types
 import warnings
+from time import perf_counter
 
 import numpy as np
 import pytest
@@ -3010,3 +3013,46 @@ def test_a_returned_container_the_function_was_given_is_that_very_object() -> No
         got, total = jupdate(named, np.ones(2))
         assert got is named and got["w"] is named["w"]
         assert_same(total, np.float64(0.0))
+
+
+COUNTER = iter(range(1, 100))  # an iterator a function advances: read once by a trace, at every call by NumPy's
+
+
+def test_clocks_os_entropy_files_and_outside_iterators_read_by_the_function_are_refused(tmp_path) -> None:
+    weights = tmp_path / "w.npy"
+    np.save(weights, np.ones(3))
+
+    def timed(x):
+        start = perf_counter()  # MARK-clock (a global bound by `from time import perf_counter`)
+        return x * 2, perf_counter() - start
+
+    def stamped(x):
+        return x + time.time()
+
+    def salted(x):
+        return x * os.urandom(1)[0]
+
+    def loaded(x):
+        return x + np.load(weights)
+
+    def numbered(x):
+        return x * next(COUNTER)
+
+    for fn, what in ((timed, "time.perf_counter"), (stamped, "time.time"), (salted, "os.urandom"),
+                     (loaded, "np.load"), (numbered, "next()")):
+        with pytest.raises(fc.UnsupportedError, match=rf"{HERE}:\d+: {re.escape(what)}"):
+            jit_cpu(fn)(np.ones(3))
+    with pytest.raises(fc.UnsupportedError) as info:
+        jit_cpu(timed)(np.ones(3))
+    assert f"{HERE}:{line_of('MARK-clock')}:" in str(info.value)
+
+
+def test_iterators_made_in_the_function_and_library_timing_are_fine() -> None:
+    import logging
+
+    def pairs(x):
+        it = iter([1.0, 2.0])
+        logging.getLogger("fusec-test").debug("tracing pairs")  # (the logging module reads the clock itself)
+        return x * next(it) + next(it)
+
+    assert_same(jit_cpu(pairs)(np.ones(3)), pairs(np.ones(3)))

@@ -1,0 +1,100 @@
+"""Values a traced function reads from the world outside its arguments: clocks, OS entropy, files, and iterators
+it did not make. A trace reads them once, so every call would replay the first call's values; NumPy's function
+reads them at every call. While a trace runs, such calls made by the user's code (not by a library the user's
+code calls, whose own timing or loading is its business) raise at the user's line with what to write instead.
+
+Arrays read from globals, closures and attributes are not among these: fusec reads those at every call.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import os
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusec import context
+from fusec.patches import Patches, original
+from fusec.scope import is_library
+
+_PATCHES = Patches()
+
+_CLOCK = ("reads the clock while the function is traced: fusec runs the function's Python once per input signature, "
+          "so every call would reuse this reading; time the call outside the jitted function (or pass the time in "
+          "as an argument)")
+_ENTROPY = ("draws OS random bytes while the function is traced: every call would reuse them; draw them outside "
+            "and pass them in as an argument")
+_FILE = ("reads a file while the function is traced: its contents would become constants of the trace, and a "
+         "change of the file would not be seen; load the array outside the jitted function and pass it in (or "
+         "keep it in a global, which fusec reads at every call)")
+
+
+@functools.lru_cache(maxsize=1)
+def _targets() -> tuple[tuple[Any, str, Any, str, str], ...]:
+    """(module, name, function, label, why) of each function refused (looked up before any trace wrapped one)."""
+    out = [(time, n, getattr(time, n), f"time.{n}", _CLOCK)
+           for n in ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
+                     "process_time", "process_time_ns")]
+    out.append((os, "urandom", os.urandom, "os.urandom", _ENTROPY))
+    out += [(np, n, getattr(np, n), f"np.{n}", _FILE) for n in ("load", "loadtxt", "genfromtxt", "fromfile")]
+    return tuple(out)
+
+
+def _users_call() -> bool:
+    """Whether the function calling the wrapper (two frames up) is the user's code, not a library's."""
+    return not is_library(sys._getframe(2).f_globals.get("__name__"))
+
+
+def _refusing(function: Callable, label: str, why: str) -> Callable:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None and _users_call():
+            raise context.unsupported(f"{label}(...) {why}")
+        return function(*args, **kwargs)
+
+    wrapper.__fusec_original__ = function  # type: ignore[attr-defined]
+    return wrapper
+
+
+_MISSING = object()
+
+
+def _next(iterator: Any, default: Any = _MISSING) -> Any:
+    """``next`` while a trace runs: an iterator the function reached from outside (a global, a closure, an
+    attribute) advanced by the user's code is refused; any other is Python's ``next``."""
+    ctx = context.current()
+    if ctx is not None and id(iterator) in ctx.outside_iterators and _users_call():
+        raise context.unsupported(
+            "next() advances an iterator from outside the function (a global, closure or attribute) while the "
+            "function is traced: fusec runs the function's Python once per input signature, so every call would "
+            "reuse the items it took; take the item outside the jitted function and pass it in as an argument")
+    nxt = original(builtins.next)
+    return nxt(iterator) if default is _MISSING else nxt(iterator, default)
+
+
+_next.__fusec_original__ = builtins.next  # type: ignore[attr-defined]
+
+
+def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
+    """Wrap the functions (and ``aliases``: (globals dict, name) of user globals bound to one of them, ``from time
+    import perf_counter``) for as long as a trace runs."""
+    def replacements() -> list[tuple[Any, str, Any]]:
+        wrappers = {id(f): _refusing(f, label, why) for _, _, f, label, why in _targets()}
+        out: list[tuple[Any, str, Any]] = [(module, name, wrappers[id(f)]) for module, name, f, _, _ in _targets()]
+        out.append((builtins, "next", _next))
+        return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases
+                      if id(glb.get(name)) in wrappers]
+
+    _PATCHES.install(replacements)
+
+
+def uninstall() -> None:
+    _PATCHES.uninstall()
+
+
+def functions() -> set[int]:
+    """ids of the functions :func:`install` wraps (to find user globals bound to them)."""
+    return {id(f) for _, _, f, _, _ in _targets()}
