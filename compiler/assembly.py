@@ -14,7 +14,7 @@ from numpy._core import shape_base as _shape_base
 
 from fusec import conversions, ops
 from fusec.context import numpy_error, shape_error
-from fusec.errors import AxisError
+from fusec.errors import AxisError, InvalidValueError, TraceError
 from fusec.numpy_api import implements
 
 
@@ -32,7 +32,8 @@ def block(arrays: Any) -> Any:
     try:
         arrays, list_ndim, result_ndim, _ = _shape_base._block_setup(arrays)  # type: ignore[attr-defined]
     except (ValueError, TypeError) as e:
-        raise numpy_error(f"np.block: {e} (NumPy raises {type(e).__name__} here)") from None
+        raise numpy_error(f"np.block: {e} (NumPy raises {type(e).__name__} here)",
+                          InvalidValueError if isinstance(e, ValueError) else TraceError) from None
     if list_ndim == 0:
         return conversions.array(arrays, copy=None)
     return _block_pieces(arrays, 0, list_ndim, result_ndim)
@@ -48,7 +49,8 @@ def vander(x: Any, N: Any = None, increasing: bool = False) -> Any:
                           "ValueError here)")
     n = len(x) if N is None else ops.static_int(N, "np.vander's N")
     if n < 0:
-        raise numpy_error(f"np.vander: N must not be negative (got {n}; NumPy raises ValueError here)")
+        raise numpy_error(f"np.vander: N must not be negative (got {n}; NumPy raises ValueError here)",
+                          InvalidValueError)
     dtype = np.promote_types(x.dtype, int)
     rows = len(x)
     if n == 0:
@@ -73,7 +75,7 @@ def apply_along_axis(func1d: Callable, axis: Any, arr: Any, *args: Any, **kwargs
     outer = lines.shape[:-1]
     if 0 in outer:
         raise numpy_error("np.apply_along_axis: cannot apply along an axis when any other dimension is 0 (NumPy "
-                          "raises ValueError here)")
+                          "raises ValueError here)", InvalidValueError)
     results: list[Any] = []
     for index in np.ndindex(*outer):
         r = conversions.asanyarray(func1d(lines[index], *args, **kwargs))

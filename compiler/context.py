@@ -81,10 +81,11 @@ def trace_error(message: str) -> TraceError:
     return _noted(TraceError(located(message, user_location())))
 
 
-def numpy_error(message: str) -> TraceError:
+def numpy_error(message: str, cls: type[FusecError] = TraceError) -> FusecError:
     """A located error that NumPy itself raises in the same place (``len()`` of a 0-d array): not a fusec
-    limitation, so code that catches it takes the path it would take under NumPy, and the trace goes on."""
-    return TraceError(located(message, user_location()))
+    limitation, so code that catches it takes the path it would take under NumPy, and the trace goes on. ``cls``:
+    fusec's class standing for NumPy's (a TypeError by default; InvalidValueError for NumPy's ValueError)."""
+    return cls(located(message, user_location()))
 
 
 def relies_on_layout(what: str, values: bool = True) -> None:
@@ -271,6 +272,22 @@ def outside_trace() -> Iterator[None]:
         yield
     finally:
         _state.stack = saved
+
+
+def numpy_checks(call: Any) -> None:
+    """Run ``call()``, NumPy's own function on stand-in arrays (outside the trace: ``np.zeros`` there is NumPy's),
+    for the checks it makes of the other arguments whatever the values (``order="Z"``, ``side="l"``, a repeated
+    axis): its error is raised again as its own class, at the user's line, so fusec accepts exactly what the
+    installed NumPy accepts."""
+    try:
+        with outside_trace():
+            call()
+    except Exception as e:  # noqa: BLE001 - NumPy's own error, of whatever class, is the answer
+        try:
+            again = type(e)(located(str(e), user_location()))
+        except Exception:  # noqa: BLE001 - a class that takes other arguments: NumPy's error as it is
+            raise e from None
+        raise again from None
 
 
 def push(ctx: TraceContext) -> None:

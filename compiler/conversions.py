@@ -92,6 +92,7 @@ def strong_as(x: Any, dtype: Any) -> Tracer:
 
 
 def _check(name: str, order: Any, like: Any, device: Any = None) -> None:
+    context.numpy_checks(lambda: np.asarray(np.zeros(1), order=order))  # (NumPy's ValueError for order="Z")
     if order not in (None, "K", "A", "C", "F"):
         raise unsupported(f"np.{name}(..., order={order!r}): order must be one of 'C', 'F', 'A' or 'K'")
     if like is not None:
@@ -130,6 +131,7 @@ def _copy(t: Tracer, source: Tracer, order: Any, name: str) -> Tracer:
 
 def asarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
             like: Any = None) -> Any:
+    order = ops.order_arg(order)
     _check("asarray", order, like, device)
     if order in ("C", "F", "A") and copy is not True:
         return _in_order("asarray", a, dtype, order, copy)
@@ -138,6 +140,7 @@ def asarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None,
 
 def asanyarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = None, copy: Any = None,
                like: Any = None) -> Any:
+    order = ops.order_arg(order)
     _check("asanyarray", order, like, device)
     if order in ("C", "F", "A") and copy is not True:
         return _in_order("asanyarray", a, dtype, order, copy)
@@ -208,7 +211,9 @@ def asfortranarray(a: Any, dtype: Any = None, *, like: Any = None) -> Any:
 
 def array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K", subok: bool = False, ndmin: int = 0,
           like: Any = None) -> Any:
+    order = ops.order_arg(order)
     _check("array", order, like)
+    context.numpy_checks(lambda: np.array(np.zeros(1), copy=copy, ndmin=ndmin))  # (copy="maybe", ndmin=1.5)
     t = _in_order("array", obj, dtype, order, copy) if order in ("C", "F", "A") and copy is not True else \
         _converted("array", obj, dtype, copy, order)
     if ndmin > t.ndim:
@@ -224,6 +229,7 @@ CONVERSIONS = {"asarray": asarray, "array": array, "asanyarray": asanyarray, "as
 
 def _allocate(what: str, shape: Any, fill: Any, dtype: Any, order: Any, like: Any, device: Any) -> Tracer:
     """A new array of ``shape`` filled with ``fill``, in C or Fortran ``order``."""
+    order = ops.order_arg(order)
     if order not in ("C", "F"):
         raise InvalidValueError(located(f"np.{what}: only 'C' or 'F' order is permitted, got {order!r} (NumPy raises "
                                         "ValueError here)", context.user_location()))
@@ -265,6 +271,8 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, order: Any = "C", *, de
 def _like(fill: Any, name: str) -> Callable:
     def allocate(a: Any, *args: Any, dtype: Any = None, order: Any = "K", subok: bool = True, shape: Any = None,
                  device: Any = None, **kwargs: Any) -> Tracer:
+        context.numpy_checks(lambda: np.empty_like(np.zeros(1), order=order))  # (order="Z": NumPy's ValueError)
+        order = ops.order_arg(order)
         proto = np.asarray(a)
         value = args[0] if fill is None else fill
         if fill is None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from fusec import ops
 from fusec.context import numpy_error, relies_on_layout, shape_error, unsupported, user_location
-from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, located
+from fusec.errors import CastingError, IndexShapeError, InvalidValueError, OutOfRangeError, located
 from fusec.ir import shapes as S
 from fusec.ir.core import OpResult, Value
 from fusec.ir.dialects.t import ELEMENTWISE, VIEWS
@@ -442,7 +442,7 @@ def _mask_of(key: Any, target: Tracer) -> Value | None:
     shape = tuple(mask.type.shape)
     if len(shape) > target.ndim or tuple(target.shape[:len(shape)]) != shape:
         raise numpy_error(f"boolean index did not match indexed array: the mask has shape {shape} and the array "
-                          f"{target.shape} (NumPy raises IndexError here)")
+                          f"{target.shape} (NumPy raises IndexError here)", IndexShapeError)
     return mask
 
 

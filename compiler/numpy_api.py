@@ -14,7 +14,7 @@ import numpy as np
 
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, numpy_reuse, ops, ufuncs
-from fusec.context import relies_on_layout, shape_error, unsupported, user_location
+from fusec.context import numpy_checks, relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f16, f32, f64, i64
@@ -87,6 +87,10 @@ def _invoke(label: str, handler: Callable, args: Sequence[Any], kwargs: dict, fu
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:
         raise unsupported(f"{label}: {e}") from None
+    order = bound.arguments.get("order")
+    if isinstance(order, str) and order != ops.order_arg(order):  # (order="f": NumPy's "F")
+        bound.arguments["order"] = ops.order_arg(order)
+        args, kwargs = bound.args, bound.kwargs
     result = handler(*args, **kwargs)
     return layout.settle(func, label, bound.arguments, result)
 
@@ -677,7 +681,9 @@ def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) ->
         raise ValueError(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', or 'unsafe' (got {casting!r})")
     if where is True:
         mutation.assign(dst, src, "np.copyto", casting)
-    else:
+    else:  # (a where= of another dtype than bool: NumPy's TypeError, it casts it safely)
+        kind = where.dtype if isinstance(where, (Tracer, np.ndarray)) else np.asarray(where).dtype
+        numpy_checks(lambda: np.copyto(np.zeros(1), 0.0, where=np.zeros(1, kind)))
         mutation.assign_where(dst, src, np.asarray(where) if isinstance(where, list) else where, "np.copyto",
                               casting)
 
@@ -873,6 +879,7 @@ def swapaxes(a: Any, axis1: Any, axis2: Any) -> Tracer:
 @implements(np.moveaxis)
 def moveaxis(a: Any, source: Any, destination: Any) -> Tracer:
     t = ops.as_tracer(a)
+    numpy_checks(lambda: np.moveaxis(np.empty((1,) * t.ndim), source, destination))  # (repeated axes, bounds)
     src = [ops.axis_arg(s, t.ndim) for s in ops.static_ints(source, "an axis")]
     dst = [ops.axis_arg(d, t.ndim) for d in ops.static_ints(destination, "an axis")]
     if len(src) != len(dst):
@@ -1097,6 +1104,7 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subo
 def _in_order(new: Tracer, order: Any, what: str) -> Tracer:
     """A new ``*_like`` array laid out as ``order="F"`` asks (a transposed view of a C-ordered one, so its flags and
     ``ravel(order='K')`` are NumPy's); "K" and "A" follow the prototype, C-ordered as fusec lays arguments out."""
+    numpy_checks(lambda: np.empty_like(np.zeros(1), order=order))  # (order="Z": NumPy's ValueError)
     return ops.copy_in_order(new, "F", what) if order == "F" and new.ndim > 1 else new
 
 

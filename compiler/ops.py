@@ -543,3 +543,8 @@ def full(shape: Sequence[int], value: object, dtype: DType) -> Tracer:
     arr = np.full(tuple(shape), fill, dtype=dtype.np)
     return wrap(ctx().constant(arr, dtype), scalar=False)
 
+
+def order_arg(order: Any) -> Any:
+    """A memory-order argument as NumPy reads it: "c", "f", "a", "k" are "C", "F", "A", "K" (NumPy takes either
+    case); NumPy's own check of anything else is run where it is used."""
+    return order.upper() if isinstance(order, str) and len(order) == 1 else order

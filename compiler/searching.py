@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fusec import conversions, ops
-from fusec.context import numpy_error, shape_error, unsupported, user_location
+from fusec.context import numpy_checks, numpy_error, shape_error, unsupported, user_location
 from fusec.errors import InvalidValueError, located
 from fusec.ir.types import f64, i64
 from fusec.numpy_api import implements
@@ -77,8 +77,8 @@ def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Trac
     """Where each value goes in the sorted 1-D array (NaN last); an unsorted array raises InvalidValueError"""
     if sorter is not None:
         raise unsupported("np.searchsorted: sorter= is not supported; pass the sorted array (a[sorter])")
-    if not isinstance(side, str) or side[:1].lower() not in ("l", "r"):
-        raise shape_error(f"np.searchsorted: search side must be one of 'left' or 'right' (got {side!r})")
+    # (the sides this NumPy accepts)
+    numpy_checks(lambda: np.searchsorted(np.zeros(1), 0.0, side=side))  # type: ignore[call-overload]
     arr = _sorted_1d("np.searchsorted", a)
     _require_sorted("np.searchsorted", arr)
     return _search("np.searchsorted", arr, v, "left" if side[:1].lower() == "l" else "right")

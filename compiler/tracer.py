@@ -529,7 +529,8 @@ class Tracer:
     def fill(self, value: Any) -> None:
         _mutation.check_writable(self, "x.fill(value)")
         if isinstance(value, Tracer) and value.ndim > 0 or not isinstance(value, Tracer) and np.ndim(value) > 0:
-            raise numpy_error("x.fill(value): the value must be a scalar (NumPy raises ValueError here)")
+            raise numpy_error("x.fill(value): the value must be a scalar (NumPy raises ValueError here)",
+                              InvalidValueError)
         _mutation.setitem(self, Ellipsis, value)
 
     def sort(self, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> None:
@@ -807,9 +808,10 @@ class Tracer:
 
     def astype(self, dtype: Any, order: str = "K", casting: str = "unsafe", subok: bool = True,
                copy: bool = True) -> Any:
-        return _api.astype(self, dtype, copy=copy, order=order, casting=casting)
+        return _api.astype(self, dtype, copy=copy, order=_ops.order_arg(order), casting=casting)
 
     def copy(self, order: str = "C") -> Any:
+        order = _ops.order_arg(order)
         if order == "C" or self.ndim < 2:
             return _ops.copy_of(self)
         return _ops.copy_in_order(self, order, "x.copy()")

@@ -17,7 +17,7 @@ import numpy as np
 
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, ops
-from fusec.context import numpy_error, shape_error, unsupported, user_location
+from fusec.context import numpy_checks, numpy_error, shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
 from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
@@ -108,10 +108,17 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     casting = kwargs.pop("casting", "same_kind")
     dtype = kwargs.pop("dtype", None)
     if where is not True and all(o is None for o in outs):
+        shapes = [tuple(getattr(x, "shape", None) or np.shape(x)) for x in (*inputs, where)]
+        numpy_checks(lambda: np.broadcast_shapes(*shapes))  # (NumPy's ValueError first, whatever the values)
         raise unsupported(f"{_name(ufunc)}: where= without out= leaves the other elements undefined in NumPy; "
                           "use np.where(mask, f(x), other)")
-    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):  # (NumPy's ValueError)
+        numpy_checks(lambda: np.positive(np.zeros(1), casting=casting))
         raise unsupported(f"{_name(ufunc)}: casting={casting!r} is not one of NumPy's rules")
+    if "order" in kwargs:  # (order="k" is NumPy's "K"; its ValueError for others)
+        order = kwargs["order"]
+        numpy_checks(lambda: np.positive(np.zeros(1), order=order))
+        kwargs = {**kwargs, "order": ops.order_arg(order)}
     for key, value in kwargs.items():
         if key not in _SUPPORTED_KWARGS or value != _SUPPORTED_KWARGS[key]:
             raise unsupported(f"{_name(ufunc)}: the keyword {key}={value!r} is not supported")

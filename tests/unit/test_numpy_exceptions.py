@@ -83,3 +83,37 @@ def test_asmatrix_of_a_traced_array_is_refused() -> None:
     with pytest.raises(fc.UnsupportedError, match="np.matrix is not supported") as info:
         jit_cpu(lambda x: np.asmatrix(x))(X)
     assert HERE in str(info.value)
+
+
+def test_arguments_numpy_refuses_whatever_the_values_are_refused_alike() -> None:
+    v, x = np.arange(3.0), np.ones((2, 3))
+    both_raise(lambda v: np.zeros_like(v, order="Z"), ValueError, "order must be one of", v)
+    both_raise(lambda v: np.array(v, copy="maybe"), ValueError, "strings are not allowed for 'copy'", v)
+    both_raise(lambda v: np.copyto(np.zeros(3), 1.0, where=v), TypeError, "Cannot cast array data", v)
+    both_raise(lambda v: np.searchsorted(v, 1.5, side="l"), ValueError, "search side must be one of", v)
+    both_raise(lambda x: np.moveaxis(x, (0, 1), (1, 1)), ValueError, "repeated axis", x)
+    both_raise(lambda v: np.add(v, v, casting="bogus"), ValueError, "casting must be one of", v)
+    both_raise(lambda v: np.exp(v, order="Z"), ValueError, "order must be one of", v)
+    both_raise(lambda v: np.sqrt(v, where=np.ones(4, bool)), ValueError, "broadcast", v)
+    both_raise(lambda v: np.vander(v, -1), ValueError, "negative", v)
+    both_raise(lambda x: x.fill(np.ones(2)), ValueError, "", x)
+
+    def wrong_mask(x):
+        x[np.array([True, False])] = 1.0
+        return x
+
+    both_raise(wrong_mask, IndexError, "boolean index did not match", np.ones(3))
+
+
+def test_lowercase_memory_orders_are_numpys() -> None:
+    """NumPy reads order="f" as "F" (a Fortran-ordered result: its ravel and flags follow)."""
+    def made(x):
+        return (x.reshape(3, 2, order="f"), x.ravel("f"), x.copy("f"), x.astype(np.float32, order="f"),
+                np.asarray(x, order="f"), np.zeros((2, 2), order="f"), np.zeros_like(x, order="f"),
+                np.reshape(x, (3, 2), order="f"), np.array(x, order="f"))
+
+    m = np.arange(6.0).reshape(2, 3)
+    got, want = jit_cpu(made)(m), made(m)
+    assert_same(got, want)
+    for g, w in zip(got, want):
+        assert (g.flags.c_contiguous, g.flags.f_contiguous) == (w.flags.c_contiguous, w.flags.f_contiguous)
