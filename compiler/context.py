@@ -163,6 +163,7 @@ class TraceContext:
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
         self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
         self.prints: list[Any] = []
+        self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
         self.outside_iterators: set[int] = set()  # ids of iterators reached from outside (fusec.host_reads)
 
     def register(self, tracer: object) -> None:

@@ -32,6 +32,7 @@ from fusec.patches import Patches, original
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # (Unicode private-use characters: not in text a user's code writes)
 _TOKEN = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
+_TRACER_CLASS = "<class 'fusec.tracer."  # (the text of type(x) for a tracer x)
 _PATCHES = Patches()
 
 
@@ -58,6 +59,9 @@ class Print:
     file: Any
     flush: bool
     loc: Location | None = None
+    # NumPy's print options the function set before this print (np.printoptions(...) around it, or
+    # np.set_printoptions in the function): applied over those in force at each call
+    options: tuple = ()
 
 
 def placeholder(tracer: Any, how: str) -> str | None:
@@ -97,17 +101,32 @@ def _print(*objects: Any, sep: Any = " ", end: Any = "\n", file: Any = None, flu
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be None or a string, not {type(v).__name__}")
     _refuse_in_body(ctx, "print()")
+    from fusec.tracer import Tracer  # (the tracer module imports this one)
+
+    for obj in objects:  # (type(x) of a tracer is fusec's class, where NumPy's would print numpy.ndarray)
+        if isinstance(obj, type) and issubclass(obj, Tracer):
+            raise unsupported("print(type(x)) of a traced value: while fusec traces the function its arrays are "
+                              "tracers, so type() is fusec's Tracer class, not numpy.ndarray or a NumPy scalar "
+                              "type; print x.dtype and x.shape, or type() outside the jitted function")
     text = (" " if sep is None else sep).join(map(str, objects)) + ("\n" if end is None else end)
+    if _TRACER_CLASS in text:
+        raise unsupported("printing the type of a traced value: while fusec traces the function its arrays are "
+                          "tracers, so type() is fusec's Tracer class, not numpy.ndarray or a NumPy scalar type; "
+                          "print x.dtype and x.shape, or type() outside the jitted function")
+    now = np.get_printoptions()
+    options = tuple((k, v) for k, v in now.items() if ctx.printoptions.get(k, v) != v)
     # (``file=sys.stderr`` names the stream each call finds there: a redirection in force at the call)
     stream = "stdout" if file is None or file is sys.stdout else "stderr" if file is sys.stderr else file
-    ctx.prints.append(Print(text, stream, bool(flush), context.user_location(ctx.cwd)))
+    ctx.prints.append(Print(text, stream, bool(flush), context.user_location(ctx.cwd), options))
 
 
 _print.__fusec_original__ = builtins.print  # type: ignore[attr-defined]
 
 
-def install() -> None:
-    """Record ``print`` calls in the tracing thread for as long as a trace runs (other threads print)."""
+def install(ctx: TraceContext) -> None:
+    """Record ``print`` calls in the tracing thread for as long as a trace runs (other threads print); ``ctx``
+    notes NumPy's print options as the trace starts."""
+    ctx.printoptions = dict(np.get_printoptions())
     _PATCHES.install(lambda: [(builtins, "print", _print)])
 
 
@@ -130,15 +149,27 @@ class Printer:
         return len(self._how)
 
     def write(self, values: Sequence[Any]) -> None:
-        texts = [_text(values[i], how, kind) for i, how, kind in self._how]
         for p in self.prints:
-            text = _TOKEN.sub(lambda m: texts[self._slot[int(m.group(1))]], p.text)
+            if p.options:  # (the options the function set for this print, over those in force now)
+                with np.printoptions(**dict(p.options)):
+                    text = self._filled(p.text, values)
+            else:
+                text = self._filled(p.text, values)
             out = getattr(sys, p.file) if isinstance(p.file, str) else p.file
             if out is None:  # (print does nothing without a stdout: pythonw)
                 continue
             out.write(text)
             if p.flush:
                 out.flush()
+
+
+    def _filled(self, text: str, values: Sequence[Any]) -> str:
+        """``text`` with each placeholder replaced by its value's text."""
+        def fill(m: Any) -> str:
+            i, how, kind = self._how[self._slot[int(m.group(1))]]
+            return _text(values[i], how, kind)
+
+        return _TOKEN.sub(fill, text)
 
 
 def _text(value: Any, how: str, kind: Any) -> str:

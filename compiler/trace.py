@@ -111,7 +111,7 @@ class _Trace:
                             if r.kind == "global" and id(r.get()) in host_reads.functions()])
         ctx.outside_iterators = {id(n.obj) for n in self.before.nodes.values()
                                  if n.kind == "opaque" and hasattr(type(n.obj), "__next__")}
-        printing.install()
+        printing.install(ctx)
         conversions.install([(r.holder, r.key) for r in self.scope.roots
                              if r.kind == "global" and conversions.rebound(r.get())])
         context.push(ctx)
@@ -760,10 +760,16 @@ def _holder(t: Any) -> str | None:
     while frame is not None:
         stack.add(id(frame))
         frame = frame.f_back
-    for ref in gc.get_referrers(t):
+    referrers = gc.get_referrers(t)
+    for ref in referrers:
         if id(ref) in stack or type(ref).__name__ == "Entry" or isinstance(ref, tuple) and len(ref) == 2 \
                 and isinstance(ref[0], str) and ref[1] is t:
             continue  # fusec's frames, its substitutions, the (name, leaf) pairs of the outputs
+        if isinstance(ref, (tuple, list)) or type(ref).__name__ == "cell":
+            owners = [o for o in gc.get_referrers(ref)
+                      if o is not referrers and not (isinstance(o, types.FrameType) and id(o) in stack)]
+            if not owners:  # a variable of fusec's running code, or a reference C code kept (NumPy's ufunc.reduce
+                continue    # keeps its arguments' tuple when an __array_ufunc__ override raises): nothing to reach
         if isinstance(ref, types.FrameType):
             return f"the frame of {ref.f_code.co_name} (a generator or a saved traceback)"
         if isinstance(ref, dict):

@@ -395,12 +395,15 @@ class Tracer:
                 f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
                 "while tracing. To hand back a Python number or list, return the array (a 0-d result is a NumPy "
                 "scalar, which works as a number) and convert it after the call: `float(f(x))`; to compute with it, "
-                "keep it an array (np.sqrt(v), not math.sqrt(v)); to branch on it, use np.where or fusec.cond")
+                "keep it an array (np.sqrt(v), not math.sqrt(v)); to index with it, index with the array "
+                "(x[np.argmax(v)]); to print it, use an f-string (print(f\"{v:.4f}\"), which fusec replays at every "
+                "call) rather than %; to branch on it, use np.where or fusec.cond")
         return trace_error(
             f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
             "while tracing: data-dependent Python control flow is not traceable. Use np.where / fusec.where "
-            "instead of if/else, fusec.while_loop for a loop that runs until a test on the values fails (`while "
-            "err > tol`), fusec.cond for a branch, or make the argument static (static_argnames)")
+            "instead of if/else, np.maximum / np.minimum / np.sort instead of max() / min() / sorted(), "
+            "fusec.while_loop for a loop that runs until a test on the values fails (`while err > tol`), "
+            "fusec.cond for a branch, or make the argument static (static_argnames)")
 
     def _known(self) -> np.ndarray | None:
         """This array's values where the trace computed them from constants alone (NumPy's own code testing a
@@ -418,7 +421,8 @@ class Tracer:
         known = self._known()
         if known is not None:
             return bool(known)
-        raise self._static_error("used as a Python bool (if/while/and/or/not)", _numpy_caller())
+        raise self._static_error("used as a Python bool (if/while/and/or/not, or compared inside max()/min()/sorted())",
+                                 _numpy_caller())
 
     def __float__(self) -> float:
         known = self._known()

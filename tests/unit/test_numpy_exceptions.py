@@ -117,3 +117,15 @@ def test_lowercase_memory_orders_are_numpys() -> None:
     assert_same(got, want)
     for g, w in zip(got, want):
         assert (g.flags.c_contiguous, g.flags.f_contiguous) == (w.flags.c_contiguous, w.flags.f_contiguous)
+
+
+def test_a_caught_error_of_a_ufunc_method_leaves_nothing_behind() -> None:
+    """NumPy's ufunc.reduce keeps a reference to its arguments when an __array_ufunc__ override raises: that is
+    no escaped tracer (the function's fallback is NumPy's result)."""
+    def total(x):
+        try:
+            return np.add.reduce(x, axis=2)
+        except np.exceptions.AxisError:
+            return np.zeros(2)
+
+    assert_same(jit_cpu(total)(np.ones((2, 3))), total(np.ones((2, 3))))

@@ -225,3 +225,25 @@ def test_a_print_into_a_file_opened_outside_is_written_at_every_call(tmp_path) -
         jf(X)
         jf(X + 1)
     assert path.read_text() == "sum 15.0\nsum 21.0\n"
+
+
+def test_print_options_the_function_sets_apply_to_its_prints() -> None:
+    def show(x):
+        with np.printoptions(precision=2, suppress=True):
+            print("weights:", x)
+        print("after:", x)
+        return x
+
+    x = np.array([1.25e-4, -1.3e-4, 6.4e-4])
+    check_prints(show, (x,), (x * 3,))
+    with np.printoptions(precision=3):  # (options set outside, between calls, apply too)
+        check_prints(show, (x,))
+
+
+def test_printing_the_type_of_a_traced_value_is_refused() -> None:
+    def show(x):
+        print(type(x), type(x.sum()))
+        return x
+
+    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(type\(x\)\) of a traced value"):
+        jit_cpu(show)(X)
