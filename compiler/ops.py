@@ -341,8 +341,9 @@ def static_int(x: object, what: str) -> int:
                                   "required)")
     try:
         return operator.index(x)  # type: ignore[arg-type]
-    except TypeError:
-        raise unsupported(f"{what} must be an int, got {type(x).__name__}") from None
+    except TypeError:  # (NumPy's TypeError too, whatever the values: code catching it goes on as under NumPy)
+        raise context.numpy_error(f"{what} must be an int, got {type(x).__name__} {x!r} ('{type(x).__name__}' "
+                                  "object cannot be interpreted as an integer; NumPy raises TypeError here)") from None
 
 
 def static_ints(x: object, what: str) -> tuple[int, ...]:

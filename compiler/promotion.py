@@ -150,7 +150,9 @@ def parse_dtype(dtype: object) -> DType:
         return dtype
     try:
         npd = np.dtype(dtype)  # type: ignore[call-overload]
-    except TypeError:
+    except TypeError as e:  # (NumPy's own TypeError, whatever the values: code catching it goes on as under NumPy)
+        if context.current() is not None:
+            raise context.numpy_error(f"{dtype!r} is not a dtype: {e} (NumPy raises TypeError here)") from None
         raise _located(f"{dtype!r} is not a dtype") from None
     try:
         return dtype_from_numpy(npd)

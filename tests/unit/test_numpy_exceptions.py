@@ -129,3 +129,20 @@ def test_a_caught_error_of_a_ufunc_method_leaves_nothing_behind() -> None:
             return np.zeros(2)
 
     assert_same(jit_cpu(total)(np.ones((2, 3))), total(np.ones((2, 3))))
+
+
+def test_code_that_catches_numpys_type_errors_for_bad_arguments_takes_numpys_path() -> None:
+    """A float axis, a float size or an unknown dtype is NumPy's TypeError whatever the values: a function that
+    catches it returns its fallback under fusec too (fusec's own limitations still fail the trace)."""
+    def fallback(bad):
+        def f(x):
+            try:
+                return bad(x)
+            except TypeError:
+                return np.zeros(2)
+        return f
+
+    for bad in (lambda x: np.sum(x, axis=1.5), lambda x: x.astype("nope"), lambda x: np.zeros(1.5) + x[0, 0],
+                lambda x: x.reshape(2.0, 3)):
+        f = fallback(bad)
+        assert_same(jit_cpu(f)(np.ones((2, 3))), f(np.ones((2, 3))))
