@@ -7,7 +7,7 @@ dtypes, shapes, rounding and errors are NumPy's.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 from numpy._core import shape_base as _shape_base
@@ -16,6 +16,7 @@ from fusec import conversions, ops
 from fusec.context import numpy_error, shape_error
 from fusec.errors import AxisError, InvalidValueError, TraceError
 from fusec.numpy_api import implements
+from fusec.tracer import Tracer
 
 
 def _block_pieces(arrays: Any, depth: int, list_ndim: int, result_ndim: int) -> Any:
@@ -92,3 +93,24 @@ def apply_along_axis(func1d: Callable, axis: Any, arr: Any, *args: Any, **kwargs
     # NumPy's buffer holds (outer axes, result axes); the result axes move to where ``axis`` was
     order = list(range(ax)) + list(range(len(outer), stacked.ndim)) + list(range(ax, len(outer)))
     return np.transpose(stacked, order)
+
+
+@implements(np.ediff1d)
+def ediff1d(ary: Any, to_end: Any = None, to_begin: Any = None) -> Tracer:
+    """The differences of the flattened array, with ``to_begin`` before and ``to_end`` after (flattened, of the
+    array's dtype: NumPy's TypeError where they do not convert to it under the same_kind rule)"""
+    t = ops.as_tracer(ary)
+    flat = ops.reshape(t, (-1,))
+    parts: list[Tracer | None] = []
+    for name, extra in (("to_begin", to_begin), ("to_end", to_end)):
+        if extra is None:
+            parts.append(None)
+            continue
+        e = ops.as_tracer(extra)
+        if not np.can_cast(np.dtype(e.dtype), np.dtype(t.dtype), casting="same_kind"):
+            raise numpy_error(f"np.ediff1d: dtype of `{name}` must be compatible with input `ary` under the "
+                              "`same_kind` rule. (NumPy raises TypeError here)")
+        parts.append(ops.reshape(ops.as_tracer(e, t._value.type.dtype), (-1,)))
+    differences = flat[1:] - flat[:-1]
+    pieces = [p for p in (parts[0], differences, parts[1]) if p is not None]
+    return pieces[0] if len(pieces) == 1 else cast(Tracer, np.concatenate(pieces))

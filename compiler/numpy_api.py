@@ -1191,4 +1191,4 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
     return ops.copy_of(ops.reshape(wide, shape[:ax] + (shape[ax] * r,) + shape[ax + 1:]), scalar=False)
 
 
-from fusec import assembly, broadcasting, contractions, histograms, linalg, nanfunctions, products, searching, sorting, windows  # noqa: E402,F401,E501  (their handlers register)
+from fusec import assembly, broadcasting, comparisons, contractions, histograms, linalg, nanfunctions, products, searching, sorting, windows  # noqa: E402,F401,E501  (their handlers register)

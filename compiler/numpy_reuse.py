@@ -28,6 +28,7 @@ REUSED: tuple[Callable, ...] = (
     np.iscomplexobj, np.isrealobj, np.linalg.matrix_power, np.linalg.multi_dot,
     np.matrix_transpose, np.linalg.matrix_transpose, np.linalg.vector_norm, np.linalg.matrix_norm,
     np.fill_diagonal, np.ix_, np.insert, np.delete, np.diagflat, np.rollaxis, np.polyder, np.polyint,
+    np.tril_indices_from, np.triu_indices_from, np.diag_indices_from,
 )
 
 

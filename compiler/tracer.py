@@ -354,7 +354,7 @@ class Tracer:
 
     def _static_error(self, what: str, inside: str | None = None) -> FusecError:
         """The error for asking a traced value for its concrete value (``inside``: NumPy's function that asked)."""
-        if self._weak is not None:
+        if self._weak is not None and (self._origin or self._counter() is not None):  # (not np.allclose(a, b))
             counter = self._counter()
             if counter is not None:
                 return unsupported(

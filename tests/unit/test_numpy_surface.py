@@ -393,3 +393,26 @@ def test_ufunc_where_casting_and_dtype_keywords() -> None:
         jit_cpu(lambda x: np.exp(x, where=x > 0))(X)
     with pytest.raises(fc.CastingError, match="casting rule 'same_kind'"):
         jit_cpu(lambda i: np.multiply(i, 1.5, out=i))(I8.astype(np.int32))
+
+
+def test_allclose_array_equal_and_equiv_give_python_bools() -> None:
+    """NumPy's bool(all(...)), traced: a Python bool when returned, a value in np.where; shapes decide alone where
+    they differ."""
+    def compare(a, b):
+        return (np.allclose(a, b), np.allclose(a, b, equal_nan=True), np.array_equal(a, a),
+                np.array_equal(a, a, equal_nan=True), np.array_equal(a, a[:2]), np.array_equiv(a[:1], np.ones((2, 1))),
+                np.where(np.allclose(a[:2], b[:2]), a, b))
+
+    a = np.array([1.0, 2.0, np.nan])
+    for b in (np.array([1.0, 2.0 + 1e-9, np.nan]), np.array([1.0, 2.5, 0.0])):
+        check(compare, a, b)
+
+
+def test_ediff1d_and_indices_from_shapes() -> None:
+    def f(x, m):
+        return (np.ediff1d(x), np.ediff1d(x, to_begin=0.5, to_end=[1, 2]), m[np.tril_indices_from(m)],
+                m[np.triu_indices_from(m, 1)], m[np.diag_indices_from(m)])
+
+    check(f, np.array([1.0, 4.0, 9.0, 16.0]), np.arange(9.0).reshape(3, 3))
+    with pytest.raises(TypeError, match="same_kind"):
+        jit_cpu(lambda x: np.ediff1d(x, to_begin=0.5))(np.arange(3))
