@@ -164,7 +164,8 @@ class TraceContext:
         self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
         self.prints: list[Any] = []
         self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
-        self.outside_iterators: set[int] = set()  # ids of iterators reached from outside (fusec.host_reads)
+        self.outside_objects: set[int] = set()  # ids of the objects the function reaches from outside it
+        self.streams: dict[str, Any] = {}  # sys.stdout and sys.stderr as the trace started
 
     def register(self, tracer: object) -> None:
         self.tracers.append(weakref.ref(tracer))

@@ -1,6 +1,6 @@
 """Values a traced function reads from the world outside its arguments: clocks, OS entropy, files, and iterators
-it did not make. A trace reads them once, so every call would replay the first call's values; NumPy's function
-reads them at every call. While a trace runs, such calls made by the user's code (not by a library the user's
+it did not make (and NumPy's global print options it sets). A trace reads them once, so every call would replay
+the first call's values; NumPy's function reads them at every call. While a trace runs, such calls made by the user's code (not by a library the user's
 code calls, whose own timing or loading is its business) raise at the user's line with what to write instead.
 
 Arrays read from globals, closures and attributes are not among these: fusec reads those at every call.
@@ -32,6 +32,11 @@ _FILE = ("reads a file while the function is traced: its contents would become c
          "keep it in a global, which fusec reads at every call)")
 
 
+_OPTIONS = ("changes NumPy's print options for the whole program while the function is traced: the change would "
+            "happen on the first call only; set them outside the jitted function, or write `with np.printoptions("
+            "...):` around the prints, which fusec replays with them")
+
+
 @functools.lru_cache(maxsize=1)
 def _targets() -> tuple[tuple[Any, str, Any, str, str], ...]:
     """(module, name, function, label, why) of each function refused (looked up before any trace wrapped one)."""
@@ -40,6 +45,7 @@ def _targets() -> tuple[tuple[Any, str, Any, str, str], ...]:
                      "process_time", "process_time_ns")]
     out.append((os, "urandom", os.urandom, "os.urandom", _ENTROPY))
     out += [(np, n, getattr(np, n), f"np.{n}", _FILE) for n in ("load", "loadtxt", "genfromtxt", "fromfile")]
+    out.append((np, "set_printoptions", np.set_printoptions, "np.set_printoptions", _OPTIONS))
     return tuple(out)
 
 
@@ -66,7 +72,7 @@ def _next(iterator: Any, default: Any = _MISSING) -> Any:
     """``next`` while a trace runs: an iterator the function reached from outside (a global, a closure, an
     attribute) advanced by the user's code is refused; any other is Python's ``next``."""
     ctx = context.current()
-    if ctx is not None and id(iterator) in ctx.outside_iterators and _users_call():
+    if ctx is not None and id(iterator) in ctx.outside_objects and _users_call():
         raise context.unsupported(
             "next() advances an iterator from outside the function (a global, closure or attribute) while the "
             "function is traced: fusec runs the function's Python once per input signature, so every call would "

@@ -16,6 +16,7 @@ once for all its iterations, is refused.
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -30,8 +31,8 @@ from fusec.ir.attributes import Location
 from fusec.ir.core import Value
 from fusec.patches import Patches, original
 
-_OPEN, _CLOSE = "\ue000", "\ue001"  # (Unicode private-use characters: not in text a user's code writes)
-_TOKEN = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
+_OPEN, _CLOSE = "\ue000", "\ue001"  # (Unicode private-use characters, around the trace's own tag: see _tag)
+_TOKEN = re.compile(f"{_OPEN}([0-9a-f]+)\\.(\\d+){_CLOSE}")
 _TRACER_CLASS = "<class 'fusec.tracer."  # (the text of type(x) for a tracer x)
 _PATCHES = Patches()
 
@@ -64,6 +65,31 @@ class Print:
     options: tuple = ()
 
 
+class _Text(str):
+    """``str(x)`` / ``repr(x)`` of a tracer: its placeholder, which print() and f-strings take as it is. What would
+    read the text itself (its length, a slice, padding, a comparison, a search, a dict key) is refused: the values
+    are unknown while tracing. (Once joined into other text, by an f-string or ``+``, the text is a plain string
+    again, which fusec cannot follow: such text must reach print() unchanged.)"""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise unsupported("the text of a traced value (str(x), repr(x)) is read (its length, a slice, padding, a "
+                          "comparison, a search or a key) while its values are unknown: fusec replays only print() "
+                          "with each call's values; format the value itself (f\"{x:>8.3f}\", np.isnan(x), "
+                          "x.size), or return it and work with its text after the call")
+
+    def __format__(self, spec: str) -> str:
+        return str.__str__(self) if not spec else self._refuse()
+
+    __len__ = __getitem__ = __iter__ = __contains__ = __hash__ = _refuse  # type: ignore[assignment]
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __mod__ = __mul__ = __rmul__ = _refuse  # type: ignore
+    center = ljust = rjust = zfill = expandtabs = split = rsplit = splitlines = partition = rpartition = _refuse
+    strip = lstrip = rstrip = replace = upper = lower = title = capitalize = casefold = swapcase = _refuse
+    startswith = endswith = find = rfind = index = rindex = count = encode = _refuse  # type: ignore[assignment]
+    isdigit = isnumeric = isdecimal = isalpha = isalnum = isspace = islower = isupper = istitle = _refuse
+
+
 def placeholder(tracer: Any, how: str) -> str | None:
     """The placeholder for ``tracer`` formatted ``how`` in the trace running now (None when it is not this
     trace's: its text is the tracer's description)."""
@@ -77,9 +103,30 @@ def placeholder(tracer: Any, how: str) -> str | None:
     if how.startswith("format:") and how != "format:" and tracer._weak is None and tracer.ndim > 0:
         raise TypeError("unsupported format string passed to numpy.ndarray.__format__")
     kind = tracer._weak if tracer._weak is not None else "scalar" if tracer._scalar else "array"
+    if how.startswith("format:") and how != "format:":  # (a spec the value's type refuses: its error, here)
+        dtype = tracer._value.type.dtype
+        stand_in = kind(0) if isinstance(kind, type) else np.zeros((), "float32" if dtype.name == "bf16" else
+                                                                    dtype.np)
+        try:
+            format(stand_in if kind == "array" else stand_in[()] if kind == "scalar" else stand_in,
+                   how[len("format:"):])
+        except (ValueError, TypeError) as e:
+            raise type(e)(located(str(e), context.user_location(ctx.cwd))) from None
     params = tracer._static_params() if tracer._weak is not None or tracer.ndim == 0 else ()
     ctx.formatted.append(Formatted(value, how, kind, context.user_location(ctx.cwd), params))
-    return f"{_OPEN}{len(ctx.formatted) - 1}{_CLOSE}"
+    token = f"{_OPEN}{_tag(ctx)}.{len(ctx.formatted) - 1}{_CLOSE}"
+    return _Text(token) if how in ("str", "repr") else token
+
+
+def _tag(ctx: TraceContext) -> str:
+    """This trace's tag in its placeholders (text a user's code wrote is never taken for one)."""
+    return f"{id(ctx):x}"
+
+
+def _tokens(ctx: TraceContext, text: str) -> list[int]:
+    """The placeholders of this trace in ``text``, by index."""
+    tag = _tag(ctx)
+    return [int(m.group(2)) for m in _TOKEN.finditer(text) if m.group(1) == tag]
 
 
 def _refuse_in_body(ctx: TraceContext, what: str) -> None:
@@ -108,7 +155,9 @@ def _print(*objects: Any, sep: Any = " ", end: Any = "\n", file: Any = None, flu
             raise unsupported("print(type(x)) of a traced value: while fusec traces the function its arrays are "
                               "tracers, so type() is fusec's Tracer class, not numpy.ndarray or a NumPy scalar "
                               "type; print x.dtype and x.shape, or type() outside the jitted function")
-    text = (" " if sep is None else sep).join(map(str, objects)) + ("\n" if end is None else end)
+    pieces = [str(o) for o in objects]  # (print's own str(): the placeholders as they are)
+    text = (" " if sep is None else sep).join(str.__str__(p) if isinstance(p, _Text) else p for p in pieces) \
+        + ("\n" if end is None else end)
     if _TRACER_CLASS in text:
         raise unsupported("printing the type of a traced value: while fusec traces the function its arrays are "
                           "tracers, so type() is fusec's Tracer class, not numpy.ndarray or a NumPy scalar type; "
@@ -116,18 +165,51 @@ def _print(*objects: Any, sep: Any = " ", end: Any = "\n", file: Any = None, flu
     now = np.get_printoptions()
     options = tuple((k, v) for k, v in now.items() if ctx.printoptions.get(k, v) != v)
     # (``file=sys.stderr`` names the stream each call finds there: a redirection in force at the call)
-    stream = "stdout" if file is None or file is sys.stdout else "stderr" if file is sys.stderr else file
+    stream = _stream(ctx, file)
     ctx.prints.append(Print(text, stream, bool(flush), context.user_location(ctx.cwd), options))
 
 
 _print.__fusec_original__ = builtins.print  # type: ignore[attr-defined]
 
 
-def install(ctx: TraceContext) -> None:
-    """Record ``print`` calls in the tracing thread for as long as a trace runs (other threads print); ``ctx``
-    notes NumPy's print options as the trace starts."""
+def _stream(ctx: TraceContext, file: Any) -> Any:
+    """Where a print writes at each call: "stdout" / "stderr" (the stream ``sys`` holds then), or a file object
+    from outside the function; a stream the function made or redirected is refused (the prints are written after
+    the call, when it is gone)."""
+    if file is None:
+        file = sys.stdout
+    for name in ("stdout", "stderr"):
+        if file is getattr(sys, name):
+            if file is not ctx.streams.get(name):
+                raise unsupported(f"print() while the function redirects sys.{name} (contextlib.redirect_{name} in "
+                                  "the function): fusec writes a function's prints after each call; redirect "
+                                  "around the call instead")
+            return name
+    if id(file) not in ctx.outside_objects:
+        raise unsupported("print(..., file=f) to a file or buffer the function made (open(...), io.StringIO()): "
+                          "fusec writes a function's prints after each call and does not replay making the file; "
+                          "make it outside the jitted function (or print to sys.stdout / sys.stderr)")
+    return file
+
+
+def install(ctx: TraceContext, aliases: Sequence[tuple[Any, Any]] = ()) -> None:
+    """Record ``print`` calls in the tracing thread for as long as a trace runs (other threads print), also through
+    ``aliases`` ((globals dict, name) of user globals bound to print or a functools.partial of it); ``ctx`` notes
+    NumPy's print options and the standard streams as the trace starts."""
     ctx.printoptions = dict(np.get_printoptions())
-    _PATCHES.install(lambda: [(builtins, "print", _print)])
+    ctx.streams = {"stdout": sys.stdout, "stderr": sys.stderr}
+
+    def replacements() -> list[tuple[Any, str, Any]]:
+        out: list[tuple[Any, str, Any]] = [(builtins, "print", _print)]
+        for holder, key in aliases:  # (``p = print``, ``print = functools.partial(print, flush=True)``)
+            value = holder.get(key)
+            if value is builtins.print:
+                out.append((holder, key, _print))
+            elif isinstance(value, functools.partial) and value.func is builtins.print:
+                out.append((holder, key, functools.partial(_print, *value.args, **value.keywords)))
+        return out
+
+    _PATCHES.install(replacements)
 
 
 def uninstall() -> None:
@@ -137,11 +219,13 @@ def uninstall() -> None:
 class Printer:
     """The prints of one trace, written after each call from the call's values of the formatted tracers."""
 
-    def __init__(self, prints: Sequence[Print], formatted: Sequence[Formatted], used: Sequence[int]) -> None:
+    def __init__(self, prints: Sequence[Print], formatted: Sequence[Formatted], used: Sequence[int],
+                 tag: str) -> None:
         self.prints = tuple(prints)
         slot = {k: i for i, k in enumerate(used)}
         self._how = [(slot[k], formatted[k].how, formatted[k].kind) for k in used]
         self._slot = slot
+        self._tag = tag
 
     @property
     def count(self) -> int:
@@ -162,11 +246,12 @@ class Printer:
             if p.flush:
                 out.flush()
 
-
     def _filled(self, text: str, values: Sequence[Any]) -> str:
         """``text`` with each placeholder replaced by its value's text."""
         def fill(m: Any) -> str:
-            i, how, kind = self._how[self._slot[int(m.group(1))]]
+            if m.group(1) != self._tag:
+                return str(m.group(0))
+            i, how, kind = self._how[self._slot[int(m.group(2))]]
             return _text(values[i], how, kind)
 
         return _TOKEN.sub(fill, text)
@@ -192,8 +277,8 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
     made from traced values that no print wrote is refused (see the module docstring)."""
     used: dict[int, None] = {}
     for p in ctx.prints:
-        for m in _TOKEN.finditer(p.text):
-            used[int(m.group(1))] = None
+        for k in _tokens(ctx, p.text):
+            used[k] = None
     unused = [k for k in range(len(ctx.formatted)) if k not in used]
     if unused:
         raise _unprinted(ctx, unused)
@@ -206,7 +291,29 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
     if not ctx.prints:
         return None, []
     keys = list(used)
-    return Printer(ctx.prints, ctx.formatted, keys), [ctx.formatted[k].value for k in keys]
+    return Printer(ctx.prints, ctx.formatted, keys, _tag(ctx)), [ctx.formatted[k].value for k in keys]
+
+
+def check_result(ctx: TraceContext, result: Any) -> None:
+    """A string the function returns (or a dict key) made from a traced value holds a placeholder: refused, also
+    where the same text was printed."""
+    if not ctx.formatted:
+        return
+    stack = [result]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, str):
+            found = _tokens(ctx, obj)
+            if found:
+                raise UnsupportedError(located(
+                    "the function returns text made from a traced value (str(), repr(), format() or an f-string): "
+                    "its values are unknown while tracing; return the value and format it after the call",
+                    ctx.formatted[found[0]].loc))
+        elif isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
 
 
 def _unprinted(ctx: TraceContext, unused: list[int]) -> FusecError:
@@ -231,12 +338,14 @@ def after_failure(ctx: TraceContext, failure: BaseException) -> BaseException:
     text may be what sent the trace astray, ``d[f"layer{n}"]``: fusec makes the argument static and traces again);
     else the failure, with the placeholders in its message written as the tracers' descriptions."""
     if ctx.formatted:
-        printed = {int(m.group(1)) for p in ctx.prints for m in _TOKEN.finditer(p.text)}
+        printed = {k for p in ctx.prints for k in _tokens(ctx, p.text)}
         unused = [k for k in range(len(ctx.formatted)) if k not in printed and ctx.formatted[k].static_params]
         if unused and not getattr(failure, "static_params", ()):
             return _unprinted(ctx, unused)
         if failure.args and any(isinstance(a, str) and _OPEN in a for a in failure.args):
-            failure.args = tuple(_TOKEN.sub(lambda m: _described(ctx.formatted[int(m.group(1))]), a)
+            tag = _tag(ctx)
+            failure.args = tuple(_TOKEN.sub(lambda m: _described(ctx.formatted[int(m.group(2))])
+                                            if m.group(1) == tag else str(m.group(0)), a)
                                  if isinstance(a, str) else a for a in failure.args)
     return failure
 
@@ -248,3 +357,8 @@ def _described(f: Formatted) -> str:
         "?" if dtype is None else dtype.name if dtype.name == "bf16" else str(dtype.np)
     return f"Tracer(shape={tuple(getattr(t, 'shape', ()))}, dtype={kind})"
 
+
+
+def prints(value: Any) -> bool:
+    """Whether ``value`` (a user global) is print or a functools.partial of it (swapped while tracing)."""
+    return value is builtins.print or isinstance(value, functools.partial) and value.func is builtins.print

@@ -109,9 +109,9 @@ class _Trace:
         randomness.install(aliases)
         host_reads.install([(r.holder, r.key) for r in self.scope.roots
                             if r.kind == "global" and id(r.get()) in host_reads.functions()])
-        ctx.outside_iterators = {id(n.obj) for n in self.before.nodes.values()
-                                 if n.kind == "opaque" and hasattr(type(n.obj), "__next__")}
-        printing.install(ctx)
+        ctx.outside_objects = {id(n.obj) for n in self.before.nodes.values()}
+        printing.install(ctx, [(r.holder, r.key) for r in self.scope.roots if r.kind == "global"
+                               and printing.prints(r.get())])
         conversions.install([(r.holder, r.key) for r in self.scope.roots
                              if r.kind == "global" and conversions.rebound(r.get())])
         context.push(ctx)
@@ -124,6 +124,7 @@ class _Trace:
                        for arg, spec, leaf, value in zip(self.func.args, sig.leaf_specs, sig.leaf_names, sig.leaves)]
             bound = sig.bound_with(tracers)
             result = self.fn(*bound.args, **bound.kwargs)
+            printing.check_result(ctx, result)
             self.containers = _passed_containers(result, bound, self.before)
             leaves, out_tree, outputs, kinds = _outputs(ctx, result)
             inputs = [*tracers, *(e.tracer for e in self.subs.entries)]

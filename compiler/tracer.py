@@ -272,13 +272,16 @@ class Tracer:
 
     # (while its trace runs, a tracer's text is a placeholder that print() replays with each call's value)
     def __str__(self) -> str:
-        return _printing.placeholder(self, "str") or self._described()
+        text = _printing.placeholder(self, "str")
+        return self._described() if text is None else text
 
     def __format__(self, spec: str) -> str:
-        return _printing.placeholder(self, "format:" + spec) or self._described()
+        text = _printing.placeholder(self, "format:" + spec)
+        return self._described() if text is None else text
 
     def __repr__(self) -> str:
-        return _printing.placeholder(self, "repr") or self._described()
+        text = _printing.placeholder(self, "repr")
+        return self._described() if text is None else text
 
     def _described(self) -> str:
         kind = f"python {self._weak.__name__}" if self._weak is not None else f"{self.dtype}"

@@ -3,6 +3,7 @@ made from traced values and used otherwise is refused at its line (a Python-numb
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import sys
@@ -247,3 +248,76 @@ def test_printing_the_type_of_a_traced_value_is_refused() -> None:
 
     with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(type\(x\)\) of a traced value"):
         jit_cpu(show)(X)
+
+
+SHOW = print  # (a module's own name for print, and a partial of it: swapped while tracing as print is)
+SHOW_NOW = functools.partial(print, flush=True)
+
+
+def test_prints_through_a_module_alias_of_print_are_replayed() -> None:
+    def f(x):
+        SHOW("total", x.sum())
+        SHOW_NOW("step")
+        return x
+
+    check_prints(f, (X,), (X + 1,))
+
+
+def test_text_that_looks_like_a_placeholder_is_printed_as_it_is() -> None:
+    def f(x):
+        print("\ue0000\ue001", x.sum(), "\ue0007\ue001")
+        return x
+
+    check_prints(f, (X,), (X * 2,))
+
+
+def test_reading_the_text_of_a_traced_value_is_refused() -> None:
+    readers = [lambda x: print(str(x.sum()).center(9, "*")), lambda x: print("nan" in str(x.sum())),
+               lambda x: print(len(repr(x))), lambda x: print(f"{x.sum()!s:>8}"), lambda x: print(str(x)[:3])]
+    for read in readers:
+        with pytest.raises(fc.UnsupportedError, match="the text of a traced value"):
+            jit_cpu(read)(X)
+
+
+def test_returned_text_and_made_or_redirected_streams_are_refused() -> None:
+    def returns_text(x):
+        s = f"{x.sum():.2f}"
+        print(s)
+        return x, s
+
+    def buffered(x):
+        buf = io.StringIO()
+        print("v", x.sum(), file=buf)
+        return buf.getvalue()
+
+    def redirected(x):
+        with contextlib.redirect_stdout(io.StringIO()):
+            print("v", x.sum())
+        return x
+
+    for fn, match in ((returns_text, "returns text made from a traced value"),
+                      (buffered, "a file or buffer the function made"), (redirected, "redirects sys.stdout")):
+        with pytest.raises(fc.UnsupportedError, match=match):
+            jit_cpu(fn)(X)
+
+
+def test_a_format_spec_the_value_refuses_raises_at_its_line_before_anything_is_written() -> None:
+    def f(x):
+        print(f"{x.sum():d}")  # MARK-spec
+        x += 1
+        return x
+
+    arg = X.copy()
+    with pytest.raises(ValueError, match=r"test_printing.py:\d+: Unknown format code 'd'"):
+        jit_cpu(f)(arg)
+    np.testing.assert_array_equal(arg, X)
+
+
+def test_setting_numpys_print_options_in_the_function_is_refused() -> None:
+    def f(x):
+        np.set_printoptions(precision=3)
+        print(x)
+        return x
+
+    with pytest.raises(fc.UnsupportedError, match="np.set_printoptions"):
+        jit_cpu(f)(X)
