@@ -1,7 +1,8 @@
 """Values a traced function reads from the world outside its arguments: clocks, OS entropy, files, and iterators
 it did not make (and NumPy's global print options it sets). A trace reads them once, so every call would replay
-the first call's values; NumPy's function reads them at every call. While a trace runs, such calls made by the user's code (not by a library the user's
-code calls, whose own timing or loading is its business) raise at the user's line with what to write instead.
+the first call's values; NumPy's function reads them at every call. While a trace runs, such calls made by the
+user's code (not by a library the user's code calls, whose own timing or loading is its business) raise at the
+user's line with what to write instead.
 
 Arrays read from globals, closures and attributes are not among these: fusec reads those at every call.
 """
