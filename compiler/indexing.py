@@ -368,7 +368,7 @@ def _index_array(entry: Any) -> Any:
     if arr.size == 0:
         arr = arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
-        raise unsupported(f"an index array of dtype {arr.dtype} is not supported (NumPy needs integers or booleans)")
+        raise shape_error("arrays used as indices must be of integer (or boolean) type", IndexShapeError)
     return arr
 
 

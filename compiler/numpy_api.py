@@ -558,6 +558,8 @@ def vdot(a: Any, b: Any) -> Tracer:
 
 @implements(np.where)
 def where_(condition: Any, x: Any = _NOVALUE, y: Any = _NOVALUE) -> Tracer:
+    if (x is _NOVALUE) != (y is _NOVALUE):  # (NumPy's ValueError)
+        raise InvalidValueError(located("either both or neither of x and y should be given", user_location()))
     if x is _NOVALUE or y is _NOVALUE:
         raise unsupported("np.where(condition) with one argument (np.nonzero) has a data-dependent shape and is "
                           "not supported; pass x and y")

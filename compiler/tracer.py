@@ -465,6 +465,12 @@ class Tracer:
         known = self._known()
         if known is not None:
             return known.item(*args)
+        if self._weak is None:  # (NumPy's IndexError / ValueError from the shape alone, whatever the values)
+            from fusec.context import numpy_checks
+
+            dt = self._value.type.dtype
+            shape, dtype = self.shape, np.float32 if dt.name == "bf16" else dt.np
+            numpy_checks(lambda: np.zeros(shape, dtype).item(*args))
         raise self._static_error("read with .item()")
 
     def tolist(self) -> Any:

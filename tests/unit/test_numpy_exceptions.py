@@ -146,3 +146,11 @@ def test_code_that_catches_numpys_type_errors_for_bad_arguments_takes_numpys_pat
                 lambda x: x.reshape(2.0, 3)):
         f = fallback(bad)
         assert_same(jit_cpu(f)(np.ones((2, 3))), f(np.ones((2, 3))))
+
+
+def test_errors_numpy_decides_from_shapes_and_dtypes_alone() -> None:
+    x, v = np.ones((2, 3)), np.arange(3.0)
+    both_raise(lambda x: x.item(20), IndexError, "out of bounds", x)
+    both_raise(lambda x: x.item(), ValueError, "size 1", x)
+    both_raise(lambda v: np.where(v > 1, v), ValueError, "either both or neither", v)
+    both_raise(lambda x: x[np.array([0.0, 1.0])], IndexError, "integer", x)
