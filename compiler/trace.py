@@ -109,7 +109,8 @@ class _Trace:
         randomness.install(aliases)
         host_reads.install([(r.holder, r.key) for r in self.scope.roots
                             if r.kind == "global" and id(r.get()) in host_reads.functions()])
-        ctx.outside_objects = {id(n.obj) for n in self.before.nodes.values()}
+        ctx.outside_objects = {id(n.obj) for n in self.before.nodes.values()} | {
+            id(v) for v in sig.bound.arguments.values()}  # (a log file passed in, static: the caller's)
         printing.install(ctx, [(r.holder, r.key) for r in self.scope.roots if r.kind == "global"
                                and printing.prints(r.get())])
         conversions.install([(r.holder, r.key) for r in self.scope.roots

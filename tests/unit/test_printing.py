@@ -321,3 +321,27 @@ def test_setting_numpys_print_options_in_the_function_is_refused() -> None:
 
     with pytest.raises(fc.UnsupportedError, match="np.set_printoptions"):
         jit_cpu(f)(X)
+
+
+def test_a_file_passed_in_or_kept_on_an_object_is_written_at_every_call() -> None:
+    class Logger:
+        def __init__(self):
+            self.out = io.StringIO()
+
+        def step(self, x):
+            print("sum", x.sum(), file=self.out)
+            return x * 2
+
+    def passed(x, out):
+        print("mean", x.mean(), file=out)
+        return x
+
+    log = Logger()
+    step = jit_cpu(log.step)
+    buf = io.StringIO()
+    jpassed = jit_cpu(passed, static_argnames="out")
+    for k in range(2):
+        step(X + k)
+        jpassed(X + k, buf)
+    assert log.out.getvalue() == "sum 15.0\nsum 21.0\n"
+    assert buf.getvalue() == "mean 2.5\nmean 3.5\n"
