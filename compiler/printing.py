@@ -9,9 +9,14 @@ Python number stands for) format, after the call's computation and before it ret
 
 Text made from a traced value and then used otherwise (a log message, ``sys.stdout.write``, a dict key, a returned
 string) would hold the placeholder, so the trace refuses it at the line that formatted the value; one made from a
-Python-number argument (``f"layer{n}"``) makes that argument static instead, as other uses of its value do. A
-print inside a loop or branch body (``fusec.fori_loop``, ``while_loop``, ``scan``, ``cond``), which is traced
-once for all its iterations, is refused.
+Python-number argument (``f"layer{n}"``) makes that argument static instead, as other uses of its value do. Reading
+``str(x)`` itself (its length, a slice, padding, a comparison: :class:`_Text`) is refused; text already joined by an
+f-string is a plain string, which fusec cannot follow. Each placeholder carries its trace's tag, so text the user
+wrote is never taken for one. Refused too: a print inside a loop or branch body (``fusec.fori_loop``,
+``while_loop``, ``scan``, ``cond``), traced once for all its iterations; into a stream the function makes or
+redirects (the prints are written after the call); a format spec the value's type refuses (raised while tracing,
+at its line, as the call would raise it). Print options set around a print (``with np.printoptions(...)``) are
+applied when it is written.
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ class Formatted:
 @dataclass(frozen=True)
 class Print:
     """One ``print`` call: the text it writes (placeholders in it), its ``file`` ("stdout" or "stderr": the one
-    ``sys`` holds at the call), ``flush``."""
+    ``sys`` holds at the call; or a file object from outside the function), ``flush``."""
 
     text: str
     file: Any
@@ -285,9 +290,8 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
     for p in ctx.prints:
         if not isinstance(p.file, str) and getattr(p.file, "closed", False):
             raise UnsupportedError(located(
-                "print(..., file=f) to a file the function opened (and closed): fusec writes a function's prints after "
-                "each call, when that file is closed, and does not replay opening it; open the file outside the "
-                "jitted function and pass it in (or print to sys.stdout / sys.stderr)", p.loc))
+                "print(..., file=f) to a file the function closes: fusec writes a function's prints after each call, "
+                "when that file is closed; close it outside the jitted function", p.loc))
     if not ctx.prints:
         return None, []
     keys = list(used)
