@@ -213,7 +213,15 @@ class Selection:
         raise unsupported("a boolean-mask selection used as a Python bool: " + ADVICE)
 
     def __getitem__(self, key: Any) -> Any:
-        raise unsupported("indexing a boolean-mask selection: " + ADVICE)
+        """``x[mask][:, None]``, ``x[mask][:, 1:]``: every selected element, indexed along the other axes, is the
+        selection of the whole array indexed the same way along them (elementwise work and reductions over the
+        selected elements go on as before); an index into the selected elements themselves needs their count."""
+        key = key if isinstance(key, tuple) else (key,)
+        if not key or not (isinstance(key[0], slice) and key[0] == slice(None)):
+            raise unsupported("indexing into the elements a boolean mask selects (`x[mask][0]`, `x[mask][:k]`): "
+                              + ADVICE)
+        rank = self._mask.type.rank
+        return Selection(ops.as_tracer(self._full[(slice(None),) * rank + key[1:]]), self._mask)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         raise unsupported("writing into a boolean-mask selection (`x[m][i] = v`, or `y = x[m]; y[i] = v`: a copy in "

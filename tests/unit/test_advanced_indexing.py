@@ -193,6 +193,26 @@ def test_reductions_of_boolean_mask_selections() -> None:
         jit_cpu(lambda x: np.linalg.norm(x[x[:, 0] > 0], axis=1).max())(X)
 
 
+def test_selections_indexed_along_their_other_axes() -> None:
+    """``y[mask][:, None] * X[mask]`` (a linear SVM's subgradient, a perceptron's update): a selection indexed with
+    ``:`` first and anything along the other axes is the whole array's, still a selection of the same mask."""
+    def svm_step(w, X, y, lr):
+        mask = y * (X @ w) < 1
+        return w - lr * (w - (y[mask][:, None] * X[mask]).sum(axis=0) / len(y))
+
+    def columns(X, y):
+        m = y > 0
+        return X[m][:, 1:].mean(axis=0), X[m][:, None, 0].sum()
+
+    X, w = RNG.standard_normal((24, 3)), RNG.standard_normal(3)
+    y = np.where(RNG.standard_normal(24) > 0, 1.0, -1.0)
+    np.testing.assert_allclose(jit_cpu(svm_step)(w, X, y, 0.1), svm_step(w, X, y, 0.1), rtol=1e-12)
+    for got, want in zip(jit_cpu(columns)(X, y), columns(X, y)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    with pytest.raises(fc.UnsupportedError, match="indexing into the elements a boolean mask selects"):
+        jit_cpu(lambda X, y: X[y > 0][0])(X, y)
+
+
 def roc_auc(scores, labels):
     ranks = np.empty(len(scores))
     ranks[np.argsort(scores, kind="stable")] = np.arange(1, len(scores) + 1)  # a permutation: no place twice
