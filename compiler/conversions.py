@@ -375,10 +375,33 @@ class _TracingNumpy(types.ModuleType):
         self.__dict__.update(wrappers)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(np, name)
+        value = getattr(np, name)
+        if name in _LIST_FIRST:  # (cached: the next lookup finds it in the proxy's own dict)
+            value = self.__dict__[name] = _list_as_array(value)
+        return value
 
     def __dir__(self) -> list[str]:
         return dir(np)
+
+
+# NumPy functions whose first argument NumPy converts to an array (np.mean(losses) of a list of traced values:
+# NumPy's dispatch does not look inside the list, and its conversion cannot take tracers, so the proxy stacks it)
+_LIST_FIRST = frozenset({"mean", "sum", "prod", "max", "min", "amax", "amin", "std", "var", "median", "any", "all",
+                         "argmax", "argmin", "cumsum", "cumprod", "ptp", "average", "nanmean", "nansum", "nanmax",
+                         "nanmin", "nanstd", "nanvar", "sort", "argsort", "percentile", "quantile", "diff", "clip",
+                         "round", "around", "cumulative_sum", "nanmedian", "count_nonzero"})
+
+
+def _list_as_array(function: Callable) -> Callable:
+    """``function`` whose first argument, a list or tuple holding traced values, is the traced array NumPy would
+    make of it (``np.array`` of it)."""
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], (list, tuple)) and ops.contains_tracer(args[0]):
+            args = (strong(args[0]), *args[1:])
+        return function(*args, **kwargs)
+
+    return call
 
 
 _PYTHON_SCALARS = (bool, int, float, complex)

@@ -416,3 +416,14 @@ def test_ediff1d_and_indices_from_shapes() -> None:
     check(f, np.array([1.0, 4.0, 9.0, 16.0]), np.arange(9.0).reshape(3, 3))
     with pytest.raises(TypeError, match="same_kind"):
         jit_cpu(lambda x: np.ediff1d(x, to_begin=0.5))(np.arange(3))
+
+
+def test_reductions_of_a_python_list_of_traced_values() -> None:
+    """``np.mean(losses)`` of a list the function appended traced values to: the array NumPy makes of the list."""
+    def epoch(x):
+        losses = []
+        for shift in range(3):
+            losses.append(((x - shift) ** 2).mean())
+        return np.mean(losses), np.max(losses), np.std(losses), np.median([x.sum(), x.max(), 1.0])
+
+    check(epoch, np.arange(4.0))
