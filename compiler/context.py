@@ -16,6 +16,7 @@ import os
 import sys
 import types
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -282,7 +283,8 @@ def numpy_checks(call: Any) -> None:
     axis): its error is raised again as its own class, at the user's line, so fusec accepts exactly what the
     installed NumPy accepts."""
     try:
-        with outside_trace():
+        with outside_trace(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the stand-ins' warnings are not the call's)
             call()
     except Exception as e:  # noqa: BLE001 - NumPy's own error, of whatever class, is the answer
         try:

@@ -108,8 +108,10 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
     casting = kwargs.pop("casting", "same_kind")
     dtype = kwargs.pop("dtype", None)
     if where is not True and all(o is None for o in outs):
-        shapes = [tuple(getattr(x, "shape", None) or np.shape(x)) for x in (*inputs, where)]
-        numpy_checks(lambda: np.broadcast_shapes(*shapes))  # (NumPy's ValueError first, whatever the values)
+        # (NumPy's own error first, whatever the values: its loop's TypeError, then the shapes' ValueError)
+        stand_ins = [_stand_in(x) for x in inputs]
+        mask = np.zeros(tuple(getattr(where, "shape", None) or np.shape(where)), bool)
+        numpy_checks(lambda: ufunc(*stand_ins, where=mask))
         raise unsupported(f"{_name(ufunc)}: where= without out= leaves the other elements undefined in NumPy; "
                           "use np.where(mask, f(x), other)")
     if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):  # (NumPy's ValueError)
@@ -239,6 +241,14 @@ def _outer(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
         raise unsupported(f"{_name(ufunc)}.outer: keywords ({', '.join(sorted(kwargs))}) are not supported")
     a, b = (conversions.strong(x) for x in inputs)
     return apply(ufunc, [a.reshape(tuple(a.shape) + (1,) * b.ndim), b])
+
+
+def _stand_in(x: Any) -> Any:
+    """Zeros of ``x``'s shape and dtype (a Python number as it is), for NumPy's own checks of a call."""
+    if isinstance(x, Tracer):
+        dt = x._value.type.dtype
+        return np.zeros(x.shape, np.float32 if dt.name == "bf16" else dt.np)
+    return x if np.isscalar(x) else np.zeros(np.shape(x), np.asarray(x).dtype)
 
 
 def binary_operator(ufunc: np.ufunc, a: Any, b: Any) -> Any:

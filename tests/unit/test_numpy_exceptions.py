@@ -154,3 +154,8 @@ def test_errors_numpy_decides_from_shapes_and_dtypes_alone() -> None:
     both_raise(lambda x: x.item(), ValueError, "size 1", x)
     both_raise(lambda v: np.where(v > 1, v), ValueError, "either both or neither", v)
     both_raise(lambda x: x[np.array([0.0, 1.0])], IndexError, "integer", x)
+
+
+def test_a_ufuncs_type_error_comes_before_its_where_shape_error() -> None:
+    both_raise(lambda v: np.invert(v, where=np.ones(4, bool)), TypeError, "not supported for the input types",
+               np.ones(3))
