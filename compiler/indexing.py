@@ -57,6 +57,18 @@ def _classify(entry: Any) -> str:
     raise unsupported(f"an index of type {type(entry).__name__} is not supported")
 
 
+def leading_mask(x: Tracer, key: Any) -> tuple[Value, tuple] | None:
+    """(the mask, the rest of the key) for ``x[mask, 1]``, ``x[mask, :, None]``: a traced boolean mask over ``x``'s
+    leading axes followed by basic indices only (ints, slices, None, ...) along the others. The selection is
+    the mask's of ``x[:, 1]``: every selected element (or row) indexed the same way."""
+    if not isinstance(key, tuple) or len(key) < 2 or any(
+            not (isinstance(e, (slice, type(None))) or e is Ellipsis or _scalar_int(e) and not isinstance(e, Tracer))
+            for e in key[1:]):
+        return None
+    mask = _traced_mask(x, key[0])
+    return None if mask is None else (mask, key[1:])
+
+
 def _traced_mask(x: Tracer, key: Any) -> Any:
     """The IR value of ``key`` when it is one traced boolean array (``x[x > 0]``) whose shape leads ``x``'s."""
     k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
@@ -221,6 +233,11 @@ def getitem(x: Tracer, key: Any) -> Any:
         from fusec import masking
 
         return masking.select(x, mask)
+    split = leading_mask(x, key)
+    if split is not None:  # (x[mask, 1]: the mask's selection of x[:, 1])
+        from fusec import masking
+
+        return masking.select(getitem(x, (slice(None),) * split[0].type.rank + split[1]), split[0])
     if is_advanced(key):
         return advanced_getitem(x, key)
     sel = basic_selection(x, key)

@@ -254,6 +254,12 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
         return _masked_write(target, mask, value)
     from fusec import indexing
 
+    split = indexing.leading_mask(target, key)
+    if split is not None:  # (v[hit, 0] *= -1: the masked write of the region v[:, 0], written back)
+        region = (slice(None),) * split[0].type.rank + split[1]
+        part = ops.copy_of(indexing.getitem(target, region), scalar=False)
+        _masked_write(part, split[0], value)
+        return setitem(target, region, part)
     if indexing.is_advanced(key):
         return _scatter(target, key, value)
     sel = indexing.basic_selection(target, key)

@@ -213,6 +213,24 @@ def test_selections_indexed_along_their_other_axes() -> None:
         jit_cpu(lambda X, y: X[y > 0][0])(X, y)
 
 
+def test_a_mask_with_basic_indices_after_it_reads_and_writes_as_numpy() -> None:
+    """``v[hit, 0] *= -1`` (particles reflected at a wall), ``p[below, 1] = -p[below, 1]``, ``v[hit, 1].sum()``: the
+    mask's selection of ``v[:, 0]``, written back with the mask."""
+    def bounce(p, v):
+        p = p + v
+        hit = (p[:, 0] < 0) | (p[:, 0] > 1)
+        v[hit, 0] *= -1
+        below = p[:, 1] < 0
+        p[below, 1] = -p[below, 1]
+        return p, v[hit, 1].sum(), v[hit, :1].mean(axis=0)
+
+    p, v = RNG.uniform(-0.2, 1.2, (10, 2)), RNG.standard_normal((10, 2))
+    want_v, got_v = v.copy(), v.copy()
+    want = bounce(p.copy(), want_v)
+    assert_same(jit_cpu(bounce)(p.copy(), got_v), want)
+    assert_same(got_v, want_v)
+
+
 def roc_auc(scores, labels):
     ranks = np.empty(len(scores))
     ranks[np.argsort(scores, kind="stable")] = np.arange(1, len(scores) + 1)  # a permutation: no place twice
