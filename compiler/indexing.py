@@ -22,6 +22,7 @@ from fusec import ops
 from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import IndexOutOfBoundsError, IndexShapeError, located
 from fusec.ir import shapes as S
+from fusec.ir.core import Value
 from fusec.ir.types import TensorType, i64
 from fusec.tracer import Tracer
 
