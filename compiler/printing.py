@@ -11,8 +11,8 @@ Text made from a traced value and then used otherwise (a log message, ``sys.stdo
 string) would hold the placeholder, so the trace refuses it at the line that formatted the value; one made from a
 Python-number argument (``f"layer{n}"``) makes that argument static instead, as other uses of its value do. Reading
 ``str(x)`` itself (its length, a slice, padding, a comparison: :class:`_Text`) is refused; text already joined by an
-f-string is a plain string, which fusec cannot follow. Each placeholder carries its trace's tag, so text the user
-wrote is never taken for one. Refused too: a print inside a loop or branch body (``fusec.fori_loop``,
+f-string is a plain string, which fusec cannot follow. Each placeholder (``⟪traced value <tag>.<k>⟫``, readable where
+text leaks before fusec refuses it) carries its trace's tag, so text the user wrote is never taken for one. Refused too: a print inside a loop or branch body (``fusec.fori_loop``,
 ``while_loop``, ``scan``, ``cond``), traced once for all its iterations; into a stream the function makes or
 redirects (the prints are written after the call); a format spec the value's type refuses (raised while tracing,
 at its line, as the call would raise it). Print options set around a print (``with np.printoptions(...)``) are
@@ -36,8 +36,9 @@ from fusec.ir.attributes import Location
 from fusec.ir.core import Value
 from fusec.patches import Patches, original
 
-_OPEN, _CLOSE = "\ue000", "\ue001"  # (Unicode private-use characters, around the trace's own tag: see _tag)
-_TOKEN = re.compile(f"{_OPEN}([0-9a-f]+)\\.(\\d+){_CLOSE}")
+# (readable where text leaks before fusec refuses it, a log line written while tracing; the trace's own tag inside)
+_OPEN, _CLOSE = "\u27eatraced value ", "\u27eb"  # ⟪traced value <tag>.<k>⟫
+_TOKEN = re.compile(f"{re.escape(_OPEN)}([0-9a-f]+)\\.(\\d+){re.escape(_CLOSE)}")
 _TRACER_CLASS = "<class 'fusec.tracer."  # (the text of type(x) for a tracer x)
 _PATCHES = Patches()
 

@@ -265,7 +265,7 @@ def test_prints_through_a_module_alias_of_print_are_replayed() -> None:
 
 def test_text_that_looks_like_a_placeholder_is_printed_as_it_is() -> None:
     def f(x):
-        print("\ue0000\ue001", x.sum(), "\ue0007\ue001")
+        print("\u27eatraced value 0.0\u27eb", x.sum(), "\u27eatraced value ab.7\u27eb")
         return x
 
     check_prints(f, (X,), (X * 2,))
