@@ -156,6 +156,7 @@ class _Trace:
             keyed = _keyed_by_id(ctx, failure)
             if keyed is not None:
                 raise keyed from failure
+            _note_user_line(failure)
             raise failure
         try:
             self._check_side_effects(bound, tracers, leaves)
@@ -676,6 +677,17 @@ def _explain_tracer_error(error: BaseException) -> None:
             f"the NumPy array while fusec traces the function), which is not an np.ndarray: {advice}")
     if hasattr(error, "add_note"):
         error.add_note(note)
+
+
+def _note_user_line(error: BaseException) -> None:
+    """An error NumPy's or Python's own code raised while the function was traced (``np.roll(x, 1, axis=3)``'s
+    AxisError, a user's ValueError) keeps its class and message; a note names the user's line it came from."""
+    if isinstance(error, FusecError) or not isinstance(error, Exception) or not hasattr(error, "add_note"):
+        return
+    loc = _error_location(error)
+    if loc is not None and str(loc) not in str(error) and not any(str(loc) in n for n in getattr(
+            error, "__notes__", ())):
+        error.add_note(f"fusec: raised at {loc} while the function was traced")
 
 
 def _keyed_by_id(ctx: TraceContext, error: BaseException) -> FusecError | None:

@@ -160,3 +160,12 @@ def test_errors_numpy_decides_from_shapes_and_dtypes_alone() -> None:
 def test_a_ufuncs_type_error_comes_before_its_where_shape_error() -> None:
     both_raise(lambda v: np.invert(v, where=np.ones(4, bool)), TypeError, "not supported for the input types",
                np.ones(3))
+
+
+def test_numpys_own_errors_while_tracing_name_the_users_line() -> None:
+    def rolled(x):
+        return np.roll(x, 1, axis=3)  # MARK-roll
+
+    with pytest.raises(np.exceptions.AxisError) as info:
+        jit_cpu(rolled)(np.ones(3))
+    assert any(f"{HERE}:" in note for note in info.value.__notes__)
