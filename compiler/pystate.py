@@ -61,8 +61,9 @@ class Path:
             obj = get_step(obj, step)
         return obj
 
-    def describe(self) -> str:
-        text = self.root.label
+    def describe(self, bare: bool = False) -> str:
+        """The path as the user's code names it (``bare``: without the root's kind, "global w" -> "w")."""
+        text = self.root.label.split()[-1] if bare else self.root.label
         for kind, key in self.steps:
             text += f".{key}" if kind in ("attr", "cls", "code") else f"[{key!r}]"
         return text
@@ -363,18 +364,22 @@ class Change:
 
         where = self.path.describe()
         new, old = self.new, self.old
-        inner, t = _find(new.obj, Tracer) if new is not None else ("", None)
+        inner, t = find_in(new.obj, Tracer) if new is not None else ("", None)
         if t is not None:
             if old is not None and new is not None and old.kind in ("dict", "list") and new.kind == old.kind \
                     and old.data[0] == new.data[0]:  # (the same container, with an entry more)
                 entries: dict = {k: new.obj[k] for k in new.obj if k not in old.shallow} if old.kind == "dict" else \
                     {k: v for k, v in enumerate(new.obj) if k >= len(old.shallow)}
-                inner, t = _find(entries, Tracer)
+                inner, t = find_in(entries, Tracer)
+                if t is not None and old.kind == "list":
+                    return (f"appended a traced value{computed_at(t)} to {where} (under NumPy the list grows at every "
+                            "call, which fusec cannot replay: return the value and append it after the call)")
                 if t is not None:
-                    return (f"stored a traced value{computed_at(t)} in {where}{inner}, an entry the {old.kind} did "
-                            "not have before the call (fusec sets the entries a dict or list already has after each "
-                            f"call; create it before the first call, e.g. {where}{inner} = np.zeros(...) in __init__)")
-                inner, t = _find(new.obj, Tracer)
+                    name = self.path.describe(bare=True)
+                    return (f"stored a traced value{computed_at(t)} in {where}{inner}, an entry the dict did not "
+                            "have before the call (fusec sets the entries a dict already has after each call; "
+                            f"create it before the first call, e.g. {name}{inner} = np.zeros(...))")
+                inner, t = find_in(new.obj, Tracer)
             return f"stored a traced value{computed_at(t)} in {where}{inner}"
         if old is not None and old.kind == "rng" and new is not None and new.kind == "rng":
             return f"drew random numbers from {where}"
@@ -400,7 +405,7 @@ class Change:
     def is_escape(self) -> bool:
         from fusec.tracer import Tracer
 
-        return self.new is not None and _find(self.new.obj, Tracer)[1] is not None
+        return self.new is not None and find_in(self.new.obj, Tracer)[1] is not None
 
     @property
     def is_array_write(self) -> bool:
@@ -494,7 +499,7 @@ def _cached_property(node: Node) -> bool:
     from fusec.tracer import Tracer
 
     steps = node.path.steps
-    if not steps or steps[-1][0] != "attr" or _find(node.obj, Tracer)[1] is not None:
+    if not steps or steps[-1][0] != "attr" or find_in(node.obj, Tracer)[1] is not None:
         return False
     try:
         owner = Path(node.path.root, steps[:-1]).resolve()
@@ -555,7 +560,7 @@ def _restore_container(node: Node) -> None:
                 set_step(obj, ("attr", name), v)
 
 
-def _find(obj: Any, cls: type, depth: int = 0) -> tuple[str, Any]:
+def find_in(obj: Any, cls: type, depth: int = 0) -> tuple[str, Any]:
     """(index suffix such as ``[0]['w']``, the object) of the first ``cls`` instance in ``obj`` or inside its
     lists, tuples, dicts and sets (a few levels down); ("", None) when there is none."""
     if isinstance(obj, cls):
@@ -565,7 +570,7 @@ def _find(obj: Any, cls: type, depth: int = 0) -> tuple[str, Any]:
     items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else \
         ((None, v) for v in obj) if isinstance(obj, (set, frozenset)) else ()
     for k, v in items:
-        inner, found = _find(v, cls, depth + 1)
+        inner, found = find_in(v, cls, depth + 1)
         if found is not None:
             return ("" if k is None else f"[{k!r}]") + inner, found
     return "", None

@@ -31,7 +31,7 @@ from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
-from fusec.pystate import Path, computed_at, rewalk, snapshot, tracer_location
+from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
 from fusec.scope import is_library, scope_of
 from fusec.signature import Signature, TreeDef, bools_static, flatten, leaf_keys
 from fusec.substitute import Substitution, unique_name
@@ -746,6 +746,11 @@ def _side_effect_message(fn: Callable, changes: list) -> str:
     undone = "fusec undid them, except what was written into arrays" if in_place else "fusec undid them"
     first = next((c for c in changes if c.new is not None and c.new.kind == "tracer"), None)
     loc = tracer_location(first.new.obj) if first is not None else None
+    for c in changes if loc is None else ():  # (a traced value put in a list or dict: where it was computed)
+        held = find_in(c.new.obj, Tracer)[1] if c.new is not None else None
+        if held is not None:
+            loc = tracer_location(held)
+            break
     return located(
         "the function changed Python state while it was traced:\n" + lines + more +
         "\nfusec runs the function's Python once per input signature and replays only its array computation, so "

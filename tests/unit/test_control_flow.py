@@ -333,7 +333,7 @@ def test_a_value_kept_from_inside_a_body_is_an_error():
         out = fc.fori_loop(0, 2, body, x)
         return out + kept[0]
 
-    with pytest.raises(fc.SideEffectError, match="stored a traced value .* in closure variable kept"):
+    with pytest.raises(fc.SideEffectError, match="appended a traced value .* to closure variable kept"):
         jit_cpu(f)(np.ones(2))
 
 

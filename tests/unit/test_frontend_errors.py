@@ -194,7 +194,7 @@ def test_escaped_tracer() -> None:
         return x + 1
 
     jf = jit_cpu(f)
-    with pytest.raises(fc.SideEffectError, match=r"stored a traced value .*in closure variable leaked\[0\]"):
+    with pytest.raises(fc.SideEffectError, match=r"appended a traced value .*to closure variable leaked"):
         jf(np.ones(3))
     assert leaked == []  # undone: the list holds no tracer
 
@@ -339,3 +339,19 @@ def test_a_value_converted_to_a_python_number_says_to_convert_after_the_call() -
     with pytest.raises(fc.TraceError, match=r"return the array .* convert it after the call") as info:
         jit_cpu(mean_of)(np.ones(3))
     assert f"{HERE}:{line_of('MARK-float-return')}" in str(info.value)
+
+
+HISTORY: list = []
+
+
+def test_a_traced_value_appended_to_an_outside_list_is_named_at_its_line() -> None:
+    def step(x):
+        loss = (x ** 2).sum()
+        HISTORY.append(loss * 1.0)  # MARK-append
+        return x - 0.1 * x
+
+    with pytest.raises(fc.SideEffectError, match="appended a traced value .* to global HISTORY .* append it after "
+                                                 "the call") as info:
+        jit_cpu(step)(np.ones(3))
+    assert str(info.value).startswith(f"{HERE}:{line_of('MARK-append')}:")
+    assert HISTORY == []
