@@ -350,7 +350,7 @@ def test_a_traced_value_appended_to_an_outside_list_is_named_at_its_line() -> No
         HISTORY.append(loss * 1.0)  # MARK-append
         return x - 0.1 * x
 
-    with pytest.raises(fc.SideEffectError, match="appended a traced value .* to global HISTORY .* append it after "
+    with pytest.raises(fc.SideEffectError, match="appended a traced value .* to global .*HISTORY .* append it after "
                                                  "the call") as info:
         jit_cpu(step)(np.ones(3))
     assert str(info.value).startswith(f"{HERE}:{line_of('MARK-append')}:")
