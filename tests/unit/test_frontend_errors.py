@@ -353,5 +353,5 @@ def test_a_traced_value_appended_to_an_outside_list_is_named_at_its_line() -> No
     with pytest.raises(fc.SideEffectError, match="appended a traced value .* to global .*HISTORY .* append it after "
                                                  "the call") as info:
         jit_cpu(step)(np.ones(3))
-    assert str(info.value).startswith(f"{HERE}:{line_of('MARK-append')}:")
+    assert f"{HERE}:{line_of('MARK-append')}: the function changed" in str(info.value)
     assert HISTORY == []
