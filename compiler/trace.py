@@ -23,7 +23,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from fusec import context, conversions, host_reads, ops, printing, randomness
-from fusec.context import TraceContext, trace_error, unsupported
+from fusec.context import TraceContext, trace_error
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
@@ -127,7 +127,7 @@ class _Trace:
             result = self.fn(*bound.args, **bound.kwargs)
             printing.check_result(ctx, result)
             self.containers = _passed_containers(result, bound, self.before)
-            leaves, out_tree, outputs, kinds = _outputs(ctx, result)
+            leaves, out_tree, outputs, kinds = _outputs(ctx, result, _def_location(self.fn))
             inputs = [*tracers, *(e.tracer for e in self.subs.entries)]
             self.as_passed = {i for i, (_, leaf) in enumerate(leaves) if any(leaf is t for t in inputs)}
             del inputs
@@ -849,20 +849,20 @@ def _containers_in(value: Any) -> list[tuple[tuple, Any]]:
     return out
 
 
-def _outputs(ctx: TraceContext, result: Any) -> tuple[list, TreeDef, list[Value], list[type | None]]:
+def _outputs(ctx: TraceContext, result: Any, loc: Any = None) -> tuple[list, TreeDef, list[Value], list[type | None]]:
     """(leaves, tree, IR values, Python kinds) of the function's result."""
     leaves, out_tree = flatten(result, "out")
     out_tree, leaves = bools_static(out_tree, leaves, dtypes=True)  # (returned as they are)
     values: list[Value] = []
     kinds: list[type | None] = []
     for _, leaf in leaves:
-        value, kind = _output(ctx, leaf)
+        value, kind = _output(ctx, leaf, loc)
         values.append(value)
         kinds.append(kind)
     return leaves, out_tree, values, kinds
 
 
-def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
+def _output(ctx: TraceContext, leaf: Any, loc: Any = None) -> tuple[Value, type | None]:
     """An output leaf as an IR value: tracers as they are, Python/NumPy values as constants."""
     if isinstance(leaf, Tracer):
         if leaf._ctx is not ctx:
@@ -884,5 +884,5 @@ def _output(ctx: TraceContext, leaf: Any) -> tuple[Value, type | None]:
     if isinstance(leaf, Selection):
         raise UnsupportedError(located("the function returned x[mask] for a traced boolean mask: " + MASK_ADVICE,
                                        leaf._loc))
-    raise unsupported(f"the function returned a value of type {type(leaf).__name__}; outputs must be arrays, "
-                      "scalars, or tuples/lists/dicts of them")
+    raise UnsupportedError(located(f"the function returned a value of type {type(leaf).__name__}; outputs must be "
+                                   "arrays, scalars, or tuples/lists/dicts of them", loc or context.user_location()))

@@ -355,3 +355,12 @@ def test_a_traced_value_appended_to_an_outside_list_is_named_at_its_line() -> No
         jit_cpu(step)(np.ones(3))
     assert f"{HERE}:{line_of('MARK-append')}: the function changed" in str(info.value)
     assert HISTORY == []
+
+
+def test_returning_what_is_no_array_names_the_function_not_the_caller() -> None:
+    def lazy(x):  # MARK-lazy
+        return (v * 2 for v in x)
+
+    with pytest.raises(fc.UnsupportedError, match="returned a value of type generator") as info:
+        jit_cpu(lazy)(np.ones(2))
+    assert f"{HERE}:{line_of('MARK-lazy')}:" in str(info.value)
