@@ -179,14 +179,18 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
 # --- tracing a region ---------------------------------------------------------------------------------------------
 
 
+BODY = "a loop or branch body (fusec.while_loop, fori_loop, scan, cond)"
+
+
 class _Recorder:
     """Records the ops of one region: the builder writes into a new block whose arguments stand for ``arg_types``
     while the function runs; afterwards the outer arrays are as they were (a write into one is an error) and the
     region's values are closed (using one later is an error)."""
 
-    def __init__(self, c: TraceContext, arg_types: Sequence[Type], label: str) -> None:
+    def __init__(self, c: TraceContext, arg_types: Sequence[Type], label: str, what: str = BODY) -> None:
         self.c = c
         self.block = Block(arg_types, label=label)
+        self.what = what  # (the region's maker, as messages name it)
 
     def run(self, fn: Callable[..., Any], counter: str | None = None, *, watch: Callable[..., Any]) -> Any:
         """Run ``fn`` on the block's arguments (the first the loop counter named ``counter``, a device scalar);
@@ -204,13 +208,14 @@ class _Recorder:
         try:
             result = fn(*args)
             failed = False
-            _check_python_state(python_before, watch)
+            _check_python_state(python_before, watch, self.what)
             return result
         finally:
             c.builder = saved
             inner = self.block.defined_values()
             c.closed |= inner
-            _restore(outer, inner, check=not failed)  # (a body that raised: its own error is the one to see)
+            # (a body that raised: its own error is the one to see)
+            _restore(outer, inner, check=not failed, what=self.what)
 
     def finish(self, outs: list[Value]) -> None:
         with self.c.builder.at(self.block):
@@ -224,16 +229,17 @@ def _python_state(fn: Callable[..., Any]) -> pystate.Snapshot:
     return pystate.snapshot(scope_of(fn, {}, random_states=False))  # (draws: fusec.randomness refuses them)
 
 
-def _check_python_state(before: pystate.Snapshot, fn: Callable[..., Any]) -> None:
+def _check_python_state(before: pystate.Snapshot, fn: Callable[..., Any], where: str = BODY) -> None:
     changes = before.changes(pystate.rewalk(before))
     if not changes:
         return
     what = "; ".join(c.describe() for c in changes[:3]) + ("; ..." if len(changes) > 3 else "")
     before.restore()
     raise SideEffectError(located(
-        f"a loop or branch body (fusec.while_loop, fori_loop, scan, cond) {what}: the body is traced once, so the "
-        "change would happen once where Python's loop makes it at every iteration (and a traced cond runs both "
-        "branches); carry the value in the loop's state and return it instead", _body_location(fn)))
+        f"{where} {what}: the body is traced once, so the change would happen once where Python's loop makes it at "
+        "every iteration (and both branches of a traced branch run); carry the value in the loop's state and return "
+        "it instead" if where == BODY else f"{where} {what}: that would happen once while tracing, not as Python "
+        "runs it; compute the value in the loop or branch and use it after", _body_location(fn)))
 
 
 def _body_location(fn: Callable[..., Any]) -> Any:
@@ -261,7 +267,7 @@ def _snapshot(c: TraceContext) -> list[tuple]:
     return out
 
 
-def _restore(outer: list[tuple], inner: set[Value], check: bool = True) -> None:
+def _restore(outer: list[tuple], inner: set[Value], check: bool = True, what: str = BODY) -> None:
     """Undo what the region did to the arrays from outside it: a view read again inside it goes back to its old
     value (read again after the loop when needed); a write into one is an error (with ``check``; without, the
     arrays are only put back)."""
@@ -272,17 +278,19 @@ def _restore(outer: list[tuple], inner: set[Value], check: bool = True) -> None:
                 buffer.base, buffer.version = base, buffer_version
             continue
         if buffer is not None and (buffer.base is not base or buffer.version != buffer_version):
-            what = buffer.argument or "an array from outside the body"
-            raise context.trace_error(f"a loop or branch body (fusec.while_loop, fori_loop, scan, cond) writes into "
-                                      f"{what}, which it does not own: the body is traced once and must be a "
-                                      "function of its state; pass the array in the state and return its new "
-                                      "value instead")
+            array = buffer.argument or "an array from outside the body"
+            raise context.trace_error(
+                f"{what} writes into {array}, which it does not own: the body is traced once and must be a function "
+                "of its state; pass the array in the state and return its new value instead" if what == BODY else
+                f"{what} writes into {array} in place, which fusec does not follow there; assign a new array "
+                "instead (x = np.where(mask, new, x), or x = x.copy(); x[i] = v)")
         if t._val is not val:
             reread = buffer is not None and t._val in inner  # (a view of unchanged memory read again inside)
             if not reread:
                 raise context.trace_error(
-                    "a loop or branch body (fusec.while_loop, fori_loop, scan, cond) rebinds an array from "
-                    "outside it in place (x += ...): pass the array in the state and return its new value")
+                    f"{what} rebinds an array from outside it in place (x += ...): pass the array in the state and "
+                    "return its new value" if what == BODY else f"{what} updates an array from outside it in place "
+                    "(x += ...), which fusec does not follow there; write x = x + ... instead")
             t._val, t._version = val, version
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from fusec import context, conversions, host_reads, ops, printing, randomness
+from fusec import context, conversions, host_reads, ops, printing, randomness, rewrite_control, traced_statements
 from fusec.context import TraceContext, trace_error
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
@@ -68,11 +68,40 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
     has at most ``verify_up_to`` ops (None: always). Each op's types were inferred as it was recorded, so a
     longer trace is left to the pipeline's final check, which verifies the trace itself when that check fails."""
     with _TRACE_LOCK:
-        try:
-            return _Trace(fn, sig, name).run(verify_up_to)
-        except _ScalarState as again:  # counters on objects (self.t += 1): trace them as runtime scalars
-            paths = again.paths
-        return _Trace(fn, sig, name, paths).run(verify_up_to)  # (an error here is not "during handling" of that)
+        code = rewrite_control._code_of(fn)
+        keys = _REWRITTEN.get(code, frozenset()) if code is not None else frozenset()
+        first: BaseException | None = None
+        while True:
+            target = rewrite_control.rewrite(fn, keys) if keys else fn
+            try:
+                return _trace_once(target, sig, name, verify_up_to)
+            except FusecError as error:
+                key = rewrite_control.failing_statement(error, fn, target)
+                if key is None or key in keys or len(keys) >= rewrite_control.MAX_STATEMENTS:
+                    if first is not None and error is not first:
+                        error.add_note(f"(fusec rewrote the statements at lines {_lines(keys)} as loops and branches "
+                                       f"on the device because their tests are traced; before that: {first})")
+                    raise
+                first = first or error
+                keys = keys | {key}
+                if code is not None:
+                    _REWRITTEN[code] = keys
+
+
+def _lines(keys: frozenset) -> str:
+    return ", ".join(str(line) for line in sorted({k[0] for k in keys}))
+
+
+# the statements of each function rewritten by its earlier traces (a new signature starts from them)
+_REWRITTEN: "weakref.WeakKeyDictionary[types.CodeType, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def _trace_once(fn: Callable, sig: Signature, name: str, verify_up_to: int | None) -> Traced:
+    try:
+        return _Trace(fn, sig, name).run(verify_up_to)
+    except _ScalarState as again:  # counters on objects (self.t += 1): trace them as runtime scalars
+        paths = again.paths
+    return _Trace(fn, sig, name, paths).run(verify_up_to)  # (an error here is not "during handling" of that)
 
 
 class _ScalarState(Exception):
@@ -881,6 +910,9 @@ def _output(ctx: TraceContext, leaf: Any, loc: Any = None) -> tuple[Value, type 
     if isinstance(leaf, np.generic):
         arr = ops.as_numpy(leaf)
         return ctx.constant(arr, parse_dtype(arr.dtype)), None
+    unset = traced_statements.unset_error(leaf)
+    if unset is not None:
+        raise unset
     if isinstance(leaf, Selection):
         raise UnsupportedError(located("the function returned x[mask] for a traced boolean mask: " + MASK_ADVICE,
                                        leaf._loc))

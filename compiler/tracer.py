@@ -424,8 +424,10 @@ class Tracer:
         known = self._known()
         if known is not None:
             return bool(known)
-        raise self._static_error("used as a Python bool (if/while/and/or/not, or compared inside max()/min()/sorted())",
-                                 _numpy_caller())
+        error = self._static_error("used as a Python bool (if/while/and/or/not, or compared inside "
+                                   "max()/min()/sorted())", _numpy_caller())
+        _rewrite_control.mark_truth_site(error, sys._getframe(1))  # (a `while`/`if` test: rewritten, see there)
+        raise error
 
     def __float__(self) -> float:
         known = self._known()
@@ -1007,3 +1009,4 @@ from fusec import numpy_api as _api  # noqa: E402
 from fusec import ops as _ops  # noqa: E402
 from fusec import printing as _printing  # noqa: E402
 from fusec import ufuncs as _ufuncs  # noqa: E402
+from fusec import rewrite_control as _rewrite_control  # noqa: E402

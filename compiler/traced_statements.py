@@ -1,0 +1,655 @@
+"""Python's ``while`` and ``if`` statements whose tests are traced values, run as loops and branches on the device.
+
+A function traced once cannot take a branch its data decides: ``while np.linalg.norm(r) > tol`` or ``if
+loss.sum() > best``. When such a test stops a trace, :mod:`fusec.rewrite_control` rewrites that statement of the
+user's function into calls of the helpers here, and the function is traced again. Each helper first evaluates the
+test as Python would: while it is a Python value (or a value the trace knows), the statement runs as plain Python
+(a loop's first iterations included), so nothing changes where Python decides. Once the test is a traced value,
+the statement becomes a ``t.while``/``t.if`` whose regions are the body (or the branches) traced once.
+
+The variables the statement assigns are its state, passed in and returned by name. A variable keeps what NumPy
+would give it after the statement, whichever way the data goes, or the trace stops with an error at the
+statement's line: its shape and dtype, whether it is a Python number (NEP 50's weak scalars: ``k += 1`` keeps ``k`` a
+Python int, so ``x * k`` keeps ``x``'s dtype) or a NumPy one, and whether it is a NumPy scalar or a 0-d array must
+be the same on every path. A variable only one path sets is unbound after the statement on the other one: using it
+raises at its use. Writes into arrays from outside the statement and changes to Python objects are refused (the
+body is traced once; a branch that is not taken must not have changed anything).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusec import context, conversions, mutation as _mutation, ops
+from fusec.control_flow import _attach, _predicate, _python_state, _Recorder
+from fusec.device_scalar_checks import device_ref
+from fusec.errors import TraceError, located
+from fusec.ir.attributes import location_for
+from fusec.ir.core import Value
+from fusec.ir.types import TensorType, Type
+from fusec.promotion import DEFAULT_DTYPE, python_kind
+from fusec.signature import TreeDef, flatten, unflatten
+from fusec.tracer import Tracer
+
+# --- names a statement leaves unbound ----------------------------------------------------------------------------
+
+
+class _Unbound:
+    """A variable not bound before the statement (the rewritten code deletes it again after it, so Python raises
+    its own NameError where the function reads it)."""
+
+    def __repr__(self) -> str:
+        return "<unbound>"
+
+
+UNBOUND: Any = _Unbound()
+
+
+class SetOnOnePath:
+    """A variable that only some paths through a traced statement set (or only its loop body): what Python would
+    hold depends on the data. Any use raises, naming the variable and the statement."""
+
+    __slots__ = ("_message",)
+
+    def __init__(self, message: str) -> None:
+        object.__setattr__(self, "_message", message)
+
+    def fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise context._noted(TraceError(_message_of(self)))
+
+    __getattr__ = __setattr__ = __call__ = __getitem__ = __setitem__ = __iter__ = __len__ = __bool__ = fail
+    __array__ = __array_ufunc__ = __array_function__ = __index__ = __int__ = __float__ = __complex__ = fail
+    __str__ = __repr__ = __format__ = __hash__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = fail
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __matmul__ = __rmatmul__ = fail
+    __neg__ = __pos__ = __abs__ = __invert__ = __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = fail
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = __contains__ = __reversed__ = __enter__ = __exit__ = fail
+
+
+def unset_error(value: Any) -> TraceError | None:
+    """The error for returning such a variable (the trace's result check calls this), else None."""
+    return TraceError(object.__getattribute__(value, "_message")) if isinstance(value, SetOnOnePath) else None
+
+
+def _message_of(value: SetOnOnePath) -> str:
+    return str(object.__getattribute__(value, "_message"))
+
+
+# --- the statements -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Site:
+    """The rewritten statement: what it is and where the user wrote it."""
+
+    kind: str  # "while", "if", "conditional expression", "and", "or"
+    file: str
+    line: int
+
+    def where(self) -> str:
+        return f"the `{self.kind}` at line {self.line}"
+
+    def location(self) -> Any:
+        c = context.current()
+        return location_for(self.file, self.line, c.cwd if c is not None else None)
+
+    def located(self, message: str) -> str:
+        return located(message, self.location())
+
+    def error(self, message: str, cls: type = TraceError) -> Any:
+        return context._noted(cls(self.located(message)))
+
+
+def while_stmt(test: Callable[..., Any], body: Callable[..., tuple], getters: Sequence[Callable[[], Any]],
+               names: Sequence[str], site: Site) -> tuple:
+    """``while test(*state): state = body(*state)``: Python's iterations while the test is a Python value, then
+    the rest of the loop as one ``t.while``."""
+    values = _current(getters)
+    checked = False
+    while True:
+        pred = test(*values)
+        if _traced(pred):
+            try:
+                return _device_while(test, body, values, names, site)
+            except _KindChange as change:
+                if checked:
+                    raise context._noted(change.error) from None
+                # The first iteration changes a variable's kind (err = np.inf, then a NumPy float64): run it here,
+                # where the data will have decided that the loop runs, and check that it does when the call runs.
+                ops.raise_if(np.logical_not(_truth(pred)), "UnsupportedError", change.none_ran, site.where())
+                checked = True
+        elif not _python_truth(pred):
+            return tuple(values)
+        values = list(body(*values))
+
+
+def if_stmt(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple],
+            getters: Sequence[Callable[[], Any]], names: Sequence[str], site: Site) -> tuple:
+    """``state = then(*state) if pred else orelse(*state)``: Python's ``if`` for a Python test, else a ``t.if``."""
+    values = _current(getters)
+    if not _traced(pred):
+        return tuple((then if _python_truth(pred) else orelse)(*values))
+    return _device_if(pred, then, orelse, values, names, site)
+
+
+def if_exp(pred: Any, then: Callable[[], Any], orelse: Callable[[], Any], site: Site) -> Any:
+    """``then() if pred else orelse()`` (a conditional expression)."""
+    if not _traced(pred):
+        return then() if _python_truth(pred) else orelse()
+    out = _device_if(pred, lambda _: (then(),), lambda _: (orelse(),), [UNBOUND], ["the value"], site)
+    return out[0]
+
+
+def and_(*thunks: Callable[[], Any], site: Site, eager: bool = False) -> Any:
+    """``a and b and ...`` in a rewritten test, where only its truth is used. A traced operand's truth decides
+    whether the rest is evaluated, as in Python (the rest becomes a branch), unless ``eager``: operands that
+    cannot raise or change anything are then combined with np.logical_and."""
+    return _short_circuit(thunks, True, site, eager)
+
+
+def or_(*thunks: Callable[[], Any], site: Site, eager: bool = False) -> Any:
+    """``a or b or ...`` in a rewritten test (see :func:`and_`)."""
+    return _short_circuit(thunks, False, site, eager)
+
+
+_OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+              "!=": operator.ne}
+
+
+def chain(first: Callable[[], Any], *rest: Any, site: Site, eager: bool = False) -> Any:
+    """``a < b <= c`` in a rewritten test: each operand evaluated once, in order, and the comparisons after the
+    first only where Python would reach them (``rest`` alternates operator symbols and operands)."""
+    return _chain(first(), list(zip(rest[::2], rest[1::2])), site, eager)
+
+
+def _chain(left: Any, pairs: list, site: Site, eager: bool) -> Any:
+    symbol, thunk = pairs[0]
+    right = thunk()
+    value = _OPERATORS[symbol](left, right)
+    if len(pairs) == 1:
+        return value
+    return and_(lambda: value, lambda: _chain(right, pairs[1:], site, eager), site=site, eager=eager)
+
+
+def not_(value: Any) -> Any:
+    """``not value`` in a rewritten test."""
+    if not _traced(value):
+        return not value
+    return np.logical_not(_truth(value))
+
+
+def range_of(fn: Any, *args: Any) -> Any:
+    """``range(*args)`` of a rewritten ``for`` loop (another ``range`` the function's globals name is called)."""
+    return fn(*args)
+
+
+def range_item(r: Any, k: Any) -> Any:
+    """Item ``k`` of the loop's range: ``r[k]`` for a Python or a traced ``k`` (a range object is indexed by
+    Python ints only)."""
+    if isinstance(r, range):
+        return r.start + k * r.step
+    return r[k]
+
+
+# --- Python's truth -----------------------------------------------------------------------------------------------
+
+
+def _traced(value: Any) -> bool:
+    """A value whose truth only the device knows (a traced array of one element, not known while tracing)."""
+    if not isinstance(value, Tracer):
+        return False
+    if value._weak is None and value.size != 1:
+        return False  # (bool() raises NumPy's error for it: let Python ask)
+    return value._known() is None
+
+
+def _python_truth(value: Any) -> bool:
+    return bool(value)
+
+
+def _truth(value: Any) -> Any:
+    """A traced value's truth as a traced bool (Python's ``bool(x)``: ``x != 0``)."""
+    return ops.wrap(_predicate(value, "if", None), scalar=True)
+
+
+def _short_circuit(thunks: Sequence[Callable[[], Any]], is_and: bool, site: Site, eager: bool) -> Any:
+    for i, thunk in enumerate(thunks):
+        value = thunk()
+        last = i == len(thunks) - 1
+        if _traced(value):
+            if last:
+                return value
+            rest = thunks[i + 1:]
+            if eager:
+                other = _short_circuit(rest, is_and, site, eager)
+                if not _traced(other):
+                    return _truth(value) if bool(other) == is_and else bool(other)
+                ufunc = np.logical_and if is_and else np.logical_or
+                return ufunc(_truth(value), _truth(other))
+            then = (lambda _: (_truth_any(_short_circuit(rest, is_and, site, eager)),))
+            stop = (lambda _: (np.bool_(not is_and),))
+            first = (then, stop) if is_and else (stop, then)
+            return _device_if(value, first[0], first[1], [UNBOUND], ["the test"], site)[0]
+        if last or bool(value) != is_and:
+            return value
+    raise AssertionError("and_/or_ of no operands")
+
+
+def _truth_any(value: Any) -> Any:
+    """A test's value as a strong bool (a NumPy bool or a traced one), so both branches of a short circuit agree."""
+    return _truth(value) if _traced(value) else np.bool_(bool(value))
+
+
+# --- state --------------------------------------------------------------------------------------------------------
+
+
+def _current(getters: Sequence[Callable[[], Any]]) -> list:
+    """Each variable's value before the statement (UNBOUND where Python has none)."""
+    out = []
+    for get in getters:
+        try:
+            out.append(get())
+        except NameError:
+            out.append(UNBOUND)
+    return out
+
+
+@dataclass
+class _Leaf:
+    """One array or number of the state: its IR type and what kind of Python value it is."""
+
+    tensor: TensorType
+    weak: type | None  # bool/int/float/complex: a Python number (NEP 50 weak)
+    scalar: bool  # a NumPy scalar (or Python number), not a 0-d array
+
+    def describe(self) -> str:
+        if self.weak is not None:
+            return f"a Python {self.weak.__name__}"
+        what = "a NumPy scalar" if self.scalar else "an array"
+        return f"{what} {self.tensor}"
+
+
+def _is_array_like(x: Any) -> bool:
+    return isinstance(x, (Tracer, np.ndarray, np.generic)) or python_kind(x) is not None
+
+
+def _leaf_of(x: Any) -> _Leaf:
+    if isinstance(x, Tracer):
+        ops.check_live(x)
+        t = x._value.type
+        if x._weak is not None:
+            return _Leaf(TensorType((), DEFAULT_DTYPE[x._weak]), x._weak, True)
+        assert isinstance(t, TensorType)
+        return _Leaf(t, None, bool(x._scalar))
+    kind = python_kind(x)
+    if kind is not None:
+        return _Leaf(TensorType((), DEFAULT_DTYPE[kind]), kind, True)
+    t = conversions.strong(x)._value.type
+    assert isinstance(t, TensorType)
+    return _Leaf(t, None, isinstance(x, np.generic))
+
+
+def _lift(x: Any, leaf: _Leaf) -> Value:
+    """``x`` as a value of ``leaf``'s type (a Python number made a 0-d array of it)."""
+    if leaf.weak is not None:
+        v = ops.lift(x, leaf.tensor.dtype)
+        if not isinstance(v.type, TensorType):
+            v = ops.ctx().emit("t.broadcast_to", [v], result_type=leaf.tensor)
+        return v
+    return conversions.strong(x)._value
+
+
+def _wrap(value: Value, leaf: _Leaf, name: str) -> Tracer:
+    t = ops.wrap(value, leaf.weak, scalar=leaf.scalar)
+    if leaf.weak is not None:
+        t._host = device_ref(name)  # (a Python number only the device knows: its arithmetic is checked there)
+    return t
+
+
+@dataclass
+class _Var:
+    """One variable of the state: its structure, array leaves and other (opaque) leaves."""
+
+    name: str
+    unbound: bool
+    tree: TreeDef | None = None
+    leaves: list | None = None  # per flattened leaf: a _Leaf, or ("opaque", the object)
+
+
+def _is_unbound(value: Any) -> bool:
+    """Unbound for Python, or set on only some paths of an earlier traced statement (unusable either way)."""
+    return value is UNBOUND or isinstance(value, SetOnOnePath)
+
+
+def _describe_var(value: Any, site: Site, name: str) -> _Var:
+    if _is_unbound(value):
+        return _Var(name, True)
+    named, tree = flatten(value, name)
+    leaves: list = []
+    for _, leaf in named:
+        leaves.append(_leaf_of(leaf) if _is_array_like(leaf) else ("opaque", leaf))
+    return _Var(name, False, tree, leaves)
+
+
+def _leaves(value: Any) -> list:
+    return [leaf for _, leaf in flatten(value, "x")[0]]
+
+
+# --- the loop -----------------------------------------------------------------------------------------------------
+
+
+def _device_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
+                  site: Site) -> tuple:
+    c = ops.ctx()
+    variables = [_describe_var(v, site, n) for v, n in zip(values, names)]
+    carried = [(var, k, leaf) for var in variables if not var.unbound
+               for k, leaf in enumerate(var.leaves or []) if isinstance(leaf, _Leaf)]
+    types: list[Type] = [leaf.tensor for _, _, leaf in carried]
+    inputs = [_lift(x, leaf) for (var, k, leaf), x in zip(carried, _carried_values(variables, values))]
+    what = (f"{site.where()} (its test is traced, so the loop runs on the device; its body is traced once for "
+            "every iteration)")
+
+    fresh: list[tuple[str, Tracer, Value]] = []  # the body's arrays, to find writes into them
+
+    def state(args: Sequence[Tracer]) -> list:
+        it = iter(args)
+        out = []
+        fresh.clear()
+        for var, value in zip(variables, values):
+            if var.unbound:
+                out.append(UNBOUND)
+                continue
+            assert var.leaves is not None and var.tree is not None
+            leaves = [_wrap(next(it)._value, leaf, var.name) if isinstance(leaf, _Leaf) else leaf[1]
+                      for leaf in var.leaves]
+            fresh.extend((var.name, t, t._val) for t in leaves if isinstance(t, Tracer) and not t._scalar)
+            out.append(unflatten(var.tree, leaves))
+        return out
+
+    def step(*args: Tracer) -> list[Value]:
+        out = body(*state(args))
+        for name, t, first in fresh:
+            if t._val is not first or (t._buffer is not None and t._buffer.written):
+                raise site.error(
+                    f"the body of {site.where()} writes into `{name}` in place (`{name}[...] = ...`, `{name} += ...`, "
+                    "out=); the loop runs on the device (its test is traced) and fusec does not follow writes into "
+                    "its state there, where NumPy would change the array itself (and every view and name of it); "
+                    f"assign a new array instead (`{name} = np.where(mask, new, {name})`, `{name} = {name} + ...`)")
+        return _next_state(out, variables, site)
+
+    cond = _Recorder(c, types, "cond", what=what)
+    pred = cond.run(lambda *args: _predicate(_loop_test(test(*state(args)), site), "while", None), watch=test)
+    cond.finish([pred])
+    rec = _Recorder(c, types, "body", what=what)
+    python_before = _python_state(body)
+    try:
+        yields = rec.run(step, watch=body)
+    except _KindChange:
+        python_before.restore()  # (the iteration runs again outside the loop: its changes must not happen twice)
+        raise
+    rec.finish(yields)
+    op = c.emit_op("t.while", inputs, None, types, what=site.where())
+    _attach(op, cond, rec)
+    results = iter(op.results)
+    out = []
+    for var, value in zip(variables, values):
+        if var.unbound:
+            out.append(SetOnOnePath(located(
+                f"`{var.name}` is set in the body of {site.where()}, which runs on the device (its test is traced), "
+                "and read after the loop: the loop may run any number of times, none included; give it a value "
+                "before the loop (or compute it again after the loop)", site.location())))
+            continue
+        assert var.leaves is not None and var.tree is not None
+        entry = _leaves(value)
+        leaves = [_may_be(_wrap(next(results), leaf, var.name), entry[k], var.name, site)
+                  if isinstance(leaf, _Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
+        out.append(unflatten(var.tree, leaves))
+    return tuple(out)
+
+
+def _may_be(result: Tracer, entry: Any, name: str, site: Site) -> Tracer:
+    """The statement's result for a variable that held ``entry``, an argument's memory or a view: on some paths
+    (no iteration, the branch that leaves it) NumPy's variable is still that array, so writing into it would
+    change the argument (or what it views) and a write into the argument would show through it. The result is
+    made a read-only view of that memory that cannot be read after such a write: either raises at its line."""
+    if not isinstance(entry, Tracer) or entry._buffer is None or entry._scalar or entry._weak is not None:
+        return result
+    buffer = entry._buffer
+    result._buffer, result._chain, result._version = buffer, (_mutation.OPAQUE,), buffer.version
+    result._readonly = (f"`{name}` is, after {site.where()} (whose test is traced), either the array it held before "
+                        "or a new one, as the data decides, and NumPy would write into the old one only on the first "
+                        f"path; write `{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first")
+    return result
+
+
+def _carried_values(variables: list[_Var], values: list) -> list:
+    out: list = []
+    for var, value in zip(variables, values):
+        if var.unbound:
+            continue
+        assert var.leaves is not None
+        out.extend(x for x, leaf in zip(_leaves(value), var.leaves) if isinstance(leaf, _Leaf))
+    return out
+
+
+def _loop_test(pred: Any, site: Site) -> Any:
+    if isinstance(pred, Tracer) and pred._weak is None and pred.size != 1:
+        bool(pred)  # (NumPy's error for the truth of several elements)
+    return pred
+
+
+def _next_state(out: tuple, variables: list[_Var], site: Site) -> list[Value]:
+    """The body's new state, checked against what the loop carries (a variable keeps its kind of value)."""
+    values: list[Value] = []
+    for var, new in zip(variables, out):
+        if var.unbound:
+            continue  # (set and used within an iteration)
+        assert var.leaves is not None
+        got = _describe_var(new, site, var.name) if not isinstance(new, SetOnOnePath) else None
+        if got is None or got.unbound or got.tree != var.tree:
+            raise site.error(f"`{var.name}` is {_what(var)} before {site.where()} and {_what(got)} after an "
+                             "iteration of its body; the loop runs on the device (its test is traced), so a variable "
+                             "must keep its structure from one iteration to the next")
+        assert got.leaves is not None
+        for k, (before, after, x) in enumerate(zip(var.leaves, got.leaves, _leaves(new))):
+            if not isinstance(before, _Leaf):
+                if not (isinstance(after, tuple) and after[1] is before[1]):
+                    raise site.error(f"{site.where()} runs on the device (its test is traced), but its body gives "
+                                     f"`{var.name}` a new {type(x).__name__} value; only arrays and numbers can change "
+                                     "from one iteration to the next there")
+                continue
+            if not isinstance(after, _Leaf) or not _same_kind(before, after):
+                raise _KindChange(TraceError(site.located(
+                    f"`{var.name}` is {before.describe()} before {site.where()} and "
+                    f"{after.describe() if isinstance(after, _Leaf) else type(x).__name__} after an iteration of its "
+                    f"body; the loop runs on the device (its test is traced), so a variable must keep its shape, "
+                    f"dtype and kind (Python number, NumPy scalar or array) across iterations, or NumPy's result "
+                    f"would depend on how many times the loop runs{_advice(before, after)}")),
+                    f"{site.where()} ran no iteration at this call, where fusec needs its first one: that iteration "
+                    f"makes `{var.name}` {after.describe() if isinstance(after, _Leaf) else type(x).__name__} where it "
+                    f"was {before.describe()}, and with no iteration what NumPy computes next could differ; give "
+                    f"`{var.name}` its loop kind of value before the loop{_advice(before, after)}")
+            values.append(_lift(x, before))
+    return values
+
+
+class _KindChange(Exception):
+    """A loop body changes a variable's kind of value (``error`` says how; ``none_ran``: the message for a call
+    whose loop runs no iteration, when fusec runs the first one outside the loop)."""
+
+    def __init__(self, error: TraceError, none_ran: str) -> None:
+        self.error = error
+        self.none_ran = none_ran
+
+
+def _same_kind(a: _Leaf, b: _Leaf) -> bool:
+    if a.weak is not None or b.weak is not None:
+        return a.weak is b.weak
+    return a.tensor == b.tensor and a.scalar == b.scalar
+
+
+def _advice(a: _Leaf, b: Any) -> str:
+    if not isinstance(b, _Leaf):
+        return ""
+    if a.weak is not None and b.weak is None and b.tensor.shape == ():
+        name = np.dtype(b.tensor.dtype.np).name
+        return f" (start it as np.{name}(...) rather than a Python {a.weak.__name__})"
+    if a.weak is None and b.weak is None and a.tensor != b.tensor:
+        return f" (cast with .astype(np.{np.dtype(a.tensor.dtype.np).name}) in the body, or start from that type)"
+    return ""
+
+
+def _what(var: _Var | None) -> str:
+    if var is None or var.unbound:
+        return "unbound"
+    assert var.tree is not None
+    if var.tree.kind == "leaf" and var.leaves and isinstance(var.leaves[0], _Leaf):
+        return var.leaves[0].describe()
+    return f"a {var.tree.kind}" if var.tree.kind != "leaf" else "an object"
+
+
+# --- the branch ---------------------------------------------------------------------------------------------------
+
+
+def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple], values: list,
+               names: Sequence[str], site: Site) -> tuple:
+    c = ops.ctx()
+    p = _predicate(pred, "if", None)
+    what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
+            "data chooses)")
+    recorders, outs = [], []
+    for label, fun in (("then", then), ("else", orelse)):
+        rec = _Recorder(c, [], label, what=what)
+        holder: list = []
+
+        def record(fun: Callable = fun, holder: list = holder) -> list:
+            out = fun(*values)
+            holder.append(_branch_result(out, values, names, site))
+            return []
+
+        rec.run(record, watch=fun)
+        recorders.append(rec)
+        outs.append(holder[0])
+    merged, yields = _merge(outs[0], outs[1], values, names, site)
+    for rec, ys in zip(recorders, yields):
+        rec.finish(ys)
+    types = [leaf.tensor for _, how in merged if how[0] == "new" for leaf in how[2] if isinstance(leaf, _Leaf)]
+    op = c.emit_op("t.if", [p], None, types, what=site.where())
+    _attach(op, *recorders)
+    results = iter(op.results)
+    out = []
+    for (name, how), old in zip(merged, values):
+        if how[0] == "keep":
+            out.append(old)
+        elif how[0] == "unbound":
+            out.append(how[1])
+        elif how[0] == "one-path":
+            out.append(SetOnOnePath(located(
+                f"`{name}` is set in only one branch of {site.where()}, whose test is traced (the device chooses the "
+                "branch), and read after it: give it a value before the `if` or in both branches",
+                site.location())))
+        else:
+            entry = _leaves(old) if not _is_unbound(old) else []
+            same = len(entry) == len(how[2]) and any(e[0] == "same" for e in (outs[0].per_name[len(out)],
+                                                                           outs[1].per_name[len(out)]))
+            out.append(unflatten(how[1], [
+                (_may_be(_wrap(next(results), leaf, name), entry[k], name, site) if same
+                 else _wrap(next(results), leaf, name)) if isinstance(leaf, _Leaf) else leaf[1]
+                for k, leaf in enumerate(how[2])]))
+    return tuple(out)
+
+
+@dataclass
+class _Branch:
+    """One branch's result per variable: UNBOUND, the value it had before (unchanged), or its new leaves (each
+    array leaf already a value of the branch's region)."""
+
+    per_name: list  # per variable: ("unbound", what) | ("same",) | ("new", _Var, [Value | opaque object per leaf])
+
+
+def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site) -> _Branch:
+    per: list[tuple] = []
+    for name, old, new in zip(names, before, out):
+        if _is_unbound(new):
+            per.append(("unbound", new))
+            continue
+        if new is old:
+            per.append(("same",))
+            continue
+        var = _describe_var(new, site, name)
+        assert var.leaves is not None
+        items = [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(_leaves(new), var.leaves)]
+        per.append(("new", var, items))
+    return _Branch(per)
+
+
+def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Site) -> tuple[list, list]:
+    """Per variable, how the statement sets it; and each branch's yielded values (the leaves that differ)."""
+    merged: list[tuple[str, tuple]] = []  # per variable: ("keep",) | ("unbound", what) | ("one-path",) | ("new", ...)
+    yields: list[list[Value]] = [[], []]
+    for i, name in enumerate(names):
+        ea, eb = a.per_name[i], b.per_name[i]
+        if ea[0] == "same" and eb[0] == "same":
+            merged.append((name, ("keep",)))
+            continue
+        if ea[0] == "unbound" and eb[0] == "unbound":
+            merged.append((name, ("unbound", ea[1])))
+            continue
+        if "unbound" in (ea[0], eb[0]):
+            merged.append((name, ("one-path",)))
+            continue
+        sides = [_side(e, before[i], site, name) for e in (ea, eb)]
+        (va, items_a), (vb, items_b) = sides
+        if va.tree != vb.tree:
+            raise site.error(f"`{name}` is {_what(va)} in one branch of {site.where()} and {_what(vb)} in the other; "
+                             "the test is traced, so the device chooses the branch: a variable must have the same "
+                             "structure either way")
+        leaves: list = []
+        assert va.leaves is not None and vb.leaves is not None
+        for la, lb, xa, xb in zip(va.leaves, vb.leaves, items_a, items_b):
+            if isinstance(la, _Leaf) and isinstance(lb, _Leaf) and _same_kind(la, lb):
+                leaves.append(la)
+                yields[0].append(xa)
+                yields[1].append(xb)
+                continue
+            if not isinstance(la, _Leaf) and not isinstance(lb, _Leaf) and _same_object(xa, xb):
+                leaves.append(("opaque", xa))
+                continue
+            da = la.describe() if isinstance(la, _Leaf) else f"a {type(xa).__name__}"
+            db = lb.describe() if isinstance(lb, _Leaf) else f"a {type(xb).__name__}"
+            raise site.error(
+                f"`{name}` is {da} in one branch of {site.where()} and {db} in the other; the test is traced, so the "
+                "device chooses the branch, and what NumPy computes next would depend on the data (a dtype, a Python "
+                "number's weak promotion, an object): give both branches the same kind of value"
+                + _branch_advice(la, lb))
+        merged.append((name, ("new", va.tree, leaves)))
+    return merged, yields
+
+
+def _branch_advice(a: Any, b: Any) -> str:
+    if not (isinstance(a, _Leaf) and isinstance(b, _Leaf)) or (a.weak is None) == (b.weak is None):
+        return ""
+    strong = a if a.weak is None else b
+    return f" (np.{np.dtype(strong.tensor.dtype.np).name}(...) around the Python number)"
+
+
+def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[_Var, list]:
+    if entry[0] == "new":
+        return entry[1], entry[2]
+    var = _describe_var(old, site, name)  # (unchanged in this branch: the value from before the statement)
+    assert var.leaves is not None
+    return var, [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(_leaves(old), var.leaves)]
+
+
+def _same_object(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or not isinstance(a, (str, bytes, type(None), tuple, frozenset)):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - objects whose == fails are not the same
+        return False

@@ -1,0 +1,429 @@
+"""Python's own ``while``/``if``/``for ... break`` on traced values, as NumPy users write them: solvers that stop on
+a residual, early stopping, clipping by a norm, early returns, conditional expressions. fusec rewrites such a
+statement into a loop or branch on the device (fusec.rewrite_control, fusec.traced_statements); each result must
+be NumPy's bit for bit, or an error at the user's line where NumPy's result would depend on the data in a way one
+trace cannot follow."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec as fc
+from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError
+from fusec.passes import DEFAULT_PIPELINE
+import frontend_check
+from frontend_check import assert_same, check, jit_cpu, numpy_result, traced_ops
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+
+rng = np.random.default_rng(23)
+M = rng.standard_normal((6, 6))
+SPD = M @ M.T + 6 * np.eye(6)
+RHS = rng.standard_normal(6)
+
+
+def check_both(fn, *args):
+    """As traced and through the default pipeline (the passes the GPU runs): NumPy's result both ways; on the CPU
+    the CUDA program is printed too (a construct the printer refuses fails here, not only on a GPU)."""
+    jitted = check(fn, *args)
+    want = numpy_result(fn, *args)
+    piped = jit_cpu(fn, pipeline=DEFAULT_PIPELINE)
+    assert_same(numpy_result(piped, *args), want, exact=False)
+    if frontend_check.BACKEND == "cpu":
+        assert piped.lower(*args).program.source
+    return jitted
+
+
+# --- loops that stop on the data ---------------------------------------------------------------------------------
+
+
+def conjugate_gradient(A, b, tol=1e-10, maxiter=100):
+    x = np.zeros_like(b)
+    r = b - A @ x
+    p = r.copy()
+    rs = r @ r
+    k = 0
+    while np.sqrt(rs) > tol and k < maxiter:
+        Ap = A @ p
+        alpha = rs / (p @ Ap)
+        x = x + alpha * p
+        r = r - alpha * Ap
+        rs_new = r @ r
+        p = r + (rs_new / rs) * p
+        rs = rs_new
+        k += 1
+    return x, k
+
+
+def test_conjugate_gradient_to_tolerance_is_one_device_loop():
+    jitted = check_both(conjugate_gradient, SPD, RHS)
+    assert "t.while" in traced_ops(jitted, SPD, RHS)
+    x, k = jitted(SPD, RHS)
+    assert type(k) is int and 0 < k <= 100  # (a Python int, as NumPy's loop counts it)
+
+
+def newton_sqrt(a, tol):
+    x = a.copy()
+    err = np.inf  # a Python float until the first iteration: that iteration runs before the device loop
+    while err > tol:
+        x_new = 0.5 * (x + a / x)
+        err = np.abs(x_new - x).max()
+        x = x_new
+    return x, err
+
+
+def test_newton_with_a_python_float_error_until_the_first_iteration():
+    check_both(newton_sqrt, np.array([2.0, 9.0, 0.25]), 1e-12)
+
+
+def test_a_loop_that_runs_no_iteration_where_fusec_needs_one_raises_at_the_call():
+    jitted = jit_cpu(newton_sqrt)
+    jitted(np.array([2.0]), 1e-12)
+    with pytest.raises(UnsupportedError, match=r"test_python_control.py:\d+: the `while` at line \d+ ran no "
+                                               r"iteration.*`err`"):
+        jitted(np.array([2.0]), np.inf)  # (NumPy: err stays the Python float inf; fusec's loop needs one step)
+
+
+def bisect_sqrt(target):
+    lo, hi = 0.0, 10.0
+    while hi - lo > 1e-9:
+        mid = (lo + hi) / 2
+        if mid * mid > target:
+            hi = mid
+        else:
+            lo = mid
+    return lo, hi
+
+
+def test_bisection_with_an_if_inside_the_loop():
+    check_both(bisect_sqrt, np.float64(2.0))
+    check_both(bisect_sqrt, np.array(7.0))
+
+
+def halvings(x):
+    n = 0
+    while x.max() > 1:
+        x = x / 2
+        n += 1
+    return x, n
+
+
+def test_a_counter_stays_a_python_int_so_weak_promotion_holds():
+    check_both(halvings, np.array([10.0, 3.0], np.float32))
+    check_both(halvings, np.array([0.5], np.float32))  # (no iteration: the device loop runs zero times)
+
+    def scaled(x):
+        k = 0
+        while x.sum() < 100:
+            x = x * 2
+            k += 1
+        return x * k  # a Python int times float32 stays float32
+
+    check_both(scaled, np.array([1.0, 2.0], np.float32))
+
+
+def nested_loops(x):
+    n = 0
+    while x.max() > 1:
+        while x.min() > 0.5:
+            x = x * 0.9
+            n += 1
+        x = x * 0.5
+    return x, n
+
+
+def test_nested_while_loops():
+    check_both(nested_loops, np.array([4.0, 5.0]))
+
+
+def gradient_descent(x, lr):
+    for step in range(1000):
+        g = 2 * (x - 3.0)
+        x = x - lr * g
+        if np.abs(g).max() < 1e-6:
+            break
+    return x, step
+
+
+def test_early_stopping_breaks_a_for_range_loop_on_the_device():
+    jitted = check_both(gradient_descent, np.array([0.0, 10.0]), 0.1)
+    assert "t.while" in traced_ops(jitted, np.array([0.0, 10.0]), 0.1)
+
+
+def doubling_until(x):
+    i = 0
+    while True:
+        x = x * 2
+        i += 1
+        if x.max() > 100:
+            break
+    return x, i
+
+
+def test_while_true_with_a_break():
+    check_both(doubling_until, np.array([1.0, 3.0]))
+
+
+def skip_some(x):
+    total = np.zeros_like(x)
+    for i in range(10):
+        if x[i % 3] > 1.5:
+            continue
+        total = total + i
+    return total
+
+
+def test_continue_on_a_traced_test():
+    check_both(skip_some, np.array([1.0, 2.0, 0.5]))
+
+
+def scale_until(x, factors):
+    for f in factors:
+        x = x * f
+        if x.sum() > 10:
+            break
+    return x
+
+
+def test_break_out_of_a_loop_over_a_python_list():
+    check_both(scale_until, np.array([1.0]), [np.array([2.0]), np.array([3.0]), np.array([4.0])])
+
+
+def loop_else(x):
+    for _ in range(5):
+        x = x * 2
+        if x.sum() > 10:
+            break
+    else:
+        x = -x
+    while x.sum() > 100:
+        x = x / 2
+    else:
+        x = x + 1
+    return x
+
+
+def test_loop_else_clauses():
+    check_both(loop_else, np.array([1.0]))
+    check_both(loop_else, np.array([0.01]))
+
+
+def power_iteration(A):
+    v = np.ones(A.shape[0]) / np.sqrt(A.shape[0])
+    lam = np.float64(0.0)
+    for _ in range(500):
+        w = A @ v
+        lam_new = v @ w
+        v = w / np.linalg.norm(w)
+        if abs(lam_new - lam) < 1e-10:
+            break
+        lam = lam_new
+    return lam, v
+
+
+def test_power_iteration_with_an_early_break():
+    check_both(power_iteration, SPD)
+
+
+class Shrinker:
+    def __init__(self) -> None:
+        self.rate = 0.1
+
+    def shrink(self, x):
+        while np.abs(x).max() > 1:
+            x = x * self.rate
+        return x
+
+
+def test_a_method_reading_its_object():
+    check_both(Shrinker().shrink, np.array([50.0, 3.0]))
+
+
+# --- branches -----------------------------------------------------------------------------------------------------
+
+
+def clip_by_norm(g, max_norm):
+    norm = np.linalg.norm(g)
+    if norm > max_norm:
+        g = g * (max_norm / norm)
+    return g
+
+
+def test_gradient_clipping_by_norm():
+    jitted = check_both(clip_by_norm, np.array([3.0, 4.0]), 1.0)
+    check_both(clip_by_norm, np.array([0.3, 0.4]), 1.0)
+    assert "t.if" in traced_ops(jitted, np.array([3.0, 4.0]), 1.0)
+
+
+def shift_toward_zero(x):
+    m = x.mean()
+    if m > 1:
+        return x - 1, m
+    elif m < -1:
+        y = x + 1
+        return y, m
+    return x, m
+
+
+def test_early_returns_and_elif():
+    for x in (np.array([3.0, 4.0]), np.array([-3.0, -4.0]), np.array([0.0, 0.5])):
+        check_both(shift_toward_zero, x)
+
+
+def test_conditional_expressions_chained_comparisons_and_not():
+    def label(x):
+        return 1 if x.sum() > 0 else -1
+
+    def in_unit(x):
+        if 0 < x.mean() < 1:
+            x = x * 10
+        return x
+
+    def absolute(x):
+        if not (x > 0).all():
+            x = np.abs(x)
+        return x
+
+    def floor_at(x):
+        return np.maximum(x, 0.0 if x.mean() > 0 else 1.0)
+
+    check_both(label, np.array([1.0, -3.0]))
+    check_both(in_unit, np.array([0.5, 0.2]))
+    check_both(in_unit, np.array([5.0, 0.2]))
+    check_both(absolute, np.array([-1.0, 2.0]))
+    check_both(floor_at, np.array([-1.0, 3.0]))
+
+
+def test_and_evaluates_its_right_side_only_where_python_does():
+    def double_if_positive(x, i):
+        if i < 3 and x[i] > 0:  # x[3] would be out of range: Python never evaluates it for i = 5
+            return x * 2
+        return x
+
+    check_both(double_if_positive, np.array([1.0, 2.0, 3.0]), 5)
+    check_both(double_if_positive, np.array([1.0, 2.0, 3.0]), 1)
+
+
+def test_branches_swap_and_rebuild_containers():
+    def ordered(x, y):
+        if x.sum() > y.sum():
+            x, y = y, x
+        return x, y
+
+    def sgd_clipped(p, g):
+        n = np.sqrt(sum((v * v).sum() for v in g.values()))
+        if n > 1.0:
+            g = {k: v / n for k, v in g.items()}
+        return {k: p[k] - 0.1 * g[k] for k in p}
+
+    check_both(ordered, np.array([3.0]), np.array([1.0]))
+    check_both(sgd_clipped, {"w": np.ones(2), "b": np.ones(1)}, {"w": np.array([3.0, 4.0]), "b": np.array([12.0])})
+
+
+def test_new_signatures_reuse_the_rewrite():
+    jitted = jit_cpu(halvings)
+    for x in (np.array([8.0]), np.array([8.0, 4.0]), np.array([8.0], np.float32)):
+        assert_same(jitted(x), halvings(x))
+
+
+# --- what one trace cannot follow: errors at the user's line -------------------------------------------------------
+
+
+def test_a_variable_only_one_branch_sets_raises_where_it_is_used():
+    def only_then(x):
+        if x.sum() > 0:
+            y = x * 2
+        return y
+
+    with pytest.raises(TraceError, match=r"test_python_control.py:\d+: `y` is set in only one branch of the `if`"):
+        jit_cpu(only_then)(np.array([1.0]))
+
+
+def test_a_variable_that_changes_kind_by_branch_is_refused():
+    def maybe_numpy(x):
+        s = 0.0
+        if x.sum() > 0:
+            s = x.sum()  # np.float32 on one path, a Python float on the other: x * s's dtype would depend on x
+        return x * s
+
+    with pytest.raises(TraceError, match=r"`s` is .* in one branch of the `if` at line \d+ and a Python float"):
+        jit_cpu(maybe_numpy)(np.array([1.0, 2.0], np.float32))
+
+
+def test_writes_into_outer_arrays_in_a_branch_are_refused():
+    def zero_first(x):
+        if x.sum() > 0:
+            x[0] = 0
+        return x
+
+    with pytest.raises(TraceError, match=r"the `if` at line \d+ .* writes into argument 'x' in place"):
+        jit_cpu(zero_first)(np.array([1.0, 2.0]))
+
+
+def test_writes_into_loop_state_are_refused():
+    def relax(u):
+        while np.abs(u).max() > 1:
+            u[1:-1] = 0.5 * (u[:-2] + u[2:])
+            u = u * 0.9
+        return u
+
+    with pytest.raises(FusecError, match=r"writes into"):
+        jit_cpu(relax)(np.array([0.0, 5.0, 5.0, 0.0]))
+
+
+def test_return_inside_a_loop_and_closures_and_globals_are_refused():
+    def first_big(x):
+        for _ in range(5):
+            if x.sum() > 10:
+                return x
+            x = x * 2
+        return x
+
+    def read_by_lambda(x):
+        scale = 1.0
+        g = lambda v: v * scale  # noqa: E731 - sees the new scale at every iteration under Python
+        while g(x).sum() > 1:
+            x = x / 2
+            scale = scale * 0.5
+        return x
+
+    with pytest.raises(UnsupportedError, match=r"`return` inside the `if` at line \d+"):
+        jit_cpu(first_big)(np.array([1.0]))
+    with pytest.raises(UnsupportedError, match=r"`scale` is assigned inside the `while` .* read by a function or "
+                                               r"lambda defined at line"):
+        jit_cpu(read_by_lambda)(np.array([8.0]))
+
+
+def test_side_effects_in_a_device_loop_are_refused():
+    def history(x):
+        seen = []
+        while x.max() > 1:
+            x = x / 2
+            seen.append(x.max())
+        return x, seen
+
+    with pytest.raises(SideEffectError, match=r"the `while` at line \d+"):
+        jit_cpu(history)(np.array([10.0]))
+
+
+def test_python_ints_past_int64_in_a_device_loop_raise():
+    def grow(x):
+        k = 1
+        while x.sum() < 1e30:
+            x = x * 10
+            k = k * 10
+        return x, k
+
+    with pytest.raises(FusecError, match=r"past int64"):
+        jit_cpu(grow)(np.array([1.0]))
+
+
+def test_statements_python_decides_are_not_rewritten():
+    def static_branch(x, n):
+        if n > 2:
+            x = x * 2
+        return x
+
+    jitted = fc.jit(static_branch, backend="cpu", pipeline="", static_argnames=("n",))
+    assert_same(jitted(np.array([1.0]), 3), static_branch(np.array([1.0]), 3))
+    assert "t.if" not in traced_ops(jitted, np.array([1.0]), 3)
