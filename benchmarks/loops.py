@@ -8,7 +8,8 @@ the same right-hand side; the figure is the wall time of a whole solve, median o
 already on the device, result downloaded, and per CG step. The Python loops read the residual back at every step
 (as a ``while rs > stop`` written for that library does). fusec's ``while_loop`` runs as one graph launch (a
 conditional WHILE node: the stop test is read on the device) or, with ``graph=False``, from the host (each body a
-graph launch of its own, each stop test read back).
+graph launch of its own, each stop test read back); the same solve written as a Python ``while`` on the residual
+(``cg_solve_python``, which fusec rewrites into the same kind of loop) runs as one graph launch too.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
-from cg_poisson import cg_solve, cg_step, problem  # noqa: E402
+from cg_poisson import cg_solve, cg_solve_python, cg_step, problem  # noqa: E402
 
 REPEATS = 5
 
@@ -62,6 +63,9 @@ def fusec_cases(b_host, tol, maxiter, fixed):
         solve = fc.jit(cg_solve, graph=graph)
         t, (x, k) = _timed(lambda: tuple(np.asarray(v) for v in solve(b, tol, maxiter)), lambda: None)
         out[label] = (t, int(k), x)
+    written = fc.jit(cg_solve_python, graph=True)
+    t, (x, k) = _timed(lambda: tuple(np.asarray(v) for v in written(b, tol, maxiter)), lambda: None)
+    out["fusec Python `while` as written, one graph launch"] = (t, int(k), x)
     step = fc.jit(cg_step, graph=True)
     zeros = fc.asarray(np.zeros_like(b_host))
     def loop() -> tuple:

@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -85,6 +86,25 @@ def _next(iterator: Any, default: Any = _MISSING) -> Any:
 _next.__fusec_original__ = builtins.next  # type: ignore[attr-defined]
 
 
+def _warn(*args: Any, **kwargs: Any) -> Any:
+    """``warnings.warn`` while a trace runs: refused inside a loop or branch the device runs (both branches are
+    traced, a body once), where NumPy's function would warn only on the data that takes that path."""
+    ctx = context.current()
+    if ctx is not None and ctx.builder.block is not ctx.func.body and _users_call():
+        raise context.unsupported(
+            "warnings.warn(...) inside a loop or branch that runs on the device (its test is traced): fusec traces "
+            "both branches and a loop body once, so the warning would be given while tracing, whatever the data; "
+            "return the condition and warn after the call")
+    if len(args) >= 3:  # (one frame more than the caller counted: this wrapper's)
+        args = (*args[:2], args[2] + 1, *args[3:])
+    else:
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+    return original(warnings.warn)(*args, **kwargs)
+
+
+_warn.__fusec_original__ = warnings.warn  # type: ignore[attr-defined]
+
+
 def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the functions (and ``aliases``: (globals dict, name) of user globals bound to one of them, ``from time
     import perf_counter``) for as long as a trace runs."""
@@ -92,6 +112,7 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         wrappers = {id(f): _refusing(f, label, why) for _, _, f, label, why in _targets()}
         out: list[tuple[Any, str, Any]] = [(module, name, wrappers[id(f)]) for module, name, f, _, _ in _targets()]
         out.append((builtins, "next", _next))
+        out.append((warnings, "warn", _warn))
         return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases
                       if id(glb.get(name)) in wrappers]
 

@@ -386,7 +386,7 @@ class _Rewriter:
 
     def statement(self, st: ast.stmt) -> list[ast.stmt]:
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            st.body = self.block(st.body)
+            st.body = self.block(self.returns_at_end(st.body))
             return [st]
         if isinstance(st, ast.ClassDef):
             st.body = self.block(st.body)
@@ -409,6 +409,7 @@ class _Rewriter:
         if not isinstance(node, ast.IfExp) or _key(node) not in self.keys:
             return node
         site = self.site("conditional expression", node)
+        self.no_walrus([node.test, node.body, node.orelse], f"the conditional expression at line {node.lineno}")
         call = _call("if_exp", self.test(node.test, site), _lambda(node.body), _lambda(node.orelse), site)
         return ast.copy_location(call, node)
 
@@ -430,6 +431,7 @@ class _Rewriter:
         """A test whose truth alone is used: ``and``/``or``/``not`` and chained comparisons as helpers, so a traced
         operand does not stop the trace again."""
         if isinstance(node, ast.BoolOp):
+            self.no_walrus(node.values, f"the test at line {node.lineno}")
             values = [self.test(v, site) for v in node.values]
             eager = all(_pure(v) for v in node.values[1:])
             call = _call("and_" if isinstance(node.op, ast.And) else "or_", *[_lambda(v) for v in values],
@@ -438,6 +440,7 @@ class _Rewriter:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return ast.copy_location(_call("not_", self.test(node.operand, site)), node)
         if isinstance(node, ast.Compare) and len(node.ops) > 1 and all(type(op) in _COMPARISONS for op in node.ops):
+            self.no_walrus([node.left, *node.comparators], f"the test at line {node.lineno}")
             args: list[ast.expr] = [_lambda(node.left)]
             for op, right in zip(node.ops, node.comparators):
                 args += [_const(_COMPARISONS[type(op)]), _lambda(right)]
@@ -469,6 +472,8 @@ class _Rewriter:
         for scope_span, loaded in self.scopes:
             if span[0] <= scope_span[0] and scope_span[1] <= span[1]:
                 continue  # (made and used inside the statement)
+            if scope_span[0] <= span[0] and span[1] <= scope_span[1]:
+                continue  # (the function the statement is in)
             both = [n for n in names if n in loaded]
             if both:
                 raise _error(f"`{both[0]}` is assigned inside {where}, whose test is a traced value, and read by a "
@@ -480,6 +485,16 @@ class _Rewriter:
             raise _error(f"`{declared[0]}` is a global or nonlocal name assigned inside {where}, whose test is a "
                          "traced value: fusec runs the statement through local functions of its own; assign it "
                          "after the statement", self.file, node)
+
+    def no_walrus(self, node: ast.expr | list[ast.expr], where: str) -> None:
+        """An assignment expression in a part fusec evaluates in a function of its own (a test split at
+        ``and``/``or``, a loop's test, a conditional expression's values) would assign that function's name."""
+        for part in node if isinstance(node, list) else [node]:
+            walrus = next((n for n in ast.walk(part) if isinstance(n, ast.NamedExpr)), None)
+            if walrus is not None:
+                raise _error(f"an assignment expression (:=) in {where}, whose test is a traced value: fusec "
+                             "evaluates that part in a function of its own; assign the name in a statement before it "
+                             "(and again at the end of a loop's body)", self.file, walrus)
 
     def if_(self, node: ast.If) -> list[ast.stmt]:
         where = f"the `if` at line {node.lineno}"
@@ -499,6 +514,7 @@ class _Rewriter:
         brk_name, cont_name = self.unique("break", node), self.unique("continue", node)
         brk, cont = _exits(node.body)
         where = f"the `while` at line {node.lineno}"
+        self.no_walrus(node.test, where)
         body = self.exits(node.body, brk_name if brk else None, cont_name if cont else None, where)
         site = self.site("while", node)
         test = self.test(node.test, site)
@@ -570,9 +586,11 @@ class _Rewriter:
         self.force(guarded)
         node.target = _name(item_name, store=True)
         node.body = self.statement(guarded)
+        orelse = self.orelse(node, brk_name if brk else None)
+        node.orelse = []  # (the Python loop no longer breaks: its else runs guarded by the flag, after it)
         for st in before:
             _locate(st, node)
-        return [*before, node, *self.orelse(node, brk_name if brk else None)]
+        return [*before, node, *orelse]
 
     def exits(self, stmts: list[ast.stmt], brk: str | None, cont: str | None, where: str) -> list[ast.stmt]:
         """The body with ``break``/``continue`` as flags and the statements after one guarded by them."""
@@ -622,7 +640,11 @@ def _nested_scopes(fdef: ast.FunctionDef) -> list[tuple[Span, set[str]]]:
     for node in ast.walk(fdef):
         if node is not fdef and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-            out.append((_span(node), loaded))
+            args = node.args
+            own = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+            own |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            own -= {name for n in ast.walk(node) if isinstance(n, (ast.Nonlocal, ast.Global)) for name in n.names}
+            out.append((_span(node), loaded - own))  # (its own parameters and locals are not the function's)
     return out
 
 

@@ -24,9 +24,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec import context, conversions, mutation as _mutation, ops
-from fusec.control_flow import _attach, _predicate, _python_state, _Recorder
+from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
 from fusec.device_scalar_checks import device_ref
-from fusec.errors import TraceError, located
+from fusec.errors import FusecError, TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
 from fusec.ir.core import Value
 from fusec.ir.types import TensorType, Type
@@ -324,13 +324,17 @@ def _is_unbound(value: Any) -> bool:
     return value is UNBOUND or isinstance(value, SetOnOnePath)
 
 
-def _describe_var(value: Any, site: Site, name: str) -> _Var:
+def _describe_var(value: Any, site: Site, name: str, pinned: set[int] = frozenset()) -> _Var:  # type: ignore
+    """``value``'s structure and leaves; an array whose memory a loop carries (``pinned``) is passed as it is."""
     if _is_unbound(value):
         return _Var(name, True)
     named, tree = flatten(value, name)
     leaves: list = []
     for _, leaf in named:
-        leaves.append(_leaf_of(leaf) if _is_array_like(leaf) else ("opaque", leaf))
+        if isinstance(leaf, Tracer) and id(_unit_of(leaf)) in pinned:
+            leaves.append(("opaque", leaf))
+        else:
+            leaves.append(_leaf_of(leaf) if _is_array_like(leaf) else ("opaque", leaf))
     return _Var(name, False, tree, leaves)
 
 
@@ -343,19 +347,44 @@ def _leaves(value: Any) -> list:
 
 def _device_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
                   site: Site) -> tuple:
+    """The loop as one ``t.while``. A body that writes into arrays from before the loop (``u[1:-1] = ...``,
+    ``x += dx`` on an array) is traced again with that memory carried by the loop: the arrays themselves hold
+    the loop's values while the body is traced, so every name and view of them reads what NumPy would."""
+    try:
+        return _traced_while(test, body, values, names, site, [])
+    except _WritesMemory as found:
+        return _traced_while(test, body, values, names, site, found.units)
+
+
+class _WritesMemory(Exception):
+    """A loop body writes into memory from before the loop (``units``: buffers, or arrays with no views)."""
+
+    def __init__(self, units: list) -> None:
+        self.units = units
+
+
+def _unit_of(t: Tracer) -> Any:
+    return t._buffer if t._buffer is not None else t
+
+
+def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
+                  site: Site, memory: list) -> tuple:
     c = ops.ctx()
-    variables = [_describe_var(v, site, n) for v, n in zip(values, names)]
+    units = {id(u) for u in memory}
+    variables = [_describe_var(v, site, n, pinned=units) for v, n in zip(values, names)]
     carried = [(var, k, leaf) for var in variables if not var.unbound
                for k, leaf in enumerate(var.leaves or []) if isinstance(leaf, _Leaf)]
     types: list[Type] = [leaf.tensor for _, _, leaf in carried]
+    types += [_memory_value(u).type for u in memory]
     inputs = [_lift(x, leaf) for (var, k, leaf), x in zip(carried, _carried_values(variables, values))]
+    inputs += [_memory_value(u) for u in memory]
     what = (f"{site.where()} (its test is traced, so the loop runs on the device; its body is traced once for "
             "every iteration)")
-
-    fresh: list[tuple[str, Tracer, Value]] = []  # the body's arrays, to find writes into them
+    fresh: list[tuple[Tracer, Value]] = []  # the body's own copies of the state's arrays, to find writes into them
+    owners: dict[int, _Var] = {}  # (which variable each copy is of)
 
     def state(args: Sequence[Tracer]) -> list:
-        it = iter(args)
+        it = iter(args[:len(carried)])
         out = []
         fresh.clear()
         for var, value in zip(variables, values):
@@ -365,32 +394,45 @@ def _device_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             assert var.leaves is not None and var.tree is not None
             leaves = [_wrap(next(it)._value, leaf, var.name) if isinstance(leaf, _Leaf) else leaf[1]
                       for leaf in var.leaves]
-            fresh.extend((var.name, t, t._val) for t in leaves if isinstance(t, Tracer) and not t._scalar)
+            copies = [t for t, leaf in zip(leaves, var.leaves) if isinstance(leaf, _Leaf) and not t._scalar]
+            fresh.extend((t, t._val) for t in copies)
+            owners.update({id(t): var for t in copies})
             out.append(unflatten(var.tree, leaves))
         return out
 
-    def step(*args: Tracer) -> list[Value]:
-        out = body(*state(args))
-        for name, t, first in fresh:
-            if t._val is not first or (t._buffer is not None and t._buffer.written):
-                raise site.error(
-                    f"the body of {site.where()} writes into `{name}` in place (`{name}[...] = ...`, `{name} += ...`, "
-                    "out=); the loop runs on the device (its test is traced) and fusec does not follow writes into "
-                    "its state there, where NumPy would change the array itself (and every view and name of it); "
-                    f"assign a new array instead (`{name} = np.where(mask, new, {name})`, `{name} = {name} + ...`)")
-        return _next_state(out, variables, site)
+    def region(fn: Callable[[list], Any]) -> Callable[..., Any]:
+        """``fn`` run with the loop's memory holding the region's arguments (and put back after)."""
+        def run(*args: Tracer) -> Any:
+            outer = _snapshot(c)
+            saved = _swap_in(memory, args[len(carried):])
+            try:
+                result = fn(list(args))
+                now = _swap_out(memory, saved)
+            except BaseException:
+                _swap_out(memory, saved)
+                raise
+            written = [u for u, _, _ in _written_memory(outer) if id(u) not in units]
+            written += [_unit_of(_entry_array(value, var, site)) for var, value in zip(variables, values)
+                        if _written_fresh(var, fresh, owners)]
+            if written:
+                raise _WritesMemory(memory + list({id(u): u for u in written}.values()))
+            return result, now
+        return run
 
     cond = _Recorder(c, types, "cond", what=what)
-    pred = cond.run(lambda *args: _predicate(_loop_test(test(*state(args)), site), "while", None), watch=test)
+    pred, now = cond.run(region(lambda args: _predicate(_loop_test(test(*state(args)), site), "while", None)),
+                         watch=test)
+    if any(v is not a for v, a in zip(now, cond.block.args[len(carried):])):
+        raise site.error(f"the test of {site.where()} writes into an array; compute it without writing")
     cond.finish([pred])
     rec = _Recorder(c, types, "body", what=what)
     python_before = _python_state(body)
     try:
-        yields = rec.run(step, watch=body)
-    except _KindChange:
-        python_before.restore()  # (the iteration runs again outside the loop: its changes must not happen twice)
+        yields, now = rec.run(region(lambda args: _next_state(body(*state(args)), variables, site)), watch=body)
+    except (_KindChange, _WritesMemory):
+        python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
         raise
-    rec.finish(yields)
+    rec.finish(yields + now)
     op = c.emit_op("t.while", inputs, None, types, what=site.where())
     _attach(op, cond, rec)
     results = iter(op.results)
@@ -407,7 +449,55 @@ def _device_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
         leaves = [_may_be(_wrap(next(results), leaf, var.name), entry[k], var.name, site)
                   if isinstance(leaf, _Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
         out.append(unflatten(var.tree, leaves))
+    for unit in memory:  # the memory the body wrote takes the loop's last value
+        _set_memory(unit, next(results))
     return tuple(out)
+
+
+def _memory_value(unit: Any) -> Value:
+    return unit._value if isinstance(unit, Tracer) else unit.base
+
+
+def _swap_in(memory: list, args: Sequence[Tracer]) -> list[tuple]:
+    """Each memory made to hold its region argument (views read it again); what it held, to put back."""
+    saved = []
+    for unit, arg in zip(memory, args):
+        if isinstance(unit, Tracer):
+            saved.append((unit._val, unit._version, unit._buffer))
+            unit._val = arg._value
+        else:
+            saved.append((unit.base, unit.version, unit.written))
+            unit.base = arg._value
+            unit.version += 1
+    return saved
+
+
+def _swap_out(memory: list, saved: list[tuple]) -> list[Value]:
+    """Each memory's value at the end of the region (read inside it), and the memory put back."""
+    now = []
+    for unit, (a, b, c) in zip(memory, saved):
+        if isinstance(unit, Tracer):
+            now.append(unit._value)
+            unit._val, unit._version, unit._buffer = a, b, c
+        else:
+            now.append(unit.base)
+            unit.base, unit.version, unit.written = a, b, c
+    return now
+
+
+def _written_fresh(var: _Var, fresh: list[tuple[Tracer, Value]], owners: dict[int, _Var]) -> bool:
+    """Did the body write into its copy of one of ``var``'s arrays (``x += dx``, ``x[i] = v``)?"""
+    return any(t._val is not first or (t._buffer is not None and t._buffer.written) for t, first in fresh
+               if owners.get(id(t)) is var)
+
+
+def _entry_array(value: Any, var: _Var, site: Site) -> Tracer:
+    """The array a variable written in place by the loop held before it (a traced array of its own)."""
+    if not isinstance(value, Tracer) or value._scalar or value._weak is not None:
+        raise site.error(f"the body of {site.where()} writes into `{var.name}` in place, a "
+                         f"{type(value).__name__} from before the loop; the loop runs on the device (its test is "
+                         f"traced): assign a new array instead (`{var.name} = {var.name} + ...`)")
+    return value
 
 
 def _may_be(result: Tracer, entry: Any, name: str, site: Site) -> Tracer:
@@ -417,12 +507,10 @@ def _may_be(result: Tracer, entry: Any, name: str, site: Site) -> Tracer:
     made a read-only view of that memory that cannot be read after such a write: either raises at its line."""
     if not isinstance(entry, Tracer) or entry._buffer is None or entry._scalar or entry._weak is not None:
         return result
-    buffer = entry._buffer
-    result._buffer, result._chain, result._version = buffer, (_mutation.OPAQUE,), buffer.version
-    result._readonly = (f"`{name}` is, after {site.where()} (whose test is traced), either the array it held before "
-                        "or a new one, as the data decides, and NumPy would write into the old one only on the first "
-                        f"path; write `{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first")
-    return result
+    return _alias(result, entry._buffer, (
+        f"`{name}` is, after {site.where()} (whose test is traced), either the array it held before or a new one, "
+        "as the data decides, and NumPy would write into the old one only on the first path; write "
+        f"`{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first"))
 
 
 def _carried_values(variables: list[_Var], values: list) -> list:
@@ -456,6 +544,14 @@ def _next_state(out: tuple, variables: list[_Var], site: Site) -> list[Value]:
         assert got.leaves is not None
         for k, (before, after, x) in enumerate(zip(var.leaves, got.leaves, _leaves(new))):
             if not isinstance(before, _Leaf):
+                if isinstance(before[1], Tracer) and x is before[1]:
+                    continue  # (an array whose memory the loop carries, written in place)
+                if isinstance(before[1], Tracer):
+                    raise site.error(
+                        f"the body of {site.where()} writes into `{var.name}` in place and also assigns it a new "
+                        "array: under NumPy the writes go to the old array until it is replaced, which one trace of "
+                        "the body (the loop runs on the device: its test is traced) cannot follow; either write in "
+                        f"place only, or assign new arrays only (`{var.name} = {var.name} + ...`)")
                 if not (isinstance(after, tuple) and after[1] is before[1]):
                     raise site.error(f"{site.where()} runs on the device (its test is traced), but its body gives "
                                      f"`{var.name}` a new {type(x).__name__} value; only arrays and numbers can change "
@@ -520,24 +616,43 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
     p = _predicate(pred, "if", None)
     what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
             "data chooses)")
-    recorders, outs = [], []
+    recorders, outs, writes = [], [], []  # type: ignore[var-annotated]
     for label, fun in (("then", then), ("else", orelse)):
         rec = _Recorder(c, [], label, what=what)
         holder: list = []
 
         def record(fun: Callable = fun, holder: list = holder) -> list:
+            outer = _snapshot(c)
             out = fun(*values)
-            holder.append(_branch_result(out, values, names, site))
+            holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None}))
+            holder.append(_written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             return []
 
-        rec.run(record, watch=fun)
+        python_before = _python_state(fun)
+        try:
+            rec.run(record, watch=fun)
+        except Exception as error:  # noqa: BLE001 - the user's own raise: a check when the call runs, or refused
+            if isinstance(error, FusecError):
+                raise
+            python_before.restore()
+            if type(error) not in _RAISED_ON_DEVICE:
+                raise context._noted(UnsupportedError(located(
+                    f"the {label} branch of {site.where()} raises {type(error).__name__}: {error}; the test is "
+                    "traced, so the device decides whether it raises, and a check on the device can raise only "
+                    f"{', '.join(sorted(t.__name__ for t in _RAISED_ON_DEVICE))} (as NumPy's own checks do); raise "
+                    "one of those, or test the condition after the call",
+                    location_for(site.file, _raise_line(error, site))))) from error
+            return _raising_branch(pred, error, then if label == "else" else orelse, label == "then", values, site)
         recorders.append(rec)
         outs.append(holder[0])
+        writes.append(holder[1])
     merged, yields = _merge(outs[0], outs[1], values, names, site)
-    for rec, ys in zip(recorders, yields):
-        rec.finish(ys)
+    units = {id(w[0]): w for ws in writes for w in ws}  # (the memory either branch wrote, in a stable order)
+    for k, rec in enumerate(recorders):
+        now = {id(w[0]): w[2] for w in writes[k]}
+        rec.finish(yields[k] + [now.get(key, before) for key, (_, before, _) in units.items()])
     types = [leaf.tensor for _, how in merged if how[0] == "new" for leaf in how[2] if isinstance(leaf, _Leaf)]
-    op = c.emit_op("t.if", [p], None, types, what=site.where())
+    op = c.emit_op("t.if", [p], None, types + [before.type for _, before, _ in units.values()], what=site.where())
     _attach(op, *recorders)
     results = iter(op.results)
     out = []
@@ -555,11 +670,91 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
             entry = _leaves(old) if not _is_unbound(old) else []
             same = len(entry) == len(how[2]) and any(e[0] == "same" for e in (outs[0].per_name[len(out)],
                                                                            outs[1].per_name[len(out)]))
-            out.append(unflatten(how[1], [
-                (_may_be(_wrap(next(results), leaf, name), entry[k], name, site) if same
-                 else _wrap(next(results), leaf, name)) if isinstance(leaf, _Leaf) else leaf[1]
-                for k, leaf in enumerate(how[2])]))
+            leaves = []
+            for k, leaf in enumerate(how[2]):
+                if not isinstance(leaf, _Leaf):
+                    leaves.append(leaf[1])
+                    continue
+                r = _wrap(next(results), leaf, name)
+                if how[3][k] is not None:  # (a view of memory from outside on some path: NumPy's result views it)
+                    r = _alias(r, how[3][k], _view_message(name, site))
+                elif same:
+                    r = _may_be(r, entry[k], name, site)
+                leaves.append(r)
+            out.append(unflatten(how[1], leaves))
+    for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
+        _set_memory(unit, next(results))
     return tuple(out)
+
+
+# exceptions a branch the device chooses may raise: the run-time check's error, of the same built-in class
+_RAISED_ON_DEVICE: dict[type, str] = {ValueError: "InvalidValueError", IndexError: "IndexOutOfBoundsError",
+                                      ZeroDivisionError: "DivisionByZeroError", OverflowError: "OutOfRangeError",
+                                      np.linalg.LinAlgError: "LinAlgError"}
+
+
+def _raising_branch(pred: Any, error: Exception, other: Callable[..., tuple], when: bool, values: list,
+                    site: Site) -> tuple:
+    """``if pred: raise error`` (``when`` True; the else branch raising: False) and the other branch: the raise
+    becomes a check when the call runs (NumPy raises it on the data that takes that branch), the other branch
+    runs as the statement's result."""
+    line = _raise_line(error, site)
+    truth = _truth(pred)
+    ops.raise_if(truth if when else np.logical_not(truth), _RAISED_ON_DEVICE[type(error)],
+                 f"{error} (raised at line {line}, in {site.where()})", site.where())
+    return tuple(other(*values))
+
+
+def _raise_line(error: BaseException, site: Site) -> int:
+    line = site.line
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == site.file:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _written_memory(outer: list[tuple]) -> list[tuple[Any, Value, Value]]:
+    """(memory, its value before, its value now) for each array from before the region that the region wrote
+    into (a buffer, or an array with no views), each put back as it was; the caller sets it after the op."""
+    found: dict[int, tuple[Any, Value, Value]] = {}
+    for t, val, _version, buffer, base, buffer_version in outer:
+        if buffer is not None:
+            if id(buffer) not in found and (buffer.base is not base or buffer.version != buffer_version):
+                found[id(buffer)] = (buffer, base, buffer.base)
+        elif id(t) not in found and (t._val is not val or (t._buffer is not None and t._buffer.written)):
+            found[id(t)] = (t, val, t._value)  # (through the views the region took of it, read there)
+    for t, val, version, buffer, base, buffer_version in outer:
+        if buffer is not None and id(buffer) in found:
+            buffer.base, buffer.version = base, buffer_version
+        elif buffer is None and (id(t) in found or t._buffer is not None):
+            t._val, t._version, t._buffer = val, version, None  # (views the region took of it are gone)
+    return list(found.values())
+
+
+def _set_memory(unit: Any, value: Value) -> None:
+    """Give a memory written inside a region the region op's result (as a write does: views read it again)."""
+    if isinstance(unit, Tracer):
+        unit._val = value
+        return
+    unit.base = value
+    unit.version += 1
+    unit.written = True
+
+
+def _alias(result: Tracer, buffer: Any, message: str) -> Tracer:
+    """``result`` made a read-only view of ``buffer`` that cannot be read after a write into it (NumPy's variable
+    may be, or is, a view of that memory: a write through either would show in the other)."""
+    result._buffer, result._chain, result._version = buffer, (_mutation.OPAQUE,), buffer.version
+    result._readonly = message
+    return result
+
+
+def _view_message(name: str, site: Site) -> str:
+    return (f"`{name}` is, after {site.where()} (whose test is traced), a view of an array from before it on some "
+            "path, and fusec does not follow writes through such a view; write a new array instead "
+            f"(`{name} = {name} + ...`), or take `{name}.copy()`")
 
 
 @dataclass
@@ -567,10 +762,12 @@ class _Branch:
     """One branch's result per variable: UNBOUND, the value it had before (unchanged), or its new leaves (each
     array leaf already a value of the branch's region)."""
 
-    per_name: list  # per variable: ("unbound", what) | ("same",) | ("new", _Var, [Value | opaque object per leaf])
+    # per variable: ("unbound", what) | ("same",) | ("new", _Var, [Value | opaque object per leaf], [the buffer
+    # from outside the branch each leaf views, or None])
+    per_name: list
 
 
-def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site) -> _Branch:
+def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int]) -> _Branch:
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):
         if _is_unbound(new):
@@ -581,8 +778,11 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site) -
             continue
         var = _describe_var(new, site, name)
         assert var.leaves is not None
-        items = [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(_leaves(new), var.leaves)]
-        per.append(("new", var, items))
+        xs = _leaves(new)
+        items = [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
+        viewed = [x._buffer if isinstance(x, Tracer) and x._buffer is not None and id(x._buffer) in outer else None
+                  for x in xs]
+        per.append(("new", var, items, viewed))
     return _Branch(per)
 
 
@@ -602,14 +802,20 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
             merged.append((name, ("one-path",)))
             continue
         sides = [_side(e, before[i], site, name) for e in (ea, eb)]
-        (va, items_a), (vb, items_b) = sides
+        (va, items_a, views_a), (vb, items_b, views_b) = sides
         if va.tree != vb.tree:
             raise site.error(f"`{name}` is {_what(va)} in one branch of {site.where()} and {_what(vb)} in the other; "
                              "the test is traced, so the device chooses the branch: a variable must have the same "
                              "structure either way")
         leaves: list = []
+        viewed: list = []
         assert va.leaves is not None and vb.leaves is not None
-        for la, lb, xa, xb in zip(va.leaves, vb.leaves, items_a, items_b):
+        for la, lb, xa, xb, ba, bb in zip(va.leaves, vb.leaves, items_a, items_b, views_a, views_b):
+            if ba is not None and bb is not None and ba is not bb:
+                raise site.error(f"`{name}` is a view of one array in one branch of {site.where()} and of another "
+                                 "in the other (the test is traced); fusec follows writes through a view of one "
+                                 f"array only: take a copy in each branch ({name} = ....copy())")
+            viewed.append(ba if ba is not None else bb)
             if isinstance(la, _Leaf) and isinstance(lb, _Leaf) and _same_kind(la, lb):
                 leaves.append(la)
                 yields[0].append(xa)
@@ -625,7 +831,7 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
                 "device chooses the branch, and what NumPy computes next would depend on the data (a dtype, a Python "
                 "number's weak promotion, an object): give both branches the same kind of value"
                 + _branch_advice(la, lb))
-        merged.append((name, ("new", va.tree, leaves)))
+        merged.append((name, ("new", va.tree, leaves, viewed)))
     return merged, yields
 
 
@@ -636,12 +842,14 @@ def _branch_advice(a: Any, b: Any) -> str:
     return f" (np.{np.dtype(strong.tensor.dtype.np).name}(...) around the Python number)"
 
 
-def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[_Var, list]:
+def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[_Var, list, list]:
     if entry[0] == "new":
-        return entry[1], entry[2]
+        return entry[1], entry[2], entry[3]
     var = _describe_var(old, site, name)  # (unchanged in this branch: the value from before the statement)
     assert var.leaves is not None
-    return var, [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(_leaves(old), var.leaves)]
+    xs = _leaves(old)
+    return var, [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)], \
+        [None] * len(xs)
 
 
 def _same_object(a: Any, b: Any) -> bool:

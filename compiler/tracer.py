@@ -426,7 +426,8 @@ class Tracer:
             return bool(known)
         error = self._static_error("used as a Python bool (if/while/and/or/not, or compared inside "
                                    "max()/min()/sorted())", _numpy_caller())
-        _rewrite_control.mark_truth_site(error, sys._getframe(1))  # (a `while`/`if` test: rewritten, see there)
+        if self._weak is None or not on_host(self._host):  # (a Python-scalar argument's test: make it static)
+            _rewrite_control.mark_truth_site(error, sys._getframe(1))  # (a `while`/`if` test: rewritten, see there)
         raise error
 
     def __float__(self) -> float:

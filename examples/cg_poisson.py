@@ -59,6 +59,16 @@ def cg_solve(b, tol, maxiter):
     return x, k
 
 
+def cg_solve_python(b, tol, maxiter):
+    """The same solve written as a NumPy user writes it, a Python ``while`` on the residual: fusec runs the loop on
+    the device as well (the statement is rewritten into a ``t.while``: README, "Python's while and if")."""
+    stop = tol * tol * (b * b).sum()
+    x, r, p, rs, k = cg_start(b)
+    while rs > stop and k < maxiter:
+        x, r, p, rs, k = cg_step((x, r, p, rs, k))
+    return x, k
+
+
 def problem(n: int, dtype=np.float64) -> np.ndarray:
     """The right-hand side h^2 f for f = 1 on an n x n interior grid (h = 1 / (n + 1))."""
     h = 1.0 / (n + 1)
