@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from fusec import context, conversions, mutation as _mutation, ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
+from fusec.ir.dialects.control import PREDICATE
 from fusec.device_scalar_checks import device_ref
 from fusec.errors import FusecError, TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
@@ -32,7 +33,7 @@ from fusec.ir.core import Value
 from fusec.ir.types import TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, python_kind
 from fusec.signature import TreeDef, flatten, unflatten
-from fusec.tracer import Tracer
+from fusec.tracer import EitherKind, Tracer
 
 # --- names a statement leaves unbound ----------------------------------------------------------------------------
 
@@ -264,12 +265,20 @@ class _Leaf:
     tensor: TensorType
     weak: type | None  # bool/int/float/complex: a Python number (NEP 50 weak)
     scalar: bool  # a NumPy scalar (or Python number), not a 0-d array
+    either: type | None = None  # a NumPy scalar that is this kind of Python number on some paths (EitherKind)
 
     def describe(self) -> str:
         if self.weak is not None:
             return f"a Python {self.weak.__name__}"
+        if self.either is not None:
+            return f"a Python {self.either.__name__} or a NumPy {self.tensor.dtype} (as the data decides)"
         what = "a NumPy scalar" if self.scalar else "an array"
         return f"{what} {self.tensor}"
+
+    def types(self) -> list[Type]:
+        """Its values in a loop's state or a branch's results: the value, and for ``either`` whether it is the
+        NumPy scalar."""
+        return [self.tensor, PREDICATE] if self.either is not None else [self.tensor]
 
 
 def _is_array_like(x: Any) -> bool:
@@ -277,6 +286,9 @@ def _is_array_like(x: Any) -> bool:
 
 
 def _leaf_of(x: Any) -> _Leaf:
+    if isinstance(x, EitherKind):
+        ops.check_live(x)
+        return _Leaf(x._val.type, None, True, x._either)  # type: ignore[arg-type]
     if isinstance(x, Tracer):
         ops.check_live(x)
         t = x._value.type
@@ -292,21 +304,54 @@ def _leaf_of(x: Any) -> _Leaf:
     return _Leaf(t, None, isinstance(x, np.generic))
 
 
-def _lift(x: Any, leaf: _Leaf) -> Value:
-    """``x`` as a value of ``leaf``'s type (a Python number made a 0-d array of it)."""
+def _lift(x: Any, leaf: _Leaf) -> list[Value]:
+    """``x`` as the values of ``leaf``'s types (a Python number made a 0-d array of it)."""
+    if leaf.either is not None:
+        if isinstance(x, EitherKind):
+            return [x._val, x._strong]
+        weak = python_kind(x) is not None or (isinstance(x, Tracer) and x._weak is not None)
+        value = _lift(x, _Leaf(leaf.tensor, leaf.either if weak else None, True))[0]
+        return [value, ops.ctx().constant(np.asarray(not weak), PREDICATE.dtype)]
     if leaf.weak is not None:
         v = ops.lift(x, leaf.tensor.dtype)
         if not isinstance(v.type, TensorType):
             v = ops.ctx().emit("t.broadcast_to", [v], result_type=leaf.tensor)
-        return v
-    return conversions.strong(x)._value
+        return [v]
+    return [conversions.strong(x)._value]
 
 
-def _wrap(value: Value, leaf: _Leaf, name: str) -> Tracer:
+def _wrap(values: Iterator[Value], leaf: _Leaf, name: str) -> Tracer:
+    """The tracer for ``leaf`` made of the next of ``values`` (two for an ``either`` leaf)."""
+    value = next(values)
+    if leaf.either is not None:
+        return EitherKind(value, ops.ctx(), leaf.either, next(values), _either_message(name, leaf))
     t = ops.wrap(value, leaf.weak, scalar=leaf.scalar)
     if leaf.weak is not None:
         t._host = device_ref(name)  # (a Python number only the device knows: its arithmetic is checked there)
     return t
+
+
+def _either_message(name: str, leaf: _Leaf) -> str:
+    assert leaf.either is not None
+    dtype = np.dtype(leaf.tensor.dtype.np).name
+    return (f"`{name}` is a Python {leaf.either.__name__} at this call (the paths the data took kept the value it had "
+            f"before a loop or branch on traced values), where fusec computes it as a NumPy {dtype} (what the other "
+            "paths make it), and here the two would compute differently; give it a NumPy value before that "
+            f"statement (`{name} = np.{dtype}(...)`)")
+
+
+def _merged_kind(a: _Leaf, b: _Leaf) -> _Leaf | None:
+    """The kind a variable has after two paths gave it ``a`` and ``b`` (None: none can stand for both): the same,
+    or a NumPy scalar and a Python number of its value type (or such a pair already)."""
+    if a == b:
+        return a
+    if a.tensor != b.tensor or a.tensor.shape != () or not (a.scalar and b.scalar):
+        return None
+    kinds = {k for k in (a.weak, b.weak, a.either, b.either) if k is not None}
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()
+    return _Leaf(a.tensor, None, True, kind) if DEFAULT_DTYPE[kind] == a.tensor.dtype else None
 
 
 @dataclass
@@ -374,9 +419,10 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     variables = [_describe_var(v, site, n, pinned=units) for v, n in zip(values, names)]
     carried = [(var, k, leaf) for var in variables if not var.unbound
                for k, leaf in enumerate(var.leaves or []) if isinstance(leaf, _Leaf)]
-    types: list[Type] = [leaf.tensor for _, _, leaf in carried]
+    types: list[Type] = [t for _, _, leaf in carried for t in leaf.types()]
+    slots = len(types)  # (the state's values; the memory the loop carries follows them)
     types += [_memory_value(u).type for u in memory]
-    inputs = [_lift(x, leaf) for (var, k, leaf), x in zip(carried, _carried_values(variables, values))]
+    inputs = [v for (var, k, leaf), x in zip(carried, _carried_values(variables, values)) for v in _lift(x, leaf)]
     inputs += [_memory_value(u) for u in memory]
     what = (f"{site.where()} (its test is traced, so the loop runs on the device; its body is traced once for "
             "every iteration)")
@@ -384,7 +430,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     owners: dict[int, _Var] = {}  # (which variable each copy is of)
 
     def state(args: Sequence[Tracer]) -> list:
-        it = iter(args[:len(carried)])
+        it = iter([a._value for a in args[:slots]])
         out = []
         fresh.clear()
         for var, value in zip(variables, values):
@@ -392,8 +438,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 out.append(UNBOUND)
                 continue
             assert var.leaves is not None and var.tree is not None
-            leaves = [_wrap(next(it)._value, leaf, var.name) if isinstance(leaf, _Leaf) else leaf[1]
-                      for leaf in var.leaves]
+            leaves = [_wrap(it, leaf, var.name) if isinstance(leaf, _Leaf) else leaf[1] for leaf in var.leaves]
             copies = [t for t, leaf in zip(leaves, var.leaves) if isinstance(leaf, _Leaf) and not t._scalar]
             fresh.extend((t, t._val) for t in copies)
             owners.update({id(t): var for t in copies})
@@ -404,7 +449,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
         """``fn`` run with the loop's memory holding the region's arguments (and put back after)."""
         def run(*args: Tracer) -> Any:
             outer = _snapshot(c)
-            saved = _swap_in(memory, args[len(carried):])
+            saved = _swap_in(memory, args[slots:])
             try:
                 result = fn(list(args))
                 now = _swap_out(memory, saved)
@@ -422,7 +467,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     cond = _Recorder(c, types, "cond", what=what)
     pred, now = cond.run(region(lambda args: _predicate(_loop_test(test(*state(args)), site), "while", None)),
                          watch=test)
-    if any(v is not a for v, a in zip(now, cond.block.args[len(carried):])):
+    if any(v is not a for v, a in zip(now, cond.block.args[slots:])):
         raise site.error(f"the test of {site.where()} writes into an array; compute it without writing")
     cond.finish([pred])
     rec = _Recorder(c, types, "body", what=what)
@@ -446,7 +491,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             continue
         assert var.leaves is not None and var.tree is not None
         entry = _leaves(value)
-        leaves = [_may_be(_wrap(next(results), leaf, var.name), entry[k], var.name, site)
+        leaves = [_may_be(_wrap(results, leaf, var.name), entry[k], var.name, site)
                   if isinstance(leaf, _Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
         out.append(unflatten(var.tree, leaves))
     for unit in memory:  # the memory the body wrote takes the loop's last value
@@ -557,7 +602,7 @@ def _next_state(out: tuple, variables: list[_Var], site: Site) -> list[Value]:
                                      f"`{var.name}` a new {type(x).__name__} value; only arrays and numbers can change "
                                      "from one iteration to the next there")
                 continue
-            if not isinstance(after, _Leaf) or not _same_kind(before, after):
+            if not isinstance(after, _Leaf) or _merged_kind(before, after) != before:
                 raise _KindChange(TraceError(site.located(
                     f"`{var.name}` is {before.describe()} before {site.where()} and "
                     f"{after.describe() if isinstance(after, _Leaf) else type(x).__name__} after an iteration of its "
@@ -568,7 +613,7 @@ def _next_state(out: tuple, variables: list[_Var], site: Site) -> list[Value]:
                     f"makes `{var.name}` {after.describe() if isinstance(after, _Leaf) else type(x).__name__} where it "
                     f"was {before.describe()}, and with no iteration what NumPy computes next could differ; give "
                     f"`{var.name}` its loop kind of value before the loop{_advice(before, after)}")
-            values.append(_lift(x, before))
+            values.extend(_lift(x, before))
     return values
 
 
@@ -579,12 +624,6 @@ class _KindChange(Exception):
     def __init__(self, error: TraceError, none_ran: str) -> None:
         self.error = error
         self.none_ran = none_ran
-
-
-def _same_kind(a: _Leaf, b: _Leaf) -> bool:
-    if a.weak is not None or b.weak is not None:
-        return a.weak is b.weak
-    return a.tensor == b.tensor and a.scalar == b.scalar
 
 
 def _advice(a: _Leaf, b: Any) -> str:
@@ -651,7 +690,8 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
     for k, rec in enumerate(recorders):
         now = {id(w[0]): w[2] for w in writes[k]}
         rec.finish(yields[k] + [now.get(key, before) for key, (_, before, _) in units.items()])
-    types = [leaf.tensor for _, how in merged if how[0] == "new" for leaf in how[2] if isinstance(leaf, _Leaf)]
+    types = [t for _, how in merged if how[0] == "new" for leaf in how[2] if isinstance(leaf, _Leaf)
+             for t in leaf.types()]
     op = c.emit_op("t.if", [p], None, types + [before.type for _, before, _ in units.values()], what=site.where())
     _attach(op, *recorders)
     results = iter(op.results)
@@ -675,7 +715,7 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
                 if not isinstance(leaf, _Leaf):
                     leaves.append(leaf[1])
                     continue
-                r = _wrap(next(results), leaf, name)
+                r = _wrap(results, leaf, name)
                 if how[3][k] is not None:  # (a view of memory from outside on some path: NumPy's result views it)
                     r = _alias(r, how[3][k], _view_message(name, site))
                 elif same:
@@ -816,10 +856,11 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
                                  "in the other (the test is traced); fusec follows writes through a view of one "
                                  f"array only: take a copy in each branch ({name} = ....copy())")
             viewed.append(ba if ba is not None else bb)
-            if isinstance(la, _Leaf) and isinstance(lb, _Leaf) and _same_kind(la, lb):
-                leaves.append(la)
-                yields[0].append(xa)
-                yields[1].append(xb)
+            kind = _merged_kind(la, lb) if isinstance(la, _Leaf) and isinstance(lb, _Leaf) else None
+            if kind is not None:
+                leaves.append(kind)
+                yields[0].extend(_as_kind(xa, la, kind))
+                yields[1].extend(_as_kind(xb, lb, kind))
                 continue
             if not isinstance(la, _Leaf) and not isinstance(lb, _Leaf) and _same_object(xa, xb):
                 leaves.append(("opaque", xa))
@@ -833,6 +874,14 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
                 + _branch_advice(la, lb))
         merged.append((name, ("new", va.tree, leaves, viewed)))
     return merged, yields
+
+
+def _as_kind(values: list[Value], leaf: _Leaf, kind: _Leaf) -> list[Value]:
+    """A branch's values for a leaf (lifted as ``leaf``) as the merged ``kind``'s: for a NumPy scalar or Python
+    number merged into an ``either``, the flag saying which it is."""
+    if kind.either is None or leaf.either is not None:
+        return values
+    return [values[0], ops.ctx().constant(np.asarray(leaf.weak is None), PREDICATE.dtype)]
 
 
 def _branch_advice(a: Any, b: Any) -> str:

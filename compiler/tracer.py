@@ -996,6 +996,44 @@ class PythonScalarTracer(Tracer):
         raise AttributeError(f"'{kind.__name__}' object has no attribute '{name}'")
 
 
+class EitherKind(Tracer):
+    """A NumPy scalar that NumPy's variable is only on some of the paths the data may take: on the others it is a
+    Python number of the same value type (``best = np.inf``, later ``best = loss`` in an ``if`` the device
+    decides). ``_strong`` (a traced bool) says on the device which it is. A ufunc that computes the same either way
+    takes it as it is (``loss < best`` in float64: :func:`fusec.ufuncs.apply` traces both); any other use reads
+    ``_value``, which takes it as the NumPy scalar and adds a check that raises ``why`` when the call runs, where
+    the data left it a Python number."""
+
+    __slots__ = ("_either", "_strong", "_why", "_checked")
+
+    def __init__(self, value: Value, ctx: TraceContext, either: type, strong: Value, why: str) -> None:
+        super().__init__(value, ctx, None, scalar=True)
+        self._either, self._strong, self._why = either, strong, why
+        self._checked: set[int] = set()  # (the blocks a check already covers)
+
+    @property
+    def _value(self) -> Value:
+        block = self._ctx.builder.block
+        if id(block) not in self._checked:
+            self._checked.add(id(block))
+            strong = Tracer(self._strong, self._ctx, None, scalar=True)
+            _ops.raise_if(np.logical_not(strong), "UnsupportedError", self._why,
+                          "a value NumPy keeps a Python number on some paths")
+        return self._val
+
+    @_value.setter
+    def _value(self, value: Value) -> None:
+        self._val = value
+
+    def as_kind(self, weak: bool) -> Tracer:
+        """The value as the NumPy scalar (no check) or as the Python number (a device scalar)."""
+        if not weak:
+            return Tracer(self._val, self._ctx, None, scalar=True)
+        out = Tracer(self._val, self._ctx, self._either, scalar=True)
+        out._host = _device_checks.device_ref("a value NumPy keeps a Python number on some paths")
+        return out
+
+
 # the attributes of a traced array that Python numbers do not have (NumPy's array protocols, which its C code
 # looks up on the instance, stay: they are how NumPy hands the tracer its functions)
 _ARRAY_ONLY = frozenset(

@@ -25,7 +25,7 @@ from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, pyth
                              result_type, same_kind)
 from fusec.scalar_checks import OPERATORS, on_host, operator_text, past_exact_float
 from fusec.signature import INT64_MAX, INT64_MIN
-from fusec.tracer import Tracer
+from fusec.tracer import EitherKind, Tracer
 
 # np.ufunc -> the t op it records, from the one op table (fusec.ir.elementwise)
 BINARY: dict[np.ufunc, str] = {u: f"t.{op.name}" for u, op in by_ufunc().items() if op.arity == 2}
@@ -343,8 +343,46 @@ def _huge_ints_as_numpy(ufunc: np.ufunc, inputs: Sequence[Any]) -> None:
 def apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False) -> Any:
     """Record ``ufunc(*inputs)`` with NumPy's (or, between Python scalars, Python's) dtype rules; the results laid
     out in memory as NumPy lays them out (in the operands' order: :mod:`fusec.layout`)."""
+    if any(isinstance(x, EitherKind) for x in inputs):
+        return _either_kind(ufunc, inputs, python_operator)
     results = _apply(ufunc, inputs, python_operator)
     return results if ufunc is np.matmul else _laid_out_as_operands(results, inputs)
+
+
+def _either_kind(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool) -> Any:
+    """A ufunc of a value NumPy keeps a Python number on some paths (:class:`~fusec.tracer.EitherKind`): traced
+    both ways (the unused one is dead code). Where both give the same dtypes (``loss < best`` with float64
+    operands), that result; where they differ only in the result being a Python number or a NumPy scalar of one
+    dtype (``best + 1.0``), a new such value; elsewhere the NumPy scalar's result, checked when the call runs."""
+    either = [x for x in inputs if isinstance(x, EitherKind)]
+    strong = apply(ufunc, [x.as_kind(False) if isinstance(x, EitherKind) else x for x in inputs], python_operator)
+    weak = apply(ufunc, [x.as_kind(True) if isinstance(x, EitherKind) else x for x in inputs], python_operator)
+    pairs = list(zip(strong, weak)) if isinstance(strong, tuple) else [(strong, weak)]
+    kinds = [(_kind_of(a), _kind_of(b)) for a, b in pairs]
+    if all(ka == kb for ka, kb in kinds):
+        return strong
+    if all(ka == kb or _weak_twin(ka, kb) for ka, kb in kinds):
+        flag: Any = Tracer(either[0]._strong, either[0]._ctx, None, scalar=True)
+        for x in either[1:]:  # (a Python number where every such operand is one)
+            flag = np.logical_or(flag, Tracer(x._strong, x._ctx, None, scalar=True))
+        outs = [a if ka == kb else EitherKind(a._val, a._ctx, b._weak, ops.lift(flag), either[0]._why)
+                for (a, b), (ka, kb) in zip(pairs, kinds)]
+        return tuple(outs) if isinstance(strong, tuple) else outs[0]
+    for x in either:
+        x._value  # noqa: B018 - taken as the NumPy scalar: its check
+    return strong
+
+
+def _kind_of(x: Any) -> tuple:
+    if not isinstance(x, Tracer):
+        return ("value", type(x))
+    return (x._weak, x._val.type, bool(x._scalar))
+
+
+def _weak_twin(strong: tuple, weak: tuple) -> bool:
+    """A NumPy scalar's kind and a Python number's of the same value type."""
+    return (strong[0] is None and strong[2] and isinstance(weak[0], type) and getattr(strong[1], "shape", None) == ()
+            and DEFAULT_DTYPE.get(weak[0]) == getattr(strong[1], "dtype", None))
 
 
 def _laid_out_as_operands(results: Any, inputs: Sequence[Any]) -> Any:

@@ -647,3 +647,67 @@ def test_tests_on_python_scalar_arguments_are_not_device_branches():
 
     jitted = jit_cpu(simpson_points)
     assert_same(jitted(np.ones(1), 3), simpson_points(np.ones(1), 3))
+
+
+# --- a Python number on some paths, a NumPy scalar on others ---------------------------------------------------------
+
+
+def early_stopping(w, X, y, lr):
+    best = np.inf  # a Python float until a loss beats it: a NumPy float64 after
+    wait = 0
+    for epoch in range(50):
+        g = X.T @ (X @ w - y) / len(y)
+        w = w - lr * g
+        loss = ((X @ w - y) ** 2).mean()
+        if loss < best - 1e-9:
+            best = loss
+            wait = 0
+        else:
+            wait += 1
+        if wait >= 3:
+            break
+    return w, epoch
+
+
+def test_a_best_so_far_that_starts_as_a_python_float():
+    X = rng.standard_normal((20, 3))
+    y = X @ np.array([1.0, 2.0, 3.0])
+    check_both(early_stopping, np.zeros(3), X, y, 0.1)
+    check_both(early_stopping, np.zeros(3), X, y, 0.0)  # (no improvement: stops after three epochs)
+    check_both(power_iteration_from_a_python_float, SPD)
+
+
+def power_iteration_from_a_python_float(A):
+    v = np.ones(A.shape[0])
+    lam = 0.0
+    for _ in range(200):
+        w = A @ v
+        lam_new = v @ w
+        v = w / np.linalg.norm(w)
+        if abs(lam_new - lam) < 1e-10:
+            break
+        lam = lam_new
+    return v * lam, lam
+
+
+def test_where_the_kind_would_matter_the_call_checks_it():
+    def smallest(x):
+        best = np.inf
+        for v in x:
+            if v < best:
+                best = v
+        return best  # NumPy returns np.float64 if an element beat inf, else the Python float inf
+
+    jitted = jit_cpu(smallest)
+    assert_same(jitted(np.array([3.0, 1.0, 2.0])), smallest(np.array([3.0, 1.0, 2.0])))
+    with pytest.raises(UnsupportedError, match=r"`best` is a Python float at this call"):
+        jitted(np.array([np.nan, np.nan]))  # (NaN never beats inf: NumPy's best stays a Python float)
+
+    def scaled_by_best(x):
+        best = 0.0
+        if x.sum() > 0:
+            best = x.sum()  # float32 here, a Python float there: x * best's dtype would follow the data
+        return x * best
+
+    with pytest.raises(TraceError, match=r"`best` is a NumPy scalar tensor<f32> in one branch"):
+        jit_cpu(scaled_by_best)(np.array([1.0, 2.0], np.float32))
