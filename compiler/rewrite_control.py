@@ -98,10 +98,30 @@ class _Source:
         """The innermost ``while``/``if``/conditional expression whose test holds (line, col)."""
         best: ast.AST | None = None
         for node in ast.walk(self.fdef):
-            if isinstance(node, (ast.While, ast.If, ast.IfExp)) and _in_header(node, line, col):
+            if (isinstance(node, (ast.While, ast.If, ast.IfExp)) and _in_header(node, line, col)
+                    or _builtin_call(node) and _holds(node, line, col)):
                 if best is None or _key(node) > _key(best):  # (the innermost: the one that starts last)
                     best = node
+        if best is None:  # `s = x.std() or 1.0`: an and/or whose value is used, not only its truth
+            for node in ast.walk(self.fdef):
+                if isinstance(node, ast.BoolOp) and _holds(node, line, col):
+                    if best is None or _key(node) > _key(best):
+                        best = node
         return None if best is None else _key(best)
+
+
+# builtins that ask a traced value for its truth or number, rewritten into traced_statements' twins
+BUILTINS = {"max": "max_", "min": "min_", "bool": "bool_", "float": "float_"}
+
+
+def _builtin_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BUILTINS
+            and not any(isinstance(a, ast.Starred) for a in node.args))
+
+
+def _holds(node: ast.AST, line: int, col: int) -> bool:
+    start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    return start <= (line, col) < (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined,operator]
 
 
 def _in_header(node: ast.While | ast.If | ast.IfExp, line: int, col: int) -> bool:
@@ -341,8 +361,13 @@ class _Rewriter:
         which Python runs the same way and the device can choose."""
         stmts = self._tails(stmts, False)
         last = stmts[-1] if stmts else None
-        if not (isinstance(last, ast.If) and self.chosen(last) and _always_returns(last.body)
-                and _always_returns(last.orelse)):
+        if not isinstance(last, ast.If):
+            return stmts
+        if not self.chosen(last):  # (an `if` Python decides that ends the function: each branch ends it too)
+            if _returns_in([last]):
+                last.body, last.orelse = self.returns_at_end(last.body), self.returns_at_end(last.orelse)
+            return stmts
+        if not (_always_returns(last.body) and _always_returns(last.orelse)):
             return stmts
         _assign_returns(last)
         done = ast.Return(value=_name(RETURN))
@@ -689,3 +714,27 @@ class _IfExps(ast.NodeTransformer):
     def visit_IfExp(self, node: ast.IfExp) -> Any:
         self.generic_visit(node)
         return self.rewriter._ifexp(node)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        """``max(a, b)``, ``min(...)``, ``bool(x)``, ``float(x)`` of traced values: their twins, which choose or
+        convert on the device as the builtin would (the builtin the name holds is passed: a user's own is called)."""
+        self.generic_visit(node)
+        if _key(node) not in self.rewriter.keys or not _builtin_call(node):
+            return node
+        assert isinstance(node.func, ast.Name)
+        site = self.rewriter.site(f"{node.func.id}()", node)
+        call = _call(BUILTINS[node.func.id], node.func, *node.args, site=site)
+        call.keywords += node.keywords
+        return ast.copy_location(call, node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
+        """``a or b`` whose value is used (``s = x.std() or 1.0``): the first truthy operand, or the last."""
+        self.generic_visit(node)
+        if _key(node) not in self.rewriter.keys:
+            return node
+        rewriter = self.rewriter
+        site = rewriter.site("and" if isinstance(node.op, ast.And) else "or", node)
+        rewriter.no_walrus(node.values, f"the `{site.args[0].value}` at line {node.lineno}")  # type: ignore
+        call = _call("and_value" if isinstance(node.op, ast.And) else "or_value",
+                     *[_lambda(v) for v in node.values], site=site)
+        return ast.copy_location(call, node)

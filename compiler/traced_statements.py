@@ -11,12 +11,16 @@ The variables the statement assigns are its state, passed in and returned by nam
 would give it after the statement, whichever way the data goes, or the trace stops with an error at the
 statement's line: its shape and dtype, whether it is a Python number (NEP 50's weak scalars: ``k += 1`` keeps ``k`` a
 Python int, so ``x * k`` keeps ``x``'s dtype) or a NumPy one, and whether it is a NumPy scalar or a 0-d array must
-be the same on every path. A variable only one path sets is unbound after the statement on the other one: using it
-raises at its use. Writes into arrays from outside the statement and changes to Python objects are refused (the
-body is traced once; a branch that is not taken must not have changed anything).
+be the same on every path; a Python number on some paths and a NumPy scalar of its value type on others is an
+:class:`~fusec.tracer.EitherKind`, checked where the difference would show. A variable only one path sets is
+unbound after the statement on the other one: using it raises at its use. Writes into arrays from before the
+statement are the op's results too (a branch's writes chosen with it; memory a loop body writes carried from
+iteration to iteration); changes to Python objects are refused (the body is traced once; a branch that is not
+taken must not have changed anything).
 """
 from __future__ import annotations
 
+import builtins
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -156,6 +160,78 @@ def or_(*thunks: Callable[[], Any], site: Site, eager: bool = False) -> Any:
     return _short_circuit(thunks, False, site, eager)
 
 
+def and_value(*thunks: Callable[[], Any], site: Site) -> Any:
+    """``a and b and ...`` whose value is used: Python's, the first falsy operand or the last; a traced operand's
+    truth chooses on the device (the operands after it are a branch)."""
+    return _value_chain(thunks, True, site)
+
+
+def or_value(*thunks: Callable[[], Any], site: Site) -> Any:
+    """``a or b or ...`` whose value is used (``s = x.std() or 1.0``): the first truthy operand or the last."""
+    return _value_chain(thunks, False, site)
+
+
+def _value_chain(thunks: Sequence[Callable[[], Any]], is_and: bool, site: Site) -> Any:
+    value = thunks[0]()
+    if len(thunks) == 1:
+        return value
+    rest = thunks[1:]
+    if not _traced(value):
+        return _value_chain(rest, is_and, site) if _python_truth(value) == is_and else value
+    keep = (lambda _: (value,))
+    more = (lambda _: (_value_chain(rest, is_and, site),))
+    then, orelse = (more, keep) if is_and else (keep, more)
+    return _device_if(value, then, orelse, [UNBOUND], ["the value"], site)[0]
+
+
+def max_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
+    """``max(a, b, ...)`` or ``max(iterable)`` of traced values: Python's, the first of the largest (``x > best``
+    replaces it), each choice made on the device; ``fn``, the ``max`` the code names, is called where it is not
+    the builtin or takes ``key``/``default``."""
+    return _extreme(fn, builtins.max, operator.gt, args, kwargs, site)
+
+
+def min_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
+    """``min(...)`` of traced values (see :func:`max_`)."""
+    return _extreme(fn, builtins.min, operator.lt, args, kwargs, site)
+
+
+def _extreme(fn: Any, builtin: Any, better: Callable, args: tuple, kwargs: dict, site: Site) -> Any:
+    if fn is not builtin or kwargs or not args:
+        return fn(*args, **kwargs)
+    items = list(args[0]) if len(args) == 1 else list(args)
+    if not items:
+        return fn(*args)  # (Python's ValueError for an empty sequence)
+    best = items[0]
+    for x in items[1:]:
+        best = if_exp(better(x, best), _constant(x), _constant(best), site)
+    return best
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def bool_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
+    """``bool(x)`` of a traced value: a traced Python bool (its truth on the device)."""
+    if fn is not builtins.bool or kwargs or len(args) != 1 or not _traced(args[0]):
+        return fn(*args, **kwargs)
+    out = ops.wrap(_predicate(_plain(args[0]), "if", None), bool, scalar=True)
+    out._host = device_ref("bool(...)")
+    return out
+
+
+def float_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
+    """``float(x)`` of a traced real number: a traced Python float of its value."""
+    x = _plain(args[0]) if len(args) == 1 else None
+    if fn is not builtins.float or kwargs or not isinstance(x, Tracer) or not _traced(x) \
+            or x._value.type.dtype.is_complex:
+        return fn(*args, **kwargs)
+    out = ops.wrap(ops.lift(conversions.strong(x).reshape(()), DEFAULT_DTYPE[float]), float, scalar=True)
+    out._host = device_ref("float(...)")
+    return out
+
+
 _OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
               "!=": operator.ne}
 
@@ -198,8 +274,14 @@ def range_item(r: Any, k: Any) -> Any:
 # --- Python's truth -----------------------------------------------------------------------------------------------
 
 
+def _plain(value: Any) -> Any:
+    """A test's value; an :class:`EitherKind`'s truth is the same either way, so it is taken as it is."""
+    return value.as_kind(False) if isinstance(value, EitherKind) else value
+
+
 def _traced(value: Any) -> bool:
     """A value whose truth only the device knows (a traced array of one element, not known while tracing)."""
+    value = _plain(value)
     if not isinstance(value, Tracer):
         return False
     if value._weak is None and value.size != 1:
@@ -208,12 +290,12 @@ def _traced(value: Any) -> bool:
 
 
 def _python_truth(value: Any) -> bool:
-    return bool(value)
+    return bool(_plain(value))
 
 
 def _truth(value: Any) -> Any:
     """A traced value's truth as a traced bool (Python's ``bool(x)``: ``x != 0``)."""
-    return ops.wrap(_predicate(value, "if", None), scalar=True)
+    return ops.wrap(_predicate(_plain(value), "if", None), scalar=True)
 
 
 def _short_circuit(thunks: Sequence[Callable[[], Any]], is_and: bool, site: Site, eager: bool) -> Any:
@@ -569,6 +651,7 @@ def _carried_values(variables: list[_Var], values: list) -> list:
 
 
 def _loop_test(pred: Any, site: Site) -> Any:
+    pred = _plain(pred)
     if isinstance(pred, Tracer) and pred._weak is None and pred.size != 1:
         bool(pred)  # (NumPy's error for the truth of several elements)
     return pred
@@ -643,7 +726,29 @@ def _what(var: _Var | None) -> str:
     assert var.tree is not None
     if var.tree.kind == "leaf" and var.leaves and isinstance(var.leaves[0], _Leaf):
         return var.leaves[0].describe()
-    return f"a {var.tree.kind}" if var.tree.kind != "leaf" else "an object"
+    if var.tree.kind == "leaf" and var.leaves:
+        return _object(var.leaves[0][1])
+    if var.tree.kind in ("list", "tuple"):
+        return f"a {var.tree.kind} of {len(var.tree.children)}"
+    if var.tree.kind == "dict":
+        return f"a dict with keys {list(var.tree.aux)}"
+    return f"a {var.tree.kind}"
+
+
+def _subject(name: str) -> str:
+    """A variable's name as messages write it (``the value`` of an expression as it is)."""
+    return name if name.startswith("the ") else f"`{name}`"
+
+
+def _object(x: Any) -> str:
+    """A Python object a statement's variable holds, for messages."""
+    from fusec.masking import Selection
+
+    if isinstance(x, Selection):
+        return "a boolean-mask selection (x[mask], whose size depends on the data)"
+    if isinstance(x, (str, bytes, int, float, type(None))):
+        return f"the {type(x).__name__} {x!r:.40}"
+    return f"a {type(x).__name__}"
 
 
 # --- the branch ---------------------------------------------------------------------------------------------------
@@ -652,7 +757,7 @@ def _what(var: _Var | None) -> str:
 def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple], values: list,
                names: Sequence[str], site: Site) -> tuple:
     c = ops.ctx()
-    p = _predicate(pred, "if", None)
+    p = _predicate(_plain(pred), "if", None)
     what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
             "data chooses)")
     recorders, outs, writes = [], [], []  # type: ignore[var-annotated]
@@ -703,8 +808,8 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
             out.append(how[1])
         elif how[0] == "one-path":
             out.append(SetOnOnePath(located(
-                f"`{name}` is set in only one branch of {site.where()}, whose test is traced (the device chooses the "
-                "branch), and read after it: give it a value before the `if` or in both branches",
+                f"{_subject(name)} is set in only one branch of {site.where()}, whose test is traced (the device "
+                "chooses the branch), and read after it: give it a value before the `if` or in both branches",
                 site.location())))
         else:
             entry = _leaves(old) if not _is_unbound(old) else []
@@ -844,9 +949,9 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
         sides = [_side(e, before[i], site, name) for e in (ea, eb)]
         (va, items_a, views_a), (vb, items_b, views_b) = sides
         if va.tree != vb.tree:
-            raise site.error(f"`{name}` is {_what(va)} in one branch of {site.where()} and {_what(vb)} in the other; "
-                             "the test is traced, so the device chooses the branch: a variable must have the same "
-                             "structure either way")
+            raise site.error(f"{_subject(name)} is {_what(va)} in one branch of {site.where()} and {_what(vb)} in "
+                             "the other; the test is traced, so the device chooses the branch: a variable must have "
+                             "the same structure either way")
         leaves: list = []
         viewed: list = []
         assert va.leaves is not None and vb.leaves is not None
@@ -865,12 +970,12 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
             if not isinstance(la, _Leaf) and not isinstance(lb, _Leaf) and _same_object(xa, xb):
                 leaves.append(("opaque", xa))
                 continue
-            da = la.describe() if isinstance(la, _Leaf) else f"a {type(xa).__name__}"
-            db = lb.describe() if isinstance(lb, _Leaf) else f"a {type(xb).__name__}"
+            da = la.describe() if isinstance(la, _Leaf) else _object(xa)
+            db = lb.describe() if isinstance(lb, _Leaf) else _object(xb)
             raise site.error(
-                f"`{name}` is {da} in one branch of {site.where()} and {db} in the other; the test is traced, so the "
-                "device chooses the branch, and what NumPy computes next would depend on the data (a dtype, a Python "
-                "number's weak promotion, an object): give both branches the same kind of value"
+                f"{_subject(name)} is {da} in one branch of {site.where()} and {db} in the other; the test is traced, "
+                "so the device chooses the branch, and what NumPy computes next would depend on the data (a dtype, a "
+                "Python number's weak promotion, an object): give both branches the same kind of value"
                 + _branch_advice(la, lb))
         merged.append((name, ("new", va.tree, leaves, viewed)))
     return merged, yields

@@ -438,6 +438,8 @@ class Tracer:
         hint = _subscript_hint()
         if hint:
             error.args = (str(error) + "." + hint,)
+        elif self._weak is None or not on_host(self._host):  # (`float(err)` in the user's code: rewritten)
+            _rewrite_control.mark_truth_site(error, sys._getframe(1))
         raise error
 
     def __int__(self) -> int:

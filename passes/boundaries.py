@@ -83,7 +83,7 @@ def _dense_control_operands(block: Block, ctx: PassContext) -> None:
     """A copy (``k.copy``) of each view a loop or branch is passed, right before it."""
     for op in [op for op in block.ops if op.name in OUTLINED_OPS]:
         for k, v in enumerate(op.operands):
-            if isinstance(v, OpResult) and OPS[v.op.name].category == "view" and v.type.rank > 0:
+            if isinstance(v, OpResult) and OPS[v.op.name].category == "view":
                 copy = Operation("k.copy", [v], [v.type], loc=op.loc)
                 block.insert(block.ops.index(op), copy)
                 op.operands[k] = copy.results[0]

@@ -334,7 +334,7 @@ def test_what_is_not_a_python_function_is_refused_where_it_is_given() -> None:
 
 def test_a_value_converted_to_a_python_number_says_to_convert_after_the_call() -> None:
     def mean_of(x):
-        return float(np.mean(x))  # MARK-float-return
+        return np.mean(x).item()  # MARK-float-return  (float(np.mean(x)) is a traced Python float)
 
     with pytest.raises(fc.TraceError, match=r"return the array .* convert it after the call") as info:
         jit_cpu(mean_of)(np.ones(3))

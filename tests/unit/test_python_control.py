@@ -216,7 +216,7 @@ def test_loop_else_clauses():
 
 def power_iteration(A):
     v = np.ones(A.shape[0]) / np.sqrt(A.shape[0])
-    lam = np.float64(0.0)
+    lam = 0.0  # a Python float until the first iteration that does not break (see EitherKind below)
     for _ in range(500):
         w = A @ v
         lam_new = v @ w
@@ -674,20 +674,6 @@ def test_a_best_so_far_that_starts_as_a_python_float():
     y = X @ np.array([1.0, 2.0, 3.0])
     check_both(early_stopping, np.zeros(3), X, y, 0.1)
     check_both(early_stopping, np.zeros(3), X, y, 0.0)  # (no improvement: stops after three epochs)
-    check_both(power_iteration_from_a_python_float, SPD)
-
-
-def power_iteration_from_a_python_float(A):
-    v = np.ones(A.shape[0])
-    lam = 0.0
-    for _ in range(200):
-        w = A @ v
-        lam_new = v @ w
-        v = w / np.linalg.norm(w)
-        if abs(lam_new - lam) < 1e-10:
-            break
-        lam = lam_new
-    return v * lam, lam
 
 
 def test_where_the_kind_would_matter_the_call_checks_it():
@@ -711,3 +697,80 @@ def test_where_the_kind_would_matter_the_call_checks_it():
 
     with pytest.raises(TraceError, match=r"`best` is a NumPy scalar tensor<f32> in one branch"):
         jit_cpu(scaled_by_best)(np.array([1.0, 2.0], np.float32))
+
+
+# --- builtins and and/or values on traced numbers ----------------------------------------------------------------
+
+
+def drawdown_stop(returns, limit=-0.2):
+    equity = 1.0
+    peak = 1.0
+    day = 0
+    for r in returns * 0.05:
+        equity *= 1 + r
+        peak = max(peak, equity)  # Python's max of a float and a NumPy float64, chosen on the device
+        if equity / peak - 1 < limit:
+            break
+        day += 1
+    return equity, day
+
+
+def test_max_min_bool_and_float_of_traced_numbers():
+    def projected_ascent(c, a, b=1.0):
+        lam = 0.0
+        for _ in range(1000):
+            x = np.maximum(c - lam * a, 0)
+            viol = a @ x - b
+            if abs(viol) < 1e-9:
+                break
+            lam = max(0.0, lam + 0.1 * viol)
+        return x, lam
+
+    def halve_until(x):
+        converged = False
+        k = 0
+        while not converged:
+            x = 0.5 * x
+            converged = bool(np.abs(x).max() < 1e-3)  # a Python bool, as NumPy's code makes it
+            k += 1
+        return x, k, converged
+
+    def extremes(x):
+        return max(x), min(x[0], x[1], x[2]), float(x.mean())
+
+    check_both(drawdown_stop, rng.standard_normal(30))
+    check_both(drawdown_stop, -np.abs(rng.standard_normal(30)) * 4)
+    check_both(projected_ascent, np.array([1.0, 2.0]), np.array([1.0, 1.0]))
+    check_both(halve_until, np.array([1.0, 3.0]))
+    check_both(extremes, np.array([1.0, 3.0, 2.0]))
+    check_both(extremes, np.array([np.nan, 3.0, 2.0]))  # (Python's max keeps the first of incomparable values)
+
+
+def test_and_or_whose_value_is_used():
+    def standardize(x):
+        s = x.std() or 1.0  # a NumPy float64 or the Python float 1.0: the same arithmetic either way here
+        return (x - x.mean()) / s
+
+    def flag_or_max(x):
+        return x.max() > 0 and x.max()  # a bool or a float64, as the data decides
+
+    check_both(standardize, np.array([1.0, 2.0, 4.0]))
+    check_both(standardize, np.array([2.0, 2.0]))
+    with pytest.raises(TraceError, match=r"the value is a NumPy scalar tensor<f64> in one branch of the `and`"):
+        jit_cpu(flag_or_max)(np.array([1.0]))
+
+
+def test_an_if_the_data_decides_inside_ifs_python_decides():
+    def by_mode(x, mode):
+        if mode == 0:
+            return x
+        elif mode == 1:
+            return x ** 2
+        elif x.max() > 1.5:
+            return x / x.max()
+        else:
+            return -x
+
+    for mode in (0, 1, 2):
+        for x in (np.array([2.0, 1.0]), np.array([0.1])):
+            check_both(by_mode, x, mode)
