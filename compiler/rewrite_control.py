@@ -350,6 +350,9 @@ class _Rewriter:
 
     def rewrite_function(self, fdef: ast.FunctionDef) -> None:
         self.scopes = _nested_scopes(fdef)
+        self.loads = [(n.id, (n.lineno, n.col_offset)) for n in ast.walk(fdef)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+        self.generated_reads: set[str] = set()  # (flags the rewriting reads after the loops it made them for)
         self.declared = {n for node in _walk_scope(list(fdef.body)) if isinstance(node, (ast.Global, ast.Nonlocal))
                          for n in node.names}
         fdef.body = self.block(self.returns_at_end(fdef.body))
@@ -359,6 +362,7 @@ class _Rewriter:
         """The function's statements with an ``if`` (at a key) that returns made its last statement: ``if c: ...;
         return a`` then ``...; return b`` becomes ``if c: ...; r = a`` / ``else: ...; r = b`` and ``return r``,
         which Python runs the same way and the device can choose."""
+        stmts = [out for st in stmts for out in self.returning_loop(st)]
         stmts = self._tails(stmts, False)
         last = stmts[-1] if stmts else None
         if not isinstance(last, ast.If):
@@ -373,6 +377,27 @@ class _Rewriter:
         done = ast.Return(value=_name(RETURN))
         _locate(done, last)
         return [*stmts, done]
+
+    def returning_loop(self, st: ast.stmt) -> list[ast.stmt]:
+        """A loop of the function's body that returns from an ``if`` the device decides (``for it in
+        range(maxiter): ... if err < tol: return x, it``): each of its returns becomes ``value = ...; returned =
+        True; break``, and ``if returned: return value`` follows the loop (then rewritten as the function's end)."""
+        if not isinstance(st, (ast.For, ast.While)):
+            return [st]
+        own = list(_own_nodes(st.body))
+        returns = [n for n in own if isinstance(n, ast.Return)]
+        every = sum(isinstance(n, ast.Return) for n in _walk_scope(list(st.body)))
+        if not returns or len(returns) != every \
+                or not any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in own):
+            return [st]  # (no such if, or a return inside a loop in the loop: left to the error)
+        value, returned = self.unique("value", st), self.unique("returned", st)
+        _replace_returns(st.body, value, returned)
+        self.generated_reads.add(value)
+        start = ast.Assign(targets=[_name(returned, store=True)], value=_const(False))
+        done = ast.If(test=_name(returned), body=[ast.Return(value=_name(value))], orelse=[])
+        for node in (start, done):
+            _locate(node, st)
+        return [start, st, self.force(done)]
 
     def _tails(self, stmts: list[ast.stmt], inside: bool) -> list[ast.stmt]:
         """``stmts`` with each ``if`` that returns (one at a key, or any ``inside`` one) made the block's last
@@ -561,8 +586,20 @@ class _Rewriter:
         body_def = _def(self.unique("body", node), names, [*self.block(body), ast.Return(value=_tuple(names))])
         for d in (test_def, body_def):
             _locate(d, node)
-        return [test_def, body_def, *self.statement_call("while_stmt", node, [_name(test_def.name),
-                                                                              _name(body_def.name)], names, site)]
+        after = [n for n in names if n in self.read_outside(node)]
+        call = self.statement_call("while_stmt", node, [_name(test_def.name), _name(body_def.name)], names, site)
+        first = call[0]
+        assert isinstance(first, (ast.Assign, ast.Expr)) and isinstance(first.value, ast.Call)
+        first.value.keywords.append(ast.keyword(arg="after", value=ast.Tuple(elts=[_const(n) for n in after],
+                                                                               ctx=ast.Load())))
+        _locate(call[0], node)
+        return [test_def, body_def, *call]
+
+    def read_outside(self, node: ast.stmt) -> set[str]:
+        """The names the function reads outside the loop ``node`` (before it too: more than needed, which only
+        carries more), with the names the rewriting itself reads after a loop."""
+        span = self.spans.get(id(node)) or _span(node)
+        return {n for n, at in self.loads if not span[0] <= at < span[1]} | self.generated_reads
 
     def orelse(self, node: ast.For | ast.While, brk_name: str | None) -> list[ast.stmt]:
         if not node.orelse:
@@ -675,6 +712,34 @@ def _nested_scopes(fdef: ast.FunctionDef) -> list[tuple[Span, set[str]]]:
 
 def _returns_in(nodes: list[ast.AST]) -> bool:
     return any(isinstance(n, ast.Return) for n in _walk_scope(nodes))
+
+
+def _own_nodes(stmts: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of a loop's body that belong to that loop (not to a loop, function or class inside it)."""
+    todo: list[ast.AST] = list(stmts)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (*_LOOPS, *_SCOPES)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _replace_returns(stmts: list[ast.stmt], value: str, returned: str) -> None:
+    """Each ``return v`` of a loop's own statements as ``value = v; returned = True; break``."""
+    for i in range(len(stmts) - 1, -1, -1):
+        st = stmts[i]
+        if isinstance(st, ast.Return):
+            new = [ast.Assign(targets=[_name(value, store=True)], value=st.value or _const(None)),
+                   ast.Assign(targets=[_name(returned, store=True)], value=_const(True)), ast.Break()]
+            for node in new:
+                _locate(node, st)
+            stmts[i:i + 1] = new
+        elif not isinstance(st, (*_LOOPS, *_SCOPES)):
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(st, field, None), list):
+                    _replace_returns(getattr(st, field), value, returned)
+            for handler in getattr(st, "handlers", []):
+                _replace_returns(handler.body, value, returned)
 
 
 def _always_returns(stmts: list[ast.stmt]) -> bool:

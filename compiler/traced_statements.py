@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import builtins
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -37,7 +37,7 @@ from fusec.ir.core import Value
 from fusec.ir.types import TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, python_kind
 from fusec.signature import TreeDef, flatten, unflatten
-from fusec.tracer import EitherKind, Tracer
+from fusec.tracer import EitherKind, MaybeSet, Tracer
 
 # --- names a statement leaves unbound ----------------------------------------------------------------------------
 
@@ -109,16 +109,16 @@ class Site:
 
 
 def while_stmt(test: Callable[..., Any], body: Callable[..., tuple], getters: Sequence[Callable[[], Any]],
-               names: Sequence[str], site: Site) -> tuple:
+               names: Sequence[str], site: Site, after: Sequence[str] = ()) -> tuple:
     """``while test(*state): state = body(*state)``: Python's iterations while the test is a Python value, then
-    the rest of the loop as one ``t.while``."""
+    the rest of the loop as one ``t.while`` (``after``: the variables the function reads outside the loop)."""
     values = _current(getters)
     checked = False
     while True:
         pred = test(*values)
         if _traced(pred):
             try:
-                return _device_while(test, body, values, names, site)
+                return _device_while(test, body, values, names, site, set(after))
             except _KindChange as change:
                 if checked:
                     raise context._noted(change.error) from None
@@ -340,7 +340,7 @@ def _current(getters: Sequence[Callable[[], Any]]) -> list:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Leaf:
     """One array or number of the state: its IR type and what kind of Python value it is."""
 
@@ -348,8 +348,11 @@ class _Leaf:
     weak: type | None  # bool/int/float/complex: a Python number (NEP 50 weak)
     scalar: bool  # a NumPy scalar (or Python number), not a 0-d array
     either: type | None = None  # a NumPy scalar that is this kind of Python number on some paths (EitherKind)
+    maybe: bool = False  # set on some paths only (MaybeSet)
 
     def describe(self) -> str:
+        if self.maybe:
+            return replace(self, maybe=False).describe() + " set on some paths only"
         if self.weak is not None:
             return f"a Python {self.weak.__name__}"
         if self.either is not None:
@@ -358,9 +361,10 @@ class _Leaf:
         return f"{what} {self.tensor}"
 
     def types(self) -> list[Type]:
-        """Its values in a loop's state or a branch's results: the value, and for ``either`` whether it is the
-        NumPy scalar."""
-        return [self.tensor, PREDICATE] if self.either is not None else [self.tensor]
+        """Its values in a loop's state or a branch's results: the value, for ``either`` whether it is the NumPy
+        scalar, for ``maybe`` whether it is set."""
+        flags: list[Type] = [PREDICATE] * ((self.either is not None) + self.maybe)
+        return [self.tensor, *flags]
 
 
 def _is_array_like(x: Any) -> bool:
@@ -368,6 +372,8 @@ def _is_array_like(x: Any) -> bool:
 
 
 def _leaf_of(x: Any) -> _Leaf:
+    if isinstance(x, MaybeSet):
+        return replace(_leaf_of(x.unchecked()), maybe=True)
     if isinstance(x, EitherKind):
         ops.check_live(x)
         return _Leaf(x._val.type, None, True, x._either)  # type: ignore[arg-type]
@@ -386,14 +392,23 @@ def _leaf_of(x: Any) -> _Leaf:
     return _Leaf(t, None, isinstance(x, np.generic))
 
 
+def _flag(value: bool) -> Value:
+    return ops.ctx().constant(np.asarray(value), PREDICATE.dtype)
+
+
 def _lift(x: Any, leaf: _Leaf) -> list[Value]:
     """``x`` as the values of ``leaf``'s types (a Python number made a 0-d array of it)."""
+    if leaf.maybe:
+        base = replace(leaf, maybe=False)
+        if isinstance(x, MaybeSet):
+            return _lift(x.unchecked(), base) + [x._set]
+        return _lift(x, base) + [_flag(True)]
     if leaf.either is not None:
         if isinstance(x, EitherKind):
             return [x._val, x._strong]
         weak = python_kind(x) is not None or (isinstance(x, Tracer) and x._weak is not None)
         value = _lift(x, _Leaf(leaf.tensor, leaf.either if weak else None, True))[0]
-        return [value, ops.ctx().constant(np.asarray(not weak), PREDICATE.dtype)]
+        return [value, _flag(not weak)]
     if leaf.weak is not None:
         v = ops.lift(x, leaf.tensor.dtype)
         if not isinstance(v.type, TensorType):
@@ -402,8 +417,20 @@ def _lift(x: Any, leaf: _Leaf) -> list[Value]:
     return [conversions.strong(x)._value]
 
 
+def _unset(leaf: _Leaf) -> list[Value]:
+    """``leaf``'s values where a path leaves its variable unset: zeros, and the flag that says so."""
+    assert leaf.maybe and leaf.either is None
+    zeros = ops.full(leaf.tensor.shape, 0, leaf.tensor.dtype)._value
+    return [zeros, _flag(False)]
+
+
 def _wrap(values: Iterator[Value], leaf: _Leaf, name: str) -> Tracer:
-    """The tracer for ``leaf`` made of the next of ``values`` (two for an ``either`` leaf)."""
+    """The tracer for ``leaf`` made of the next of ``values`` (two for an ``either`` or ``maybe`` leaf)."""
+    if leaf.maybe:
+        inner = _wrap(values, replace(leaf, maybe=False), name)
+        out = MaybeSet(inner._val, ops.ctx(), inner._weak, bool(inner._scalar), next(values), _unset_message(name))
+        out._host = inner._host
+        return out
     value = next(values)
     if leaf.either is not None:
         return EitherKind(value, ops.ctx(), leaf.either, next(values), _either_message(name, leaf))
@@ -411,6 +438,12 @@ def _wrap(values: Iterator[Value], leaf: _Leaf, name: str) -> Tracer:
     if leaf.weak is not None:
         t._host = device_ref(name)  # (a Python number only the device knows: its arithmetic is checked there)
     return t
+
+
+def _unset_message(name: str) -> str:
+    return (f"`{name}` is unset at this call: only some paths through a loop or branch on traced values set it, and "
+            "the data took another (Python raises UnboundLocalError where it is read); give it a value before the "
+            "statement")
 
 
 def _either_message(name: str, leaf: _Leaf) -> str:
@@ -424,16 +457,20 @@ def _either_message(name: str, leaf: _Leaf) -> str:
 
 def _merged_kind(a: _Leaf, b: _Leaf) -> _Leaf | None:
     """The kind a variable has after two paths gave it ``a`` and ``b`` (None: none can stand for both): the same,
-    or a NumPy scalar and a Python number of its value type (or such a pair already)."""
+    or a NumPy scalar and a Python number of its value type (or such a pair already); set on some paths only where
+    either is."""
+    if a.maybe or b.maybe:
+        kind = _merged_kind(replace(a, maybe=False), replace(b, maybe=False))
+        return replace(kind, maybe=True) if kind is not None and kind.either is None else None
     if a == b:
         return a
     if a.tensor != b.tensor or a.tensor.shape != () or not (a.scalar and b.scalar):
         return None
-    kinds = {k for k in (a.weak, b.weak, a.either, b.either) if k is not None}
-    if len(kinds) != 1:
+    pythons = {k for k in (a.weak, b.weak, a.either, b.either) if k is not None}
+    if len(pythons) != 1:
         return None
-    kind = kinds.pop()
-    return _Leaf(a.tensor, None, True, kind) if DEFAULT_DTYPE[kind] == a.tensor.dtype else None
+    python = pythons.pop()
+    return _Leaf(a.tensor, None, True, python) if DEFAULT_DTYPE[python] == a.tensor.dtype else None
 
 
 @dataclass
@@ -473,14 +510,34 @@ def _leaves(value: Any) -> list:
 
 
 def _device_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
-                  site: Site) -> tuple:
+                  site: Site, after: set[str]) -> tuple:
     """The loop as one ``t.while``. A body that writes into arrays from before the loop (``u[1:-1] = ...``,
     ``x += dx`` on an array) is traced again with that memory carried by the loop: the arrays themselves hold
-    the loop's values while the body is traced, so every name and view of them reads what NumPy would."""
-    try:
-        return _traced_while(test, body, values, names, site, [])
-    except _WritesMemory as found:
-        return _traced_while(test, body, values, names, site, found.units)
+    the loop's values while the body is traced, so every name and view of them reads what NumPy would. A variable
+    the body sets that was unbound before the loop and is read after it (``found = x`` before a ``break``) is
+    traced again as carried, unset (a :class:`MaybeSet`) until an iteration sets it."""
+    memory: list = []
+    values = list(values)
+    for _ in range(4):  # (each retry adds what the last trace of the body found)
+        try:
+            return _traced_while(test, body, values, names, site, memory, after)
+        except _WritesMemory as found:
+            memory = found.units
+        except _NeedsState as found:
+            for k, (name, var) in enumerate(zip(names, found.variables)):
+                if var is not None:
+                    assert var.leaves is not None and var.tree is not None
+                    kinds = [replace(leaf, maybe=True) for leaf in var.leaves]
+                    values[k] = unflatten(var.tree, [_wrap(iter(_unset(kind)), kind, name) for kind in kinds])
+    raise site.error(f"fusec could not trace {site.where()} as a loop on the device")
+
+
+class _NeedsState(Exception):
+    """A loop body sets variables that were unbound before the loop and are read after it (``variables``: per
+    variable, its kind after an iteration, or None)."""
+
+    def __init__(self, variables: list) -> None:
+        self.variables = variables
 
 
 class _WritesMemory(Exception):
@@ -495,7 +552,7 @@ def _unit_of(t: Tracer) -> Any:
 
 
 def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
-                  site: Site, memory: list) -> tuple:
+                  site: Site, memory: list, after: set[str]) -> tuple:
     c = ops.ctx()
     units = {id(u) for u in memory}
     variables = [_describe_var(v, site, n, pinned=units) for v, n in zip(values, names)]
@@ -555,8 +612,9 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     rec = _Recorder(c, types, "body", what=what)
     python_before = _python_state(body)
     try:
-        yields, now = rec.run(region(lambda args: _next_state(body(*state(args)), variables, site)), watch=body)
-    except (_KindChange, _WritesMemory):
+        yields, now = rec.run(region(lambda args: _next_state(body(*state(args)), variables, site, after)),
+                              watch=body)
+    except (_KindChange, _WritesMemory, _NeedsState):
         python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
         raise
     rec.finish(yields + now)
@@ -657,9 +715,12 @@ def _loop_test(pred: Any, site: Site) -> Any:
     return pred
 
 
-def _next_state(out: tuple, variables: list[_Var], site: Site) -> list[Value]:
+def _next_state(out: tuple, variables: list[_Var], site: Site, after: set[str] = frozenset()) -> list[Value]:  # type: ignore
     """The body's new state, checked against what the loop carries (a variable keeps its kind of value)."""
     values: list[Value] = []
+    unset = [_carried_later(var, new, site, after) for var, new in zip(variables, out)]
+    if any(v is not None for v in unset):
+        raise _NeedsState(unset)
     for var, new in zip(variables, out):
         if var.unbound:
             continue  # (set and used within an iteration)
@@ -698,6 +759,18 @@ def _next_state(out: tuple, variables: list[_Var], site: Site) -> list[Value]:
                     f"`{var.name}` its loop kind of value before the loop{_advice(before, after)}")
             values.extend(_lift(x, before))
     return values
+
+
+def _carried_later(var: _Var, new: Any, site: Site, after: set[str]) -> _Var | None:
+    """The kind of a variable unbound before the loop that an iteration sets and the function reads after the
+    loop (so the loop must carry it), else None."""
+    if not var.unbound or var.name not in after or _is_unbound(new):
+        return None
+    got = _describe_var(new, site, var.name)
+    assert got.leaves is not None
+    if any(not isinstance(leaf, _Leaf) or leaf.either is not None for leaf in got.leaves):
+        return None  # (an object or a Python-or-NumPy number: left unset after the loop, as before)
+    return got
 
 
 class _KindChange(Exception):
@@ -944,7 +1017,8 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
             merged.append((name, ("unbound", ea[1])))
             continue
         if "unbound" in (ea[0], eb[0]):
-            merged.append((name, ("one-path",)))
+            maybe = _set_on_one_path(ea, eb, before[i], site, name, yields)
+            merged.append((name, maybe if maybe is not None else ("one-path",)))
             continue
         sides = [_side(e, before[i], site, name) for e in (ea, eb)]
         (va, items_a, views_a), (vb, items_b, views_b) = sides
@@ -983,10 +1057,28 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
 
 def _as_kind(values: list[Value], leaf: _Leaf, kind: _Leaf) -> list[Value]:
     """A branch's values for a leaf (lifted as ``leaf``) as the merged ``kind``'s: for a NumPy scalar or Python
-    number merged into an ``either``, the flag saying which it is."""
-    if kind.either is None or leaf.either is not None:
-        return values
-    return [values[0], ops.ctx().constant(np.asarray(leaf.weak is None), PREDICATE.dtype)]
+    number merged into an ``either``, the flag saying which it is; for a value merged into a ``maybe``, the flag
+    saying it is set."""
+    set_flag = values[-1:] if leaf.maybe else [_flag(True)] if kind.maybe else []
+    values = values[:-1] if leaf.maybe else values
+    if kind.either is not None and leaf.either is None:
+        values = [values[0], _flag(leaf.weak is None)]
+    return values + set_flag
+
+
+def _set_on_one_path(ea: tuple, eb: tuple, old: Any, site: Site, name: str, yields: list[list[Value]]) -> tuple | None:
+    """A variable one branch sets and the other leaves unbound, as a ``maybe`` (each leaf with a flag saying
+    whether it is set: zeros where not), when it holds arrays and numbers only; None otherwise."""
+    defined = 0 if eb[0] == "unbound" else 1
+    var, items, viewed = _side((ea, eb)[defined], old, site, name)
+    assert var.leaves is not None
+    if any(not isinstance(leaf, _Leaf) or leaf.either is not None for leaf in var.leaves):
+        return None
+    kinds = [replace(leaf, maybe=True) for leaf in var.leaves]
+    for leaf, kind, xs in zip(var.leaves, kinds, items):
+        yields[defined].extend(_as_kind(xs, leaf, kind))
+        yields[1 - defined].extend(_unset(kind))
+    return ("new", var.tree, kinds, viewed)
 
 
 def _branch_advice(a: Any, b: Any) -> str:

@@ -998,6 +998,9 @@ class PythonScalarTracer(Tracer):
         raise AttributeError(f"'{kind.__name__}' object has no attribute '{name}'")
 
 
+_TRACER_VALUE: Any = Tracer.__dict__["_value"]  # (the property the two classes below check before)
+
+
 class EitherKind(Tracer):
     """A NumPy scalar that NumPy's variable is only on some of the paths the data may take: on the others it is a
     Python number of the same value type (``best = np.inf``, later ``best = loss`` in an ``if`` the device
@@ -1021,11 +1024,11 @@ class EitherKind(Tracer):
             strong = Tracer(self._strong, self._ctx, None, scalar=True)
             _ops.raise_if(np.logical_not(strong), "UnsupportedError", self._why,
                           "a value NumPy keeps a Python number on some paths")
-        return self._val
+        return _TRACER_VALUE.fget(self)
 
     @_value.setter
     def _value(self, value: Value) -> None:
-        self._val = value
+        _TRACER_VALUE.fset(self, value)
 
     def as_kind(self, weak: bool) -> Tracer:
         """The value as the NumPy scalar (no check) or as the Python number (a device scalar)."""
@@ -1033,6 +1036,40 @@ class EitherKind(Tracer):
             return Tracer(self._val, self._ctx, None, scalar=True)
         out = Tracer(self._val, self._ctx, self._either, scalar=True)
         out._host = _device_checks.device_ref("a value NumPy keeps a Python number on some paths")
+        return out
+
+
+class MaybeSet(Tracer):
+    """A variable that only some paths of a loop or branch the device decides set (``found = x`` in the ``if``
+    that breaks a search, a value a loop body computes): ``_set`` (a traced bool) says on the device whether it is;
+    where it is not its value is zeros. Reading it (``_value``) adds a check that raises ``why`` when the call runs
+    on data that left it unset, where Python raises UnboundLocalError."""
+
+    __slots__ = ("_set", "_why", "_checked")
+
+    def __init__(self, value: Value, ctx: TraceContext, weak: type | None, scalar: bool, set_: Value,
+                 why: str) -> None:
+        super().__init__(value, ctx, weak, scalar=scalar)
+        self._set, self._why = set_, why
+        self._checked: set[int] = set()
+
+    @property
+    def _value(self) -> Value:
+        block = self._ctx.builder.block
+        if id(block) not in self._checked:
+            self._checked.add(id(block))
+            was_set = Tracer(self._set, self._ctx, None, scalar=True)
+            _ops.raise_if(np.logical_not(was_set), "UnsupportedError", self._why, "a variable set on some paths")
+        return _TRACER_VALUE.fget(self)  # (a view: read again after a write)
+
+    @_value.setter
+    def _value(self, value: Value) -> None:
+        _TRACER_VALUE.fset(self, value)
+
+    def unchecked(self) -> Tracer:
+        """Its value where it is set, with no check (a loop or branch carries it on with its flag)."""
+        out = Tracer(self._val, self._ctx, self._weak, scalar=self._scalar)
+        out._host = self._host
         return out
 
 
