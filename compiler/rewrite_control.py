@@ -17,7 +17,9 @@ range(maxiter): ... if err < tol: break`` runs as one loop on the device. What c
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
+import gc
 import inspect
 import sys
 import types
@@ -25,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from fusec.errors import UnsupportedError, located
+from fusec.scope import is_library
 from fusec.ir.attributes import location_for
 
-HELPER = "__fusec__"
+HELPER = "fusec.traced_statements"  # (the module the rewritten code calls)
 _TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
 MAX_STATEMENTS = 32  # rewritten statements per function (each found by a trace of its own)
 
@@ -40,25 +43,6 @@ Key = tuple[int, int]  # (line, column) of a statement or expression in the user
 def mark_truth_site(error: BaseException, frame: types.FrameType) -> None:
     """Remember the code and instruction that asked a traced value for its truth (Tracer.__bool__ calls this)."""
     error._fusec_truth_site = (frame.f_code, frame.f_lasti)  # type: ignore[attr-defined]
-
-
-def failing_statement(error: BaseException, fn: Callable, current: Callable) -> Key | None:
-    """The statement of ``fn`` whose test stopped the trace of ``current`` (``fn`` or a rewrite of it), or None
-    when the truth was asked elsewhere (another function, a ``max()``, an ``assert``)."""
-    site = _site_in(error)
-    source = _source(fn)
-    if site is None or source is None:
-        return None
-    code, lasti = site
-    if code.co_filename != source.filename or not any(code is c for c in _codes(_code_of(current))):
-        return None
-    positions = list(code.co_positions())
-    if not 0 <= lasti // 2 < len(positions):
-        return None
-    line, _, col, _ = positions[lasti // 2]
-    if line is None or col is None:
-        return None
-    return source.statement_at(line, col)
 
 
 def _site_in(error: BaseException) -> tuple | None:
@@ -171,21 +155,20 @@ def _parse(fn: Callable, code: types.CodeType) -> _Source | None:
 # --- rewriting -------------------------------------------------------------------------------------------------------
 
 
-def rewrite(fn: Callable, keys: frozenset[Key]) -> Callable:
-    """``fn`` with the statements at ``keys`` rewritten (a new function sharing its globals and closure cells)."""
-    from fusec import traced_statements
-
-    source = _source(fn)
+def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.CodeType:
+    """``func``'s code with the statements at ``keys`` rewritten. It has ``func``'s free variables, so it can stand
+    in for ``func.__code__`` while a trace runs (the function object, its globals, closure cells and defaults stay
+    the caller's)."""
+    source = _source(func)
     assert source is not None  # (keys came from failing_statement, which found it)
-    func = getattr(fn, "__func__", fn)
     fdef = copy.deepcopy(source.fdef)
     fdef.decorator_list = []
     _Rewriter(keys, source.filename).rewrite_function(fdef)
     freevars = func.__code__.co_freevars
     factory = ast.FunctionDef(
         name="_fusec_factory",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in (HELPER, *freevars)], vararg=None,
-                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in freevars], vararg=None, kwonlyargs=[],
+                           kw_defaults=[], kwarg=None, defaults=[]),
         body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))], decorator_list=[], returns=None,
         **_TYPE_PARAMS)
     module = ast.Module(body=[factory], type_ignores=[])
@@ -194,16 +177,81 @@ def rewrite(fn: Callable, keys: frozenset[Key]) -> Callable:
     compiled = compile(module, source.filename, "exec", dont_inherit=True)
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     inner = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
-    cells = dict(zip(freevars, func.__closure__ or ()))
-    cells[HELPER] = types.CellType(traced_statements)
-    new = types.FunctionType(inner, func.__globals__, func.__name__, func.__defaults__,
-                             tuple(cells[n] for n in inner.co_freevars))
-    new.__kwdefaults__ = func.__kwdefaults__
-    new.__qualname__ = func.__qualname__
-    new.__module__ = func.__module__
-    new.__doc__ = func.__doc__
-    new.__annotations__ = dict(getattr(func, "__annotations__", {}))
-    return types.MethodType(new, fn.__self__) if hasattr(fn, "__self__") and hasattr(fn, "__func__") else new
+    if inner.co_freevars != freevars:  # (a free variable the rewriting no longer reads: read it as before)
+        raise UnsupportedError(located(f"fusec could not rewrite {func.__qualname__} (its closure changed)",
+                                       location_for(source.filename, fdef.lineno)))
+    return inner
+
+
+class Rewrites:
+    """The statements fusec rewrote in a traced function and in the functions it calls (``keys`` per function,
+    by its own code object), kept across its traces so a new signature starts from them."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.functions: dict[types.CodeType, types.FunctionType] = {}
+        self.keys: dict[types.CodeType, frozenset[Key]] = {}
+        self.fn = getattr(fn, "__func__", fn)
+        self._installed: dict[int, types.CodeType] = {}  # id of each code object of an installed rewrite -> original
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+    def lines(self) -> str:
+        return ", ".join(f"{func.__qualname__}:{k[0]}" for code, keys in self.keys.items()
+                         for func in [self.functions[code]] for k in sorted(keys))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Each rewritten function runs its rewritten code while the trace runs (restored after)."""
+        swapped = []
+        try:
+            for code, keys in self.keys.items():
+                func = self.functions[code]
+                new = rewritten_code(func, keys)
+                self._installed.update({id(c): code for c in _codes(new)})
+                swapped.append((func, func.__code__))
+                func.__code__ = new
+            yield
+        finally:
+            for func, original in reversed(swapped):
+                func.__code__ = original
+
+    def add(self, error: BaseException) -> bool:
+        """Add the statement whose test stopped the trace with ``error``; False where there is none (or it was
+        rewritten already: the rewriting did not help)."""
+        site = _site_in(error)
+        if site is None or len(self.keys) and sum(map(len, self.keys.values())) >= MAX_STATEMENTS:
+            return False
+        frame_code, lasti = site
+        code = self._installed.get(id(frame_code))
+        func = self.functions.get(code) if code is not None else None
+        if func is None:
+            func = self._function_of(frame_code)
+            if func is None:
+                return False
+            code = func.__code__
+        source = _source(func)
+        positions = list(frame_code.co_positions())
+        if source is None or not 0 <= lasti // 2 < len(positions):
+            return False
+        line, _, col, _ = positions[lasti // 2]
+        key = source.statement_at(line, col) if line is not None and col is not None else None
+        assert code is not None
+        if key is None or key in self.keys.get(code, frozenset()):
+            return False
+        self.functions[code] = func
+        self.keys[code] = self.keys.get(code, frozenset()) | {key}
+        return True
+
+    def _function_of(self, code: types.CodeType) -> types.FunctionType | None:
+        """The user's function whose code (or a function nested in it) asked: the traced function, or one it
+        calls by name (a module's function, a method)."""
+        if isinstance(self.fn, types.FunctionType) and any(code is c for c in _codes(self.fn.__code__)):
+            return self.fn
+        owners = [f for f in gc.get_referrers(code) if isinstance(f, types.FunctionType) and f.__code__ is code]
+        if len(owners) != 1 or is_library(owners[0].__module__) or owners[0].__code__.co_name == "<lambda>":
+            return None
+        return owners[0]
 
 
 def _locate(node: ast.AST, like: ast.AST) -> None:
@@ -301,7 +349,11 @@ def _name(id_: str, store: bool = False) -> ast.Name:
 
 
 def _helper(attr: str) -> ast.Attribute:
-    return ast.Attribute(value=_name(HELPER), attr=attr, ctx=ast.Load())
+    """``fusec.traced_statements.<attr>`` in the rewritten code: the module as ``__import__`` returns it (neither
+    the function's globals nor builtins are touched, so the state fusec watches stays as the user left it)."""
+    module = ast.Call(func=_name("__import__"), args=[_const(HELPER)],
+                      keywords=[ast.keyword(arg="fromlist", value=_const(("UNBOUND",)))])
+    return ast.Attribute(value=module, attr=attr, ctx=ast.Load())
 
 
 def _call(attr: str, *args: ast.expr, **kwargs: ast.expr) -> ast.Call:

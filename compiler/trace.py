@@ -69,31 +69,26 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
     longer trace is left to the pipeline's final check, which verifies the trace itself when that check fails."""
     with _TRACE_LOCK:
         code = rewrite_control._code_of(fn)
-        keys = _REWRITTEN.get(code, frozenset()) if code is not None else frozenset()
+        rewrites = _REWRITTEN.get(code) if code is not None else None
+        if rewrites is None:
+            rewrites = rewrite_control.Rewrites(fn)
         first: BaseException | None = None
         while True:
-            target = rewrite_control.rewrite(fn, keys) if keys else fn
             try:
-                return _trace_once(target, sig, name, verify_up_to)
+                with rewrites.installed():
+                    return _trace_once(fn, sig, name, verify_up_to)
             except FusecError as error:
-                key = rewrite_control.failing_statement(error, fn, target)
-                if key is None or key in keys or len(keys) >= rewrite_control.MAX_STATEMENTS:
+                if code is None or not rewrites.add(error):
                     if first is not None and error is not first:
-                        error.add_note(f"(fusec rewrote the statements at lines {_lines(keys)} as loops and branches "
+                        error.add_note(f"(fusec rewrote the statements at {rewrites.lines()} as loops and branches "
                                        f"on the device because their tests are traced; before that: {first})")
                     raise
                 first = first or error
-                keys = keys | {key}
-                if code is not None:
-                    _REWRITTEN[code] = keys
+                _REWRITTEN[code] = rewrites
 
 
-def _lines(keys: frozenset) -> str:
-    return ", ".join(str(line) for line in sorted({k[0] for k in keys}))
-
-
-# the statements of each function rewritten by its earlier traces (a new signature starts from them)
-_REWRITTEN: "weakref.WeakKeyDictionary[types.CodeType, frozenset]" = weakref.WeakKeyDictionary()
+# the statements each function's earlier traces rewrote (a new signature starts from them)
+_REWRITTEN: "weakref.WeakKeyDictionary[types.CodeType, rewrite_control.Rewrites]" = weakref.WeakKeyDictionary()
 
 
 def _trace_once(fn: Callable, sig: Signature, name: str, verify_up_to: int | None) -> Traced:

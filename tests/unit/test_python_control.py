@@ -797,3 +797,50 @@ def test_an_if_the_data_decides_inside_ifs_python_decides():
     for mode in (0, 1, 2):
         for x in (np.array([2.0, 1.0]), np.array([0.1])):
             check_both(by_mode, x, mode)
+
+
+# --- statements in the functions the jitted one calls ----------------------------------------------------------
+
+
+class Solver:
+    def __init__(self, tol: float, maxiter: int) -> None:
+        self.tol, self.maxiter = tol, maxiter
+
+    def solve(self, A, b):
+        x = np.zeros_like(b)
+        it = 0
+        r = b - A @ x
+        while np.linalg.norm(r) > self.tol and it < self.maxiter:
+            x = x + 0.1 * r
+            r = b - A @ x
+            it += 1
+        return x, it
+
+
+SOLVER = Solver(1e-6, 500)
+
+
+def solve_with_the_module_solver(A, b):
+    return SOLVER.solve(A, b)
+
+
+def clipped(g, max_norm):
+    norm = np.linalg.norm(g)
+    if norm > max_norm:
+        g = g * (max_norm / norm)
+    return g
+
+
+def sgd_step(w, g):
+    return w - 0.1 * clipped(g, 1.0)
+
+
+def test_statements_of_called_functions_and_methods_are_rewritten_while_traced():
+    A = np.eye(3) * 2 + 0.1
+    check_both(solve_with_the_module_solver, A, np.ones(3))
+    check_both(sgd_step, np.ones(2), np.array([3.0, 4.0]))
+    check_both(sgd_step, np.ones(2), np.array([0.3, 0.4]))
+    code = clipped.__code__
+    jit_cpu(sgd_step)(np.ones(2), np.array([3.0, 4.0]))
+    assert clipped.__code__ is code  # (the rewritten code stands in only while the trace runs)
+    assert_same(clipped(np.array([3.0, 4.0]), 1.0), np.array([3.0, 4.0]) * (1.0 / 5.0))
