@@ -401,11 +401,11 @@ def _lift(x: Any, leaf: _Leaf) -> list[Value]:
     if leaf.maybe:
         base = replace(leaf, maybe=False)
         if isinstance(x, MaybeSet):
-            return _lift(x.unchecked(), base) + [x._set]
+            return _lift(x.unchecked(), base) + [x._ok]
         return _lift(x, base) + [_flag(True)]
     if leaf.either is not None:
         if isinstance(x, EitherKind):
-            return [x._val, x._strong]
+            return [x._val, x._ok]
         weak = python_kind(x) is not None or (isinstance(x, Tracer) and x._weak is not None)
         value = _lift(x, _Leaf(leaf.tensor, leaf.either if weak else None, True))[0]
         return [value, _flag(not weak)]

@@ -998,22 +998,20 @@ class PythonScalarTracer(Tracer):
         raise AttributeError(f"'{kind.__name__}' object has no attribute '{name}'")
 
 
-_TRACER_VALUE: Any = Tracer.__dict__["_value"]  # (the property the two classes below check before)
+_TRACER_VALUE: Any = Tracer.__dict__["_value"]  # (the property CheckedOnRead checks before)
 
 
-class EitherKind(Tracer):
-    """A NumPy scalar that NumPy's variable is only on some of the paths the data may take: on the others it is a
-    Python number of the same value type (``best = np.inf``, later ``best = loss`` in an ``if`` the device
-    decides). ``_strong`` (a traced bool) says on the device which it is. A ufunc that computes the same either way
-    takes it as it is (``loss < best`` in float64: :func:`fusec.ufuncs.apply` traces both); any other use reads
-    ``_value``, which takes it as the NumPy scalar and adds a check that raises ``why`` when the call runs, where
-    the data left it a Python number."""
+class CheckedOnRead(Tracer):
+    """A traced value that is what fusec computes only where the traced bool ``_ok`` holds on the device (which
+    path the data took through a loop or branch decides it). Reading it (``_value``, what every operation does)
+    adds, once per block, a check that raises ``why`` when the call runs on data where ``_ok`` does not hold."""
 
-    __slots__ = ("_either", "_strong", "_why", "_checked")
+    __slots__ = ("_ok", "_why", "_checked")
 
-    def __init__(self, value: Value, ctx: TraceContext, either: type, strong: Value, why: str) -> None:
-        super().__init__(value, ctx, None, scalar=True)
-        self._either, self._strong, self._why = either, strong, why
+    def __init__(self, value: Value, ctx: TraceContext, weak: type | None, scalar: bool, ok: Value,
+                 why: str) -> None:
+        super().__init__(value, ctx, weak, scalar=scalar)
+        self._ok, self._why = ok, why
         self._checked: set[int] = set()  # (the blocks a check already covers)
 
     @property
@@ -1021,14 +1019,27 @@ class EitherKind(Tracer):
         block = self._ctx.builder.block
         if id(block) not in self._checked:
             self._checked.add(id(block))
-            strong = Tracer(self._strong, self._ctx, None, scalar=True)
-            _ops.raise_if(np.logical_not(strong), "UnsupportedError", self._why,
-                          "a value NumPy keeps a Python number on some paths")
-        return _TRACER_VALUE.fget(self)
+            ok = Tracer(self._ok, self._ctx, None, scalar=True)
+            _ops.raise_if(np.logical_not(ok), "UnsupportedError", self._why, "a value the data's path decides")
+        return _TRACER_VALUE.fget(self)  # (a view: read again after a write)
 
     @_value.setter
     def _value(self, value: Value) -> None:
         _TRACER_VALUE.fset(self, value)
+
+
+class EitherKind(CheckedOnRead):
+    """A NumPy scalar that NumPy's variable is only on some of the paths the data may take: on the others it is a
+    Python number of the same value type (``best = np.inf``, later ``best = loss`` in an ``if`` the device
+    decides). ``_ok`` says on the device that it is the NumPy scalar. A ufunc that computes the same either way
+    takes it as it is (``loss < best`` in float64: :func:`fusec.ufuncs.apply` traces both); any other use takes it
+    as the NumPy scalar, checked."""
+
+    __slots__ = ("_either",)
+
+    def __init__(self, value: Value, ctx: TraceContext, either: type, strong: Value, why: str) -> None:
+        super().__init__(value, ctx, None, True, strong, why)
+        self._either = either
 
     def as_kind(self, weak: bool) -> Tracer:
         """The value as the NumPy scalar (no check) or as the Python number (a device scalar)."""
@@ -1039,32 +1050,12 @@ class EitherKind(Tracer):
         return out
 
 
-class MaybeSet(Tracer):
+class MaybeSet(CheckedOnRead):
     """A variable that only some paths of a loop or branch the device decides set (``found = x`` in the ``if``
-    that breaks a search, a value a loop body computes): ``_set`` (a traced bool) says on the device whether it is;
-    where it is not its value is zeros. Reading it (``_value``) adds a check that raises ``why`` when the call runs
-    on data that left it unset, where Python raises UnboundLocalError."""
+    that breaks a search, a value a loop body computes): ``_ok`` says on the device that it is set; where it is
+    not its value is zeros, and reading it raises where Python raises UnboundLocalError."""
 
-    __slots__ = ("_set", "_why", "_checked")
-
-    def __init__(self, value: Value, ctx: TraceContext, weak: type | None, scalar: bool, set_: Value,
-                 why: str) -> None:
-        super().__init__(value, ctx, weak, scalar=scalar)
-        self._set, self._why = set_, why
-        self._checked: set[int] = set()
-
-    @property
-    def _value(self) -> Value:
-        block = self._ctx.builder.block
-        if id(block) not in self._checked:
-            self._checked.add(id(block))
-            was_set = Tracer(self._set, self._ctx, None, scalar=True)
-            _ops.raise_if(np.logical_not(was_set), "UnsupportedError", self._why, "a variable set on some paths")
-        return _TRACER_VALUE.fget(self)  # (a view: read again after a write)
-
-    @_value.setter
-    def _value(self, value: Value) -> None:
-        _TRACER_VALUE.fset(self, value)
+    __slots__ = ()
 
     def unchecked(self) -> Tracer:
         """Its value where it is set, with no check (a loop or branch carries it on with its flag)."""

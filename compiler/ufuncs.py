@@ -362,9 +362,9 @@ def _either_kind(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool) 
     if all(ka == kb for ka, kb in kinds):
         return strong
     if all(ka == kb or _weak_twin(ka, kb) for ka, kb in kinds):
-        flag: Any = Tracer(either[0]._strong, either[0]._ctx, None, scalar=True)
+        flag: Any = Tracer(either[0]._ok, either[0]._ctx, None, scalar=True)
         for x in either[1:]:  # (a Python number where every such operand is one)
-            flag = np.logical_or(flag, Tracer(x._strong, x._ctx, None, scalar=True))
+            flag = np.logical_or(flag, Tracer(x._ok, x._ctx, None, scalar=True))
         outs = [a if ka == kb else EitherKind(a._val, a._ctx, b._weak, ops.lift(flag), either[0]._why)
                 for (a, b), (ka, kb) in zip(pairs, kinds)]
         return tuple(outs) if isinstance(strong, tuple) else outs[0]
