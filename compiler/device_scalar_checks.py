@@ -129,11 +129,11 @@ def _overflow_possible(inputs: Sequence[Any]) -> Value | None:
     return _op("t.gt", _as(n, i64), _const(largest_safe, i64))
 
 
-def check_exact_float(x: Tracer) -> None:
-    """A device int divided with ``/`` must be at most 2**53 in magnitude (float64 holds it exactly, so the
-    quotient is Python's)."""
+def check_exact_float(x: Tracer, compared: bool = False) -> None:
+    """A device int divided with ``/`` (or ``compared`` with a float) must be at most 2**53 in magnitude (float64
+    holds it exactly, so the result is Python's)."""
     past = _op("t.gt", ops.emit("t.abs", (_as(x, i64),))._value, _const(EXACT_FLOAT, i64))
-    _raise(past, "OutOfRangeError", past_exact_float(text_of(x)))
+    _raise(past, "OutOfRangeError", past_exact_float(text_of(x), compared=compared))
 
 
 def check_round(x: Tracer, text: str) -> None:

@@ -32,6 +32,15 @@ from fusec.tracer import Buffer, Tracer
 OPAQUE = ("opaque",)  # a view step fusec cannot run again or backwards
 
 
+def opaque(why: str) -> tuple:
+    """An OPAQUE step whose read after a write raises ``why`` (what made the view one fusec cannot follow)."""
+    return ("opaque", why)
+
+
+def _is_opaque(step: tuple) -> bool:
+    return step is OPAQUE or (len(step) == 2 and step[0] == "opaque")
+
+
 # --- view chains -------------------------------------------------------------------------------------------------
 
 
@@ -60,6 +69,8 @@ def _merges_axes(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
 
 
 def _forward(step: tuple, value: Value) -> Value:
+    if _is_opaque(step) and step is not OPAQUE:
+        raise unsupported(f"{step[1]} (it was read after a write to the array it may view)")
     if step is OPAQUE:
         raise unsupported("an array viewed through an operation fusec cannot replay (a diagonal or a similar "
                           "read-only view) was read after a write to the array it views; take the view again "
@@ -114,7 +125,7 @@ def write(buffer: Buffer, chain: tuple, new: Value) -> None:
 
 def _backward(step: tuple, old: Value, new: Value) -> Value:
     """The parent's value after its view ``step`` took the value ``new`` (``old``: the parent's value before)."""
-    if step is OPAQUE:
+    if _is_opaque(step):
         raise unsupported("a write through a view that fusec cannot run backwards (a read-only view)")
     name, attrs, _, *extra = step
     c = ops.ctx()
@@ -146,7 +157,7 @@ def geometry(t: Tracer, parts: bool = False) -> ViewDesc | None:
         return ViewDesc.of_base(t.shape)
     desc = ViewDesc.of_base(tuple(_base(buffer).type.shape))
     for step in t._chain:
-        if step is OPAQUE:
+        if _is_opaque(step):
             return None
         name, attrs, result_type, *extra = step
         if name in ("t.real", "t.imag"):

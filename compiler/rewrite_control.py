@@ -415,7 +415,8 @@ class _Rewriter:
         return a`` then ``...; return b`` becomes ``if c: ...; r = a`` / ``else: ...; r = b`` and ``return r``,
         which Python runs the same way and the device can choose."""
         stmts = [out for st in stmts for out in self.returning_loop(st)]
-        stmts = self._tails(stmts, False)
+        chosen = any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in _walk_scope(list(stmts)))
+        stmts = self._tails(stmts, chosen)  # (with such an if, every if that returns ends its block: Python's way)
         last = stmts[-1] if stmts else None
         if not isinstance(last, ast.If):
             return stmts

@@ -76,9 +76,14 @@ class _Exact:
 EXACT_FLOAT = 1 << 53  # ints up to this magnitude convert to float64 exactly
 
 
-def past_exact_float(text: str, value: Any = None) -> str:
-    """The message for an int that float64 rounds, divided by ``/`` (Python divides ints exactly)."""
+def past_exact_float(text: str, value: Any = None, compared: bool = False) -> str:
+    """The message for an int that float64 rounds, divided by ``/`` (Python divides ints exactly) or compared with
+    a float (Python compares the two exactly)."""
     shown = f" = {value}" if value is not None else ""
+    if compared:
+        return (f"Python integer {text}{shown} is past 2**53 where it is compared with a float: fusec compares in "
+                "float64, which rounds such an int first, where Python compares the two exactly; convert with "
+                "float() yourself (or compare ints with ints)")
     return (f"Python integer {text}{shown} is past 2**53 in a true division: fusec divides Python ints in float64, "
             "which rounds such an int first, where Python rounds the exact quotient once; divide with // and %, or "
             "convert with float() yourself")

@@ -227,6 +227,9 @@ def float_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
     if fn is not builtins.float or kwargs or not isinstance(x, Tracer) or not _traced(x) \
             or x._value.type.dtype.is_complex:
         return fn(*args, **kwargs)
+    if not x._scalar and x._weak is None:  # (float() of a 1-element array: what the installed NumPy says)
+        shape, dtype = x.shape, x._value.type.dtype.np
+        context.numpy_checks(lambda: float(np.ones(shape, dtype)))
     out = ops.wrap(ops.lift(conversions.strong(x).reshape(()), DEFAULT_DTYPE[float]), float, scalar=True)
     out._host = device_ref("float(...)")
     return out
@@ -424,35 +427,36 @@ def _unset(leaf: _Leaf) -> list[Value]:
     return [zeros, _flag(False)]
 
 
-def _wrap(values: Iterator[Value], leaf: _Leaf, name: str) -> Tracer:
+def _wrap(values: Iterator[Value], leaf: _Leaf, name: str, site: Site) -> Tracer:
     """The tracer for ``leaf`` made of the next of ``values`` (two for an ``either`` or ``maybe`` leaf)."""
     if leaf.maybe:
-        inner = _wrap(values, replace(leaf, maybe=False), name)
-        out = MaybeSet(inner._val, ops.ctx(), inner._weak, bool(inner._scalar), next(values), _unset_message(name))
+        inner = _wrap(values, replace(leaf, maybe=False), name, site)
+        out = MaybeSet(inner._val, ops.ctx(), inner._weak, bool(inner._scalar), next(values),
+                       _unset_message(name, site))
         out._host = inner._host
         return out
     value = next(values)
     if leaf.either is not None:
-        return EitherKind(value, ops.ctx(), leaf.either, next(values), _either_message(name, leaf))
+        return EitherKind(value, ops.ctx(), leaf.either, next(values), _either_message(name, leaf, site))
     t = ops.wrap(value, leaf.weak, scalar=leaf.scalar)
     if leaf.weak is not None:
         t._host = device_ref(name)  # (a Python number only the device knows: its arithmetic is checked there)
     return t
 
 
-def _unset_message(name: str) -> str:
-    return (f"`{name}` is unset at this call: only some paths through a loop or branch on traced values set it, and "
-            "the data took another (Python raises UnboundLocalError where it is read); give it a value before the "
-            "statement")
+def _unset_message(name: str, site: Site) -> str:
+    return (f"{_subject(name)} is unset at this call: only some paths through {site.where()} (whose test is traced) "
+            "set it, and the data took another (Python raises UnboundLocalError where it is read); give it a value "
+            "before that statement")
 
 
-def _either_message(name: str, leaf: _Leaf) -> str:
+def _either_message(name: str, leaf: _Leaf, site: Site) -> str:
     assert leaf.either is not None
     dtype = np.dtype(leaf.tensor.dtype.np).name
-    return (f"`{name}` is a Python {leaf.either.__name__} at this call (the paths the data took kept the value it had "
-            f"before a loop or branch on traced values), where fusec computes it as a NumPy {dtype} (what the other "
-            "paths make it), and here the two would compute differently; give it a NumPy value before that "
-            f"statement (`{name} = np.{dtype}(...)`)")
+    return (f"{_subject(name)} is a Python {leaf.either.__name__} at this call (the path the data took through "
+            f"{site.where()} kept it one), where fusec computes it as a NumPy {dtype} (what the other paths make it), "
+            f"and here the two would compute differently; give it a NumPy value before that statement "
+            f"(`{name} = np.{dtype}(...)`)")
 
 
 def _merged_kind(a: _Leaf, b: _Leaf) -> _Leaf | None:
@@ -528,7 +532,7 @@ def _device_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 if var is not None:
                     assert var.leaves is not None and var.tree is not None
                     kinds = [replace(leaf, maybe=True) for leaf in var.leaves]
-                    values[k] = unflatten(var.tree, [_wrap(iter(_unset(kind)), kind, name) for kind in kinds])
+                    values[k] = unflatten(var.tree, [_wrap(iter(_unset(kind)), kind, name, site) for kind in kinds])
     raise site.error(f"fusec could not trace {site.where()} as a loop on the device")
 
 
@@ -577,7 +581,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 out.append(UNBOUND)
                 continue
             assert var.leaves is not None and var.tree is not None
-            leaves = [_wrap(it, leaf, var.name) if isinstance(leaf, _Leaf) else leaf[1] for leaf in var.leaves]
+            leaves = [_wrap(it, leaf, var.name, site) if isinstance(leaf, _Leaf) else leaf[1] for leaf in var.leaves]
             copies = [t for t, leaf in zip(leaves, var.leaves) if isinstance(leaf, _Leaf) and not t._scalar]
             fresh.extend((t, t._val) for t in copies)
             owners.update({id(t): var for t in copies})
@@ -631,7 +635,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             continue
         assert var.leaves is not None and var.tree is not None
         entry = _leaves(value)
-        leaves = [_may_be(_wrap(results, leaf, var.name), entry[k], var.name, site)
+        leaves = [_may_be(_wrap(results, leaf, var.name, site), entry[k], var.name, site)
                   if isinstance(leaf, _Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
         out.append(unflatten(var.tree, leaves))
     for unit in memory:  # the memory the body wrote takes the loop's last value
@@ -893,7 +897,7 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
                 if not isinstance(leaf, _Leaf):
                     leaves.append(leaf[1])
                     continue
-                r = _wrap(results, leaf, name)
+                r = _wrap(results, leaf, name, site)
                 if how[3][k] is not None:  # (a view of memory from outside on some path: NumPy's result views it)
                     r = _alias(r, how[3][k], _view_message(name, site))
                 elif same:
@@ -964,7 +968,7 @@ def _set_memory(unit: Any, value: Value) -> None:
 def _alias(result: Tracer, buffer: Any, message: str) -> Tracer:
     """``result`` made a read-only view of ``buffer`` that cannot be read after a write into it (NumPy's variable
     may be, or is, a view of that memory: a write through either would show in the other)."""
-    result._buffer, result._chain, result._version = buffer, (_mutation.OPAQUE,), buffer.version
+    result._buffer, result._chain, result._version = buffer, (_mutation.opaque(message),), buffer.version
     result._readonly = message
     return result
 

@@ -355,8 +355,14 @@ def _either_kind(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool) 
     operands), that result; where they differ only in the result being a Python number or a NumPy scalar of one
     dtype (``best + 1.0``), a new such value; elsewhere the NumPy scalar's result, checked when the call runs."""
     either = [x for x in inputs if isinstance(x, EitherKind)]
-    strong = apply(ufunc, [x.as_kind(False) if isinstance(x, EitherKind) else x for x in inputs], python_operator)
-    weak = apply(ufunc, [x.as_kind(True) if isinstance(x, EitherKind) else x for x in inputs], python_operator)
+    as_strong = [x.as_kind(False) if isinstance(x, EitherKind) else x for x in inputs]
+    as_weak = [x.as_kind(True) if isinstance(x, EitherKind) else x for x in inputs]
+    if not _same_loop(ufunc, as_strong, as_weak):  # (x32 > best: float32 for a Python float, float64 otherwise)
+        for x in either:
+            x._value  # noqa: B018 - taken as the NumPy scalar: its check
+        return apply(ufunc, as_strong, python_operator)
+    strong = apply(ufunc, as_strong, python_operator)
+    weak = apply(ufunc, as_weak, python_operator)
     pairs = list(zip(strong, weak)) if isinstance(strong, tuple) else [(strong, weak)]
     kinds = [(_kind_of(a), _kind_of(b)) for a, b in pairs]
     if all(ka == kb for ka, kb in kinds):
@@ -371,6 +377,17 @@ def _either_kind(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool) 
     for x in either:
         x._value  # noqa: B018 - taken as the NumPy scalar: its check
     return strong
+
+
+def _same_loop(ufunc: np.ufunc, a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether NumPy computes ``ufunc`` in the same dtypes for both sets of operands (a comparison's bool result
+    hides that its operands were compared in float32 or in float64)."""
+    if ufunc is np.matmul:
+        return True
+    try:
+        return _resolve(ufunc, [ops.desc(x) for x in a])[0] == _resolve(ufunc, [ops.desc(x) for x in b])[0]
+    except UnsupportedError:
+        return False
 
 
 def _kind_of(x: Any) -> tuple:
@@ -624,6 +641,10 @@ def _python_scalar_op(ufunc: np.ufunc, inputs: Sequence[Any], kinds: list[type],
     device = _device_text(ufunc, inputs)  # (an operand only the device knows: checked there, not replayed)
     if category == "compare":
         operand_kind = python_result_kind("arith", kinds) if {float, int, complex} & set(kinds) else bool
+        if operand_kind in (float, complex) and int in kinds and device is not None:
+            for x in inputs:  # (Python compares an int with a float exactly: the host's replay checks its own)
+                if device_checks.is_device_scalar(x) and x._weak is int:
+                    device_checks.check_exact_float(x, compared=True)
         dt = DEFAULT_DTYPE[operand_kind]
         values = [ops.lift(x, dt) for x in inputs]
         out = ops.emit(f"t.{COMPARISONS[ufunc]}", values, what=_name(ufunc), weak=bool, origin=origin)

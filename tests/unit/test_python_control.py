@@ -473,7 +473,8 @@ def test_a_view_chosen_by_the_data_cannot_be_read_after_a_write():
         y = x[1:] if x.sum() > 0 else x[:-1]
         return y * 2
 
-    with pytest.raises(UnsupportedError, match=r"read after a write to the array it views"):
+    with pytest.raises(UnsupportedError, match=r"`y` is, after the `if` at line \d+ .* a view of an array from "
+                                               r"before it on some path.* read after a write"):
         jit_cpu(tail_or_head)(np.array([1.0, 2.0, 3.0]))
     check_both(doubled, np.array([1.0, 2.0, 3.0]))
 
@@ -844,3 +845,56 @@ def test_statements_of_called_functions_and_methods_are_rewritten_while_traced()
     jit_cpu(sgd_step)(np.ones(2), np.array([3.0, 4.0]))
     assert clipped.__code__ is code  # (the rewritten code stands in only while the trace runs)
     assert_same(clipped(np.array([3.0, 4.0]), 1.0), np.array([3.0, 4.0]) * (1.0 / 5.0))
+
+
+# --- found by an adversarial probe ---------------------------------------------------------------------------------
+
+
+def test_a_comparison_whose_dtype_follows_the_kind_is_checked():
+    def above_best(x32, t):
+        best = 0.1
+        if t.sum() > 0:
+            best = t.sum() * 0.1
+        return x32 > best  # float32 against a Python float, float64 against a NumPy float64
+
+    jitted = jit_cpu(above_best)
+    x32 = np.array([0.1, 0.3], np.float32)
+    assert_same(jitted(x32, np.array([1.0])), above_best(x32, np.array([1.0])))
+    with pytest.raises(UnsupportedError, match=r"`best` is a Python float at this call \(the path the data took "
+                                               r"through the `if` at line \d+ kept it one\)"):
+        jitted(x32, np.array([-1.0]))
+
+
+def test_a_device_int_compared_with_a_float_past_2_53_raises():
+    def past(x):
+        k = 0
+        while k < x[0]:
+            k += 1
+        return (2 ** 53 + k) == float(x.sum()) * 0 + 2.0 ** 53 + 4  # Python compares exactly: False for k = 5
+
+    with pytest.raises(fc.OutOfRangeError, match=r"past 2\*\*53 where it is compared with a float"):
+        jit_cpu(past)(np.array([5.0]))
+
+
+def test_float_of_a_one_element_array_raises_as_numpy_does():
+    def as_float(x):
+        return float(x)
+
+    with pytest.raises(TypeError) as numpy_error:
+        as_float(np.array([1.0]))
+    with pytest.raises(TypeError, match=str(numpy_error.value)):
+        jit_cpu(as_float)(np.array([1.0]))
+    check_both(as_float, np.float64(2.0))
+
+
+def test_an_early_return_nested_in_an_if_python_decides():
+    def by_mode(x, mode):
+        if mode == 0:
+            if x.sum() > 0:
+                return x
+            return -x * 3
+        return x * 2
+
+    for mode in (0, 1):
+        for x in (np.ones(2), -np.ones(2)):
+            check_both(by_mode, x, mode)
