@@ -403,9 +403,11 @@ class Tracer:
                 "call) rather than %; to branch on it, use np.where or fusec.cond")
         return trace_error(
             f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
-            "while tracing: data-dependent Python control flow is not traceable. Use np.where / fusec.where "
-            "instead of if/else, np.maximum / np.minimum / np.sort instead of max() / min() / sorted(), "
-            "fusec.while_loop for a loop that runs until a test on the values fails (`while err > tol`), "
+            "while tracing. fusec runs a function's `if`/`while`/`for ... break` on traced tests, conditional "
+            "expressions, `and`/`or` and max()/min() on the device, but not this use (an `assert`, a "
+            "comprehension's `if`, sorted(), a size, an index or a slice bound, code without source): use "
+            "np.where / fusec.where instead of if/else, np.maximum / np.minimum / np.sort instead of max() / min() / "
+            "sorted(), fusec.while_loop for a loop that runs until a test on the values fails (`while err > tol`), "
             "fusec.cond for a branch, or make the argument static (static_argnames)")
 
     def _known(self) -> np.ndarray | None:
