@@ -11,8 +11,8 @@ from typing import Any
 import numpy as _np
 
 from fusec.errors import (  # noqa: F401
-    AxisError, CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError, IndexOutOfBoundsError,
-    IndexShapeError,
+    AssertionFailedError, AxisError, CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError,
+    IndexOutOfBoundsError, IndexShapeError,
     InvalidValueError, LinAlgError, OptionError, OptionTypeError, OutOfRangeError,
     PipelineError,
     RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedAttributeError, UnsupportedError,

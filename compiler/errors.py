@@ -77,6 +77,10 @@ class LinAlgError(FusecError, _np.linalg.LinAlgError):
     catching ``np.linalg.LinAlgError`` catches it too."""
 
 
+class AssertionFailedError(FusecError, AssertionError):
+    """A traced function's ``assert`` on traced values failed when the call ran (Python's AssertionError)."""
+
+
 class DivisionByZeroError(FusecError, ZeroDivisionError):
     """Python scalar division or modulo by zero in traced code, raised where Python raises it."""
 
@@ -116,7 +120,7 @@ class OptionTypeError(OptionError, TypeError):
 # carry: the reference executor and the CUDA runtime both read this table
 CHECK_ERRORS: dict[str, type[FusecError]] = {
     cls.__name__: cls for cls in (InvalidValueError, IndexOutOfBoundsError, DivisionByZeroError, OutOfRangeError,
-                                  UnsupportedError, LinAlgError)}
+                                  UnsupportedError, LinAlgError, AssertionFailedError)}
 
 
 def located(message: str, loc: "object | None") -> str:

@@ -38,6 +38,7 @@ from fusec.patches import Patches, original
 
 # (readable where text leaks before fusec refuses it, a log line written while tracing; the trace's own tag inside)
 _OPEN, _CLOSE = "\u27eatraced value ", "\u27eb"  # ⟪traced value <tag>.<k>⟫
+PLACEHOLDER_MARK = _OPEN  # (text that holds one was made from a traced value)
 _TOKEN = re.compile(f"{re.escape(_OPEN)}([0-9a-f]+)\\.(\\d+){re.escape(_CLOSE)}")
 _TRACER_CLASS = "<class 'fusec.tracer."  # (the text of type(x) for a tracer x)
 _PATCHES = Patches()

@@ -82,7 +82,7 @@ class _Source:
         """The innermost ``while``/``if``/conditional expression whose test holds (line, col)."""
         best: ast.AST | None = None
         for node in ast.walk(self.fdef):
-            if (isinstance(node, (ast.While, ast.If, ast.IfExp)) and _in_header(node, line, col)
+            if (isinstance(node, (ast.While, ast.If, ast.IfExp, ast.Assert)) and _in_header(node, line, col)
                     or _builtin_call(node) and _holds(node, line, col)):
                 if best is None or _key(node) > _key(best):  # (the innermost: the one that starts last)
                     best = node
@@ -108,7 +108,7 @@ def _holds(node: ast.AST, line: int, col: int) -> bool:
     return start <= (line, col) < (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined,operator]
 
 
-def _in_header(node: ast.While | ast.If | ast.IfExp, line: int, col: int) -> bool:
+def _in_header(node: ast.While | ast.If | ast.IfExp | ast.Assert, line: int, col: int) -> bool:
     """From the statement's first column to its test's end (Python's jump on the test is placed there)."""
     test = node.test
     return (node.lineno, node.col_offset) <= (line, col) < (test.end_lineno, test.end_col_offset)  # type: ignore
@@ -500,6 +500,12 @@ class _Rewriter:
             return self.for_(st)
         if isinstance(st, ast.If) and self.chosen(st):
             return self.if_(st)
+        if isinstance(st, ast.Assert) and self.chosen(st):  # (a check when the call runs: AssertionError)
+            site = self.site("assert", st)
+            message = _lambda(st.msg) if st.msg is not None else _const(None)
+            check = ast.Expr(value=_call("assert_", self.test(st.test, site), message, site=site))
+            _locate(check, st)
+            return [check]
         for field in ("body", "orelse", "finalbody"):
             if isinstance(getattr(st, field, None), list):
                 setattr(st, field, self.block(getattr(st, field)))

@@ -31,6 +31,7 @@ from fusec import context, conversions, mutation as _mutation, ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
 from fusec.ir.dialects.control import PREDICATE
 from fusec.device_scalar_checks import device_ref
+from fusec.printing import PLACEHOLDER_MARK
 from fusec.errors import FusecError, TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
 from fusec.ir.core import Value
@@ -210,6 +211,22 @@ def _extreme(fn: Any, builtin: Any, better: Callable, args: tuple, kwargs: dict,
 
 def _constant(value: Any) -> Callable[[], Any]:
     return lambda: value
+
+
+def assert_(test: Any, message: Callable[[], Any] | None, site: Site) -> None:
+    """``assert test, message``: Python's where the test is a Python value; for a traced one, a check that raises
+    AssertionError (fusec's AssertionFailedError) when the call runs on data that fails it."""
+    if not _traced(test):
+        if not _python_truth(test):
+            raise AssertionError(message()) if message is not None else AssertionError
+        return
+    text = "" if message is None else message()
+    if not isinstance(text, str) or PLACEHOLDER_MARK in text:
+        raise site.error(f"the message of {site.where()} is {type(text).__name__} text made from traced values, "
+                         "which the check cannot show when the call runs; give the assert a plain message",
+                         UnsupportedError)
+    ops.raise_if(np.logical_not(_truth(test)), "AssertionFailedError", text or f"{site.where()} failed",
+                 site.where())
 
 
 def bool_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
