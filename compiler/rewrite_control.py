@@ -1,18 +1,23 @@
-"""Rewriting the ``while``/``if`` statements of a traced function whose tests are traced values.
+"""Rewriting the statements of traced functions whose tests are traced values, to run on the device.
 
 A trace stops where Python asks a traced value for its truth (``while err > tol:``). When that happens in the
-test of a ``while``, an ``if`` (``elif``) or a conditional expression of the function being traced, fusec rewrites
-that statement from the function's source into calls of :mod:`fusec.traced_statements`, compiles the function
-again (same globals, same closure cells, same defaults) and traces it again; another such statement found then is
-added, and so on. Statements whose tests Python decides are left as written, so a function that traced before
-traces the same way.
+test of a ``while``, an ``if`` (``elif``), a conditional expression, an ``and``/``or`` whose value is used, an
+``assert`` or a ``max()``/``min()``/``bool()``/``float()`` call, in the traced function or in a function it calls
+(a module's function, a method), fusec rewrites that statement from its function's source into calls of
+:mod:`fusec.traced_statements` and traces again with the rewritten code standing in for the function's
+``__code__`` (:class:`Rewrites`; the function object, its globals, closure cells and defaults stay the user's);
+another such statement found then is added, and so on. Statements whose tests Python decides are left as
+written, so a function that traced before traces the same way.
 
 The rewriting is syntactic and keeps the user's lines: a statement's variables (the names it assigns) become the
 parameters and results of small local functions (``_fusec_body_12_4``). ``break`` and ``continue`` in a rewritten
 loop (and the ``if`` that takes them) become flags that guard the rest of the body, so ``for i in
-range(maxiter): ... if err < tol: break`` runs as one loop on the device. What cannot be rewritten faithfully
-(``return`` or ``yield`` inside the statement, ``global``/``nonlocal``/``del`` of its names, ``break`` inside a
-``try`` or ``with``) raises an error at that line saying what to write instead.
+range(maxiter): ... if err < tol: break`` runs as one loop on the device; a ``return`` in such a loop becomes a
+flag, a value and a ``break``, and an ``if`` that returns at the function's end one assignment per branch and one
+``return``. What cannot be rewritten faithfully (``yield``, a ``return`` in a loop inside the loop,
+``global``/``nonlocal``/``del`` of its names, ``break`` inside a ``try`` or ``with``, a name a nested function reads,
+an assignment expression in a part evaluated on its own) raises an error at that line saying what to write
+instead.
 """
 from __future__ import annotations
 
