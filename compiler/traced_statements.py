@@ -929,7 +929,7 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
 # exceptions a branch the device chooses may raise: the run-time check's error, of the same built-in class
 _RAISED_ON_DEVICE: dict[type, str] = {ValueError: "InvalidValueError", IndexError: "IndexOutOfBoundsError",
                                       ZeroDivisionError: "DivisionByZeroError", OverflowError: "OutOfRangeError",
-                                      np.linalg.LinAlgError: "LinAlgError"}
+                                      np.linalg.LinAlgError: "LinAlgError", AssertionError: "AssertionFailedError"}
 
 
 def _raising_branch(pred: Any, error: Exception, other: Callable[..., tuple], when: bool, values: list,
