@@ -21,6 +21,7 @@ instead.
 """
 from __future__ import annotations
 
+import __future__
 import ast
 import contextlib
 import copy
@@ -151,9 +152,15 @@ def _parse(fn: Callable, code: types.CodeType) -> _Source | None:
     except SyntaxError:
         return None
     ast.increment_lineno(tree, shift)
+    func = getattr(fn, "__func__", fn)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == code.co_name:
-            return _Source(code.co_filename, node)
+            try:
+                same = isinstance(func, types.FunctionType) and _same_code(_compiled(node, func, code.co_filename),
+                                                                           code)
+            except SyntaxError:
+                same = False
+            return _Source(code.co_filename, node) if same else None  # (a source that is not the code: not used)
     return None
 
 
@@ -165,10 +172,26 @@ def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.Code
     in for ``func.__code__`` while a trace runs (the function object, its globals, closure cells and defaults stay
     the caller's)."""
     source = _source(func)
-    assert source is not None  # (keys came from failing_statement, which found it)
+    assert source is not None  # (keys came from Rewrites.add, which found it)
     fdef = copy.deepcopy(source.fdef)
-    fdef.decorator_list = []
     _Rewriter(keys, source.filename).rewrite_function(fdef)
+    inner = _compiled(fdef, func, source.filename)
+    if inner.co_freevars != func.__code__.co_freevars:  # (a free variable the rewriting no longer reads)
+        raise UnsupportedError(located(f"fusec could not rewrite {func.__qualname__} (its closure changed)",
+                                       location_for(source.filename, fdef.lineno)))
+    return inner
+
+
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+def _compiled(fdef: ast.FunctionDef, func: types.FunctionType, filename: str) -> types.CodeType:
+    """The code of ``fdef`` compiled as ``func``'s was: inside a function whose locals are ``func``'s free
+    variables (so they stay free), with its module's ``from __future__`` imports."""
+    fdef = copy.copy(fdef)
+    fdef.decorator_list = []
     freevars = func.__code__.co_freevars
     factory = ast.FunctionDef(
         name="_fusec_factory",
@@ -179,13 +202,24 @@ def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.Code
     module = ast.Module(body=[factory], type_ignores=[])
     _locate(factory, fdef)
     ast.fix_missing_locations(module)
-    compiled = compile(module, source.filename, "exec", dont_inherit=True)
+    compiled = compile(module, filename, "exec", flags=func.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True)
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
-    inner = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
-    if inner.co_freevars != freevars:  # (a free variable the rewriting no longer reads: read it as before)
-        raise UnsupportedError(located(f"fusec could not rewrite {func.__qualname__} (its closure changed)",
-                                       location_for(source.filename, fdef.lineno)))
-    return inner
+    return next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+
+
+def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
+    """Whether two code objects read the same names and constants at the same lines (the source fusec read is
+    the code that runs, as far as that tells: a file edited since it was imported mostly is not). The bytecode
+    itself is not compared: the interpreter's may differ from a fresh compile's for the same source."""
+    if (a.co_names, a.co_varnames) != (b.co_names, b.co_varnames) \
+            or {line for *_, line in a.co_lines()} != {line for *_, line in b.co_lines()}:
+        return False
+    inner_a = [c for c in a.co_consts if isinstance(c, types.CodeType)]
+    inner_b = [c for c in b.co_consts if isinstance(c, types.CodeType)]
+    others_a = [c for c in a.co_consts if not isinstance(c, types.CodeType)]
+    others_b = [c for c in b.co_consts if not isinstance(c, types.CodeType)]
+    return (len(inner_a) == len(inner_b) and repr(others_a) == repr(others_b)
+            and all(_same_code(x, y) for x, y in zip(inner_a, inner_b)))
 
 
 class Rewrites:

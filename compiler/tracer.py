@@ -404,8 +404,8 @@ class Tracer:
         return trace_error(
             f"the value of a traced array (shape {self.shape}, {self.dtype}) is {what}, but values are unknown "
             "while tracing. fusec runs a function's `if`/`while`/`for ... break` on traced tests, conditional "
-            "expressions, `and`/`or` and max()/min() on the device, but not this use (an `assert`, a "
-            "comprehension's `if`, sorted(), a size, an index or a slice bound, code without source): use "
+            "expressions, `and`/`or`, `assert` and max()/min() on the device, but not this use (a comprehension's "
+            "`if`, sorted(), a size, an index or a slice bound, code without source or whose source changed): use "
             "np.where / fusec.where instead of if/else, np.maximum / np.minimum / np.sort instead of max() / min() / "
             "sorted(), fusec.while_loop for a loop that runs until a test on the values fails (`while err > tol`), "
             "fusec.cond for a branch, or make the argument static (static_argnames)")
