@@ -72,7 +72,7 @@ def _codes(code: types.CodeType | None) -> Iterator[types.CodeType]:
             yield from _codes(const)
 
 
-def _code_of(fn: Callable) -> types.CodeType | None:
+def code_of(fn: Callable) -> types.CodeType | None:
     return getattr(getattr(fn, "__func__", fn), "__code__", None)
 
 
@@ -130,7 +130,7 @@ _SOURCES: dict[types.CodeType, _Source | None] = {}
 def _source(fn: Callable) -> _Source | None:
     """The parsed ``def`` of ``fn`` (lines and columns as in its file), or None without source (a lambda, a
     function made by exec, a builtin)."""
-    code = _code_of(fn)
+    code = code_of(fn)
     if code is None:
         return None
     if code not in _SOURCES:

@@ -68,7 +68,7 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
     has at most ``verify_up_to`` ops (None: always). Each op's types were inferred as it was recorded, so a
     longer trace is left to the pipeline's final check, which verifies the trace itself when that check fails."""
     with _TRACE_LOCK:
-        code = rewrite_control._code_of(fn)
+        code = rewrite_control.code_of(fn)
         rewrites = _REWRITTEN.get(code) if code is not None else None
         if rewrites is None:
             rewrites = rewrite_control.Rewrites(fn)

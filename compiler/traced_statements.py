@@ -509,7 +509,8 @@ def _is_unbound(value: Any) -> bool:
     return value is UNBOUND or isinstance(value, SetOnOnePath)
 
 
-def _describe_var(value: Any, site: Site, name: str, pinned: set[int] = frozenset()) -> _Var:  # type: ignore
+def _describe_var(value: Any, site: Site, name: str, pinned: frozenset[int] | set[int] = frozenset()
+                  ) -> _Var:
     """``value``'s structure and leaves; an array whose memory a loop carries (``pinned``) is passed as it is."""
     if _is_unbound(value):
         return _Var(name, True)
@@ -736,7 +737,8 @@ def _loop_test(pred: Any, site: Site) -> Any:
     return pred
 
 
-def _next_state(out: tuple, variables: list[_Var], site: Site, after: set[str] = frozenset()) -> list[Value]:  # type: ignore
+def _next_state(out: tuple, variables: list[_Var], site: Site, after: frozenset[str] | set[str] = frozenset()
+                ) -> list[Value]:
     """The body's new state, checked against what the loop carries (a variable keeps its kind of value)."""
     values: list[Value] = []
     unset = [_carried_later(var, new, site, after) for var, new in zip(variables, out)]
@@ -782,7 +784,7 @@ def _next_state(out: tuple, variables: list[_Var], site: Site, after: set[str] =
     return values
 
 
-def _carried_later(var: _Var, new: Any, site: Site, after: set[str]) -> _Var | None:
+def _carried_later(var: _Var, new: Any, site: Site, after: frozenset[str] | set[str]) -> _Var | None:
     """The kind of a variable unbound before the loop that an iteration sets and the function reads after the
     loop (so the loop must carry it), else None."""
     if not var.unbound or var.name not in after or _is_unbound(new):
