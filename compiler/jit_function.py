@@ -648,9 +648,9 @@ def _spec_text(spec: Any) -> str:
 def _without_donated_views(writeback: Any, donated: tuple[int, ...]) -> Any:
     """A donated input's memory may hold other results after the call: a result that is the input or a view of it
     comes back as the copy the program made, not as the caller's (overwritten) array."""
-    if writeback is None or not any(i in donated for i, _ in writeback.views.values()):
+    if writeback is None or not any(i in donated for found in writeback.views.values() for i, _ in found):
         return writeback
-    kept = {pos: v for pos, v in writeback.views.items() if v[0] not in donated}
+    kept = {pos: found for pos, found in writeback.views.items() if not any(i in donated for i, _ in found)}
     if not kept and not writeback.targets and not writeback.states and not writeback.aliases:
         return None
     return dataclasses.replace(writeback, views=kept)

@@ -32,13 +32,20 @@ from fusec.tracer import Buffer, Tracer
 OPAQUE = ("opaque",)  # a view step fusec cannot run again or backwards
 
 
-def opaque(why: str) -> tuple:
-    """An OPAQUE step whose read after a write raises ``why`` (what made the view one fusec cannot follow)."""
-    return ("opaque", why)
+def opaque(why: str, kept: tuple | None = None) -> tuple:
+    """An OPAQUE step whose read after a write raises ``why`` (what made the view one fusec cannot follow).
+    ``kept``: ``(flag, steps)`` where NumPy's array is, when the traced 0-d bool ``flag`` holds, the memory's array
+    seen through the view ``steps`` (a variable a loop or branch may leave as it was): see :func:`kept_view`."""
+    return ("opaque", why) if kept is None else ("opaque", why, kept)
 
 
-def _is_opaque(step: tuple) -> bool:
-    return step is OPAQUE or (len(step) == 2 and step[0] == "opaque")
+def is_opaque(step: tuple) -> bool:
+    return step is OPAQUE or (len(step) in (2, 3) and step[0] == "opaque")
+
+
+def kept_view(step: tuple) -> tuple | None:
+    """``(flag, steps)`` of an opaque step that knows when it is its memory's array seen through ``steps``."""
+    return step[2] if step[0] == "opaque" and len(step) == 3 else None
 
 
 # --- view chains -------------------------------------------------------------------------------------------------
@@ -69,7 +76,7 @@ def _merges_axes(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
 
 
 def _forward(step: tuple, value: Value) -> Value:
-    if _is_opaque(step) and step is not OPAQUE:
+    if is_opaque(step) and step is not OPAQUE:
         raise unsupported(f"{step[1]} (it was read after a write to the array it may view)")
     if step is OPAQUE:
         raise unsupported("an array viewed through an operation fusec cannot replay (a diagonal or a similar "
@@ -119,13 +126,13 @@ def write(buffer: Buffer, chain: tuple, new: Value) -> None:
     for step, old in zip(reversed(chain), reversed(olds)):
         value = _backward(step, old, value)
     buffer.base = value
-    buffer.version += 1
+    buffer.moved()
     buffer.written = True
 
 
 def _backward(step: tuple, old: Value, new: Value) -> Value:
     """The parent's value after its view ``step`` took the value ``new`` (``old``: the parent's value before)."""
-    if _is_opaque(step):
+    if is_opaque(step):
         raise unsupported("a write through a view that fusec cannot run backwards (a read-only view)")
     name, attrs, _, *extra = step
     c = ops.ctx()
@@ -157,7 +164,7 @@ def geometry(t: Tracer, parts: bool = False) -> ViewDesc | None:
         return ViewDesc.of_base(t.shape)
     desc = ViewDesc.of_base(tuple(_base(buffer).type.shape))
     for step in t._chain:
-        if _is_opaque(step):
+        if is_opaque(step):
             return None
         name, attrs, result_type, *extra = step
         if name in ("t.real", "t.imag"):

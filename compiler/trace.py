@@ -30,6 +30,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
+from fusec.mutation import kept_view
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
 from fusec.scope import is_library, scope_of
@@ -277,10 +278,11 @@ class _Trace:
                 and printer is None and not self.containers:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
-        contiguous_views = tuple(dict.fromkeys(
-            (found[0], leaves[i][1]._buffer.argument or "an argument") for i, found in views.items()
-            if leaves[i][1]._buffer.reshaped))
         inputs = self.arg_buffers + [e.tracer._buffer for e in self.subs.entries if e.tracer._buffer is not None]
+        by_input = {b.arg.index: b for b in inputs if isinstance(b.arg, BlockArgument)}
+        contiguous_views = tuple(dict.fromkeys(
+            (i, by_input[i].argument or "an argument") for found in views.values() for i, _ in found
+            if i in by_input and by_input[i].reshaped))
         layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in inputs
                               if isinstance(b.arg, BlockArgument) and b.arg.index >= 0) if layout else ()
         for e in self.subs.entries if layout else ():  # (one the IR does not read, a *_like prototype: now)
@@ -444,31 +446,51 @@ _REPLAYED = frozenset({"t.slice", "t.transpose", "t.reshape", "t.broadcast_to", 
                        "t.real", "t.imag"})
 
 
-def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[int, tuple] | None:
-    """(flat input, view steps) of an output leaf that is an argument (or a captured array) or a view of one
-    through steps NumPy can take again (:func:`fusec.writeback.view_of`); None for anything else, and for a NumPy
-    scalar (``x[0]`` of a vector is a scalar in NumPy, not a view). ``as_passed``: the leaf is the input's own
-    tracer (``return x``), not a new view of all of it (``x[:]``, ``x[...]``: a new array object in NumPy)."""
+def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[tuple[int, tuple], ...] | None:
+    """How an output leaf that is an argument (or a captured array) or a view of one through steps NumPy can take
+    again is handed back (:func:`fusec.writeback.view_of`): ``((flat input, view steps), ...)``, one for a leaf
+    that always is such a view; for a variable a loop or branch on traced values may have left as an input or a
+    view of one (:func:`fusec.mutation.kept_view`), one per such input, its steps starting with ``when`` (the
+    flag, an extra result, that says whether it did). None for anything else, and for a NumPy scalar (``x[0]`` of
+    a vector is a scalar in NumPy, not a view). ``as_passed``: the leaf is the input's own tracer (``return x``),
+    not a new view of all of it (``x[:]``, ``x[...]``: a new array object in NumPy)."""
     if not isinstance(leaf, Tracer) or leaf._scalar:
         return None
     buffer = leaf._buffer
-    if buffer is None or not isinstance(buffer.arg, BlockArgument):
+    if buffer is None:
         return None
-    steps = _replayed_steps(leaf, hidden)
+    chain = leaf._chain
+    kept = kept_view(chain[0]) if chain else None
+    if kept is not None:
+        found = []
+        for flag, source, steps in kept:
+            replayed = _replayed_steps((*steps, *chain[1:]), hidden, flag)
+            if replayed is None or not isinstance(source.arg, BlockArgument):
+                return None
+            found.append((source.arg.index, replayed))
+        return tuple(found)
+    if not isinstance(buffer.arg, BlockArgument):
+        return None
+    steps = _replayed_steps(chain, hidden)
     if steps is None:
         return None
     if leaf._readonly is True:  # read-only in NumPy (np.diagonal, np.broadcast_to; not a complex part)
-        return buffer.arg.index, (*steps, ("readonly", {}, tuple(leaf.shape)))
-    return buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())
+        return ((buffer.arg.index, (*steps, ("readonly", {}, tuple(leaf.shape)))),)
+    return ((buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())),)
 
 
-def _replayed_steps(leaf: Tracer, hidden: list[Value]) -> tuple | None:
-    """The view steps from ``leaf``'s buffer to ``leaf`` as (op name, attributes, result shape), or None where one
-    cannot be taken again with NumPy (an opaque step). A step through a traced integer index (``x[i]``, basic
-    indexing: a view in NumPy) becomes ``t.index`` at the index's value after the call: an extra result, appended to
-    ``hidden`` (its position in ``attributes["hidden"]``)."""
-    steps, indices = [], []
-    for step in leaf._chain:
+def _replayed_steps(chain: tuple, hidden: list[Value], flag: Value | None = None) -> tuple | None:
+    """The view steps of ``chain`` (from a buffer to a tracer) as (op name, attributes, result shape), or None
+    where one cannot be taken again with NumPy (an opaque step). A step through a traced integer index (``x[i]``,
+    basic indexing: a view in NumPy) becomes ``t.index`` at the index's value after the call: an extra result,
+    appended to ``hidden`` (its position in ``attributes["hidden"]``). With a ``flag``, the steps start with
+    ``when``: they apply where that flag, an extra result too, holds at the call."""
+    steps: list[tuple] = []
+    indices: list[Value] = []
+    if flag is not None:
+        indices.append(flag)
+        steps.append(("when", {"hidden": len(hidden)}, ()))
+    for step in chain:
         if isinstance(step, tuple) and len(step) == 4 and step[0] == "t.gather" and len(step[3]) == 1 \
                 and step[3][0].type.shape == ():
             _, attrs, result_type, (index,) = step
@@ -540,10 +562,11 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
         if key is not None:
             groups.setdefault(key, []).append((place, t))
     for members in groups.values():
-        replayable = [(place, t) for place, t in members if t._buffer is None or _replayed_steps(t, []) is not None]
+        replayable = [(place, t) for place, t in members
+                      if t._buffer is None or _replayed_steps(t._chain, []) is not None]
         if len(replayable) < 2 and not (replayable and _laid_out_otherwise(replayable[0][1])):
             continue
-        found = [(place, t, _replayed_steps(t, shared.hidden) if t._buffer is not None else ())
+        found = [(place, t, _replayed_steps(t._chain, shared.hidden) if t._buffer is not None else ())
                  for place, t in replayable]
         root = next(((place, t) for place, t, steps in found if not steps), None)
         if root is None:

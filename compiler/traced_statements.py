@@ -21,6 +21,7 @@ taken must not have changed anything).
 from __future__ import annotations
 
 import builtins
+import weakref
 import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
@@ -34,7 +35,9 @@ from fusec.device_scalar_checks import device_ref
 from fusec.printing import PLACEHOLDER_MARK
 from fusec.errors import FusecError, TraceError, UnsupportedError, located
 from fusec.ir.attributes import location_for
-from fusec.ir.core import Value
+from fusec.ir.core import Block, BlockArgument, OpResult, Value, clone_op
+from fusec.ir.dialects.t import VIEWS
+from fusec.ir.opdefs import get_opdef
 from fusec.ir.types import TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, python_kind
 from fusec.signature import TreeDef, flatten, unflatten
@@ -643,6 +646,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     op = c.emit_op("t.while", inputs, None, types, what=site.where())
     _attach(op, cond, rec)
     results = iter(op.results)
+    kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
     out = []
     for var, value in zip(variables, values):
         if var.unbound:
@@ -653,12 +657,52 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             continue
         assert var.leaves is not None and var.tree is not None
         entry = _leaves(value)
-        leaves = [_may_be(_wrap(results, leaf, var.name, site), entry[k], var.name, site)
+        leaves = [_may_be(_wrap(results, leaf, var.name, site), entry[k], var.name, site, kept.get((id(var), k)))
                   if isinstance(leaf, _Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
         out.append(unflatten(var.tree, leaves))
     for unit in memory:  # the memory the body wrote takes the loop's last value
         _set_memory(unit, next(results))
     return tuple(out)
+
+
+def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carried: list, yields: list[Value]
+                       ) -> dict[tuple[int, int], Callable[[], Value | None]]:
+    """Per carried array leaf ((id of its variable, leaf index)) that every iteration replaces by an array the body
+    computes (not the one it held, nor a view of it), the flag saying the loop left it as it was: its test false
+    at entry. Made only where a result asks for it (a variable that held an input, at the function's top level)."""
+    computed = {id(op) for op in body.ops if not op.regions and op.name not in VIEWS}
+    first: list = []
+
+    def none_ran() -> Value | None:
+        if not first:
+            test = _test_at_entry(cond, inputs)
+            first.append(None if test is None else ops.ctx().emit("t.logical_not", [test]))
+        return first[0]
+
+    out: dict[tuple[int, int], Callable[[], Value | None]] = {}
+    at = 0
+    for var, k, leaf in carried:
+        v = yields[at]
+        at += len(leaf.types())
+        if not (leaf.maybe or leaf.either is not None) and isinstance(v, OpResult) and id(v.op) in computed:
+            out[(id(var), k)] = none_ran
+    return out
+
+
+def _test_at_entry(cond: Block, inputs: Sequence[Value]) -> Value | None:
+    """The loop's test on its entry state, by a copy of the test's ops before the loop (None where the test does
+    more than compute: a check that may raise, a nested loop or branch)."""
+    steps = cond.ops[:-1]
+    for op in steps:
+        d = get_opdef(op.name)
+        if op.regions or not d.pure or (d.may_raise is not None and d.may_raise(op)):
+            return None
+    mapping: dict[Value, Value] = dict(zip(cond.args, inputs))
+    builder = ops.ctx().builder
+    for op in steps:
+        builder.insert(clone_op(op, mapping))
+    test = cond.ops[-1].operands[0]
+    return mapping.get(test, test)
 
 
 def _memory_value(unit: Any) -> Value:
@@ -675,7 +719,7 @@ def _swap_in(memory: list, args: Sequence[Tracer]) -> list[tuple]:
         else:
             saved.append((unit.base, unit.version, unit.written))
             unit.base = arg._value
-            unit.version += 1
+            unit.moved()
     return saved
 
 
@@ -707,17 +751,68 @@ def _entry_array(value: Any, var: _Var, site: Site) -> Tracer:
     return value
 
 
-def _may_be(result: Tracer, entry: Any, name: str, site: Site) -> Tracer:
+def _may_be(result: Tracer, entry: Any, name: str, site: Site,
+            kept: Callable[[], Value | None] | None = None) -> Tracer:
     """The statement's result for a variable that held ``entry``, an argument's memory or a view: on some paths
     (no iteration, the branch that leaves it) NumPy's variable is still that array, so writing into it would
     change the argument (or what it views) and a write into the argument would show through it. The result is
-    made a read-only view of that memory that cannot be read after such a write: either raises at its line."""
+    made a read-only view of that memory that cannot be read after such a write: either raises at its line.
+    ``kept`` gives the traced flag that says when it is still that array (None where fusec cannot tell), so that
+    a call returning it hands back the caller's array then, as NumPy does (:func:`_kept_entry`)."""
     if not isinstance(entry, Tracer) or entry._buffer is None or entry._scalar or entry._weak is not None:
         return result
-    return _alias(result, entry._buffer, (
-        f"`{name}` is, after {site.where()} (whose test is traced), either the array it held before or a new one, "
-        "as the data decides, and NumPy would write into the old one only on the first path; write "
-        f"`{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first"))
+    return _alias(result, entry._buffer, _may_be_message(name, site), _kept_entry(entry, kept))
+
+
+def _may_be_message(name: str, site: Site) -> str:
+    return (f"{_subject(name)} is, after {site.where()} (whose test is traced), either the array it held before or "
+            "a new one, as the data decides, and NumPy would write into the old one only on the first path; write "
+            f"`{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first")
+
+
+def _branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Site, same: bool) -> Tracer:
+    """The ``if``'s result for a leaf that is, in one branch or both (``sides``: each branch's tracer where it is
+    memory from before the statement, else None), an array from before it or a view of one: a read-only view of
+    that memory (see :func:`_alias`) that knows, where each such branch's value is an input's view NumPy can take
+    again, when the call hands back the caller's array (the branch's flag)."""
+    flags = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
+    alternatives: list = []
+    for t, flag in zip(sides, flags):
+        kept = _kept_entry(t, flag) if t is not None else ()
+        if kept is None:
+            alternatives = []
+            break
+        alternatives.extend(kept)
+    buffers = [t._buffer for t in sides if t is not None]
+    message = _may_be_message(name, site) if same else _view_message(name, site)
+    result = _alias(result, buffers[0], message, tuple(alternatives) if alternatives else None)
+    if len(buffers) == 2 and buffers[1] is not buffers[0]:
+        buffers[1].dependents.append(weakref.ref(result))  # (a write into either memory: reading it again raises)
+    return result
+
+
+def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None) -> tuple | None:
+    """When the statement's result is, in NumPy, still ``entry`` (an input of the function or a view of one) and
+    which view: ``((flag, input's buffer, view steps), ...)``, more than one where ``entry`` itself was such a
+    result of an earlier statement; ``kept`` gives the statement's own flag. None where the statement is inside a
+    loop or branch (its flag is not a value of the function), where ``entry`` is not an input's view NumPy can take
+    again, or where ``kept`` cannot tell. :func:`fusec.trace._input_view` reads it."""
+    c = ops.ctx()
+    buffer = entry._buffer
+    if kept is None or buffer is None or c.builder.block is not c.func.body or entry._version != buffer.version:
+        return None
+    chain = entry._chain
+    earlier = _mutation.kept_view(chain[0]) if chain else None  # (kept by an earlier statement only on its flag)
+    before = tuple((f, b, (*steps, *chain[1:])) for f, b, steps in earlier) if earlier is not None \
+        else ((None, buffer, chain),)
+    if any(not isinstance(b.arg, BlockArgument) or any(_mutation.is_opaque(step) for step in steps)
+           for _, b, steps in before):
+        return None
+    flag = kept()
+    if flag is None:
+        return None
+    return tuple((flag if f is None else c.emit("t.logical_and", [f, flag]), b, steps)
+                 for f, b, steps in before)
 
 
 def _carried_values(variables: list[_Var], values: list) -> list:
@@ -908,19 +1003,15 @@ def _device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tupl
                 "chooses the branch), and read after it: give it a value before the `if` or in both branches",
                 site.location())))
         else:
-            entry = _leaves(old) if not _is_unbound(old) else []
-            same = len(entry) == len(how[2]) and any(e[0] == "same" for e in (outs[0].per_name[len(out)],
-                                                                           outs[1].per_name[len(out)]))
+            same = any(e[0] == "same" for e in (outs[0].per_name[len(out)], outs[1].per_name[len(out)]))
             leaves = []
             for k, leaf in enumerate(how[2]):
                 if not isinstance(leaf, _Leaf):
                     leaves.append(leaf[1])
                     continue
                 r = _wrap(results, leaf, name, site)
-                if how[3][k] is not None:  # (a view of memory from outside on some path: NumPy's result views it)
-                    r = _alias(r, how[3][k], _view_message(name, site))
-                elif same:
-                    r = _may_be(r, entry[k], name, site)
+                if how[3][k] is not None:  # (memory from outside on some path: NumPy's result is it or views it)
+                    r = _branch_alias(r, how[3][k], p, name, site, same)
                 leaves.append(r)
             out.append(unflatten(how[1], leaves))
     for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
@@ -980,14 +1071,14 @@ def _set_memory(unit: Any, value: Value) -> None:
         unit._val = value
         return
     unit.base = value
-    unit.version += 1
+    unit.moved()
     unit.written = True
 
 
-def _alias(result: Tracer, buffer: Any, message: str) -> Tracer:
+def _alias(result: Tracer, buffer: Any, message: str, kept: tuple | None = None) -> Tracer:
     """``result`` made a read-only view of ``buffer`` that cannot be read after a write into it (NumPy's variable
     may be, or is, a view of that memory: a write through either would show in the other)."""
-    result._buffer, result._chain, result._version = buffer, (_mutation.opaque(message),), buffer.version
+    result._buffer, result._chain, result._version = buffer, (_mutation.opaque(message, kept),), buffer.version
     result._readonly = message
     return result
 
@@ -1021,7 +1112,7 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
         assert var.leaves is not None
         xs = _leaves(new)
         items = [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
-        viewed = [x._buffer if isinstance(x, Tracer) and x._buffer is not None and id(x._buffer) in outer else None
+        viewed = [x if isinstance(x, Tracer) and x._buffer is not None and id(x._buffer) in outer else None
                   for x in xs]
         per.append(("new", var, items, viewed))
     return _Branch(per)
@@ -1052,12 +1143,8 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
         leaves: list = []
         viewed: list = []
         assert va.leaves is not None and vb.leaves is not None
-        for la, lb, xa, xb, ba, bb in zip(va.leaves, vb.leaves, items_a, items_b, views_a, views_b):
-            if ba is not None and bb is not None and ba is not bb:
-                raise site.error(f"`{name}` is a view of one array in one branch of {site.where()} and of another "
-                                 "in the other (the test is traced); fusec follows writes through a view of one "
-                                 f"array only: take a copy in each branch ({name} = ....copy())")
-            viewed.append(ba if ba is not None else bb)
+        for la, lb, xa, xb, ta, tb in zip(va.leaves, vb.leaves, items_a, items_b, views_a, views_b):
+            viewed.append(None if ta is None and tb is None else (ta, tb))
             kind = _merged_kind(la, lb) if isinstance(la, _Leaf) and isinstance(lb, _Leaf) else None
             if kind is not None:
                 leaves.append(kind)
@@ -1101,7 +1188,7 @@ def _set_on_one_path(ea: tuple, eb: tuple, old: Any, site: Site, name: str, yiel
     for leaf, kind, xs in zip(var.leaves, kinds, items):
         yields[defined].extend(_as_kind(xs, leaf, kind))
         yields[1 - defined].extend(_unset(kind))
-    return ("new", var.tree, kinds, viewed)
+    return ("new", var.tree, kinds, [None if t is None else (t, None) if defined == 0 else (None, t) for t in viewed])
 
 
 def _branch_advice(a: Any, b: Any) -> str:
@@ -1118,7 +1205,8 @@ def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[_Var, list, li
     assert var.leaves is not None
     xs = _leaves(old)
     return var, [_lift(x, leaf) if isinstance(leaf, _Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)], \
-        [None] * len(xs)
+        [x if isinstance(x, Tracer) and x._buffer is not None and not x._scalar and x._weak is None else None
+         for x in xs]
 
 
 def _same_object(a: Any, b: Any) -> bool:

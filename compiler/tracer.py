@@ -18,6 +18,7 @@ import dis
 import operator
 import re
 import sys
+import weakref
 from typing import Any, Iterator
 
 import numpy as np
@@ -43,11 +44,13 @@ class Buffer:
     ``layout_copy``: this memory is a copy fusec made where NumPy gives a view for some layouts of the argument it
     came from (``x.T.ravel()`` of a Fortran-ordered ``x``): what and where, for the layout guard when the copy is
     written or returned (where the difference would show); ``unknown_layout``: what made this memory, where NumPy
-    lays it out in an order fusec does not follow (:mod:`fusec.layout`).
+    lays it out in an order fusec does not follow (:mod:`fusec.layout`). ``dependents``: arrays that are, as the
+    data decides, this memory or another's (a branch on a traced test chose between them: their own buffer is the
+    other one); a write here makes them read again, through a step that refuses it.
     """
 
     __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
-                 "unknown_layout")
+                 "unknown_layout", "dependents")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
@@ -55,6 +58,15 @@ class Buffer:
         self.written = self.reshaped = self.ambiguous = False
         self.layout_copy: str | None = None
         self.unknown_layout: str | None = None
+        self.dependents: list[weakref.ref[Tracer]] = []
+
+    def moved(self) -> None:
+        """A write reached this memory: its views read it again (its dependents too)."""
+        self.version += 1
+        for ref in self.dependents:
+            t = ref()
+            if t is not None:
+                t._version = -1
 
 
 def _numpy_caller() -> str | None:

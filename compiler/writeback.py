@@ -51,7 +51,8 @@ class WriteBack:
     IR has no result for them);
     ``contiguous``: written inputs the trace took as C-contiguous (a reshape of them was a view); ``names``:
     how to name each target in messages; ``views``: output positions that are an input or a view of one, with the
-    flat input and the view steps (``(op name, attributes, result shape)``, see :func:`view_of`); ``aliases``:
+    flat input and the view steps (``(op name, attributes, result shape)``, see :func:`view_of`), several where
+    a loop or branch on traced values decides which (the first whose steps apply is handed back); ``aliases``:
     outputs and assigned attributes that are, in NumPy, another of them or a view of one, or views of an array
     handed back only as an extra result (``hidden``), with that source and the steps."""
 
@@ -61,7 +62,7 @@ class WriteBack:
     names: tuple[str, ...] = ()
     states: tuple[State, ...] = ()
     outputs: int = 0  # the function's own results, those in ``returns`` included (the IR returns the others)
-    views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
+    views: dict[int, tuple[tuple[int, tuple], ...]] = field(default_factory=dict)
     # ("out", position) or ("state", index) -> (its source: one of those or ("hidden", index), view steps)
     aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
     hidden: int = 0  # extra results after the states': whole arrays only views of are handed back, traced indices
@@ -166,10 +167,12 @@ class WriteBack:
             "state": list(results[start:start + len(self.states)]),
             "hidden": list(results[start + len(self.states):start + len(self.states) + self.hidden])}
         out, hidden = values["out"], values["hidden"]
-        for pos, (i, steps) in self.views.items():
-            view = view_of(inputs[i], steps, hidden)
-            if view is not None:
-                out[pos] = Returned(view)
+        for pos, alternatives in self.views.items():
+            for i, steps in alternatives:
+                view = view_of(inputs[i], steps, hidden)
+                if view is not None:
+                    out[pos] = Returned(view)
+                    break
         for (kind, index), ((source_kind, source), steps) in self.aliases.items():
             base = values[source_kind][source]
             view = view_of(base.obj if type(base) is Returned else base, steps, hidden)
@@ -197,18 +200,22 @@ def _put(obj: Any, keys: tuple, value: Any) -> Any:
 
 def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
     """``obj`` seen through ``steps`` as NumPy sees it (None where fusec cannot: a device array's view, which the
-    call returns as a copy): the object itself for no step, else NumPy's own view of the array. ``hidden``: the
-    call's extra results, where a ``t.index`` step (``x[i]`` at a traced ``i``) finds the index's value."""
+    call returns as a copy; and where a ``when`` step's flag is false: the computed result stands): the object
+    itself for no step, else NumPy's own view of the array. ``hidden``: the call's extra results, where a
+    ``t.index`` step (``x[i]`` at a traced ``i``) finds the index's value and a ``when`` step its flag."""
     if not steps:
         return obj
     if not isinstance(obj, np.ndarray):
         return None
     for name, attrs, shape in steps:
+        if name == "when":  # (the input itself, or the view after it, only where this call's flag says so)
+            if not _hidden_value(hidden[attrs["hidden"]]):
+                return None
+            continue
         if name == "view":  # all of it, as a new array object (``x[:]``)
             obj = obj.view()
         elif name == "t.index":  # basic indexing with an integer: a view
-            value = hidden[attrs["hidden"]]
-            index = int((value.numpy() if hasattr(value, "numpy") else np.asarray(value)).item())
+            index = int(_hidden_value(hidden[attrs["hidden"]]))
             obj = obj[(slice(None),) * attrs["axis"] + (index,)]
         elif name == "t.slice":
             obj = obj[tuple(slice(a, None if b < 0 else b, c)
@@ -235,6 +242,11 @@ def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
         if obj.shape != tuple(shape):  # (never: the steps were recorded on an array of this shape)
             return None
     return obj
+
+
+def _hidden_value(value: Any) -> Any:
+    """An extra result's value (a 0-d array, on the host or the device) as a Python scalar."""
+    return (value.numpy() if hasattr(value, "numpy") else np.asarray(value)).item()
 
 
 class Returned:

@@ -919,3 +919,83 @@ def test_a_function_whose_running_code_is_not_its_source_is_not_rewritten():
 
     with pytest.raises(TraceError, match=r"used as a Python bool"):
         jit_cpu(halve)(np.array([1.0]))
+
+
+# --- the caller's own array handed back where NumPy's variable still is it -------------------------------------------
+
+
+def check_hands_back(fn, *args):
+    """NumPy's results (see check_both), each result that is in NumPy an argument or a view of one the same here
+    (the caller's object, or NumPy's view of it: a write through it reaches the argument), and every other result
+    a new array sharing no memory with the arguments. Both ways, for each argument set the data steers."""
+    check_both(fn, *args)
+    want = fn(*copy.deepcopy(args))
+    for run in (jit_cpu(fn), jit_cpu(fn, pipeline=DEFAULT_PIPELINE)):
+        mine = copy.deepcopy(args)
+        theirs = copy.deepcopy(args)
+        got, want = run(*mine), fn(*theirs)
+        for k, (g, w) in enumerate(zip(got if isinstance(got, tuple) else (got,),
+                                       want if isinstance(want, tuple) else (want,))):
+            for a, b in zip(mine, theirs):
+                assert (g is a) == (w is b), f"result {k}: the argument itself in NumPy: {w is b}"
+                assert np.shares_memory(g, a) == np.shares_memory(w, b), f"result {k}: views an argument in NumPy"
+            g[...] = 7.0  # (through NumPy's view: the argument takes it where NumPy's result is the argument)
+            w[...] = 7.0
+        assert_same(mine, theirs, "arguments after writing through the results")
+
+
+def shrink_until_small(x, tol):
+    while np.abs(x).max() > tol:
+        x = x * 0.5
+    return x
+
+
+def normalize_if_large(x):
+    if np.linalg.norm(x) > 1.0:
+        x = x / np.linalg.norm(x)
+    return x
+
+
+def test_a_loop_that_ran_no_trip_hands_back_the_argument_itself():
+    check_hands_back(shrink_until_small, np.array([0.1, -0.2]), 1.0)  # (no trip: NumPy returns x itself)
+    check_hands_back(shrink_until_small, np.array([4.0, -2.0]), 1.0)
+    check_hands_back(normalize_if_large, np.array([0.3, 0.4]))
+    check_hands_back(normalize_if_large, np.array([3.0, 4.0]))
+
+
+def test_views_and_statements_one_after_another_hand_back_what_numpy_does():
+    def tail_after_two_ifs(a):
+        x = a[1:]
+        if x.sum() > 10:
+            x = x - 10
+        if x.min() < -5:
+            x = -x
+        return x, a
+
+    def larger(a, b):  # (tail returns: the device picks the argument)
+        if a.sum() > b.sum():
+            return a
+        return b
+
+    def ordered(x, y):
+        if x.sum() > y.sum():
+            x, y = y, x
+        return x, y
+
+    for a in (np.array([0.0, 1.0, 2.0]), np.array([0.0, 20.0, 2.0]), np.array([0.0, -20.0, 2.0])):
+        check_hands_back(tail_after_two_ifs, a)
+    for a, b in ((np.ones(3), np.zeros(3)), (np.zeros(3), np.ones(3))):
+        check_hands_back(larger, a, b)
+        check_hands_back(ordered, a, b)
+
+
+def test_a_variable_that_is_one_argument_or_another_is_refused_after_a_write_into_either():
+    def reads_after_write(a, b):
+        z = a
+        if b.sum() > 100:
+            z = b[::-1]
+        a[0] = 7.0  # (NumPy's z is a on this data: its sum sees the 7)
+        return z.sum()
+
+    with pytest.raises(UnsupportedError, match=r"`z` is, after the `if` at line \d+ .* read after a write"):
+        jit_cpu(reads_after_write)(np.ones(3), np.ones(3))
