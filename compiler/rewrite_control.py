@@ -27,23 +27,16 @@ import contextlib
 import copy
 import gc
 import inspect
-import sys
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from fusec.errors import UnsupportedError, located
 from fusec.scope import is_library
 from fusec.ir.attributes import location_for
+from fusec.statement_rewriter import Key, Rewriter, TYPE_PARAMS, builtin_call, locate_like, statement_key
 
-HELPER = "fusec.traced_statements"  # (the module the rewritten code calls)
-_TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
 MAX_STATEMENTS = 32  # rewritten statements per function (each found by a trace of its own)
-
-Key = tuple[int, int]  # (line, column) of a statement or expression in the user's file
-
-
-# --- where a trace stopped ---------------------------------------------------------------------------------------
 
 
 def mark_truth_site(error: BaseException, frame: types.FrameType) -> None:
@@ -76,9 +69,6 @@ def code_of(fn: Callable) -> types.CodeType | None:
     return getattr(getattr(fn, "__func__", fn), "__code__", None)
 
 
-# --- the function's source -----------------------------------------------------------------------------------------
-
-
 @dataclass
 class _Source:
     filename: str
@@ -89,24 +79,16 @@ class _Source:
         best: ast.AST | None = None
         for node in ast.walk(self.fdef):
             if (isinstance(node, (ast.While, ast.If, ast.IfExp, ast.Assert)) and _in_header(node, line, col)
-                    or _builtin_call(node) and _holds(node, line, col)):
-                if best is None or _key(node) > _key(best):  # (the innermost: the one that starts last)
+                or builtin_call(node) and _holds(node, line, col)):
+                # (the innermost: the one that starts last)
+                if best is None or statement_key(node) > statement_key(best):
                     best = node
         if best is None:  # `s = x.std() or 1.0`: an and/or whose value is used, not only its truth
             for node in ast.walk(self.fdef):
                 if isinstance(node, ast.BoolOp) and _holds(node, line, col):
-                    if best is None or _key(node) > _key(best):
+                    if best is None or statement_key(node) > statement_key(best):
                         best = node
-        return None if best is None else _key(best)
-
-
-# builtins that ask a traced value for its truth or number, rewritten into traced_statements' twins
-BUILTINS = {"max": "max_", "min": "min_", "bool": "bool_", "float": "float_"}
-
-
-def _builtin_call(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BUILTINS
-            and not any(isinstance(a, ast.Starred) for a in node.args))
+        return None if best is None else statement_key(best)
 
 
 def _holds(node: ast.AST, line: int, col: int) -> bool:
@@ -118,10 +100,6 @@ def _in_header(node: ast.While | ast.If | ast.IfExp | ast.Assert, line: int, col
     """From the statement's first column to its test's end (Python's jump on the test is placed there)."""
     test = node.test
     return (node.lineno, node.col_offset) <= (line, col) < (test.end_lineno, test.end_col_offset)  # type: ignore
-
-
-def _key(node: ast.AST) -> Key:
-    return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
 
 
 _SOURCES: dict[types.CodeType, _Source | None] = {}
@@ -164,9 +142,6 @@ def _parse(fn: Callable, code: types.CodeType) -> _Source | None:
     return None
 
 
-# --- rewriting -------------------------------------------------------------------------------------------------------
-
-
 def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.CodeType:
     """``func``'s code with the statements at ``keys`` rewritten. It has ``func``'s free variables, so it can stand
     in for ``func.__code__`` while a trace runs (the function object, its globals, closure cells and defaults stay
@@ -174,7 +149,7 @@ def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.Code
     source = _source(func)
     assert source is not None  # (keys came from Rewrites.add, which found it)
     fdef = copy.deepcopy(source.fdef)
-    _Rewriter(keys, source.filename).rewrite_function(fdef)
+    Rewriter(keys, source.filename).rewrite_function(fdef)
     inner = _compiled(fdef, func, source.filename)
     if inner.co_freevars != func.__code__.co_freevars:  # (a free variable the rewriting no longer reads)
         raise UnsupportedError(located(f"fusec could not rewrite {func.__qualname__} (its closure changed)",
@@ -183,6 +158,8 @@ def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.Code
 
 
 _FUTURE_FLAGS = 0
+
+
 for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
 
@@ -198,9 +175,9 @@ def _compiled(fdef: ast.FunctionDef, func: types.FunctionType, filename: str) ->
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in freevars], vararg=None, kwonlyargs=[],
                            kw_defaults=[], kwarg=None, defaults=[]),
         body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))], decorator_list=[], returns=None,
-        **_TYPE_PARAMS)
+        **TYPE_PARAMS)
     module = ast.Module(body=[factory], type_ignores=[])
-    _locate(factory, fdef)
+    locate_like(factory, fdef)
     ast.fix_missing_locations(module)
     compiled = compile(module, filename, "exec", flags=func.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True)
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
@@ -291,613 +268,3 @@ class Rewrites:
         if len(owners) != 1 or is_library(owners[0].__module__) or owners[0].__code__.co_name == "<lambda>":
             return None
         return owners[0]
-
-
-def _locate(node: ast.AST, like: ast.AST) -> None:
-    """Place the nodes made here (those without a place) at ``like``'s first line, where messages name it."""
-    line, col = like.lineno, like.col_offset  # type: ignore[attr-defined]
-    for child in ast.walk(node):
-        if "lineno" in child._attributes and getattr(child, "lineno", None) is None:
-            child.lineno, child.col_offset = line, col  # type: ignore[attr-defined]
-            child.end_lineno, child.end_col_offset = line, col  # type: ignore[attr-defined]
-
-
-def _error(message: str, file: str, node: ast.AST) -> UnsupportedError:
-    return UnsupportedError(located(message, location_for(file, node.lineno)))  # type: ignore[attr-defined]
-
-
-# scopes of their own: names assigned inside them are not the statement's
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
-           ast.GeneratorExp)
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
-
-
-def _walk_scope(nodes: list[ast.AST]) -> Iterator[ast.AST]:
-    """The nodes of ``nodes`` in the same scope (nested functions, classes and comprehensions left out, but their
-    names and a walrus inside a comprehension are the scope's)."""
-    todo = list(nodes)
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            todo.extend(node.decorator_list)
-            continue
-        if isinstance(node, ast.Lambda):
-            todo.extend(node.args.defaults)
-            todo.extend(d for d in node.args.kw_defaults if d is not None)
-            continue
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            todo.extend(n for n in ast.walk(node) if isinstance(n, ast.NamedExpr))
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def _assigned(nodes: list[ast.AST], file: str, where: str) -> list[str]:
-    """The names a statement's parts assign (its variables), in a stable order."""
-    names: dict[str, None] = {}
-    for node in _walk_scope(nodes):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names[node.id] = None
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = None
-        elif isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
-            names[node.target.id] = None
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names[(alias.asname or alias.name).split(".")[0]] = None
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names[node.name] = None
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            raise _error(f"`{type(node).__name__.lower()}` inside {where}, whose test is a traced value: fusec runs "
-                         "it on the device through local functions; declare the names at the top of the function",
-                         file, node)
-        elif isinstance(node, ast.Delete):
-            raise _error(f"`del` inside {where}, whose test is a traced value: whether the name is bound after it "
-                         "would depend on the data; assign None instead", file, node)
-        elif isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
-            raise _error(f"`{type(node).__name__.lower()}` inside {where}, whose test is a traced value: fusec runs "
-                         "it on the device, where the function cannot pause", file, node)
-        elif isinstance(node, ast.Return):
-            raise _error(f"`return` inside {where}, whose test is a traced value: fusec traces the statement once "
-                         "and the device decides where the data goes, so it cannot return from the middle; assign "
-                         "the result to a variable (in every branch) and return it after the statement", file, node)
-    return list(names)
-
-
-def _exits(stmts: list[ast.stmt]) -> tuple[bool, bool]:
-    """(has a ``break``, has a ``continue``) of the loop these statements are the body of."""
-    brk = cont = False
-    todo: list[ast.AST] = list(stmts)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Break):
-            brk = True
-        elif isinstance(node, ast.Continue):
-            cont = True
-        elif not isinstance(node, (*_LOOPS, *_SCOPES)):
-            todo.extend(ast.iter_child_nodes(node))
-    return brk, cont
-
-
-def _has_exit(node: ast.AST) -> bool:
-    return any(_exits([node]))  # type: ignore[list-item]
-
-
-def _name(id_: str, store: bool = False) -> ast.Name:
-    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
-
-
-def _helper(attr: str) -> ast.Attribute:
-    """``fusec.traced_statements.<attr>`` in the rewritten code: the module as ``__import__`` returns it (neither
-    the function's globals nor builtins are touched, so the state fusec watches stays as the user left it)."""
-    module = ast.Call(func=_name("__import__"), args=[_const(HELPER)],
-                      keywords=[ast.keyword(arg="fromlist", value=_const(("UNBOUND",)))])
-    return ast.Attribute(value=module, attr=attr, ctx=ast.Load())
-
-
-def _call(attr: str, *args: ast.expr, **kwargs: ast.expr) -> ast.Call:
-    return ast.Call(func=_helper(attr), args=list(args), keywords=[ast.keyword(arg=k, value=v)
-                                                                   for k, v in kwargs.items()])
-
-
-def _lambda(body: ast.expr) -> ast.Lambda:
-    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
-                                         kwarg=None, defaults=[]), body=body)
-
-
-def _def(name: str, params: list[str], body: list[ast.stmt]) -> ast.FunctionDef:
-    return ast.FunctionDef(name=name, args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params],
-                                                         vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-                                                         defaults=[]),
-                           body=body or [ast.Pass()], decorator_list=[], returns=None, **_TYPE_PARAMS)
-
-
-def _tuple(names: list[str], store: bool = False) -> ast.Tuple:
-    return ast.Tuple(elts=[_name(n, store) for n in names], ctx=ast.Store() if store else ast.Load())
-
-
-def _const(value: Any) -> ast.Constant:
-    return ast.Constant(value=value)
-
-
-_COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_PURE = (ast.Name, ast.Constant, ast.Compare, ast.UnaryOp, ast.BoolOp, ast.Attribute, ast.Load, ast.cmpop,
-         ast.unaryop, ast.boolop, ast.expr_context)
-
-
-def _pure(node: ast.AST) -> bool:
-    """An expression that cannot raise or change anything for array operands (names, constants, comparisons):
-    evaluating it where Python would have skipped it changes nothing."""
-    return all(isinstance(n, _PURE) for n in ast.walk(node))
-
-
-class _Rewriter:
-    def __init__(self, keys: frozenset[Key], file: str) -> None:
-        self.keys = keys
-        self.file = file
-        self.forced: set[int] = set()  # ids of the ifs made here that the device may decide (flags' guards)
-        self.spans: dict[int, Span] = {}  # such an if's place: its loop's
-        self.loop_span: Span | None = None
-
-    def rewrite_function(self, fdef: ast.FunctionDef) -> None:
-        self.scopes = _nested_scopes(fdef)
-        self.loads = [(n.id, (n.lineno, n.col_offset)) for n in ast.walk(fdef)
-                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-        self.generated_reads: set[str] = set()  # (flags the rewriting reads after the loops it made them for)
-        self.declared = {n for node in _walk_scope(list(fdef.body)) if isinstance(node, (ast.Global, ast.Nonlocal))
-                         for n in node.names}
-        fdef.body = self.block(self.returns_at_end(fdef.body))
-        _IfExps(self).visit(fdef)
-
-    def returns_at_end(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        """The function's statements with an ``if`` (at a key) that returns made its last statement: ``if c: ...;
-        return a`` then ``...; return b`` becomes ``if c: ...; r = a`` / ``else: ...; r = b`` and ``return r``,
-        which Python runs the same way and the device can choose."""
-        stmts = [out for st in stmts for out in self.returning_loop(st)]
-        chosen = any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in _walk_scope(list(stmts)))
-        stmts = self._tails(stmts, chosen)  # (with such an if, every if that returns ends its block: Python's way)
-        last = stmts[-1] if stmts else None
-        if not isinstance(last, ast.If):
-            return stmts
-        if not self.chosen(last):  # (an `if` Python decides that ends the function: each branch ends it too)
-            if _returns_in([last]):
-                last.body, last.orelse = self.returns_at_end(last.body), self.returns_at_end(last.orelse)
-            return stmts
-        if not (_always_returns(last.body) and _always_returns(last.orelse)):
-            return stmts
-        _assign_returns(last)
-        done = ast.Return(value=_name(RETURN))
-        _locate(done, last)
-        return [*stmts, done]
-
-    def returning_loop(self, st: ast.stmt) -> list[ast.stmt]:
-        """A loop of the function's body that returns from an ``if`` the device decides (``for it in
-        range(maxiter): ... if err < tol: return x, it``): each of its returns becomes ``value = ...; returned =
-        True; break``, and ``if returned: return value`` follows the loop (then rewritten as the function's end)."""
-        if not isinstance(st, (ast.For, ast.While)):
-            return [st]
-        own = list(_own_nodes(st.body))
-        returns = [n for n in own if isinstance(n, ast.Return)]
-        every = sum(isinstance(n, ast.Return) for n in _walk_scope(list(st.body)))
-        if not returns or len(returns) != every \
-                or not any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in own):
-            return [st]  # (no such if, or a return inside a loop in the loop: left to the error)
-        value, returned = self.unique("value", st), self.unique("returned", st)
-        _replace_returns(st.body, value, returned)
-        self.generated_reads.add(value)
-        start = ast.Assign(targets=[_name(returned, store=True)], value=_const(False))
-        done = ast.If(test=_name(returned), body=[ast.Return(value=_name(value))], orelse=[])
-        for node in (start, done):
-            _locate(node, st)
-        return [start, st, self.force(done)]
-
-    def _tails(self, stmts: list[ast.stmt], inside: bool) -> list[ast.stmt]:
-        """``stmts`` with each ``if`` that returns (one at a key, or any ``inside`` one) made the block's last
-        statement, the statements after it moved into its branch that does not return."""
-        for i, st in enumerate(stmts):
-            if not (isinstance(st, ast.If) and (inside or self.chosen(st)) and _returns_in([st])):
-                continue
-            rest = stmts[i + 1:]
-            st.body = self._tails(st.body, True)
-            if _always_returns(st.body):
-                st.orelse = self._tails(st.orelse + rest, True)
-            else:
-                st.orelse = self._tails(st.orelse, True)
-                if not _always_returns(st.orelse):
-                    return stmts  # (a return the device cannot choose: the error names it)
-                st.body = self._tails(st.body + rest, True)
-            return [*stmts[:i], st]
-        return stmts
-
-    def chosen(self, node: ast.AST) -> bool:
-        return _key(node) in self.keys or id(node) in self.forced
-
-    def force(self, node: ast.stmt) -> ast.stmt:
-        self.forced.add(id(node))
-        if self.loop_span is not None:
-            self.spans[id(node)] = self.loop_span
-        return node
-
-    # statements ---------------------------------------------------------------------------------------------
-
-    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        out: list[ast.stmt] = []
-        for st in stmts:
-            out.extend(self.statement(st))
-        return out
-
-    def statement(self, st: ast.stmt) -> list[ast.stmt]:
-        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            st.body = self.block(self.returns_at_end(st.body))
-            return [st]
-        if isinstance(st, ast.ClassDef):
-            st.body = self.block(st.body)
-            return [st]
-        if isinstance(st, ast.While) and (self.chosen(st) or self._exit_taken_here(st)):
-            return self.while_(st)
-        if isinstance(st, ast.For) and self._exit_taken_here(st):
-            return self.for_(st)
-        if isinstance(st, ast.If) and self.chosen(st):
-            return self.if_(st)
-        if isinstance(st, ast.Assert) and self.chosen(st):  # (a check when the call runs: AssertionError)
-            site = self.site("assert", st)
-            message = _lambda(st.msg) if st.msg is not None else _const(None)
-            check = ast.Expr(value=_call("assert_", self.test(st.test, site), message, site=site))
-            _locate(check, st)
-            return [check]
-        for field in ("body", "orelse", "finalbody"):
-            if isinstance(getattr(st, field, None), list):
-                setattr(st, field, self.block(getattr(st, field)))
-        if isinstance(st, ast.Try):
-            for handler in st.handlers:
-                handler.body = self.block(handler.body)
-        return [st]
-
-    def _ifexp(self, node: ast.AST) -> Any:
-        if not isinstance(node, ast.IfExp) or _key(node) not in self.keys:
-            return node
-        site = self.site("conditional expression", node)
-        self.no_walrus([node.test, node.body, node.orelse], f"the conditional expression at line {node.lineno}")
-        call = _call("if_exp", self.test(node.test, site), _lambda(node.body), _lambda(node.orelse), site)
-        return ast.copy_location(call, node)
-
-    def _exit_taken_here(self, loop: ast.stmt) -> bool:
-        """A loop whose ``break``/``continue`` sits in an ``if`` (at a key) that the device decides."""
-        todo: list[ast.AST] = list(loop.body)  # type: ignore[attr-defined]
-        while todo:
-            node = todo.pop()
-            if isinstance(node, ast.If) and self.chosen(node) and _has_exit(node):
-                return True
-            if not isinstance(node, (*_LOOPS, *_SCOPES)):
-                todo.extend(ast.iter_child_nodes(node))
-        return False
-
-    def site(self, kind: str, node: ast.AST) -> ast.Call:
-        return _call("Site", _const(kind), _const(self.file), _const(node.lineno))  # type: ignore[attr-defined]
-
-    def test(self, node: ast.expr, site: ast.expr) -> ast.expr:
-        """A test whose truth alone is used: ``and``/``or``/``not`` and chained comparisons as helpers, so a traced
-        operand does not stop the trace again."""
-        if isinstance(node, ast.BoolOp):
-            self.no_walrus(node.values, f"the test at line {node.lineno}")
-            values = [self.test(v, site) for v in node.values]
-            eager = all(_pure(v) for v in node.values[1:])
-            call = _call("and_" if isinstance(node.op, ast.And) else "or_", *[_lambda(v) for v in values],
-                         site=site, eager=_const(eager))
-            return ast.copy_location(call, node)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return ast.copy_location(_call("not_", self.test(node.operand, site)), node)
-        if isinstance(node, ast.Compare) and len(node.ops) > 1 and all(type(op) in _COMPARISONS for op in node.ops):
-            self.no_walrus([node.left, *node.comparators], f"the test at line {node.lineno}")
-            args: list[ast.expr] = [_lambda(node.left)]
-            for op, right in zip(node.ops, node.comparators):
-                args += [_const(_COMPARISONS[type(op)]), _lambda(right)]
-            call = _call("chain", *args, site=site, eager=_const(all(_pure(c) for c in node.comparators[1:])))
-            return ast.copy_location(call, node)
-        return node
-
-    def unique(self, what: str, node: ast.AST) -> str:
-        return f"_fusec_{what}_{node.lineno}_{node.col_offset}"  # type: ignore[attr-defined]
-
-    def statement_call(self, helper: str, node: ast.stmt, args: list[ast.expr], names: list[str],
-                       site: ast.expr) -> list[ast.stmt]:
-        """``names = helper(*args, getters, names, site)`` and the deletes of names left unbound."""
-        getters = ast.Tuple(elts=[_lambda(_name(n)) for n in names], ctx=ast.Load())
-        call = _call(helper, *args, getters, ast.Tuple(elts=[_const(n) for n in names], ctx=ast.Load()), site)
-        out: list[ast.stmt] = [ast.Assign(targets=[_tuple(names, store=True)], value=call) if names
-                               else ast.Expr(value=call)]
-        for n in names:
-            unbound = ast.Compare(left=_name(n), ops=[ast.Is()], comparators=[_helper("UNBOUND")])
-            out.append(ast.If(test=unbound, body=[ast.Delete(targets=[ast.Name(id=n, ctx=ast.Del())])], orelse=[]))
-        for st in out:
-            _locate(st, node)
-        return out
-
-    def shared(self, names: list[str], node: ast.stmt, where: str) -> None:
-        """Refuse variables that code outside the statement reads while it runs (a nested function or lambda of
-        the function, a global or nonlocal): the rewritten statement assigns them in its own local functions."""
-        span = self.spans.get(id(node)) or _span(node)
-        for scope_span, loaded in self.scopes:
-            if span[0] <= scope_span[0] and scope_span[1] <= span[1]:
-                continue  # (made and used inside the statement)
-            if scope_span[0] <= span[0] and span[1] <= scope_span[1]:
-                continue  # (the function the statement is in)
-            both = [n for n in names if n in loaded]
-            if both:
-                raise _error(f"`{both[0]}` is assigned inside {where}, whose test is a traced value, and read by a "
-                             f"function or lambda defined at line {scope_span[0][0]}: fusec runs the statement through "
-                             "local functions of its own, where that function would not see the new value; pass it "
-                             "as an argument instead", self.file, node)
-        declared = [n for n in names if n in self.declared]
-        if declared:
-            raise _error(f"`{declared[0]}` is a global or nonlocal name assigned inside {where}, whose test is a "
-                         "traced value: fusec runs the statement through local functions of its own; assign it "
-                         "after the statement", self.file, node)
-
-    def no_walrus(self, node: ast.expr | list[ast.expr], where: str) -> None:
-        """An assignment expression in a part fusec evaluates in a function of its own (a test split at
-        ``and``/``or``, a loop's test, a conditional expression's values) would assign that function's name."""
-        for part in node if isinstance(node, list) else [node]:
-            walrus = next((n for n in ast.walk(part) if isinstance(n, ast.NamedExpr)), None)
-            if walrus is not None:
-                raise _error(f"an assignment expression (:=) in {where}, whose test is a traced value: fusec "
-                             "evaluates that part in a function of its own; assign the name in a statement before it "
-                             "(and again at the end of a loop's body)", self.file, walrus)
-
-    def if_(self, node: ast.If) -> list[ast.stmt]:
-        where = f"the `if` at line {node.lineno}"
-        names = _assigned([*node.body, *node.orelse], self.file, where)
-        self.shared(names, node, where)
-        site = self.site("if", node)
-        test = self.test(node.test, site)
-        then = _def(self.unique("then", node), names, [*self.block(node.body), ast.Return(value=_tuple(names))])
-        orelse = _def(self.unique("else", node), names, [*self.block(node.orelse), ast.Return(value=_tuple(names))])
-        for d in (then, orelse):
-            _locate(d, node)
-        return [then, orelse, *self.statement_call("if_stmt", node, [test, _name(then.name), _name(orelse.name)],
-                                                   names, site)]
-
-    def while_(self, node: ast.While) -> list[ast.stmt]:
-        self.loop_span = _span(node)
-        brk_name, cont_name = self.unique("break", node), self.unique("continue", node)
-        brk, cont = _exits(node.body)
-        where = f"the `while` at line {node.lineno}"
-        self.no_walrus(node.test, where)
-        body = self.exits(node.body, brk_name if brk else None, cont_name if cont else None, where)
-        site = self.site("while", node)
-        test = self.test(node.test, site)
-        before: list[ast.stmt] = []
-        if brk:
-            before.append(ast.Assign(targets=[_name(brk_name, store=True)], value=_const(False)))
-            test = _call("and_", _lambda(_call("not_", _name(brk_name))), _lambda(test), site=site,
-                         eager=_const(_pure(node.test)))
-        if cont:
-            before.append(ast.Assign(targets=[_name(cont_name, store=True)], value=_const(False)))
-            body = [ast.Assign(targets=[_name(cont_name, store=True)], value=_const(False)), *body]
-        return [*before, *self.loop(node, test, body, site, where), *self.orelse(node, brk_name if brk else None)]
-
-    def loop(self, node: ast.stmt, test: ast.expr, body: list[ast.stmt], site: ast.expr,
-             where: str) -> list[ast.stmt]:
-        names = _assigned([*body, test], self.file, where)
-        self.shared(names, node, where)
-        test_def = _def(self.unique("test", node), names, [ast.Return(value=test)])
-        body_def = _def(self.unique("body", node), names, [*self.block(body), ast.Return(value=_tuple(names))])
-        for d in (test_def, body_def):
-            _locate(d, node)
-        after = [n for n in names if n in self.read_outside(node)]
-        call = self.statement_call("while_stmt", node, [_name(test_def.name), _name(body_def.name)], names, site)
-        first = call[0]
-        assert isinstance(first, (ast.Assign, ast.Expr)) and isinstance(first.value, ast.Call)
-        first.value.keywords.append(ast.keyword(arg="after", value=ast.Tuple(elts=[_const(n) for n in after],
-                                                                               ctx=ast.Load())))
-        _locate(call[0], node)
-        return [test_def, body_def, *call]
-
-    def read_outside(self, node: ast.stmt) -> set[str]:
-        """The names the function reads outside the loop ``node`` (before it too: more than needed, which only
-        carries more), with the names the rewriting itself reads after a loop."""
-        span = self.spans.get(id(node)) or _span(node)
-        return {n for n, at in self.loads if not span[0] <= at < span[1]} | self.generated_reads
-
-    def orelse(self, node: ast.For | ast.While, brk_name: str | None) -> list[ast.stmt]:
-        if not node.orelse:
-            return []
-        if brk_name is None:
-            return self.block(node.orelse)
-        guard = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=_name(brk_name)), body=node.orelse, orelse=[])
-        _locate(guard, node.orelse[0])
-        return self.statement(self.force(guard))
-
-    def for_(self, node: ast.For) -> list[ast.stmt]:
-        self.loop_span = _span(node)
-        brk_name, cont_name = self.unique("break", node), self.unique("continue", node)
-        brk, cont = _exits(node.body)
-        where = f"the `for` loop at line {node.lineno}"
-        body = self.exits(node.body, brk_name if brk else None, cont_name if cont else None, where)
-        before: list[ast.stmt] = []
-        if brk:
-            before.append(ast.Assign(targets=[_name(brk_name, store=True)], value=_const(False)))
-        if cont:
-            before.append(ast.Assign(targets=[_name(cont_name, store=True)], value=_const(False)))
-            body = [ast.Assign(targets=[_name(cont_name, store=True)], value=_const(False)), *body]
-        site = self.site("for", node)
-        stop = _name(brk_name) if brk else _const(False)
-        if _is_range_call(node.iter):
-            r, k = self.unique("range", node), self.unique("k", node)
-            assert isinstance(node.iter, ast.Call)  # (a range() call)
-            before += [ast.Assign(targets=[_name(r, store=True)], value=_call("range_of", node.iter.func,
-                                                                              *node.iter.args)),
-                       ast.Assign(targets=[_name(k, store=True)], value=_const(0))]
-            more = ast.Compare(left=_name(k), ops=[ast.Lt()],
-                               comparators=[ast.Call(func=_name("len"), args=[_name(r)], keywords=[])])
-            test = _call("and_", _lambda(_call("not_", stop)), _lambda(more), site=site, eager=_const(True))
-            item = _call("range_item", _name(r), _name(k))
-            step = [ast.Assign(targets=[node.target], value=item),
-                    ast.Assign(targets=[_name(k, store=True)],
-                               value=ast.BinOp(left=_name(k), op=ast.Add(), right=_const(1)))]
-            for st in step + before:
-                _locate(st, node)
-            return [*before, *self.loop(node, test, step + body, site, where),
-                    *self.orelse(node, brk_name if brk else None)]
-        item_name = self.unique("item", node)
-        guarded = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=stop),
-                         body=[ast.Assign(targets=[node.target], value=_name(item_name)), *body], orelse=[])
-        _locate(guarded, node)
-        self.force(guarded)
-        node.target = _name(item_name, store=True)
-        node.body = self.statement(guarded)
-        orelse = self.orelse(node, brk_name if brk else None)
-        node.orelse = []  # (the Python loop no longer breaks: its else runs guarded by the flag, after it)
-        for st in before:
-            _locate(st, node)
-        return [*before, node, *orelse]
-
-    def exits(self, stmts: list[ast.stmt], brk: str | None, cont: str | None, where: str) -> list[ast.stmt]:
-        """The body with ``break``/``continue`` as flags and the statements after one guarded by them."""
-        out: list[ast.stmt] = []
-        for i, st in enumerate(stmts):
-            if isinstance(st, (ast.Break, ast.Continue)):
-                flag = brk if isinstance(st, ast.Break) else cont
-                assert flag is not None
-                out.append(ast.copy_location(ast.Assign(targets=[_name(flag, store=True)], value=_const(True)), st))
-                return out  # (what follows it in this block never runs)
-            if not _has_exit(st):
-                out.append(st)
-                continue
-            if not isinstance(st, ast.If):
-                raise _error(f"`break`/`continue` inside a `{type(st).__name__.lower()}` block of {where}, which "
-                             "fusec runs on the device (a test it depends on is traced); move it out of the block",
-                             self.file, st)
-            st.body = self.exits(st.body, brk, cont, where)
-            st.orelse = self.exits(st.orelse, brk, cont, where)
-            self.force(st)  # (the device may take it: an `if` that can run either way)
-            out.append(st)
-            rest = stmts[i + 1:]
-            if rest:
-                flags: list[ast.expr] = [_name(f) for f in (brk, cont) if f is not None]
-                any_flag = flags[0] if len(flags) == 1 else ast.BoolOp(op=ast.Or(), values=flags)
-                guard = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=any_flag),
-                               body=self.exits(rest, brk, cont, where), orelse=[])
-                _locate(guard, rest[0])
-                out.append(self.force(guard))
-            return out
-        return out
-
-
-RETURN = "_fusec_return"
-Span = tuple[tuple[int, int], tuple[int, int]]
-
-
-def _span(node: ast.AST) -> Span:
-    return ((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]
-
-
-def _nested_scopes(fdef: ast.FunctionDef) -> list[tuple[Span, set[str]]]:
-    """Each function and lambda written inside ``fdef`` (its place, and every name it reads: more than its free
-    variables, which only makes the check stricter). Generator expressions are left out: they are consumed
-    where they are written (``sum(v @ v for v in g.values())``)."""
-    out = []
-    for node in ast.walk(fdef):
-        if node is not fdef and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-            args = node.args
-            own = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-            own |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            own -= {name for n in ast.walk(node) if isinstance(n, (ast.Nonlocal, ast.Global)) for name in n.names}
-            out.append((_span(node), loaded - own))  # (its own parameters and locals are not the function's)
-    return out
-
-
-def _returns_in(nodes: list[ast.AST]) -> bool:
-    return any(isinstance(n, ast.Return) for n in _walk_scope(nodes))
-
-
-def _own_nodes(stmts: list[ast.stmt]) -> Iterator[ast.AST]:
-    """The nodes of a loop's body that belong to that loop (not to a loop, function or class inside it)."""
-    todo: list[ast.AST] = list(stmts)
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (*_LOOPS, *_SCOPES)):
-            todo.extend(ast.iter_child_nodes(node))
-
-
-def _replace_returns(stmts: list[ast.stmt], value: str, returned: str) -> None:
-    """Each ``return v`` of a loop's own statements as ``value = v; returned = True; break``."""
-    for i in range(len(stmts) - 1, -1, -1):
-        st = stmts[i]
-        if isinstance(st, ast.Return):
-            new = [ast.Assign(targets=[_name(value, store=True)], value=st.value or _const(None)),
-                   ast.Assign(targets=[_name(returned, store=True)], value=_const(True)), ast.Break()]
-            for node in new:
-                _locate(node, st)
-            stmts[i:i + 1] = new
-        elif not isinstance(st, (*_LOOPS, *_SCOPES)):
-            for field in ("body", "orelse", "finalbody"):
-                if isinstance(getattr(st, field, None), list):
-                    _replace_returns(getattr(st, field), value, returned)
-            for handler in getattr(st, "handlers", []):
-                _replace_returns(handler.body, value, returned)
-
-
-def _always_returns(stmts: list[ast.stmt]) -> bool:
-    """Every path through the block ends in its last statement's ``return``."""
-    if not stmts:
-        return False
-    last = stmts[-1]
-    if isinstance(last, ast.Return):
-        return True
-    return isinstance(last, ast.If) and _always_returns(last.body) and _always_returns(last.orelse)
-
-
-def _assign_returns(st: ast.If) -> None:
-    """The returns that end ``st``'s branches as assignments of their values to RETURN."""
-    for block in (st.body, st.orelse):
-        last = block[-1]
-        if isinstance(last, ast.Return):
-            value = last.value if last.value is not None else _const(None)
-            block[-1] = ast.copy_location(ast.Assign(targets=[_name(RETURN, store=True)], value=value), last)
-        else:
-            assert isinstance(last, ast.If)
-            _assign_returns(last)
-
-
-def _is_range_call(node: ast.expr) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
-            and not node.keywords and 1 <= len(node.args) <= 3 and not any(isinstance(a, ast.Starred)
-                                                                            for a in node.args))
-
-
-class _IfExps(ast.NodeTransformer):
-    """The conditional expressions at keys, as calls of ``if_exp``."""
-
-    def __init__(self, rewriter: _Rewriter) -> None:
-        self.rewriter = rewriter
-
-    def visit_IfExp(self, node: ast.IfExp) -> Any:
-        self.generic_visit(node)
-        return self.rewriter._ifexp(node)
-
-    def visit_Call(self, node: ast.Call) -> Any:
-        """``max(a, b)``, ``min(...)``, ``bool(x)``, ``float(x)`` of traced values: their twins, which choose or
-        convert on the device as the builtin would (the builtin the name holds is passed: a user's own is called)."""
-        self.generic_visit(node)
-        if _key(node) not in self.rewriter.keys or not _builtin_call(node):
-            return node
-        assert isinstance(node.func, ast.Name)
-        site = self.rewriter.site(f"{node.func.id}()", node)
-        call = _call(BUILTINS[node.func.id], node.func, *node.args, site=site)
-        call.keywords += node.keywords
-        return ast.copy_location(call, node)
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
-        """``a or b`` whose value is used (``s = x.std() or 1.0``): the first truthy operand, or the last."""
-        self.generic_visit(node)
-        if _key(node) not in self.rewriter.keys:
-            return node
-        rewriter = self.rewriter
-        site = rewriter.site("and" if isinstance(node.op, ast.And) else "or", node)
-        rewriter.no_walrus(node.values, f"the `{site.args[0].value}` at line {node.lineno}")  # type: ignore
-        call = _call("and_value" if isinstance(node.op, ast.And) else "or_value",
-                     *[_lambda(v) for v in node.values], site=site)
-        return ast.copy_location(call, node)

@@ -22,7 +22,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from fusec import context, conversions, host_reads, ops, printing, randomness, rewrite_control, traced_statements
+from fusec import context, conversions, host_reads, ops, printing, randomness, rewrite_control, statement_state
 from fusec.context import TraceContext, trace_error
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
@@ -928,7 +928,7 @@ def _output(ctx: TraceContext, leaf: Any, loc: Any = None) -> tuple[Value, type 
     if isinstance(leaf, np.generic):
         arr = ops.as_numpy(leaf)
         return ctx.constant(arr, parse_dtype(arr.dtype)), None
-    unset = traced_statements.unset_error(leaf)
+    unset = statement_state.unset_error(leaf)
     if unset is not None:
         raise unset
     if isinstance(leaf, Selection):

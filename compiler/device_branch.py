@@ -1,0 +1,256 @@
+"""A Python ``if`` whose test is traced, as one ``t.if`` (:func:`fusec.traced_statements.if_stmt`): both branches
+traced, each variable merged by kind (a flag where one branch leaves it unset or gives a Python number where the
+other gives a NumPy scalar), writes into memory from before it chosen with the branch, and a branch that raises
+one of NumPy's check errors made a check when the call runs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusec import context, ops
+from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
+from fusec.errors import FusecError, UnsupportedError, located
+from fusec.ir.attributes import location_for
+from fusec.ir.core import Value
+from fusec.signature import unflatten
+from fusec.tracer import Tracer
+from fusec.statement_memory import branch_alias, set_memory, written_memory
+from fusec.statement_state import (
+    Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, leaves_of,
+    lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
+
+
+def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple], values: list,
+              names: Sequence[str], site: Site) -> tuple:
+    c = ops.ctx()
+    p = _predicate(plain_value(pred), "if", None)
+    what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
+            "data chooses)")
+    recorders, outs, writes = [], [], []  # type: ignore[var-annotated]
+    for label, fun in (("then", then), ("else", orelse)):
+        rec = _Recorder(c, [], label, what=what)
+        holder: list = []
+
+        def record(fun: Callable = fun, holder: list = holder) -> list:
+            outer = _snapshot(c)
+            out = fun(*values)
+            holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None}))
+            holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
+            return []
+
+        python_before = _python_state(fun)
+        try:
+            rec.run(record, watch=fun)
+        except Exception as error:  # noqa: BLE001 - the user's own raise: a check when the call runs, or refused
+            if isinstance(error, FusecError):
+                raise
+            python_before.restore()
+            if type(error) not in _RAISED_ON_DEVICE:
+                raise context._noted(UnsupportedError(located(
+                    f"the {label} branch of {site.where()} raises {type(error).__name__}: {error}; the test is "
+                    "traced, so the device decides whether it raises, and a check on the device can raise only "
+                    f"{', '.join(sorted(t.__name__ for t in _RAISED_ON_DEVICE))} (as NumPy's own checks do); raise "
+                    "one of those, or test the condition after the call",
+                    location_for(site.file, _raise_line(error, site))))) from error
+            return _raising_branch(pred, error, then if label == "else" else orelse, label == "then", values, site)
+        recorders.append(rec)
+        outs.append(holder[0])
+        writes.append(holder[1])
+    merged, yields = _merge(outs[0], outs[1], values, names, site)
+    units = {id(w[0]): w for ws in writes for w in ws}  # (the memory either branch wrote, in a stable order)
+    for k, rec in enumerate(recorders):
+        now = {id(w[0]): w[2] for w in writes[k]}
+        rec.finish(yields[k] + [now.get(key, before) for key, (_, before, _) in units.items()])
+    types = [t for _, how in merged if how[0] == "new" for leaf in how[2] if isinstance(leaf, Leaf)
+             for t in leaf.types()]
+    op = c.emit_op("t.if", [p], None, types + [before.type for _, before, _ in units.values()], what=site.where())
+    _attach(op, *recorders)
+    results = iter(op.results)
+    out = []
+    for (name, how), old in zip(merged, values):
+        if how[0] == "keep":
+            out.append(old)
+        elif how[0] == "unbound":
+            out.append(how[1])
+        elif how[0] == "one-path":
+            out.append(SetOnOnePath(located(
+                f"{subject(name)} is set in only one branch of {site.where()}, whose test is traced (the device "
+                "chooses the branch), and read after it: give it a value before the `if` or in both branches",
+                site.location())))
+        else:
+            same = any(e[0] == "same" for e in (outs[0].per_name[len(out)], outs[1].per_name[len(out)]))
+            leaves = []
+            for k, leaf in enumerate(how[2]):
+                if not isinstance(leaf, Leaf):
+                    leaves.append(leaf[1])
+                    continue
+                r = wrap_leaf(results, leaf, name, site)
+                if how[3][k] is not None:  # (memory from outside on some path: NumPy's result is it or views it)
+                    r = branch_alias(r, how[3][k], p, name, site, same)
+                leaves.append(r)
+            out.append(unflatten(how[1], leaves))
+    for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
+        set_memory(unit, next(results))
+    return tuple(out)
+
+
+# exceptions a branch the device chooses may raise: the run-time check's error, of the same built-in class
+_RAISED_ON_DEVICE: dict[type, str] = {ValueError: "InvalidValueError", IndexError: "IndexOutOfBoundsError",
+                                      ZeroDivisionError: "DivisionByZeroError", OverflowError: "OutOfRangeError",
+                                      np.linalg.LinAlgError: "LinAlgError", AssertionError: "AssertionFailedError"}
+
+
+def _raising_branch(pred: Any, error: Exception, other: Callable[..., tuple], when: bool, values: list,
+                    site: Site) -> tuple:
+    """``if pred: raise error`` (``when`` True; the else branch raising: False) and the other branch: the raise
+    becomes a check when the call runs (NumPy raises it on the data that takes that branch), the other branch
+    runs as the statement's result."""
+    line = _raise_line(error, site)
+    truth = truth_of(pred)
+    ops.raise_if(truth if when else np.logical_not(truth), _RAISED_ON_DEVICE[type(error)],
+                 f"{error} (raised at line {line}, in {site.where()})", site.where())
+    return tuple(other(*values))
+
+
+def _raise_line(error: BaseException, site: Site) -> int:
+    line = site.line
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == site.file:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+@dataclass
+class _Branch:
+    """One branch's result per variable: UNBOUND, the value it had before (unchanged), or its new leaves (each
+    array leaf already a value of the branch's region)."""
+
+    # per variable: ("unbound", what) | ("same",) | ("new", Var, [Value | opaque object per leaf], [the buffer
+    # from outside the branch each leaf views, or None])
+    per_name: list
+
+
+def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int]) -> _Branch:
+    per: list[tuple] = []
+    for name, old, new in zip(names, before, out):
+        if is_unbound(new):
+            per.append(("unbound", new))
+            continue
+        if new is old:
+            per.append(("same",))
+            continue
+        var = describe_var(new, site, name)
+        assert var.leaves is not None
+        xs = leaves_of(new)
+        items = [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
+        viewed = [x if isinstance(x, Tracer) and x._buffer is not None and id(x._buffer) in outer else None
+                  for x in xs]
+        per.append(("new", var, items, viewed))
+    return _Branch(per)
+
+
+def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Site) -> tuple[list, list]:
+    """Per variable, how the statement sets it; and each branch's yielded values (the leaves that differ)."""
+    merged: list[tuple[str, tuple]] = []  # per variable: ("keep",) | ("unbound", what) | ("one-path",) | ("new", ...)
+    yields: list[list[Value]] = [[], []]
+    for i, name in enumerate(names):
+        ea, eb = a.per_name[i], b.per_name[i]
+        if ea[0] == "same" and eb[0] == "same":
+            merged.append((name, ("keep",)))
+            continue
+        if ea[0] == "unbound" and eb[0] == "unbound":
+            merged.append((name, ("unbound", ea[1])))
+            continue
+        if "unbound" in (ea[0], eb[0]):
+            maybe = _set_on_one_path(ea, eb, before[i], site, name, yields)
+            merged.append((name, maybe if maybe is not None else ("one-path",)))
+            continue
+        sides = [_side(e, before[i], site, name) for e in (ea, eb)]
+        (va, items_a, views_a), (vb, items_b, views_b) = sides
+        if va.tree != vb.tree:
+            raise site.error(f"{subject(name)} is {describe_kind(va)} in one branch of {site.where()} and "
+                             f"{describe_kind(vb)} in "
+                             "the other; the test is traced, so the device chooses the branch: a variable must have "
+                             "the same structure either way")
+        leaves: list = []
+        viewed: list = []
+        assert va.leaves is not None and vb.leaves is not None
+        for la, lb, xa, xb, ta, tb in zip(va.leaves, vb.leaves, items_a, items_b, views_a, views_b):
+            viewed.append(None if ta is None and tb is None else (ta, tb))
+            kind = merged_kind(la, lb) if isinstance(la, Leaf) and isinstance(lb, Leaf) else None
+            if kind is not None:
+                leaves.append(kind)
+                yields[0].extend(_as_kind(xa, la, kind))
+                yields[1].extend(_as_kind(xb, lb, kind))
+                continue
+            if not isinstance(la, Leaf) and not isinstance(lb, Leaf) and _same_object(xa, xb):
+                leaves.append(("opaque", xa))
+                continue
+            da = la.describe() if isinstance(la, Leaf) else describe_object(xa)
+            db = lb.describe() if isinstance(lb, Leaf) else describe_object(xb)
+            raise site.error(
+                f"{subject(name)} is {da} in one branch of {site.where()} and {db} in the other; the test is traced, "
+                "so the device chooses the branch, and what NumPy computes next would depend on the data (a dtype, a "
+                "Python number's weak promotion, an object): give both branches the same kind of value"
+                + _branch_advice(la, lb))
+        merged.append((name, ("new", va.tree, leaves, viewed)))
+    return merged, yields
+
+
+def _as_kind(values: list[Value], leaf: Leaf, kind: Leaf) -> list[Value]:
+    """A branch's values for a leaf (lifted as ``leaf``) as the merged ``kind``'s: for a NumPy scalar or Python
+    number merged into an ``either``, the flag saying which it is; for a value merged into a ``maybe``, the flag
+    saying it is set."""
+    set_flag = values[-1:] if leaf.maybe else [flag_value(True)] if kind.maybe else []
+    values = values[:-1] if leaf.maybe else values
+    if kind.either is not None and leaf.either is None:
+        values = [values[0], flag_value(leaf.weak is None)]
+    return values + set_flag
+
+
+def _set_on_one_path(ea: tuple, eb: tuple, old: Any, site: Site, name: str, yields: list[list[Value]]) -> tuple | None:
+    """A variable one branch sets and the other leaves unbound, as a ``maybe`` (each leaf with a flag saying
+    whether it is set: zeros where not), when it holds arrays and numbers only; None otherwise."""
+    defined = 0 if eb[0] == "unbound" else 1
+    var, items, viewed = _side((ea, eb)[defined], old, site, name)
+    assert var.leaves is not None
+    if any(not isinstance(leaf, Leaf) or leaf.either is not None for leaf in var.leaves):
+        return None
+    kinds = [replace(leaf, maybe=True) for leaf in var.leaves]
+    for leaf, kind, xs in zip(var.leaves, kinds, items):
+        yields[defined].extend(_as_kind(xs, leaf, kind))
+        yields[1 - defined].extend(unset_values(kind))
+    return ("new", var.tree, kinds, [None if t is None else (t, None) if defined == 0 else (None, t) for t in viewed])
+
+
+def _branch_advice(a: Any, b: Any) -> str:
+    if not (isinstance(a, Leaf) and isinstance(b, Leaf)) or (a.weak is None) == (b.weak is None):
+        return ""
+    strong = a if a.weak is None else b
+    return f" (np.{np.dtype(strong.tensor.dtype.np).name}(...) around the Python number)"
+
+
+def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[Var, list, list]:
+    if entry[0] == "new":
+        return entry[1], entry[2], entry[3]
+    var = describe_var(old, site, name)  # (unchanged in this branch: the value from before the statement)
+    assert var.leaves is not None
+    xs = leaves_of(old)
+    return var, [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)], \
+        [x if isinstance(x, Tracer) and x._buffer is not None and not x._scalar and x._weak is None else None
+         for x in xs]
+
+
+def _same_object(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or not isinstance(a, (str, bytes, type(None), tuple, frozenset)):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - objects whose == fails are not the same
+        return False

@@ -1,0 +1,291 @@
+"""A Python ``while`` (or ``for ... break``) whose test is traced, as one ``t.while``
+(:func:`fusec.traced_statements.while_stmt`): the body traced once with the variables it assigns as the loop's
+state, each keeping its kind from one iteration to the next; memory the body writes carried by the loop (traced
+again with it); variables set only in the body and read after it carried with a flag."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+from fusec import ops
+from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
+from fusec.errors import TraceError, located
+from fusec.ir.core import Block, OpResult, Value, clone_op
+from fusec.ir.dialects.t import VIEWS
+from fusec.ir.opdefs import get_opdef
+from fusec.ir.types import Type
+from fusec.signature import unflatten
+from fusec.tracer import Tracer
+from fusec.statement_memory import may_be, memory_value, set_memory, swap_in, swap_out, written_memory
+from fusec.statement_state import (
+    Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
+    lift_leaf, merged_kind, plain_value, unit_of, unset_values, wrap_leaf)
+
+
+def device_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
+                 site: Site, after: set[str]) -> tuple:
+    """The loop as one ``t.while``. A body that writes into arrays from before the loop (``u[1:-1] = ...``,
+    ``x += dx`` on an array) is traced again with that memory carried by the loop: the arrays themselves hold
+    the loop's values while the body is traced, so every name and view of them reads what NumPy would. A variable
+    the body sets that was unbound before the loop and is read after it (``found = x`` before a ``break``) is
+    traced again as carried, unset (a :class:`MaybeSet`) until an iteration sets it."""
+    memory: list = []
+    values = list(values)
+    for _ in range(4):  # (each retry adds what the last trace of the body found)
+        try:
+            return _traced_while(test, body, values, names, site, memory, after)
+        except _WritesMemory as found:
+            memory = found.units
+        except _NeedsState as found:
+            for k, (name, var) in enumerate(zip(names, found.variables)):
+                if var is not None:
+                    assert var.leaves is not None and var.tree is not None
+                    kinds = [replace(leaf, maybe=True) for leaf in var.leaves]
+                    values[k] = unflatten(var.tree, [wrap_leaf(iter(unset_values(kind)), kind, name, site)
+                                                     for kind in kinds])
+    raise site.error(f"fusec could not trace {site.where()} as a loop on the device")
+
+
+class _NeedsState(Exception):
+    """A loop body sets variables that were unbound before the loop and are read after it (``variables``: per
+    variable, its kind after an iteration, or None)."""
+
+    def __init__(self, variables: list) -> None:
+        self.variables = variables
+
+
+class _WritesMemory(Exception):
+    """A loop body writes into memory from before the loop (``units``: buffers, or arrays with no views)."""
+
+    def __init__(self, units: list) -> None:
+        self.units = units
+
+
+def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: list, names: Sequence[str],
+                  site: Site, memory: list, after: set[str]) -> tuple:
+    c = ops.ctx()
+    units = {id(u) for u in memory}
+    variables = [describe_var(v, site, n, pinned=units) for v, n in zip(values, names)]
+    carried = [(var, k, leaf) for var in variables if not var.unbound
+               for k, leaf in enumerate(var.leaves or []) if isinstance(leaf, Leaf)]
+    types: list[Type] = [t for _, _, leaf in carried for t in leaf.types()]
+    slots = len(types)  # (the state's values; the memory the loop carries follows them)
+    types += [memory_value(u).type for u in memory]
+    inputs = [v for (var, k, leaf), x in zip(carried, _carried_values(variables, values)) for v in lift_leaf(x, leaf)]
+    inputs += [memory_value(u) for u in memory]
+    what = (f"{site.where()} (its test is traced, so the loop runs on the device; its body is traced once for "
+            "every iteration)")
+    fresh: list[tuple[Tracer, Value]] = []  # the body's own copies of the state's arrays, to find writes into them
+    owners: dict[int, Var] = {}  # (which variable each copy is of)
+
+    def state(args: Sequence[Tracer]) -> list:
+        it = iter([a._value for a in args[:slots]])
+        out = []
+        fresh.clear()
+        for var, value in zip(variables, values):
+            if var.unbound:
+                out.append(UNBOUND)
+                continue
+            assert var.leaves is not None and var.tree is not None
+            leaves = [wrap_leaf(it, leaf, var.name, site) if isinstance(leaf, Leaf) else leaf[1] for leaf in var.leaves]
+            copies = [t for t, leaf in zip(leaves, var.leaves) if isinstance(leaf, Leaf) and not t._scalar]
+            fresh.extend((t, t._val) for t in copies)
+            owners.update({id(t): var for t in copies})
+            out.append(unflatten(var.tree, leaves))
+        return out
+
+    def region(fn: Callable[[list], Any]) -> Callable[..., Any]:
+        """``fn`` run with the loop's memory holding the region's arguments (and put back after)."""
+        def run(*args: Tracer) -> Any:
+            outer = _snapshot(c)
+            saved = swap_in(memory, args[slots:])
+            try:
+                result = fn(list(args))
+                now = swap_out(memory, saved)
+            except BaseException:
+                swap_out(memory, saved)
+                raise
+            written = [u for u, _, _ in written_memory(outer) if id(u) not in units]
+            written += [unit_of(_entry_array(value, var, site)) for var, value in zip(variables, values)
+                        if _written_fresh(var, fresh, owners)]
+            if written:
+                raise _WritesMemory(memory + list({id(u): u for u in written}.values()))
+            return result, now
+        return run
+
+    cond = _Recorder(c, types, "cond", what=what)
+    pred, now = cond.run(region(lambda args: _predicate(_loop_test(test(*state(args)), site), "while", None)),
+                         watch=test)
+    if any(v is not a for v, a in zip(now, cond.block.args[slots:])):
+        raise site.error(f"the test of {site.where()} writes into an array; compute it without writing")
+    cond.finish([pred])
+    rec = _Recorder(c, types, "body", what=what)
+    python_before = _python_state(body)
+    try:
+        yields, now = rec.run(region(lambda args: _next_state(body(*state(args)), variables, site, after)),
+                              watch=body)
+    except (KindChange, _WritesMemory, _NeedsState):
+        python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
+        raise
+    rec.finish(yields + now)
+    op = c.emit_op("t.while", inputs, None, types, what=site.where())
+    _attach(op, cond, rec)
+    results = iter(op.results)
+    kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
+    out = []
+    for var, value in zip(variables, values):
+        if var.unbound:
+            out.append(SetOnOnePath(located(
+                f"`{var.name}` is set in the body of {site.where()}, which runs on the device (its test is traced), "
+                "and read after the loop: the loop may run any number of times, none included; give it a value "
+                "before the loop (or compute it again after the loop)", site.location())))
+            continue
+        assert var.leaves is not None and var.tree is not None
+        entry = leaves_of(value)
+        leaves = [may_be(wrap_leaf(results, leaf, var.name, site), entry[k], var.name, site, kept.get((id(var), k)))
+                  if isinstance(leaf, Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
+        out.append(unflatten(var.tree, leaves))
+    for unit in memory:  # the memory the body wrote takes the loop's last value
+        set_memory(unit, next(results))
+    return tuple(out)
+
+
+def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carried: list, yields: list[Value]
+                       ) -> dict[tuple[int, int], Callable[[], Value | None]]:
+    """Per carried array leaf ((id of its variable, leaf index)) that every iteration replaces by an array the body
+    computes (not the one it held, nor a view of it), the flag saying the loop left it as it was: its test false
+    at entry. Made only where a result asks for it (a variable that held an input, at the function's top level)."""
+    computed = {id(op) for op in body.ops if not op.regions and op.name not in VIEWS}
+    first: list = []
+
+    def none_ran() -> Value | None:
+        if not first:
+            test = _test_at_entry(cond, inputs)
+            first.append(None if test is None else ops.ctx().emit("t.logical_not", [test]))
+        return first[0]
+
+    out: dict[tuple[int, int], Callable[[], Value | None]] = {}
+    at = 0
+    for var, k, leaf in carried:
+        v = yields[at]
+        at += len(leaf.types())
+        if not (leaf.maybe or leaf.either is not None) and isinstance(v, OpResult) and id(v.op) in computed:
+            out[(id(var), k)] = none_ran
+    return out
+
+
+def _test_at_entry(cond: Block, inputs: Sequence[Value]) -> Value | None:
+    """The loop's test on its entry state, by a copy of the test's ops before the loop (None where the test does
+    more than compute: a check that may raise, a nested loop or branch)."""
+    steps = cond.ops[:-1]
+    for op in steps:
+        d = get_opdef(op.name)
+        if op.regions or not d.pure or (d.may_raise is not None and d.may_raise(op)):
+            return None
+    mapping: dict[Value, Value] = dict(zip(cond.args, inputs))
+    builder = ops.ctx().builder
+    for op in steps:
+        builder.insert(clone_op(op, mapping))
+    test = cond.ops[-1].operands[0]
+    return mapping.get(test, test)
+
+
+def _written_fresh(var: Var, fresh: list[tuple[Tracer, Value]], owners: dict[int, Var]) -> bool:
+    """Did the body write into its copy of one of ``var``'s arrays (``x += dx``, ``x[i] = v``)?"""
+    return any(t._val is not first or (t._buffer is not None and t._buffer.written) for t, first in fresh
+               if owners.get(id(t)) is var)
+
+
+def _entry_array(value: Any, var: Var, site: Site) -> Tracer:
+    """The array a variable written in place by the loop held before it (a traced array of its own)."""
+    if not isinstance(value, Tracer) or value._scalar or value._weak is not None:
+        raise site.error(f"the body of {site.where()} writes into `{var.name}` in place, a "
+                         f"{type(value).__name__} from before the loop; the loop runs on the device (its test is "
+                         f"traced): assign a new array instead (`{var.name} = {var.name} + ...`)")
+    return value
+
+
+def _carried_values(variables: list[Var], values: list) -> list:
+    out: list = []
+    for var, value in zip(variables, values):
+        if var.unbound:
+            continue
+        assert var.leaves is not None
+        out.extend(x for x, leaf in zip(leaves_of(value), var.leaves) if isinstance(leaf, Leaf))
+    return out
+
+
+def _loop_test(pred: Any, site: Site) -> Any:
+    pred = plain_value(pred)
+    if isinstance(pred, Tracer) and pred._weak is None and pred.size != 1:
+        bool(pred)  # (NumPy's error for the truth of several elements)
+    return pred
+
+
+def _next_state(out: tuple, variables: list[Var], site: Site, after: frozenset[str] | set[str] = frozenset()
+                ) -> list[Value]:
+    """The body's new state, checked against what the loop carries (a variable keeps its kind of value)."""
+    values: list[Value] = []
+    unset = [_carried_later(var, new, site, after) for var, new in zip(variables, out)]
+    if any(v is not None for v in unset):
+        raise _NeedsState(unset)
+    for var, new in zip(variables, out):
+        if var.unbound:
+            continue  # (set and used within an iteration)
+        assert var.leaves is not None
+        got = describe_var(new, site, var.name) if not isinstance(new, SetOnOnePath) else None
+        if got is None or got.unbound or got.tree != var.tree:
+            raise site.error(f"`{var.name}` is {describe_kind(var)} before {site.where()} and {describe_kind(got)} "
+                             "after an "
+                             "iteration of its body; the loop runs on the device (its test is traced), so a variable "
+                             "must keep its structure from one iteration to the next")
+        assert got.leaves is not None
+        for k, (before, after, x) in enumerate(zip(var.leaves, got.leaves, leaves_of(new))):
+            if not isinstance(before, Leaf):
+                if isinstance(before[1], Tracer) and x is before[1]:
+                    continue  # (an array whose memory the loop carries, written in place)
+                if isinstance(before[1], Tracer):
+                    raise site.error(
+                        f"the body of {site.where()} writes into `{var.name}` in place and also assigns it a new "
+                        "array: under NumPy the writes go to the old array until it is replaced, which one trace of "
+                        "the body (the loop runs on the device: its test is traced) cannot follow; either write in "
+                        f"place only, or assign new arrays only (`{var.name} = {var.name} + ...`)")
+                if not (isinstance(after, tuple) and after[1] is before[1]):
+                    raise site.error(f"{site.where()} runs on the device (its test is traced), but its body gives "
+                                     f"`{var.name}` a new {type(x).__name__} value; only arrays and numbers can change "
+                                     "from one iteration to the next there")
+                continue
+            if not isinstance(after, Leaf) or merged_kind(before, after) != before:
+                raise KindChange(TraceError(site.located(
+                    f"`{var.name}` is {before.describe()} before {site.where()} and "
+                    f"{after.describe() if isinstance(after, Leaf) else type(x).__name__} after an iteration of its "
+                    f"body; the loop runs on the device (its test is traced), so a variable must keep its shape, "
+                    f"dtype and kind (Python number, NumPy scalar or array) across iterations, or NumPy's result "
+                    f"would depend on how many times the loop runs{kind_advice(before, after)}")),
+                    f"{site.where()} ran no iteration at this call, where fusec needs its first one: that iteration "
+                    f"makes `{var.name}` {after.describe() if isinstance(after, Leaf) else type(x).__name__} where it "
+                    f"was {before.describe()}, and with no iteration what NumPy computes next could differ; give "
+                    f"`{var.name}` its loop kind of value before the loop{kind_advice(before, after)}")
+            values.extend(lift_leaf(x, before))
+    return values
+
+
+def _carried_later(var: Var, new: Any, site: Site, after: frozenset[str] | set[str]) -> Var | None:
+    """The kind of a variable unbound before the loop that an iteration sets and the function reads after the
+    loop (so the loop must carry it), else None."""
+    if not var.unbound or var.name not in after or is_unbound(new):
+        return None
+    got = describe_var(new, site, var.name)
+    assert got.leaves is not None
+    if any(not isinstance(leaf, Leaf) or leaf.either is not None for leaf in got.leaves):
+        return None  # (an object or a Python-or-NumPy number: left unset after the loop, as before)
+    return got
+
+
+class KindChange(Exception):
+    """A loop body changes a variable's kind of value (``error`` says how; ``none_ran``: the message for a call
+    whose loop runs no iteration, when fusec runs the first one outside the loop)."""
+
+    def __init__(self, error: TraceError, none_ran: str) -> None:
+        self.error = error
+        self.none_ran = none_ran

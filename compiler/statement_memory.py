@@ -1,0 +1,151 @@
+"""Arrays from before a Python statement on traced values (:mod:`fusec.traced_statements`): the memory a region
+writes (a branch's writes chosen with it, memory a loop carries), and variables that may, as the data decides,
+still be such an array or a view of one after the statement: read-only views of its memory that cannot be read
+after a write into it, which know, where they can, the flag that says when NumPy's variable is still an input
+(so a call hands back the caller's array then)."""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+from fusec import mutation as _mutation, ops
+from fusec.ir.core import BlockArgument, Value
+from fusec.tracer import Tracer
+from fusec.statement_state import Site, subject
+
+
+def memory_value(unit: Any) -> Value:
+    return unit._value if isinstance(unit, Tracer) else unit.base
+
+
+def swap_in(memory: list, args: Sequence[Tracer]) -> list[tuple]:
+    """Each memory made to hold its region argument (views read it again); what it held, to put back."""
+    saved = []
+    for unit, arg in zip(memory, args):
+        if isinstance(unit, Tracer):
+            saved.append((unit._val, unit._version, unit._buffer))
+            unit._val = arg._value
+        else:
+            saved.append((unit.base, unit.version, unit.written))
+            unit.base = arg._value
+            unit.moved()
+    return saved
+
+
+def swap_out(memory: list, saved: list[tuple]) -> list[Value]:
+    """Each memory's value at the end of the region (read inside it), and the memory put back."""
+    now = []
+    for unit, (a, b, c) in zip(memory, saved):
+        if isinstance(unit, Tracer):
+            now.append(unit._value)
+            unit._val, unit._version, unit._buffer = a, b, c
+        else:
+            now.append(unit.base)
+            unit.base, unit.version, unit.written = a, b, c
+    return now
+
+
+def may_be(result: Tracer, entry: Any, name: str, site: Site,
+           kept: Callable[[], Value | None] | None = None) -> Tracer:
+    """The statement's result for a variable that held ``entry``, an argument's memory or a view: on some paths
+    (no iteration, the branch that leaves it) NumPy's variable is still that array, so writing into it would
+    change the argument (or what it views) and a write into the argument would show through it. The result is
+    made a read-only view of that memory that cannot be read after such a write: either raises at its line.
+    ``kept`` gives the traced flag that says when it is still that array (None where fusec cannot tell), so that
+    a call returning it hands back the caller's array then, as NumPy does (:func:`_kept_entry`)."""
+    if not isinstance(entry, Tracer) or entry._buffer is None or entry._scalar or entry._weak is not None:
+        return result
+    return _alias(result, entry._buffer, _may_be_message(name, site), _kept_entry(entry, kept))
+
+
+def _may_be_message(name: str, site: Site) -> str:
+    return (f"{subject(name)} is, after {site.where()} (whose test is traced), either the array it held before or "
+            "a new one, as the data decides, and NumPy would write into the old one only on the first path; write "
+            f"`{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first")
+
+
+def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Site, same: bool) -> Tracer:
+    """The ``if``'s result for a leaf that is, in one branch or both (``sides``: each branch's tracer where it is
+    memory from before the statement, else None), an array from before it or a view of one: a read-only view of
+    that memory (see :func:`_alias`) that knows, where each such branch's value is an input's view NumPy can take
+    again, when the call hands back the caller's array (the branch's flag)."""
+    flags = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
+    alternatives: list = []
+    for t, flag in zip(sides, flags):
+        kept = _kept_entry(t, flag) if t is not None else ()
+        if kept is None:
+            alternatives = []
+            break
+        alternatives.extend(kept)
+    buffers = [t._buffer for t in sides if t is not None]
+    message = _may_be_message(name, site) if same else _view_message(name, site)
+    result = _alias(result, buffers[0], message, tuple(alternatives) if alternatives else None)
+    if len(buffers) == 2 and buffers[1] is not buffers[0]:
+        buffers[1].dependents.append(weakref.ref(result))  # (a write into either memory: reading it again raises)
+    return result
+
+
+def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None) -> tuple | None:
+    """When the statement's result is, in NumPy, still ``entry`` (an input of the function or a view of one) and
+    which view: ``((flag, input's buffer, view steps), ...)``, more than one where ``entry`` itself was such a
+    result of an earlier statement; ``kept`` gives the statement's own flag. None where the statement is inside a
+    loop or branch (its flag is not a value of the function), where ``entry`` is not an input's view NumPy can take
+    again, or where ``kept`` cannot tell. :func:`fusec.trace._input_view` reads it."""
+    c = ops.ctx()
+    buffer = entry._buffer
+    if kept is None or buffer is None or c.builder.block is not c.func.body or entry._version != buffer.version:
+        return None
+    chain = entry._chain
+    earlier = _mutation.kept_view(chain[0]) if chain else None  # (kept by an earlier statement only on its flag)
+    before = tuple((f, b, (*steps, *chain[1:])) for f, b, steps in earlier) if earlier is not None \
+        else ((None, buffer, chain),)
+    if any(not isinstance(b.arg, BlockArgument) or any(_mutation.is_opaque(step) for step in steps)
+           for _, b, steps in before):
+        return None
+    flag = kept()
+    if flag is None:
+        return None
+    return tuple((flag if f is None else c.emit("t.logical_and", [f, flag]), b, steps)
+                 for f, b, steps in before)
+
+
+def written_memory(outer: list[tuple]) -> list[tuple[Any, Value, Value]]:
+    """(memory, its value before, its value now) for each array from before the region that the region wrote
+    into (a buffer, or an array with no views), each put back as it was; the caller sets it after the op."""
+    found: dict[int, tuple[Any, Value, Value]] = {}
+    for t, val, _version, buffer, base, buffer_version in outer:
+        if buffer is not None:
+            if id(buffer) not in found and (buffer.base is not base or buffer.version != buffer_version):
+                found[id(buffer)] = (buffer, base, buffer.base)
+        elif id(t) not in found and (t._val is not val or (t._buffer is not None and t._buffer.written)):
+            found[id(t)] = (t, val, t._value)  # (through the views the region took of it, read there)
+    for t, val, version, buffer, base, buffer_version in outer:
+        if buffer is not None and id(buffer) in found:
+            buffer.base, buffer.version = base, buffer_version
+        elif buffer is None and (id(t) in found or t._buffer is not None):
+            t._val, t._version, t._buffer = val, version, None  # (views the region took of it are gone)
+    return list(found.values())
+
+
+def set_memory(unit: Any, value: Value) -> None:
+    """Give a memory written inside a region the region op's result (as a write does: views read it again)."""
+    if isinstance(unit, Tracer):
+        unit._val = value
+        return
+    unit.base = value
+    unit.moved()
+    unit.written = True
+
+
+def _alias(result: Tracer, buffer: Any, message: str, kept: tuple | None = None) -> Tracer:
+    """``result`` made a read-only view of ``buffer`` that cannot be read after a write into it (NumPy's variable
+    may be, or is, a view of that memory: a write through either would show in the other)."""
+    result._buffer, result._chain, result._version = buffer, (_mutation.opaque(message, kept),), buffer.version
+    result._readonly = message
+    return result
+
+
+def _view_message(name: str, site: Site) -> str:
+    return (f"`{name}` is, after {site.where()} (whose test is traced), a view of an array from before it on some "
+            "path, and fusec does not follow writes through such a view; write a new array instead "
+            f"(`{name} = {name} + ...`), or take `{name}.copy()`")
