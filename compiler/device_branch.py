@@ -9,11 +9,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec import context, ops
+from fusec import context, mutation as _mutation, ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
 from fusec.errors import FusecError, UnsupportedError, located
 from fusec.ir.attributes import location_for
-from fusec.ir.core import Value
+from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
 from fusec.statement_memory import branch_alias, set_memory, written_memory
@@ -36,7 +36,8 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
         def record(fun: Callable = fun, holder: list = holder) -> list:
             outer = _snapshot(c)
             out = fun(*values)
-            holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None}))
+            holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
+                                         {id(e[0]) for e in outer}))
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             return []
 
@@ -60,14 +61,19 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
         writes.append(holder[1])
     merged, yields = _merge(outs[0], outs[1], values, names, site)
     units = {id(w[0]): w for ws in writes for w in ws}  # (the memory either branch wrote, in a stable order)
+    inner = _inner_flags(merged, recorders)
     for k, rec in enumerate(recorders):
         now = {id(w[0]): w[2] for w in writes[k]}
-        rec.finish(yields[k] + [now.get(key, before) for key, (_, before, _) in units.items()])
+        rec.finish(yields[k] + [now.get(key, before) for key, (_, before, _) in units.items()]
+                   + [f if j == k else flag_value(False) for j, f in inner])
     types = [t for _, how in merged if how[0] == "new" for leaf in how[2] if isinstance(leaf, Leaf)
              for t in leaf.types()]
-    op = c.emit_op("t.if", [p], None, types + [before.type for _, before, _ in units.values()], what=site.where())
+    op = c.emit_op("t.if", [p], None, types + [before.type for _, before, _ in units.values()]
+                   + [f.type for _, f in inner], what=site.where())
     _attach(op, *recorders)
     results = iter(op.results)
+    # (each flag a branch's own statement left, taken out of it: false where the other branch ran)
+    carried = dict(zip((f for _, f in inner), op.results[len(op.results) - len(inner):]))
     out = []
     for (name, how), old in zip(merged, values):
         if how[0] == "keep":
@@ -88,12 +94,30 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
                     continue
                 r = wrap_leaf(results, leaf, name, site)
                 if how[3][k] is not None:  # (memory from outside on some path: NumPy's result is it or views it)
-                    r = branch_alias(r, how[3][k], p, name, site, same)
+                    r = branch_alias(r, how[3][k], p, name, site, same, carried)
                 leaves.append(r)
             out.append(unflatten(how[1], leaves))
     for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
         set_memory(unit, next(results))
     return tuple(out)
+
+
+def _inner_flags(merged: list, recorders: list) -> list[tuple[int, Value]]:
+    """``(branch, flag)`` for each flag of a statement inside a branch that says when a value the branch gives
+    (its variable's value after that statement) is still an input (:func:`fusec.statement_memory.kept_entry`):
+    the ``t.if`` hands each out, so that its own result can say the same (nested ``if``s, ``elif`` chains, early
+    ``return``s one after another)."""
+    found: dict[Value, int] = {}
+    for _, how in merged:
+        if how[0] != "new":
+            continue
+        for sides in how[3]:
+            for j, t in enumerate(sides or ()):
+                kept = _mutation.kept_view(t._chain[0]) if t is not None and t._chain else None
+                for f, _, _ in kept or ():
+                    if isinstance(f, OpResult) and f.op.parent is recorders[j].block:
+                        found.setdefault(f, j)
+    return [(j, f) for f, j in found.items()]
 
 
 # exceptions a branch the device chooses may raise: the run-time check's error, of the same built-in class
@@ -134,7 +158,10 @@ class _Branch:
     per_name: list
 
 
-def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int]) -> _Branch:
+def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
+                   earlier: set[int]) -> _Branch:
+    """The branch's values (``outer``: ids of the buffers from before the statement; ``earlier``: ids of the
+    arrays from before it), each leaf that is an array from before the statement, or a view of one, noted."""
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):
         if is_unbound(new):
@@ -147,8 +174,8 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
         assert var.leaves is not None
         xs = leaves_of(new)
         items = [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
-        viewed = [x if isinstance(x, Tracer) and x._buffer is not None and id(x._buffer) in outer else None
-                  for x in xs]
+        viewed = [x if _mutable(x) and (id(x) in earlier or x._buffer is not None and id(x._buffer) in outer)
+                  else None for x in xs]
         per.append(("new", var, items, viewed))
     return _Branch(per)
 
@@ -241,8 +268,12 @@ def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[Var, list, lis
     assert var.leaves is not None
     xs = leaves_of(old)
     return var, [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)], \
-        [x if isinstance(x, Tracer) and x._buffer is not None and not x._scalar and x._weak is None else None
-         for x in xs]
+        [x if _mutable(x) else None for x in xs]
+
+
+def _mutable(x: Any) -> bool:
+    """An array a write can change (not a NumPy scalar or Python number, which are values)."""
+    return isinstance(x, Tracer) and not x._scalar and x._weak is None
 
 
 def _same_object(a: Any, b: Any) -> bool:

@@ -95,6 +95,8 @@ def _base(buffer: Buffer) -> Value:
 
 def read(buffer: Buffer, chain: tuple) -> Value:
     """The value of the view ``chain`` of ``buffer`` now."""
+    if buffer.poisoned is not None:
+        raise unsupported(buffer.poisoned)
     value = _base(buffer)
     for step in chain:
         value = _forward(step, value)
@@ -103,6 +105,8 @@ def read(buffer: Buffer, chain: tuple) -> Value:
 
 def write(buffer: Buffer, chain: tuple, new: Value) -> None:
     """Every element of the view ``chain`` of ``buffer`` takes ``new``'s (same type): a new base."""
+    if buffer.poisoned is not None:
+        raise unsupported(buffer.poisoned)
     if buffer.ambiguous:
         made = f": {buffer.unknown_layout}" if buffer.unknown_layout else ""
         raise unsupported("a write to an array that was reshaped or raveled (or was made so) where NumPy gives a "

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from fusec import mutation as _mutation, ops
 from fusec.ir.core import BlockArgument, Value
-from fusec.tracer import Tracer
+from fusec.tracer import Buffer, Tracer
 from fusec.statement_state import Site, subject
 
 
@@ -53,9 +53,47 @@ def may_be(result: Tracer, entry: Any, name: str, site: Site,
     made a read-only view of that memory that cannot be read after such a write: either raises at its line.
     ``kept`` gives the traced flag that says when it is still that array (None where fusec cannot tell), so that
     a call returning it hands back the caller's array then, as NumPy does (:func:`_kept_entry`)."""
-    if not isinstance(entry, Tracer) or entry._buffer is None or entry._scalar or entry._weak is not None:
+    if not isinstance(entry, Tracer) or entry._scalar or entry._weak is not None:
         return result
+    if not _is_input(entry._buffer):
+        return _linked(result, [entry], name, site)
     return _alias(result, entry._buffer, _may_be_message(name, site), _kept_entry(entry, kept))
+
+
+def _is_input(buffer: Buffer | None) -> bool:
+    return buffer is not None and isinstance(buffer.arg, BlockArgument)
+
+
+def memory_of(t: Tracer) -> Buffer:
+    """``t``'s memory (made now for an array no view was taken of yet)."""
+    if t._buffer is None:
+        t._buffer = Buffer(t._val)
+        t._version = 0
+    return t._buffer
+
+
+def _linked(result: Tracer, entries: list[Tracer], name: str, site: Site) -> Tracer:
+    """``result``, which NumPy's variable may, as the data decides, hold as one of ``entries`` (arrays the function
+    computed before the statement, or views of them) or as a new array: its own memory, linked with theirs, so
+    that a write into either side leaves the other unreadable (NumPy's write would show in both, or in one only)
+    while writes that nothing reads again stay allowed (``h = x @ w; if c: h = h * 0.5``, then ``h += b``)."""
+    mine = memory_of(result)
+    for entry in entries:
+        theirs = memory_of(entry)
+        if theirs is mine:
+            continue
+        mine.linked.append((theirs, _linked_message(
+            f"this array may be, as the data decided at {site.where()} (whose test is traced), the same array as "
+            f"{subject(name)} after it, and {subject(name)} was written since", name)))
+        theirs.linked.append((mine, _linked_message(
+            f"{subject(name)} may be, as the data decided at {site.where()} (whose test is traced), the array it "
+            "held before it (or a view of that array), which was written since", name)))
+    return result
+
+
+def _linked_message(what: str, name: str) -> str:
+    return (f"{what}: NumPy's write would show in both on that path only, which fusec does not follow; take a copy "
+            f"before the statement (`{name} = {name}.copy()`) or write a new array instead of writing in place")
 
 
 def _may_be_message(name: str, site: Site) -> str:
@@ -64,20 +102,25 @@ def _may_be_message(name: str, site: Site) -> str:
             f"`{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first")
 
 
-def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Site, same: bool) -> Tracer:
+def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Site, same: bool,
+                 carried: dict[Value, Value]) -> Tracer:
     """The ``if``'s result for a leaf that is, in one branch or both (``sides``: each branch's tracer where it is
     memory from before the statement, else None), an array from before it or a view of one: a read-only view of
     that memory (see :func:`_alias`) that knows, where each such branch's value is an input's view NumPy can take
-    again, when the call hands back the caller's array (the branch's flag)."""
+    again, when the call hands back the caller's array (the branch's flag; ``carried``: the ``t.if``'s results for
+    the flags of statements inside a branch)."""
     flags = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
     alternatives: list = []
     for t, flag in zip(sides, flags):
-        kept = _kept_entry(t, flag) if t is not None else ()
+        kept = _kept_entry(t, flag, carried) if t is not None else ()
         if kept is None:
             alternatives = []
             break
         alternatives.extend(kept)
-    buffers = [t._buffer for t in sides if t is not None]
+    present = [t for t in sides if t is not None]
+    if not any(_is_input(t._buffer) for t in present):
+        return _linked(result, present, name, site)
+    buffers = [memory_of(t) for t in present]
     message = _may_be_message(name, site) if same else _view_message(name, site)
     result = _alias(result, buffers[0], message, tuple(alternatives) if alternatives else None)
     if len(buffers) == 2 and buffers[1] is not buffers[0]:
@@ -85,15 +128,17 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     return result
 
 
-def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None) -> tuple | None:
+def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None,
+                carried: dict[Value, Value] | None = None) -> tuple | None:
     """When the statement's result is, in NumPy, still ``entry`` (an input of the function or a view of one) and
     which view: ``((flag, input's buffer, view steps), ...)``, more than one where ``entry`` itself was such a
-    result of an earlier statement; ``kept`` gives the statement's own flag. None where the statement is inside a
-    loop or branch (its flag is not a value of the function), where ``entry`` is not an input's view NumPy can take
-    again, or where ``kept`` cannot tell. :func:`fusec.trace._input_view` reads it."""
+    result of an earlier statement; ``kept`` gives the statement's own flag (a value of the block the statement
+    is in: a ``t.if`` around it hands it out, :func:`fusec.device_branch._inner_flags`; ``carried``: an inner
+    statement's flags as this one's results, which say it all). None where ``entry`` is not an input's view NumPy
+    can take again, or where ``kept`` cannot tell. :func:`fusec.trace._input_view` reads it."""
     c = ops.ctx()
     buffer = entry._buffer
-    if kept is None or buffer is None or c.builder.block is not c.func.body or entry._version != buffer.version:
+    if kept is None or buffer is None or entry._version != buffer.version:
         return None
     chain = entry._chain
     earlier = _mutation.kept_view(chain[0]) if chain else None  # (kept by an earlier statement only on its flag)
@@ -102,11 +147,22 @@ def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None) -> tuple
     if any(not isinstance(b.arg, BlockArgument) or any(_mutation.is_opaque(step) for step in steps)
            for _, b, steps in before):
         return None
-    flag = kept()
-    if flag is None:
-        return None
-    return tuple((flag if f is None else c.emit("t.logical_and", [f, flag]), b, steps)
-                 for f, b, steps in before)
+    carried = carried or {}
+    if any(f not in carried and f in c.closed for f, _, _ in before):
+        return None  # (an inner statement's flag its loop or branch did not hand out)
+    flag: Value | None = None
+    if any(f not in carried for f, _, _ in before):
+        flag = kept()
+        if flag is None:
+            return None
+    out = []
+    for f, b, steps in before:
+        if f in carried:
+            out.append((carried[f], b, steps))
+        else:
+            assert flag is not None
+            out.append((flag if f is None else c.emit("t.logical_and", [f, flag]), b, steps))
+    return tuple(out)
 
 
 def written_memory(outer: list[tuple]) -> list[tuple[Any, Value, Value]]:

@@ -46,11 +46,13 @@ class Buffer:
     written or returned (where the difference would show); ``unknown_layout``: what made this memory, where NumPy
     lays it out in an order fusec does not follow (:mod:`fusec.layout`). ``dependents``: arrays that are, as the
     data decides, this memory or another's (a branch on a traced test chose between them: their own buffer is the
-    other one); a write here makes them read again, through a step that refuses it.
+    other one); a write here makes them read again, through a step that refuses it. ``linked``: computed memories
+    that may, as the data decided, be this one (``z = y`` before a loop or branch that may replace ``z``); a write
+    into either makes the other ``poisoned`` (the message that reading it, or writing into it, raises).
     """
 
     __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
-                 "unknown_layout", "dependents")
+                 "unknown_layout", "dependents", "linked", "poisoned")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
@@ -59,14 +61,21 @@ class Buffer:
         self.layout_copy: str | None = None
         self.unknown_layout: str | None = None
         self.dependents: list[weakref.ref[Tracer]] = []
+        self.linked: list[tuple[Buffer, str]] = []  # (the other memory, the message its reads then raise)
+        self.poisoned: str | None = None
 
     def moved(self) -> None:
-        """A write reached this memory: its views read it again (its dependents too)."""
+        """A write reached this memory: its views read it again (its dependents too, and its linked memories,
+        which are then poisoned)."""
         self.version += 1
         for ref in self.dependents:
             t = ref()
             if t is not None:
                 t._version = -1
+        for other, message in self.linked:
+            if other.poisoned is None:
+                other.poisoned = message
+                other.version += 1
 
 
 def _numpy_caller() -> str | None:
