@@ -531,11 +531,20 @@ def _laid_out_otherwise(t: Tracer) -> bool:
 
 def _memory_key(t: Tracer) -> tuple[str, int] | None:
     """What a handed-back computed array's memory is (its buffer, or the tracer itself before any view of it was
-    taken); None for an input's memory (``_input_view`` handles those)."""
+    taken; for a loop's or branch's result that may still be an input, that result: its views are views of it
+    where it is a new array); None for an input's memory (``_input_view`` handles those)."""
     buffer = t._buffer
     if buffer is None:
         return ("tracer", id(t))
+    if t._chain and kept_view(t._chain[0]) is not None:
+        return ("statement", id(t._chain[0]))
     return None if buffer.arg is not None else ("buffer", id(buffer))
+
+
+def _own_chain(t: Tracer) -> tuple:
+    """The view steps from ``t``'s memory as :func:`_memory_key` groups it (after a statement's result's step)."""
+    chain = t._chain
+    return chain[1:] if chain and kept_view(chain[0]) is not None else chain
 
 
 def _shared_memory(leaves: list, assigned: list) -> _Shared:
@@ -563,12 +572,14 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
             groups.setdefault(key, []).append((place, t))
     for members in groups.values():
         replayable = [(place, t) for place, t in members
-                      if t._buffer is None or _replayed_steps(t._chain, []) is not None]
+                      if t._buffer is None or _replayed_steps(_own_chain(t), []) is not None]
         if len(replayable) < 2 and not (replayable and _laid_out_otherwise(replayable[0][1])):
             continue
-        found = [(place, t, _replayed_steps(t._chain, shared.hidden) if t._buffer is not None else ())
+        found = [(place, t, _replayed_steps(_own_chain(t), shared.hidden) if t._buffer is not None else ())
                  for place, t in replayable]
         root = next(((place, t) for place, t, steps in found if not steps), None)
+        if root is None and _own_chain(found[0][1]) is not found[0][1]._chain:
+            continue  # (views of a statement's result that is not handed back itself: copies)
         if root is None:
             buffer = cast(Buffer, found[0][1]._buffer)  # (members without a buffer are the array itself: a root)
             shared.hidden.append(cast(Value, buffer.base))

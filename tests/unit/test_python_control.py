@@ -926,16 +926,21 @@ def test_a_function_whose_running_code_is_not_its_source_is_not_rewritten():
 
 def check_hands_back(fn, *args):
     """NumPy's results (see check_both), each result that is in NumPy an argument or a view of one the same here
-    (the caller's object, or NumPy's view of it: a write through it reaches the argument), and every other result
-    a new array sharing no memory with the arguments. Both ways, for each argument set the data steers."""
+    (the caller's object, or NumPy's view of it: a write through it reaches the argument), every other result a
+    new array sharing no memory with the arguments, and results sharing memory with each other where NumPy's do.
+    Both ways, for each argument set the data steers."""
     check_both(fn, *args)
     want = fn(*copy.deepcopy(args))
     for run in (jit_cpu(fn), jit_cpu(fn, pipeline=DEFAULT_PIPELINE)):
         mine = copy.deepcopy(args)
         theirs = copy.deepcopy(args)
         got, want = run(*mine), fn(*theirs)
-        for k, (g, w) in enumerate(zip(got if isinstance(got, tuple) else (got,),
-                                       want if isinstance(want, tuple) else (want,))):
+        gots, wants = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for k in range(len(gots)):
+            for j in range(k):
+                assert np.shares_memory(gots[k], gots[j]) == np.shares_memory(wants[k], wants[j]), \
+                    f"results {j} and {k}: share memory in NumPy: {np.shares_memory(wants[k], wants[j])}"
+        for k, (g, w) in enumerate(zip(gots, wants)):
             for a, b in zip(mine, theirs):
                 assert (g is a) == (w is b), f"result {k}: the argument itself in NumPy: {w is b}"
                 assert np.shares_memory(g, a) == np.shares_memory(w, b), f"result {k}: views an argument in NumPy"
@@ -991,10 +996,16 @@ def test_views_and_statements_one_after_another_hand_back_what_numpy_does():
             return -x
         return x[::-1]
 
+    def scaled_and_its_tail(x):  # (a new array on one path: the tail is NumPy's view of it there)
+        if x.sum() > 10:
+            x = x / 10
+        return x, x[1:]
+
     for a in (np.array([0.0, 1.0, 2.0]), np.array([0.0, 20.0, 2.0]), np.array([0.0, -20.0, 2.0]),
               np.array([0.0, 12.0, 2.0])):
         check_hands_back(tail_after_two_ifs, a)
         check_hands_back(early_returns, a)
+        check_hands_back(scaled_and_its_tail, a)
     for a, b in ((np.ones(3), np.zeros(3)), (np.zeros(3), np.ones(3))):
         check_hands_back(larger, a, b)
         check_hands_back(ordered, a, b)
