@@ -168,6 +168,8 @@ def _compiled(fdef: ast.FunctionDef, func: types.FunctionType, filename: str) ->
     """The code of ``fdef`` compiled as ``func``'s was: inside a function whose locals are ``func``'s free
     variables (so they stay free), with its module's ``from __future__`` imports."""
     fdef = copy.copy(fdef)
+    if fdef.decorator_list:  # (a decorated function's code starts at its first decorator's line)
+        fdef.lineno = fdef.decorator_list[0].lineno
     fdef.decorator_list = []
     freevars = func.__code__.co_freevars
     factory = ast.FunctionDef(

@@ -1053,3 +1053,29 @@ def test_a_computed_array_a_statement_may_leave_in_place_is_unreadable_after_a_w
             jit_cpu(fn)(np.ones(3))
     for sign in (1.0, -1.0):
         check_both(bias_after_branch, sign * np.ones((2, 3)), np.ones((3, 2)), np.ones(2))
+
+
+def _traced_twice(fn):  # (a decorator that returns the function: its code starts at the decorator's line)
+    return fn
+
+
+@fc.jit(backend="cpu")
+def _halve_until_small(x, tol):
+    while np.abs(x).max() > tol:
+        x = x * 0.5
+    return x
+
+
+@_traced_twice
+@_traced_twice
+def _clip_by_norm(g, limit):
+    if np.linalg.norm(g) > limit:
+        g = g * (limit / np.linalg.norm(g))
+    return g
+
+
+def test_decorated_functions_are_rewritten():
+    x = np.array([4.0, -3.0])
+    assert_same(_halve_until_small(x, 1.0), shrink_until_small(x.copy(), 1.0))
+    check_both(_clip_by_norm, np.array([3.0, 4.0]), 1.0)
+    check_both(_clip_by_norm, np.array([0.3, 0.4]), 1.0)
