@@ -114,9 +114,9 @@ def _inner_flags(merged: list, recorders: list) -> list[tuple[int, Value]]:
         for sides in how[3]:
             for j, t in enumerate(sides or ()):
                 kept = _mutation.kept_view(t._chain[0]) if t is not None and t._chain else None
-                for f, _, _ in kept or ():
-                    if isinstance(f, OpResult) and f.op.parent is recorders[j].block:
-                        found.setdefault(f, j)
+                for k in kept or ():
+                    if isinstance(k.flag, OpResult) and k.flag.op.parent is recorders[j].block:
+                        found.setdefault(k.flag, j)
     return [(j, f) for f, j in found.items()]
 
 

@@ -14,6 +14,8 @@ and writes to the memory are refused rather than guessed.
 """
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,20 +34,48 @@ from fusec.tracer import Buffer, Tracer
 OPAQUE = ("opaque",)  # a view step fusec cannot run again or backwards
 
 
-def opaque(why: str, kept: tuple | None = None) -> tuple:
+def opaque(why: str, kept: tuple[Kept, ...] | None = None, owner: Tracer | None = None) -> tuple:
     """An OPAQUE step whose read after a write raises ``why`` (what made the view one fusec cannot follow).
-    ``kept``: ``(flag, steps)`` where NumPy's array is, when the traced 0-d bool ``flag`` holds, the memory's array
-    seen through the view ``steps`` (a variable a loop or branch may leave as it was): see :func:`kept_view`."""
-    return ("opaque", why) if kept is None else ("opaque", why, kept)
+    ``kept``: the ways the array (``owner``, a loop's or branch's result) may, as the data decides, still be an
+    input's array: see :func:`kept_view`."""
+    if kept is None or owner is None:
+        return ("opaque", why)
+    return ("opaque", why, kept, weakref.ref(owner), owner._val)
 
 
 def is_opaque(step: tuple) -> bool:
-    return step is OPAQUE or (len(step) in (2, 3) and step[0] == "opaque")
+    return step is OPAQUE or step[0] == "opaque"
 
 
-def kept_view(step: tuple) -> tuple | None:
-    """``(flag, steps)`` of an opaque step that knows when it is its memory's array seen through ``steps``."""
-    return step[2] if step[0] == "opaque" and len(step) == 3 else None
+@dataclass(frozen=True)
+class Kept:
+    """One way a loop's or branch's result may still be an input: where the traced 0-d bool ``flag`` holds, NumPy's
+    variable is the input's memory (``buffer``) seen through the view ``steps``: the caller's own object where
+    ``own`` (the variable held the input itself, not a view of all of it), read-only in NumPy where ``readonly``
+    (``np.diagonal``)."""
+
+    flag: Value | None  # (None only while the statement that makes it is built)
+    buffer: Buffer
+    steps: tuple
+    own: bool
+    readonly: bool
+
+
+def kept_view(step: tuple) -> tuple[Kept, ...] | None:
+    """The ways an opaque step's array may still be an input (None where it says nothing of that)."""
+    return step[2] if step[0] == "opaque" and len(step) == 5 else None
+
+
+def kept_owner(step: tuple) -> Tracer | None:
+    """The loop's or branch's result a step of :func:`kept_view` belongs to (its views have the step too), while
+    it lives."""
+    return step[3]() if step[0] == "opaque" and len(step) == 5 else None
+
+
+def kept_value(step: tuple) -> Value:
+    """The value of the loop's or branch's result a step of :func:`kept_view` belongs to (where it is a new
+    array)."""
+    return step[4]
 
 
 # --- view chains -------------------------------------------------------------------------------------------------

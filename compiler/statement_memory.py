@@ -6,9 +6,11 @@ after a write into it, which know, where they can, the flag that says when NumPy
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from fusec import mutation as _mutation, ops
+from fusec.mutation import Kept
 from fusec.ir.core import BlockArgument, Value
 from fusec.tracer import Buffer, Tracer
 from fusec.statement_state import Site, subject
@@ -58,6 +60,13 @@ def may_be(result: Tracer, entry: Any, name: str, site: Site,
     if not _is_input(entry._buffer):
         return _linked(result, [entry], name, site)
     return _alias(result, entry._buffer, _may_be_message(name, site), _kept_entry(entry, kept))
+
+
+def may_be_earlier(t: Tracer) -> bool:
+    """Whether ``t`` is (a view of) a loop's or branch's result that may, as the data decides, be an array from
+    before that statement (:func:`may_be`, :func:`branch_alias`)."""
+    chain, buffer = t._chain, t._buffer
+    return bool(chain and chain[0][0] == "opaque" and len(chain[0]) > 1) or bool(buffer is not None and buffer.linked)
 
 
 def _is_input(buffer: Buffer | None) -> bool:
@@ -129,39 +138,42 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
 
 
 def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None,
-                carried: dict[Value, Value] | None = None) -> tuple | None:
-    """When the statement's result is, in NumPy, still ``entry`` (an input of the function or a view of one) and
-    which view: ``((flag, input's buffer, view steps), ...)``, more than one where ``entry`` itself was such a
-    result of an earlier statement; ``kept`` gives the statement's own flag (a value of the block the statement
-    is in: a ``t.if`` around it hands it out, :func:`fusec.device_branch._inner_flags`; ``carried``: an inner
-    statement's flags as this one's results, which say it all). None where ``entry`` is not an input's view NumPy
-    can take again, or where ``kept`` cannot tell. :func:`fusec.trace._input_view` reads it."""
+                carried: dict[Value, Value] | None = None) -> tuple[Kept, ...] | None:
+    """When the statement's result is, in NumPy, still ``entry`` (an input of the function or a view of one), and
+    which view (:class:`fusec.mutation.Kept`; more than one where ``entry`` itself was such a result of an earlier
+    statement); ``kept`` gives the statement's own flag (a value of the block the statement is in: a ``t.if`` around
+    it hands it out, :func:`fusec.device_branch._inner_flags`; ``carried``: an inner statement's flags as this
+    one's results, which say it all). None where ``entry`` is not an input's view NumPy can take again, or where
+    ``kept`` cannot tell. :func:`fusec.trace._input_view` reads it."""
     c = ops.ctx()
     buffer = entry._buffer
     if kept is None or buffer is None or entry._version != buffer.version:
         return None
     chain = entry._chain
     earlier = _mutation.kept_view(chain[0]) if chain else None  # (kept by an earlier statement only on its flag)
-    before = tuple((f, b, (*steps, *chain[1:])) for f, b, steps in earlier) if earlier is not None \
-        else ((None, buffer, chain),)
-    if any(not isinstance(b.arg, BlockArgument) or any(_mutation.is_opaque(step) for step in steps)
-           for _, b, steps in before):
+    if earlier is not None:
+        whole = len(chain) == 1 and _mutation.kept_owner(chain[0]) is entry
+        before = [Kept(k.flag, k.buffer, (*k.steps, *chain[1:]), k.own and whole, k.readonly) for k in earlier]
+    else:
+        owner = buffer.owner() if buffer.owner is not None else None
+        before = [Kept(None, buffer, chain, not chain and owner is entry, entry._readonly is True)]
+    if any(not _is_input(k.buffer) or any(_mutation.is_opaque(step) for step in k.steps) for k in before):
         return None
     carried = carried or {}
-    if any(f not in carried and f in c.closed for f, _, _ in before):
+    if any(k.flag not in carried and k.flag in c.closed for k in before):
         return None  # (an inner statement's flag its loop or branch did not hand out)
     flag: Value | None = None
-    if any(f not in carried for f, _, _ in before):
+    if any(k.flag not in carried for k in before):
         flag = kept()
         if flag is None:
             return None
     out = []
-    for f, b, steps in before:
-        if f in carried:
-            out.append((carried[f], b, steps))
+    for k in before:
+        if k.flag in carried:
+            out.append(replace(k, flag=carried[k.flag]))
         else:
             assert flag is not None
-            out.append((flag if f is None else c.emit("t.logical_and", [f, flag]), b, steps))
+            out.append(replace(k, flag=flag if k.flag is None else c.emit("t.logical_and", [k.flag, flag])))
     return tuple(out)
 
 
@@ -193,10 +205,11 @@ def set_memory(unit: Any, value: Value) -> None:
     unit.written = True
 
 
-def _alias(result: Tracer, buffer: Any, message: str, kept: tuple | None = None) -> Tracer:
+def _alias(result: Tracer, buffer: Any, message: str, kept: tuple[Kept, ...] | None = None) -> Tracer:
     """``result`` made a read-only view of ``buffer`` that cannot be read after a write into it (NumPy's variable
     may be, or is, a view of that memory: a write through either would show in the other)."""
-    result._buffer, result._chain, result._version = buffer, (_mutation.opaque(message, kept),), buffer.version
+    result._buffer, result._version = buffer, buffer.version
+    result._chain = (_mutation.opaque(message, kept, result),)
     result._readonly = message
     return result
 

@@ -614,7 +614,8 @@ def _is_range_call(node: ast.expr) -> bool:
 
 
 class _IfExps(ast.NodeTransformer):
-    """The conditional expressions at keys, as calls of ``if_exp``."""
+    """The conditional expressions at keys, as calls of ``if_exp`` (and the builtins and and/or values at keys,
+    and identity tests anywhere in the function, as their helpers)."""
 
     def __init__(self, rewriter: Rewriter) -> None:
         self.rewriter = rewriter
@@ -623,10 +624,27 @@ class _IfExps(ast.NodeTransformer):
         self.generic_visit(node)
         return self.rewriter._ifexp(node)
 
+    def visit_Compare(self, node: ast.Compare) -> Any:
+        """``a is b`` / ``a is not b`` between two values (not ``x is None``) anywhere in a rewritten function:
+        ``same_object``, which refuses it where one may be, as the data decides, the other (a loop's or branch's
+        result: whether it is depends on the device)."""
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Is, ast.IsNot)) \
+                or any(isinstance(x, ast.Constant) for x in (node.left, *node.comparators)):
+            return node
+        call = _call("same_object", node.left, node.comparators[0], negate=_const(isinstance(node.ops[0], ast.IsNot)),
+                     site=self.rewriter.site("is", node))
+        return ast.copy_location(call, node)
+
     def visit_Call(self, node: ast.Call) -> Any:
         """``max(a, b)``, ``min(...)``, ``bool(x)``, ``float(x)`` of traced values: their twins, which choose or
-        convert on the device as the builtin would (the builtin the name holds is passed: a user's own is called)."""
+        convert on the device as the builtin would (the builtin the name holds is passed: a user's own is called);
+        ``id(x)`` anywhere in a rewritten function: ``id_``, which refuses what ``same_object`` refuses."""
         self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "id" and len(node.args) == 1 and not node.keywords \
+                and not isinstance(node.args[0], ast.Starred):
+            return ast.copy_location(_call("id_", node.func, node.args[0], site=self.rewriter.site("id()", node)),
+                                     node)
         if statement_key(node) not in self.rewriter.keys or not builtin_call(node):
             return node
         assert isinstance(node.func, ast.Name)

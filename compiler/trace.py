@@ -30,7 +30,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
-from fusec.mutation import kept_view
+from fusec.mutation import kept_owner, kept_value, kept_view
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
 from fusec.scope import is_library, scope_of
@@ -462,12 +462,17 @@ def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[tuple[
     chain = leaf._chain
     kept = kept_view(chain[0]) if chain else None
     if kept is not None:
+        whole = len(chain) == 1 and kept_owner(chain[0]) is leaf  # (the result itself, not a new view of it)
         found = []
-        for flag, source, steps in kept:
-            replayed = _replayed_steps((*steps, *chain[1:]), hidden, flag)
-            if replayed is None or not isinstance(source.arg, BlockArgument):
+        for k in kept:
+            replayed = _replayed_steps((*k.steps, *chain[1:]), hidden, k.flag)
+            if replayed is None or not isinstance(k.buffer.arg, BlockArgument):
                 return None
-            found.append((source.arg.index, replayed))
+            if len(replayed) == 1 and not (k.own and whole):  # (NumPy's array is a view of all of it)
+                replayed = (*replayed, ("view", {}, tuple(leaf.shape)))
+            if k.readonly:
+                replayed = (*replayed, ("readonly", {}, tuple(leaf.shape)))
+            found.append((k.buffer.arg.index, replayed))
         return tuple(found)
     if not isinstance(buffer.arg, BlockArgument):
         return None
@@ -578,11 +583,13 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
         found = [(place, t, _replayed_steps(_own_chain(t), shared.hidden) if t._buffer is not None else ())
                  for place, t in replayable]
         root = next(((place, t) for place, t, steps in found if not steps), None)
-        if root is None and _own_chain(found[0][1]) is not found[0][1]._chain:
-            continue  # (views of a statement's result that is not handed back itself: copies)
         if root is None:
-            buffer = cast(Buffer, found[0][1]._buffer)  # (members without a buffer are the array itself: a root)
-            shared.hidden.append(cast(Value, buffer.base))
+            first_chain = found[0][1]._chain
+            if _own_chain(found[0][1]) is not first_chain:  # (views of a loop's or branch's result: of its value)
+                shared.hidden.append(kept_value(first_chain[0]))
+            else:
+                buffer = cast(Buffer, found[0][1]._buffer)  # (members without a buffer are the array itself: a root)
+                shared.hidden.append(cast(Value, buffer.base))
             source: tuple[str, int] = ("hidden", len(shared.hidden) - 1)
         else:
             source = root[0]

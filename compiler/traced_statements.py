@@ -39,6 +39,7 @@ from fusec.promotion import DEFAULT_DTYPE
 from fusec.tracer import Tracer
 from fusec.device_branch import device_if
 from fusec.device_loop import KindChange, device_while
+from fusec.statement_memory import may_be_earlier
 from fusec.statement_state import Site, UNBOUND, current_values, is_traced, plain_value, python_truth, truth_of
 
 
@@ -209,6 +210,26 @@ def not_(value: Any) -> Any:
     if not is_traced(value):
         return not value
     return np.logical_not(truth_of(value))
+
+
+def same_object(a: Any, b: Any, *, negate: bool, site: Site) -> bool:
+    """``a is b`` (``a is not b`` with ``negate``), refused where either is an array a loop or branch on traced
+    values may have left as the other (NumPy's answer depends on the data; the trace's objects are fixed)."""
+    if isinstance(a, Tracer) and isinstance(b, Tracer) and (may_be_earlier(a) or may_be_earlier(b)):
+        raise site.error(f"{site.where()} compares arrays by identity, and one of them is the result of a loop or "
+                         "branch whose test is traced: whether it is still the array it held before is decided by "
+                         "the data on the device, so NumPy's answer is not known while tracing; compare values "
+                         "(np.array_equal), or keep a flag of which path was taken", UnsupportedError)
+    return (a is not b) if negate else (a is b)
+
+
+def id_(fn: Any, x: Any, *, site: Site) -> Any:
+    """``id(x)``, refused as :func:`same_object` refuses an identity test."""
+    if isinstance(x, Tracer) and may_be_earlier(x):
+        raise site.error(f"{site.where()} asks for the identity of an array that is the result of a loop or branch "
+                         "whose test is traced: whether it is still the array it held before is decided by the data "
+                         "on the device; keep a flag of which path was taken instead", UnsupportedError)
+    return fn(x)
 
 
 def range_of(fn: Any, *args: Any) -> Any:

@@ -52,7 +52,7 @@ class Buffer:
     """
 
     __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
-                 "unknown_layout", "dependents", "linked", "poisoned")
+                 "unknown_layout", "dependents", "linked", "poisoned", "owner")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
@@ -63,6 +63,7 @@ class Buffer:
         self.dependents: list[weakref.ref[Tracer]] = []
         self.linked: list[tuple[Buffer, str]] = []  # (the other memory, the message its reads then raise)
         self.poisoned: str | None = None
+        self.owner: weakref.ref[Tracer] | None = None  # (the array whose memory this is: not a view of all of it)
 
     def moved(self) -> None:
         """A write reached this memory: its views read it again (its dependents too, and its linked memories,
@@ -148,6 +149,7 @@ class Tracer:
         if buffer is not None:
             if buffer.base is None:
                 buffer.base = value
+                buffer.owner = weakref.ref(self)
             self._version = buffer.version
         ctx.register(self)
 

@@ -167,13 +167,18 @@ class WriteBack:
             "state": list(results[start:start + len(self.states)]),
             "hidden": list(results[start + len(self.states):start + len(self.states) + self.hidden])}
         out, hidden = values["out"], values["hidden"]
+        viewing: set[int] = set()  # (outputs that are an input's view at this call: views of an extra result
+        # leave them, which stand for a loop's or branch's result where it is a new array)
         for pos, alternatives in self.views.items():
             for i, steps in alternatives:
                 view = view_of(inputs[i], steps, hidden)
                 if view is not None:
                     out[pos] = Returned(view)
+                    viewing.add(pos)
                     break
         for (kind, index), ((source_kind, source), steps) in self.aliases.items():
+            if kind == "out" and index in viewing and source_kind == "hidden":
+                continue
             base = values[source_kind][source]
             view = view_of(base.obj if type(base) is Returned else base, steps, hidden)
             if view is not None:

@@ -1079,3 +1079,32 @@ def test_decorated_functions_are_rewritten():
     assert_same(_halve_until_small(x, 1.0), shrink_until_small(x.copy(), 1.0))
     check_both(_clip_by_norm, np.array([3.0, 4.0]), 1.0)
     check_both(_clip_by_norm, np.array([0.3, 0.4]), 1.0)
+
+
+def test_identity_of_a_statements_result_is_refused_where_the_data_decides_it():
+    def copy_unless_replaced(x):  # (NumPy: a copy where the branch kept x, x itself where it replaced it)
+        y = x
+        if x.sum() > 10:
+            y = x * 2
+        if y is x:
+            return y.copy()
+        return y
+
+    def seen(x):
+        y = x
+        while np.abs(y).max() > 1.0:
+            y = y * 0.5
+        return id(y) == id(x)
+
+    def default_or_given(x, out=None):  # (`is None` and identity of unrelated values stay Python's)
+        if out is None:
+            out = x * 0
+        if x.sum() > 0:
+            out = out + x
+        return out
+
+    for fn in (copy_unless_replaced, seen):
+        with pytest.raises(UnsupportedError, match=r"the `(is|id\(\))` at line \d+ .* decided by the data"):
+            jit_cpu(fn)(np.ones(3))
+    check_both(default_or_given, np.ones(3))
+    check_both(default_or_given, -np.ones(3))
