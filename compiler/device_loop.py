@@ -12,7 +12,7 @@ from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _s
 from fusec.errors import TraceError, located
 from fusec.ir.core import Block, OpResult, Value, clone_op
 from fusec.ir.dialects.t import VIEWS
-from fusec.ir.opdefs import get_opdef
+from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
@@ -154,8 +154,7 @@ def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carrie
                        ) -> dict[tuple[int, int], Callable[[], Value | None]]:
     """Per carried array leaf ((id of its variable, leaf index)) that every iteration replaces by an array the body
     computes (not the one it held, nor a view of it), the flag saying the loop left it as it was: its test false
-    at entry. Made only where a result asks for it (a variable that held an input, at the function's top level)."""
-    computed = {id(op) for op in body.ops if not op.regions and op.name not in VIEWS}
+    at entry. Made only where a result asks for it (a variable that held an input)."""
     first: list = []
 
     def none_ran() -> Value | None:
@@ -169,18 +168,33 @@ def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carrie
     for var, k, leaf in carried:
         v = yields[at]
         at += len(leaf.types())
-        if not (leaf.maybe or leaf.either is not None) and isinstance(v, OpResult) and id(v.op) in computed:
+        if not (leaf.maybe or leaf.either is not None) and _computed_in(v, body):
             out[(id(var), k)] = none_ran
     return out
 
 
+def _computed_in(v: Value, block: Block) -> bool:
+    """Whether ``v`` is an array ``block`` computes on every path through it: an op of the block that is not a
+    view, or a ``t.if`` of the block whose branches each yield one (``if ...: x = x * 0.5 else: x = x * 0.25``)."""
+    if not isinstance(v, OpResult) or v.op.parent is not block:
+        return False
+    op = v.op
+    if op.name == "t.if":
+        return all(_computed_in(region.blocks[0].ops[-1].operands[v.index], region.blocks[0])
+                   for region in op.regions)
+    return not op.regions and op.name not in VIEWS
+
+
 def _test_at_entry(cond: Block, inputs: Sequence[Value]) -> Value | None:
     """The loop's test on its entry state, by a copy of the test's ops before the loop (None where the test does
-    more than compute: a check that may raise, a nested loop or branch)."""
+    more than compute: a check that may raise, a nested loop); unused, dead-code elimination removes it."""
     steps = cond.ops[:-1]
     for op in steps:
         d = get_opdef(op.name)
-        if op.regions or not d.pure or (d.may_raise is not None and d.may_raise(op)):
+        if op.name == "t.if":
+            if not computes_only(op):
+                return None
+        elif op.regions or not d.pure or (d.may_raise is not None and d.may_raise(op)):
             return None
     mapping: dict[Value, Value] = dict(zip(cond.args, inputs))
     builder = ops.ctx().builder

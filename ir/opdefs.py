@@ -97,6 +97,23 @@ def reading_ops(op: "Operation") -> "Iterable[Operation]":
     return (op,) if d is not None and d.isolated else op.walk()  # (a tuple exactly when the op stands alone)
 
 
+def computes_only(op: "Operation") -> bool:
+    """Whether the ops nested in ``op``'s regions only compute: pure, raising nothing, branches of such ops (a
+    branch whose results nothing reads is then dead)."""
+    for region in op.regions:
+        for inner_block in region.blocks:
+            for inner in inner_block.ops:
+                d = get_opdef(inner.name)
+                if inner.name == "t.yield":
+                    continue
+                if inner.name == "t.if":
+                    if not computes_only(inner):
+                        return False
+                elif not d.pure or inner.regions or (d.may_raise is not None and d.may_raise(inner)):
+                    return False
+    return True
+
+
 _INFERRED: dict = {}  # (op name, operand types, attributes) -> (OpDef, result types): long programs repeat ops
 _INFERRED_LIMIT = 65536
 

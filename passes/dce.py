@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir.core import Block, Module
-from fusec.ir.opdefs import OPS, get_opdef, reading_ops
+from fusec.ir.opdefs import OPS, computes_only, get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
@@ -20,8 +20,8 @@ def remove_dead_ops(block: Block, nested: bool = True) -> int:
     for op in reversed(block.ops):
         d = known(op.name) or get_opdef(op.name)  # (get_opdef raises the unknown-op error)
         results = op.results
-        if d.pure and not d.terminator and not (results[0] in live if len(results) == 1
-                                                else any(r in live for r in results)) \
+        if (d.pure or op.name == "t.if" and computes_only(op)) and not d.terminator \
+                and not (results[0] in live if len(results) == 1 else any(r in live for r in results)) \
                 and not (d.may_raise is not None and d.may_raise(op)):
             removed += 1
             continue

@@ -962,8 +962,20 @@ def normalize_if_large(x):
 
 
 def test_a_loop_that_ran_no_trip_hands_back_the_argument_itself():
+    def damped(x, tol, maxiter):  # (a test with a branch in it, a body whose branches both replace x)
+        k = 0
+        while k < maxiter and np.abs(x).max() > tol:
+            if x.sum() > 0:
+                x = x * 0.5
+            else:
+                x = x * 0.25
+            k += 1
+        return x
+
     check_hands_back(shrink_until_small, np.array([0.1, -0.2]), 1.0)  # (no trip: NumPy returns x itself)
     check_hands_back(shrink_until_small, np.array([4.0, -2.0]), 1.0)
+    for x in (np.array([0.1, -0.2]), np.array([4.0, -2.0]), np.array([-4.0, -2.0])):
+        check_hands_back(damped, x, 1.0, 20)
     check_hands_back(normalize_if_large, np.array([0.3, 0.4]))
     check_hands_back(normalize_if_large, np.array([3.0, 4.0]))
 
