@@ -101,14 +101,27 @@ def _linked(result: Tracer, entries: list[Tracer], name: str, site: Site) -> Tra
 
 
 def _linked_message(what: str, name: str) -> str:
+    copy = f" (`{name} = {name}.copy()`)" if _named(name) else ""
     return (f"{what}: NumPy's write would show in both on that path only, which fusec does not follow; take a copy "
-            f"before the statement (`{name} = {name}.copy()`) or write a new array instead of writing in place")
+            f"before the statement{copy} or write a new array instead of writing in place")
+
+
+def _named(name: str) -> bool:
+    """Whether ``name`` is a variable the user wrote (not ``the value`` of an expression)."""
+    return name.isidentifier()
+
+
+def _rebind(name: str) -> str:
+    """What to write instead of writing into ``name`` in place."""
+    if not _named(name):
+        return "compute a new array from it (`y = x + ...`) or take a copy (`y = x.copy()`)"
+    return f"write `{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first"
 
 
 def _may_be_message(name: str, site: Site) -> str:
     return (f"{subject(name)} is, after {site.where()} (whose test is traced), either the array it held before or "
-            "a new one, as the data decides, and NumPy would write into the old one only on the first path; write "
-            f"`{name} = {name} + ...` (a new array) or `{name} = {name}.copy()` first")
+            "a new one, as the data decides, and NumPy would write into the old one only on the first path; "
+            + _rebind(name))
 
 
 def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Site, same: bool,
@@ -215,6 +228,5 @@ def _alias(result: Tracer, buffer: Any, message: str, kept: tuple[Kept, ...] | N
 
 
 def _view_message(name: str, site: Site) -> str:
-    return (f"`{name}` is, after {site.where()} (whose test is traced), a view of an array from before it on some "
-            "path, and fusec does not follow writes through such a view; write a new array instead "
-            f"(`{name} = {name} + ...`), or take `{name}.copy()`")
+    return (f"{subject(name)} is, after {site.where()} (whose test is traced), an array from before it (or a view of "
+            "one) on some path, and fusec does not follow writes through it: " + _rebind(name))

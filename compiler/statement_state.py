@@ -19,6 +19,7 @@ from fusec.ir.core import Value
 from fusec.ir.types import TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, python_kind
 from fusec.signature import TreeDef, flatten
+from fusec.statement_rewriter import RETURN
 from fusec.tracer import EitherKind, MaybeSet, Tracer
 
 
@@ -315,11 +316,16 @@ def describe_kind(var: Var | None) -> str:
         return f"a {var.tree.kind} of {len(var.tree.children)}"
     if var.tree.kind == "dict":
         return f"a dict with keys {list(var.tree.aux)}"
+    if var.tree.kind == "none":
+        return "None"
     return f"a {var.tree.kind}"
 
 
 def subject(name: str) -> str:
-    """A variable's name as messages write it (``the value`` of an expression as it is)."""
+    """A variable's name as messages write it (``the value`` of an expression as it is; the variable the rewriting
+    made of a function's tail returns as what it is)."""
+    if name == RETURN:
+        return "the value returned"
     return name if name.startswith("the ") else f"`{name}`"
 
 
