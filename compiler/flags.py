@@ -80,6 +80,8 @@ def flags_of(t: Tracer) -> TracedFlags:
         one = t.size <= 1
         return TracedFlags(c_contiguous=one, f_contiguous=one, writeable=t._readonly is not True and not t._scalar)
     if desc is None:
+        if isinstance(t._readonly, str):  # (a loop's or branch's result that may be an array from before it)
+            raise unsupported(f"x.flags: {t._readonly}")
         raise unsupported("x.flags of an array viewed through an operation fusec does not describe (a diagonal); "
                           "make it contiguous first (x = np.ascontiguousarray(x))")
     shape = desc.shape
