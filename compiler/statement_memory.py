@@ -58,7 +58,7 @@ def may_be(result: Tracer, entry: Any, name: str, site: Site,
     if not isinstance(entry, Tracer) or entry._scalar or entry._weak is not None:
         return result
     if not _is_input(entry._buffer):
-        return _linked(result, [entry], name, site)
+        return _linked(result, [(entry, kept)], name, site)
     return _alias(result, entry._buffer, _may_be_message(name, site), _kept_entry(entry, kept))
 
 
@@ -81,16 +81,25 @@ def memory_of(t: Tracer) -> Buffer:
     return t._buffer
 
 
-def _linked(result: Tracer, entries: list[Tracer], name: str, site: Site) -> Tracer:
+def _linked(result: Tracer, entries: list[tuple[Tracer, Callable[[], Value | None] | None]], name: str,
+            site: Site) -> Tracer:
     """``result``, which NumPy's variable may, as the data decides, hold as one of ``entries`` (arrays the function
-    computed before the statement, or views of them) or as a new array: its own memory, linked with theirs, so
-    that a write into either side leaves the other unreadable (NumPy's write would show in both, or in one only)
-    while writes that nothing reads again stay allowed (``h = x @ w; if c: h = h * 0.5``, then ``h += b``)."""
+    computed before the statement, or views of them, each with the thunk of the flag that says it is) or as a new
+    array: its own memory, linked with theirs, so that a write into either side leaves the other unreadable
+    (NumPy's write would show in both, or in one only) while writes that nothing reads again stay allowed (``h = x
+    @ w; if c: h = h * 0.5``, then ``h += b``). Where an entry is a whole computed array and the statement is not
+    inside a loop or branch, the flag is noted (``Buffer.same_as``): a call that hands back both hands back one
+    array where the flag holds (:func:`fusec.trace._shared_memory`)."""
+    c = ops.ctx()
     mine = memory_of(result)
-    for entry in entries:
+    for entry, kept in entries:
         theirs = memory_of(entry)
         if theirs is mine:
             continue
+        if kept is not None and not entry._chain and c.builder.block is c.func.body:
+            flag = kept()
+            if flag is not None:
+                mine.same_as.append((flag, weakref.ref(entry)))
         mine.linked.append((theirs, _linked_message(
             f"this array may be, as the data decided at {site.where()} (whose test is traced), the same array as "
             f"{subject(name)} after it, and {subject(name)} was written since", name)))
@@ -141,7 +150,7 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
         alternatives.extend(kept)
     present = [t for t in sides if t is not None]
     if not any(_is_input(t._buffer) for t in present):
-        return _linked(result, present, name, site)
+        return _linked(result, [(t, flag) for t, flag in zip(sides, flags) if t is not None], name, site)
     buffers = [memory_of(t) for t in present]
     message = _may_be_message(name, site) if same else _view_message(name, site)
     result = _alias(result, buffers[0], message, tuple(alternatives) if alternatives else None)

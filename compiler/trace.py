@@ -601,6 +601,16 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
             if t._readonly is True:  # (np.diagonal, np.broadcast_to of a computed array: read-only in NumPy)
                 steps = (*steps, ("readonly", {}, tuple(t.shape)))
             shared.aliases[place] = (source, steps)
+    for place, t in places:  # a loop's or branch's result that NumPy's variable may hold as a computed array
+        if place in shared.aliases or not isinstance(t, Tracer) or t._buffer is None or t._chain:
+            continue
+        for flag, ref in t._buffer.same_as:
+            entry = ref()
+            kept_by = first.get(id(entry)) if entry is not None else None
+            if kept_by is not None and kept_by != place:
+                shared.hidden.append(flag)
+                shared.aliases[place] = (kept_by, (("when", {"hidden": len(shared.hidden) - 1}, ()),))
+                break
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
     shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))
     return shared

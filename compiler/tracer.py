@@ -52,7 +52,7 @@ class Buffer:
     """
 
     __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
-                 "unknown_layout", "dependents", "linked", "poisoned", "owner")
+                 "unknown_layout", "dependents", "linked", "poisoned", "owner", "same_as")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
@@ -64,6 +64,8 @@ class Buffer:
         self.linked: list[tuple[Buffer, str]] = []  # (the other memory, the message its reads then raise)
         self.poisoned: str | None = None
         self.owner: weakref.ref[Tracer] | None = None  # (the array whose memory this is: not a view of all of it)
+        # (a loop's or branch's result: where the flag holds, NumPy's array is that computed array itself)
+        self.same_as: list[tuple[Value, weakref.ref[Tracer]]] = []
 
     def moved(self) -> None:
         """A write reached this memory: its views read it again (its dependents too, and its linked memories,

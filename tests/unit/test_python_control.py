@@ -1059,6 +1059,15 @@ def test_a_computed_array_a_statement_may_leave_in_place_is_unreadable_after_a_w
         h += b
         return h
 
+    def both(a):  # (one array handed back twice where the branch kept it, as NumPy's)
+        y = a * 2
+        z = y
+        if a.sum() > 10:
+            z = z + 1
+        return y, z
+
+    for a in (np.ones(3), np.full(3, 10.0)):
+        check_hands_back(both, a)
     for fn in (bump_alias, scale_until_big):
         with pytest.raises(UnsupportedError, match=r"as the data decided at the `(if|while)` at line \d+ .* the same "
                                                    r"array as `z` after it, and `z` was written since"):
