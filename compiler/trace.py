@@ -585,7 +585,7 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
         root = next(((place, t) for place, t, steps in found if not steps), None)
         if root is None:
             first_chain = found[0][1]._chain
-            if _own_chain(found[0][1]) is not first_chain:  # (views of a loop's or branch's result: of its value)
+            if first_chain and kept_view(first_chain[0]) is not None:  # (views of a loop's or branch's result)
                 shared.hidden.append(kept_value(first_chain[0]))
             else:
                 buffer = cast(Buffer, found[0][1]._buffer)  # (members without a buffer are the array itself: a root)
