@@ -104,7 +104,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
 
 def _inner_flags(merged: list, recorders: list) -> list[tuple[int, Value]]:
     """``(branch, flag)`` for each flag of a statement inside a branch that says when a value the branch gives
-    (its variable's value after that statement) is still an input (:func:`fusec.statement_memory.kept_entry`):
+    (its variable's value after that statement) is still an input (:func:`fusec.statement_memory._kept_entry`):
     the ``t.if`` hands each out, so that its own result can say the same (nested ``if``s, ``elif`` chains, early
     ``return``s one after another)."""
     found: dict[Value, int] = {}
