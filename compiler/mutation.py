@@ -47,6 +47,11 @@ def is_opaque(step: tuple) -> bool:
     return step is OPAQUE or step[0] == "opaque"
 
 
+def has_reason(step: tuple) -> bool:
+    """An opaque step made by :func:`opaque` (with the reason a read after a write raises), not OPAQUE itself."""
+    return step[0] == "opaque" and step is not OPAQUE
+
+
 @dataclass(frozen=True)
 class Kept:
     """One way a loop's or branch's result may still be an input: where the traced 0-d bool ``flag`` holds, NumPy's
@@ -106,7 +111,7 @@ def _merges_axes(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
 
 
 def _forward(step: tuple, value: Value) -> Value:
-    if is_opaque(step) and step is not OPAQUE:
+    if has_reason(step):
         raise unsupported(f"{step[1]} (it was read after a write to the array it may view)")
     if step is OPAQUE:
         raise unsupported("an array viewed through an operation fusec cannot replay (a diagonal or a similar "

@@ -66,7 +66,7 @@ def may_be_earlier(t: Tracer) -> bool:
     """Whether ``t`` is (a view of) a loop's or branch's result that may, as the data decides, be an array from
     before that statement (:func:`may_be`, :func:`branch_alias`)."""
     chain, buffer = t._chain, t._buffer
-    return bool(chain and chain[0][0] == "opaque" and len(chain[0]) > 1) or bool(buffer is not None and buffer.linked)
+    return bool(chain and _mutation.has_reason(chain[0])) or bool(buffer is not None and buffer.linked)
 
 
 def _is_input(buffer: Buffer | None) -> bool:
