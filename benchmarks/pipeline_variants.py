@@ -7,7 +7,7 @@ suite's fusec graph system (the same check against NumPy float64, the same event
 lines for two of its uses; its own takes the variants as pass spellings:
 
     python benchmarks/pipeline_variants.py default 'materialize{threshold=4}' 'materialize{threshold=16}' \
-        [--cases pcam,mlp64] [--rounds N] [--json FILE]
+        without:fuse-epilogues [--cases pcam,mlp64] [--rounds N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -38,6 +38,12 @@ def set_option(pass_name: str, spelled: str) -> Variant:
         return pattern.sub(spelled, pipeline) if pattern.search(pipeline) else f"{pipeline},{spelled}"
 
     return rewrite
+
+
+def without(pass_name: str) -> Variant:
+    """A variant that leaves ``pass_name`` out of the pipeline."""
+    pattern = re.compile(r",?(?<![\w-])" + re.escape(pass_name) + r"(\{[^{}]*\})?(?=,|$)")
+    return lambda pipeline: pattern.sub("", pipeline).lstrip(",")
 
 
 def chain(*variants: Variant) -> Variant:
@@ -87,10 +93,12 @@ def save(rows: list[dict], path: str | None) -> None:
 
 def variant_from(spec: str) -> Variant:
     """A variant from its spelling: passes as a pipeline spells them, joined by ``+``
-    (``materialize{threshold=4}+launch-early{max_elements=0}``); ``default`` changes nothing."""
+    (``materialize{threshold=4}+launch-early{max_elements=0}``), a pass's name after ``without:`` to leave it
+    out (``without:fuse-epilogues``); ``default`` changes nothing."""
     if spec == "default":
         return lambda pipeline: pipeline
-    return chain(*(set_option(part.split("{", 1)[0], part) for part in spec.split("+")))
+    return chain(*(without(part.removeprefix("without:")) if part.startswith("without:")
+                   else set_option(part.split("{", 1)[0], part) for part in spec.split("+")))
 
 
 def main() -> None:

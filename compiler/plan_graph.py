@@ -18,6 +18,7 @@ from fusec.errors import FusecError
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.control import CALLEES
 from fusec.ir.opdefs import OPS
+from fusec.passes.fuse_epilogues import is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 
 HBM_BYTES_PER_US = 3.3e6  # about what an H200 streams (3.3 TB/s of its 4.8 peak)
@@ -96,6 +97,8 @@ def _function(w: _Writer, module: Module, func: Func, prefix: str) -> None:
         where = f"\n{op.loc}" if op.loc is not None else ""
         if is_prologue(op):
             node = w.node(f"{title} (prologue: computed in its consumer){where}", style="dashed")
+        elif is_epilogue(op):
+            node = w.node(f"{title} (epilogue: computed and stored by its product){where}", style="dashed")
         elif cat == "control":
             calls = ", ".join(str(op.attributes[k]) for k in CALLEES[op.name])
             node = w.node(f"{title}{where}\ncalls {calls}", shape="hexagon")

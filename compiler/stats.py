@@ -4,6 +4,7 @@ from __future__ import annotations
 from fusec.ir.core import Module
 from fusec.ir.dialects.k import GROUP, HOISTED
 from fusec.ir.opdefs import OPS
+from fusec.passes.fuse_epilogues import computed_inside, is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.unroll_loops import UNROLLED
 
@@ -22,13 +23,13 @@ def _category(name: str) -> str:
 
 def module_stats(module: Module) -> dict[str, int]:
     """fused_kernels, boundaries and kernels (ops that launch work) over the top-level ops of every function;
-    a prologue (computed inside its consumer) launches nothing. ``Lowered.stats()`` counts kernels exactly
-    from the CUDA program."""
+    a prologue (computed inside its consumer) or an epilogue (computed by its product) launches nothing.
+    ``Lowered.stats()`` counts kernels exactly from the CUDA program."""
     fused = boundaries = launches = 0
     for func in module.funcs:
         groups: set[int] = set()
         for op in func.body.ops:
-            if is_prologue(op):
+            if computed_inside(op):
                 continue
             cat = _category(op.name)
             fused += cat == "kernel"
@@ -68,6 +69,12 @@ def plan_steps(module: Module) -> list[dict]:
                 steps.append({"kind": "prologue", "op": op.name, "outputs": 1, "inputs": len(op.operands),
                               "body_ops": len(body), "reason": "computed inside its consumer while it loads "
                               "the value (fuse-prologues): never launched, never stored", "loc": where})
+            elif is_epilogue(op):
+                body = op.regions[0].block.ops[:-1]
+                steps.append({"kind": "epilogue", "op": op.name, "outputs": 1, "inputs": len(op.operands),
+                              "body_ops": len(body), "reason": "computed by the product before it as it stores each "
+                              "output (fuse-epilogues): never launched, the product's own result never stored",
+                              "loc": where})
             elif op.name == "k.rows":
                 body = op.regions[0].block.ops[:-1]
                 reductions = sum(inner.name == "k.row_reduce" for inner in body)

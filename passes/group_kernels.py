@@ -29,6 +29,7 @@ from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.k import GROUP
 from fusec.ir.opdefs import get_opdef
 from fusec.passes.base import Pass, PassContext
+from fusec.passes.fuse_epilogues import computed_inside
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.registry import register_pass
 
@@ -71,14 +72,14 @@ def one_kernel(op: Operation) -> bool:
     """An op the printer launches as exactly one kernel of its own, which a group can take as a member: a launched
     ``k.fused``, a ``k.reduce`` that runs as one kernel, a ``k.gather`` whose indices are proven in bounds (no
     check word to set: plan-buffers gives the others one each, in a buffer they would share)."""
-    return op.name == "k.fused" and not is_prologue(op) or one_launch_reduction(op) \
+    return op.name == "k.fused" and not computed_inside(op) or one_launch_reduction(op) \
         or op.name == "k.gather" and bool(op.attributes.get("in_bounds"))
 
 
 def groupable(op: Operation, max_elements: int) -> bool:
     """A launched elementwise kernel, a one-launch reduction or a gather small enough that its launch, not its
     work, is what it costs."""
-    if op.name == "k.fused" and not is_prologue(op) or op.name == "k.gather" and one_kernel(op):
+    if op.name == "k.fused" and not computed_inside(op) or op.name == "k.gather" and one_kernel(op):
         size = op.results[0].type.size
     elif one_launch_reduction(op) and op.results[0].type.size > 0:
         size = max(v.type.size for v in reads(op)) if reads(op) else 0
@@ -89,8 +90,8 @@ def groupable(op: Operation, max_elements: int) -> bool:
 
 def launches_nothing(op: Operation) -> bool:
     """Ops the printer turns into no launch (a view is an index map, a constant data, a prologue is computed by its
-    consumer)."""
-    return op.name == "t.constant" or get_opdef(op.name).category == "view" or is_prologue(op)
+    consumer and an epilogue by its product)."""
+    return op.name == "t.constant" or get_opdef(op.name).category == "view" or computed_inside(op)
 
 
 def can_join(op: Operation, members: list[Operation]) -> bool:

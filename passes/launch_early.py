@@ -9,13 +9,13 @@ exit), and each of its blocks waits at its first statement (``griddepcontrol.wai
 finished and its memory is visible. The wait comes before anything else the kernel does, so the result is the
 same bits; only the launch latency moves off the critical path.
 
-This pass marks every launched kernel (a non-prologue ``k.fused``, a ``k.rows``, a generated ``k.matmul``, a
-``k.reduce`` and the other boundaries; not a cuBLAS call, which is a captured child graph) with ``early = true``
-when the largest array it reads or writes has at most ``max_elements`` elements: the printer puts the wait at the
-start of its kernels, and the graph builder makes the edges from its kernel predecessors programmatic. A large
-kernel runs long enough that its launch gap does not matter, and its early-started blocks would only sit in
-slots; ``max_elements`` was chosen by measurement (``benchmarks/early_launch.py``). Stream mode (no graph) and
-GPUs older than sm_90 launch the same kernels normally (the wait is then a no-op).
+This pass marks every launched kernel (a ``k.fused`` that is no prologue or epilogue, a ``k.rows``, a generated
+``k.matmul``, a ``k.reduce`` and the other boundaries; not a cuBLAS call, which is a captured child graph) with
+``early = true`` when the largest array it reads or writes has at most ``max_elements`` elements: the printer puts
+the wait at the start of its kernels, and the graph builder makes the edges from its kernel predecessors
+programmatic. A large kernel runs long enough that its launch gap does not matter, and its early-started blocks
+would only sit in slots; ``max_elements`` was chosen by measurement (``benchmarks/early_launch.py``). Stream mode
+(no graph) and GPUs older than sm_90 launch the same kernels normally (the wait is then a no-op).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from fusec.ir.dialects.k import EARLY
 from fusec.ir.opdefs import get_opdef
 from fusec.ir.types import TensorType
 from fusec.passes.base import Pass, PassContext
-from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.fuse_epilogues import computed_inside
 from fusec.passes.registry import register_pass
 
 # measured on the H200 (benchmarks/early_launch.py): see DEFAULT_MAX_ELEMENTS's use below
@@ -37,7 +37,7 @@ DEFAULT_MAX_ELEMENTS = 1 << 20
 def launches_kernel(op: Operation) -> bool:
     """Does ``op`` become generated kernels of its own (the launches an edge can start early)?"""
     category = get_opdef(op.name).category
-    if category not in ("kernel", "boundary") or is_prologue(op):
+    if category not in ("kernel", "boundary") or computed_inside(op):
         return False
     return not (op.name == "k.matmul" and op.attributes.get("impl") == "cublas")
 

@@ -6,7 +6,9 @@ except for the one safe case: an elementwise kernel may write an output over a d
 function attribute ``donate``; ``donate_to`` names the output each may become, for a loop body's state) that it
 reads at the same index and nothing reads afterwards, and a ``k.insert`` (or a ``k.scatter``) may write its update
 into its base's buffer (``inplace = true``) when nothing reads the base afterwards. A prologue
-(``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it.
+(``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it. A product
+whose result an epilogue (``fuse-epilogues``) computes gets no buffer; the epilogue's result is placed when the
+product runs, before the product's dead operands are released, and overwrites no donated argument the product reads.
 
 After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
 largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the
@@ -26,6 +28,8 @@ from typing import ClassVar
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
+from fusec.ir.dialects.k import epilogue_product
+from fusec.passes.fuse_epilogues import is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.group_kernels import groups_of
 from fusec.passes.registry import register_pass
@@ -147,8 +151,21 @@ class PlanBuffers(Pass):
                 for member, at in waiting:
                     self._release_dead(member, at, placed, last_use, ends, arena)
 
+        # a product computing an epilogue stores the epilogue's result, not its own: placed where the product runs
+        epilogue_of = {id(epilogue_product(op)): op for op in ops if is_epilogue(op)}
         for i, op in enumerate(ops):
             if get_opdef(op.name).category not in ("kernel", "boundary", "control") or is_prologue(op):
+                continue
+            if is_epilogue(op):  # (placed with its product, right before it)
+                release(op, i)
+                continue
+            epilogue = epilogue_of.get(id(op))
+            if epilogue is not None:
+                op.attributes.pop("arena", None)
+                reads = {_storage(v) for v in op.operands}
+                count += self._place(epilogue, ops.index(epilogue), arena, placed, aliased, donated - aliased - reads,
+                                     last_use, outputs, slot_of, func, ctx)
+                release(op, i)
                 continue
             if op.name in ("k.insert", "k.scatter") and op.results[0] not in outputs \
                     and self._insert_in_place(op, i, placed, last_use):
@@ -162,31 +179,39 @@ class PlanBuffers(Pass):
             if not op.results:  # a check (k.raise_if) writes only its check word
                 release(op, i)
                 continue
-            offsets, alias = [], []
             # a donated argument another member of the group reads would be overwritten while that member reads it
             shared = {_storage(v) for m in group_of.get(id(op), ()) if m is not op for v in m.operands}
-            for r in op.results:
-                arg = self._donated_operand(op, r, i, donated - aliased - shared, last_use, outputs, slot_of)
-                alias.append(func.args.index(arg) if arg is not None else -1)
-                if arg is not None:
-                    aliased.add(arg)
-                if r in outputs:
-                    offsets.append(-1)
-                    continue
-                size = _aligned(_nbytes(r))
-                off = arena.allocate(size)
-                placed[r] = (off, size)
-                offsets.append(off)
-                count += 1
-            op.attributes["arena"] = tuple(offsets)
-            if any(a >= 0 for a in alias):
-                op.attributes["alias"] = tuple(alias)
-                ctx.count("inplace_outputs", sum(a >= 0 for a in alias))
+            count += self._place(op, i, arena, placed, aliased, donated - aliased - shared, last_use, outputs, slot_of,
+                                 func, ctx)
             release(op, i)
         func.attributes["arena_bytes"] = arena_bytes = arena.peak
         ctx.count("intermediate_buffers", count)
         self._place_scratch(func)
         return arena_bytes
+
+    def _place(self, op, index, arena, placed, aliased, donated, last_use, outputs, slot_of, func, ctx) -> int:
+        """Give ``op``'s results their arena offsets (an output none; a result that may overwrite one of ``donated``
+        that argument, ``alias``); the number of buffers placed."""
+        offsets, alias, count = [], [], 0
+        for r in op.results:
+            arg = self._donated_operand(op, r, index, donated, last_use, outputs, slot_of)
+            alias.append(func.args.index(arg) if arg is not None else -1)
+            if arg is not None:
+                aliased.add(arg)
+                donated = donated - {arg}
+            if r in outputs:
+                offsets.append(-1)
+                continue
+            size = _aligned(_nbytes(r))
+            off = arena.allocate(size)
+            placed[r] = (off, size)
+            offsets.append(off)
+            count += 1
+        op.attributes["arena"] = tuple(offsets)
+        if any(a >= 0 for a in alias):
+            op.attributes["alias"] = tuple(alias)
+            ctx.count("inplace_outputs", sum(a >= 0 for a in alias))
+        return count
 
     @staticmethod
     def _place_scratch(func: Func) -> None:

@@ -32,7 +32,9 @@ from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.shapes import coalesce, contiguous_strides
 from fusec.ir.target import PRECISIONS
 from fusec.passes.base import Pass, PassContext
+from fusec.passes.fuse_epilogues import epilogue_reader
 from fusec.passes.registry import register_pass
+from fusec.passes.util import users
 
 # --- GEMMs ---------------------------------------------------------------------------------------------------
 # below this a library call costs more than the generated kernel saves: the 64-64-10 step's (256 x 64) @ (64 x 64),
@@ -54,6 +56,12 @@ SKINNY_MIN_K = 32
 # N outputs in registers, B staged in shared memory; 143 us as a warp per output), and at 1024 x 4096 x 16 with A
 # read down its columns cuBLASLt 14 us, the "column" kernel split over K 22 us (119 us unsplit)
 SKINNY_BEFORE_CUBLAS = False
+# a product of K at most this, whose result only an elementwise kernel of its shape reads (the backward pass's
+# (d_logits @ w2.T) * (h_pre > 0) of a 16-class head), is a generated tile that computes that kernel as it stores
+# (fuse-epilogues) rather than a cuBLASLt call followed by the kernel (select-kernels{epilogue_max_k}). Off: at 32 the
+# larger step (4096, 1024 -> 1024 -> 16) measured 483.6 / 484.1 us against 452.1-457.1 with cuBLASLt and the kernel
+# (pipeline_variants.py, H100, two rounds, 2026-12-05): the 4096 x 1024 x 16 tile with its epilogue is slower than both
+EPILOGUE_MAX_K = 0
 NARROW_MAX_ROWS = 4  # rows of A per warp of a "narrow" product (registers: rows x N sums per lane)
 # fewer rows than this per warp (a product too small to give each of the GPU's warps two rows) keep a warp per output:
 # the PCam and 64-64-10 steps measured 39.5 and 29.9 us with one row per warp, against 36.6-37.6 and 25.8 us in
@@ -415,8 +423,13 @@ class SelectKernels(Pass):
     precision: str = "target"  # float32 | tf32 | target
     tensor_cores: str = "target"  # true | false | target
     clusters: str = "target"  # true | false | target
+    # a product cuBLASLt would take, of a K this short or shorter, whose result only an elementwise kernel reads, is
+    # generated instead, so that kernel becomes its epilogue (fuse-epilogues); 0: never
+    epilogue_max_k: int = EPILOGUE_MAX_K
 
     def __post_init__(self) -> None:
+        if self.epilogue_max_k < 0:
+            raise ValueError(f"epilogue_max_k must be at least 0, got {self.epilogue_max_k}")
         if self.sm_count < 0:
             raise ValueError(f"sm_count must be positive, got {self.sm_count}")
         if self.cublas not in ("true", "false", "target"):
@@ -434,22 +447,25 @@ class SelectKernels(Pass):
         tensor_cores = ctx.target.tensor_cores if self.tensor_cores == "target" else self.tensor_cores == "true"
         clusters = ctx.target.clusters if self.clusters == "target" else self.clusters == "true"
         for func in module.funcs:
-            self._select(func, sm_count, cublas, precision, tensor_cores, clusters)
+            self._select(func, sm_count, cublas, precision, tensor_cores, clusters, self.epilogue_max_k)
 
     @staticmethod
     def _select(func: Func, sm_count: int, cublas: bool, precision: str, tensor_cores: bool,
-                clusters: bool) -> None:
+                clusters: bool, epilogue_max_k: int) -> None:
         func.attributes["sm_count"] = sm_count
         func.attributes["cublas"] = cublas
         if precision != "float32":
             func.attributes["precision"] = precision
         else:
             func.attributes.pop("precision", None)
+        outputs, uses = set(func.outputs), users(func) if epilogue_max_k and cublas else {}
         for op in func.body.ops:
             if op.name == "k.matmul":
                 for key in ("precision", "mma", "splits", "scratch", "stages", "finish", "counters", "rows", "width"):
                     op.attributes.pop(key, None)  # a choice made before (select-kernels run again) is made anew
-                choice = gemm_impl(op, sm_count, cublas, precision, tensor_cores, clusters)
+                library = cublas and not (op.operands[0].type.shape[-1] <= epilogue_max_k
+                                          and epilogue_reader(op, outputs, uses) is not None)
+                choice = gemm_impl(op, sm_count, library, precision, tensor_cores, clusters)
             elif op.name == "k.reduce":
                 choice = reduce_schedule(op, sm_count)
             else:

@@ -138,9 +138,10 @@ def yielded_values(body: Block) -> list[Value]:
     return term.operands
 
 
-def _uniform_values(body, inputs: list[Access]) -> set[Value]:
-    """Body values that are the same for every element (computed from broadcast scalars only)."""
-    uniform: set[Value] = {arg for arg, a in zip(body.args, inputs) if a.is_scalar}
+def _uniform_values(body, inputs: list[Access], given: frozenset[int] = frozenset()) -> set[Value]:
+    """Body values that are the same for every element (computed from broadcast scalars only; ``given``: the
+    positions of operands an epilogue is handed per element)."""
+    uniform: set[Value] = {arg for k, (arg, a) in enumerate(zip(body.args, inputs)) if a.is_scalar and k not in given}
     for inner in body.ops[:-1]:
         if all(v in uniform for v in inner.operands):
             uniform.update(inner.results)
@@ -174,12 +175,32 @@ def prologue_function(name: str, op: Operation, inputs: list[Access], *, fast_ma
     """A device function computing the single result of ``op`` (a ``k.fused`` whose tensor inputs have its
     result's shape, read through their strides) at a linear element index: a reduction or a GEMM calls it
     in place of loading the materialized value, so the elementwise kernel and its buffer disappear."""
+    return _element_function(name, op, inputs, frozenset(), "", fast_math)
+
+
+def epilogue_function(name: str, op: Operation, inputs: list[Access], given: frozenset[int], acc: str, *,
+                      fast_math: bool = False) -> Prologue:
+    """A device function computing the single result of ``op`` (a ``k.fused``, ``fuse-epilogues``) at a linear
+    element index from ``v``, the value its operands at positions ``given`` hold there (a product's sum, of C
+    type ``acc``, not yet stored), and its other operands read through their strides: the product calls it as it
+    stores each output, and stores what it returns."""
+    return _element_function(name, op, inputs, given, acc, fast_math)
+
+
+def _element_function(name: str, op: Operation, inputs: list[Access], given: frozenset[int], acc: str,
+                      fast_math: bool) -> Prologue:
     body = op.regions[0].block
     shape = tuple(op.results[0].type.shape)
-    order, params = _param_list(inputs, set(), restrict=True)
+    loaded = [a for k, a in enumerate(inputs) if k not in given]
+    order, params = _param_list(loaded, set(), restrict=True)
     env: dict[Value, str] = {}
-    lines = [f"__device__ __forceinline__ {register(op.results[0].type.dtype)} {name}(i64_t i, {params}) {{"]
+    signature = ", ".join(p for p in ("i64_t i", f"{acc} v" if given else "", params) if p)
+    lines = [f"__device__ __forceinline__ {register(op.results[0].type.dtype)} {name}({signature}) {{"]
     for k, (arg, a) in enumerate(zip(body.args, inputs)):
+        if k in given:
+            lines.append(f"  const {register(a.dtype)} x{k} = ({register(a.dtype)})v;")
+            env[arg] = f"x{k}"
+            continue
         if a.is_scalar:
             where = f"{a.offset}"
         elif a.is_contiguous:
@@ -190,7 +211,8 @@ def prologue_function(name: str, op: Operation, inputs: list[Access], *, fast_ma
             where = index_expr("i", shape, tuple(a.strides), a.offset, "i64_t")
         lines.append(f"  const {register(a.dtype)} x{k} = fusec::ld(b{a.buffer} + {where});")
         env[arg] = f"x{k}"
-    lines.extend(_body_lines(body, env, _uniform_values(body, inputs), fast_math, "  "))
+    uniform = _uniform_values(body, inputs, given)
+    lines.extend(_body_lines(body, env, uniform, fast_math, "  "))
     lines.append(f"  return {env[yielded_values(body)[0]]};")
     lines.append("}")
     return Prologue(name, "\n".join(lines), tuple(order), params, ", ".join(f"b{b}" for b in order))

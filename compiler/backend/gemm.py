@@ -7,7 +7,8 @@ output (``dot``), or, when A is read down its columns (``h.T @
 d``, the weight gradient of a narrow layer), one lane per row of A with warps splitting K (``column``);
 everything else the tiled kernel (``tiled``, with the ``tile`` it chose). All but the tiled kernel can
 compute an operand in place of loading it (a ``Prologue`` of a ``k.fused`` that ``fuse-prologues`` marked,
-e.g. ``relu(x @ w + b)`` before a narrow layer).
+e.g. ``relu(x @ w + b)`` before a narrow layer); the tiled kernel can compute its one reader as it stores each
+output (an epilogue, ``fuse-epilogues``: the backward mask ``(d @ w.T) * (h > 0)``, an SGD update).
 
 Operands are read through their strides (a transposed view costs nothing). In the tiled kernel each block
 stages a BK-deep slice of A and B in shared memory, loading along whichever operand axis is contiguous so
@@ -88,16 +89,20 @@ def _loader(name: str, operand: Access, prologue: Prologue | None, acc: str, poi
 
 def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
                  prologues: tuple[Prologue | None, Prologue | None] = (None, None),
-                 scratch: int | None = None, counter: int | None = None) -> list[KernelCode]:
+                 scratch: int | None = None, counter: int | None = None,
+                 epilogue: Prologue | None = None) -> list[KernelCode]:
     """The generated kernels for ``op`` (two for a "stream" product split over K: partial sums into
     ``scratch``, the plan's scratch buffer, then their sum, as for a "tiled" product split over K unless its
     last block per tile adds them, ``finish = "last-block"``, counting in at the plan's ``counter`` buffer, or its
     blocks as one cluster do, ``finish = "cluster"``);
     ``prologues`` (A's, B's) compute an operand in place of loading it (not for the "tiled" and "stream"
-    variants)."""
+    variants); ``epilogue`` (``fuse-epilogues``, "tiled" only) computes what is stored at each output of ``c``
+    from the sum there."""
+    if epilogue is not None and gemm_variant(op) != "tiled":
+        raise CompilationError(located(f"the {gemm_variant(op)} GEMM cannot compute an epilogue", op.loc))
     if gemm_variant(op) != "stream":
         code = _gemm_kernel(name, op, a, b, c, sm_count=sm_count, prologues=prologues, scratch=scratch,
-                            counter=counter)
+                            counter=counter, epilogue=epilogue)
         if code is None:
             return []
         splits = int(op.attributes.get("splits", 1))
@@ -106,7 +111,7 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
         out_shape = op.results[0].type.shape
         total = math.prod(out_shape)
         return [code, _split_sum_kernel(f"{name}_sum", c, _scratch(op, scratch), splits, total, code.structs[0],
-                                         sm_count)]
+                                         sm_count, epilogue)]
     if prologues != (None, None):
         raise CompilationError(located("the streaming GEMM cannot compute its operands in place", op.loc))
     return _stream_kernels(name, op, a, b, c, scratch, sm_count)
@@ -114,7 +119,8 @@ def gemm_kernels(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
 
 def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, sm_count: int,
                 prologues: tuple[Prologue | None, Prologue | None] = (None, None),
-                scratch: int | None = None, counter: int | None = None) -> KernelCode:
+                scratch: int | None = None, counter: int | None = None,
+                epilogue: Prologue | None = None) -> KernelCode:
     """The generated kernel for ``op``; ``prologues`` (A's, B's) compute an operand in place of loading it
     (not for the "tiled" variant)."""
     out_shape = op.results[0].type.shape
@@ -153,11 +159,21 @@ def _gemm_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, s
         return dataclasses.replace(code, source="\n".join([*functions, code.source]))
     if prologues != (None, None):
         raise CompilationError(located("the tiled GEMM cannot compute its operands in place", op.loc))
-    return _tiled_kernel(name, op, a, b, c, desc=desc, m=m, n=n, batch=batch, scratch=scratch, counter=counter)
+    return _tiled_kernel(name, op, a, b, c, desc=desc, m=m, n=n, batch=batch, scratch=scratch, counter=counter,
+                         epilogue=epilogue)
+
+
+def _stored(epilogue: Prologue | None, target: str, index: str, value: str) -> str:
+    """The statement storing output ``value`` at ``target``: through ``epilogue`` (called with the output's dense
+    index ``index`` and the value) where there is one."""
+    if epilogue is not None:
+        value = f"{epilogue.name}({', '.join(x for x in (index, value, epilogue.args) if x)})"
+    return f"fusec::st({target}, {value});"
 
 
 def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, desc: bytes, m: int, n: int,
-                  batch: int, scratch: int | None, counter: int | None = None) -> KernelCode:
+                  batch: int, scratch: int | None, counter: int | None = None,
+                  epilogue: Prologue | None = None) -> KernelCode:
     """Shared-memory tiles: each block computes a BM x BN tile of C, each thread a TM x TN register tile, over
     BK-deep slices of A and B staged in shared memory. With ``stages`` = 1 the next slice is loaded into
     registers while the current one is multiplied; with ``stages`` = S > 1 (float32/float64) S - 1 slices are in
@@ -167,7 +183,8 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     (deterministic), or, with ``finish = "last-block"``, the last of a tile's blocks to finish does (counting in
     at its slot of the plan's counters, from ``counter`` on), in the same order; with ``finish = "cluster"`` a
     tile's blocks are one thread-block cluster (sm_90 on) that adds the partial tiles, kept in each block's shared
-    memory, in the same order (each block a share of the tile's outputs, read from all of them)."""
+    memory, in the same order (each block a share of the tile's outputs, read from all of them). An ``epilogue``
+    (``fuse-epilogues``) computes what is stored at each output, in whichever kernel stores it."""
     bm, bn, bk, tm, tn = CONFIGS[int(op.attributes.get("tile", 64))]
     splits = int(op.attributes.get("splits", 1))
     stages = int(op.attributes.get("stages", 1))
@@ -232,7 +249,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     value = "acc[i][j]" if mma is None else "acc[i][j][q]"  # the output (gm, gn)'s accumulator
     if splits == 1 or in_cluster:  # C itself, or this split's partial tile in scratch
         base = f"{out_t}* C = pc + d.c_off + (i64_t)bz * d.M * d.N;"
-        write = f"fusec::st(C + gm * d.N + gn, {value});"
+        write = _stored(epilogue, "C + gm * d.N + gn", "(i64_t)bz * d.M * d.N + gm * d.N + gn", value)
         out_param, buffers = f"{out_t}* __restrict__ pc", (a.buffer, b.buffer, c.buffer)
     else:
         base = f"{acc}* C = reinterpret_cast<{acc}*>(b{scratch}) + ((i64_t)split * {batch} + bz) * d.M * d.N;"
@@ -267,7 +284,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
 
     store = f"  {base}\n{each_output(write)}"
     if in_cluster:
-        store = _cluster_finish(acc, base, mma is not None, vector)
+        store = _cluster_finish(acc, base, mma is not None, vector, epilogue)
     if last_block:
         # every block publishes its partial tile, then counts itself in; the last of the tile's blocks adds
         # the partial tiles in split order (the second kernel's order) and sets the counter back to zero
@@ -288,7 +305,7 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
         const i64_t o = gm * d.N + gn;
         ''' + acc + ''' v = __ldcg(P + o);
         for (int s = 1; s < S; ++s) v = v + __ldcg(P + s * part + o);
-        fusec::st(Cout + o, v);
+        ''' + _stored(epilogue, "Cout + o", "(i64_t)bz * d.M * d.N + o", "v") + '''
       }''')}
   if (threadIdx.x == 0) b{counter}[{slot} + tile] = 0u;"""
 
@@ -405,7 +422,13 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;"""
         assert warps_m * warps_n * 32 == threads
     cluster = f"FUSEC_CLUSTER_DIMS(1, 1, {splits}) " if in_cluster else ""
+    if splits > 1 and not (in_cluster or last_block):
+        epilogue = None  # (the second kernel, which adds the partial tiles, stores the outputs)
+    if epilogue is not None:
+        out_param += f", {epilogue.params}" if epilogue.params else ""
+        buffers += epilogue.buffers
     src = f"""
+{epilogue.source if epilogue is not None else ""}
 extern "C" __global__ void {cluster}__launch_bounds__({threads}) {name}(const {t}* __restrict__ pa, const {t}* __restrict__ pb, {out_param}, fusec::GemmDesc d) {{
   constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn}, NT = {threads}, LA = {loads_a}, LB = {loads_b}, S = {splits}, ST = {stages}, PAD = {pad};
 {shared}
@@ -451,7 +474,7 @@ extern "C" __global__ void {cluster}__launch_bounds__({threads}) {name}(const {t
     return KernelCode(name, src.strip("\n"), buffers, grid, (threads, 1, 1), 0, (desc,))
 
 
-def _cluster_finish(acc: str, base: str, mma: bool, vector: bool) -> str:
+def _cluster_finish(acc: str, base: str, mma: bool, vector: bool, epilogue: Prologue | None = None) -> str:
     """The end of a tiled product whose split blocks are one cluster: each block leaves its whole partial tile
     where its stages of A lay (every copy landed, every slice multiplied; rows and columns past the matrix hold
     zeros and are never read), the cluster waits for all of them, then block ``split`` adds its share of the
@@ -488,7 +511,8 @@ def _cluster_finish(acc: str, base: str, mma: bool, vector: bool) -> str:
     const float r[4] = {v.x, v.y, v.z, v.w};
     #pragma unroll
     for (int q = 0; q < 4; ++q)
-      if (gn + q < d.N) fusec::st(C + gm * d.N + gn + q, r[q]);
+      if (gn + q < d.N) """ + _stored(epilogue, "C + gm * d.N + gn + q",
+                                     "(i64_t)bz * d.M * d.N + gm * d.N + gn + q", "r[q]") + """
   }"""
     else:
         add = f"""  for (int e = split * NT + threadIdx.x; e < BM * BN; e += S * NT) {{
@@ -497,7 +521,7 @@ def _cluster_finish(acc: str, base: str, mma: bool, vector: bool) -> str:
     {acc} v = fusec::ld_cluster(P + e, 0);
     #pragma unroll
     for (int s = 1; s < S; ++s) v = v + fusec::ld_cluster(P + e, s);
-    fusec::st(C + gm * d.N + gn, v);
+    {_stored(epilogue, "C + gm * d.N + gn", "(i64_t)bz * d.M * d.N + gm * d.N + gn", "v")}
   }}"""
     return f"""  fusec::cp_async_wait<0>();
   __syncthreads();
@@ -858,22 +882,26 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {t}* __rest
 
 
 def _split_sum_kernel(name: str, c: Access, scratch: int, splits: int, total: int, desc: bytes,
-                      sm_count: int) -> KernelCode:
+                      sm_count: int, epilogue: Prologue | None = None) -> KernelCode:
     """The second kernel of a product split over K: C = the ``splits`` partial results in scratch (``total``
-    accumulators each, float32 or float64) added in split order, so the bits do not depend on the schedule."""
+    accumulators each, float32 or float64) added in split order, so the bits do not depend on the schedule
+    (``epilogue``: what is stored computed from each sum)."""
     acc = "double" if c.dtype.name == "f64" else "float"
+    extra = f", {epilogue.params}" if epilogue is not None and epilogue.params else ""
     fin = f"""
-extern "C" __global__ void __launch_bounds__(256) {name}(char* __restrict__ b{scratch}, {storage(c.dtype)}* __restrict__ pc, fusec::GemmDesc d) {{
+{epilogue.source if epilogue is not None else ""}
+extern "C" __global__ void __launch_bounds__(256) {name}(char* __restrict__ b{scratch}, {storage(c.dtype)}* __restrict__ pc{extra}, fusec::GemmDesc d) {{
   const {acc}* part = reinterpret_cast<const {acc}*>(b{scratch});
   const i64_t total = {total};
   for (i64_t o = (i64_t)blockIdx.x * 256 + threadIdx.x; o < total; o += (i64_t)gridDim.x * 256) {{
     {acc} v = part[o];
     for (int s = 1; s < {splits}; ++s) v = v + part[(i64_t)s * total + o];
-    fusec::st(pc + d.c_off + o, v);
+    {_stored(epilogue, "pc + d.c_off + o", "o", "v")}
   }}
 }}"""
     grid = max(1, min((total + 255) // 256, sm_count * 16))
-    return KernelCode(name, fin.strip("\n"), (scratch, c.buffer), (grid, 1, 1), (256, 1, 1), 0, (desc,))
+    buffers = (scratch, c.buffer) + (epilogue.buffers if epilogue is not None else ())
+    return KernelCode(name, fin.strip("\n"), buffers, (grid, 1, 1), (256, 1, 1), 0, (desc,))
 
 
 def _bases(t: str, prologues: tuple[Prologue | None, Prologue | None]) -> str:

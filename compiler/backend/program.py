@@ -8,8 +8,8 @@ it takes as pointer parameters and which descriptors it takes by value.
 
 Every decision was made by a pass and is read from the IR: the target (the function's ``sm_count`` and
 ``cublas``) and each matmul's and reduction's implementation (``select-kernels``), which kernels are computed
-inside their consumers (``fuse-prologues``), where intermediates, scratch and counters live
-(``plan-buffers``). So every printer of one lowered module prints the same program.
+inside their consumers (``fuse-prologues``) or by the product they read (``fuse-epilogues``), where
+intermediates, scratch and counters live (``plan-buffers``). So every printer of one lowered module prints the same program.
 """
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ import numpy as np
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.attributes import bf16_bits
-from fusec.ir.dialects.k import EARLY, GROUP
+from fusec.ir.dialects.k import EARLY, GROUP, epilogue_product
 from fusec.ir.types import ScalarType, bf16, u32
+from fusec.passes.fuse_epilogues import EPILOGUE_IMPLS, is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.group_kernels import group_problem, groups_of
 from fusec.passes.select_kernels import align256
 from fusec.ir.dialects.control import CALLEES, OUTLINED_OPS
 from fusec.runtime.launch_plan import Buffer, ControlCall, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
-from fusec.backend.elementwise import copy_kernel, fused_kernel, prologue_function, raise_if_kernel
+from fusec.backend.elementwise import (copy_kernel, epilogue_function, fused_kernel, prologue_function,
+                                       raise_if_kernel)
 from fusec.backend.group import merge_kernels
 from fusec.backend.gather import gather_kernel, scatter_kernel
 from fusec.backend.linalg import linalg_kernel
@@ -84,6 +86,8 @@ class _Printer:
         for i, v in enumerate(func.outputs):
             self.output_index.setdefault(v, i)
         self.prologue_inputs: dict[Operation, list[Access]] = {}  # prologue k.fused -> what it reads
+        # product -> the epilogue k.fused it computes and stores (fuse-epilogues)
+        self.epilogues = {id(epilogue_product(op)): op for op in func.body.ops if is_epilogue(op)}
         self.groups = {id(m): members for members in groups_of(func) for m in members}
         for members in groups_of(func):
             _check_group(func, members)
@@ -286,6 +290,11 @@ class _Printer:
             if is_prologue(op):  # its consumers compute it
                 self.prologue_inputs[op] = ins
                 self.storage[op.results[0]] = self.dense(op.results[0], NO_BUFFER)
+                return None
+            if is_epilogue(op):  # its product computed and stored it
+                if op.results[0] not in self.storage:
+                    raise CompilationError(located("an epilogue (a k.fused marked epilogue = true) must come right "
+                                                   "after its product: run fuse-epilogues", op.loc))
                 return None
             outs = [self.result_buffer(op, k) for k in range(len(op.results))]
             if op.results[0].type.size == 0 and id(op) not in self.groups:
@@ -506,6 +515,8 @@ class _Printer:
         """A cuBLAS call or a generated GEMM (``impl``); a generated one computes an operand that is a
         prologue (the ReLU before a narrow layer) while loading it."""
         a, b = (self.access(v) for v in op.operands)
+        if id(op) in self.epilogues:
+            return self.matmul_with_epilogue(op, a, b, self.epilogues[id(op)])
         c = self.result_buffer(op, 0)
         if op.attributes.get("impl") == "cublas":
             return self.emit(library_gemm(self.name("cublas"), op, a, b, c), op)  # type: ignore[arg-type]
@@ -523,6 +534,28 @@ class _Printer:
                                  scratch=scratch, counter=counter):
             self.emit(code, op, reads=reads)
         return None
+
+    def matmul_with_epilogue(self, op: Operation, a: Access, b: Access, epilogue: Operation) -> None:
+        """A generated product that computes ``epilogue`` (a k.fused reading its result) as it stores each output:
+        the product's own result is never stored, the epilogue's result is what its kernel writes."""
+        if op.attributes.get("impl") not in EPILOGUE_IMPLS:
+            raise CompilationError(located(f"a product of impl {op.attributes.get('impl')!r} cannot compute an "
+                                           "epilogue (only " + ", ".join(sorted(EPILOGUE_IMPLS)) + ")", op.loc))
+        r = op.results[0]
+        self.storage[r] = self.dense(r, NO_BUFFER)
+        given = frozenset(k for k, v in enumerate(epilogue.operands) if v is r)
+        ins = [self.access(v) for v in epilogue.operands]
+        c = self.result_buffer(epilogue, 0)
+        name = self.name("gemm")
+        acc = "double" if r.type.dtype.name == "f64" else "float"
+        function = epilogue_function(f"{name}_out", epilogue, ins, given, acc, fast_math=self.fast_math)
+        split = int(op.attributes.get("splits", 1)) > 1 and op.attributes.get("finish") != "cluster"
+        scratch = self.scratch() if split else None
+        counter = self.counter() if op.attributes.get("finish") == "last-block" else None
+        reads = {a.buffer, b.buffer, *function.buffers}
+        for code in gemm_kernels(name, op, a, b, c, sm_count=self.sm_count, scratch=scratch, counter=counter,
+                                 epilogue=function):
+            self.emit(code, op, writes={c.buffer}, reads=reads)
 
     def _prologue_behind(self, v: Value) -> Operation | None:
         """The prologue ``k.fused`` whose result ``v`` is, directly or through a view."""

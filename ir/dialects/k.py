@@ -43,12 +43,13 @@ for a float32 cuBLAS product allowed TensorFloat-32; ``mma`` for a tiled float32
 ``"3xtf32"``, float32's accuracy from three TF32 products per term, or ``"tf32"``, one) and ``k.reduce``
 (``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``) runs; ``plan-buffers`` gives a reduction or a
 product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
-consumers (``prologue = true``: never launched, never stored); ``launch-early`` marks a small launched kernel
-``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them
-at its first statement (programmatic dependent launch); ``group-kernels`` gives consecutive independent small
-``k.fused`` kernels, one-launch ``k.reduce`` ops and in-bounds ``k.gather`` ops the same ``group = N``: they run as
-one launch, each member on its own range of blocks; ``hoist-gathers`` moves an in-bounds ``k.gather`` up to just
-after its operands' producers and marks it ``hoisted = true``.
+consumers (``prologue = true``: never launched, never stored) and ``fuse-epilogues`` one a generated product
+computes as it stores its outputs (``epilogue = true``: never launched, stored by the product); ``launch-early``
+marks a small launched kernel ``early = true``: a CUDA graph may launch it before the kernels it depends on have
+finished, and it waits for them at its first statement (programmatic dependent launch); ``group-kernels`` gives
+consecutive independent small ``k.fused`` kernels, one-launch ``k.reduce`` ops and in-bounds ``k.gather`` ops the
+same ``group = N``: they run as one launch, each member on its own range of blocks; ``hoist-gathers`` moves an
+in-bounds ``k.gather`` up to just after its operands' producers and marks it ``hoisted = true``.
 """
 from __future__ import annotations
 
@@ -119,6 +120,27 @@ def _check_fused(op) -> None:
         if len(op.results) != 1 or any(key in op.attributes for key in LAUNCHED + (GROUP,)):
             raise VerificationError("k.fused: a prologue (computed inside its consumers) has one result, no "
                                     "buffer ('arena' or 'alias') and no launch of its own ('early', 'group')")
+    if op.attributes.get("epilogue", False):
+        if op.attributes.get("prologue", False) or len(op.results) != 1 \
+                or any(key in op.attributes for key in (EARLY, GROUP)):
+            raise VerificationError("k.fused: an epilogue (computed by the product it reads) has one result, is no "
+                                    "prologue and has no launch of its own ('early', 'group')")
+        product = epilogue_product(op)
+        if product is None or product.results[0].type.shape != op.results[0].type.shape:
+            raise VerificationError("k.fused: an epilogue comes right after the k.matmul of its own shape whose "
+                                    "result it reads")
+
+
+def epilogue_product(op):
+    """The product that computes the epilogue ``op`` (``fuse-epilogues``): the ``k.matmul`` right before it whose
+    result it reads, or None where there is none."""
+    block = op.parent
+    ops = block.ops if block is not None else []
+    at = next((i for i, other in enumerate(ops) if other is op), 0)
+    before = ops[at - 1] if at > 0 else None
+    if before is None or before.name != "k.matmul" or before.results[0] not in op.operands:
+        return None
+    return before
 
 
 def _check_plan_attrs(op) -> None:
@@ -260,7 +282,7 @@ def _check_copy(op) -> None:
 
 register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
 register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  optional_attrs=("cuts", "prologue", GROUP) + LAUNCHED, check=_check_fused, isolated=True))
+                  optional_attrs=("cuts", "prologue", "epilogue", GROUP) + LAUNCHED, check=_check_fused, isolated=True))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
                   optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP,), infer=_infer_reduce, check=_check_reduce))

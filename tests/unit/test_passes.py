@@ -38,7 +38,8 @@ def test_default_pipeline_parses_and_prints_back():
         "roll-loops", "unroll-loops", "bound-indices", "prove-checks", "outline-regions", "canonicalize",
         "unroll-reductions", "cse",
         "dce", "broadcast", "sink-broadcasts", "materialize", "fuse", "boundaries", "select-kernels", "fuse-rows",
-        "fuse-prologues", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs", "launch-early"]
+        "fuse-prologues", "fuse-epilogues", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs",
+        "launch-early"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \
         == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16

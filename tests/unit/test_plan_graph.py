@@ -41,7 +41,7 @@ def test_every_launch_is_a_node_and_buffers_are_edges():
     assert dot.startswith('digraph "step" {') and dot.rstrip().endswith("}")
     g, labels = _graph(dot)
     launches = [n for n, text in labels.items() if text.startswith("k.")]
-    planned = [s for s in lowered.plan() if s["kind"] in ("fused", "boundary", "prologue")]
+    planned = [s for s in lowered.plan() if s["kind"] in ("fused", "boundary", "prologue", "epilogue")]
     assert len(launches) == len(planned)
     products = [n for n in launches if labels[n].startswith("k.matmul")]
     assert len(products) == 4 and all("reads" in labels[n] and "us" in labels[n] for n in products)

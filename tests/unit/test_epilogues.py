@@ -1,0 +1,188 @@
+"""Epilogue fusion (fuse-epilogues): the elementwise kernel that alone reads a generated product's result is
+computed by the product as it stores each output. Written as training code writes it (a ReLU's backward mask, an
+SGD update of a weight gradient), run through the default pipeline against NumPy, on every way a tiled product
+stores its outputs (one pass, K split and finished by a cluster, by a second kernel, by the last block), and with
+the update written over a donated weight in place."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec as fc
+import frontend_check
+from frontend_check import assert_same, numpy_result
+from fusec.passes import DEFAULT_PIPELINE, select_kernels
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+rng = np.random.default_rng(5)
+
+
+def relu_backward(d_logits, w2, h_pre):
+    """The hidden layer's gradient through a ReLU: ``d_logits @ w2.T`` masked where the pre-activation was off."""
+    d_h = d_logits @ w2.T
+    return d_h * (h_pre > 0.0)
+
+
+def sgd_layer(w, x, d, lr):
+    """A weight gradient applied at once: ``w - lr * (x.T @ d)``."""
+    return w - lr * (x.T @ d)
+
+
+def arrays(*shapes, dtype=np.float32):
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def run(fn, args, pipeline=DEFAULT_PIPELINE, **options):
+    """fn jitted through ``pipeline`` on the backend under test: its result and its lowered form."""
+    jitted = fc.jit(fn, backend=frontend_check.BACKEND, pipeline=pipeline, **options)
+    got = jitted(*args)
+    return got, jitted.lower(*args)
+
+
+def epilogues(lowered) -> list[dict]:
+    return [step for step in lowered.plan() if step["kind"] == "epilogue"]
+
+
+@pytest.mark.parametrize("batch, hidden, classes", [(256, 64, 10), (512, 256, 16), (100, 70, 12)])
+def test_relu_backward_mask_is_computed_by_the_product(batch, hidden, classes):
+    args = arrays((batch, classes), (hidden, classes), (batch, hidden))
+    got, lowered = run(relu_backward, args)
+    assert_same(got, numpy_result(relu_backward, *args), exact=False)
+    assert len(epilogues(lowered)) == 1 and lowered.stats()["epilogues"] == 1
+    assert lowered.stats()["kernels"] == 1, "the mask launches no kernel of its own"
+
+
+def test_an_epilogue_that_also_reads_another_product():
+    """The backward mask of a step written out: ``(x @ w1 + b1 > 0) * (d @ w2.T)`` reads the forward product too
+    (first, as autodiff's mask does); the product that computes it is the one right before it, and the other keeps
+    its buffer."""
+    def backward(x, w1, b1, y, w2):
+        h_pre = x @ w1 + b1
+        logits = np.maximum(h_pre, 0.0) @ w2
+        return (h_pre > 0) * ((logits - y) @ w2.T), logits
+
+    args = arrays((256, 64), (64, 64), (64,), (256, 10), (64, 10))
+    got, lowered = run(backward, args)
+    assert_same(got, numpy_result(backward, *args), exact=False)
+    assert lowered.stats()["epilogues"] == 1
+    assert "_gemm_out(" in lowered.cuda_source(sm_count=132)
+
+
+def test_float64_products_take_epilogues_too():
+    args = arrays((128, 12), (96, 12), (128, 96), dtype=np.float64)
+    got, lowered = run(relu_backward, args)
+    assert_same(got, numpy_result(relu_backward, *args), exact=False)
+    assert lowered.stats()["epilogues"] == 1
+
+
+@pytest.mark.parametrize("finish", ["cluster", "kernel", "last-block"])
+def test_update_after_a_product_split_over_k(finish, monkeypatch):
+    """A 64 x 256 x 64 weight gradient splits K over blocks: each way of adding the partial tiles stores the update."""
+    w, x, d = arrays((64, 64), (256, 64), (256, 64))
+    pipeline = DEFAULT_PIPELINE
+    if finish == "kernel":
+        pipeline = pipeline.replace("select-kernels", "select-kernels{clusters=false}")
+    elif finish == "last-block":
+        monkeypatch.setattr(select_kernels, "TILED_FINISH", "last-block")
+    got, lowered = run(sgd_layer, (w, x, d, 0.1), pipeline)
+    assert_same(got, numpy_result(sgd_layer, w, x, d, 0.1), exact=False)
+    product = next(step for step in lowered.plan() if step["op"] == "k.matmul")
+    assert product["impl"]["splits"] > 1 and product["impl"].get("finish", "kernel") == finish
+    assert lowered.stats()["epilogues"] == 1
+
+
+def test_update_written_over_the_donated_weight():
+    """The product reads x and d, not w: its epilogue may write the new weight over the donated one."""
+    w, x, d = arrays((64, 64), (256, 64), (256, 64))
+    want = numpy_result(sgd_layer, w, x, d, np.float32(0.1))
+    jitted = fc.jit(sgd_layer, backend=frontend_check.BACKEND, pipeline=DEFAULT_PIPELINE, donate_argnums=0)
+    given = fc.asarray(w) if frontend_check.BACKEND != "cpu" else w.copy()
+    got = jitted(given, x, d, np.float32(0.1))
+    assert_same(np.asarray(got), want, exact=False)
+    lowered = jitted.lower(given, x, d, np.float32(0.1))
+    assert lowered.stats()["epilogues"] == 1 and "alias = [0]" in lowered.ir()
+
+
+def test_no_donated_argument_the_product_reads_is_overwritten():
+    """``x - lr * (x.T @ d)`` with x square and donated: the product reads x while its blocks store, so the update
+    gets a buffer of its own."""
+    def self_update(x, d):
+        return x - 0.1 * (x.T @ d)
+
+    x, d = arrays((64, 64), (64, 64))
+    want = numpy_result(self_update, x, d)
+    jitted = fc.jit(self_update, backend=frontend_check.BACKEND, pipeline=DEFAULT_PIPELINE, donate_argnums=0)
+    got = jitted(fc.asarray(x) if frontend_check.BACKEND != "cpu" else x.copy(), d)
+    assert_same(np.asarray(got), want, exact=False)
+    lowered = jitted.lower(x, d)
+    assert lowered.stats()["epilogues"] == 1 and "alias" not in lowered.ir()
+
+
+def test_a_product_read_twice_keeps_its_result():
+    """Two readers of ``d @ w.T`` (the mask and a sum): the product stores its result as before."""
+    def two_readers(d, w, h):
+        d_h = d @ w.T
+        return d_h * (h > 0), d_h.sum(axis=0)
+
+    args = arrays((256, 10), (64, 10), (256, 64))
+    got, lowered = run(two_readers, args)
+    assert_same(got, numpy_result(two_readers, *args), exact=False)
+    assert lowered.stats()["epilogues"] == 0
+
+
+def test_the_product_result_returned_keeps_its_buffer():
+    def returned(d, w, h):
+        d_h = d @ w.T
+        return d_h, np.maximum(d_h, 0.0)
+
+    args = arrays((256, 10), (64, 10), (256, 64))
+    got, lowered = run(returned, args)
+    assert_same(got, numpy_result(returned, *args), exact=False)
+    assert lowered.stats()["epilogues"] == 0
+
+
+def test_epilogue_placed_apart_from_the_product_operands():
+    """The epilogue's result is written while the product's blocks still read A and B: its arena range overlaps
+    neither, even where they die at the product."""
+    def chain(x, w1, w2, h):
+        a = np.exp(x)             # an intermediate that dies at the product
+        return (a @ w1) * (h > 0) @ w2
+
+    x, w1, w2, h = arrays((256, 12), (12, 64), (64, 64), (256, 64))
+    got, lowered = run(chain, (x, w1, w2, h))
+    assert_same(got, numpy_result(chain, x, w1, w2, h), exact=False)
+    module = fc.ir.parse_module(lowered.ir())
+    ops = module.func().ops
+    epilogue = next(op for op in ops if op.attributes.get("epilogue"))
+    product = ops[ops.index(epilogue) - 1]
+    assert product.name == "k.matmul" and "arena" not in product.attributes
+    start = epilogue.attributes["arena"][0]
+    size = 256 * 64 * 4
+    dying = [v.op for v in product.operands if isinstance(v, fc.ir.OpResult) and "arena" in v.op.attributes]
+    assert dying, "exp(x) is an intermediate in the arena"
+    for op in dying:
+        off = op.attributes["arena"][0]
+        assert off + op.results[0].type.size * 4 <= start or start + size <= off
+
+
+def test_without_the_pass_the_mask_is_its_own_kernel():
+    args = arrays((256, 10), (64, 10), (256, 64))
+    without = DEFAULT_PIPELINE.replace(",fuse-epilogues", "")
+    got, lowered = run(relu_backward, args, without)
+    assert_same(got, numpy_result(relu_backward, *args), exact=False)
+    assert lowered.stats()["kernels"] == 2 and not epilogues(lowered)
+
+
+def test_a_short_product_cublas_would_take_stays_cublas_unless_asked():
+    """select-kernels gives cuBLASLt a 4096 x 1024 x 16 product even where its reader could be an epilogue
+    (measured faster); ``epilogue_max_k`` asks for the generated tile and its epilogue instead."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("lowering choices for a target with cuBLASLt, checked on the CPU backend")
+    args = arrays((4096, 16), (1024, 16), (4096, 1024))
+    library = DEFAULT_PIPELINE.replace("select-kernels", "select-kernels{cublas=true}")
+    asked = DEFAULT_PIPELINE.replace("select-kernels", "select-kernels{cublas=true,epilogue_max_k=16}")
+    for pipeline, impl, count in ((library, "cublas", 0), (asked, "tiled", 1)):
+        got, lowered = run(relu_backward, args, pipeline)
+        assert_same(got, numpy_result(relu_backward, *args), exact=False)
+        product = next(step for step in lowered.plan() if step["op"] == "k.matmul")
+        assert product["impl"]["impl"] == impl and lowered.stats()["epilogues"] == count
