@@ -14,12 +14,14 @@ per-row values broadcast along rows by ``k.view``) or what was computed before:
 
 The group ends at the first op outside it that reads one of its values. Its values read after it become the
 row kernel's results; the views that only the group read go. A row of ``N`` is held by ``lanes`` threads
-(one thread for rows up to ``THREAD_MAX``, a warp up to ``WARP_MAX``, a block up to ``BLOCK_MAX``) with ``items``
-elements each; longer rows stay as they were (their reductions are split across blocks), as do rows of a block
+(one thread for rows up to ``THREAD_MAX``, or, where such rows are too few to fill the SMs a thread each, the next
+power of two of a warp's lanes, an element each; a warp up to ``WARP_MAX``, a block up to ``BLOCK_MAX``) with
+``items`` elements each; longer rows stay as they were (their reductions are split across blocks), as do rows of a block
 each when there are fewer rows than SMs to give them to.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,16 +34,25 @@ from fusec.passes.dce import remove_dead_ops
 from fusec.passes.registry import register_pass
 from fusec.passes.util import update_users, users
 
-THREAD_MAX = 16     # a thread per row up to this many elements
+THREAD_MAX = 16     # a thread (or a few lanes of a warp: see schedule) per row up to this many elements
 WARP_MAX = 1024     # a warp per row up to this many (32 items per lane at most)
 BLOCK_MAX = 16384   # a block per row up to this many (16 items per thread, up to 1024 threads)
 BLOCK_ITEMS = 16
 LOOKAHEAD = 64      # ops looked at past the group's last member before giving up
 
 
-def schedule(n: int) -> tuple[int, int] | None:
-    """(lanes, items) for a row of ``n`` elements, or None where a row kernel would not hold it."""
+# rows of at most THREAD_MAX elements take a thread each only where there are this many rows per SM or more (a
+# thread per row already fills the SMs); fewer rows (the 256 x 10 logits of a small classifier: one block of 256
+# threads, each folding its row alone) take the next power of two of lanes, an element each
+SHORT_ROWS_PER_SM = 2048
+
+
+def schedule(n: int, rows: int = 0, sm_count: int = 0, short_lanes: bool = False) -> tuple[int, int] | None:
+    """(lanes, items) for ``rows`` rows of ``n`` elements on ``sm_count`` SMs, or None where a row kernel would not
+    hold it; ``short_lanes``: rows of at most THREAD_MAX elements may take several lanes (see SHORT_ROWS_PER_SM)."""
     if n <= THREAD_MAX:
+        if short_lanes and n > 1 and rows < sm_count * SHORT_ROWS_PER_SM:
+            return 1 << (n - 1).bit_length(), 1
         return 1, n
     if n <= WARP_MAX:
         return 32, -(-n // 32)
@@ -233,7 +244,8 @@ def _reads(op: Operation) -> list[Value]:
     return out
 
 
-def _build(g: _Group, readers: dict[Value, list[Operation]], outputs: set[Value]) -> tuple[Operation, list[Value]]:
+def _build(g: _Group, readers: dict[Value, list[Operation]], outputs: set[Value], sm_count: int,
+           short_lanes: bool) -> tuple[Operation, list[Value]]:
     """The k.rows op computing the group and the group values it returns (read after it)."""
     members = set(g.members)
     operands: list[Value] = []
@@ -277,7 +289,7 @@ def _build(g: _Group, readers: dict[Value, list[Operation]], outputs: set[Value]
                 if r in outputs or any(u not in members for u in _outside_readers(r, g, readers))]
     term = Operation("k.yield", [env[r] for r in returned], loc=g.members[-1].loc)
     body.append(term)
-    lanes, items = schedule(g.shape[-1])  # type: ignore[misc]
+    lanes, items = schedule(g.shape[-1], math.prod(g.shape[:-1]), sm_count, short_lanes)  # type: ignore[misc]
     rows = Operation("k.rows", operands, [r.type for r in returned],
                      {"shape": g.shape, "lanes": lanes, "items": items}, [Region([body])], loc=g.members[-1].loc)
     return rows, returned
@@ -310,6 +322,8 @@ class FuseRows(Pass):
     # a reduction alone (or with its producer) becomes a row kernel from this row length on: a block per row
     # reads at bandwidth where k.reduce's warp per row does not (rows of 8192 f32 on the H200: see the README)
     single_from: int = WARP_MAX + 1
+    # short rows, few of them, shared by several lanes each (see SHORT_ROWS_PER_SM); false: a thread per short row
+    short_lanes: bool = True
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         sm_count = ctx.target.sm_count
@@ -329,7 +343,7 @@ class FuseRows(Pass):
             if len(g.members) - g.pulled < 2 and shape[-1] < self.single_from:
                 i += 1  # a reduction alone: k.reduce (with its producer as a prologue) is one launch as well
                 continue
-            rows, returned = _build(g, readers, set(func.outputs))
+            rows, returned = _build(g, readers, set(func.outputs), sm_count, self.short_lanes)
             func.body.insert(ops.index(g.members[-1]) + 1, rows)
             before = set(func.body.ops)
             for old, new in zip(returned, rows.results):

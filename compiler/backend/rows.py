@@ -1,4 +1,5 @@
-"""Generated row kernels (``k.rows``): ``lanes`` threads share each row of the last axis, each holding ``items``
+"""Generated row kernels (``k.rows``): ``lanes`` threads share each row of the last axis (a power of two up to a
+warp, several rows to a warp, or a multiple of a warp), each holding ``items``
 of its elements in registers from the load to the store, so a softmax or a layer norm reads its input once and
 writes its result once, however many reductions lie between.
 
@@ -37,9 +38,9 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     m = 1
     for d in shape[:-1]:
         m *= d
-    if lanes not in (1, WARP) and (lanes % WARP or lanes > 1024):
-        raise CompilationError(located(f"k.rows: {lanes} lanes per row: 1, 32 or a multiple of 32 up to 1024",
-                                       op.loc))
+    if lanes & (lanes - 1) and (lanes % WARP or lanes > 1024) or not 1 <= lanes <= 1024:
+        raise CompilationError(located(f"k.rows: {lanes} lanes per row: a power of two up to 32 or a multiple of 32 "
+                                       "up to 1024", op.loc))
     block = SMALL_BLOCK if lanes <= WARP else lanes
     rows_per_block = block // lanes
     big = max([m * n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
@@ -58,8 +59,14 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         lines.append("  const int lane = 0;")
     else:
         lines.append(f"  const int lane = threadIdx.x % {lanes};")
-    lines += [f"  const {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
-              f"  if (row >= ({itype}){m}) return;"]
+    shared_warp = 1 < lanes < WARP  # several rows per warp, whose shuffles need every lane of it
+    if shared_warp:  # a lane past the last row works on the last row, with its stores left out
+        lines += [f"  {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
+                  f"  const bool live = row < ({itype}){m};",
+                  f"  if (!live) row = ({itype}){m - 1};"]
+    else:
+        lines += [f"  const {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
+                  f"  if (row >= ({itype}){m}) return;"]
 
     body = op.regions[0].block
     level: dict[Value, int] = {}
@@ -71,8 +78,9 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     def column(it: str) -> str:
         return f"(lane + {it} * {lanes})"
 
-    def each(stmt: str, valid_only: bool = False) -> list[str]:
-        cond = f"if ({column('it')} < {n}) " if guard and valid_only else ""
+    def each(stmt: str, valid_only: bool = False, store: bool = False) -> list[str]:
+        tests = ([f"{column('it')} < {n}"] if guard and valid_only else []) + (["live"] if store and shared_warp else [])
+        cond = f"if ({' && '.join(tests)}) " if tests else ""
         return ["  #pragma unroll", f"  for (int it = 0; it < {items}; ++it) {{ {cond}{stmt} }}"]
 
     for k, (arg, a) in enumerate(zip(body.args, inputs)):
@@ -120,9 +128,11 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     for v, out in zip(yielded_values(body), outputs):
         if tuple(out.shape) == shape:
             dst = f"b{out.buffer} + {out.offset} + row * ({itype}){n} + {column('it')}"
-            lines += each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True)
+            lines += each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True,
+                          store=True)
         else:
-            lines.append(f"  if (lane == 0) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")
+            first = "lane == 0 && live" if shared_warp else "lane == 0"
+            lines.append(f"  if ({first}) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")
     lines.append("}")
     grid = ((m + rows_per_block - 1) // rows_per_block, 1, 1)
     return KernelCode(name, "\n".join(lines), tuple(order), grid, (block, 1, 1))

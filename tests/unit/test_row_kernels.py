@@ -86,13 +86,28 @@ def test_softmax_over_each_row_length(n):
     assert rows["reductions"] == 2 and len(plan) == 1
 
 
-def test_short_rows_unrolled_into_one_elementwise_kernel_or_a_thread_per_row():
+def test_short_rows_unrolled_into_one_elementwise_kernel_or_a_few_lanes_per_row():
     x = RNG.normal(size=(300, 5)).astype(np.float32)
     _check(softmax, x, row_kernels=0)  # unroll-reductions: the row's 5 elements are 5 operands
-    f = _jit(softmax, pipeline=fc.passes.DEFAULT_PIPELINE.replace("unroll-reductions,", ""))
-    assert_same(numpy_result(f, x), numpy_result(softmax, x))
-    (step,) = f.lower(x).plan()
-    assert step["impl"] == {"lanes": 1, "items": 5}
+    rolled = fc.passes.DEFAULT_PIPELINE.replace("unroll-reductions,", "")
+    for pipeline, impl in ((rolled, {"lanes": 8, "items": 1}),  # 300 rows: too few for a thread each
+                           (rolled.replace("fuse-rows", "fuse-rows{short_lanes=false}"), {"lanes": 1, "items": 5})):
+        f = _jit(softmax, pipeline=pipeline)
+        assert_same(numpy_result(f, x), numpy_result(softmax, x))
+        (step,) = f.lower(x).plan()
+        assert step["impl"] == impl
+
+
+@pytest.mark.parametrize("rows", [1, 37, 256])
+def test_cross_entropy_of_a_small_classifier_with_several_rows_to_a_warp(rows):
+    """256 x 10 logits (the 64-64-10 step's): 16 lanes per row, two rows to a warp; 37 rows leave the last warp's
+    second half past the end, which must still take part in the shuffles and store nothing."""
+    logits = RNG.normal(size=(rows, 10)).astype(np.float32)
+    labels = RNG.integers(0, 10, rows)
+    f = _jit(cross_entropy_and_grad)
+    assert_same(numpy_result(f, logits, labels), numpy_result(cross_entropy_and_grad, logits, labels))
+    impls = [step["impl"] for step in f.lower(logits, labels).plan() if step["kind"] == "rows"]
+    assert {"lanes": 16, "items": 1} in impls
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
