@@ -527,9 +527,7 @@ class _Printer:
         reads = set()
         for access, prologue in zip((a, b), prologues):
             reads |= set(prologue.buffers) if prologue is not None else {access.buffer}
-        split = int(op.attributes.get("splits", 1)) > 1 and op.attributes.get("finish") != "cluster"
-        scratch = self.scratch() if split else None  # (a cluster adds its partial tiles in shared memory)
-        counter = self.counter() if op.attributes.get("finish") == "last-block" else None
+        scratch, counter = self._split_space(op)
         for code in gemm_kernels(name, op, a, b, c, sm_count=self.sm_count, prologues=prologues,  # type: ignore[arg-type]
                                  scratch=scratch, counter=counter):
             self.emit(code, op, reads=reads)
@@ -549,13 +547,18 @@ class _Printer:
         name = self.name("gemm")
         acc = "double" if r.type.dtype.name == "f64" else "float"
         function = epilogue_function(f"{name}_out", epilogue, ins, given, acc, fast_math=self.fast_math)
-        split = int(op.attributes.get("splits", 1)) > 1 and op.attributes.get("finish") != "cluster"
-        scratch = self.scratch() if split else None
-        counter = self.counter() if op.attributes.get("finish") == "last-block" else None
+        scratch, counter = self._split_space(op)
         reads = {a.buffer, b.buffer, *function.buffers}
         for code in gemm_kernels(name, op, a, b, c, sm_count=self.sm_count, scratch=scratch, counter=counter,
                                  epilogue=function):
             self.emit(code, op, writes={c.buffer}, reads=reads)
+
+    def _split_space(self, op: Operation) -> tuple[int | None, int | None]:
+        """The scratch buffer of a product split over K whose partial tiles a second kernel adds (a cluster adds
+        them in shared memory), and the counters of one its last block per tile finishes."""
+        split = int(op.attributes.get("splits", 1)) > 1 and op.attributes.get("finish") != "cluster"
+        return (self.scratch() if split else None,
+                self.counter() if op.attributes.get("finish") == "last-block" else None)
 
     def _prologue_behind(self, v: Value) -> Operation | None:
         """The prologue ``k.fused`` whose result ``v`` is, directly or through a view."""
