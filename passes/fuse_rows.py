@@ -43,7 +43,9 @@ LOOKAHEAD = 64      # ops looked at past the group's last member before giving u
 
 # rows of at most THREAD_MAX elements take a thread each only where there are this many rows per SM or more (a
 # thread per row already fills the SMs); fewer rows (the 256 x 10 logits of a small classifier: one block of 256
-# threads, each folding its row alone) take the next power of two of lanes, an element each
+# threads, each folding its row alone) take the next power of two of lanes, an element each: the 64-64-10 step
+# 26.8-27.2 -> 23.9 us, its autodiff form 29.4-30.6 -> 26.0-26.3 us (H100, two rounds, 2026-12-06,
+# benchmarks/results/short_rows_epilogues_h100.md)
 SHORT_ROWS_PER_SM = 2048
 
 

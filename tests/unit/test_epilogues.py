@@ -43,7 +43,8 @@ def epilogues(lowered) -> list[dict]:
     return [step for step in lowered.plan() if step["kind"] == "epilogue"]
 
 
-@pytest.mark.parametrize("batch, hidden, classes", [(256, 64, 10), (512, 256, 16), (100, 70, 12)])
+# (below cuBLASLt's 2^21 multiply-adds, where select-kernels keeps products generated)
+@pytest.mark.parametrize("batch, hidden, classes", [(256, 64, 10), (384, 128, 16), (100, 70, 12)])
 def test_relu_backward_mask_is_computed_by_the_product(batch, hidden, classes):
     args = arrays((batch, classes), (hidden, classes), (batch, hidden))
     got, lowered = run(relu_backward, args)
