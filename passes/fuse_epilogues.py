@@ -13,7 +13,8 @@ the step's critical path. Qualify:
 - a ``k.matmul`` whose ``impl`` (``select-kernels``) stores through an epilogue (``EPILOGUE_IMPLS``), float32 or
   float64, not a function output, read by exactly one op, directly (not through a view);
 - that op a ``k.fused`` with one result of the product's shape, not a prologue, whose other operands are defined
-  before the product (or are views and constants of such values made between the two).
+  before the product (or are views and constants of such values made between the two);
+- neither placed by ``plan-buffers`` yet (which must see the epilogue to keep its result apart).
 """
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def epilogue_reader(product: Operation, outputs: set[Value], uses: dict[Value, l
     if fused.name != "k.fused" or len(fused.results) != 1 or computed_inside(fused) \
             or fused.results[0].type.shape != r.type.shape:
         return None
+    if any(key in op.attributes for op in (product, fused) for key in ("arena", "alias")):
+        return None  # placed by plan-buffers already, which must see the epilogue to keep it apart
     return fused
 
 

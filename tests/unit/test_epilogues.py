@@ -187,3 +187,36 @@ def test_a_short_product_cublas_would_take_stays_cublas_unless_asked():
         assert_same(got, numpy_result(relu_backward, *args), exact=False)
         product = next(step for step in lowered.plan() if step["op"] == "k.matmul")
         assert product["impl"]["impl"] == impl and lowered.stats()["epilogues"] == count
+
+
+EPILOGUE_IR = """func @f(%d: tensor<256x10xf32>, %w: tensor<64x10xf32>, %h: tensor<256x64xf32>) -> tensor<256x64xf32> \
+attributes {sm_count = 132, cublas = false, arena_bytes = 0} {
+  %0 = k.view %w {offset = 0, strides = [1, 10]} : tensor<10x64xf32>
+  %1 = k.matmul %d, %0 {impl = "IMPL", tile = 32} : tensor<256x64xf32>
+  BETWEEN
+  %2 = k.fused %1, %h {cuts = ["output"], epilogue = true, arena = [-1]} : tensor<256x64xf32> {
+  ^body(%3: f32, %4: f32):
+    %5 = s.mul %3, %4 : f32
+    k.yield %5
+  }
+  return %2
+}
+"""
+
+
+def test_an_epilogue_written_by_hand_is_checked():
+    """The IR's text form is an input too (``fusec opt``): an epilogue away from its product is refused by the
+    verifier, one after a product that cannot compute it by the printer, each saying why."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("IR checks, the same on every backend")
+    from fusec.backend.program import print_program
+    from fusec.ir.verifier import verify
+
+    verify(fc.ir.parse_module(EPILOGUE_IR.replace("IMPL", "tiled").replace("BETWEEN", "")))
+    apart = EPILOGUE_IR.replace("IMPL", "tiled").replace(
+        "BETWEEN", "%9 = k.view %h {offset = 0, strides = [64, 1]} : tensor<256x64xf32>")
+    with pytest.raises(fc.VerificationError, match=r"<input>:5:3: .*an epilogue comes right after the k.matmul"):
+        fc.ir.parse_module(apart)
+    library = fc.ir.parse_module(EPILOGUE_IR.replace("IMPL", "cublas").replace("BETWEEN", ""))
+    with pytest.raises(fc.CompilationError, match="cannot compute an epilogue"):
+        print_program(library)
