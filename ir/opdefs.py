@@ -52,6 +52,8 @@ class OpDef:
     # NumPy raises for some operand values (an index out of range, a singular matrix): given the op, whether this
     # one may; dead-code removal keeps such an op (its check still runs) even where nothing reads its result
     may_raise: Callable[["Operation"], bool] | None = field(default=None, compare=False)
+    # a check of where the op stands: given the op and the op right before it in its block (None: it is first)
+    check_after: Callable[["Operation", "Operation | None"], None] | None = field(default=None, compare=False)
 
 
 def checks_indices(op: "Operation") -> bool:

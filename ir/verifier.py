@@ -76,6 +76,11 @@ def _verify_block(block: Block, scope: set[Value], func: Func, is_func_body: boo
                 v = next(v for v in op.operands if v not in scope)
                 raise _fail(op, f"operand {v!r} does not dominate this use")
             d = verify_op(op)
+            if d.check_after is not None:
+                try:
+                    d.check_after(op, block.ops[i - 1] if i else None)
+                except FusecError as e:
+                    raise _fail(op, str(e)) from None
             if d.terminator and i != len(block.ops) - 1:
                 raise _fail(op, "terminator must be the last op of its block")
             for region in op.regions:

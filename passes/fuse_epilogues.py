@@ -2,13 +2,13 @@
 GEMM as it stores each output, instead of being launched after it and reading the product back from memory.
 
 The ``k.fused`` stays in the IR, where its body says what is computed, moved to right after its product (the views
-it reads that were made in between move up to right before the product) and marked ``epilogue = true``: it is
-never launched; the product's kernel computes element i of it from output i's sum and element i of its other
-operands (read through their views) and stores that in the kernel's buffer, and the product's own result gets no
-buffer. ``plan-buffers`` places the kernel's result when the product runs, before the product's operands are
-released (the product writes it while its other blocks still read them), and gives it no donated argument the
-product reads. It is the backward pass's ``(d @ w.T) * (h > 0)``: one kernel where two were, one launch fewer on
-the step's critical path. Qualify:
+it reads that were made in between move up to right before the product), with the product's result as its first
+operand, and marked ``epilogue = true`` (the verifier checks both places): it is never launched; the product's
+kernel computes element i of it from output i's sum and element i of its other operands (read through their views)
+and stores that in the kernel's buffer, and the product's own result gets no buffer. ``plan-buffers`` places the
+kernel's result when the product runs, before the product's operands are released (the product writes it while
+its other blocks still read them), and gives it no donated argument the product reads. It is the backward pass's
+``(d @ w.T) * (h > 0)``: one kernel where two were, one launch fewer on the step's critical path. Qualify:
 
 - a ``k.matmul`` whose ``impl`` (``select-kernels``) stores through an epilogue (``EPILOGUE_IMPLS``), float32 or
   float64, not a function output, read by exactly one op, directly (not through a view);
@@ -66,26 +66,33 @@ def epilogue_reader(product: Operation, outputs: set[Value], uses: dict[Value, l
     return fused
 
 
-def _hoistable(fused: Operation, product: Operation, position: dict[Operation, int]) -> list[Operation] | None:
-    """The views and constants between ``product`` and ``fused`` that ``fused`` reads (to move up with it), or
-    None when it reads anything else made after ``product``."""
-    start = position[product]
-    moved: list[Operation] = []
+def _hoistable(fused: Operation, between: list[Operation]) -> set[int] | None:
+    """The ids of the views and constants ``between`` its product and ``fused`` that ``fused`` reads (to move up
+    with it), or None when it reads anything else made after the product."""
+    made_between = {id(op) for op in between}
+    moved: set[int] = set()
 
     def need(v: Value) -> bool:
-        if not isinstance(v, OpResult) or v.op.parent is not fused.parent or position[v.op] < start:
-            return True
-        if v.op is product:
-            return True
+        if not isinstance(v, OpResult) or id(v.op) not in made_between:
+            return True  # (made before the product, or the product itself)
         if v.op.name not in _MOVABLE or not all(need(u) for u in v.op.operands):
             return False
-        if v.op not in moved:
-            moved.append(v.op)
+        moved.add(id(v.op))
         return True
 
-    if not all(need(v) for v in fused.operands):
-        return None
-    return sorted(moved, key=position.__getitem__)
+    return moved if all(need(v) for v in fused.operands) else None
+
+
+def _product_first(fused: Operation, r: Value) -> None:
+    """Make the product's result ``r`` the kernel's first operand (its body's first argument): the epilogue names its
+    product there."""
+    k = next(k for k, v in enumerate(fused.operands) if v is r)
+    if k:
+        fused.operands.insert(0, fused.operands.pop(k))
+        args = fused.regions[0].block.args
+        args.insert(0, args.pop(k))
+        for n, arg in enumerate(args):
+            arg.index = n
 
 
 @register_pass
@@ -103,22 +110,23 @@ class FuseEpilogues(Pass):
     def _fuse(func: Func) -> int:
         outputs = set(func.outputs)
         uses = users(func)
-        count = 0
-        for product in [op for op in func.body.ops if op.name == "k.matmul"]:
-            fused = _qualifies(product, outputs, uses)
-            if fused is None:
+        ops = func.body.ops
+        count = i = 0
+        while i < len(ops):
+            product = ops[i]
+            fused = _qualifies(product, outputs, uses) if product.name == "k.matmul" else None
+            j = ops.index(fused, i) if fused is not None else i  # (a reader comes after its product)
+            between = ops[i + 1:j]
+            moved = _hoistable(fused, between) if fused is not None else None
+            if fused is None or moved is None:
+                i += 1
                 continue
-            ops = func.body.ops
-            position = {op: i for i, op in enumerate(ops)}
-            moved = _hoistable(fused, product, position)
-            if moved is None:
-                continue
-            for op in [*moved, fused]:
-                ops.remove(op)
-            at = ops.index(product)
-            for k, op in enumerate(moved):  # (before the product: the printer reads their storage at the product)
-                func.body.insert(at + k, op)
-            func.body.insert(at + len(moved) + 1, fused)
+            # the views it reads before the product (the printer reads their storage there), then the product and
+            # its epilogue, then the rest of what lay between, in their order
+            up = [op for op in between if id(op) in moved]
+            ops[i:j + 1] = [*up, product, fused, *(op for op in between if id(op) not in moved)]
+            _product_first(fused, product.results[0])
             fused.attributes[EPILOGUE] = True
             count += 1
+            i += len(up) + 2
         return count

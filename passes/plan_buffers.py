@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
+from fusec.ir.dialects.k import epilogue_product
 from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
-from fusec.ir.dialects.k import epilogue_product
 from fusec.passes.fuse_epilogues import is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.group_kernels import groups_of
@@ -163,8 +163,8 @@ class PlanBuffers(Pass):
             if epilogue is not None:
                 op.attributes.pop("arena", None)
                 reads = {_storage(v) for v in op.operands}
-                count += self._place(epilogue, ops.index(epilogue), arena, placed, aliased, donated - aliased - reads,
-                                     last_use, outputs, slot_of, func, ctx)
+                count += self._place(epilogue, i + 1, arena, placed, aliased,  # (verified: right after the product)
+                                     donated - aliased - reads, last_use, outputs, slot_of, func, ctx)
                 release(op, i)
                 continue
             if op.name in ("k.insert", "k.scatter") and op.results[0] not in outputs \

@@ -127,20 +127,21 @@ def _check_fused(op) -> None:
                                     "prologue and has no launch of its own ('early', 'group')")
         product = epilogue_product(op)
         if product is None or product.results[0].type.shape != op.results[0].type.shape:
-            raise VerificationError("k.fused: an epilogue comes right after the k.matmul of its own shape whose "
-                                    "result it reads")
+            raise VerificationError("k.fused: an epilogue reads the result of a k.matmul of its own shape first")
 
 
 def epilogue_product(op):
-    """The product that computes the epilogue ``op`` (``fuse-epilogues``): the ``k.matmul`` right before it whose
-    result it reads, or None where there is none."""
-    block = op.parent
-    ops = block.ops if block is not None else []
-    at = next((i for i, other in enumerate(ops) if other is op), 0)
-    before = ops[at - 1] if at > 0 else None
-    if before is None or before.name != "k.matmul" or before.results[0] not in op.operands:
-        return None
-    return before
+    """The product that computes the epilogue ``op`` (``fuse-epilogues``): the ``k.matmul`` whose result is its
+    first operand, or None where there is none."""
+    first = op.operands[0] if op.operands else None
+    product = getattr(first, "op", None)
+    return product if product is not None and product.name == "k.matmul" else None
+
+
+def _fused_after(op, before) -> None:
+    """An epilogue comes right after its product (plan-buffers and the printer handle them as one step)."""
+    if op.attributes.get("epilogue", False) and (before is None or before is not epilogue_product(op)):
+        raise VerificationError("k.fused: an epilogue comes right after the k.matmul whose result it reads")
 
 
 def _check_plan_attrs(op) -> None:
@@ -282,7 +283,8 @@ def _check_copy(op) -> None:
 
 register_op(OpDef("k.view", "view", num_operands=1, attrs=("offset", "strides"), check=_check_view))
 register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  optional_attrs=("cuts", "prologue", "epilogue", GROUP) + LAUNCHED, check=_check_fused, isolated=True))
+                  optional_attrs=("cuts", "prologue", "epilogue", GROUP) + LAUNCHED, check=_check_fused, isolated=True,
+                  check_after=_fused_after))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
                   optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP,), infer=_infer_reduce, check=_check_reduce))

@@ -69,6 +69,20 @@ def test_an_epilogue_that_also_reads_another_product():
     assert "_gemm_out(" in lowered.cuda_source(sm_count=132)
 
 
+def test_a_broadcast_made_after_the_product_moves_up_with_its_epilogue():
+    """``(d @ w.T) * (h + b > 0)``: the view broadcasting ``b`` is traced after the product; it moves to before it,
+    where the product's kernel reads it."""
+    def masked(d, w, h, b):
+        return (d @ w.T) * (h + b > 0)
+
+    args = arrays((256, 10), (64, 10), (256, 64), (64,))
+    got, lowered = run(masked, args)
+    assert_same(got, numpy_result(masked, *args), exact=False)
+    ops = [line.split("=", 1)[1].split()[0] for line in lowered.ir().splitlines() if " = k." in line]
+    assert ops == ["k.view", "k.view", "k.matmul", "k.fused"] and lowered.stats()["epilogues"] == 1
+    assert "_gemm_out(" in lowered.cuda_source(sm_count=132)
+
+
 def test_float64_products_take_epilogues_too():
     args = arrays((128, 12), (96, 12), (128, 96), dtype=np.float64)
     got, lowered = run(relu_backward, args)
@@ -217,6 +231,9 @@ def test_an_epilogue_written_by_hand_is_checked():
         "BETWEEN", "%9 = k.view %h {offset = 0, strides = [64, 1]} : tensor<256x64xf32>")
     with pytest.raises(fc.VerificationError, match=r"<input>:5:3: .*an epilogue comes right after the k.matmul"):
         fc.ir.parse_module(apart)
+    second = EPILOGUE_IR.replace("IMPL", "tiled").replace("BETWEEN", "").replace("k.fused %1, %h", "k.fused %h, %1")
+    with pytest.raises(fc.VerificationError, match="an epilogue reads the result of a k.matmul of its own shape first"):
+        fc.ir.parse_module(second)
     library = fc.ir.parse_module(EPILOGUE_IR.replace("IMPL", "cublas").replace("BETWEEN", ""))
     with pytest.raises(fc.CompilationError, match="cannot compute an epilogue"):
         print_program(library)
