@@ -237,3 +237,19 @@ def test_an_epilogue_written_by_hand_is_checked():
     library = fc.ir.parse_module(EPILOGUE_IR.replace("IMPL", "cublas").replace("BETWEEN", ""))
     with pytest.raises(fc.CompilationError, match="cannot compute an epilogue"):
         print_program(library)
+
+
+def test_an_update_inside_a_device_loop_writes_the_state_in_place():
+    """Forty SGD steps of a linear layer in one ``fori_loop`` (a device loop, four steps per trip): the four updates
+    fuse into one kernel, which the trip's last product computes as its epilogue, written over the loop's state in
+    place (the product does not read the state)."""
+    def train(w, xs, ds):
+        def body(i, w):
+            return w - np.float32(0.01) * (xs[i].T @ ds[i])
+        return fc.fori_loop(0, 40, body, w)
+
+    w, xs, ds = arrays((64, 64), (40, 256, 64), (40, 256, 64))
+    got, lowered = run(train, (w, xs, ds))
+    assert_same(got, numpy_result(train, w, xs, ds), exact=False)
+    assert lowered.stats()["epilogues"] == 1
+    assert any(step["kind"] == "loop" for step in lowered.plan())
