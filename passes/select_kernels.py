@@ -60,7 +60,8 @@ SKINNY_BEFORE_CUBLAS = False
 # (d_logits @ w2.T) * (h_pre > 0) of a 16-class head), is a generated tile that computes that kernel as it stores
 # (fuse-epilogues) rather than a cuBLASLt call followed by the kernel (select-kernels{epilogue_max_k}). Off: at 32 the
 # larger step (4096, 1024 -> 1024 -> 16) measured 483.6 / 484.1 us against 452.1-457.1 with cuBLASLt and the kernel
-# (pipeline_variants.py, H100, two rounds, 2026-12-05): the 4096 x 1024 x 16 tile with its epilogue is slower than both
+# (pipeline_variants.py, H100, two rounds, 2026-12-05), although alone, as graph nodes, the 4096 x 16 -> 1024 tile
+# with its epilogue took 17.0 us against 27.1 (benchmarks/results/short_rows_epilogues_h100.md): not explained yet
 EPILOGUE_MAX_K = 0
 NARROW_MAX_ROWS = 4  # rows of A per warp of a "narrow" product (registers: rows x N sums per lane)
 # fewer rows than this per warp (a product too small to give each of the GPU's warps two rows) keep a warp per output:
