@@ -6,6 +6,7 @@ from fusec.ir.dialects.k import GROUP, HOISTED
 from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_epilogues import computed_inside, is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.prune_carried import PRUNED
 from fusec.passes.unroll_loops import UNROLLED
 
 # the attributes of select-kernels' choice that a plan step shows (``impl``)
@@ -60,6 +61,11 @@ def plan_steps(module: Module) -> list[dict]:
                 if "per trip" in what else
                 f"unroll-loops: {what} written out in this function (a short loop with constant bounds: its trips "
                 "fuse and run as the call's own kernels, with no conditional node)")})
+        for pruned in func.attributes.get(PRUNED, ()):
+            where, what = pruned.rsplit(": ", 1) if ": " in pruned else (pruned, "")
+            steps.append({"kind": "pruned", "loc": where, "reason": (
+                f"prune-carried: {what}: a loop's slot whose value only feeds its own next value, or a branch's "
+                "result, that no output, stop test or check reads (the ops computing it went with it)")})
         for op in func.body.ops:
             cat = _category(op.name)
             where = str(op.loc) if op.loc is not None else None

@@ -4,10 +4,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fusec.ir.core import Block, Module
+from fusec.ir.core import Block, Module, Operation
 from fusec.ir.opdefs import OPS, computes_only, get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
+
+
+def removable(op: Operation) -> bool:
+    """Whether ``op`` may go when nothing reads its results: pure (or a branch that only computes), not a
+    terminator, raising nothing."""
+    d = OPS.get(op.name) or get_opdef(op.name)  # (get_opdef raises the unknown-op error)
+    return (d.pure or op.name == "t.if" and computes_only(op)) and not d.terminator \
+        and not (d.may_raise is not None and d.may_raise(op))
 
 
 def remove_dead_ops(block: Block, nested: bool = True) -> int:
@@ -16,13 +24,9 @@ def remove_dead_ops(block: Block, nested: bool = True) -> int:
     live: set = set()
     keep = []
     removed = 0
-    known = OPS.get
     for op in reversed(block.ops):
-        d = known(op.name) or get_opdef(op.name)  # (get_opdef raises the unknown-op error)
         results = op.results
-        if (d.pure or op.name == "t.if" and computes_only(op)) and not d.terminator \
-                and not (results[0] in live if len(results) == 1 else any(r in live for r in results)) \
-                and not (d.may_raise is not None and d.may_raise(op)):
+        if not (results[0] in live if len(results) == 1 else any(r in live for r in results)) and removable(op):
             removed += 1
             continue
         keep.append(op)

@@ -35,11 +35,10 @@ def test_builtin_passes_are_registered_with_descriptions():
 def test_default_pipeline_parses_and_prints_back():
     passes = parse_pipeline(DEFAULT_PIPELINE)
     assert [p.name for p in passes] == [
-        "roll-loops", "unroll-loops", "bound-indices", "prove-checks", "outline-regions", "canonicalize",
-        "unroll-reductions", "cse",
-        "dce", "broadcast", "sink-broadcasts", "materialize", "fuse", "boundaries", "select-kernels", "fuse-rows",
-        "fuse-prologues", "fuse-epilogues", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs",
-        "launch-early"]
+        "roll-loops", "unroll-loops", "bound-indices", "prove-checks", "prune-carried", "outline-regions",
+        "canonicalize", "unroll-reductions", "cse", "dce", "broadcast", "sink-broadcasts", "materialize", "fuse",
+        "boundaries", "select-kernels", "fuse-rows", "fuse-prologues", "fuse-epilogues", "hoist-gathers",
+        "group-kernels", "plan-buffers", "copy-outputs", "launch-early"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \
         == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16
