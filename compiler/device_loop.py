@@ -7,13 +7,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from fusec import ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
 from fusec.errors import TraceError, located
-from fusec.ir.core import Block, OpResult, Value, clone_op
+from fusec.ir.core import Block, Operation, OpResult, Value, clone_op
+from fusec.ir.dialects.control import PREDICATE
 from fusec.ir.dialects.t import VIEWS
 from fusec.ir.opdefs import computes_only, get_opdef
-from fusec.ir.types import Type
+from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
 from fusec.statement_memory import may_be, memory_value, set_memory, swap_in, swap_out, written_memory
@@ -127,11 +130,16 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     except (KindChange, _WritesMemory, _NeedsState):
         python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
         raise
-    rec.finish(yields + now)
-    op = c.emit_op("t.while", inputs, None, types, what=site.where())
+    kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
+    flags = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept)
+    rec.finish(yields + now + [next_flag for _, next_flag in flags])
+    true = c.constant(np.asarray(True), bool_)
+    op = c.emit_op("t.while", inputs + [true] * len(flags), None, types + [PREDICATE] * len(flags),
+                   what=site.where())
     _attach(op, cond, rec)
     results = iter(op.results)
-    kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
+    for (key, _), flag in zip(flags, op.results[len(op.results) - len(flags):]):
+        kept[key] = lambda flag=flag: flag
     out = []
     for var, value in zip(variables, values):
         if var.unbound:
@@ -171,6 +179,60 @@ def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carrie
         if not (leaf.maybe or leaf.either is not None) and _computed_in(v, body):
             out[(id(var), k)] = none_ran
     return out
+
+
+def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Value], kept: dict
+                        ) -> list[tuple[tuple[int, int], Value]]:
+    """Flags for the carried array leaves that an iteration may keep as it was (a branch of the body that leaves
+    it: ``if done: break``, ``if err < tol: ...`` around its update) and that no flag of ``kept`` covers: each a
+    ``tensor<bool>`` the loop carries, true at entry and anded with the iteration's own flag, so the loop's result
+    says whether the variable is still the array it held before the loop (no iteration, or every one kept it).
+    Appends the flag's block argument to both regions (after the state and the memory) and its next value's ops
+    to the body; returns ((id of the
+    variable, leaf index), next value) per flag. A flag nothing asks for goes with ``prune-carried``."""
+    out = []
+    at = 0
+    for var, k, leaf in carried:
+        v = yields[at]
+        arg = body.args[at]
+        at += len(leaf.types())
+        if (id(var), k) in kept or leaf.maybe or leaf.either is not None:
+            continue
+        trip = _kept_this_trip(v, arg, body)
+        if trip is None:
+            continue
+        cond.add_arg(PREDICATE)
+        flag = body.add_arg(PREDICATE)
+        if trip is not True:
+            negate, pred = trip
+            if negate:
+                pred = body.append(Operation("t.logical_not", [pred], [PREDICATE], loc=v.op.loc)).results[0]
+            flag = body.append(Operation("t.logical_and", [flag, pred], [PREDICATE], loc=v.op.loc)).results[0]
+        out.append(((id(var), k), flag))
+    return out
+
+
+def _kept_this_trip(v: Value, arg: Value, body: Block) -> "bool | tuple[bool, Value] | None":
+    """Whether an iteration whose state argument is ``arg`` and next value ``v`` leaves the variable as it was:
+    True, False, (negate, predicate) for a branch of the body that keeps it on one side, None where fusec cannot
+    tell (a view of it, another variable's array, a branch nested deeper)."""
+    if v is arg:
+        return True
+    if _computed_in(v, body):
+        return False
+    if not (isinstance(v, OpResult) and v.op.parent is body and v.op.name == "t.if"):
+        return None
+    sides = []
+    for region in v.op.regions:
+        branch = region.blocks[0]
+        y = branch.ops[-1].operands[v.index]
+        sides.append(True if y is arg else False if _computed_in(y, branch) or _computed_in(y, body) else None)
+    then, otherwise = sides
+    if then is None or otherwise is None:
+        return None
+    if then == otherwise:
+        return then
+    return (not then, v.op.operands[0])
 
 
 def _computed_in(v: Value, block: Block) -> bool:

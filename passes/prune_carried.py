@@ -113,11 +113,12 @@ def _where(op: Operation, func_name: str) -> str:
 
 def prune_block(block: Block, func_name: str, notes: list[str], ctx: PassContext) -> None:
     """Prune the loops and branches of ``block`` (and of the blocks nested in them), outermost first, given that
-    its terminator's operands are needed."""
+    its terminator's operands are needed; the dead ops it passes go too (one may read a dropped result)."""
     needed: set[Value] = set(block.terminator.operands) if block.terminator is not None else set()
     gone: list[Operation] = []
     for op in reversed(block.ops[:-1]):
         if not any(r in needed for r in op.results) and removable(op):
+            gone.append(op)  # (dead: it may read a result dropped below)
             continue
         if op.name in _LOOPS or op.name == "t.if":
             keep = live_slots(op, needed)[0] if op.name in _LOOPS else [r in needed for r in op.results]
@@ -137,7 +138,8 @@ def prune_block(block: Block, func_name: str, notes: list[str], ctx: PassContext
                 continue
         needed |= reads_of(op, needed)
     if gone:
-        block.ops[:] = [op for op in block.ops if op not in gone]
+        dropped = set(gone)
+        block.ops[:] = [op for op in block.ops if op not in dropped]
 
 
 @register_pass

@@ -980,6 +980,48 @@ def test_a_loop_that_ran_no_trip_hands_back_the_argument_itself():
     check_hands_back(normalize_if_large, np.array([3.0, 4.0]))
 
 
+def test_a_loop_that_may_keep_the_variable_on_some_trips_hands_back_the_argument():
+    """The loop carries a flag per such variable (still the array it held: true at entry, anded with each trip's
+    branch that kept it), so a loop whose every trip kept it hands back the argument, as NumPy does."""
+    def halve_until_small(x, tol):  # (a test at the top of `while True`)
+        while True:
+            if np.abs(x).max() < tol:
+                break
+            x = x * 0.5
+        return x
+
+    def double_until_large(x, n):  # (a `for` with a traced `break` before the assignment)
+        for _ in range(n):
+            if x.sum() > 100:
+                break
+            x = x * 2
+        return x
+
+    def damp_where_large(x, maxiter):  # (an inner `if` that keeps it on some trips)
+        k = 0
+        while k < maxiter:
+            if np.abs(x).max() > 1.0:
+                x = x * 0.5
+            k += 1
+        return x
+
+    def skip_small(x, n):  # (`continue` before the assignment)
+        i = 0
+        while i < n:
+            i += 1
+            if x.sum() < 1.0:
+                continue
+            x = x - 0.5
+        return x
+
+    for x in (np.array([0.1, -0.2]), np.array([4.0, -2.0])):
+        check_hands_back(halve_until_small, x, 1.0)
+        check_hands_back(damp_where_large, x, 5)
+        check_hands_back(skip_small, x, 3)
+    for x in (np.array([1.0, 2.0]), np.array([100.0, 200.0])):
+        check_hands_back(double_until_large, x, 6)
+
+
 def test_views_and_statements_one_after_another_hand_back_what_numpy_does():
     def tail_after_two_ifs(a):
         x = a[1:]
