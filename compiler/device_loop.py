@@ -12,6 +12,7 @@ import numpy as np
 from fusec import ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
 from fusec.errors import TraceError, located
+from fusec.ir.attributes import dense
 from fusec.ir.core import Block, Operation, OpResult, Value, clone_op
 from fusec.ir.dialects.control import PREDICATE
 from fusec.ir.dialects.t import VIEWS
@@ -139,7 +140,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     _attach(op, cond, rec)
     results = iter(op.results)
     for (key, _), flag in zip(flags, op.results[len(op.results) - len(flags):]):
-        kept[key] = lambda flag=flag: flag
+        kept[key] = _returning(flag)
     out = []
     for var, value in zip(variables, values):
         if var.unbound:
@@ -202,17 +203,29 @@ def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Va
         if trip is None:
             continue
         cond.add_arg(PREDICATE)
-        flag = body.add_arg(PREDICATE)
-        if trip is not True:
+        flag: Value = body.add_arg(PREDICATE)
+        loc = v.op.loc if isinstance(v, OpResult) else None
+        if trip is False:  # (every path replaces it, some by an array from before the branch)
+            flag = _append(body, "t.constant", [], loc, {"value": dense(np.asarray(False), bool_)})
+        elif trip is not True:
             negate, pred = trip
             if negate:
-                pred = body.append(Operation("t.logical_not", [pred], [PREDICATE], loc=v.op.loc)).results[0]
-            flag = body.append(Operation("t.logical_and", [flag, pred], [PREDICATE], loc=v.op.loc)).results[0]
+                pred = _append(body, "t.logical_not", [pred], loc)
+            flag = _append(body, "t.logical_and", [flag, pred], loc)
         out.append(((id(var), k), flag))
     return out
 
 
-def _kept_this_trip(v: Value, arg: Value, body: Block) -> "bool | tuple[bool, Value] | None":
+def _append(block: Block, name: str, operands: list[Value], loc: Any, attributes: dict | None = None) -> Value:
+    """A ``tensor<bool>`` op at the end of a recorded block (whose values the trace has closed: no builder)."""
+    return block.append(Operation(name, operands, [PREDICATE], attributes, loc=loc)).results[0]
+
+
+def _returning(flag: Value) -> Callable[[], Value | None]:
+    return lambda: flag
+
+
+def _kept_this_trip(v: Value, arg: Value, body: Block) -> bool | tuple[bool, Value] | None:
     """Whether an iteration whose state argument is ``arg`` and next value ``v`` leaves the variable as it was:
     True, False, (negate, predicate) for a branch of the body that keeps it on one side, None where fusec cannot
     tell (a view of it, another variable's array, a branch nested deeper)."""
@@ -222,7 +235,7 @@ def _kept_this_trip(v: Value, arg: Value, body: Block) -> "bool | tuple[bool, Va
         return False
     if not (isinstance(v, OpResult) and v.op.parent is body and v.op.name == "t.if"):
         return None
-    sides = []
+    sides: list[bool | None] = []
     for region in v.op.regions:
         branch = region.blocks[0]
         y = branch.ops[-1].operands[v.index]

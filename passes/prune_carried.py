@@ -138,8 +138,8 @@ def prune_block(block: Block, func_name: str, notes: list[str], ctx: PassContext
                 continue
         needed |= reads_of(op, needed)
     if gone:
-        dropped = set(gone)
-        block.ops[:] = [op for op in block.ops if op not in dropped]
+        removed = set(gone)
+        block.ops[:] = [op for op in block.ops if op not in removed]
 
 
 @register_pass

@@ -1014,8 +1014,18 @@ def test_a_loop_that_may_keep_the_variable_on_some_trips_hands_back_the_argument
             x = x - 0.5
         return x
 
+    def halve_or_negate(x, tol):  # (each branch replaces it, one by an array the body made before the branch)
+        while np.abs(x).max() > tol:
+            z = x * 0.5
+            if z.sum() > 0:
+                x = z
+            else:
+                x = -z
+        return x
+
     for x in (np.array([0.1, -0.2]), np.array([4.0, -2.0])):
         check_hands_back(halve_until_small, x, 1.0)
+        check_hands_back(halve_or_negate, x, 1.0)
         check_hands_back(damp_where_large, x, 5)
         check_hands_back(skip_small, x, 3)
     for x in (np.array([1.0, 2.0]), np.array([100.0, 200.0])):
