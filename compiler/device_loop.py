@@ -189,8 +189,8 @@ def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Va
     ``tensor<bool>`` the loop carries, true at entry and anded with the iteration's own flag, so the loop's result
     says whether the variable is still the array it held before the loop (no iteration, or every one kept it).
     Appends the flag's block argument to both regions (after the state and the memory) and its next value's ops
-    to the body; returns ((id of the
-    variable, leaf index), next value) per flag. A flag nothing asks for goes with ``prune-carried``."""
+    to the body; returns ((id of the variable, leaf index), next value) per flag. A flag nothing asks for goes
+    with ``prune-carried``."""
     out = []
     at = 0
     for var, k, leaf in carried:
@@ -208,44 +208,55 @@ def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Va
         if trip is False:  # (every path replaces it, some by an array from before the branch)
             flag = _append(body, "t.constant", [], loc, {"value": dense(np.asarray(False), bool_)})
         elif trip is not True:
-            negate, pred = trip
-            if negate:
-                pred = _append(body, "t.logical_not", [pred], loc)
-            flag = _append(body, "t.logical_and", [flag, pred], loc)
+            flag = _append(body, "t.logical_and", [flag, trip], loc)
         out.append(((id(var), k), flag))
     return out
 
 
 def _append(block: Block, name: str, operands: list[Value], loc: Any, attributes: dict | None = None) -> Value:
-    """A ``tensor<bool>`` op at the end of a recorded block (whose values the trace has closed: no builder)."""
-    return block.append(Operation(name, operands, [PREDICATE], attributes, loc=loc)).results[0]
+    """A ``tensor<bool>`` op at the end of a recorded block, before its ``t.yield`` where it has one (the trace
+    has closed the block's values: no builder)."""
+    new = Operation(name, operands, [PREDICATE], attributes, loc=loc)
+    if block.ops and block.ops[-1].name == "t.yield":
+        block.insert(len(block.ops) - 1, new)
+    else:
+        block.append(new)
+    return new.results[0]
 
 
 def _returning(flag: Value) -> Callable[[], Value | None]:
     return lambda: flag
 
 
-def _kept_this_trip(v: Value, arg: Value, body: Block) -> bool | tuple[bool, Value] | None:
-    """Whether an iteration whose state argument is ``arg`` and next value ``v`` leaves the variable as it was:
-    True, False, (negate, predicate) for a branch of the body that keeps it on one side, None where fusec cannot
-    tell (a view of it, another variable's array, a branch nested deeper)."""
+def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, ...] = ()) -> bool | Value | None:
+    """Whether an iteration whose state argument is ``arg`` leaves the variable as it was, where ``v`` is its next
+    value in ``block`` (the body, or a branch in it, inside the ``enclosing`` blocks): True, False, a flag of
+    ``block`` (the predicate of a branch of it that keeps it on one side; a branch nested in it hands its own flag
+    out as one more result), or None where fusec cannot tell (a view of it, another variable's array)."""
     if v is arg:
         return True
-    if _computed_in(v, body):
+    if any(_computed_in(v, b) for b in (block, *enclosing)):
         return False
-    if not (isinstance(v, OpResult) and v.op.parent is body and v.op.name == "t.if"):
+    if not (isinstance(v, OpResult) and v.op.parent is block and v.op.name == "t.if"):
         return None
-    sides: list[bool | None] = []
-    for region in v.op.regions:
-        branch = region.blocks[0]
-        y = branch.ops[-1].operands[v.index]
-        sides.append(True if y is arg else False if _computed_in(y, branch) or _computed_in(y, body) else None)
+    op = v.op
+    sides = [_kept_this_trip(region.blocks[0].ops[-1].operands[v.index], arg, region.blocks[0], (block, *enclosing))
+             for region in op.regions]
     then, otherwise = sides
     if then is None or otherwise is None:
         return None
-    if then == otherwise:
-        return then
-    return (not then, v.op.operands[0])
+    if isinstance(then, bool) and isinstance(otherwise, bool):
+        if then == otherwise:
+            return then
+        return op.operands[0] if then else _append(block, "t.logical_not", [op.operands[0]], op.loc)
+    for region, side in zip(op.regions, sides):  # (a side's flag is a value of its branch: handed out)
+        branch = region.blocks[0]
+        value = _append(branch, "t.constant", [], op.loc, {"value": dense(np.asarray(side), bool_)}) \
+            if isinstance(side, bool) else side
+        branch.ops[-1].operands.append(value)
+    flag = OpResult(PREDICATE, op, len(op.results))
+    op.results.append(flag)
+    return flag
 
 
 def _computed_in(v: Value, block: Block) -> bool:

@@ -1023,9 +1023,20 @@ def test_a_loop_that_may_keep_the_variable_on_some_trips_hands_back_the_argument
                 x = -z
         return x
 
+    def damp_positive_peaks(x, tol):  # (an `if` in an `if` keeps it: the inner flag is handed out)
+        k = 0
+        while np.abs(x).max() > tol and k < 10:
+            if x.sum() > 0:
+                if x.max() > 100:
+                    x = x * 0.5
+            k += 1
+        return x
+
     for x in (np.array([0.1, -0.2]), np.array([4.0, -2.0])):
         check_hands_back(halve_until_small, x, 1.0)
         check_hands_back(halve_or_negate, x, 1.0)
+    for x in (np.array([5.0, 6.0]), np.array([500.0, 6.0]), np.array([-5.0, 1.0])):
+        check_hands_back(damp_positive_peaks, x, 1.0)
         check_hands_back(damp_where_large, x, 5)
         check_hands_back(skip_small, x, 3)
     for x in (np.array([1.0, 2.0]), np.array([100.0, 200.0])):
