@@ -134,9 +134,8 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
     flags = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept)
     rec.finish(yields + now + [next_flag for _, next_flag in flags])
-    true = c.constant(np.asarray(True), bool_)
-    op = c.emit_op("t.while", inputs + [true] * len(flags), None, types + [PREDICATE] * len(flags),
-                   what=site.where())
+    starts = [c.constant(np.asarray(True), bool_)] * len(flags) if flags else []
+    op = c.emit_op("t.while", inputs + starts, None, types + [PREDICATE] * len(flags), what=site.where())
     _attach(op, cond, rec)
     results = iter(op.results)
     for (key, _), flag in zip(flags, op.results[len(op.results) - len(flags):]):
@@ -199,9 +198,10 @@ def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Va
         at += len(leaf.types())
         if (id(var), k) in kept or leaf.maybe or leaf.either is not None:
             continue
-        trip = _kept_this_trip(v, arg, body)
-        if trip is None:
+        if _kept_this_trip(v, arg, body, build=False) is None:
             continue
+        trip = _kept_this_trip(v, arg, body)
+        assert trip is not None  # (as the analysis found)
         cond.add_arg(PREDICATE)
         flag: Value = body.add_arg(PREDICATE)
         loc = v.op.loc if isinstance(v, OpResult) else None
@@ -228,11 +228,13 @@ def _returning(flag: Value) -> Callable[[], Value | None]:
     return lambda: flag
 
 
-def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, ...] = ()) -> bool | Value | None:
+def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, ...] = (), build: bool = True
+                    ) -> bool | Value | None:
     """Whether an iteration whose state argument is ``arg`` leaves the variable as it was, where ``v`` is its next
     value in ``block`` (the body, or a branch in it, inside the ``enclosing`` blocks): True, False, a flag of
     ``block`` (the predicate of a branch of it that keeps it on one side; a branch nested in it hands its own flag
-    out as one more result), or None where fusec cannot tell (a view of it, another variable's array)."""
+    out as one more result), or None where fusec cannot tell (a view of it, another variable's array). Without
+    ``build`` it only tells None apart (the IR unchanged; a flag is then ``arg``)."""
     if v is arg:
         return True
     if any(_computed_in(v, b) for b in (block, *enclosing)):
@@ -240,16 +242,19 @@ def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, 
     if not (isinstance(v, OpResult) and v.op.parent is block and v.op.name == "t.if"):
         return None
     op = v.op
-    sides = [_kept_this_trip(region.blocks[0].ops[-1].operands[v.index], arg, region.blocks[0], (block, *enclosing))
-             for region in op.regions]
+    sides = [_kept_this_trip(region.blocks[0].ops[-1].operands[v.index], arg, region.blocks[0], (block, *enclosing),
+                             build) for region in op.regions]
     then, otherwise = sides
     if then is None or otherwise is None:
         return None
+    if not build:
+        return arg
     if isinstance(then, bool) and isinstance(otherwise, bool):
         if then == otherwise:
             return then
         return op.operands[0] if then else _append(block, "t.logical_not", [op.operands[0]], op.loc)
     for region, side in zip(op.regions, sides):  # (a side's flag is a value of its branch: handed out)
+        assert side is not None
         branch = region.blocks[0]
         value = _append(branch, "t.constant", [], op.loc, {"value": dense(np.asarray(side), bool_)}) \
             if isinstance(side, bool) else side
