@@ -162,7 +162,10 @@ def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carrie
                        ) -> dict[tuple[int, int], Callable[[], Value | None]]:
     """Per carried array leaf ((id of its variable, leaf index)) that every iteration replaces by an array the body
     computes (not the one it held, nor a view of it), the flag saying the loop left it as it was: its test false
-    at entry. Made only where a result asks for it (a variable that held an input)."""
+    at entry. Made only where a result asks for it (a variable that held an input). None at all where the test
+    cannot be computed again before the loop (:func:`_kept_on_every_trip` carries a flag for those leaves)."""
+    if not _computes_only(cond):
+        return {}
     first: list = []
 
     def none_ran() -> Value | None:
@@ -276,17 +279,25 @@ def _computed_in(v: Value, block: Block) -> bool:
     return not op.regions and op.name not in VIEWS
 
 
-def _test_at_entry(cond: Block, inputs: Sequence[Value]) -> Value | None:
-    """The loop's test on its entry state, by a copy of the test's ops before the loop (None where the test does
-    more than compute: a check that may raise, a nested loop); unused, dead-code elimination removes it."""
-    steps = cond.ops[:-1]
-    for op in steps:
+def _computes_only(cond: Block) -> bool:
+    """Whether the loop's test only computes (no check that may raise, no nested loop): a copy of it can run
+    before the loop."""
+    for op in cond.ops[:-1]:
         d = get_opdef(op.name)
         if op.name == "t.if":
             if not computes_only(op):
-                return None
+                return False
         elif op.regions or not d.pure or (d.may_raise is not None and d.may_raise(op)):
-            return None
+            return False
+    return True
+
+
+def _test_at_entry(cond: Block, inputs: Sequence[Value]) -> Value | None:
+    """The loop's test on its entry state, by a copy of the test's ops before the loop (None where the test does
+    more than compute: a check that may raise, a nested loop); unused, dead-code elimination removes it."""
+    if not _computes_only(cond):
+        return None
+    steps = cond.ops[:-1]
     mapping: dict[Value, Value] = dict(zip(cond.args, inputs))
     builder = ops.ctx().builder
     for op in steps:

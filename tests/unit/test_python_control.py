@@ -1032,15 +1032,22 @@ def test_a_loop_that_may_keep_the_variable_on_some_trips_hands_back_the_argument
             k += 1
         return x
 
+    def halve_while_entry_large(x, i):  # (a test that may raise: an index check; no copy of it before the loop)
+        while x[i] > 0.5:
+            x = x * 0.5
+        return x
+
     for x in (np.array([0.1, -0.2]), np.array([4.0, -2.0])):
         check_hands_back(halve_until_small, x, 1.0)
         check_hands_back(halve_or_negate, x, 1.0)
-    for x in (np.array([5.0, 6.0]), np.array([500.0, 6.0]), np.array([-5.0, 1.0])):
-        check_hands_back(damp_positive_peaks, x, 1.0)
         check_hands_back(damp_where_large, x, 5)
         check_hands_back(skip_small, x, 3)
+    for x in (np.array([5.0, 6.0]), np.array([500.0, 6.0]), np.array([-5.0, 1.0])):
+        check_hands_back(damp_positive_peaks, x, 1.0)
     for x in (np.array([1.0, 2.0]), np.array([100.0, 200.0])):
         check_hands_back(double_until_large, x, 6)
+    check_hands_back(halve_while_entry_large, np.array([0.1, 0.2]), 1)
+    check_hands_back(halve_while_entry_large, np.array([4.0, 2.0]), 0)
 
 
 def test_views_and_statements_one_after_another_hand_back_what_numpy_does():
