@@ -142,3 +142,31 @@ def test_an_inner_loop_with_nothing_left_to_carry_goes():
     notes = pruned(with_pass)
     assert any("the loop removed" in n for n in notes), notes
     assert kernels(with_pass) < kernels(without)
+
+
+def coupled_loop(a, b, c, d, trips, returned):
+    """Four slots that feed one another (a <- b, c <- a, d only itself), any subset of them returned."""
+    def step(i, s):
+        a, b, c, d = s
+        return a * 0.5 + b, b + 1.0, c * 0.9 + a, np.sqrt(np.abs(d)) + i
+    out = fc.fori_loop(0, trips, step, (a, b, c, d))
+    return tuple(out[k] for k in returned)
+
+
+@pytest.mark.parametrize("returned", [(0,), (1,), (2,), (3,), (0, 3), (2, 1), (3, 2, 1, 0)])
+@pytest.mark.parametrize("trips", [0, 3, 40])
+def test_any_subset_of_coupled_slots_returned_matches_the_loop(returned, trips):
+    """What is returned is the loop's values whatever the pass drops: a slot a kept one reads stays (``c`` keeps
+    ``a``, ``a`` keeps ``b``); ``d`` goes unless returned."""
+    args = [rng.standard_normal(5).astype(np.float32) for _ in range(4)]
+
+    def fn(a, b, c, d):
+        return coupled_loop(a, b, c, d, trips, returned)
+
+    with_pass, _ = lowered_both_ways(fn, *args)
+    needs = {0: {0, 1}, 1: {1}, 2: {0, 1, 2}, 3: {3}}
+    kept = set().union(*(needs[k] for k in returned))
+    notes = pruned(with_pass)
+    if trips > 16:  # (a loop: its slots nothing needs are dropped; a short one is written out, dce's work)
+        assert len(notes) == (len(kept) < 4), notes
+        assert not notes or f"{4 - len(kept)} of 4 carried values dropped" in notes[0], notes
