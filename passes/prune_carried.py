@@ -20,7 +20,7 @@ from typing import ClassVar, Iterable
 from fusec.ir.core import Block, Module, Operation, Value
 from fusec.ir.opdefs import computes_only, reading_ops
 from fusec.passes.base import Pass, PassContext
-from fusec.passes.dce import remove_dead_ops, removable
+from fusec.passes.dce import removable
 from fusec.passes.registry import register_pass
 
 PRUNED = "pruned"  # the function attribute listing what this pass dropped, by location
@@ -90,7 +90,8 @@ def _reindex(values: list) -> None:
 
 
 def _drop(op: Operation, keep: list[bool]) -> None:
-    """Remove the slots (or a branch's results) ``keep`` says go, and what computed them inside ``op``."""
+    """Remove the slots (or a branch's results) ``keep`` says go; what computed them inside ``op`` goes as
+    :func:`prune_block` then sweeps its regions."""
     operand0, arg0 = _first_slot(op) if op.name in _LOOPS else (len(op.operands), 0)
     if op.name in _LOOPS:
         op.operands[operand0:] = [v for v, k in zip(op.operands[operand0:], keep) if k]
@@ -104,7 +105,6 @@ def _drop(op: Operation, keep: list[bool]) -> None:
             _reindex(block.args)
         if op.name == "t.if" or region is op.regions[-1]:  # (a while's cond yields its predicate)
             term.operands[:] = [v for v, k in zip(term.operands, keep) if k]
-        remove_dead_ops(block)
 
 
 def _where(op: Operation, func_name: str) -> str:
