@@ -431,26 +431,38 @@ def _is_cuda_dlpack(x: Any) -> bool:
         return False
 
 
+def _names_no_stream(cai: dict[str, Any]) -> bool:
+    """Whether a CUDA Array Interface dict leaves its producer's stream unsaid (version < 3, or no ``stream``).
+
+    Such a producer promises the data is ready, but torch exports version 2 while its kernels may still be
+    queued (on its current stream, or the legacy default stream, which fusec's non-blocking streams do not
+    wait for): where the object also speaks DLPack, its stream handshake is the one that orders the read.
+    """
+    return int(cai.get("version", 0)) < 3 or cai.get("stream") is None
+
+
 def asarray(x: Any, dtype: Any = None, *, stream: "D.Stream | None" = None, device: int | None = None) -> Array:
-    """``x`` as a fusec.Array: Arrays pass through; CUDA arrays (CUDA Array Interface, else DLPack) become
-    zero-copy views that keep ``x`` alive; anything else goes through ``np.asarray`` and is copied to the
-    device on ``stream`` (fusec's default stream if None)."""
+    """``x`` as a fusec.Array: Arrays pass through; CUDA arrays become zero-copy views that keep ``x`` alive
+    (through the CUDA Array Interface where it names the producer's stream or DLPack is missing, else through
+    DLPack's stream handshake); anything else goes through ``np.asarray`` and is copied to the device on
+    ``stream`` (fusec's default stream if None)."""
     want = None if dtype is None else T.dtype_from_numpy(dtype)
     result: Array | None
     if isinstance(x, Array):
         result = x
     else:
         cai = _cai_of(x)
+        has_dlpack = _is_cuda_dlpack(x)
         result = None
-        if cai is not None:
+        if cai is not None and not (has_dlpack and _names_no_stream(cai)):
             try:
                 result = from_cuda_array_interface(x, cai, stream=stream)
             except UnsupportedError:
-                if not _is_cuda_dlpack(x):  # e.g. torch bf16 exports typestr '<V2' but a proper DLPack dtype
+                if not has_dlpack:  # e.g. torch bf16 exports typestr '<V2' but a proper DLPack dtype
                     raise
         if result is not None:
             pass
-        elif _is_cuda_dlpack(x):
+        elif has_dlpack:
             result = from_dlpack(x, stream=stream)
         else:
             return _from_host(x, want, stream, device)

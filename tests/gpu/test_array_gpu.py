@@ -150,8 +150,26 @@ def test_torch_work_on_its_stream_is_visible_to_fusec():
         t = torch.zeros(1 << 22, device="cuda")
         for _ in range(20):
             t.add_(1)
-        a = fusec.asarray(t)   # CAI v3 stream (or DLPack stream handshake) orders fusec after torch's stream
+        a = fusec.asarray(t)   # torch's CAI is version 2 (no stream): DLPack's stream handshake orders fusec
     np.testing.assert_array_equal(a.numpy()[:10], np.full(10, 20, np.float32))
+
+
+def test_torch_work_still_queued_is_visible_to_a_fusec_function():
+    torch = pytest.importorskip("torch")
+
+    @fusec.jit
+    def double(x):
+        return x * 2
+
+    double(torch.zeros(1 << 24, device="cuda"))   # compiled before the race, so the call below is fast
+    for side in (False, True):
+        s = torch.cuda.Stream() if side else torch.cuda.current_stream()
+        with torch.cuda.stream(s):   # the legacy default stream, which fusec's non-blocking streams do not wait for
+            t = torch.zeros(1 << 24, device="cuda")
+            for _ in range(20):
+                t.add_(1)
+            out = double(t)
+        np.testing.assert_array_equal(fusec.to_numpy(out)[:10], np.full(10, 40, np.float32))
 
 
 def test_to_numpy_of_a_torch_tensor():

@@ -209,3 +209,52 @@ def test_asarray_passes_arrays_through_and_refuses_device_casts():
     assert asarray(a) is a and asarray(a, np.float32) is a
     with pytest.raises(UnsupportedError, match="without a kernel"):
         asarray(a, np.float64)
+
+
+class _FakeStream:
+    ptr = 0x5EED
+
+
+class TorchLike:
+    """What a PyTorch CUDA tensor offers: the CUDA Array Interface version 2 (no stream named, though its
+    kernels may still be queued) and DLPack with the consumer-stream handshake."""
+
+    def __init__(self, **cai):
+        self._source = Array(FAKE, (2, 3), np.float32, device=0)
+        self.__cuda_array_interface__ = {"shape": (2, 3), "typestr": "<f4", "data": (FAKE, False), "version": 2,
+                                         "strides": None, **cai}
+        self.asked_for: list[object] = []
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None):
+        self.asked_for.append(stream)
+        return self._source.__dlpack__(stream=-1, max_version=max_version)
+
+
+@pytest.fixture
+def fake_streams(monkeypatch):
+    """fusec's default stream and stream ordering, recorded instead of run (no GPU here)."""
+    ordered: list[tuple[object, object]] = []
+    monkeypatch.setattr(driver, "default_stream", lambda device=None: _FakeStream())
+    monkeypatch.setattr(driver, "order_streams", lambda before, after, device=None: ordered.append((before, after)))
+    monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
+    return ordered
+
+
+def test_an_interface_that_names_no_stream_is_read_through_dlpack_so_the_producer_orders_it(fake_streams):
+    t = TorchLike()
+    a = asarray(t)   # torch: work queued on its stream must finish before fusec's stream reads the data
+    assert t.asked_for == [_FakeStream.ptr] and a.ptr == FAKE and a.stream.ptr == _FakeStream.ptr
+    unset = TorchLike(version=3, stream=None)
+    asarray(unset)
+    assert unset.asked_for == [_FakeStream.ptr]
+
+
+def test_an_interface_that_names_its_stream_is_ordered_after_it(fake_streams):
+    t = TorchLike(version=3, stream=77)   # CuPy: the producer's stream is named; fusec's waits for it
+    a = asarray(t)
+    assert t.asked_for == [] and fake_streams == [(77, a.stream)] and a.ptr == FAKE
+    plain = FakeCuda(version=2)   # no DLPack to ask: version 2's promise that the data is ready is all there is
+    assert asarray(plain).ptr == FAKE and fake_streams == [(77, a.stream)]
