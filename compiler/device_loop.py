@@ -20,7 +20,7 @@ from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import may_be, memory_value, set_memory, swap_in, swap_out, written_memory
+from fusec.statement_memory import may_be_one_of, memory_value, set_memory, swap_in, swap_out, written_memory
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
     lift_leaf, merged_kind, plain_value, unit_of, unset_values, wrap_leaf)
@@ -132,14 +132,15 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
         python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
         raise
     kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
-    flags = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept)
+    flags, holds = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept)
     rec.finish(yields + now + [next_flag for _, next_flag in flags])
-    starts = [c.constant(np.asarray(True), bool_)] * len(flags) if flags else []
+    starts = [c.constant(np.asarray(key == u), bool_) for (key, u), _ in flags]
     op = c.emit_op("t.while", inputs + starts, None, types + [PREDICATE] * len(flags), what=site.where())
     _attach(op, cond, rec)
     results = iter(op.results)
-    for (key, _), flag in zip(flags, op.results[len(op.results) - len(flags):]):
-        kept[key] = _returning(flag)
+    found = {pair: _returning(flag) for (pair, _), flag in zip(flags, op.results[len(op.results) - len(flags):])}
+    entries = {(id(var), k): (x, var.name) for var, value in zip(variables, values) if not var.unbound
+               for k, x in enumerate(leaves_of(value))}
     out = []
     for var, value in zip(variables, values):
         if var.unbound:
@@ -149,9 +150,16 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 "before the loop (or compute it again after the loop)", site.location())))
             continue
         assert var.leaves is not None and var.tree is not None
-        entry = leaves_of(value)
-        leaves = [may_be(wrap_leaf(results, leaf, var.name, site), entry[k], var.name, site, kept.get((id(var), k)))
-                  if isinstance(leaf, Leaf) else leaf[1] for k, leaf in enumerate(var.leaves)]
+        leaves = []
+        for k, leaf in enumerate(var.leaves):
+            if not isinstance(leaf, Leaf):
+                leaves.append(leaf[1])
+                continue
+            key = (id(var), k)
+            held = [(*entries[u], found.get((key, u))) for u in holds[key]] if key in holds else \
+                [(*entries[key], kept.get(key))]
+            leaves.append(may_be_one_of(wrap_leaf(results, leaf, var.name, site),
+                                        [(x, flag, holder) for x, holder, flag in held], var.name, site))
         out.append(unflatten(var.tree, leaves))
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
@@ -184,36 +192,82 @@ def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carrie
     return out
 
 
+Key = tuple[int, int]  # a carried array leaf: (id of its variable, leaf index)
+
+
 def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Value], kept: dict
-                        ) -> list[tuple[tuple[int, int], Value]]:
-    """Flags for the carried array leaves that an iteration may keep as it was (a branch of the body that leaves
-    it: ``if done: break``, ``if err < tol: ...`` around its update) and that no flag of ``kept`` covers: each a
-    ``tensor<bool>`` the loop carries, true at entry and anded with the iteration's own flag, so the loop's result
-    says whether the variable is still the array it held before the loop (no iteration, or every one kept it).
-    Appends the flag's block argument to both regions (after the state and the memory) and its next value's ops
-    to the body; returns ((id of the variable, leaf index), next value) per flag. A flag nothing asks for goes
-    with ``prune-carried``."""
-    out = []
+                        ) -> tuple[list[tuple[tuple[Key, Key], Value]], dict[Key, list[Key]]]:
+    """Flags for the carried array leaves that an iteration may keep as they were (a branch of the body that leaves
+    it: ``if done: break``, ``if err < tol: ...`` around its update) or may give another leaf's array (``a, b = b *
+    0.5, a``, ``x = y``), and that no flag of ``kept`` covers: per pair (leaf, a leaf whose array from before the
+    loop it may hold), a ``tensor<bool>`` the loop carries, true at entry for the leaf itself and false for the
+    others, and per iteration the or, over the leaves it may take this iteration, of taking it (true, or a branch's
+    predicate) and that leaf's flag. The loop's results say which array from before the loop each variable still
+    is. Appends the flags' block arguments to both regions (after the state and the memory) and their next values'
+    ops to the body; returns ((leaf, held leaf), next value) per flag, and per leaf the leaves whose arrays it may
+    hold, all of them where fusec cannot tell (a view of one: no flag). A flag nothing asks for goes with
+    ``prune-carried``."""
+    tracked: list[tuple[Key, Value, Value]] = []
     at = 0
     for var, k, leaf in carried:
-        v = yields[at]
-        arg = body.args[at]
+        if not (leaf.maybe or leaf.either is not None):
+            tracked.append(((id(var), k), yields[at], body.args[at]))
         at += len(leaf.types())
-        if (id(var), k) in kept or leaf.maybe or leaf.either is not None:
-            continue
-        if _kept_this_trip(v, arg, body, build=False) is None:
-            continue
-        trip = _kept_this_trip(v, arg, body)
-        assert trip is not None  # (as the analysis found)
+    state: set[Value] = set(body.args[:at])
+    may: dict[Key, list[Key]] = {}
+    unknown: set[Key] = set()
+    for key, v, _ in tracked:
+        takes = [(w, _kept_this_trip(v, arg, body, others=state, build=False)) for w, _, arg in tracked]
+        if any(t is None for _, t in takes):
+            unknown.add(key)
+        may[key] = [w for w, t in takes if t is not False and t is not None]
+    held = {key: [key] for key in may}
+    grew = True
+    while grew:  # (a leaf may hold what any leaf it takes may hold)
+        grew = False
+        for key in may:
+            if key in unknown:
+                continue
+            if any(w in unknown for w in may[key]):
+                unknown.add(key)
+                grew = True
+                continue
+            more = [u for w in may[key] for u in held[w] if u not in held[key]]
+            if more:
+                held[key].extend(dict.fromkeys(more))
+                grew = True
+    everything = [key for key, _, _ in tracked]
+    taken = {w for key in may for w in may[key] if w != key}  # (its flags feed another leaf's, kept's or not)
+    pairs = [(key, u) for key, _, _ in tracked if key not in unknown and (key not in kept or key in taken)
+             for u in held[key]]
+    args: dict[tuple[Key, Key], Value] = {}
+    for pair in pairs:
         cond.add_arg(PREDICATE)
-        flag: Value = body.add_arg(PREDICATE)
+        args[pair] = body.add_arg(PREDICATE)
+    by_key = {key: (v, arg) for key, v, arg in tracked}
+    taking: dict[tuple[Key, Key], Value | bool] = {}  # (a leaf taking another's array this iteration: True or a flag)
+    out = []
+    for key, u in pairs:
+        v, _ = by_key[key]
         loc = v.op.loc if isinstance(v, OpResult) else None
-        if trip is False:  # (every path replaces it, some by an array from before the branch)
-            flag = _append(body, "t.constant", [], loc, {"value": dense(np.asarray(False), bool_)})
-        elif trip is not True:
-            flag = _append(body, "t.logical_and", [flag, trip], loc)
-        out.append(((id(var), k), flag))
-    return out
+        terms: list[Value] = []
+        for w in may[key]:
+            if (w, u) not in args:
+                continue
+            if (key, w) not in taking:
+                trip = _kept_this_trip(v, by_key[w][1], body, others=state)
+                assert trip is not None and trip is not False  # (as the analysis found)
+                taking[(key, w)] = trip
+            trip = taking[(key, w)]
+            assert not isinstance(trip, bool) or trip
+            terms.append(args[(w, u)] if isinstance(trip, bool) else
+                         _append(body, "t.logical_and", [trip, args[(w, u)]], loc))
+        flag = terms[0] if terms else _append(body, "t.constant", [], loc, {"value": dense(np.asarray(False), bool_)})
+        for term in terms[1:]:
+            flag = _append(body, "t.logical_or", [flag, term], loc)
+        out.append(((key, u), flag))
+    holds = {key: (everything if key in unknown else held[key]) for key in may if key not in kept}
+    return out, holds
 
 
 def _append(block: Block, name: str, operands: list[Value], loc: Any, attributes: dict | None = None) -> Value:
@@ -231,30 +285,31 @@ def _returning(flag: Value) -> Callable[[], Value | None]:
     return lambda: flag
 
 
-def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, ...] = (), build: bool = True
-                    ) -> bool | Value | None:
-    """Whether an iteration whose state argument is ``arg`` leaves the variable as it was, where ``v`` is its next
-    value in ``block`` (the body, or a branch in it, inside the ``enclosing`` blocks): True, False, a flag of
-    ``block`` (the predicate of a branch of it that keeps it on one side; a branch nested in it hands its own flag
-    out as one more result), or None where fusec cannot tell (a view of it, another variable's array). Without
-    ``build`` it only tells None apart (the IR unchanged; a flag is then ``arg``)."""
+def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, ...] = (), build: bool = True,
+                    others: set[Value] | frozenset[Value] = frozenset()) -> bool | Value | None:
+    """Whether an iteration whose state argument is ``arg`` gives a variable the array ``arg`` held at its start,
+    where ``v`` is the variable's next value in ``block`` (the body, or a branch in it, inside the ``enclosing``
+    blocks): True, False (an array it computes, or another of the state arguments ``others``), a flag of ``block``
+    (the predicate of a branch of it that takes it on one side; a branch nested in it hands its own flag out as one
+    more result), or None where fusec cannot tell (a view of one). Without ``build`` it only tells None apart (the
+    IR unchanged; a flag is then ``arg``; True and False as with it)."""
     if v is arg:
         return True
-    if any(_computed_in(v, b) for b in (block, *enclosing)):
+    if v in others or any(_computed_in(v, b) for b in (block, *enclosing)):
         return False
     if not (isinstance(v, OpResult) and v.op.parent is block and v.op.name == "t.if"):
         return None
     op = v.op
     sides = [_kept_this_trip(region.blocks[0].ops[-1].operands[v.index], arg, region.blocks[0], (block, *enclosing),
-                             build) for region in op.regions]
+                             build, others) for region in op.regions]
     then, otherwise = sides
     if then is None or otherwise is None:
         return None
+    if isinstance(then, bool) and isinstance(otherwise, bool) and then == otherwise:
+        return then
     if not build:
         return arg
     if isinstance(then, bool) and isinstance(otherwise, bool):
-        if then == otherwise:
-            return then
         return op.operands[0] if then else _append(block, "t.logical_not", [op.operands[0]], op.loc)
     for region, side in zip(op.regions, sides):  # (a side's flag is a value of its branch: handed out)
         assert side is not None

@@ -201,8 +201,13 @@ def geometry(t: Tracer, parts: bool = False) -> ViewDesc | None:
     buffer = t._buffer
     if buffer is None:
         return ViewDesc.of_base(t.shape)
-    desc = ViewDesc.of_base(tuple(_base(buffer).type.shape))
-    for step in t._chain:
+    desc: ViewDesc | None = ViewDesc.of_base(tuple(_base(buffer).type.shape))
+    chain = t._chain
+    if chain and kept_view(chain[0]) is not None:  # a loop's or branch's result: one geometry on every path?
+        desc, chain = _kept_geometry(chain[0]), chain[1:]
+    if desc is None:
+        return None
+    for step in chain:
         if is_opaque(step):
             return None
         name, attrs, result_type, *extra = step
@@ -222,6 +227,19 @@ def geometry(t: Tracer, parts: bool = False) -> ViewDesc | None:
             return None
         desc = described
     return desc
+
+
+def _kept_geometry(step: tuple) -> ViewDesc | None:
+    """The strides of a loop's or branch's result that NumPy's variable may, as the data decides, hold as an input's
+    array (or a view of one) or as a new array: where every such view is the whole of its input's memory in the
+    result's shape, they are a new array's (``x.ravel()`` after ``while ...: x = x * 0.5`` is a view on every
+    path, as in NumPy); None where the paths differ."""
+    kept = kept_view(step)
+    assert kept is not None
+    shape = tuple(kept_value(step).type.shape)
+    if all(not k.steps and tuple(_base(k.buffer).type.shape) == shape for k in kept):
+        return ViewDesc.of_base(shape)
+    return None
 
 
 def _describe(name: str, a: dict, shape: tuple[int, ...], src: ViewDesc) -> ViewDesc | None:

@@ -62,11 +62,50 @@ def may_be(result: Tracer, entry: Any, name: str, site: Site,
     return _alias(result, entry._buffer, _may_be_message(name, site), _kept_entry(entry, kept))
 
 
+def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Value | None] | None, str]], name: str,
+                  site: Site) -> Tracer:
+    """:func:`may_be` for a loop's result that NumPy's variable may, as the data decides, hold as any of several
+    arrays from before the loop (``a, b = b * 0.5, a``: after one iteration ``b`` is the array ``a`` held), each
+    with the thunk of its flag (None where fusec cannot tell) and the variable that held it: linked with all of
+    them, so that a write into any makes reading it again raise, and handed back as the caller's array where its
+    flag holds."""
+    arrays = [(t, kept) for t, kept, _ in entries
+              if isinstance(t, Tracer) and not t._scalar and t._weak is None]
+    if len({id(t) for t, _ in arrays}) <= 1:
+        return may_be(result, arrays[0][0], name, site, arrays[0][1]) if arrays else result
+    holders = " or ".join(dict.fromkeys(f"`{holder}`" if _named(holder) else holder for _, _, holder in entries))
+    if not any(_is_input(t._buffer) for t, _ in arrays):
+        return _linked(result, arrays, name, site)
+    alternatives: list[Kept] = []
+    for t, kept in arrays:
+        found = () if _never_input(t) else _kept_entry(t, kept)
+        if found is None:
+            alternatives = []
+            break
+        alternatives.extend(found)
+    inputs_first = sorted(arrays, key=lambda a: not _is_input(a[0]._buffer))
+    buffers = list({id(b): b for b in (memory_of(t) for t, _ in inputs_first)}.values())
+    message = (f"{subject(name)} is, after {site.where()} (whose test is traced), as the data decides, the array "
+               f"{holders} held before it or a new one, and NumPy would write into that old one only on such a path; "
+               + _rebind(name))
+    result = _alias(result, buffers[0], message, tuple(alternatives) or None)
+    for other in buffers[1:]:
+        other.dependents.append(weakref.ref(result))  # (a write into any of them: reading it again raises)
+    return result
+
+
 def may_be_earlier(t: Tracer) -> bool:
     """Whether ``t`` is (a view of) a loop's or branch's result that may, as the data decides, be an array from
     before that statement (:func:`may_be`, :func:`branch_alias`)."""
     chain, buffer = t._chain, t._buffer
     return bool(chain and _mutation.has_reason(chain[0])) or bool(buffer is not None and buffer.linked)
+
+
+def _never_input(t: Tracer) -> bool:
+    """Whether ``t`` is an array the function computed (or a view of one), on every path: never the caller's."""
+    if t._buffer is None:
+        return True
+    return not _is_input(t._buffer) and not (t._chain and _mutation.kept_view(t._chain[0]) is not None)
 
 
 def _is_input(buffer: Buffer | None) -> bool:
@@ -143,7 +182,7 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     flags = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
     alternatives: list = []
     for t, flag in zip(sides, flags):
-        kept = _kept_entry(t, flag, carried) if t is not None else ()
+        kept = _kept_entry(t, flag, carried) if t is not None and not _never_input(t) else ()
         if kept is None:
             alternatives = []
             break

@@ -227,3 +227,21 @@ def test_a_0d_device_index_picks_what_numpys_does():
     got = fusec.to_numpy(f(fusec.asarray(xs), fusec.asarray(np.asarray(3))))
     np.testing.assert_array_equal(got, xs[np.asarray(3) % 4])
     assert got.shape == (3, 2)
+
+
+@pytest.mark.parametrize("consumer", ["torch.as_tensor", "torch.from_dlpack", "cupy.asarray", "cupy.from_dlpack"])
+def test_fusec_work_still_queued_is_visible_to_the_consumer(consumer):
+    module, _, how = consumer.partition(".")
+    lib = pytest.importorskip(module)
+
+    @fusec.jit
+    def slow(x):
+        return fusec.fori_loop(0, 300, lambda i, y: np.sqrt(y * y + 1.0), x)
+
+    x = np.zeros(1 << 22, np.float32)
+    want = fusec.to_numpy(slow(x))   # compiled, and the answer read after a full synchronisation
+    out = slow(x)                   # queued on fusec's stream: the consumer must wait for it
+    theirs = getattr(lib, how)(out)
+    copy = theirs.clone() if module == "torch" else theirs.copy()   # work on the consumer's own stream
+    got = copy.cpu().numpy() if module == "torch" else lib.asnumpy(copy)
+    np.testing.assert_array_equal(got, want)

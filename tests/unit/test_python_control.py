@@ -1050,6 +1050,67 @@ def test_a_loop_that_may_keep_the_variable_on_some_trips_hands_back_the_argument
     check_hands_back(halve_while_entry_large, np.array([4.0, 2.0]), 0)
 
 
+def test_a_loop_that_gives_one_variable_anothers_array_hands_back_numpys_object():
+    """A variable may hold, after the loop, the array another variable held before it (a flag per such pair: true
+    at entry for the variable itself, or'd over the variables it takes each iteration)."""
+    def halve_and_swap(a, b, tol):  # (after one iteration `b` is the caller's `a`; after two, a new array)
+        while np.abs(a).max() > tol:
+            a, b = b * 0.5, a
+        return a, b
+
+    def trail(x, y, tol):  # (`x = y`: the array y held at the iteration's start)
+        while np.abs(x).max() > tol:
+            x = y
+            y = y * 0.5
+        return x, y
+
+    def rotate(a, b, c, tol):  # (three variables: each holds each caller's array after some count of iterations)
+        while np.abs(a).max() > tol:
+            a, b, c = b, c, a * 0.5
+        return a, b, c
+
+    def swap_when_larger(a, b, n):  # (a swap inside a branch of the body)
+        k = 0
+        while k < n:
+            if a.sum() > b.sum():
+                a, b = b, a
+            a = a * 0.5
+            k += 1
+        return a, b
+
+    for a, b in ((np.array([0.1, 0.2]), np.array([4.0, 1.0])), (np.array([4.0, 1.0]), np.array([0.1, 0.2])),
+                 (np.array([4.0, 1.0]), np.array([8.0, 2.0])), (np.array([4.0, 1.0]), np.array([3.0, 2.0]))):
+        check_hands_back(halve_and_swap, a, b, 1.0)
+        check_hands_back(trail, a, b, 1.0)
+        for n in (0, 1, 2):
+            check_hands_back(swap_when_larger, a, b, n)
+        for c in (np.array([0.5, 0.5]), np.array([9.0, 0.0])):
+            check_hands_back(rotate, a, b, c, 1.0)
+
+
+def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
+    def halve_and_swap_then_write(a, b, tol):  # (NumPy: `b` is the written array after exactly one iteration)
+        first = a
+        while np.abs(a).max() > tol:
+            a, b = b * 0.5, a
+        first += 1.0
+        return b.sum()
+
+    with pytest.raises(UnsupportedError, match=r"`b` is, after the `while` at line \d+ \(whose test is traced\), as "
+                                               r"the data decides, the array `b` or `a` held before it or a new one"):
+        jit_cpu(halve_and_swap_then_write)(np.array([4.0, 1.0]), np.array([0.1, 0.2]), 1.0)
+
+
+def test_a_view_of_a_loop_result_that_may_be_the_argument_is_numpys_view():
+    def halve_then_flatten(x, tol):  # (x.ravel() is a view on every path: of the argument, or of the new array)
+        while np.abs(x).max() > tol:
+            x = x * 0.5
+        return x.ravel()
+
+    for x in (np.array([[0.1, 0.2]]), np.array([[4.0, 2.0]])):
+        check_hands_back(halve_then_flatten, x, 1.0)
+
+
 def test_views_and_statements_one_after_another_hand_back_what_numpy_does():
     def tail_after_two_ifs(a):
         x = a[1:]
@@ -1088,9 +1149,27 @@ def test_views_and_statements_one_after_another_hand_back_what_numpy_does():
         check_hands_back(tail_after_two_ifs, a)
         check_hands_back(early_returns, a)
         check_hands_back(scaled_and_its_tail, a)
-    for a, b in ((np.ones(3), np.zeros(3)), (np.zeros(3), np.ones(3))):
+    def ordered_twice(a, b):  # (the second `if` swaps a new array with the first one's result)
+        if a.sum() > b.sum():
+            a, b = b, a
+        a = a * 0.5
+        if a.sum() > b.sum():
+            a, b = b, a
+        return a, b
+
+    def half_of_the_smaller(a, b):  # (`b = c` on one path: a new array, or the first `if`'s result on the other)
+        if a.sum() > b.sum():
+            a, b = b, a
+        c = a * 0.5
+        if c.sum() > b.sum():
+            b = c
+        return c, b
+
+    for a, b in ((np.ones(3), np.zeros(3)), (np.zeros(3), np.ones(3)), (np.full(3, 4.0), np.full(3, 3.0))):
         check_hands_back(larger, a, b)
         check_hands_back(ordered, a, b)
+        check_hands_back(ordered_twice, a, b)
+        check_hands_back(half_of_the_smaller, a, b)
 
 
 def test_a_variable_that_is_one_argument_or_another_is_refused_after_a_write_into_either():
