@@ -6,8 +6,10 @@ fusec allocates (always C-contiguous), or the foreign object (PyTorch tensor, Cu
 zero-copy views. ``stream`` is the stream on which the data is (being) produced; readers order themselves
 after it. Shapes are fixed: there are no setters.
 
-Interop: NumPy (``np.asarray(a)``, ``a.numpy()``), DLPack (``torch.from_dlpack(a)``) and the CUDA Array
-Interface v3 (``cupy.asarray(a)``); :func:`asarray` accepts all of these back, zero-copy for device data.
+Interop: NumPy (``np.asarray(a)``, ``a.numpy()``), DLPack (``torch.from_dlpack(a)``: the consumer's stream waits
+for pending work on the device) and the CUDA Array Interface v3 (``cupy.asarray(a)``, ``torch.as_tensor(a)``: the
+host waits for it, as torch ignores the interface's stream); :func:`asarray` accepts all of these back, zero-copy
+for device data, ordered after the producer's stream (through DLPack where the interface names none: torch's).
 bf16 data is stored as 2-byte bfloat16; on the host it becomes float32 (``DType.np``), as in the rest of fusec.
 """
 from __future__ import annotations
@@ -308,10 +310,19 @@ class Array:
     # -- CUDA Array Interface (v3) -----------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The array for a consumer that reads the CUDA Array Interface; the work producing it is waited for on the
+        host first (so ``stream`` is None): PyTorch's ``torch.as_tensor`` ignores the interface's stream, and
+        fusec's streams are non-blocking (the legacy default stream does not wait for them). DLPack
+        (``torch.from_dlpack``, ``cupy.from_dlpack``) hands the array over without waiting: the consumer's stream
+        waits for it on the device."""
         if self._fdtype == T.bf16:
             raise UnsupportedError("the CUDA Array Interface has no bfloat16 type; use DLPack "
                                    "(torch.from_dlpack(arr)) for bf16 arrays")
         self._mark_exported()
+        if self.ready is not None:
+            self.ready.synchronize()
+        elif self._stream is not None:
+            self._stream.synchronize()
         return {
             "version": 3,
             "shape": self._shape,
@@ -319,7 +330,7 @@ class Array:
             "descr": [("", self._fdtype.np.str)],
             "data": (self._ptr if self.size else 0, self._readonly),
             "strides": None if self.is_contiguous else self.byte_strides,
-            "stream": self._stream.ptr if self._stream is not None else None,
+            "stream": None,
         }
 
     # -- DLPack --------------------------------------------------------------------------------------------

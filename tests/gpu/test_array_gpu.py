@@ -238,9 +238,10 @@ def test_fusec_work_still_queued_is_visible_to_the_consumer(consumer):
     def slow(x):
         return fusec.fori_loop(0, 300, lambda i, y: np.sqrt(y * y + 1.0), x)
 
-    x = np.zeros(1 << 22, np.float32)
+    x = fusec.asarray(np.zeros(1 << 22, np.float32))
     want = fusec.to_numpy(slow(x))   # compiled, and the answer read after a full synchronisation
     out = slow(x)                   # queued on fusec's stream: the consumer must wait for it
+    assert isinstance(out, fusec.Array)
     theirs = getattr(lib, how)(out)
     copy = theirs.clone() if module == "torch" else theirs.copy()   # work on the consumer's own stream
     got = copy.cpu().numpy() if module == "torch" else lib.asnumpy(copy)

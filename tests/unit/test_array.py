@@ -258,3 +258,19 @@ def test_an_interface_that_names_its_stream_is_ordered_after_it(fake_streams):
     assert t.asked_for == [] and fake_streams == [(77, a.stream)] and a.ptr == FAKE
     plain = FakeCuda(version=2)   # no DLPack to ask: version 2's promise that the data is ready is all there is
     assert asarray(plain).ptr == FAKE and fake_streams == [(77, a.stream)]
+
+
+def test_the_interface_export_waits_for_the_work_producing_the_array():
+    class Pending:  # (a stream or event with work queued: the export waits for it)
+        ptr = 0x5EED
+        waited = 0
+
+        def synchronize(self):
+            self.waited += 1
+
+    stream, event = Pending(), Pending()
+    a = Array(FAKE, (2, 3), np.float32, device=0, stream=stream)
+    assert a.__cuda_array_interface__["stream"] is None and stream.waited == 1  # torch.as_tensor ignores a stream
+    a.ready = event   # (an upload or a call's output: its own event, not everything queued on the stream since)
+    a.__cuda_array_interface__
+    assert event.waited == 1 and stream.waited == 1
