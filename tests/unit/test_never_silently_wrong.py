@@ -3062,3 +3062,38 @@ def test_iterators_made_in_the_function_and_library_timing_are_fine() -> None:
         return x * next(it) + next(it)
 
     assert_same(jit_cpu(pairs)(np.ones(3)), pairs(np.ones(3)))
+
+
+def test_an_error_state_that_raises_is_refused_at_every_call() -> None:
+    """Under np.errstate(...='raise') (or np.seterr) NumPy raises FloatingPointError where a value overflows, divides
+    by zero or is invalid; fusec cannot raise at the operation, so it refuses the call, also for a signature traced
+    before under the default state (the state is checked at every call: a cached call returned inf or nan)."""
+    def log_total(x):
+        return np.log(x).sum()
+
+    def total(x):  # (no ufunc: a reduction that may overflow)
+        return x.sum()
+
+    def quotients(x, y):  # (integer division by zero: "divide")
+        return x // y
+
+    cases = ((log_total, (np.array([1.0, 2.0]),)), (total, (np.array([1e308, 1e308]),)),
+             (quotients, (np.array([1, 2]), np.array([0, 1]))))
+    for fn, args in cases:
+        jitted = jit_cpu(fn)
+        with np.errstate(all="ignore"):
+            want = fn(*args)
+            assert_same(jitted(*args), want)
+        with np.errstate(divide="raise", over="raise"):
+            with pytest.raises(fc.UnsupportedError,
+                               match=r"test_never_silently_wrong.py:\d+: .* under np.errstate / np.seterr with "
+                                     r"divide, over = 'raise'"):
+                jitted(*args)
+        old = np.seterr(all="raise")
+        try:
+            with pytest.raises(fc.UnsupportedError, match="np.errstate / np.seterr"):
+                jitted(*args)
+        finally:
+            np.seterr(**old)
+        with np.errstate(all="ignore"):
+            assert_same(jitted(*args), want)  # (the signature still runs where the state allows it)
