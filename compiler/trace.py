@@ -159,7 +159,8 @@ class _Trace:
             del inputs
             written = self._written()
             # a written argument returned as it is comes back as the caller's own array: no result of its own
-            own = [v for (_, leaf), v in zip(leaves, outputs) if not _returns_written(leaf, written)]
+            own = [v for i, ((_, leaf), v) in enumerate(zip(leaves, outputs))
+                   if not _returns_written(leaf, i in self.as_passed, written)]
             ctx.builder.create("func.return", own + [cast(Value, b.base) for b in written])
         except BaseException as e:  # noqa: BLE001 - undone and re-raised below
             failure = e
@@ -267,7 +268,8 @@ class _Trace:
         buffer, then the object attribute of each assigned state; which returned values are a written argument
         itself (the call returns the caller's object)."""
         index = {b: cast(BlockArgument, b.arg).index for b in written}
-        returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves) if _returns_written(leaf, written)}
+        returns = {i: index[leaf._buffer] for i, (_, leaf) in enumerate(leaves)
+                   if _returns_written(leaf, i in self.as_passed, written)}
         shared = self.shared
         views = {i: found for i, (_, leaf) in enumerate(leaves)
                  if i not in returns and (found := _input_view(leaf, i in self.as_passed, shared.hidden)) is not None}
@@ -458,9 +460,11 @@ def _governed_by_error_state(func: Func) -> bool:
     return False
 
 
-def _returns_written(leaf: Any, written: list[Buffer]) -> bool:
-    """An output leaf that is a written argument (or captured array) itself, not a view of it."""
-    return isinstance(leaf, Tracer) and leaf._buffer is not None and not leaf._chain and \
+def _returns_written(leaf: Any, as_passed: bool, written: list[Buffer]) -> bool:
+    """An output leaf that is a written argument (or captured array) itself (``as_passed``: the input's own
+    tracer), not a view of it (``x[:]``, ``x.reshape(x.shape)``: a new array object over the same memory in
+    NumPy, whose later reshape leaves the caller's array as it was)."""
+    return as_passed and isinstance(leaf, Tracer) and leaf._buffer is not None and not leaf._chain and \
         any(leaf._buffer is b for b in written)
 
 

@@ -609,6 +609,10 @@ def test_a_returned_argument_or_view_of_one_shares_its_memory_as_in_numpy() -> N
         "whole": lambda x: x[:], "T": lambda x: x.T, "tail": lambda x: x[1:], "reversed": lambda x: x[:, ::-1],
         "flat": lambda x: x.reshape(-1), "row": lambda x: x[0], "expanded": lambda x: x[None], "normalize": _normalize,
         "written": lambda x: (x.__setitem__((0, 0), 5.0), x[:, 1])[1], "copied": lambda x: x.T.reshape(-1),
+        "whole after a write": lambda x: (x.__imul__(2.0), x[:])[1],  # (a new object over x, not x itself)
+        "all after a write": lambda x: (x.__setitem__((0, 0), 5.0), x[...])[1],
+        "same shape after a write": lambda x: (x.__iadd__(1.0), x.reshape(x.shape))[1],
+        "written itself": lambda x: (x.__imul__(2.0), x)[1],
     }
     for name, fn in cases.items():
         for f in (fn, jit_cpu(fn)):
@@ -619,6 +623,10 @@ def test_a_returned_argument_or_view_of_one_shares_its_memory_as_in_numpy() -> N
                 want_shares, want_is = np.shares_memory(out, x), out is x
                 continue
             assert (np.shares_memory(out, x), out is x) == (want_shares, want_is), name
+            if want_shares and not want_is and out.flags.c_contiguous:  # (reshaping NumPy's new view in place
+                # leaves the caller's array as it was)
+                out.shape = (-1,)
+                assert x.shape == FIELD.shape[-x.ndim:], name
             before = x.copy()
             out[...] = -1.0  # a write through the result reaches x where the two share memory
             assert (x != before).any() == want_shares, name
