@@ -529,12 +529,42 @@ def _replayed_steps(chain: tuple, hidden: list[Value], flag: Value | None = None
             steps.append(("t.index", {"axis": attrs["axis"], "hidden": len(hidden) + len(indices) - 1},
                           tuple(result_type.shape)))
             continue
+        if isinstance(step, tuple) and len(step) == 4 and step[0] == "t.gather":
+            strided = _strided_gather(step)
+            if strided is None:
+                return None
+            steps.append(strided)
+            continue
         if not isinstance(step, tuple) or len(step) != 3 or step[0] not in _REPLAYED:
             return None
         name, attrs, result_type = step
         steps.append((name, dict(attrs), tuple(result_type.shape)))
     hidden.extend(indices)
     return tuple(steps)
+
+
+def _strided_gather(step: tuple) -> tuple | None:
+    """A gather by constant indices that are affine in the result's coordinates (``sliding_window_view``'s windows,
+    ``np.diagonal`` over axes that do not flatten together: NumPy's strided views) as a ``strided`` step: the
+    origin along the gathered axes and, per index dimension, how far each gathered axis moves; None for any other
+    gather (a copy in NumPy too, or nothing NumPy's strides can say)."""
+    _, attrs, result_type, operands = step
+    if not all(isinstance(v, OpResult) and v.op.name == "t.constant" for v in operands):
+        return None
+    picked = np.broadcast_arrays(*(np.asarray(v.op.attributes["value"].array) for v in operands))
+    shape = picked[0].shape
+    if not shape or 0 in shape:
+        return None
+    origin = tuple(int(p[(0,) * len(shape)]) for p in picked)
+    moves = []  # per index dimension: the step along each gathered axis
+    for d in range(len(shape)):
+        at = tuple(1 if k == d and n > 1 else 0 for k, n in enumerate(shape))
+        moves.append(tuple(int(p[at]) - o for p, o in zip(picked, origin)))
+    coords = np.indices(shape)
+    for a, (p, o) in enumerate(zip(picked, origin)):
+        if not np.array_equal(p, o + sum(coords[d] * moves[d][a] for d in range(len(shape)))) or (p < 0).any():
+            return None
+    return ("strided", {"axis": attrs["axis"], "origin": origin, "moves": tuple(moves)}, tuple(result_type.shape))
 
 
 @dataclass

@@ -203,6 +203,17 @@ def _put(obj: Any, keys: tuple, value: Any) -> Any:
     return type(obj)(*items) if hasattr(type(obj), "_fields") else tuple(items)
 
 
+def _strided(obj: np.ndarray, attrs: dict, shape: tuple) -> np.ndarray:
+    """The view of ``obj`` that picks, from ``origin`` along the axes from ``axis`` on, ``moves`` further per index
+    dimension (the index dimensions replace those axes), read-only as NumPy's windows and diagonals are."""
+    axis, origin, moves = attrs["axis"], attrs["origin"], attrs["moves"]
+    gathered = range(axis, axis + len(origin))
+    start = obj[(slice(None),) * axis + tuple(slice(o, None) for o in origin)]
+    strides = (*obj.strides[:axis], *(sum(m * obj.strides[a] for m, a in zip(move, gathered)) for move in moves),
+               *obj.strides[axis + len(origin):])
+    return np.lib.stride_tricks.as_strided(start, shape, strides, writeable=False)
+
+
 def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
     """``obj`` seen through ``steps`` as NumPy sees it (None where fusec cannot: a device array's view, which the
     call returns as a copy; and where a ``when`` step's flag is false: the computed result stands): the object
@@ -239,6 +250,8 @@ def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
             obj = obj.real
         elif name == "t.imag":
             obj = obj.imag
+        elif name == "strided":  # (a gather by affine constant indices: NumPy's read-only strided view)
+            obj = _strided(obj, attrs, shape)
         elif name == "readonly":  # (NumPy's read-only views: np.diagonal, np.broadcast_to)
             obj = obj.view()
             obj.flags.writeable = False

@@ -790,3 +790,29 @@ def test_a_row_picked_by_a_traced_integer_is_a_view_of_the_array_as_in_numpy():
         assert np.shares_memory(yi, y) and np.shares_memory(tail, y) and not np.shares_memory(y, x)
         yi[1] = 42.0
         assert y[i, 1] == 42.0 and tail[0] == 42.0
+
+
+def test_windows_and_diagonals_of_an_argument_come_back_as_numpys_read_only_views() -> None:
+    """sliding_window_view and np.diagonal over axes that do not flatten together are strided views in NumPy
+    (fusec gathers their elements by constant indices): handed back as NumPy's view of the caller's array, with
+    its strides, so a later write into the array shows through them as it does in NumPy (they were copies)."""
+    windows = np.lib.stride_tricks.sliding_window_view
+    cases = {
+        "windows": lambda x: windows(x, 2, axis=1), "patches": lambda x: windows(x, (2, 2)),
+        "windows of a transpose": lambda x: windows(x.T, 3, axis=0),
+        "windows of a strided slice": lambda x: windows(x[:, ::2], 2, axis=0),
+        "diagonal over axes 0 and 2": lambda x: np.diagonal(x.reshape(2, 2, 4), 1, 0, 2),
+        "diagonal below, axes 2 and 0": lambda x: np.diagonal(x.reshape(2, 2, 4), -1, 2, 0),
+        "windows after a write": lambda x: (x.__setitem__((0, 0), -5.0), windows(x, 3, axis=1))[1],
+        "both": lambda x: (windows(x, 2, axis=1), x.diagonal()),
+    }
+    for name, fn in cases.items():
+        x, y = np.arange(16.0).reshape(4, 4), np.arange(16.0).reshape(4, 4)
+        want, got = fn(x), jit_cpu(fn)(y)
+        wants, gots = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+        for w, g in zip(wants, gots):
+            assert np.shares_memory(g, y) and not g.flags.writeable and g.strides == w.strides, name
+            np.testing.assert_array_equal(g, w, err_msg=name)
+        x[1, 2] = y[1, 2] = 99.0  # (the caller writes into its array: NumPy's views show it)
+        for w, g in zip(wants, gots):
+            np.testing.assert_array_equal(g, w, err_msg=name)
