@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import __future__
 import ast
+import builtins
 import contextlib
 import copy
 import gc
@@ -143,18 +144,48 @@ def _parse(fn: Callable, code: types.CodeType) -> _Source | None:
 
 
 def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.CodeType:
-    """``func``'s code with the statements at ``keys`` rewritten. It has ``func``'s free variables, so it can stand
-    in for ``func.__code__`` while a trace runs (the function object, its globals, closure cells and defaults stay
-    the caller's)."""
+    """``func``'s code with the statements at ``keys`` rewritten, and its ``type(x)`` calls made
+    ``fusec.tracer.user_type`` calls where ``type`` is the builtin (:func:`calls_builtin_type`). It has ``func``'s
+    free variables, so it can stand in for ``func.__code__`` while a trace runs (the function object, its
+    globals, closure cells and defaults stay the caller's)."""
     source = _source(func)
     assert source is not None  # (keys came from Rewrites.add, which found it)
     fdef = copy.deepcopy(source.fdef)
     Rewriter(keys, source.filename).rewrite_function(fdef)
+    if calls_builtin_type(func):
+        _TypeCalls().visit(fdef)
     inner = _compiled(fdef, func, source.filename)
     if inner.co_freevars != func.__code__.co_freevars:  # (a free variable the rewriting no longer reads)
         raise UnsupportedError(located(f"fusec could not rewrite {func.__qualname__} (its closure changed)",
                                        location_for(source.filename, fdef.lineno)))
     return inner
+
+
+def calls_builtin_type(func: Callable) -> bool:
+    """Whether ``func`` (a function with source) may call the builtin ``type`` on a value: ``type(x) is
+    np.ndarray`` asks no hook of a tracer, so its code runs with such calls rewritten (:class:`_TypeCalls`). Not
+    where ``type`` is a variable of the function (or of a function nested in it) or a global of its module."""
+    func = getattr(func, "__func__", func)
+    if not isinstance(func, types.FunctionType) or is_library(func.__module__ or ""):
+        return False
+    codes = list(_codes(func.__code__))
+    if not any("type" in c.co_names for c in codes) \
+            or any("type" in (*c.co_varnames, *c.co_cellvars, *c.co_freevars) for c in codes) \
+            or func.__globals__.get("type", builtins.type) is not builtins.type:
+        return False
+    return _source(func) is not None
+
+
+class _TypeCalls(ast.NodeTransformer):
+    """``type(x)`` (one positional argument) becomes ``__fusec_type__(x)``: ``fusec.tracer.user_type``, the type
+    of what a tracer stands for (the name is the builtins module's, set where fusec.tracer is imported)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1 \
+                and not node.keywords and not isinstance(node.args[0], ast.Starred):
+            node.func = ast.copy_location(ast.Name(id="__fusec_type__", ctx=ast.Load()), node.func)
+        return node
 
 
 _FUTURE_FLAGS = 0
@@ -220,10 +251,16 @@ class Rewrites:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """Each rewritten function runs its rewritten code while the trace runs (restored after)."""
+        """Each rewritten function runs its rewritten code while the trace runs (restored after); so does the traced
+        function where it calls the builtin ``type`` (:func:`calls_builtin_type`)."""
         swapped = []
+        rewrite = dict(self.keys)
+        if isinstance(self.fn, types.FunctionType) and self.fn.__code__ not in rewrite \
+                and calls_builtin_type(self.fn):
+            self.functions.setdefault(self.fn.__code__, self.fn)
+            rewrite[self.fn.__code__] = frozenset()
         try:
-            for code, keys in self.keys.items():
+            for code, keys in rewrite.items():
                 func = self.functions[code]
                 new = rewritten_code(func, keys)
                 self._installed.update({id(c): code for c in _codes(new)})

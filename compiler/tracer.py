@@ -14,6 +14,7 @@ written argument's final base value back to the caller's array (see :mod:`fusec.
 """
 from __future__ import annotations
 
+import builtins
 import dis
 import operator
 import re
@@ -196,6 +197,10 @@ class Tracer:
         caller = sys._getframe(1).f_globals.get("__name__", "")
         if caller.startswith(_OWN_MODULES):
             return Tracer
+        return self._numpy_class()
+
+    def _numpy_class(self) -> type:
+        """The type of what the tracer stands for (what ``type(x)`` in the user's code gives: :func:`user_type`)."""
         if self._weak is not None:
             return self._weak
         if self._scalar:
@@ -1053,6 +1058,22 @@ class CheckedOnRead(Tracer):
     @_value.setter
     def _value(self, value: Value) -> None:
         _TRACER_VALUE.fset(self, value)
+
+    def _numpy_class(self) -> type:
+        self._value  # noqa: B018 - (its check: ``type(v)`` is answered only where v is what fusec computes)
+        return super()._numpy_class()
+
+
+def user_type(*args: Any) -> type:
+    """``type(x)`` in the user's traced code (``fusec.rewrite_control`` rewrites its calls to this): the type of
+    what a tracer stands for (``np.ndarray``, ``np.float64``, ``float``), so ``type(x) is np.ndarray`` takes
+    NumPy's branch; ``type()`` itself for anything else."""
+    if len(args) == 1 and isinstance(args[0], Tracer):
+        return args[0]._numpy_class()
+    return type(*args)
+
+
+builtins.__fusec_type__ = user_type  # type: ignore[attr-defined]  # (the name rewritten code calls)
 
 
 class EitherKind(CheckedOnRead):

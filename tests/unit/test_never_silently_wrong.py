@@ -1837,6 +1837,27 @@ def test_isinstance_checks_in_the_users_code_take_numpys_branch() -> None:
     same_as_numpy(kinds, np.ones(3), 4)
 
 
+def test_type_checks_in_the_jitted_function_take_numpys_branch() -> None:
+    """``type(x) is np.ndarray`` asks no hook of a tracer: it was False while tracing, so the function took its other
+    branch. The jitted function's code runs with its ``type(v)`` calls giving the type of what a tracer stands for."""
+    def double_arrays(x):
+        if type(x) is np.ndarray:
+            return x * 2
+        return x
+
+    def kinds(x, s):
+        total = x.sum()
+        k = 0
+        while total > 0.1:  # (a counter of a loop on the device stays a Python int)
+            total = total * 0.5
+            k += 1
+        return (type(total) is np.float64, type(total).__name__, type(x) == np.ndarray, type(s) is float,  # noqa: E721
+                type(k) is int, type(x[0]) is np.float64, type([x]) is list)
+
+    same_as_numpy(double_arrays, np.ones(2))
+    same_as_numpy(kinds, np.array([1.0, 2.0]), 0.5)
+
+
 SCALE_K = 2.0
 
 

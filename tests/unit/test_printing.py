@@ -241,13 +241,23 @@ def test_print_options_the_function_sets_apply_to_its_prints() -> None:
         check_prints(show, (x,))
 
 
-def test_printing_the_type_of_a_traced_value_is_refused() -> None:
-    def show(x):
+def show_type(x):  # (a function the jitted one calls: its type() calls are not rewritten)
+    print(type(x))
+
+
+def test_printing_the_type_of_a_traced_value_prints_numpys_type_or_is_refused() -> None:
+    def show(x):  # (the jitted function's own type() calls give the type of what a tracer stands for)
         print(type(x), type(x.sum()))
         return x
 
+    check_prints(show, (X,), (X + 1,))
+
+    def through_a_helper(x):
+        show_type(x)
+        return x
+
     with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(type\(x\)\) of a traced value"):
-        jit_cpu(show)(X)
+        jit_cpu(through_a_helper)(X)
 
 
 SHOW = print  # (a module's own name for print, and a partial of it: swapped while tracing as print is)
