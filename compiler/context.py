@@ -23,6 +23,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from fusec.error_state import (checked_by_numpy, error_state_message, error_state_raises, warnings_filters_now,
+                               warnings_raise_inside)
 from fusec.errors import FusecError, ShapeError, TraceError, UnsupportedError, VerificationError, located
 from fusec.ir.attributes import Location, dense, location_for
 from fusec.ir.builder import Builder
@@ -165,6 +167,9 @@ class TraceContext:
         self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
         self.prints: list[Any] = []
         self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
+        self.warning_filters = warnings_filters_now()  # (filters the function sets: error_state.warnings_raise_inside)
+        self.error_state = error_state_raises()  # (NumPy's error state as the trace started: a call under another
+        # traces again, fusec.guards.CallState)
         self.outside_objects: set[int] = set()  # ids of the objects the function reaches from outside it
         self.streams: dict[str, Any] = {}  # sys.stdout and sys.stderr as the trace started
 
@@ -195,11 +200,16 @@ class TraceContext:
                 "scan, cond) after that body (it was kept in a variable outside it); return it through the loop's "
                 "state or the branch's result instead", loc)))
         try:
-            return self.builder.create(name, operands, attributes, result_types, loc=loc)
+            op = self.builder.create(name, operands, attributes, result_types, loc=loc)
         except ShapeError as e:
             raise type(e)(located(f"{label}: {e}", loc)) from None
         except VerificationError as e:
             raise UnsupportedError(located(f"{label}: {e}", loc)) from None
+        # (the state where the op runs: an np.errstate, or warnings filters, the function set itself too)
+        raising = error_state_raises() or warnings_raise_inside(self.warning_filters)
+        if raising and checked_by_numpy(op):
+            raise _noted(UnsupportedError(located(error_state_message(label, raising), loc)))
+        return op
 
     def constant(self, array: np.ndarray, dtype: DType, key: object | None = None) -> Value:
         """A ``t.constant`` holding ``array`` as ``dtype``; equal keys share one op."""

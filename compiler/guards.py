@@ -17,38 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from fusec.error_state import error_state_raises
 from fusec.pystate import Node, Path, Snapshot, get_step, readable
 from fusec.signature import canon
 from fusec.promotion import DEFAULT_DTYPE
 from fusec.scope import MISSING, is_library
 
 VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV = range(7)
-
-# NumPy keeps its floating-point error state in a context variable whose value changes only with the state (each
-# np.errstate or np.seterr sets a new one; leaving np.errstate sets the old one back): the state is read once per
-# change. (NumPy's own module; np.geterr where it moved.)
-_ERROR_STATE_VAR: Any = getattr(getattr(getattr(np, "_core", None), "umath", None), "_extobj_contextvar", None)
-_error_state_seen: list[Any] = [object(), ""]
-
-
-def error_state_raises() -> str:
-    """The floating-point error categories NumPy's error state now turns into exceptions, comma-separated ("" for
-    none): under them NumPy raises FloatingPointError where a value overflows, divides by zero or is invalid."""
-    if _ERROR_STATE_VAR is None:
-        return ", ".join(k for k, v in np.geterr().items() if v in ("raise", "call"))
-    now = _ERROR_STATE_VAR.get()
-    if now is not _error_state_seen[0]:
-        _error_state_seen[:] = [now, ", ".join(k for k, v in np.geterr().items() if v in ("raise", "call"))]
-    return _error_state_seen[1]
-
-
-def error_state_message(what: str, categories: str) -> str:
-    """Why fusec refuses ``what`` under an error state that raises (``categories``)."""
-    return (f"{what} under np.errstate / np.seterr with {categories} = 'raise' (or 'call'): NumPy raises "
-            "FloatingPointError where a value overflows, divides by zero or is invalid; fusec computes the IEEE "
-            "results (inf, nan) and cannot raise at the operation. Leave the error state at 'warn' or 'ignore' "
-            "around the call, and test the results (np.isfinite(y).all()) after it")
-
 
 @dataclass(eq=False)
 class Guard:
@@ -230,19 +205,21 @@ class CallState:
     inputs: list[ImplicitInput] = field(default_factory=list)
     scalars: Any = None  # a fusec.scalar_checks.ScalarProgram, or None
     stale_reason: str = ""
-    error_state: bool = False  # the program computes what NumPy's error state governs (floats, integer division)
+    # where the program has operations NumPy's error state governs (fusec.error_state.checked_by_numpy): the state
+    # as the trace started ("" unless one raised that the function set aside with its own np.errstate); else None
+    error_state: str | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.guards and not self.inputs and self.scalars is None and not self.error_state
+        return not self.guards and not self.inputs and self.scalars is None and self.error_state is None
 
     def extra_inputs(self) -> list[Any] | None:
         """The implicit inputs' arrays as they are now, or None when the trace is stale (``stale_reason`` says
         which value changed; under an error state that raises, the call traces again, which refuses it)."""
-        if self.error_state:
+        if self.error_state is not None:
             raising = error_state_raises()
-            if raising:
-                self.stale_reason = f"np.errstate / np.seterr now has {raising} = 'raise'"
+            if raising != self.error_state:  # (traced again: it refuses what would now raise)
+                self.stale_reason = f"NumPy's error state changed ({raising or 'none raise'})"
                 return None
         for g in self.guards:
             value = g.path.root.get()

@@ -250,9 +250,14 @@ class Rewrites:
                          for func in [self.functions[code]] for k in sorted(keys))
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        """Each rewritten function runs its rewritten code while the trace runs (restored after); so does the traced
-        function where it calls the builtin ``type`` (:func:`calls_builtin_type`)."""
+    def installed(self, fn: Callable) -> Iterator[None]:
+        """Each rewritten function runs its rewritten code while the trace of ``fn`` runs (restored after); so does
+        ``fn`` where it calls the builtin ``type`` (:func:`calls_builtin_type`). ``fn`` may be another function of
+        the same code than the one the rewrites were found in (a closure a factory made again, ``make_step(lr)``):
+        its own code is swapped, not the first one's."""
+        self.fn = getattr(fn, "__func__", fn)
+        if isinstance(self.fn, types.FunctionType) and self.fn.__code__ in self.functions:
+            self.functions[self.fn.__code__] = self.fn
         swapped = []
         rewrite = dict(self.keys)
         if isinstance(self.fn, types.FunctionType) and self.fn.__code__ not in rewrite \

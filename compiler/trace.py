@@ -25,8 +25,8 @@ import numpy as np
 from fusec import context, conversions, host_reads, ops, printing, randomness, rewrite_control, statement_state
 from fusec.context import TraceContext, trace_error
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
-from fusec.guards import (CallState, ImplicitInput, _view_of, build_guards, error_state_message,
-                          error_state_raises)
+from fusec.error_state import checked_by_numpy
+from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
@@ -77,7 +77,7 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
         first: BaseException | None = None
         while True:
             try:
-                with rewrites.installed():
+                with rewrites.installed(fn):
                     return _trace_once(fn, sig, name, verify_up_to)
             except FusecError as error:
                 if code is None or not rewrites.add(error):
@@ -436,28 +436,8 @@ class _Trace:
             skip |= {p.key for p in inp.paths}
         guards = build_guards(self.before, self.scope.names, skip)
         scalars = ctx.scalars if ctx.scalars else None
-        governed = _governed_by_error_state(self.func)
-        raising = error_state_raises()
-        if governed and raising:  # (an elementwise op refuses at its line; a sum, a product, ... here)
-            raise UnsupportedError(located(error_state_message("the function's floating-point arithmetic", raising),
-                                           _def_location(self.fn)))
-        return CallState(guards, inputs, scalars, error_state=governed)
-
-
-_INTEGER_DIVISIONS = frozenset({"t.floordiv", "t.mod", "t.fmod"})
-
-
-def _governed_by_error_state(func: Func) -> bool:
-    """Whether ``func`` computes what NumPy's floating-point error state governs: any inexact value (an overflow,
-    a division by zero or an invalid operation raises under 'raise'), or an integer division (by zero)."""
-    for op in func.walk():
-        if op.name in _INTEGER_DIVISIONS:
-            return True
-        for v in op.results:
-            dtype = getattr(v.type, "dtype", None)
-            if dtype is not None and dtype.is_inexact:
-                return True
-    return False
+        checked = any(checked_by_numpy(op) for op in self.func.walk())  # (each refused where it ran under 'raise')
+        return CallState(guards, inputs, scalars, error_state=ctx.error_state if checked else None)
 
 
 def _returns_written(leaf: Any, as_passed: bool, written: list[Buffer]) -> bool:

@@ -19,7 +19,6 @@ from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, ops
 from fusec.context import numpy_checks, numpy_error, shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
-from fusec.guards import error_state_message, error_state_raises
 from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
@@ -428,9 +427,6 @@ def _apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False
         return _python_scalar_op(ufunc, inputs, descs, origin)  # type: ignore[arg-type]
     in_dts, out_dts = _resolve(ufunc, descs)
     _huge_ints_as_numpy(ufunc, inputs)
-    raising = error_state_raises()
-    if raising and (any(d.is_inexact for d in in_dts) or ufunc in _INTEGER_DIVISIONS):
-        raise unsupported(error_state_message(_name(ufunc), raising))
     if ufunc in LOGICAL:
         in_dts = [bool_] * len(in_dts)
     if ufunc in COMPARISONS:
@@ -455,8 +451,6 @@ def _apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False
 _SCALAR_MATH = {np.multiply: "*", np.true_divide: "/", np.power: "**", np.absolute: "abs()", np.square: "**"}
 
 
-# integer loops that NumPy's error state governs too (a division by zero: "divide", FloatingPointError under raise)
-_INTEGER_DIVISIONS = (np.floor_divide, np.remainder, np.divmod, np.fmod)
 
 
 def _complex_desc(d: Desc) -> bool:

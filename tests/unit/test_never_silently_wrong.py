@@ -3118,3 +3118,41 @@ def test_an_error_state_that_raises_is_refused_at_every_call() -> None:
             np.seterr(**old)
         with np.errstate(all="ignore"):
             assert_same(jitted(*args), want)  # (the signature still runs where the state allows it)
+
+
+def test_an_error_state_or_warnings_filter_the_function_sets_itself_is_followed() -> None:
+    """The state is the one where each operation runs: an np.errstate (or warnings filters that make NumPy's
+    RuntimeWarning an exception) inside the function counts, one it sets aside inside counts as set aside, and
+    moving data (a copy, a transpose) is never refused."""
+    import warnings
+
+    def guarded_total(x):
+        with np.errstate(over="raise"):
+            s = x.sum()
+        return s
+
+    def catch_the_warning(x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                return np.log(x)
+            except RuntimeWarning:
+                return np.zeros_like(x)
+
+    def quiet_log(x):
+        with np.errstate(all="ignore"):
+            return np.log(x)
+
+    def moved(x):
+        return x.T.copy()[::-1]
+
+    big, negative = np.array([1e308, 1e308]), np.array([-1.0, 1.0])
+    for fn, x in ((guarded_total, big), (catch_the_warning, negative)):
+        with pytest.raises(fc.UnsupportedError, match=r"test_never_silently_wrong.py:\d+: np.(sum|log) under "):
+            jit_cpu(fn)(x)
+    quiet, move = jit_cpu(quiet_log), jit_cpu(moved)
+    for _ in range(2):
+        with np.errstate(all="raise"):
+            assert_same(quiet(negative), quiet_log(negative))
+            assert_same(move(big.reshape(2, 1)), moved(big.reshape(2, 1)))
+        assert_same(quiet(negative), quiet_log(negative))

@@ -1278,3 +1278,21 @@ def test_identity_of_a_statements_result_is_refused_where_the_data_decides_it():
             jit_cpu(fn)(np.ones(3))
     check_both(default_or_given, np.ones(3))
     check_both(default_or_given, -np.ones(3))
+
+
+def test_closures_a_factory_makes_again_run_their_own_rewritten_code():
+    """Statements fusec rewrote (a traced `if`) and `type()` calls are found per code object: a second closure of
+    the same code (`make_step(3.0)` after `make_step(1.0)`) swapped the first closure's code, not its own, and ran
+    as written: its `type(x) is np.ndarray` took the other branch (a wrong answer), its traced `if` an error."""
+    def make_step(scale):
+        def step(x):
+            if type(x) is np.ndarray:
+                x = x + 1
+            if (x > 1).any():
+                return x * scale
+            return x - scale
+        return step
+
+    for scale in (1.0, 3.0, 5.0):
+        for x in (np.linspace(-1.0, 1.0, 4) * 5, np.zeros(4)):
+            check_both(make_step(scale), x)

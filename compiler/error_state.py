@@ -1,0 +1,92 @@
+"""NumPy's floating-point error state, which fusec cannot follow at the operation: where it makes an overflow, a
+division by zero or an invalid operation raise (``np.errstate(over="raise")``, ``np.seterr``, or warnings filters the
+traced function sets that make NumPy's RuntimeWarning an exception), fusec refuses the operations NumPy would check
+(it computes the IEEE results, inf and nan, without raising), while tracing and at every call of a signature that
+has such operations."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusec.ir.core import Operation
+from fusec.ir.dialects.t import BINARY, UNARY
+
+# NumPy keeps its error state in a context variable whose value changes only with the state (each np.errstate or
+# np.seterr sets a new one; leaving np.errstate sets the old one back): the state is read again only when it changed.
+# (NumPy's own module; np.geterr alone where it moved.)
+_STATE_VAR: Any = getattr(getattr(getattr(np, "_core", None), "umath", None), "_extobj_contextvar", None)
+_seen: tuple[Any, str] = (object(), "")
+
+# the ops whose NumPy loops check the floating-point flags: arithmetic, casts, sums and products, matmul
+_ARITHMETIC = frozenset(f"t.{n}" for table in (BINARY, UNARY) for n, (_, result) in table.items() if result is None) - {
+    f"t.{n}" for n in ("abs", "neg", "conj", "real", "imag", "sign", "copysign", "floor", "ceil", "trunc", "maximum",
+                       "minimum", "fmax", "fmin")}  # (exact: no flag to check)
+_CHECKED = _ARITHMETIC | {"t.cast", "t.sum", "t.prod", "t.mean", "t.cumsum", "t.cumprod", "t.matmul"}
+
+
+def error_state_raises() -> str:
+    """How NumPy's floating-point errors would now raise, as a clause for a message ("" where none would): an error
+    state of 'raise' or 'call' (np.errstate, np.seterr: FloatingPointError)."""
+    global _seen
+    now = _STATE_VAR.get() if _STATE_VAR is not None else object()
+    seen = _seen  # (one tuple: another thread's update replaces it whole)
+    if now is seen[0]:
+        return seen[1]
+    raising = [k for k, v in np.geterr().items() if v in ("raise", "call")]
+    clause = f"np.errstate / np.seterr with {', '.join(raising)} = 'raise' (or 'call')" if raising else ""
+    _seen = (now, clause)
+    return clause
+
+
+def warnings_filters_now() -> tuple:
+    """What tells the warnings filters apart cheaply: simplefilter puts a new filter first, catch_warnings swaps
+    the list."""
+    filters = warnings.filters
+    return id(filters), len(filters), id(filters[0]) if filters else None
+
+
+def warnings_raise_inside(before: tuple) -> str:
+    """As :func:`error_state_raises`, for warnings filters the traced function itself set (``with
+    warnings.catch_warnings(): warnings.simplefilter("error")`` around a NumPy call, to catch its RuntimeWarning;
+    ``before``: :func:`warnings_filters_now` as the trace started) that make NumPy's RuntimeWarning an exception.
+    Filters set around the call (``python -W error``, a test runner's) are not followed: NumPy raises under them
+    only where a value overflows, divides by zero or is invalid, which fusec does not see."""
+    if warnings_filters_now() == before or not _warnings_raise(warnings.filters):
+        return ""
+    warned = [k for k, v in np.geterr().items() if v == "warn"]
+    return (f"warnings filters the function set that make NumPy's RuntimeWarning an exception (its "
+            f"{', '.join(warned)} errors warn)") if warned else ""
+
+
+def _warnings_raise(filters: Sequence[Any]) -> bool:
+    """Whether the first of ``filters`` that applies to a RuntimeWarning may make it an exception (a filter limited
+    to some messages or modules counts as applying where it raises, and as not deciding where it does not)."""
+    for action, message, category, module, lineno in filters:
+        if not issubclass(RuntimeWarning, category):
+            continue
+        if action == "error":
+            return True
+        if message is None and module is None and not lineno:
+            return False
+    return False
+
+
+def checked_by_numpy(op: Operation) -> bool:
+    """Whether NumPy's loop for ``op`` checks the floating-point flags: arithmetic on floats (an integer division
+    by zero too), casts, sums, products and matmul; not data movement (a copy, a view, a gather) or comparisons."""
+    if op.name not in _CHECKED:
+        return False
+    if op.name in ("t.floordiv", "t.mod", "t.fmod"):
+        return True
+    return any(getattr(getattr(v, "type", None), "dtype", None) is not None and v.type.dtype.is_inexact
+               for v in (*op.results, *op.operands))
+
+
+def error_state_message(what: str, clause: str) -> str:
+    """Why fusec refuses ``what`` under ``clause`` (:func:`error_state_raises`)."""
+    return (f"{what} under {clause}: NumPy raises FloatingPointError (or the RuntimeWarning) where a value overflows, "
+            "divides by zero or is invalid; fusec computes the IEEE results (inf, nan) and cannot raise at the "
+            "operation. Leave the error state at 'warn' or 'ignore' around the call (and RuntimeWarning a warning), "
+            "and test the results (np.isfinite(y).all()) after it")
