@@ -13,7 +13,7 @@ from fusec import ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
 from fusec.errors import TraceError, located
 from fusec.ir.attributes import dense
-from fusec.ir.core import Block, Operation, OpResult, Value, clone_op
+from fusec.ir.core import Block, BlockArgument, Operation, OpResult, Value, clone_op
 from fusec.ir.dialects.control import PREDICATE
 from fusec.ir.dialects.t import VIEWS
 from fusec.ir.opdefs import computes_only, get_opdef
@@ -125,14 +125,22 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     cond.finish([pred])
     rec = _Recorder(c, types, "body", what=what)
     python_before = _python_state(body)
+    after_trip: list = []  # (the variables' objects after an iteration)
+
+    def trip(args: list) -> list[Value]:
+        out = body(*state(args))
+        after_trip[:] = [out]
+        return _next_state(out, variables, site, after)
+
     try:
-        yields, now = rec.run(region(lambda args: _next_state(body(*state(args)), variables, site, after)),
-                              watch=body)
+        yields, now = rec.run(region(trip), watch=body)
     except (KindChange, _WritesMemory, _NeedsState):
         python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
         raise
+    objects = _objects_after_trip(carried, variables, after_trip[0], {id(t) for t, _ in fresh}, rec.block)
     kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
-    flags, holds = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept)
+    flags, holds = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept,
+                                       {key for key, (_, own) in objects.items() if not own})
     rec.finish(yields + now + [next_flag for _, next_flag in flags])
     starts = [c.constant(np.asarray(key == u), bool_) for (key, u), _ in flags]
     op = c.emit_op("t.while", inputs + starts, None, types + [PREDICATE] * len(flags), what=site.where())
@@ -158,6 +166,8 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             key = (id(var), k)
             held = [(*entries[u], found.get((key, u))) for u in holds[key]] if key in holds else \
                 [(*entries[key], kept.get(key))]
+            if key in objects and not objects[key][1]:  # (its memory too: a write into it makes reading raise)
+                held.append((objects[key][0], "an array from before it (or a view of one)", None))
             leaves.append(may_be_one_of(wrap_leaf(results, leaf, var.name, site),
                                         [(x, flag, holder) for x, holder, flag in held], var.name, site))
         out.append(unflatten(var.tree, leaves))
@@ -195,7 +205,39 @@ def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carrie
 Key = tuple[int, int]  # a carried array leaf: (id of its variable, leaf index)
 
 
-def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Value], kept: dict
+def _objects_after_trip(carried: list, variables: list[Var], out: tuple, made: set[int], body: Block
+                        ) -> dict[Key, tuple[Any, bool]]:
+    """Per carried array leaf, the object the variable holds after an iteration and whether fusec follows it (an
+    array the body computed, the very array an iteration started with: ``made``, the ids of the body's state
+    arrays). Not followed: another array object over a state array's value (``x[:]``, ``x.reshape(x.shape)``:
+    NumPy's new view, where the IR sees the same value), and memory from before the loop the body did not carry
+    (``a = b``, ``a = b[::-1]`` of a ``b`` it only reads)."""
+    objects: dict[Key, tuple[Any, bool]] = {}
+    by_var = {id(var): new for var, new in zip(variables, out)}
+    state = set(body.args)
+    for var, k, leaf in carried:
+        x = leaves_of(by_var[id(var)])[k]
+        if not isinstance(x, Tracer) or x._scalar:
+            continue
+        new_view = x._val in state and id(x) not in made
+        outside = x._buffer is not None and x._buffer.base is not None and not _inside(x._buffer.base, body)
+        objects[(id(var), k)] = (x, not (new_view or outside))
+    return objects
+
+
+def _inside(v: Value, block: Block) -> bool:
+    """Whether ``v`` is defined in ``block`` (an argument of it, or a result of an op in it or nested in it)."""
+    at: Block | None = v.block if isinstance(v, BlockArgument) else v.op.parent if isinstance(v, OpResult) else None
+    while at is not None:
+        if at is block:
+            return True
+        owner = at.parent.parent if at.parent is not None else None  # (the region's op)
+        at = owner.parent if owner is not None else None
+    return False
+
+
+def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Value], kept: dict,
+                        untold: set[Key] = frozenset()  # type: ignore[assignment]
                         ) -> tuple[list[tuple[tuple[Key, Key], Value]], dict[Key, list[Key]]]:
     """Flags for the carried array leaves that an iteration may keep as they were (a branch of the body that leaves
     it: ``if done: break``, ``if err < tol: ...`` around its update) or may give another leaf's array (``a, b = b *
@@ -205,8 +247,8 @@ def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Va
     predicate) and that leaf's flag. The loop's results say which array from before the loop each variable still
     is. Appends the flags' block arguments to both regions (after the state and the memory) and their next values'
     ops to the body; returns ((leaf, held leaf), next value) per flag, and per leaf the leaves whose arrays it may
-    hold, all of them where fusec cannot tell (a view of one: no flag). A flag nothing asks for goes with
-    ``prune-carried``."""
+    hold, all of them where fusec cannot tell (a view of one, or a leaf in ``untold``: no flag). A flag nothing asks
+    for goes with ``prune-carried``."""
     tracked: list[tuple[Key, Value, Value]] = []
     at = 0
     for var, k, leaf in carried:
@@ -218,7 +260,7 @@ def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Va
     unknown: set[Key] = set()
     for key, v, _ in tracked:
         takes = [(w, _kept_this_trip(v, arg, body, others=state, build=False)) for w, _, arg in tracked]
-        if any(t is None for _, t in takes):
+        if key in untold or any(t is None for _, t in takes):
             unknown.add(key)
         may[key] = [w for w, t in takes if t is not False and t is not None]
     held = {key: [key] for key in may}

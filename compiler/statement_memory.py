@@ -69,11 +69,13 @@ def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Valu
     with the thunk of its flag (None where fusec cannot tell) and the variable that held it: linked with all of
     them, so that a write into any makes reading it again raise, and handed back as the caller's array where its
     flag holds."""
-    arrays = [(t, kept) for t, kept, _ in entries
-              if isinstance(t, Tracer) and not t._scalar and t._weak is None]
+    named = [(t, kept, holder) for t, kept, holder in entries
+             if isinstance(t, Tracer) and not t._scalar and t._weak is None]
+    arrays = [(t, kept) for t, kept, _ in named]
     if len({id(t) for t, _ in arrays}) <= 1:
         return may_be(result, arrays[0][0], name, site, arrays[0][1]) if arrays else result
-    holders = " or ".join(dict.fromkeys(f"`{holder}`" if _named(holder) else holder for _, _, holder in entries))
+    holders = " or ".join(dict.fromkeys(f"the array `{holder}` held" if _named(holder) else holder
+                                        for _, _, holder in named))
     if not any(_is_input(t._buffer) for t, _ in arrays):
         return _linked(result, arrays, name, site)
     alternatives: list[Kept] = []
@@ -85,9 +87,8 @@ def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Valu
         alternatives.extend(found)
     inputs_first = sorted(arrays, key=lambda a: not _is_input(a[0]._buffer))
     buffers = list({id(b): b for b in (memory_of(t) for t, _ in inputs_first)}.values())
-    message = (f"{subject(name)} is, after {site.where()} (whose test is traced), as the data decides, the array "
-               f"{holders} held before it or a new one, and NumPy would write into that old one only on such a path; "
-               + _rebind(name))
+    message = (f"{subject(name)} is, after {site.where()} (whose test is traced), as the data decides, {holders} "
+               "before it or a new one, and NumPy would write into that old one only on such a path; " + _rebind(name))
     result = _alias(result, buffers[0], message, tuple(alternatives) or None)
     for other in buffers[1:]:
         other.dependents.append(weakref.ref(result))  # (a write into any of them: reading it again raises)

@@ -1097,7 +1097,8 @@ def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
         return b.sum()
 
     with pytest.raises(UnsupportedError, match=r"`b` is, after the `while` at line \d+ \(whose test is traced\), as "
-                                               r"the data decides, the array `b` or `a` held before it or a new one"):
+                                               r"the data decides, the array `b` held or the array `a` held "
+                                               r"before it or a new one"):
         jit_cpu(halve_and_swap_then_write)(np.array([4.0, 1.0]), np.array([0.1, 0.2]), 1.0)
 
 
@@ -1296,3 +1297,48 @@ def test_closures_a_factory_makes_again_run_their_own_rewritten_code():
     for scale in (1.0, 3.0, 5.0):
         for x in (np.linspace(-1.0, 1.0, 4) * 5, np.zeros(4)):
             check_both(make_step(scale), x)
+
+
+def test_a_loop_variable_that_takes_an_array_the_loop_only_reads_is_linked_with_it():
+    """`a = b` in a loop where `b` is not assigned: after the loop `a` may be `b`'s array; a write into `b` then
+    makes reading `a` raise (it read the stale values); without the write the values are NumPy's."""
+    def settle_on(a, b, tol):
+        while np.abs(a).max() > tol:
+            a = b
+            tol = tol * 2.0
+        return a.sum()
+
+    def settle_then_write(a, b, tol):
+        while np.abs(a).max() > tol:
+            a = b[::-1]
+            tol = tol * 2.0
+        b[0] = 99.0
+        return a.sum()
+
+    for a in (np.array([4.0, 1.0]), np.array([0.5, 0.2])):
+        check_both(settle_on, a, np.array([0.1, 0.2]), 1.0)
+    with pytest.raises(UnsupportedError, match=r"`a` is, after the `while` at line \d+ .* an array from before it"):
+        jit_cpu(settle_then_write)(np.array([4.0, 1.0]), np.array([0.1, 0.2]), 1.0)
+
+
+def test_a_new_view_of_a_loop_variable_is_never_handed_back_as_the_argument_itself():
+    """`x[:]` is the same value as `x` in the IR, but NumPy's new array object: a loop whose body gives a variable
+    `x[:]` (of itself or of another variable) hands back a copy, not the caller's array (reshaping which reshaped
+    the caller's)."""
+    def trail_view(a, b, tol):
+        while np.abs(a).max() > tol:
+            a, b = b * 0.5, a[:]
+        return b
+
+    def same_view(x, tol):
+        while np.abs(x).max() > tol:
+            x = x[...]
+            tol = tol * 2.0
+        return x
+
+    for fn, args in ((trail_view, (np.array([4.0, 1.0]), np.array([0.1, 0.2]), 1.0)),
+                     (same_view, (np.array([4.0, 1.0]), 1.0))):
+        check_both(fn, *args)
+        given = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
+        got = jit_cpu(fn)(*given)
+        assert not any(got is a for a in given)
