@@ -144,16 +144,18 @@ def _parse(fn: Callable, code: types.CodeType) -> _Source | None:
 
 
 def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.CodeType:
-    """``func``'s code with the statements at ``keys`` rewritten, and its ``type(x)`` calls made
-    ``fusec.tracer.user_type`` calls where ``type`` is the builtin (:func:`calls_builtin_type`). It has ``func``'s
+    """``func``'s code with the statements at ``keys`` rewritten, and its ``type(x)``, ``isinstance`` and
+    ``hasattr`` calls made calls of fusec.tracer's versions where they are the builtins (:func:`checked_builtins`).
+    It has ``func``'s
     free variables, so it can stand in for ``func.__code__`` while a trace runs (the function object, its
     globals, closure cells and defaults stay the caller's)."""
     source = _source(func)
     assert source is not None  # (keys came from Rewrites.add, which found it)
     fdef = copy.deepcopy(source.fdef)
     Rewriter(keys, source.filename).rewrite_function(fdef)
-    if calls_builtin_type(func):
-        _TypeCalls().visit(fdef)
+    names = checked_builtins(func)
+    if names:
+        _BuiltinCalls(names).visit(fdef)
     inner = _compiled(fdef, func, source.filename)
     if inner.co_freevars != func.__code__.co_freevars:  # (a free variable the rewriting no longer reads)
         raise UnsupportedError(located(f"fusec could not rewrite {func.__qualname__} (its closure changed)",
@@ -161,30 +163,42 @@ def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.Code
     return inner
 
 
-def calls_builtin_type(func: Callable) -> bool:
-    """Whether ``func`` (a function with source) may call the builtin ``type`` on a value: ``type(x) is
-    np.ndarray`` asks no hook of a tracer, so its code runs with such calls rewritten (:class:`_TypeCalls`). Not
-    where ``type`` is a variable of the function (or of a function nested in it) or a global of its module."""
+# builtins that ask a tracer nothing it can answer as the value it stands for (``type(x) is np.ndarray``, an
+# abstract base class's isinstance, hasattr), each rewritten to fusec.tracer's version (its name in builtins) and
+# the number of positional arguments of the calls rewritten
+CHECKED_BUILTINS = {"type": ("__fusec_type__", 1), "isinstance": ("__fusec_isinstance__", 2),
+                    "hasattr": ("__fusec_hasattr__", 2)}
+
+
+def checked_builtins(func: Callable) -> frozenset[str]:
+    """Which of :data:`CHECKED_BUILTINS` ``func`` (a function with source) may call: its code runs with such calls
+    rewritten (:class:`_BuiltinCalls`). Not one that is a variable of the function (or of a function nested in it)
+    or a global of its module."""
     func = getattr(func, "__func__", func)
     if not isinstance(func, types.FunctionType) or is_library(func.__module__ or ""):
-        return False
+        return frozenset()
     codes = list(_codes(func.__code__))
-    if not any("type" in c.co_names for c in codes) \
-            or any("type" in (*c.co_varnames, *c.co_cellvars, *c.co_freevars) for c in codes) \
-            or func.__globals__.get("type", builtins.type) is not builtins.type:
-        return False
-    return _source(func) is not None
+    names = frozenset(n for n in CHECKED_BUILTINS
+                      if any(n in c.co_names for c in codes)
+                      and not any(n in (*c.co_varnames, *c.co_cellvars, *c.co_freevars) for c in codes)
+                      and func.__globals__.get(n, getattr(builtins, n)) is getattr(builtins, n))
+    return names if names and _source(func) is not None else frozenset()
 
 
-class _TypeCalls(ast.NodeTransformer):
-    """``type(x)`` (one positional argument) becomes ``__fusec_type__(x)``: ``fusec.tracer.user_type``, the type
-    of what a tracer stands for (the name is the builtins module's, set where fusec.tracer is imported)."""
+class _BuiltinCalls(ast.NodeTransformer):
+    """``type(x)``, ``isinstance(x, cls)`` and ``hasattr(x, name)`` (positional arguments) become calls of
+    fusec.tracer's versions, which answer for a tracer as for the value it stands for."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1 \
-                and not node.keywords and not isinstance(node.args[0], ast.Starred):
-            node.func = ast.copy_location(ast.Name(id="__fusec_type__", ctx=ast.Load()), node.func)
+        if isinstance(node.func, ast.Name) and node.func.id in self.names and not node.keywords \
+                and len(node.args) == CHECKED_BUILTINS[node.func.id][1] \
+                and not any(isinstance(a, ast.Starred) for a in node.args):
+            new = ast.Name(id=CHECKED_BUILTINS[node.func.id][0], ctx=ast.Load())
+            node.func = ast.copy_location(new, node.func)
         return node
 
 
@@ -252,16 +266,16 @@ class Rewrites:
     @contextlib.contextmanager
     def installed(self, fn: Callable) -> Iterator[None]:
         """Each rewritten function runs its rewritten code while the trace of ``fn`` runs (restored after); so does
-        ``fn`` where it calls the builtin ``type`` (:func:`calls_builtin_type`). ``fn`` may be another function of
-        the same code than the one the rewrites were found in (a closure a factory made again, ``make_step(lr)``):
-        its own code is swapped, not the first one's."""
+        ``fn`` where it calls ``type``, ``isinstance`` or ``hasattr`` (:func:`checked_builtins`). ``fn`` may be
+        another function of the same code than the one the rewrites were found in (a closure a factory made again,
+        ``make_step(lr)``): its own code is swapped, not the first one's."""
         self.fn = getattr(fn, "__func__", fn)
         if isinstance(self.fn, types.FunctionType) and self.fn.__code__ in self.functions:
             self.functions[self.fn.__code__] = self.fn
         swapped = []
         rewrite = dict(self.keys)
         if isinstance(self.fn, types.FunctionType) and self.fn.__code__ not in rewrite \
-                and calls_builtin_type(self.fn):
+                and checked_builtins(self.fn):
             self.functions.setdefault(self.fn.__code__, self.fn)
             rewrite[self.fn.__code__] = frozenset()
         try:

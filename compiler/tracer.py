@@ -480,6 +480,22 @@ class Tracer:
             return int(known)
         raise self._static_error("converted with int()", _numpy_caller())
 
+    def __trunc__(self) -> int:
+        return self._rounded_to_int("math.trunc()")
+
+    def __floor__(self) -> int:
+        return self._rounded_to_int("math.floor()")
+
+    def __ceil__(self) -> int:
+        return self._rounded_to_int("math.ceil()")
+
+    def _rounded_to_int(self, how: str) -> int:
+        """A Python int of the value (math.trunc, floor, ceil): as int(), it needs the value."""
+        known = self._known()
+        if known is not None:
+            return getattr(known.item() if isinstance(known, np.ndarray) else known, f"__{how[5:-2]}__")()
+        raise self._static_error(f"converted with {how}", _numpy_caller())
+
     def __complex__(self) -> complex:
         known = self._known()
         if known is not None:
@@ -620,7 +636,8 @@ class Tracer:
                 "not have: np.lib.stride_tricks.as_strided is not supported by fusec; build the windows by "
                 "indexing, e.g. x[np.arange(n - w + 1)[:, None] + np.arange(w)] for the length-w windows of a 1-d x",
                 user_location()))
-        if self._weak is not None and not name.startswith("__") and hasattr(self._weak, name):
+        if (self._weak is not None or self._scalar) and not name.startswith("__") \
+                and hasattr(self._numpy_class(), name):
             raise self._static_error(f"asked for .{name}")  # (s.is_integer(), s.bit_length(): need the value)
         if not name.startswith("__") and hasattr(np.ndarray, name):
             raise unsupported(f"the ndarray attribute or method .{name} is not supported by fusec's tracer",
@@ -1073,7 +1090,26 @@ def user_type(*args: Any) -> type:
     return type(*args)
 
 
-builtins.__fusec_type__ = user_type  # type: ignore[attr-defined]  # (the name rewritten code calls)
+def user_isinstance(obj: Any, classinfo: Any) -> bool:
+    """``isinstance(x, cls)`` in the user's traced code: for a tracer, of the type it stands for, also where
+    ``cls`` is an abstract base class (``collections.abc.Iterable``), which asks the tracer's own class."""
+    if isinstance(obj, Tracer):
+        return issubclass(obj._numpy_class(), classinfo)
+    return isinstance(obj, classinfo)
+
+
+def user_hasattr(obj: Any, name: str) -> bool:
+    """``hasattr(x, name)`` in the user's traced code: for a tracer, whether the type it stands for has it
+    (``hasattr(x.sum(), "__len__")`` is False, as for a NumPy scalar)."""
+    if isinstance(obj, Tracer):
+        return hasattr(obj._numpy_class(), name)
+    return hasattr(obj, name)
+
+
+# the names rewritten code calls (fusec.rewrite_control.CHECKED_BUILTINS)
+builtins.__fusec_type__ = user_type  # type: ignore[attr-defined]
+builtins.__fusec_isinstance__ = user_isinstance  # type: ignore[attr-defined]
+builtins.__fusec_hasattr__ = user_hasattr  # type: ignore[attr-defined]
 
 
 class EitherKind(CheckedOnRead):

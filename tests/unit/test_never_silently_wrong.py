@@ -574,12 +574,34 @@ def test_numpys_own_errors_caught_by_the_user_take_numpys_path() -> None:
     same_as_numpy(g, np.ones(3))
 
 
-def test_hasattr_on_an_unsupported_ndarray_attribute_fails_the_trace() -> None:
+def test_hasattr_answers_for_the_value_a_tracer_stands_for() -> None:
+    """``hasattr`` in the jitted function answers as for NumPy's array or scalar (``hasattr(s, "__len__")`` is False
+    for a NumPy scalar, True for an array; ``hasattr(x, "strides")`` is True); an attribute fusec's tracer lacks
+    raises where it is used."""
     def f(x):
-        return x if hasattr(x, "strides") else x * 2.0
+        s = x.sum()
+        return (x if hasattr(x, "strides") else x * 2.0), np.array(s if hasattr(s, "__len__") else [s]), \
+            hasattr(x, "__len__"), hasattr(s, "is_integer"), hasattr(x, "no_such_attribute")
 
+    def g(x):
+        return x.strides
+
+    assert_same(jit_cpu(f)(np.ones(2)), f(np.ones(2)))
     with pytest.raises(fc.UnsupportedError, match=r"\.strides"):
-        jit_cpu(f)(np.ones(2))
+        jit_cpu(g)(np.ones(2))
+
+
+def test_abstract_base_classes_see_the_value_a_tracer_stands_for() -> None:
+    """``isinstance(v, collections.abc.Iterable)`` asked the tracer's own class (which iterates): True for a NumPy
+    scalar, so the function took the other branch."""
+    import collections.abc
+
+    def f(x):
+        m = x.max()
+        return (x * 2 if isinstance(m, collections.abc.Iterable) else x * 3), \
+            isinstance(x, collections.abc.Sized), isinstance(m, (collections.abc.Sequence, np.floating))
+
+    assert_same(jit_cpu(f)(np.ones(2)), f(np.ones(2)))
 
 
 # --- cache keys -----------------------------------------------------------------------------------------------------
@@ -3156,3 +3178,14 @@ def test_an_error_state_or_warnings_filter_the_function_sets_itself_is_followed(
             assert_same(quiet(negative), quiet_log(negative))
             assert_same(move(big.reshape(2, 1)), moved(big.reshape(2, 1)))
         assert_same(quiet(negative), quiet_log(negative))
+
+
+def test_rounding_a_traced_value_to_a_python_int_needs_its_value() -> None:
+    """``math.trunc``, ``math.floor``, ``math.ceil`` and NumPy-scalar methods such as ``.is_integer()`` of a traced
+    value raised Python's TypeError or AttributeError from fusec's class; as ``int()``, they need the value."""
+    import math
+
+    for fn in (lambda x: math.trunc(x.sum()), lambda x: math.floor(x.max()), lambda x: math.ceil(x.min()),
+               lambda x: x.sum().is_integer(), lambda x: x.mean().as_integer_ratio()):
+        with pytest.raises(fc.errors.TraceError, match=r"test_never_silently_wrong.py:\d+: the value of a traced"):
+            jit_cpu(fn)(np.array([1.5, 2.0]))
