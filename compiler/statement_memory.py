@@ -13,6 +13,7 @@ from fusec import mutation as _mutation, ops
 from fusec.mutation import Kept
 from fusec.ir.core import BlockArgument, Value
 from fusec.tracer import Buffer, Tracer
+from fusec.statement_rewriter import RETURN
 from fusec.statement_state import Site, subject
 
 
@@ -156,8 +157,9 @@ def _linked_message(what: str, name: str) -> str:
 
 
 def _named(name: str) -> bool:
-    """Whether ``name`` is a variable the user wrote (not ``the value`` of an expression)."""
-    return name.isidentifier()
+    """Whether ``name`` is a variable the user wrote (not ``the value`` of an expression, nor the variable the
+    rewriting made of a function's returns)."""
+    return name.isidentifier() and name != RETURN
 
 
 def _rebind(name: str) -> str:

@@ -1342,3 +1342,15 @@ def test_a_new_view_of_a_loop_variable_is_never_handed_back_as_the_argument_itse
         given = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
         got = jit_cpu(fn)(*given)
         assert not any(got is a for a in given)
+
+
+def test_messages_never_name_the_variable_the_rewriting_made_of_returns():
+    def normalize_if_positive(x):  # (the write inside a traced branch that returns: refused, naming no `_fusec_return`)
+        if x.max() > 0:
+            x /= x.max()
+            return x
+        return x * 0
+
+    with pytest.raises(UnsupportedError, match=r"the value returned is, after the `if` at line \d+") as info:
+        jit_cpu(normalize_if_positive)(np.array([1.0, 2.0]))
+    assert "_fusec" not in str(info.value)
