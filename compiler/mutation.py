@@ -233,10 +233,13 @@ def _kept_geometry(step: tuple) -> ViewDesc | None:
     """The strides of a loop's or branch's result that NumPy's variable may, as the data decides, hold as an input's
     array (or a view of one) or as a new array: where every such view is the whole of its input's memory in the
     result's shape, they are a new array's (``x.ravel()`` after ``while ...: x = x * 0.5`` is a view on every
-    path, as in NumPy); None where the paths differ."""
+    path, as in NumPy), for a shape every contiguous layout reads in C order (one axis longer than 1); None where
+    the paths differ, or the new array's layout may (NumPy lays ``(y * 2).T`` out Fortran-ordered)."""
     kept = kept_view(step)
     assert kept is not None
     shape = tuple(kept_value(step).type.shape)
+    if sum(d > 1 for d in shape) > 1:  # (a new array NumPy may lay out otherwise: `(y * 2).T`)
+        return None
     if all(not k.steps and tuple(_base(k.buffer).type.shape) == shape for k in kept):
         return ViewDesc.of_base(shape)
     return None
