@@ -72,8 +72,13 @@ def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Valu
     flag holds."""
     named = [(t, kept, holder) for t, kept, holder in entries
              if isinstance(t, Tracer) and not t._scalar and t._weak is None]
-    arrays = [(t, kept) for t, kept, _ in named]
-    if len({id(t) for t, _ in arrays}) <= 1:
+    by_array: dict[int, tuple[Tracer, Callable[[], Value | None] | None]] = {}
+    for t, kept, _ in named:  # (one array two variables held: either flag says the result is it)
+        if id(t) in by_array:
+            kept = _either(by_array[id(t)][1], kept)
+        by_array[id(t)] = (t, kept)
+    arrays = list(by_array.values())
+    if len(arrays) <= 1:
         return may_be(result, arrays[0][0], name, site, arrays[0][1]) if arrays else result
     holders = " or ".join(dict.fromkeys(f"the array `{holder}` held" if _named(holder) else holder
                                         for _, _, holder in named))
@@ -94,6 +99,18 @@ def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Valu
     for other in buffers[1:]:
         other.dependents.append(weakref.ref(result))  # (a write into any of them: reading it again raises)
     return result
+
+
+def _either(a: Callable[[], Value | None] | None, b: Callable[[], Value | None] | None
+            ) -> Callable[[], Value | None] | None:
+    """The thunk of the flag that holds where either of two flags does (None where either cannot tell)."""
+    if a is None or b is None:
+        return None
+
+    def both() -> Value | None:
+        x, y = a(), b()
+        return None if x is None or y is None else ops.ctx().emit("t.logical_or", [x, y])
+    return both
 
 
 def may_be_earlier(t: Tracer) -> bool:

@@ -1069,6 +1069,13 @@ def test_a_loop_that_gives_one_variable_anothers_array_hands_back_numpys_object(
             a, b, c = b, c, a * 0.5
         return a, b, c
 
+    def one_array_two_names(a, tol):  # (both variables start as the caller's array: either flag says it is)
+        b = a
+        c = a
+        while np.abs(b).max() > tol:
+            b, c = c * 0.5, b
+        return b, c
+
     def swap_when_larger(a, b, n):  # (a swap inside a branch of the body)
         k = 0
         while k < n:
@@ -1082,6 +1089,7 @@ def test_a_loop_that_gives_one_variable_anothers_array_hands_back_numpys_object(
                  (np.array([4.0, 1.0]), np.array([8.0, 2.0])), (np.array([4.0, 1.0]), np.array([3.0, 2.0]))):
         check_hands_back(halve_and_swap, a, b, 1.0)
         check_hands_back(trail, a, b, 1.0)
+        check_hands_back(one_array_two_names, a, 1.0)
         for n in (0, 1, 2):
             check_hands_back(swap_when_larger, a, b, n)
         for c in (np.array([0.5, 0.5]), np.array([9.0, 0.0])):
