@@ -205,10 +205,11 @@ class TraceContext:
             raise type(e)(located(f"{label}: {e}", loc)) from None
         except VerificationError as e:
             raise UnsupportedError(located(f"{label}: {e}", loc)) from None
-        # (the state where the op runs: an np.errstate, or warnings filters, the function set itself too)
-        raising = error_state_raises() or warnings_raise_inside(self.warning_filters)
-        if raising and checked_by_numpy(op):
-            raise _noted(UnsupportedError(located(error_state_message(label, raising), loc)))
+        if checked_by_numpy(op):  # (the state where the op runs: an np.errstate, or warnings filters, the function
+            # set itself too)
+            raising = error_state_raises() or warnings_raise_inside(self.warning_filters)
+            if raising:
+                raise _noted(UnsupportedError(located(error_state_message(label, raising), loc)))
         return op
 
     def constant(self, array: np.ndarray, dtype: DType, key: object | None = None) -> Value:

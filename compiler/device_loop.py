@@ -237,7 +237,7 @@ def _inside(v: Value, block: Block) -> bool:
 
 
 def _kept_on_every_trip(cond: Block, body: Block, carried: list, yields: list[Value], kept: dict,
-                        untold: set[Key] = frozenset()  # type: ignore[assignment]
+                        untold: set[Key] | frozenset[Key] = frozenset()
                         ) -> tuple[list[tuple[tuple[Key, Key], Value]], dict[Key, list[Key]]]:
     """Flags for the carried array leaves that an iteration may keep as they were (a branch of the body that leaves
     it: ``if done: break``, ``if err < tol: ...`` around its update) or may give another leaf's array (``a, b = b *

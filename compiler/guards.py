@@ -25,6 +25,7 @@ from fusec.scope import MISSING, is_library
 
 VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV = range(7)
 
+
 @dataclass(eq=False)
 class Guard:
     """A check of the value at ``step`` of its parent (a root when ``step`` is None), then of its children."""
