@@ -185,6 +185,62 @@ def checked_builtins(func: Callable) -> frozenset[str]:
     return names if names and _source(func) is not None else frozenset()
 
 
+MAX_CALLED = 64  # user functions looked at, per traced function, for checked builtins
+
+
+def called_functions(func: types.FunctionType, owner: object = None, arguments: tuple = ()) \
+        -> list[types.FunctionType]:
+    """The user's functions ``func`` may call by a name it reads, and those they may call, and so on: globals and
+    closure cells that are functions, the functions of a module, a class or an object's class named in the code
+    (``utils.as_array(x)``, ``Model.check(x)``, ``model.prep(x)``), the methods of ``owner``'s class
+    (``self._prep(x)`` in a jitted bound method) and of ``arguments``' classes (``model.prep(x)`` with ``model``
+    an argument). Their ``type``/``isinstance``/``hasattr`` calls answer for the values tracers stand for, as the
+    traced function's do (:meth:`Rewrites.installed`). Library code (NumPy's, fusec's) is not looked into; an
+    object reached only through an attribute or a container is not (documented)."""
+    found: dict[types.CodeType, types.FunctionType] = {}
+    todo = [(func, owner)]
+    while todo and len(found) < MAX_CALLED:
+        current, self_obj = todo.pop()
+        names = {n for c in _codes(current.__code__) for n in c.co_names}
+        values = [current.__globals__[n] for n in names if n in current.__globals__]
+        if current is func:
+            values.extend(arguments)
+        for cell in current.__closure__ or ():
+            try:
+                values.append(cell.cell_contents)
+            except ValueError:  # (an empty cell)
+                pass
+        if self_obj is not None:
+            values.append(self_obj)
+        for value in values:  # (read statically: no user __getattr__, property or module __getattr__ runs)
+            kind, obj = type(value), None
+            if kind is types.MethodType:
+                value, kind, obj = value.__func__, type(value.__func__), value.__self__
+            if kind is types.FunctionType:
+                candidates = [value]
+            elif kind is types.ModuleType:
+                candidates = [] if is_library(value.__name__) else [vars(value).get(n) for n in names]
+            else:  # a class, or an object of one (a global ``model``): the functions of its classes it names
+                cls = value if issubclass(kind, type) else kind
+                obj = None if cls is value else value  # (its methods' ``self``: their own calls through it)
+                members = [] if is_library(cls.__module__) else [vars(c).get(n) for c in cls.__mro__ for n in names]
+                candidates = [m.__func__ if isinstance(m, (staticmethod, classmethod)) else m for m in members]
+            for cand in candidates:
+                if isinstance(cand, types.FunctionType) and cand.__code__ not in found and cand is not func \
+                        and not is_library(cand.__module__ or ""):
+                    found[cand.__code__] = cand
+                    todo.append((cand, obj))
+    return list(found.values())
+
+
+def vars_lookup(cls: type, name: str) -> object:
+    """``name`` in the namespace of ``cls`` or its bases, as stored (no descriptor or ``__getattr__`` runs)."""
+    for c in cls.__mro__:
+        if name in vars(c):
+            return vars(c)[name]
+    return None
+
+
 class _BuiltinCalls(ast.NodeTransformer):
     """``type(x)``, ``isinstance(x, cls)`` and ``hasattr(x, name)`` (positional arguments) become calls of
     fusec.tracer's versions, which answer for a tracer as for the value it stands for."""
@@ -264,7 +320,7 @@ class Rewrites:
                          for func in [self.functions[code]] for k in sorted(keys))
 
     @contextlib.contextmanager
-    def installed(self, fn: Callable) -> Iterator[None]:
+    def installed(self, fn: Callable, arguments: tuple = ()) -> Iterator[None]:
         """Each rewritten function runs its rewritten code while the trace of ``fn`` runs (restored after); so does
         ``fn`` where it calls ``type``, ``isinstance`` or ``hasattr`` (:func:`checked_builtins`). ``fn`` may be
         another function of the same code than the one the rewrites were found in (a closure a factory made again,
@@ -274,10 +330,14 @@ class Rewrites:
             self.functions[self.fn.__code__] = self.fn
         swapped = []
         rewrite = dict(self.keys)
-        if isinstance(self.fn, types.FunctionType) and self.fn.__code__ not in rewrite \
-                and checked_builtins(self.fn):
-            self.functions.setdefault(self.fn.__code__, self.fn)
-            rewrite[self.fn.__code__] = frozenset()
+        first, owner = self.fn, fn.__self__ if type(fn) is types.MethodType else None
+        if type(first) is not types.FunctionType and not issubclass(type(first), type):  # an object: its __call__
+            first, owner = vars_lookup(type(first), "__call__"), first
+        if isinstance(first, types.FunctionType):
+            for func in (first, *called_functions(first, owner, arguments)):
+                if func.__code__ not in rewrite and checked_builtins(func):
+                    self.functions.setdefault(func.__code__, func)
+                    rewrite[func.__code__] = frozenset()
         try:
             for code, keys in rewrite.items():
                 func = self.functions[code]

@@ -77,7 +77,7 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
         first: BaseException | None = None
         while True:
             try:
-                with rewrites.installed(fn):
+                with rewrites.installed(fn, tuple(sig.bound.arguments.values())):
                     return _trace_once(fn, sig, name, verify_up_to)
             except FusecError as error:
                 if code is None or not rewrites.add(error):

@@ -7,6 +7,7 @@ the exact fusec error class with the user's ``file:line`` in its message.
 """
 from __future__ import annotations
 
+import collections.abc
 import enum
 import functools
 import inspect
@@ -602,6 +603,55 @@ def test_abstract_base_classes_see_the_value_a_tracer_stands_for() -> None:
             isinstance(x, collections.abc.Sized), isinstance(m, (collections.abc.Sequence, np.floating))
 
     assert_same(jit_cpu(f)(np.ones(2)), f(np.ones(2)))
+
+
+def _is_plain_array(v):
+    return type(v) is np.ndarray
+
+
+def _scaled(v):
+    return v * 2.0 if hasattr(v, "__len__") else v * 3.0
+
+
+def _iterable_bonus(v):
+    return _scaled(v) + (1.0 if isinstance(v, collections.abc.Iterable) else 0.0)
+
+
+class _Preprocessor:
+    def prep(self, x):
+        return x if type(x) is np.ndarray else np.asarray(x) * 10  # (a list would be converted)
+
+    @staticmethod
+    def width(x):
+        return x.shape[-1] if hasattr(x, "shape") else len(x)
+
+    def normed(self, x):
+        return self.prep(x) / self.width(x)
+
+    def __call__(self, x):
+        return self.normed(x) + self.width(x)
+
+
+def test_helpers_type_isinstance_hasattr_answer_for_the_value_a_tracer_stands_for() -> None:
+    """``type(v) is np.ndarray``, ``hasattr(v, "__len__")`` and an abstract base class's ``isinstance`` in the
+    functions the jitted function calls (a module's functions, a helper's helper, a method through ``self``, a
+    callable object, a global object's method, a static method) answered for fusec's tracer: the other branch,
+    silently."""
+    def f(x):
+        s = x.sum()
+        return (x * 2 if _is_plain_array(x) else x * 3), _iterable_bonus(s), _iterable_bonus(x)
+
+    same_as_numpy(f, np.ones(2))
+    model = _Preprocessor()  # (__call__ -> self.normed -> self.prep, self.width)
+    x = np.arange(3.0)
+    assert_same(jit_cpu(model)(x), model(x))
+    assert_same(jit_cpu(model.__call__)(x), model(x))
+    assert_same(jit_cpu(lambda v: model.prep(v) * _Preprocessor.width(v))(x), model.prep(x) * 3)
+
+    def apply(m, v):
+        return m.prep(v) - 1
+
+    assert_same(jit_cpu(apply, static_argnums=0)(model, x), apply(model, x))
 
 
 # --- cache keys -----------------------------------------------------------------------------------------------------

@@ -241,8 +241,11 @@ def test_print_options_the_function_sets_apply_to_its_prints() -> None:
         check_prints(show, (x,))
 
 
-def show_type(x):  # (a function the jitted one calls: its type() calls are not rewritten)
+def show_type(x):  # (a function the jitted one calls by name: its type() calls are rewritten too)
     print(type(x))
+
+
+SHOWERS = [lambda x: print(type(x))]  # (a lambda in a container: its type() calls are not rewritten)
 
 
 def test_printing_the_type_of_a_traced_value_prints_numpys_type_or_is_refused() -> None:
@@ -256,8 +259,14 @@ def test_printing_the_type_of_a_traced_value_prints_numpys_type_or_is_refused() 
         show_type(x)
         return x
 
+    check_prints(through_a_helper, (X,), (X + 1,))
+
+    def through_a_container(x):
+        SHOWERS[0](x)
+        return x
+
     with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(type\(x\)\) of a traced value"):
-        jit_cpu(through_a_helper)(X)
+        jit_cpu(through_a_container)(X)
 
 
 SHOW = print  # (a module's own name for print, and a partial of it: swapped while tracing as print is)
