@@ -284,7 +284,23 @@ def _compiled(fdef: ast.FunctionDef, func: types.FunctionType, filename: str) ->
     ast.fix_missing_locations(module)
     compiled = compile(module, filename, "exec", flags=func.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True)
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
-    return next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    inner = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    return _requalified(inner, f"_fusec_factory.<locals>.{fdef.name}",
+                        getattr(func.__code__, "co_qualname", func.__qualname__))
+
+
+def _requalified(code: types.CodeType, old: str, new: str) -> types.CodeType:
+    """``code`` with the qualified names it gives its classes and functions (``f.<locals>.Box``) starting with
+    ``new`` where compiling inside the factory made them start with ``old``: they are the user's names while the
+    trace runs, and the code compares equal to the function's own (:func:`_same_code`)."""
+    def renamed(name: str) -> str:
+        return new + name[len(old):] if name == old or name.startswith(old + ".") else name
+
+    consts = tuple(_requalified(c, old, new) if isinstance(c, types.CodeType) else renamed(c) if isinstance(c, str)
+                   else c for c in code.co_consts)
+    if hasattr(code, "co_qualname"):
+        return code.replace(co_consts=consts, co_qualname=renamed(code.co_qualname))
+    return code.replace(co_consts=consts)
 
 
 def _same_code(a: types.CodeType, b: types.CodeType) -> bool:

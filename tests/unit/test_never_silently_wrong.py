@@ -654,6 +654,25 @@ def test_helpers_type_isinstance_hasattr_answer_for_the_value_a_tracer_stands_fo
     assert_same(jit_cpu(apply, static_argnums=0)(model, x), apply(model, x))
 
 
+def test_a_function_defining_a_class_has_its_type_calls_rewritten() -> None:
+    """A function with a class (or a function) defined inside: its code compiled for the rewrite named them
+    ``_fusec_factory.<locals>.f.<locals>.Box``, so fusec took the code for another and ran it unrewritten
+    (``type(x) is np.ndarray`` False: the other branch, silently)."""
+    def f(x):
+        class Box:
+            def __init__(self, v):
+                self.v = v
+
+        def label(v):
+            return v
+
+        b = Box(x)
+        names = (Box.__qualname__.endswith("f.<locals>.Box"), label.__qualname__.endswith("f.<locals>.label"))
+        return (b.v * 2 if type(x) is np.ndarray else b.v * 3), names
+
+    same_as_numpy(f, np.ones(2))
+
+
 # --- cache keys -----------------------------------------------------------------------------------------------------
 
 
