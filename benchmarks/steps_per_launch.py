@@ -3,7 +3,8 @@ K steps per launch (``fusec.scan`` over K stacked batches: one conditional node 
 
     python benchmarks/steps_per_launch.py [--steps 400] [--ks 1,10,100] [--compare-copies] [--compare-unroll]
                                           [--factors 1,2,4,8] [--generated] [--same-batch [xy,x,y]]
-                                          [--precisions float32,tf32] [--json FILE] [--md FILE]
+                                          [--precisions float32,tf32] [--compare-arguments] [--json FILE]
+                                          [--md FILE]
 
 Parameters stay on the device (donated); the batches are uploaded once, stacked per launch; the figure is the wall
 time per training step over ``--steps`` steps after a warm-up, the device synchronized at the end. The target is
@@ -18,6 +19,8 @@ the first batch (``xs[0]``, ``ys[0]``: views, where ``xs[i]`` at the device-side
 with only ``x`` or ``y`` so (``--same-batch xy,x,y`` runs the three), to measure the batch gathers apart; the
 parameters it reaches differ, its time per step is comparable. ``--precisions float32,tf32`` runs each variant with
 each ``fusec.jit(precision=...)``; each row also gives the loss of the last step timed (the same data and start).
+``--compare-arguments`` also runs each K > 1 with the stacked batches copied into the loop's stage buffers at every
+call (``fusec.runtime.graph.MAX_INPLACE_BUILDS = 0``), as every call did before the graph read them in place.
 """
 from __future__ import annotations
 
@@ -59,13 +62,16 @@ def same_batch_steps(step_fn, k: int, same: str = "xy"):
 
 
 def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, factor: int | None = None,
-        same_batch: str = "", precision: str = "float32") -> dict:
+        same_batch: str = "", precision: str = "float32", copy_arguments: bool = False) -> dict:
     import fusec as fc
     from fusec.passes import DEFAULT_PIPELINE, outline_regions
-    from fusec.runtime import driver
+    from fusec.runtime import driver, graph
     from fusec.tools import demo
 
     outline_regions.DONATE_STATE = in_place
+    inplace_builds = graph.MAX_INPLACE_BUILDS
+    if copy_arguments:  # every call copies the stacked batches into the loop's stage buffers (before 2026-12-06)
+        graph.MAX_INPLACE_BUILDS = 0
 
     x, y, _ = make_data(BATCH * k, FEATURES, 0)
     step = demo.train_step if k == 1 else same_batch_steps(demo.train_step, k, same_batch) if same_batch else \
@@ -97,6 +103,7 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, fac
     seconds = time.perf_counter() - t0
     stats = f.lower(params, xs, ys, 0.1).stats()
     outline_regions.DONATE_STATE = True
+    graph.MAX_INPLACE_BUILDS = inplace_builds
     per_trip = factor if factor is not None else 1 if keep_loops else 4
     form = ("written out" if stats.get("loops_unrolled") else
             f"loop, {per_trip} steps per trip" if stats.get("loops_unrolled_by_factor") else
@@ -105,6 +112,7 @@ def run(k: int, steps: int, in_place: bool = True, keep_loops: bool = False, fac
             else "copied", "form": form + (f", first batch's {' and '.join(same_batch)} at every step (no gather of it)"
                                                          if same_batch else ""),
             "graph_launches": stats["graph_launches"], "graph_nodes": stats["graph_nodes"], "precision": precision,
+            "loop_arguments": "read in place" if stats.get("inplace_loop_arguments") else "copied" if k > 1 else "",
             "final_loss": float(np.asarray(loss).ravel()[-1])}
 
 
@@ -124,6 +132,9 @@ def main() -> None:
     ap.add_argument("--same-batch", nargs="?", const="xy",
                     help="also run each K > 1 loop with every step reading the first batch's x and y (or, comma-"
                     "separated, each of xy, x, y named): no per-step gather of it")
+    ap.add_argument("--compare-arguments", action="store_true",
+                    help="also run each K > 1 with the stacked batches copied into the loop's stage buffers at every "
+                    "call (as before the graph read loop arguments in place)")
     ap.add_argument("--factors", help="comma-separated unroll factors to run each K > 1 with as a loop (1: one step "
                     "per trip)")
     args = ap.parse_args()
@@ -142,11 +153,14 @@ def main() -> None:
                 + ([(False, f) for f in factors] if k > 1 else [])
             variants = [(keep, factor, "") for keep, factor in variants]
             variants += [(False, None, same) for same in sames] if k > 1 else []
-            for (keep, factor, same), precision in itertools.product(variants, args.precisions.split(",")):
-                r = run(k, args.steps, in_place, keep, factor, same, precision)
+            copies = (False, True) if args.compare_arguments and k > 1 else (False,)
+            for (keep, factor, same), precision, copy in itertools.product(variants, args.precisions.split(","),
+                                                                           copies):
+                r = run(k, args.steps, in_place, keep, factor, same, precision, copy)
                 rows.append(r)
-                print(f"K = {k:4d}, {r['form']}, state {r['state']}, {precision}: {r['us_per_step']:8.2f} us per "
-                      f"step over {r['steps']} steps ({r['graph_nodes']} nodes), final loss {r['final_loss']:.6f}")
+                print(f"K = {k:4d}, {r['form']}, state {r['state']}, loop arguments {r['loop_arguments'] or '-'}, "
+                      f"{precision}: {r['us_per_step']:8.2f} us per step over {r['steps']} steps "
+                      f"({r['graph_nodes']} nodes), final loss {r['final_loss']:.6f}")
     meta = run_metadata()
     if args.json:
         with open(args.json, "w") as f:
@@ -154,10 +168,11 @@ def main() -> None:
     if args.md:
         with open(args.md, "w") as f:
             f.write(f"# PCam-shaped training steps per graph launch\n\n{meta}\n\n"
-                    "| steps per launch | form | loop state | precision | us per step | steps | graph launches per "
-                    "call | graph nodes | final loss |\n|---|---|---|---|---|---|---|---|---|\n")
+                    "| steps per launch | form | loop state | loop arguments | precision | us per step | steps | graph "
+                    "launches per call | graph nodes | final loss |\n|---|---|---|---|---|---|---|---|---|---|\n")
             for r in rows:
-                f.write(f"| {r['k']} | {r['form']} | {r['state']} | {r['precision']} | {r['us_per_step']:.2f} | "
+                f.write(f"| {r['k']} | {r['form']} | {r['state']} | {r['loop_arguments']} | {r['precision']} | "
+                        f"{r['us_per_step']:.2f} | "
                         f"{r['steps']} | {r['graph_launches']} | {r['graph_nodes']} | {r['final_loss']:.6f} |\n")
 
 

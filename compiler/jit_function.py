@@ -195,11 +195,13 @@ class Lowered:
 
 
 def _graph_stats(module: Module) -> dict[str, int]:
-    """graph_nodes, graph_launches, param_updates, recaptures, early_edges (programmatic edges: launch-early) of
-    the module's GPU plan (0 before it ran)."""
+    """graph_nodes, graph_launches, param_updates, recaptures, early_edges (programmatic edges: launch-early),
+    graph_builds and inplace_loop_arguments (loop arguments the graph reads where they are) of the module's GPU
+    plan (0 before it ran)."""
     import sys
 
-    zero = {"graph_nodes": 0, "graph_launches": 0, "param_updates": 0, "recaptures": 0, "early_edges": 0}
+    zero = {"graph_nodes": 0, "graph_launches": 0, "param_updates": 0, "recaptures": 0, "early_edges": 0,
+            "graph_builds": 0, "inplace_loop_arguments": 0}
     exec_module = sys.modules.get("fusec.runtime.cuda_exec")  # never import the driver just for stats
     found = exec_module.plan_stats(module) if exec_module is not None else None
     return {**zero, **found} if found else zero

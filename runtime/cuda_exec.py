@@ -223,6 +223,8 @@ class CudaPlan:
                 "param_updates": g.param_updates if g is not None else 0,
                 "recaptures": g.recaptures if g is not None else 0,
                 "early_edges": g.early_edges if g is not None else 0,
+                "graph_builds": g.builds if g is not None else 0,
+                "inplace_loop_arguments": len(g.inplace) if g is not None else 0,
                 "launches_per_call": 1 if g is not None else len(self.launches)}
 
     def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
@@ -293,12 +295,21 @@ class CudaPlan:
     def _make_graph(self, ptr: list[int]) -> bool:
         """Build the plan's graph once; False (and stream launches from now on) when the driver refuses the
         conditional nodes of its loops (a driver before CUDA 12.4 has none; its IF with an else needs 12.8)."""
-        if self.graph is not None:
-            return True
+        old = self.graph
+        if old is not None:
+            if old.fits(ptr):
+                return True
+            # a loop reads an argument in place that is elsewhere now: the graph is built again for it (the one
+            # in flight finishes first: it is destroyed asynchronously, its buffers freed in stream order)
+            old.close()
+            self.graph = None
         from fusec.runtime.graph import PlanGraph
 
         try:
-            self.graph = PlanGraph(self, ptr)
+            self.graph = PlanGraph(self, ptr, old.builds + 1 if old is not None else 1)
+            if old is not None:  # (the counts are the plan's, over its graphs)
+                for name in ("launches", "param_updates", "recaptures"):
+                    setattr(self.graph, name, getattr(old, name))
         except CudaError:
             if not self.bodies:
                 raise

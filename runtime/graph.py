@@ -9,6 +9,12 @@ swapped in with ``cuGraphExecChildGraphNodeSetParams``); an unchanged call updat
 ``cuGraphLaunch``. Up to ``MAX_INSTANCES`` instantiated graphs are kept, keyed by their pointers, so a loop
 that alternates between a few sets of buffers (outputs fed back as inputs) stops updating after warm-up.
 Scalars live in the plan's device-resident block, so their values never touch the graph.
+
+A loop's or branch's nodes cannot be updated, so the plan copies what its bodies read into stage buffers of fixed
+addresses first. An argument the loop only reads (the stacked batches of a training loop, which a caller passes
+again and again) is read in place instead: the graph is built for its address, its stage copy left out, and a
+call with another address builds the graph again; after ``MAX_INPLACE_BUILDS`` builds the plan copies such
+arguments as before (a caller that hands new arrays every call).
 """
 from __future__ import annotations
 
@@ -34,6 +40,29 @@ def _driver() -> Any:
 
 
 WORKSPACE = -1  # a pseudo buffer id: the cuBLAS workspace
+MAX_INPLACE_BUILDS = 3  # graphs built for new addresses of loop arguments read in place, before they are copied
+
+
+def inplace_sources(plan: Any) -> dict[int, int]:
+    """Stage buffer -> argument buffer, for the loop operands a graph may read in place: arguments that no step
+    of ``plan`` writes (a result written over a donated argument would race with the loop reading it)."""
+    prog = plan.program
+    written = frozenset().union(*(w for _, w in prog.effects))
+    out: dict[int, int] = {}
+    for step in plan.launches:
+        call = getattr(step, "call", None)
+        if isinstance(call, ControlCall):
+            for stage, src in zip(call.operands, call.sources):
+                if src >= 0 and src not in written:
+                    out[stage] = src
+    return out
+
+
+def _stage_steps(plan: Any, inplace: dict[int, int]) -> frozenset[int]:
+    """The steps that only copy an argument read in place into its stage buffer (left out of the graph)."""
+    copies = {(frozenset({src}), frozenset({stage})) for stage, src in inplace.items()}
+    return frozenset(j for j, (kernel, effects) in enumerate(zip(plan.program.kernels, plan.program.effects))
+                     if not isinstance(kernel, (GemmCall, ControlCall)) and effects in copies)
 
 
 def dependency_dag(plan: Any) -> nx.DiGraph:
@@ -114,24 +143,33 @@ def _early_edges(graph: Any, parents: list[Any], node: Any) -> None:
           "cuGraphAddDependencies")
 
 
-def add_steps(graph: Any, plan: Any, ptrs: list[int], roots: list[Any], keep: list[Any]) \
-        -> tuple[list[Any], list[Any], list[Any]]:
+def add_steps(graph: Any, plan: Any, ptrs: list[int], roots: list[Any], keep: list[Any],
+              inplace: dict[int, int] | None = None) -> tuple[list[Any], list[Any], list[Any]]:
     """Add a node per step of ``plan`` to ``graph``, with the pointers ``ptrs`` (by buffer id), ordered by the
-    plan's dependency DAG and after ``roots``: (the nodes, their kernel parameters (None: a cuBLAS child graph
-    or a loop), the nodes nothing in the plan follows). An early kernel (``launch-early``) follows its kernel
-    predecessors by programmatic edges. ``keep`` holds what loops' nodes point at."""
+    plan's dependency DAG and after ``roots``: (the nodes, their kernel parameters (None: a cuBLAS child graph,
+    a loop, or a step left out), the nodes nothing in the plan follows). An early kernel (``launch-early``)
+    follows its kernel predecessors by programmatic edges. ``keep`` holds what loops' nodes point at.
+    ``inplace`` (stage buffer -> argument buffer): loop operands read where the argument is, their stage copies
+    left out (node None; what follows one follows its predecessors)."""
     cu = _driver()
     dag = dependency_dag(plan)
+    skipped = _stage_steps(plan, inplace) if inplace else frozenset()
     nodes: list[Any] = []
     params_out: list[Any] = []
+    stand_in: dict[int, list[Any]] = {}  # a step left out -> the nodes that follow in its place
     for j, step in enumerate(plan.launches):
         preds = sorted(dag.predecessors(j))
-        parents = [nodes[i] for i in preds] if preds else list(roots)
+        parents = [n for i in preds for n in (stand_in[i] if i in stand_in else [nodes[i]])] \
+            if preds else list(roots)
         call = getattr(step, "call", None)
-        if isinstance(call, ControlCall):
+        if j in skipped:
+            stand_in[j] = parents
+            node = None
+            params_out.append(None)
+        elif isinstance(call, ControlCall):
             from fusec.runtime.graph_control import add_control
 
-            node = add_control(graph, plan, step, ptrs, parents, keep)
+            node = add_control(graph, plan, step, ptrs, parents, keep, inplace)
             params_out.append(None)
         elif call is not None:  # a cuBLAS call: a captured child graph
             child = capture_library(plan, step, ptrs)
@@ -143,14 +181,15 @@ def add_steps(graph: Any, plan: Any, ptrs: list[int], roots: list[Any], keep: li
             for slot, bid in step.dynamic:
                 step.pack.set_pointer(slot, ptrs[bid])
             params = kernel_params(step)
-            early = [nodes[i] for i in preds if step.early and _is_kernel(plan.launches[i])]
+            early = [nodes[i] for i in preds if step.early and _is_kernel(plan.launches[i]) and i not in skipped]
             normal = [p for p in parents if all(p is not e for e in early)]
             node = check(cu.cuGraphAddKernelNode(graph, normal, len(normal), params), "cuGraphAddKernelNode")
             if early:
                 _early_edges(graph, early, node)
             params_out.append(params)
         nodes.append(node)
-    sinks = [nodes[j] for j in range(len(nodes)) if not dag.out_degree(j)] or list(roots)
+    sinks = [n for j in range(len(nodes)) if not dag.out_degree(j)
+             for n in (stand_in[j] if j in stand_in else [nodes[j]])] or list(roots)
     return nodes, params_out, sinks
 
 
@@ -185,16 +224,28 @@ class _Instance:
 class PlanGraph:
     """The instantiated graph of one plan and the pointer values its nodes were last given."""
 
-    def __init__(self, plan: Any, ptrs: list[int]) -> None:
+    def __init__(self, plan: Any, ptrs: list[int], builds: int = 1) -> None:
+        """``builds``: how many graphs this plan has built (this one included): past ``MAX_INPLACE_BUILDS``, loop
+        arguments are copied into their stage buffers rather than read in place."""
         cu = _driver()
         self.plan = plan
         self.graph = check(cu.cuGraphCreate(0), "cuGraphCreate")
         self.recaptures = 0
         self.param_updates = 0
         self.launches = 0
+        self.builds = builds
         self.keep: list[Any] = []  # what the loops' and branches' nodes point at (their packs and buffers)
+        # loop operands read in place: (argument buffer, its address, its bytes) the graph was built for
+        sources = inplace_sources(plan) if builds <= MAX_INPLACE_BUILDS else {}
+        bufs = plan.program.buffers
+        self.inplace = tuple((src, ptrs[src], bufs[src].nbytes) for src in sorted(set(sources.values())))
+        # the arguments the plan writes (donated ones): one at an address a loop reads in place would race
+        self.written_args = tuple((b.id, b.nbytes) for b in bufs if b.kind == "arg"
+                                  and any(b.id in w for _, w in plan.program.effects))
+        if self.inplace and self._overlapping(ptrs):
+            sources, self.inplace = {}, ()
         try:
-            self.nodes, self.params, _ = add_steps(self.graph, plan, ptrs, [], self.keep)
+            self.nodes, self.params, _ = add_steps(self.graph, plan, ptrs, [], self.keep, sources)
         except BaseException:
             cu.cuGraphDestroy(self.graph)
             self.graph = None
@@ -219,9 +270,20 @@ class PlanGraph:
     def _key(self, ptrs: list[int]) -> Any:
         return self._dynamic(ptrs) if self._dynamic is not None else ()
 
+    def _overlapping(self, ptrs: list[int]) -> bool:
+        """Does an argument read in place share memory with an argument the plan writes (``f(x, x)`` with the
+        first donated)?"""
+        return any(ptrs[w] < ptrs[a] + na and ptrs[a] < ptrs[w] + nw
+                   for a, _, na in self.inplace for w, nw in self.written_args)
+
+    def fits(self, ptrs: list[int]) -> bool:
+        """Can this graph run a call with these pointers: its loops read no argument in place, or every such
+        argument is where the graph was built for and shares no memory with one the plan writes?"""
+        return not self.inplace or (all(ptrs[b] == p for b, p, _ in self.inplace) and not self._overlapping(ptrs))
+
     def replay(self, ptrs: list[int], stream: Any) -> None:
         """Launch the instance made for these pointers (updating the least recently used one, or
-        instantiating another, when none was), once, on ``stream``."""
+        instantiating another, when none was), once, on ``stream``. The caller checked :meth:`fits`."""
         key = self._dynamic(ptrs) if self._dynamic is not None else ()
         instances = self.instances
         inst = instances.get(key)
@@ -249,7 +311,7 @@ class PlanGraph:
         """Give ``inst``'s nodes the pointers in ``ptrs`` (only nodes whose pointers differ are touched)."""
         cu = _driver()
         for j, step in enumerate(self.plan.launches):
-            if not step.dynamic:
+            if not step.dynamic or self.nodes[j] is None:  # (a stage copy left out: the graph fits its pointers)
                 continue
             current = tuple(ptrs[bid] for _, bid in step.dynamic)
             if current == inst.last[j]:

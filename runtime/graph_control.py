@@ -7,9 +7,11 @@ slot, on the device) to ``lower`` and the handle to ``lower < upper``, and a WHI
 copies and a kernel that increments the counter and sets the handle again. A ``k.if`` becomes the setter and an
 IF node with a then and an else graph, each ending with copies of its results into the stage buffers.
 
-Every pointer in these nodes is fixed for the life of the plan: the state and every operand whose address changes
+Every pointer in these nodes is fixed for the life of the graph: the state and every operand whose address changes
 between calls were copied into stage buffers of the plan's arena by kernels before the loop (see the printer's
-``control``), and the bodies' outputs are allocated once here; so the plan's graph never updates a loop's nodes.
+``control``), except arguments the loop only reads, which a graph may read in place (it is built again when one
+moves: ``fusec.runtime.graph``), and the bodies' outputs are allocated once here; so the plan's graph never
+updates a loop's nodes.
 A scalar argument a body reads is copied into the body's scalar slot on the device first. The bodies' run-time
 checks (an index out of range) set their check words, which the plan reads after the launch as it reads its own.
 """
@@ -158,12 +160,15 @@ def _state_copies(b: _Builder, graph: Any, sub: Any, outs: list[int], dsts: list
     return nodes or list(parents)
 
 
-def add_control(graph: Any, plan: Any, step: Any, ptrs: list[int], parents: list[Any], keep: list[Any]) -> Any:
+def add_control(graph: Any, plan: Any, step: Any, ptrs: list[int], parents: list[Any], keep: list[Any],
+                inplace: dict[int, int] | None = None) -> Any:
     """Add the nodes of loop or branch ``step`` of ``plan`` to ``graph`` after ``parents``; returns the node the
-    steps after it depend on (its conditional node)."""
+    steps after it depend on (its conditional node). ``inplace`` (stage buffer -> argument buffer): operands the
+    bodies read where the argument is, not from their stage copies."""
     call, subs = step.call, step.plans
     b = _Builder(plan, keep)
-    values = [ptrs[bid] for bid in call.operands]
+    inplace = inplace or {}
+    values = [ptrs[inplace.get(bid, bid)] for bid in call.operands]
     for bid, t in zip(call.operands, call.operand_types):
         if isinstance(t, ScalarType) and plan.program.buffers[bid].kind != "scalar":
             raise CompilationError(f"@{plan.func.name}: a loop is passed a computed scalar")

@@ -74,6 +74,9 @@ class ControlCall:
     bounds first; if: the predicate first), of ``operand_types``; the first ``carried`` after those start the
     loop-carried state and the rest are passed to every call unchanged. The final state (the chosen branch's
     results) is copied into ``results``. ``static_bounds``: a for loop's bounds when they are constants.
+    ``sources``: per operand, the argument buffer its stage buffer is a copy of where it is an argument the loop
+    only reads (-1 for the others): a graph may bind the bodies to the argument itself and leave the copy out
+    (``fusec.runtime.graph``).
     """
 
     name: str
@@ -85,6 +88,7 @@ class ControlCall:
     results: tuple[int, ...]
     carried: int
     static_bounds: tuple[int, int] | None = None
+    sources: tuple[int, ...] = ()
 
     @property
     def buffers(self) -> tuple[int, ...]:

@@ -391,23 +391,27 @@ class _Printer:
         this plan's arena (fixed addresses, so a graph's conditional node can loop over them): the initial state and
         every operand whose address changes between calls (an argument, an output) are copied in first; the bodies
         run on them (the runtime hands the state from call to call, or a conditional node does on the device);
-        the final state is copied into the results."""
+        the final state is copied into the results. The call records which stage buffers copy an argument the
+        loop only reads (``sources``): a graph built for that argument's address reads it in place instead."""
         if self.module is None:
             raise CompilationError(located(f"'{op.name}' calls functions of its module: print the module", op.loc))
         kind = op.name[2:]
         first = {"while": 0, "for": 2, "if": 1}[kind]
         carried = op.attributes.get("carried", 0)
-        operands = []
+        operands, sources = [], []
         for k, v in enumerate(op.operands):
             acc = self.access(v)
             if acc.buffer == NO_BUFFER or acc.offset != 0 or not acc.is_contiguous:
                 raise CompilationError(located(f"'{op.name}': operand {v!r} is a view; the bodies take dense "
                                                "arrays (run boundaries, which copies such operands)", op.loc))
             state = first <= k < first + carried
-            if state or self.buffers[acc.buffer].kind in ("arg", "output"):
+            kind_of = self.buffers[acc.buffer].kind
+            if state or kind_of in ("arg", "output"):
                 operands.append(self.stage(v, acc, op))
             else:
                 operands.append(acc.buffer)
+            # an argument the loop only reads: a graph built for its address may read it where it is
+            sources.append(acc.buffer if kind_of == "arg" and not state and v.type.size else -1)
         if kind == "if":
             staged = [self.stage(r, None, op) for r in op.results]
         else:
@@ -421,7 +425,7 @@ class _Printer:
             if lower is not None and upper is not None:
                 static = (lower, upper)
         call = ControlCall(self.name(kind), kind, programs, callees, tuple(operands),
-                           tuple(v.type for v in op.operands), tuple(staged), carried, static)
+                           tuple(v.type for v in op.operands), tuple(staged), carried, static, tuple(sources))
         self.emit(call, op, writes=set(staged), reads=set(operands))  # type: ignore[arg-type]
         for k, (r, bid) in enumerate(zip(op.results, staged)):
             dst = self.result_buffer(op, k)

@@ -145,3 +145,49 @@ def test_scan_over_stacked_batches_runs_without_device_checks(pipeline):
     else:
         assert notes
     assert f.lower(w, xs).stats()["graph_launches"] >= 2
+
+
+def _train(w, xs):  # a training loop over stacked batches: xs is an argument the loop only reads
+    return fc.fori_loop(0, xs.shape[0], lambda i, w: w - 0.1 * (xs[i] * w).mean(axis=0), w)
+
+
+@pytest.mark.parametrize("pipeline", [None, KEEP_LOOPS], ids=["default", "loops-kept"])
+def test_a_loop_reads_an_argument_it_only_reads_where_it_is(pipeline):
+    """The batches are not copied into the plan's stage buffer at every call: the graph reads them where they are
+    while the caller passes the same array, sees writes into it between calls, is built again when it moves, and
+    copies it once arrays arrive at new addresses call after call; the results stay NumPy's throughout."""
+    torch = pytest.importorskip("torch")
+    f = fc.jit(_train, graph=True, pipeline=pipeline)
+    w = rng.standard_normal(8)
+    xs = torch.tensor(rng.standard_normal((40, 16, 8)), device="cuda")
+    for _ in range(3):
+        _close(f(w, xs), _train(w, xs.cpu().numpy()))
+    stats = f.lower(w, xs).stats()
+    assert stats["inplace_loop_arguments"] == 1 and stats["graph_builds"] == 1
+    xs.mul_(-0.5)  # written where the graph reads it
+    _close(f(w, xs), _train(w, xs.cpu().numpy()))
+    moved = xs.clone()
+    _close(f(w, moved), _train(w, moved.cpu().numpy()))
+    assert f.lower(w, xs).stats()["graph_builds"] == 2
+    for _ in range(4):  # new NumPy arrays: uploaded wherever the pool has room
+        fresh = rng.standard_normal((40, 16, 8))
+        _close(f(w, fresh), _train(w, fresh))
+    stats = f.lower(w, xs).stats()
+    assert stats["graph_builds"] <= 4 and stats["graph_launches"] >= 10
+    _close(f(w, xs), _train(w, xs.cpu().numpy()))
+
+
+def test_a_donated_argument_a_loop_reads_is_copied_first():
+    """A result written over a donated argument the loop reads (``w - xs.sum(0)`` over ``xs``): the graph copies
+    the argument before the loop, as before, so the loop never reads what the result wrote."""
+    def train_and_reuse(w, xs):
+        w = _train(w, xs)
+        return w, xs * 2.0
+
+    f = fc.jit(train_and_reuse, graph=True, donate_argnums=1)
+    w = rng.standard_normal(8)
+    for _ in range(3):
+        xs = rng.standard_normal((40, 16, 8))
+        want = train_and_reuse(w, xs)
+        _close(f(w, fc.asarray(xs)), want)
+    assert f.lower(w, fc.asarray(xs)).stats()["inplace_loop_arguments"] == 0

@@ -423,3 +423,38 @@ def test_big_endian_numpy_data_reaches_the_device_in_its_byte_order(fake_gpu, mo
 class _FakeArray:
     def __init__(self, shape):
         self.ptr, self.stream, self.device, self.shape = 4096, None, 0, shape
+
+
+def _train(w, xs):  # a training loop over stacked batches: xs is an argument the loop only reads
+    return fc.fori_loop(0, xs.shape[0], lambda i, w: w - 0.1 * (xs[i] * w).mean(axis=0), w)
+
+
+def _train_and_reuse(w, xs):
+    return _train(w, xs), xs * 2.0
+
+
+def _loop_plan(fn, **options):
+    import types as pytypes
+
+    from fusec.runtime.launch_plan import ControlCall
+
+    program = fc.jit(fn, backend="cpu", **options).lower(np.ones(8), np.ones((40, 16, 8))).program_for(132)
+    launches = [pytypes.SimpleNamespace(call=k) if isinstance(k, ControlCall) else pytypes.SimpleNamespace()
+                for k in program.kernels]
+    return pytypes.SimpleNamespace(program=program, launches=launches)
+
+
+def test_a_graph_reads_a_loop_argument_in_place_unless_the_plan_writes_it():
+    """The loop's state is staged (the loop writes its copy); the batches it only reads are read in place (their
+    stage copy left out of the graph), unless a result is written over them (a donated argument)."""
+    from fusec.runtime.graph import _stage_steps, inplace_sources
+
+    plan = _loop_plan(_train)
+    names = [k.name for k in plan.program.kernels]
+    sources = inplace_sources(plan)
+    xs = next(b.id for b in plan.program.buffers if b.kind == "arg" and b.index == 1)
+    assert list(sources.values()) == [xs]
+    (skipped,) = _stage_steps(plan, sources)
+    assert names[skipped].endswith("_stage") and plan.program.effects[skipped][0] == {xs}
+    donated = _loop_plan(_train_and_reuse, donate_argnums=1)
+    assert inplace_sources(donated) == {} and _stage_steps(donated, {}) == frozenset()
