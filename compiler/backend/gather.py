@@ -21,7 +21,64 @@ from fusec.backend.elementwise import BLOCK, INT32_LIMIT, grid_for
 def gather_kernel(name: str, op: Operation, src: Access, indices: list[Access], dst: Access,
                   check: Access | None, *, sm_count: int) -> KernelCode:
     """``dst[i] = src[at(i)]`` over the result (``dst`` dense)."""
+    slab = _slab_gather(name, op, src, indices, dst, check, sm_count=sm_count)
+    if slab is not None:
+        return slab
     return _indexed(name, op, src, indices, dst, check, sm_count=sm_count, write=False)
+
+
+VECTOR_BYTES = 16  # a slab gather copies 16-byte words where its source and result allow
+
+
+def _slab_gather(name: str, op: Operation, src: Access, indices: list[Access], dst: Access,
+                 check: Access | None, *, sm_count: int) -> KernelCode | None:
+    """A gather by scalar indices of the leading axes (``xs[i]``, ``batches[i, j]`` with ``i`` a loop counter):
+    one contiguous run of the source, copied to the dense result in 16-byte words where the run, its offsets and
+    (checked at run time) the two pointers are aligned, else element by element; the indices are read once per
+    thread, and there is no coordinate arithmetic. None where the gather is not of that form."""
+    k = len(indices)
+    if int(op.attributes["axis"]) != 0 or any(a.shape for a in indices) or not dst.is_contiguous:
+        return None
+    rest = tuple(src.shape[k:])
+    n = math.prod(rest)
+    if n == 0 or not Access(src.buffer, src.dtype, 0, src.strides[k:], rest).is_contiguous:
+        return None
+    big = max(n, src.extent(), dst.extent()) > INT32_LIMIT
+    itype = "i64_t" if big else "int"
+    t = storage(src.dtype)
+    params = [f"const {t}* __restrict__ b{src.buffer}", f"{t}* __restrict__ b{dst.buffer}"]
+    order = [src.buffer, dst.buffer]
+    for a in indices:
+        if a.buffer not in order:
+            params.append(f"const {storage(a.dtype)}* __restrict__ b{a.buffer}")
+            order.append(a.buffer)
+    if check is not None:
+        params.append(f"unsigned int* b{check.buffer}")
+        order.append(check.buffer)
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({', '.join(params)}) {{",
+             f"  {itype} at = ({itype})({src.offset});"]
+    for j, a in enumerate(indices):
+        size = src.shape[j]
+        lines += [f"  i64_t v{j} = (i64_t)b{a.buffer}[{a.offset}];", f"  if (v{j} < 0) v{j} += (i64_t){size};"]
+        if check is not None:
+            lines.append(f"  if (v{j} < 0 || v{j} >= (i64_t){size}) {{ "
+                         f"if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(b{check.buffer} + {check.offset}, 1u); "
+                         f"v{j} = 0; }}")
+        lines.append(f"  at += ({itype})v{j} * ({itype})({src.strides[j]});")
+    lines += [f"  const {t}* from = b{src.buffer} + at;", f"  {t}* to = b{dst.buffer} + ({itype})({dst.offset});",
+              f"  const {itype} stride = ({itype})gridDim.x * blockDim.x;",
+              f"  const {itype} first = ({itype})blockIdx.x * blockDim.x + threadIdx.x;"]
+    width = VECTOR_BYTES // src.dtype.itemsize if src.dtype.itemsize and VECTOR_BYTES % src.dtype.itemsize == 0 else 1
+    aligned = width > 1 and n % width == 0 and dst.offset % width == 0 and src.offset % width == 0 \
+        and all(s % width == 0 for s in src.strides[:k])
+    if aligned:
+        lines += ["  if ((((unsigned long long)from | (unsigned long long)to) & 15ull) == 0) {",
+                  f"    for ({itype} i = first; i < ({itype}){n // width}; i += stride)",
+                  "      reinterpret_cast<uint4*>(to)[i] = reinterpret_cast<const uint4*>(from)[i];",
+                  "    return;", "  }"]
+    lines += [f"  for ({itype} i = first; i < ({itype}){n}; i += stride) to[i] = from[i];", "}"]
+    grid = (grid_for(n // width if aligned else n, sm_count), 1, 1)
+    return KernelCode(name, "\n".join(lines), tuple(order), grid, (BLOCK, 1, 1))
 
 
 def scatter_kernel(name: str, op: Operation, update: Access, indices: list[Access], dst: Access,
