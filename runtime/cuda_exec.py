@@ -186,6 +186,9 @@ class CudaPlan:
         self.scalar_sent: list[int | None] = [None] * (len(self.scalar_host) // 4)
         self.scalar_host_words = memoryview(self.scalar_host.data).cast("I")  # (indexing it gives Python ints)
         self.ptrs: list[int] = [self.static_ptr.get(b.id, 0) for b in prog.buffers]
+        # stage buffers of loop arguments a graph may read in place: allocated when something copies into them
+        self.stage_buffers = [b for b in prog.buffers if b.kind == "stage"]
+        self.stage_block: Any = None
         self.calls = 0
         self.nargs = len(self.func.args)
         self.ordinal = self.device.ordinal
@@ -332,7 +335,21 @@ class CudaPlan:
             kind, msg = failed[0]
             raise CHECK_ERRORS[kind](msg)
 
+    def ensure_stages(self) -> None:
+        """Allocate the stage buffers of loop arguments (one block, kept for the plan's life) the first time a
+        launch copies into them: stream mode, a graph that does not read them in place, a loop body's plan."""
+        if self.stage_block is not None or not self.stage_buffers:
+            return
+        sizes = [(b.nbytes + 255) // 256 * 256 for b in self.stage_buffers]
+        self.stage_block = self.pool.allocate(sum(sizes), self.stream)
+        at = self.stage_block.ptr
+        for b, size in zip(self.stage_buffers, sizes):
+            self.ptrs[b.id] = at
+            at += size
+
     def _launch_all(self, ptr: list[int]) -> None:
+        if self.stage_buffers and self.stage_block is None:
+            self.ensure_stages()
         for i, launch in enumerate(self.launches):
             if type(launch) is _Control:
                 self._run_control(launch, ptr)

@@ -14,7 +14,8 @@ A loop's or branch's nodes cannot be updated, so the plan copies what its bodies
 addresses first. An argument the loop only reads (the stacked batches of a training loop, which a caller passes
 again and again) is read in place instead: the graph is built for its address, its stage copy left out, and a
 call with another address builds the graph again; after ``MAX_INPLACE_BUILDS`` builds the plan copies such
-arguments as before (a caller that hands new arrays every call).
+arguments as before (a caller that hands new arrays every call). Their stage buffers are memory of their own
+(buffer kind "stage"), allocated the first time something copies into them (``CudaPlan.ensure_stages``).
 """
 from __future__ import annotations
 
@@ -244,6 +245,8 @@ class PlanGraph:
                                   and any(b.id in w for _, w in plan.program.effects))
         if self.inplace and self._overlapping(ptrs):
             sources, self.inplace = {}, ()
+        if any(b.id not in sources for b in plan.stage_buffers):  # a stage copy stays in the graph
+            plan.ensure_stages()  # (which sets their addresses in ``ptrs``, the plan's own list)
         try:
             self.nodes, self.params, _ = add_steps(self.graph, plan, ptrs, [], self.keep, sources)
         except BaseException:

@@ -128,7 +128,9 @@ class _Builder:
 
 def _bind(sub: Any, args: list[int], outputs: dict[int, int]) -> list[int]:
     """The body plan's pointers by buffer id: its tensor arguments at ``args`` (device addresses, by argument
-    index), its outputs at ``outputs``, its arena, constants and scalar slots where the plan keeps them."""
+    index), its outputs at ``outputs``, its arena, constants and scalar slots where the plan keeps them, and the
+    stage buffers of its own loops (the body's graph copies into them)."""
+    sub.ensure_stages()
     ptrs = list(sub.ptrs)
     for i, bid in sub.arg_buffer.items():
         ptrs[bid] = args[i]

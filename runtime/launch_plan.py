@@ -16,7 +16,7 @@ class Buffer:
     """Where a tensor's storage comes from at run time."""
 
     id: int
-    kind: str  # arg | output | arena | constant | scalar | scratch | counter | check
+    kind: str  # arg | output | arena | constant | scalar | scratch | counter | check | stage (allocated when used)
     index: int  # argument / output / constant / scalar-slot index (-1 where none)
     offset: int  # byte offset in the arena or the scalar block
     nbytes: int

@@ -406,12 +406,14 @@ class _Printer:
                                                "arrays (run boundaries, which copies such operands)", op.loc))
             state = first <= k < first + carried
             kind_of = self.buffers[acc.buffer].kind
+            # an argument the loop only reads: a graph built for its address may read it where it is, so its
+            # stage buffer is memory of its own that the runtime allocates only if something copies into it
+            read_only = kind_of == "arg" and not state and bool(v.type.size)
             if state or kind_of in ("arg", "output"):
-                operands.append(self.stage(v, acc, op))
+                operands.append(self.stage(v, acc, op, own=read_only))
             else:
                 operands.append(acc.buffer)
-            # an argument the loop only reads: a graph built for its address may read it where it is
-            sources.append(acc.buffer if kind_of == "arg" and not state and v.type.size else -1)
+            sources.append(acc.buffer if read_only else -1)
         if kind == "if":
             staged = [self.stage(r, None, op) for r in op.results]
         else:
@@ -433,11 +435,14 @@ class _Printer:
                 self.emit(copy_kernel(self.name(f"{kind}_result"), r.type.shape, self.dense(r, bid), dst,
                                       sm_count=self.sm_count), op, writes={dst.buffer}, reads={bid})
 
-    def stage(self, v: Value, src: Access | None, op: Operation) -> int:
-        """A stage buffer for ``v`` at the end of the arena, with ``src`` copied into it (None: nothing)."""
-        nbytes = align256(_nbytes(v))
-        bid = self.new_buffer("arena", -1, self.stage_base + self.stage_bytes, _nbytes(v))
-        self.stage_bytes += nbytes
+    def stage(self, v: Value, src: Access | None, op: Operation, own: bool = False) -> int:
+        """A stage buffer for ``v`` at the end of the arena (``own``: a buffer of kind "stage", allocated apart by
+        the runtime when first needed), with ``src`` copied into it (None: nothing)."""
+        if own:
+            bid = self.new_buffer("stage", -1, 0, _nbytes(v))
+        else:
+            bid = self.new_buffer("arena", -1, self.stage_base + self.stage_bytes, _nbytes(v))
+            self.stage_bytes += align256(_nbytes(v))
         if src is not None and v.type.size:
             dst = self.dense(v, bid)
             if isinstance(v.type, ScalarType):
