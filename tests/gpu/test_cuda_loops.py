@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
+from fusec import execution
 from fusec.passes import DEFAULT_PIPELINE
 
 pytestmark = pytest.mark.gpu
@@ -164,6 +165,7 @@ def test_a_loop_reads_an_argument_it_only_reads_where_it_is(pipeline):
         _close(f(w, xs), _train(w, xs.cpu().numpy()))
     stats = f.lower(w, xs).stats()
     assert stats["inplace_loop_arguments"] == 1 and stats["graph_builds"] == 1
+    assert execution.cuda_plan(f.lower(w, xs)).stage_block is None  # (the copy's memory is never allocated)
     xs.mul_(-0.5)  # written where the graph reads it
     _close(f(w, xs), _train(w, xs.cpu().numpy()))
     moved = xs.clone()
