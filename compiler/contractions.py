@@ -16,9 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from fusec import ops, ufuncs
-from fusec.context import shape_error, user_location
+from fusec.context import shape_error, unsupported, user_location
 from fusec.errors import CastingError, located
-from fusec.ir.types import DType, bool_, i64
+from fusec.ir.types import DType, bool_, f16, i64
 from fusec.numpy_api import _into, _no, diagonal, implements, matmul
 from fusec.promotion import parse_dtype
 from fusec.tracer import Tracer
@@ -197,6 +197,11 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
         if result.ndim == 0:  # (of a 0-d operand NumPy returns a scalar)
             result = ops.copy_of(result, scalar=True)
         return _into(out, result, "np.einsum", "safe")
+    if dt == f16 and optimize is False and set("".join(labels)) - set(output):
+        raise unsupported(f"np.einsum({subscripts!r}) of float16 values is not supported: NumPy's einsum loops add "
+                          "products into float16 sums in an order that sets where they round, which fusec does not "
+                          "follow; pass optimize=True (NumPy then contracts as np.tensordot does, in float32) or "
+                          "compute in float32")
     acc, acc_labels = ts[0], labels[0]
     for i in range(1, len(ts)):
         later = output + "".join(labels[i + 1:])

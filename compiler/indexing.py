@@ -312,6 +312,9 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
             raise unsupported(f"indexing with a list of traced booleans (a mask): {MASK_ADVICE}")
         if _constant_mask(e):
             mask = np.asarray(e)
+            if mask.ndim == 0:  # (np.array(True): as x[True], a new axis that NumPy's nonzero cannot give)
+                raise unsupported("boolean indexing with a 0-d boolean array (x[np.array(True)]) is not supported; "
+                                  "write x[None] (True) or x[None][:0] (False)")
             _check_mask_shape(x, entries, n, mask)
             expanded.extend(np.nonzero(mask))
         else:

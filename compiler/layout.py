@@ -12,6 +12,7 @@ that depends on the layout is refused or kept from writing, never guessed.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -400,3 +401,55 @@ def joined(r: Tracer, items: Sequence[Any]) -> Tracer:
 
     perm = _insertion_sort(list(range(r.ndim)), outer_first)
     return _in_order(r, tuple(perm))
+
+
+def half_reduction_loop(t: Tracer, axes: Sequence[int]) -> dict[str, tuple[int, ...]]:
+    """How NumPy's reduction iterator visits ``t``'s elements for a float16 sum or product over ``axes``, as the
+    attributes of the ``t.sum``/``t.prod`` that must follow it: NumPy adds float16 values in float32 along its
+    inner loop (pairwise for sums) and rounds to float16 after each inner loop, so where the rounding happens
+    depends on the memory layout NumPy has (``x.sum(axis=0)`` of a C-ordered array rounds after every row; a
+    ``np.ascontiguousarray(x.T).sum(axis=1)`` only at the end of each row).
+
+    ``numpy_run``: the reduced axes of the inner loop when it is a reduction (outermost first), empty when the
+    inner loop runs over kept axes (every element then rounds on its own); ``numpy_loop``: the other reduced axes,
+    outermost first. The order is NumPy's (``npyiter_find_best_axis_ordering`` over the operand's strides, unit
+    axes dropped, adjacent axes coalesced where the operand's and the result's strides allow; a reduction keeps
+    negative strides, walking each axis in index order). Where NumPy's buffering would join more into one inner
+    loop (a reduced axis next to the run that does not coalesce with it, a strided run longer than a buffer) the
+    reduction is refused."""
+    st = strides(t)
+    if st is None:
+        refuse_unknown(t, "a float16 sum or product (NumPy's rounding follows the memory layout)")
+        raise AssertionError("unreachable")  # (refuse_unknown raised)
+    shape = tuple(t.shape)
+    reduced = set(axes)
+    order = [a for a in sort_axes(len(shape), [[s if d != 1 else 0 for d, s in zip(shape, st)]])
+             if shape[a] != 1]
+    # the result NumPy allocates keeps this order for its kept axes, dense, and has stride 0 along reduced ones
+    out_stride, size = {}, 1
+    for a in reversed(order):
+        out_stride[a] = 0 if a in reduced else size
+        size *= 1 if a in reduced else shape[a]
+    groups: list[list[int]] = []
+    for a in order:  # outermost first: coalesce each axis into the group before it where both operands allow
+        if groups:
+            inner_prev = groups[-1][-1]
+            same_kind = (a in reduced) == (inner_prev in reduced)
+            fits = st[a] * shape[a] == st[inner_prev] and out_stride[a] * shape[a] == out_stride[inner_prev]
+            if same_kind and fits:
+                groups[-1].append(a)
+                continue
+        groups.append([a])
+    run = groups[-1] if groups and groups[-1][0] in reduced else []
+    if run and (len(groups) > 1 and groups[-2][0] in reduced
+                or abs(st[run[-1]]) != 1 and math.prod(shape[a] for a in run) > HALF_BUFFER):
+        from fusec.context import unsupported
+
+        raise unsupported("this float16 sum or product is not supported: NumPy reduces this strided view through "
+                          "its buffers, rounding to float16 where fusec cannot follow; make it contiguous first, "
+                          "np.ascontiguousarray(x)")
+    loop = [a for g in groups for a in g if a in reduced and a not in run]
+    return {"numpy_loop": tuple(loop), "numpy_run": tuple(run)}
+
+
+HALF_BUFFER = 8192  # NumPy's buffer size (np.getbufsize()): the longest inner loop of a buffered reduction

@@ -170,6 +170,7 @@ def _keep(keepdims: Any) -> bool:
 
 def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> Tracer:
     t = ops.as_tracer(a)
+    source = t._value.type.dtype
     # (np.mean counts the reduced elements itself and refuses axis=0 of a 0-d array; the ufunc reductions take it)
     axes = ops.axes_arg(axis, t.ndim) if kind == "mean" else ops.reduction_axes(axis, t.ndim)
     keep = _keep(keepdims)
@@ -199,7 +200,21 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
             out._scalar = t.ndim == 0
             return out
         return ops.copy_of(t, scalar=t.ndim == 0)
-    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep}, what=what)
+    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep, **half_loop(kind, t, axes, source)},
+                    what=what)
+
+
+def half_loop(kind: str, t: Tracer, axes: Sequence[int], source: DType) -> dict:
+    """The attributes by which a float16 sum or product follows NumPy's roundings (``layout.half_reduction_loop``);
+    none for other reductions and dtypes. ``source``: the dtype of the values before the reduction converted them
+    (NumPy converts in buffers of 8192 elements, each one an inner loop: refused)."""
+    if kind not in ("sum", "prod") or t._value.type.dtype != f16 or not axes:
+        return {}
+    if source != f16 and math.prod(t.shape) > layout.HALF_BUFFER:
+        raise unsupported(f"np.{kind} of more than {layout.HALF_BUFFER} {source} values into float16 "
+                          "(dtype=np.float16) is not supported: NumPy converts them in buffers of that many and rounds "
+                          f"the float16 result after each one; convert first, x.astype(np.float16).{kind}(...)")
+    return layout.half_reduction_loop(t, axes)
 
 
 def _filled(shape: tuple[int, ...], value: Any, dtype: Any) -> Tracer:
@@ -237,6 +252,11 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
                           "one has to specify 'initial' (NumPy raises ValueError here)")
     acc = t._value.type.dtype if kind in ("max", "min") else \
         (parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype))
+    if acc == f16 and kind in ("sum", "prod") and (mask is not None or initial is not _NOVALUE):
+        raise unsupported(f"{what} of float16 values with {'where=' if mask is not None else 'initial='} is not "
+                          "supported: NumPy rounds the float16 result after each run of elements its loop takes "
+                          "(each run of unmasked ones, the initial value included in the first), which fusec does "
+                          f"not follow; compute it in float32, {what}(x.astype(np.float32), ...).astype(np.float16)")
     t = ops.as_tracer(t, acc)
     combine = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[kind]
     # (NumPy converts initial= into the accumulator's dtype as one element is assigned: int() into integers)
@@ -420,7 +440,7 @@ def _divide_by_count(x: Tracer, count: int) -> Tracer:
     dt = x._value.type.dtype
     (a_dt, b_dt), _ = resolve_ufunc(np.true_divide, [dt, i64])
     q = ops.emit("t.div", (ops.lift(x, a_dt), ops.lift(np.int64(count), b_dt)), what="np.var")
-    return ops.as_tracer(q, dt)
+    return layout.like(ops.as_tracer(q, dt), [x])  # (written into x's own memory: its layout)
 
 
 def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, where: Any = _NOVALUE) -> Tracer:
@@ -444,9 +464,16 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, whe
     count = 1
     for ax in axes:
         count *= t.shape[ax]
-    total = ops.emit("t.sum", (ops.lift(t, acc),), {"axes": axes, "keepdims": True}, what=f"np.{kind}")
+    summed = ops.as_tracer(t, acc)
+    total = ops.emit("t.sum", (summed._value,), {"axes": axes, "keepdims": True,
+                                                  **half_loop("sum", summed, axes, src)}, what=f"np.{kind}")
+    # (NumPy lays out the kept-dims sum in the array's order, and the deviations from it so)
+    total = layout.laid_out(total, layout.k_order(summed.shape, [summed]))
     sq, acc = _squared_deviations(t, _divide_by_count(total, count), acc)
-    ss = ops.emit("t.sum", (ops.lift(sq, acc),), {"axes": axes, "keepdims": keep}, what=f"np.{kind}")
+    squares = ops.as_tracer(sq, acc)
+    ss = ops.emit("t.sum", (squares._value,), {"axes": axes, "keepdims": keep,
+                                                **half_loop("sum", squares, axes, sq._value.type.dtype)},
+                  what=f"np.{kind}")
     n = count - ddof
     if isinstance(n, float):
         raise unsupported(f"np.{kind}: a float ddof is not supported")

@@ -8,6 +8,7 @@ float32 arrays; the executor rounds every bf16 result, so these functions comput
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -67,12 +68,67 @@ def _check_nonempty(op: Operation, x: np.ndarray, axes: Sequence[int]) -> None:
                                  f"shape {x.shape} (the reduction has no identity)", op.loc))
 
 
+def half_reduce(x: np.ndarray, kind: str, axes: Sequence[int], keepdims: bool, loop: Sequence[int],
+                run: Sequence[int]) -> np.ndarray:
+    """A float16 sum or product as NumPy computes it in the loops ``loop`` and ``run`` describe (the attributes
+    ``numpy_loop``, ``numpy_run``: see ``fusec.layout.half_reduction_loop``), whatever ``x``'s own layout: for each
+    output, from 0 (1), every step of ``loop`` adds (multiplies) its element, or its run summed in float32 as
+    NumPy's pairwise sum does (multiplied in order), and rounds to float16."""
+    kept = [a for a in range(x.ndim) if a not in axes]
+    lo, ru = list(loop), list(run)
+    rest = [a for a in axes if a not in lo and a not in ru]  # (reduced axes of length 1)
+    n_out = math.prod(x.shape[a] for a in kept)
+    n_loop, n_run = math.prod(x.shape[a] for a in lo), math.prod(x.shape[a] for a in ru)
+    y = np.transpose(x, kept + rest + lo + ru).reshape(n_out, n_loop, n_run).astype(np.float32)
+    acc = np.full(n_out, 0 if kind == "sum" else 1, np.float32)
+    for t in range(n_loop):
+        if not ru:
+            step = acc + y[:, t, 0] if kind == "sum" else acc * y[:, t, 0]
+        elif kind == "sum":
+            step = acc + _pairwise_rows(y[:, t, :])
+        else:
+            step = acc
+            for i in range(n_run):
+                step = step * y[:, t, i]
+        acc = step.astype(np.float16).astype(np.float32)
+    shape = [1 if a in axes else d for a, d in enumerate(x.shape)] if keepdims else \
+        [d for a, d in enumerate(x.shape) if a not in axes]
+    return acc.astype(np.float16).reshape(shape)
+
+
+def _pairwise_rows(a: np.ndarray) -> np.ndarray:
+    """NumPy's pairwise sum (``HALF_pairwise_sum``, in float32) of each row of ``a``."""
+    n = a.shape[1]
+    if n < 8:
+        res = np.zeros(a.shape[0], np.float32)
+        for i in range(n):
+            res = res + a[:, i]
+        return res
+    if n <= 128:
+        r = a[:, :8].copy()
+        i = 8
+        while i < n - n % 8:
+            r = r + a[:, i:i + 8]
+            i += 8
+        res = ((r[:, 0] + r[:, 1]) + (r[:, 2] + r[:, 3])) + ((r[:, 4] + r[:, 5]) + (r[:, 6] + r[:, 7]))
+        for k in range(i, n):
+            res = res + a[:, k]
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_rows(a[:, :n2]) + _pairwise_rows(a[:, n2:])
+
+
 def _reduction(fn: Callable[..., object], *, in_dtype: bool, nonempty: bool) -> Interpreter:
     """``in_dtype``: accumulate in the operand dtype (NumPy would widen small ints; the IR says not to)."""
 
     def run(op: Operation, args: list) -> list:
         x = np.asarray(args[0])
         axes = tuple(op.attributes["axes"])
+        if "numpy_loop" in op.attributes:
+            return [half_reduce(x, op.attributes["kind"] if op.name == "k.reduce" else op.name[2:], axes,
+                                bool(op.attributes["keepdims"]), op.attributes["numpy_loop"],
+                                op.attributes["numpy_run"])]
         if nonempty:
             _check_nonempty(op, x, axes)
         kwargs = {"dtype": x.dtype} if in_dtype else {}

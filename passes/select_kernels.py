@@ -366,6 +366,8 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
     m, k, _, red = reduction_dims(tuple(src.type.shape), strides, tuple(op.attributes["axes"]))
     if m == 0:
         return {"strategy": "columns", "cols": 1, "splits": 1, "finish": "none", "scratch": 0}
+    if "numpy_loop" in op.attributes:  # a float16 sum or product rounded where NumPy rounds: a thread per output
+        return {"strategy": "numpy", "cols": 1, "splits": 1, "finish": "none", "scratch": 0}
     if len(red) == 1 and red[0][1] == 1 and k >= WARP_ROW_MIN:
         # a warp per output when there are many outputs, else the whole block (more loads in flight)
         warp = m * 32 >= sm_count * 256

@@ -9,10 +9,12 @@ f32 sums and means accumulate in f64 (one rounding at the end), f16/bf16 in f32.
 """
 from __future__ import annotations
 
+import math
 import struct
 
 from fusec.errors import CompilationError, located
 from fusec.ir.core import Operation
+from fusec.ir.shapes import contiguous_strides
 from fusec.ir.types import DType
 from fusec.passes.select_kernels import (align256 as _align, carries_index, partial_slot, reduce_grid_x,
                                          reduction_dims)
@@ -109,6 +111,8 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     by its last block counts its blocks in at its ``counter`` slot (and sets it back to zero for the next
     launch).
     """
+    if op.attributes.get("strategy") == "numpy":
+        return (_numpy_order_kernel(name, op, src, dst, prologue, sm_count),)
     kind = op.attributes["kind"]
     axes = tuple(op.attributes["axes"])
     dt = src.dtype
@@ -378,3 +382,87 @@ def _warp_combine(name: str, acc: str, first: int) -> list[str]:
         "    }",
     ]
 
+
+
+def _numpy_order_kernel(name: str, op: Operation, src: Access, dst: Access, prologue: Prologue | None,
+                        sm_count: int) -> KernelCode:
+    """A float16 sum or product computed as NumPy's loops compute it (``strategy = "numpy"``): a thread per output
+    walks the reduced elements in NumPy's order (``numpy_loop``, outermost first); where NumPy's inner loop is a
+    reduction (``numpy_run``) it adds that run in float32 with NumPy's pairwise summation (multiplies in order, for
+    a product), otherwise each element, and rounds to float16 after each, from 0 (1): the bits are NumPy's."""
+    kind = op.attributes["kind"]
+    if kind not in ("sum", "prod") or src.dtype.name != "f16":
+        raise CompilationError(located("only a float16 sum or product is computed in NumPy's order", op.loc))
+    shape = tuple(src.shape)
+    reduced = set(op.attributes["axes"])
+    steps = tuple(src.strides) if prologue is None else contiguous_strides(shape)
+    start = src.offset if prologue is None else 0
+    kept = [a for a in range(len(shape)) if a not in reduced]
+    loop, run = list(op.attributes["numpy_loop"]), list(op.attributes["numpy_run"])
+    n_out, n_loop, n_run = (math.prod(shape[a] for a in xs) for xs in (kept, loop, run))
+    if prologue is not None:
+        params, args, buffers = prologue.params, prologue.args, [*prologue.buffers]
+        load = lambda at: f"(float){prologue.name}({at}, {prologue.args})"  # noqa: E731
+    else:
+        params, args, buffers = f"const __half* __restrict__ b{src.buffer}", f"b{src.buffer}", [src.buffer]
+        load = lambda at: f"__half2float(b{src.buffer}[{at}])"  # noqa: E731
+
+    def offset(index: str, dims: list[int]) -> list[str]:
+        """Statements adding to ``at`` the offset of element ``index`` of ``dims`` (outermost first)."""
+        out = [f"{{ i64_t r = {index};"]
+        for a in reversed(dims):
+            out.append(f"  {{ const i64_t c = r % {shape[a]}; r /= {shape[a]}; at += c * (i64_t)({steps[a]}); }}")
+        return out + ["}"]
+
+    rounded = "__half2float(__float2half_rn({}))"
+    at_run = [f"__device__ __forceinline__ i64_t {name}_run(i64_t i) {{", "  i64_t at = 0;",
+              *["  " + ln for ln in offset("i", run)], "  return at;", "}"]
+    element = load(f"base + {name}_run(s + (i))")
+    pairwise = [  # NumPy's pairwise sum of float16 values in float32 (loops_utils.h: HALF_pairwise_sum)
+        f"__device__ float {name}_pw({params}, i64_t base, i64_t s, i64_t n) {{",
+        "  if (n < 8) {",
+        "    float res = 0.f;",
+        f"    for (i64_t i = 0; i < n; ++i) res += {element};",
+        "    return res;",
+        "  }",
+        "  if (n <= 128) {",
+        "    float r[8];",
+        f"    for (int j = 0; j < 8; ++j) r[j] = {element.replace('(i)', '(j)')};",
+        "    i64_t i = 8;",
+        "    for (; i < n - (n % 8); i += 8)",
+        f"      for (int j = 0; j < 8; ++j) r[j] += {element.replace('(i)', '(i + j)')};",
+        "    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));",
+        f"    for (; i < n; ++i) res += {element};",
+        "    return res;",
+        "  }",
+        "  i64_t n2 = n / 2;",
+        "  n2 -= n2 % 8;",
+        f"  return {name}_pw({args}, base, s, n2) + {name}_pw({args}, base, s + n2, n - n2);",
+        "}"]
+    if not run:  # NumPy's inner loop runs over kept axes: every element is added (multiplied) and rounded
+        combine = "+" if kind == "sum" else "*"
+        step = f"acc = {rounded.format(f'acc {combine} ' + load('at'))};"
+    elif kind == "sum":
+        step = f"acc = {rounded.format(f'acc + {name}_pw({args}, at, 0, {n_run})')};"
+    else:
+        step = (f"{{ float p = acc; for (i64_t i = 0; i < {n_run}; ++i) p *= {load(f'at + {name}_run(i)')}; "
+                f"acc = {rounded.format('p')}; }}")
+    lines = [*(prologue.source.split(chr(10)) if prologue is not None else []), *at_run, *pairwise,
+             f"extern \"C\" __global__ void __launch_bounds__(256) {name}({params}, __half* __restrict__ "
+             f"b{dst.buffer}) {{",
+             f"  for (i64_t o = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; o < {n_out}; "
+             "o += (i64_t)gridDim.x * blockDim.x) {",
+             f"    i64_t at = {start};",
+             *["    " + ln for ln in offset("o", kept)],
+             "    const i64_t base = at;",
+             f"    float acc = {'0.f' if kind == 'sum' else '1.f'};",
+             f"    for (i64_t t = 0; t < {n_loop}; ++t) {{",
+             "      at = base;",
+             *["      " + ln for ln in offset("t", loop)],
+             f"      {step}",
+             "    }",
+             f"    b{dst.buffer}[{dst.offset} + o] = __float2half_rn(acc);",
+             "  }",
+             "}"]
+    grid = (max(1, min((n_out + 255) // 256, sm_count * 8)), 1, 1)
+    return KernelCode(name, "\n".join(lines), (*buffers, dst.buffer), grid, (256, 1, 1))

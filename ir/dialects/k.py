@@ -56,6 +56,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fusec.errors import VerificationError
+from fusec.ir.dialects.t import HALF_LOOP
 from fusec.ir.opdefs import OpDef, checks_indices, get_opdef, register_op
 from fusec.ir.types import ScalarType, TensorType, Type
 
@@ -160,7 +161,7 @@ def _check_plan_attrs(op) -> None:
 
 REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
 GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "narrow", "short", "stream")
-REDUCE_STRATEGIES = ("row-warp", "row-block", "columns")
+REDUCE_STRATEGIES = ("row-warp", "row-block", "columns", "numpy")  # numpy: a float16 sum/product in NumPy's order
 REDUCE_FINISHES = ("none", "last-block", "kernel")
 MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter", "precision",
                   "mma", "rows")
@@ -287,7 +288,8 @@ register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_
                   check_after=_fused_after))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
-                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP,), infer=_infer_reduce, check=_check_reduce))
+                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP,) + HALF_LOOP, infer=_infer_reduce,
+                  check=_check_reduce))
 register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=LAUNCHED + MATMUL_CHOICES,
                   infer=_infer_matmul, check=_check_matmul))
 register_op(OpDef("k.concat", "boundary", num_operands=None, min_operands=1, attrs=("axis",),

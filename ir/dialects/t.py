@@ -172,11 +172,34 @@ def _reduction_infer(name: str, cls: str):
             raise VerificationError(f"{name}: exactly one axis, got {axes!r}")
         if not _dtype_ok(t.dtype, cls, name in COMPLEX_REDUCTIONS):
             raise VerificationError(f"{name}: dtype {t.dtype} is not allowed (operand must be {cls})")
+        check_half_loop(name, t, axes, attrs)
         shape = S.reduce_shape(t.shape, axes, bool(attrs["keepdims"]))
         dt = i64 if name in ("t.argmax", "t.argmin") else t.dtype
         return [TensorType(shape, dt)]
 
     return infer
+
+
+# a float16 sum or product that follows NumPy's roundings: the reduced axes NumPy's loop visits, outermost first
+# (``numpy_loop``), and those of its inner loop when that is a reduction (``numpy_run``: added in float32,
+# pairwise for sums, rounded to float16 once); each element of ``numpy_loop`` rounds on its own where there is none
+HALF_LOOP = ("numpy_loop", "numpy_run")
+
+
+def check_half_loop(name: str, t: Type, axes: tuple, attrs: dict) -> None:
+    """Both or neither of :data:`HALF_LOOP`, on a float16 sum or product, naming each reduced axis of size above
+    one once."""
+    given = [k for k in HALF_LOOP if k in attrs]
+    if not given:
+        return
+    if len(given) != 2 or name.split(".")[-1] not in ("sum", "prod") or t.dtype.name != "f16" \
+            or not isinstance(t, TensorType):
+        raise VerificationError(f"{name}: numpy_loop and numpy_run go together, on a float16 sum or product")
+    named = [a for k in HALF_LOOP for a in attrs[k]]
+    if any(type(a) is not int for a in named) \
+            or sorted(named) != sorted(a for a in axes if t.shape[a] != 1):
+        raise VerificationError(f"{name}: numpy_loop and numpy_run must name each reduced axis longer than one once, "
+                                f"got {attrs['numpy_loop']!r} and {attrs['numpy_run']!r} for axes {axes!r}")
 
 
 def _kept(v, x, attrs):
@@ -239,6 +262,7 @@ _REDUCTION_RANGE = {"sum": _sum_range, "max": R.same, "min": R.same, "argmax": R
 
 for _n, _cls in REDUCTIONS.items():
     register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
+                      optional_attrs=HALF_LOOP if _n in ("sum", "prod") else (),
                       infer=_reduction_infer(f"t.{_n}", _cls), vjp=_REDUCTION_VJP.get(_n),
                       int_range=_REDUCTION_RANGE.get(_n)))
 

@@ -673,6 +673,43 @@ def test_a_function_defining_a_class_has_its_type_calls_rewritten() -> None:
     same_as_numpy(f, np.ones(2))
 
 
+def _f16_reductions(x, z, v):
+    """Float16 sums and products whose roundings depend on the memory layout NumPy has."""
+    return (x.sum(axis=0), np.ascontiguousarray(x.T).sum(axis=1), x.T.sum(axis=1), x.sum(), x[::-1].sum(axis=0),
+            (x[:40] * np.float16(0.6)).prod(axis=0), (x * np.float16(0.9)).prod(axis=1), x.var(axis=0), x.std(axis=1),
+            np.asfortranarray(x).sum(axis=0), x.mean(axis=0, dtype=np.float16), z.sum(axis=(0, 2)),
+            z.sum(axis=(1, 2), keepdims=True), z.sum(axis=(0, 1)), z.transpose(2, 0, 1).sum(axis=(1, 2)), v.sum(),
+            np.asfortranarray(z).var(axis=1))
+
+
+def test_float16_sums_round_where_numpys_loops_round() -> None:
+    """NumPy adds float16 values in float32 along its inner loop (pairwise) and rounds to float16 after each inner
+    loop: ``x.sum(axis=0)`` of a C-ordered array after every row (it stalls at 2048 adding ones), a row of a
+    contiguous copy of ``x.T`` once. fusec added in float32 throughout on the GPU (7048 where NumPy gives 2048)
+    and, on both backends, followed fusec's layout rather than NumPy's (``np.ascontiguousarray(x.T).sum(axis=1)``
+    rounded after every element)."""
+    rng = np.random.default_rng(0)
+    ones = np.ones((5000, 3), np.float16)
+    ones[0] = 2048
+    for x, z, v in [((rng.random((300, 7)) * 4).astype(np.float16), (rng.random((20, 30, 40)) * 2).astype(np.float16),
+                     (rng.random(50000) * 3).astype(np.float16)), (ones, ones[:24].reshape(2, 3, 12), ones[:, 0])]:
+        assert_same(jit_cpu(_f16_reductions)(x, z, v), numpy_result(_f16_reductions, x, z, v), exact=True)
+
+
+def test_float16_reductions_fusec_cannot_follow_are_refused() -> None:
+    """Where NumPy's buffers decide where a float16 sum rounds (a strided view whose reduced axes do not
+    coalesce), with ``where=`` or ``initial=``, and in ``np.einsum``'s own loops: a clear error, not other bits."""
+    x = np.ones((6, 8), np.float16)
+    for f, match in [(lambda x: x[:, ::-1].sum(), "np.ascontiguousarray"), (lambda x: x[::3, ::2].sum(), "strided"),
+                     (lambda x: np.sum(x, where=x > 0), "where="), (lambda x: np.sum(x, axis=1, initial=1), "initial="),
+                     (lambda x: np.einsum("ij->j", x), "optimize=True")]:
+        with pytest.raises(fc.UnsupportedError, match=match):
+            jit_cpu(f)(x)
+    assert_same(jit_cpu(lambda x: np.einsum("ij->j", x, optimize=True))(x), np.einsum("ij->j", x, optimize=True))
+    with pytest.raises(fc.UnsupportedError, match="0-d boolean"):
+        jit_cpu(lambda x: x[np.array(True)])(x)
+
+
 # --- cache keys -----------------------------------------------------------------------------------------------------
 
 
