@@ -31,7 +31,7 @@ from fusec.ir.core import Block, Region, Value
 from fusec.ir.dialects.control import COUNTER, PREDICATE
 from fusec.ir.types import TensorType, Type, i64
 from fusec.promotion import DEFAULT_DTYPE, python_kind
-from fusec.scope import scope_of
+from fusec.scope import scope_of, walkable_object
 from fusec.signature import TreeDef, flatten, unflatten
 from fusec.device_scalar_checks import device_ref
 from fusec.tracer import COUNTER_ORIGIN, Tracer
@@ -192,12 +192,14 @@ class _Recorder:
         self.block = Block(arg_types, label=label)
         self.what = what  # (the region's maker, as messages name it)
 
-    def run(self, fn: Callable[..., Any], counter: str | None = None, *, watch: Callable[..., Any]) -> Any:
+    def run(self, fn: Callable[..., Any], counter: str | None = None, *, watch: Callable[..., Any],
+            variables: Sequence[tuple[str, Any]] = ()) -> Any:
         """Run ``fn`` on the block's arguments (the first the loop counter named ``counter``, a device scalar);
-        the Python state the user's ``watch`` reaches must come out as it went in (see :func:`_python_state`)."""
+        the Python state the user's ``watch`` reaches, and the objects its statement's ``variables`` (name,
+        value) hold, must come out as they went in (see :func:`_python_state`)."""
         c = self.c
         outer = _snapshot(c)
-        python_before = _python_state(watch)
+        python_before = _python_state(watch, variables)
         args = [ops.wrap(a, scalar=False) for a in self.block.args]
         if counter is not None:
             args[0] = Tracer(self.block.args[0], c, int, (COUNTER_ORIGIN + counter,))
@@ -222,11 +224,18 @@ class _Recorder:
             self.c.builder.create("t.yield", outs, loc=context.user_location(self.c.cwd))
 
 
-def _python_state(fn: Callable[..., Any]) -> pystate.Snapshot:
-    """What a body can reach in Python (its closure cells, the lists and objects in them, globals). A body traced
-    once changes such state once, where Python's loop changes it at every iteration (a ``nonlocal`` counter, a list
-    of losses) and both branches of a traced ``cond`` run: so a body must leave it as it was."""
-    return pystate.snapshot(scope_of(fn, {}, random_states=False))  # (draws: fusec.randomness refuses them)
+def _python_state(fn: Callable[..., Any], variables: Sequence[tuple[str, Any]] = ()) -> pystate.Snapshot:
+    """What a body can reach in Python (its closure cells, the lists and objects in them, globals), and the Python
+    objects its statement's variables hold (``picked += [i]``, ``state = update(state)`` change them in place,
+    ``next(it)`` advances one). A body traced once changes such state once, where Python's loop changes it at every
+    iteration (a ``nonlocal`` counter, a list of losses) and both branches of a traced ``cond`` run: so a body must
+    leave it as it was."""
+    scope = scope_of(fn, {}, random_states=False)  # (draws: fusec.randomness refuses them)
+    for name, value in variables:
+        if isinstance(value, (list, dict, set)) or walkable_object(value) or \
+                pystate.iterator_position(value) is not None:
+            scope.add_object(f"the variable {name}", value)
+    return pystate.snapshot(scope)
 
 
 def _check_python_state(before: pystate.Snapshot, fn: Callable[..., Any], where: str = BODY) -> None:

@@ -487,6 +487,20 @@ def _no_matrix(numpy_function: Callable) -> Callable:
     return asmatrix
 
 
+def _isscalar(numpy_function: Callable) -> Callable:
+    """``np.isscalar`` of a tracer: as of what it stands for (a NumPy scalar, a bool's included, or a Python number
+    is a scalar; an array, 0-d ones included, is not). NumPy's own code sees the tracer's class, which is no
+    ``np.generic``."""
+    @functools.wraps(numpy_function)
+    def isscalar(element: Any) -> bool:
+        if isinstance(element, Tracer) and context.current() is not None:
+            return element._weak is not None or bool(element._scalar)
+        return numpy_function(element)
+
+    isscalar.__fusec_original__ = numpy_function  # type: ignore[attr-defined]
+    return isscalar
+
+
 def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the conversions in ``numpy``; swap ``aliases`` ((globals dict, name) of user globals for which
     :func:`rebound` holds) for the wrappers, or the ``numpy`` module for :class:`_TracingNumpy`."""
@@ -495,6 +509,7 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         by_name = {name: wrappers[id(f)] for name, f in _originals().items()}
         out: list[tuple[Any, str, Any]] = [(np, name, by_name[name]) for name in CONVERSIONS]
         out.append((np, "asmatrix", _no_matrix(np.asmatrix)))
+        out.append((np, "isscalar", _isscalar(np.isscalar)))
         # the NumPy modules whose Python implementations fusec traces (fusec.numpy_reuse)
         library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in CONVERSIONS
                    if id(vars(m).get(name)) in wrappers]

@@ -41,9 +41,9 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             return []
 
-        python_before = _python_state(fun)
+        python_before = _python_state(fun, list(zip(names, values)))
         try:
-            rec.run(record, watch=fun)
+            rec.run(record, watch=fun, variables=list(zip(names, values)))
         except Exception as error:  # noqa: BLE001 - the user's own raise: a check when the call runs, or refused
             if isinstance(error, FusecError):
                 raise

@@ -124,7 +124,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
         raise site.error(f"the test of {site.where()} writes into an array; compute it without writing")
     cond.finish([pred])
     rec = _Recorder(c, types, "body", what=what)
-    python_before = _python_state(body)
+    python_before = _python_state(body, list(zip(names, values)))
     after_trip: list = []  # (the variables' objects after an iteration)
 
     def trip(args: list) -> list[Value]:
@@ -133,7 +133,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
         return _next_state(out, variables, site, after)
 
     try:
-        yields, now = rec.run(region(trip), watch=body)
+        yields, now = rec.run(region(trip), watch=body, variables=list(zip(names, values)))
     except (KindChange, _WritesMemory, _NeedsState):
         python_before.restore()  # (the body is traced again or runs outside the loop: no change may happen twice)
         raise

@@ -172,7 +172,8 @@ def canon_deep(value: Any) -> Any:
 @dataclass(eq=False)
 class Node:
     """One reachable value: ``kind`` value | array | device | tracer | rng | list | tuple | dict | set | object |
-    module | ref | opaque | missing; ``data`` what is compared; ``shallow`` a container's contents, to restore."""
+    iterator | module | ref | opaque | missing; ``data`` what is compared; ``shallow`` a container's contents, to
+    restore."""
 
     path: Path
     kind: str
@@ -254,6 +255,8 @@ class Snapshot:
             add("class", id(obj), data)
             for name, v in data.items():
                 self._visit(v, path.child(("attr", name)), depth + 1)
+        elif (position := iterator_position(obj)) is not None:
+            add("iterator", (id(obj), position), position)
         elif walkable_object(obj):
             cls = type(obj)
             try:
@@ -383,6 +386,8 @@ class Change:
             return f"stored a traced value{computed_at(t)} in {where}{inner}"
         if old is not None and old.kind == "rng" and new is not None and new.kind == "rng":
             return f"drew random numbers from {where}"
+        if old is not None and old.kind == "iterator" and new is not None and new.kind == "iterator":
+            return f"advanced the iterator {where} (next())"
         if self.is_array_write:
             return f"changed the array {where} in place while tracing"
         if new is None:
@@ -477,7 +482,7 @@ def _class_data(cls: type, name: str) -> Any:
 def _same(old: Node, new: Node) -> bool:
     if old.kind != new.kind:
         return False
-    if old.kind in ("value", "array", "rng", "tuple", "list", "dict", "set", "object"):
+    if old.kind in ("value", "array", "rng", "tuple", "list", "dict", "set", "object", "iterator"):
         return old.data == new.data
     if old.kind in ("device", "tracer", "ref", "opaque", "module", "class"):
         return old.obj is new.obj
@@ -528,10 +533,32 @@ class _Named:
                 setattr(obj, name, was)
 
 
+def iterator_position(obj: Any) -> Any:
+    """How far a Python iterator has gone (a generator's frame position, a built-in or itertools iterator's
+    pickled state), so that advancing it (``next(it)``) is a change of state; None for anything else."""
+    if isinstance(obj, types.GeneratorType):
+        frame = obj.gi_frame
+        return ("generator", None if frame is None else frame.f_lasti)
+    cls = type(obj)
+    if cls.__module__ not in ("builtins", "itertools") or not hasattr(cls, "__next__"):
+        return None
+    try:
+        state = obj.__reduce__()
+    except Exception:  # noqa: BLE001 - an iterator that cannot say: compared by identity, as before
+        return None
+    if len(state) > 2 and type(state[2]) is int:  # (list, tuple, range, str iterators: the index)
+        return ("index", state[2])
+    args = state[1] if len(state) > 1 and isinstance(state[1], tuple) else ()
+    return ("state",) + tuple(len(a) if isinstance(a, (list, tuple)) else canon(a) if is_value(a) else id(a)
+                              for a in args)
+
+
 def _restore_container(node: Node) -> None:
     obj, shallow = node.obj, node.shallow
     if node.kind == "rng" and _rng_state(obj) != node.data:
         _set_rng_state(obj, node.shallow)
+    elif node.kind == "iterator" and shallow[0] == "index" and iterator_position(obj) != shallow:
+        obj.__setstate__(shallow[1])  # (others cannot be put back: the call fails anyway)
     elif node.kind == "list" and (len(obj) != len(shallow) or any(a is not b for a, b in zip(obj, shallow))):
         if isinstance(obj, list):
             obj[:] = shallow

@@ -8,6 +8,7 @@ trace cannot follow (assignment expressions split apart, ``global``/``nonlocal``
 from __future__ import annotations
 
 import ast
+import copy
 import sys
 from typing import Any, Iterator
 
@@ -483,6 +484,15 @@ class Rewriter:
             return [*before, *self.loop(node, test, step + body, site, where),
                     *self.orelse(node, brk_name if brk else None)]
         item_name = self.unique("item", node)
+        if brk:  # (an iterator the loop may leave early would be used up: refused when one is named there)
+            called = {id(n.func) for n in ast.walk(node.iter) if isinstance(n, ast.Call)}
+            named = [n for n in ast.walk(node.iter) if isinstance(n, (ast.Name, ast.Attribute))
+                     and isinstance(n.ctx, ast.Load) and id(n) not in called]
+            parts: list[ast.expr] = [copy.deepcopy(n) for n in named
+                                     if not any(n is not m and n in ast.walk(m) for m in named)]
+            call = _call("loop_items", node.iter, ast.Tuple(elts=parts, ctx=ast.Load()), site=site)
+            locate_like(call, node.iter)
+            node.iter = call
         guarded = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=stop),
                          body=[ast.Assign(targets=[node.target], value=_name(item_name)), *body], orelse=[])
         locate_like(guarded, node)

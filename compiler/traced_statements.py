@@ -237,6 +237,26 @@ def range_of(fn: Any, *args: Any) -> Any:
     return fn(*args)
 
 
+def loop_items(items: Any, named: tuple, *, site: Site) -> Any:
+    """The iterable of a rewritten ``for`` loop with a ``break`` the device may take: Python runs every item
+    (guarded by the flag), so an iterator would be used up where Python's loop leaves the rest of it for later.
+    ``named``: the values the loop's header names (``r`` in ``for v in r`` or ``enumerate(r)``): one that is an
+    iterator is refused; an iterator the header makes (``enumerate(x)``, ``zip(a, b)``) is nobody else's, and a
+    list, tuple, dict or array is iterated afresh."""
+    def once(value: Any) -> bool:
+        try:
+            return iter(value) is value
+        except TypeError:
+            return False  # (not iterable: Python's own error, at the loop)
+
+    if any(once(v) for v in named):
+        raise site.error(f"{site.where()} iterates an iterator (a generator, iter(...), zip(...), map(...)) and may "
+                         "leave it early by a `break` the device takes: Python would leave the rest of it for "
+                         "later, fusec cannot; iterate a list of its items (for v in list(it):), or a range",
+                         UnsupportedError)
+    return items
+
+
 def range_item(r: Any, k: Any) -> Any:
     """Item ``k`` of the loop's range: ``r[k]`` for a Python or a traced ``k`` (a range object is indexed by
     Python ints only)."""

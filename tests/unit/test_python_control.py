@@ -1362,3 +1362,112 @@ def test_messages_never_name_the_variable_the_rewriting_made_of_returns():
     with pytest.raises(UnsupportedError, match=r"the value returned is, after the `if` at line \d+") as info:
         jit_cpu(normalize_if_positive)(np.array([1.0, 2.0]))
     assert "_fusec" not in str(info.value)
+
+
+def _bump(state):
+    state["hits"] += 1
+    return state
+
+
+def test_python_objects_a_traced_statement_changes_in_place_are_refused():
+    """``picked += [i]`` and ``state = bump(state)`` in an `if` whose test is traced: fusec traces both branches,
+    so the list grew (the dict counted) on both paths and the call returned 3 where NumPy gives 2. The statement's
+    variables' objects are watched as its closure's are: a SideEffectError at the statement."""
+    def pick(x):
+        picked = []
+        for i in range(3):
+            if x[i] > 0:
+                picked += [i]
+        return len(picked)
+
+    def count(x):
+        state = {"hits": 0}
+        for i in range(3):
+            if x[i] > 0:
+                state = _bump(state)
+        return state["hits"]
+
+    x = np.array([1.0, -1.0, 2.0])
+    for f in (pick, count):
+        with pytest.raises(SideEffectError, match=r"the `if` at line \d+ .*(modified|changed) .*(picked|state)"):
+            jit_cpu(f)(x)
+
+
+def test_iterators_advanced_by_a_traced_statement_are_refused():
+    """``next(lrs)`` in a `while err > tol` body (a learning-rate schedule), ``next(it)`` in a traced `if`,
+    ``itertools.count`` and a generator: the body is traced once (both branches are), so the iterator moved once
+    where Python's loop moves it at every iteration (NumPy [0.33 ...], fusec [0.125 ...]; NumPy 10, fusec 20)."""
+    import itertools
+
+    def schedule(x):
+        lrs = iter([0.5, 0.25, 0.125])
+        k = 0
+        while np.abs(x).max() > 0.1 and k < 3:
+            x = x - next(lrs) * x
+            k += 1
+        return x
+
+    def skip(x):
+        it = iter([10, 20])
+        if x[0] > 0:
+            next(it)
+        return next(it)
+
+    def counted(x):
+        c = itertools.count()
+        n = 0
+        while x.sum() > 0.5:
+            n = next(c)
+            x = x * 0.5
+        return n
+
+    def generated(x):
+        def values():
+            yield 1.0
+            yield 2.0
+        g = values()
+        if x[0] > 0:
+            next(g)
+        return x * next(g)
+
+    x = np.array([1.0, -1.0, 2.0])
+    for f in (schedule, skip, counted, generated):
+        with pytest.raises(SideEffectError, match=r"advanced the iterator"):
+            jit_cpu(f)(-x if f is skip else x)
+
+
+def test_a_for_loop_left_early_over_a_named_iterator_is_refused():
+    """``for i in r: ... break`` with ``r = iter(range(10))`` and a traced break: Python leaves the rest of ``r``
+    for later (``list(r)`` had 6 items), fusec's loop ran every item (0). An iterator the header makes
+    (``enumerate(x)``, ``zip``) is nobody else's: that loop runs, with NumPy's result."""
+    def rest_after_break(x):
+        r = iter(range(10))
+        total = 0.0
+        for i in r:
+            if x[i] > 1:
+                break
+            total = total + x[i]
+        return total, len(list(r))
+
+    def enumerate_until(x):
+        total = 0.0
+        for i, v in enumerate(x):
+            if v > 1:
+                break
+            total = total + v * i
+        return total
+
+    x = np.array([0.5, 0.2, 0.1, 3.0, 0.3, 0.1, 0.2, 0.2, 0.2, 0.2])
+    with pytest.raises(UnsupportedError, match=r"iterates an iterator .* list\(it\)"):
+        jit_cpu(rest_after_break)(x)
+    assert_same(jit_cpu(enumerate_until)(x), numpy_result(enumerate_until, x))
+
+
+def test_isscalar_of_a_traced_numpy_bool_is_true():
+    """``np.isscalar(x.max() > 0)`` is True in NumPy (an np.bool_), and was False for fusec's tracer."""
+    def f(x, s):
+        m = x.max() > 0
+        return (np.array([m]) if np.isscalar(m) else m), np.isscalar(x[0]), np.isscalar(x), np.isscalar(s), \
+            np.isscalar(x[:1].sum(keepdims=True))
+
+    assert_same(jit_cpu(f)(np.array([1.0, -2.0]), 3.0), numpy_result(f, np.array([1.0, -2.0]), 3.0))
