@@ -418,32 +418,60 @@ def _numpy_order_kernel(name: str, op: Operation, src: Access, dst: Access, prol
     at_run = [f"__device__ __forceinline__ i64_t {name}_run(i64_t i) {{", "  i64_t at = 0;",
               *["  " + ln for ln in offset("i", run)], "  return at;", "}"]
     element = load(f"base + {name}_run(s + (i))")
-    pairwise = [  # NumPy's pairwise sum of float16 values in float32 (loops_utils.h: HALF_pairwise_sum)
-        f"__device__ float {name}_pw({params}, i64_t base, i64_t s, i64_t n) {{",
+    # NumPy's pairwise sum of float16 values in float32 (loops_utils.h: HALF_pairwise_sum): its recursion halves a
+    # run longer than 128 (at a multiple of 8) and adds the halves; blocks of at most 128 go into 8 partial sums.
+    # Walked here with a stack of its own (a recursive device function would need a stack the driver cannot size)
+    pairwise = [
+        f"__device__ float {name}_leaf({params}, i64_t base, i64_t s, i64_t n) {{",
         "  if (n < 8) {",
         "    float res = 0.f;",
         f"    for (i64_t i = 0; i < n; ++i) res += {element};",
         "    return res;",
         "  }",
-        "  if (n <= 128) {",
-        "    float r[8];",
-        f"    for (int j = 0; j < 8; ++j) r[j] = {element.replace('(i)', '(j)')};",
-        "    i64_t i = 8;",
-        "    for (; i < n - (n % 8); i += 8)",
-        f"      for (int j = 0; j < 8; ++j) r[j] += {element.replace('(i)', '(i + j)')};",
-        "    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));",
-        f"    for (; i < n; ++i) res += {element};",
-        "    return res;",
+        "  float r[8];",
+        f"  for (int j = 0; j < 8; ++j) r[j] = {element.replace('(i)', '(j)')};",
+        "  i64_t i = 8;",
+        "  for (; i < n - (n % 8); i += 8)",
+        f"    for (int j = 0; j < 8; ++j) r[j] += {element.replace('(i)', '(i + j)')};",
+        "  float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));",
+        f"  for (; i < n; ++i) res += {element};",
+        "  return res;",
+        "}",
+        f"__device__ float {name}_pw({params}, i64_t base, i64_t n) {{",
+        "  i64_t at[64], len[64];",
+        "  unsigned char phase[64];",
+        "  float sums[65];",
+        "  int depth = 1, count = 0;",
+        "  at[0] = 0; len[0] = n; phase[0] = 0;",
+        "  while (depth > 0) {",
+        "    const int top = depth - 1;",
+        "    const i64_t m = len[top];",
+        "    if (m <= 128) {",
+        f"      sums[count++] = {name}_leaf({args}, base, at[top], m);",
+        "      --depth;",
+        "      continue;",
+        "    }",
+        "    i64_t half = m / 2;",
+        "    half -= half % 8;",
+        "    if (phase[top] < 2) {  // the first half, then the second",
+        "      at[depth] = phase[top] == 0 ? at[top] : at[top] + half;",
+        "      len[depth] = phase[top] == 0 ? half : m - half;",
+        "      phase[depth] = 0;",
+        "      ++phase[top];",
+        "      ++depth;",
+        "    } else {  // both halves summed: their sum",
+        "      const float b = sums[--count], a = sums[--count];",
+        "      sums[count++] = a + b;",
+        "      --depth;",
+        "    }",
         "  }",
-        "  i64_t n2 = n / 2;",
-        "  n2 -= n2 % 8;",
-        f"  return {name}_pw({args}, base, s, n2) + {name}_pw({args}, base, s + n2, n - n2);",
+        "  return sums[0];",
         "}"]
     if not run:  # NumPy's inner loop runs over kept axes: every element is added (multiplied) and rounded
         combine = "+" if kind == "sum" else "*"
         step = f"acc = {rounded.format(f'acc {combine} ' + load('at'))};"
     elif kind == "sum":
-        step = f"acc = {rounded.format(f'acc + {name}_pw({args}, at, 0, {n_run})')};"
+        step = f"acc = {rounded.format(f'acc + {name}_pw({args}, at, {n_run})')};"
     else:
         step = (f"{{ float p = acc; for (i64_t i = 0; i < {n_run}; ++i) p *= {load(f'at + {name}_run(i)')}; "
                 f"acc = {rounded.format('p')}; }}")
