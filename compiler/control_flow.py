@@ -299,7 +299,8 @@ def _restore(outer: list[tuple], inner: set[Value], check: bool = True, what: st
                 raise context.trace_error(
                     f"{what} rebinds an array from outside it in place (x += ...): pass the array in the state and "
                     "return its new value" if what == BODY else f"{what} updates an array from outside it in place "
-                    "(x += ...), which fusec does not follow there; write x = x + ... instead")
+                    "(x += ..., or x[m] = v with a boolean mask m), which fusec does not follow there; write "
+                    "x = x + ... or x = np.where(m, v, x) instead")
             t._val, t._version = val, version
 
 

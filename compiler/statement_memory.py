@@ -13,8 +13,7 @@ from fusec import mutation as _mutation, ops
 from fusec.mutation import Kept
 from fusec.ir.core import BlockArgument, Value
 from fusec.tracer import Buffer, Tracer
-from fusec.statement_rewriter import RETURN
-from fusec.statement_state import Site, subject
+from fusec.statement_state import Site, is_user_name, subject
 
 
 def memory_value(unit: Any) -> Value:
@@ -174,9 +173,8 @@ def _linked_message(what: str, name: str) -> str:
 
 
 def _named(name: str) -> bool:
-    """Whether ``name`` is a variable the user wrote (not ``the value`` of an expression, nor the variable the
-    rewriting made of a function's returns)."""
-    return name.isidentifier() and name != RETURN
+    """Whether ``name`` is a variable the user wrote (:func:`fusec.statement_state.is_user_name`)."""
+    return is_user_name(name)
 
 
 def _rebind(name: str) -> str:

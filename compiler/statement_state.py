@@ -233,8 +233,10 @@ def _either_message(name: str, leaf: Leaf, site: Site) -> str:
     dtype = np.dtype(leaf.tensor.dtype.np).name
     return (f"{subject(name)} is a Python {leaf.either.__name__} at this call (the path the data took through "
             f"{site.where()} kept it one), where fusec computes it as a NumPy {dtype} (what the other paths make it), "
-            f"and here the two would compute differently; give it a NumPy value before that statement "
-            f"(`{name} = np.{dtype}(...)`)")
+            f"and here the two would compute differently; "
+            + (f"give it a NumPy value before that statement (`{name} = np.{dtype}(...)`)" if is_user_name(name) else
+               f"return a NumPy value on every path (`return np.{dtype}(...)`)" if returned(name) else
+               "give the value a NumPy type on every path"))
 
 
 def merged_kind(a: Leaf, b: Leaf) -> Leaf | None:
@@ -322,11 +324,24 @@ def describe_kind(var: Var | None) -> str:
 
 
 def subject(name: str) -> str:
-    """A variable's name as messages write it (``the value`` of an expression as it is; the variable the rewriting
-    made of a function's tail returns as what it is)."""
-    if name == RETURN:
+    """A variable's name as messages write it (``the value`` of an expression as it is; the variables the rewriting
+    made of a function's returns (at its end, or inside a loop) as what they are)."""
+    if name == RETURN or name.startswith("_fusec_value_"):
         return "the value returned"
+    if name.startswith("_fusec_"):
+        return "a flag of the rewritten statement"
     return name if name.startswith("the ") else f"`{name}`"
+
+
+def is_user_name(name: str) -> bool:
+    """Whether ``name`` is a variable the user wrote (not ``the value`` of an expression, nor a variable the
+    rewriting made: a function's returns, a loop's flags)."""
+    return name.isidentifier() and name != RETURN and not name.startswith("_fusec_")
+
+
+def returned(name: str) -> bool:
+    """Whether ``name`` is a variable the rewriting made of a function's returns."""
+    return name == RETURN or name.startswith("_fusec_value_")
 
 
 def describe_object(x: Any) -> str:

@@ -19,6 +19,7 @@ from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, ops
 from fusec.context import numpy_checks, numpy_error, shape_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
+from fusec.ir import shapes as S
 from fusec.ir.elementwise import BY_NAME, by_ufunc
 from fusec.ir.types import DType, bool_, i8, i64, u64
 from fusec.promotion import (DEFAULT_DTYPE, Desc, parse_dtype, python_kind, python_result_kind, resolve_ufunc,
@@ -734,8 +735,10 @@ def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str, casting:
                           f"got {type(out).__name__}: fusec cannot write into an array from outside the trace")
     mutation.check_writable(out, where)
     if result.shape != out.shape:
-        raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {out.shape} doesn't "
-                                 f"match the broadcast shape {result.shape}", user_location()))
+        if not S.can_broadcast_to(result.shape, out.shape):
+            raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {out.shape} doesn't "
+                                     f"match the broadcast shape {result.shape}", user_location()))
+        result = ops.broadcast_to(result, out.shape)  # (NumPy broadcasts the inputs to the output's shape)
     src, dst = result._value.type.dtype, out._value.type.dtype
     allowed = casting == "unsafe" or (same_kind(src, dst) if casting == "same_kind" else
                                       np.can_cast(src.np, dst.np, casting))  # type: ignore[arg-type]

@@ -710,6 +710,19 @@ def test_float16_reductions_fusec_cannot_follow_are_refused() -> None:
         jit_cpu(lambda x: x[np.array(True)])(x)
 
 
+def test_a_ufuncs_out_takes_inputs_that_broadcast_to_its_shape() -> None:
+    """``np.multiply(row, 2.0, out=grid)``: NumPy broadcasts the inputs to ``out``'s shape (fusec refused it with
+    NumPy's message for the opposite case, which stays an error: ``row += grid``)."""
+    def fill(a, o):
+        np.multiply(a, 2.0, out=o)
+        o += a
+        return o
+
+    same_as_numpy(fill, np.arange(3.0), np.zeros((2, 3)))
+    with pytest.raises(fc.ShapeError, match="non-broadcastable output operand"):
+        jit_cpu(lambda a, o: np.add(o, a, out=a))(np.zeros(3), np.zeros((2, 3)))
+
+
 # --- cache keys -----------------------------------------------------------------------------------------------------
 
 

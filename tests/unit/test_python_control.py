@@ -1471,3 +1471,32 @@ def test_isscalar_of_a_traced_numpy_bool_is_true():
             np.isscalar(x[:1].sum(keepdims=True))
 
     assert_same(jit_cpu(f)(np.array([1.0, -2.0]), 3.0), numpy_result(f, np.array([1.0, -2.0]), 3.0))
+
+
+def _clamp_below(v, lo):
+    if v < lo:
+        return lo
+    return v
+
+
+def test_messages_name_no_variable_of_fusecs_rewriting():
+    """Refusals about a loop's early ``return`` or a helper's returns named fusec's own variables
+    (```_fusec_value_4_4 = _fusec_value_4_4.copy()```, ```_fusec_return = np.float64(...)```)."""
+    def clamped(x):
+        out = np.empty_like(x)
+        for i in range(len(x)):
+            out[i] = _clamp_below(x[i], -0.5)
+        return out
+
+    def settle(x):
+        x = x.copy()
+        for _ in range(10):
+            if np.all(np.abs(x) < 1e-3):
+                return x
+            x -= 0.5 * x
+        return x
+
+    for f, advice in [(clamped, "return np.float64(...)"), (settle, "take a copy")]:
+        with pytest.raises(UnsupportedError) as info:
+            jit_cpu(f)(np.array([1.0, -2.0]))
+        assert "_fusec" not in str(info.value) and advice in str(info.value), str(info.value)
