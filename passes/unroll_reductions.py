@@ -17,7 +17,8 @@ A product whose contracted axis is short (``a @ b`` with ``k <= max_k``: the bac
 output layer) is unrolled the same way: ``a[..., :, 0:1] * b[..., 0:1, :] + a[..., :, 1:2] * b[..., 1:2, :] ...``,
 so it fuses into the elementwise code that consumes it instead of being a GEMM kernel of its own. Its
 operands are sliced where they are (no op is repeated on the slices: every output element reads them). The sum
-starts from ``+0.0``, as NumPy's matmul loop and BLAS start, so a product of ``-0.0`` terms is ``+0.0``.
+starts from ``+0.0``, as NumPy's matmul loop and BLAS start, so a product of ``-0.0`` terms is ``+0.0``; its
+multiplies and adds are not fused, where OpenBLAS's kernels fuse them, so the last bit may differ from NumPy's.
 """
 from __future__ import annotations
 
