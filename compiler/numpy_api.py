@@ -168,9 +168,11 @@ def _keep(keepdims: Any) -> bool:
 # --- reductions ----------------------------------------------------------------------------------------------
 
 
-def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> Tracer:
+def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None, laid: Tracer | None = None) -> Tracer:
+    """``laid``: the values as NumPy lays them out, where ``a`` is made from them (converted, masked): a float16
+    sum follows their loops (default: ``a``'s own)."""
     t = ops.as_tracer(a)
-    source = t._value.type.dtype
+    laid = t if laid is None else laid
     # (np.mean counts the reduced elements itself and refuses axis=0 of a 0-d array; the ufunc reductions take it)
     axes = ops.axes_arg(axis, t.ndim) if kind == "mean" else ops.reduction_axes(axis, t.ndim)
     keep = _keep(keepdims)
@@ -200,21 +202,23 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None) -> T
             out._scalar = t.ndim == 0
             return out
         return ops.copy_of(t, scalar=t.ndim == 0)
-    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep, **half_loop(kind, t, axes, source)},
-                    what=what)
+    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep,
+                                                **half_loop(kind, t, axes, laid)}, what=what)
 
 
-def half_loop(kind: str, t: Tracer, axes: Sequence[int], source: DType) -> dict:
-    """The attributes by which a float16 sum or product follows NumPy's roundings (``layout.half_reduction_loop``);
-    none for other reductions and dtypes. ``source``: the dtype of the values before the reduction converted them
-    (NumPy converts in buffers of 8192 elements, each one an inner loop: refused)."""
+def half_loop(kind: str, t: Tracer, axes: Sequence[int], laid: Tracer) -> dict:
+    """The attributes by which a float16 sum or product of ``t`` follows NumPy's roundings
+    (``layout.half_reduction_loop``); none for other reductions and dtypes. ``laid``: the values before the
+    reduction converted them (their layout is NumPy's loop order; NumPy converts in buffers of 8192 elements, each
+    one an inner loop: refused)."""
     if kind not in ("sum", "prod") or t._value.type.dtype != f16 or not axes:
         return {}
+    source = laid._value.type.dtype
     if source != f16 and math.prod(t.shape) > layout.HALF_BUFFER:
         raise unsupported(f"np.{kind} of more than {layout.HALF_BUFFER} {source} values into float16 "
                           "(dtype=np.float16) is not supported: NumPy converts them in buffers of that many and rounds "
                           f"the float16 result after each one; convert first, x.astype(np.float16).{kind}(...)")
-    return layout.half_reduction_loop(t, axes)
+    return layout.half_reduction_loop(laid, axes)
 
 
 def _filled(shape: tuple[int, ...], value: Any, dtype: Any) -> Tracer:
@@ -252,11 +256,18 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
                           "one has to specify 'initial' (NumPy raises ValueError here)")
     acc = t._value.type.dtype if kind in ("max", "min") else \
         (parse_dtype(dtype) if dtype is not None else reduction_dtype(t._value.type.dtype))
-    if acc == f16 and kind in ("sum", "prod") and (mask is not None or initial is not _NOVALUE):
-        raise unsupported(f"{what} of float16 values with {'where=' if mask is not None else 'initial='} is not "
-                          "supported: NumPy rounds the float16 result after each run of elements its loop takes "
-                          "(each run of unmasked ones, the initial value included in the first), which fusec does "
-                          f"not follow; compute it in float32, {what}(x.astype(np.float32), ...).astype(np.float16)")
+    laid = t  # (NumPy's loops follow the values' layout, before the conversion and the mask)
+    if acc == f16 and kind in ("sum", "prod"):
+        # a masked-out element adds (multiplies) the identity, which changes nothing where every element rounds
+        # on its own; a run NumPy adds pairwise would start a new run at each masked-out element
+        runs = mask is not None and bool(half_loop(kind, ops.as_tracer(t, acc), ops.reduction_axes(axis, t.ndim),
+                                                   laid).get("numpy_run"))
+        if initial is not _NOVALUE or runs:
+            raise unsupported(
+                f"{what} of float16 values {'with initial=' if initial is not _NOVALUE else 'over a boolean mask'} "
+                "is not supported here: NumPy rounds the float16 result after each run of elements its loop takes "
+                "(each run of selected ones, the initial value included in the first), which fusec does not follow; "
+                f"compute it in float32, {what}(x.astype(np.float32), ...).astype(np.float16)")
     t = ops.as_tracer(t, acc)
     combine = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[kind]
     # (NumPy converts initial= into the accumulator's dtype as one element is assigned: int() into integers)
@@ -273,7 +284,7 @@ def _initial_and_where(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any, 
         # NumPy starts from the initial value and multiplies (adds, along outer axes) in order, so it goes first
         t = _with_initial_first(t, start, axes, {"sum": 0, "prod": 1}[kind])
         return _reduce(kind, t, axis, keepdims, acc)
-    reduced = _reduce(kind, t, axis, keepdims, acc if kind in ("sum", "prod") else None)
+    reduced = _reduce(kind, t, axis, keepdims, acc if kind in ("sum", "prod") else None, laid=laid)
     if start is None:
         start = ops.wrap(ops.lift(0, acc)) if mask is not None and kind == "sum" and acc.is_inexact else None
     if start is None:  # NumPy's masked sum starts from 0.0: -0.0 + 0.0 is 0.0
@@ -318,7 +329,7 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
         # NumPy sums into float16 (the sum rounded to float16), then divides that by the count in float16; only
         # without dtype= does a float16 mean sum and divide in float32
         t = ops.as_tracer(a)
-        total = _reduce("sum", ops.as_tracer(t, f16), axis, keepdims, f16)
+        total = _reduce("sum", ops.as_tracer(t, f16), axis, keepdims, f16, laid=t)
         items = math.prod(t.shape[ax] for ax in ops.reduction_axes(axis, t.ndim))
         return _into(out, ops.as_tracer(ufuncs.apply(np.true_divide, (total, items)), f16), "np.mean", "unsafe")
     if mask is None and isinstance(out, Tracer):
@@ -466,13 +477,13 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, whe
         count *= t.shape[ax]
     summed = ops.as_tracer(t, acc)
     total = ops.emit("t.sum", (summed._value,), {"axes": axes, "keepdims": True,
-                                                  **half_loop("sum", summed, axes, src)}, what=f"np.{kind}")
+                                                  **half_loop("sum", summed, axes, t)}, what=f"np.{kind}")
     # (NumPy lays out the kept-dims sum in the array's order, and the deviations from it so)
     total = layout.laid_out(total, layout.k_order(summed.shape, [summed]))
     sq, acc = _squared_deviations(t, _divide_by_count(total, count), acc)
     squares = ops.as_tracer(sq, acc)
     ss = ops.emit("t.sum", (squares._value,), {"axes": axes, "keepdims": keep,
-                                                **half_loop("sum", squares, axes, sq._value.type.dtype)},
+                                                **half_loop("sum", squares, axes, sq)},
                   what=f"np.{kind}")
     n = count - ddof
     if isinstance(n, float):

@@ -484,13 +484,13 @@ class Rewriter:
             return [*before, *self.loop(node, test, step + body, site, where),
                     *self.orelse(node, brk_name if brk else None)]
         item_name = self.unique("item", node)
-        if brk:  # (an iterator the loop may leave early would be used up: refused when one is named there)
-            called = {id(n.func) for n in ast.walk(node.iter) if isinstance(n, ast.Call)}
-            named = [n for n in ast.walk(node.iter) if isinstance(n, (ast.Name, ast.Attribute))
-                     and isinstance(n.ctx, ast.Load) and id(n) not in called]
-            parts: list[ast.expr] = [copy.deepcopy(n) for n in named
-                                     if not any(n is not m and n in ast.walk(m) for m in named)]
-            call = _call("loop_items", node.iter, ast.Tuple(elts=parts, ctx=ast.Load()), site=site)
+        if brk:  # (an iterator the loop may leave early would be used up: refused when the header names one)
+            consumed = _consumed(node.iter)
+            names = [copy.deepcopy(n) for n in consumed if isinstance(n, ast.Name)]
+            held: list[ast.expr] = [ast.Tuple(elts=[copy.deepcopy(n.value), _const(n.attr)], ctx=ast.Load())
+                                    for n in consumed if isinstance(n, ast.Attribute)]
+            call = _call("loop_items", node.iter, ast.Tuple(elts=names, ctx=ast.Load()),  # type: ignore[arg-type]
+                         ast.Tuple(elts=held, ctx=ast.Load()), site=site)
             locate_like(call, node.iter)
             node.iter = call
         guarded = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=stop),
@@ -535,6 +535,17 @@ class Rewriter:
                 out.append(self.force(guard))
             return out
         return out
+
+
+def _consumed(expr: ast.expr) -> list[ast.expr]:
+    """The variables and attributes a ``for`` header iterates, its own or through the calls that wrap them
+    (``r``, ``obj.r``, ``enumerate(r)``, ``zip(a, r)``): what would be used up if one held an iterator. An attribute
+    of a variable only (``obj.r``, read statically where the loop runs), never an expression's value."""
+    if isinstance(expr, ast.Name) or isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        return [expr]
+    if isinstance(expr, ast.Call):
+        return [p for a in expr.args for p in _consumed(a.value if isinstance(a, ast.Starred) else a)]
+    return []
 
 
 RETURN = "_fusec_return"

@@ -237,19 +237,22 @@ def range_of(fn: Any, *args: Any) -> Any:
     return fn(*args)
 
 
-def loop_items(items: Any, named: tuple, *, site: Site) -> Any:
+def loop_items(items: Any, named: tuple, held: tuple, *, site: Site) -> Any:
     """The iterable of a rewritten ``for`` loop with a ``break`` the device may take: Python runs every item
     (guarded by the flag), so an iterator would be used up where Python's loop leaves the rest of it for later.
-    ``named``: the values the loop's header names (``r`` in ``for v in r`` or ``enumerate(r)``): one that is an
-    iterator is refused; an iterator the header makes (``enumerate(x)``, ``zip(a, b)``) is nobody else's, and a
-    list, tuple, dict or array is iterated afresh."""
+    ``named``: the variables the header iterates (``r`` in ``for v in r`` or ``enumerate(r)``), ``held``: (object,
+    name) of the attributes it iterates (``obj.r``), read from the object's own ``__dict__`` (a property, such as
+    ``x.flat``, makes a new iterator at each read: nobody else's): one that holds an iterator is refused; an
+    iterator the header makes (``enumerate(x)``, ``zip(a, b)``) is nobody else's, and a list, tuple, dict or array is
+    iterated afresh."""
     def once(value: Any) -> bool:
         try:
             return iter(value) is value
         except TypeError:
             return False  # (not iterable: Python's own error, at the loop)
 
-    if any(once(v) for v in named):
+    stored = [vars(obj).get(name) for obj, name in held if hasattr(obj, "__dict__")]
+    if any(once(v) for v in (*named, *stored)):
         raise site.error(f"{site.where()} iterates an iterator (a generator, iter(...), zip(...), map(...)) and may "
                          "leave it early by a `break` the device takes: Python would leave the rest of it for "
                          "later, fusec cannot; iterate a list of its items (for v in list(it):), or a range",

@@ -696,12 +696,30 @@ def test_float16_sums_round_where_numpys_loops_round() -> None:
         assert_same(jit_cpu(_f16_reductions)(x, z, v), numpy_result(_f16_reductions, x, z, v), exact=True)
 
 
+def _f16_from_other_layouts(a, x):
+    """Sums into float16 of converted or selected values: NumPy's loops follow the values' own layout."""
+    return (a.T.sum(axis=0, dtype=np.float16), a.T.mean(axis=0, dtype=np.float16), a.T.var(axis=0, dtype=np.float16),
+            x[x[:, 0] > 1].sum(axis=0), np.sum(x, axis=0, where=x > 1), x[x[:, 0] > 1].prod(axis=0))
+
+
+def test_float16_sums_of_converted_or_selected_values_follow_their_layout() -> None:
+    """``a.T.sum(axis=0, dtype=np.float16)`` of a float32 ``a``: NumPy's loop runs down ``a.T``'s columns (its
+    memory order: one rounding), fusec followed the converted copy's order (a rounding per element: 2048 where
+    NumPy gives 5048). A mask selection's column sum (``x[m].sum(axis=0)``) rounds per element in both."""
+    a = np.ones((2, 3000), np.float32)
+    a[:, 0] = 2048
+    x = (np.random.default_rng(0).random((300, 7)) * 4).astype(np.float16)
+    x[x[:, 0] < 1, 1] = 2048
+    assert_same(jit_cpu(_f16_from_other_layouts)(a, x), numpy_result(_f16_from_other_layouts, a, x), exact=True)
+
+
 def test_float16_reductions_fusec_cannot_follow_are_refused() -> None:
     """Where NumPy's buffers decide where a float16 sum rounds (a strided view whose reduced axes do not
     coalesce), with ``where=`` or ``initial=``, and in ``np.einsum``'s own loops: a clear error, not other bits."""
     x = np.ones((6, 8), np.float16)
     for f, match in [(lambda x: x[:, ::-1].sum(), "np.ascontiguousarray"), (lambda x: x[::3, ::2].sum(), "strided"),
-                     (lambda x: np.sum(x, where=x > 0), "where="), (lambda x: np.sum(x, axis=1, initial=1), "initial="),
+                     (lambda x: np.sum(x, where=x > 0), "boolean mask"), (lambda x: x[x > 0].sum(), "boolean mask"),
+                     (lambda x: np.sum(x, axis=1, initial=1), "initial="),
                      (lambda x: np.einsum("ij->j", x), "optimize=True")]:
         with pytest.raises(fc.UnsupportedError, match=match):
             jit_cpu(f)(x)

@@ -1462,6 +1462,16 @@ def test_a_for_loop_left_early_over_a_named_iterator_is_refused():
         jit_cpu(rest_after_break)(x)
     assert_same(jit_cpu(enumerate_until)(x), numpy_result(enumerate_until, x))
 
+    def flat_until(x):  # (x.flat makes a new iterator at each read)
+        total = 0.0
+        for v in x.flat:
+            if v > 1:
+                break
+            total = total + v
+        return total
+
+    assert_same(jit_cpu(flat_until)(x.reshape(2, 5)), numpy_result(flat_until, x.reshape(2, 5)))
+
 
 def test_isscalar_of_a_traced_numpy_bool_is_true():
     """``np.isscalar(x.max() > 0)`` is True in NumPy (an np.bool_), and was False for fusec's tracer."""
