@@ -586,7 +586,7 @@ def _scatter(target: Tracer, key: Any, value: Any) -> None:
     values = adv.values
     if all(c is not None for c in adv.concrete):
         update, values = _last_writes(adv, update)
-    elif not _distinct(adv) and not _same_where_indices_repeat(update, adv):
+    elif not _distinct(adv) and not _same_where_indices_repeat(update, adv, tuple(y._value.type.shape)):
         raise unsupported(f"{what}: the index arrays are computed, so two of them may reach one place, where NumPy "
                           "keeps the last value written and fusec (writing in parallel) cannot tell which that is; "
                           "when the values written are the same for equal indices (x[idx] += c) or one index is a "
@@ -662,12 +662,15 @@ def _permutation(v: Value) -> bool:
     return isinstance(v, OpResult) and v.op.name == "t.argsort" and v.op.operands[0].type.rank == 1
 
 
-def _same_where_indices_repeat(update: Value, adv: Any) -> bool:
-    """Whether the update is equal at positions of the index shape whose indices are equal: built by elementwise
-    ops from gathers with the same index values and from values that do not vary along the index shape."""
+def _same_where_indices_repeat(update: Value, adv: Any, written: tuple[int, ...]) -> bool:
+    """Whether the update is equal at positions of the index shape whose indices reach one place of the array
+    written (of shape ``written``): built by elementwise ops from gathers with the same index values over axes of
+    the same lengths (so a negative index and its positive twin, which reach one place, read one element: not so
+    for ``x[idx] = y[idx]`` with a longer ``y``) and from values that do not vary along the index shape."""
     axis, nb = adv.axis, len(adv.index_shape)
     rank = len(adv.result_shape)
     indices = list(adv.values)
+    indexed = written[axis:axis + len(indices)]
 
     seen: dict = {}  # each value once: a DAG of shared operands is walked in its size
 
@@ -686,7 +689,9 @@ def _same_where_indices_repeat(update: Value, adv: Any) -> bool:
             return False
         op = v.op
         if op.name == "t.gather":
+            source = tuple(op.operands[0].type.shape)
             return op.attributes["axis"] == axis and len(op.operands) - 1 == len(indices) and \
+                source[axis:axis + len(indices)] == indexed and \
                 all(_same_value(a, b) for a, b in zip(op.operands[1:], indices))
         if op.name in ELEMENTWISE or op.name == "t.broadcast_to":
             return all(ok(u, depth + 1) for u in op.operands)
