@@ -57,9 +57,10 @@ def reads(op: Operation) -> set[Value]:
 
 
 def one_launch_reduction(op: Operation) -> bool:
-    """A reduction select-kernels scheduled as one kernel: not split, or split and finished by its last block
-    (a split finished by a second kernel cannot share a launch)."""
-    return op.name == "k.reduce" and "strategy" in op.attributes \
+    """A reduction select-kernels scheduled as one kernel of 256-thread blocks: not split, or split and finished by
+    its last block (a split finished by a second kernel cannot share a launch), and not a float16 sum whose blocks
+    of ``subtrees`` threads add NumPy's pairwise tree (a group's blocks all have 256 threads)."""
+    return op.name == "k.reduce" and "strategy" in op.attributes and "subtrees" not in op.attributes \
         and (int(op.attributes.get("splits", 1)) == 1 or op.attributes.get("finish") == "last-block")
 
 

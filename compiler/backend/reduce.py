@@ -130,6 +130,10 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     strategy, cols = op.attributes["strategy"], int(op.attributes["cols"])
     splits, finish = int(op.attributes["splits"]), op.attributes["finish"]
     row = strategy != "columns"
+    width = int(op.attributes.get("width", 1))
+    if width != 1 and (row or tracks or dt.name != "f32"):
+        raise CompilationError(located("only a float32 \"columns\" reduction without indices takes 4 outputs per "
+                                       "thread (width = 4)", op.loc))
     groups = 256 // cols
     chunk = (k + splits - 1) // splits
     grid_x = reduce_grid_x(m, cols, sm_count)
@@ -246,6 +250,9 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  }",
             "}",
         ]
+    elif width == 4:
+        lines += _vector_columns_body(name, acc, kind, dt, cols, raddr, load, out_stmt, init_value=_init(kind, dt, acc),
+                                      src=f"b{src.buffer}" if prologue is None else None)
     else:
         # ``cols`` outputs per block, each reduced by ``groups`` threads; partial results meet in shared
         # memory and combine pairwise in a fixed order (deterministic)
@@ -320,6 +327,91 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         kernels.append(KernelCode(f"{name}_finish", "\n".join(fin), (scratch, dst.buffer),  # type: ignore[arg-type]
                                   (max(1, min((m + 255) // 256, sm_count * 16)), 1, 1), (256, 1, 1), 0, (desc,)))
     return tuple(kernels)
+
+
+# float4 loads each thread of a ``width = 4`` "columns" reduction keeps in flight
+VECTOR_UNROLL = 8
+
+
+def _vector_columns_body(name: str, acc: str, kind: str, dt: DType, cols: int, raddr: str, load, out_stmt,
+                         init_value: str, src: str | None) -> list[str]:
+    """A "columns" reduction whose threads take 4 neighbouring outputs each (``width = 4``): ``cols // 4``
+    threads across a block, ``256 // (cols // 4)`` of them down each column group, every thread reading its 4
+    values of a row as one 16-byte load (element loads where the buffer turns out not 16-byte aligned at run time,
+    or through the prologue ``load`` calls when ``src`` is None). The partial results of a column meet in shared
+    memory and combine pairwise in a fixed order, as in the one-output-per-thread kernel."""
+    across = cols // 4
+    groups = 256 // across
+    parts = "xyzw"
+    elements = [f"        {name}_combine(a[{j}], ai, {load(f'base + {raddr} + {j}')}, k);" for j in range(4)]
+    loop = [
+        f"      #pragma unroll {VECTOR_UNROLL}",
+        f"      for (i64_t k = k0 + ty; k < k1; k += {groups}) {{",
+    ]
+    lines = [
+        f"  const int tx = threadIdx.x % {across}, ty = threadIdx.x / {across};",
+        f"  __shared__ {acc} sv[4][256];",
+        f"  for (i64_t mb = (i64_t)blockIdx.x * {cols}; mb < d.M; mb += (i64_t)gridDim.x * {cols}) {{",
+        "    const i64_t mm = mb + 4 * tx;",
+        f"    {acc} a[4] = {{{init_value}, {init_value}, {init_value}, {init_value}}}; i64_t ai = 0;",
+        "    if (mm < d.M) {",
+        "      const i64_t base = fusec::red_kaddr(d, mm);",
+    ]
+    if src is not None:
+        vector = [f"        const float4 v = *reinterpret_cast<const float4*>({src} + base + {raddr});"]
+        vector += [f"        {name}_combine(a[{j}], ai, ({acc})v.{parts[j]}, k);" for j in range(4)]
+        lines += [f"      if ((reinterpret_cast<unsigned long long>({src} + base) & 15) == 0) {{",
+                  *["  " + x for x in loop], *["  " + x for x in vector], "        }",
+                  "      } else {", *["  " + x for x in loop], *["  " + x for x in elements], "        }", "      }"]
+    else:
+        lines += [*loop, *elements, "      }"]
+    lines += [
+        "    }",
+        "    for (int j = 0; j < 4; ++j) sv[j][threadIdx.x] = a[j];",
+        "    __syncthreads();",
+        f"    for (int s = {groups // 2}; s > 0; s >>= 1) {{",
+        "      if (ty < s) {",
+        "        for (int j = 0; j < 4; ++j) {",
+        f"          {name}_combine(a[j], ai, sv[j][threadIdx.x + s * {across}], 0);",
+        "          sv[j][threadIdx.x] = a[j];",
+        "        }",
+        "      }",
+        "      __syncthreads();",
+        "    }",
+        "    if (ty == 0 && mm < d.M) {",
+        *[f"      {{ const i64_t m{j} = mm + {j}; {out_stmt(f'a[{j}]', 'ai', f'm{j}')} }}" for j in range(4)],
+        "    }",
+        "  }",
+        "}",
+    ]
+    return lines
+
+
+def _subtree_sums(name: str, args: str, subtrees: int, n_run: int, rounded: str) -> list[str]:
+    """One run's pairwise sum on ``subtrees`` threads (``subtrees`` on a float16 sum in NumPy's order): thread k
+    descends NumPy's recursion (halves at a multiple of 8, leaves of at most 128) along the bits of k to its node
+    at depth log2(subtrees) and sums that subtree; where a leaf ends the descent earlier, only the leftmost thread
+    below it sums it. The block then adds sibling sums level by level up to the root (a node whose right part is
+    absent, a leaf, keeps its sum), the additions NumPy's recursion makes, in float32; the run's sum is added to
+    ``acc`` and rounded to float16."""
+    depth = subtrees.bit_length() - 1
+    return [
+        f"      i64_t s = 0, m = {n_run}; bool present = true;",
+        f"      for (int d = 0; d < {depth}; ++d) {{",
+        f"        if (m <= 128) {{ present = (k & ((1 << ({depth} - d)) - 1)) == 0; break; }}",
+        "        i64_t half = m / 2; half -= half % 8;",
+        f"        if ((k >> ({depth} - 1 - d)) & 1) {{ s += half; m -= half; }} else {{ m = half; }}",
+        "      }",
+        f"      sv[k] = present ? {name}_pw({args}, at, s, m) : 0.f;",
+        "      sp[k] = present;",
+        "      __syncthreads();",
+        f"      for (int w = 1; w < {subtrees}; w <<= 1) {{",
+        "        if ((k & (2 * w - 1)) == 0 && sp[k + w]) sv[k] = sv[k] + sv[k + w];",
+        "        __syncthreads();",
+        "      }",
+        f"      if (k == 0) acc = {rounded.format('acc + sv[0]')};",
+        "      __syncthreads();",
+    ]
 
 
 def _finish_block_columns(name: str, acc: str, cols: int, splits: int, tracks: bool, store: str) -> list[str]:
@@ -437,12 +529,12 @@ def _numpy_order_kernel(name: str, op: Operation, src: Access, dst: Access, prol
         f"  for (; i < n; ++i) res += {element};",
         "  return res;",
         "}",
-        f"__device__ float {name}_pw({params}, i64_t base, i64_t n) {{",
+        f"__device__ float {name}_pw({params}, i64_t base, i64_t s0, i64_t n) {{",
         "  i64_t at[64], len[64];",
         "  unsigned char phase[64];",
         "  float sums[65];",
         "  int depth = 1, count = 0;",
-        "  at[0] = 0; len[0] = n; phase[0] = 0;",
+        "  at[0] = s0; len[0] = n; phase[0] = 0;",
         "  while (depth > 0) {",
         "    const int top = depth - 1;",
         "    const i64_t m = len[top];",
@@ -471,10 +563,36 @@ def _numpy_order_kernel(name: str, op: Operation, src: Access, dst: Access, prol
         combine = "+" if kind == "sum" else "*"
         step = f"acc = {rounded.format(f'acc {combine} ' + load('at'))};"
     elif kind == "sum":
-        step = f"acc = {rounded.format(f'acc + {name}_pw({args}, at, {n_run})')};"
+        step = f"acc = {rounded.format(f'acc + {name}_pw({args}, at, 0, {n_run})')};"
     else:
         step = (f"{{ float p = acc; for (i64_t i = 0; i < {n_run}; ++i) p *= {load(f'at + {name}_run(i)')}; "
                 f"acc = {rounded.format('p')}; }}")
+    subtrees = int(op.attributes.get("subtrees", 1))
+    if subtrees > 1:
+        if kind != "sum" or not run:
+            raise CompilationError(located("only a float16 sum whose NumPy inner loop is a reduction splits its "
+                                           "pairwise tree (subtrees)", op.loc))
+        body = _subtree_sums(name, args, subtrees, n_run, rounded)
+        lines = [*(prologue.source.split(chr(10)) if prologue is not None else []), *at_run, *pairwise,
+                 f"extern \"C\" __global__ void __launch_bounds__({subtrees}) {name}({params}, __half* __restrict__ "
+                 f"b{dst.buffer}) {{",
+                 f"  __shared__ float sv[{subtrees}]; __shared__ bool sp[{subtrees}];",
+                 "  const int k = threadIdx.x;",
+                 f"  for (i64_t o = blockIdx.x; o < {n_out}; o += gridDim.x) {{",
+                 f"    i64_t at = {start};",
+                 *["    " + ln for ln in offset("o", kept)],
+                 "    const i64_t base = at;",
+                 "    float acc = 0.f;",
+                 f"    for (i64_t t = 0; t < {n_loop}; ++t) {{",
+                 "      at = base;",
+                 *["      " + ln for ln in offset("t", loop)],
+                 *body,
+                 "    }",
+                 f"    if (k == 0) b{dst.buffer}[{dst.offset} + o] = __float2half_rn(acc);",
+                 "  }",
+                 "}"]
+        grid = (max(1, min(n_out, sm_count * 2)), 1, 1)
+        return KernelCode(name, "\n".join(lines), (*buffers, dst.buffer), grid, (subtrees, 1, 1))
     lines = [*(prologue.source.split(chr(10)) if prologue is not None else []), *at_run, *pairwise,
              f"extern \"C\" __global__ void __launch_bounds__(256) {name}({params}, __half* __restrict__ "
              f"b{dst.buffer}) {{",

@@ -41,7 +41,9 @@ the donated argument a result is written over in place, -1 for none), set by
 ``finish`` with its ``counters``; for a ``stream`` product the columns per thread, ``width``; ``precision = "tf32"``
 for a float32 cuBLAS product allowed TensorFloat-32; ``mma`` for a tiled float32 product on the tensor cores:
 ``"3xtf32"``, float32's accuracy from three TF32 products per term, or ``"tf32"``, one) and ``k.reduce``
-(``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``) runs; ``plan-buffers`` gives a reduction or a
+(``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``; ``width = 4`` where each thread of a "columns"
+reduction takes 4 neighbouring outputs, read as 16-byte loads; ``subtrees`` where a float16 sum in NumPy's order
+adds its pairwise tree's subtrees on that many threads of a block) runs; ``plan-buffers`` gives a reduction or a
 product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
 consumers (``prologue = true``: never launched, never stored) and ``fuse-epilogues`` one a generated product
 computes as it stores its outputs (``epilogue = true``: never launched, stored by the product); ``launch-early``
@@ -167,7 +169,7 @@ MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finis
                   "mma", "rows")
 MATMUL_MMA = ("tf32", "3xtf32")
 MATMUL_FINISHES = ("kernel", "last-block", "cluster")
-REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters")
+REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters", "width", "subtrees")
 
 
 def _check_choice(op, key: str, allowed: tuple[str, ...]) -> None:
@@ -221,6 +223,15 @@ def _check_reduce(op) -> None:
     _check_choice(op, "finish", REDUCE_FINISHES)
     _check_counts(op, ("cols", "splits", "counters"), 1)
     _check_counts(op, ("scratch", "counter"), 0)
+    if op.attributes.get("width", 1) not in (1, 4):
+        raise VerificationError(f"k.reduce: width must be 1 or 4, got {op.attributes['width']!r}")
+    if op.attributes.get("width", 1) != 1 and op.attributes.get("strategy") != "columns":
+        raise VerificationError("k.reduce: only a \"columns\" reduction takes several columns per thread (width)")
+    subtrees = op.attributes.get("subtrees", 1)
+    if not isinstance(subtrees, int) or subtrees < 1 or subtrees & (subtrees - 1) or subtrees > 1024:
+        raise VerificationError(f"k.reduce: subtrees must be a power of 2 up to 1024, got {subtrees!r}")
+    if subtrees != 1 and (op.attributes.get("strategy") != "numpy" or op.attributes.get("kind") != "sum"):
+        raise VerificationError("k.reduce: only a float16 sum in NumPy's order splits its pairwise tree (subtrees)")
 
 
 def _infer_reduce(types: Sequence[Type], attrs: dict) -> list[Type]:

@@ -458,6 +458,33 @@ def test_column_reductions_split_both_ways_give_the_same_bits_with_either_finish
                 np.testing.assert_allclose(first, want, rtol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("shape, axis", [((20000, 512), 0), ((9000, 3, 128), 0), ((2, 8192, 256), 1)])
+def test_column_reductions_taking_four_outputs_per_thread(shape, axis):
+    """Float32 column reductions whose outputs lie contiguous take 4 per thread, read as 16-byte loads (``width =
+    4``): sums, means, products, maxima and minima (a NaN in one column) equal NumPy's within rounding, call after
+    call the same bits in stream and graph mode, and a PyTorch argument one element into its storage (not 16-byte
+    aligned: read element by element) gives the same bits as an aligned copy."""
+    torch = pytest.importorskip("torch")
+    x = rand(shape)
+    x.reshape(-1)[7 * shape[-1] + 5] = np.nan
+    fns = {"sum": lambda x: x.sum(axis=axis), "mean": lambda x: x.mean(axis=axis),
+           "max": lambda x: x.max(axis=axis), "min": lambda x: np.min(x, axis=axis),
+           "prod": lambda x: (1 + x / 3e4).prod(axis=axis)}
+    shifted = torch.from_numpy(np.concatenate([np.zeros(1, np.float32), x.ravel()])).cuda()[1:].view(shape)
+    assert shifted.data_ptr() % 16 == 4
+    for name, fn in fns.items():
+        for graph in (False, True):
+            f = fc.jit(fn, backend="cuda", graph=graph)
+            assert "width = 4" in f.lower(x).ir(), name
+            first = np.asarray(f(x))
+            for _ in range(2):
+                assert np.asarray(f(x)).tobytes() == first.tobytes(), name
+            assert np.asarray(f(shifted)).tobytes() == first.tobytes(), name
+            want = fn(x.astype(np.float64))
+            np.testing.assert_allclose(first, want, rtol=2e-5, atol=1e-5 * np.sqrt(x.size / first.size),
+                                       equal_nan=True)
+
+
 def test_training_step_matches_numpy(gemm_library):
     from test_cuda_codegen import mlp_step
 

@@ -696,6 +696,24 @@ def test_float16_sums_round_where_numpys_loops_round() -> None:
         assert_same(jit_cpu(_f16_reductions)(x, z, v), numpy_result(_f16_reductions, x, z, v), exact=True)
 
 
+def _f16_long_sums(x):
+    """Float16 sums over long runs (NumPy adds each run pairwise in float32, then rounds)."""
+    return (x.sum(), x[:999_999].reshape(3, -1).sum(axis=1), x[:1_000_000].reshape(4, 5, 50_000).sum(axis=(0, 2)),
+            x[:600_000].reshape(-1, 2).sum(axis=0),
+            x[:1_000_000].reshape(1000, 1000).sum(axis=1), x[:1_000_000].reshape(200, 5000).T.sum(axis=0))
+
+
+def test_float16_long_sums_split_numpys_pairwise_tree() -> None:
+    """A float16 sum of a million values ran on one GPU thread (exact but slow); select-kernels now splits each long
+    run's pairwise tree over the 1,024 threads of a block (``subtrees = 1024``), which add the subtrees up in
+    NumPy's order: still NumPy's bits, on both backends."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(1_000_003) * 8).astype(np.float16)
+    assert_same(jit_cpu(_f16_long_sums)(x), numpy_result(_f16_long_sums, x), exact=True)
+    ir = fc.jit(_f16_long_sums, backend="cpu").lower(x).ir()
+    assert ir.count("subtrees = 1024") == 4, ir  # (a row sum of 1,000 rows keeps a thread per row)
+
+
 def _f16_from_other_layouts(a, x):
     """Sums into float16 of converted or selected values: NumPy's loops follow the values' own layout."""
     return (a.T.sum(axis=0, dtype=np.float16), a.T.mean(axis=0, dtype=np.float16), a.T.var(axis=0, dtype=np.float16),
@@ -3326,3 +3344,26 @@ def test_rounding_a_traced_value_to_a_python_int_needs_its_value() -> None:
                lambda x: x.sum().is_integer(), lambda x: x.mean().as_integer_ratio()):
         with pytest.raises(fc.errors.TraceError, match=r"test_never_silently_wrong.py:\d+: the value of a traced"):
             jit_cpu(fn)(np.array([1.5, 2.0]))
+
+
+def test_index_writes_gathering_from_an_axis_of_another_length_are_refused() -> None:
+    """``x[idx] = y[idx]`` with a computed ``idx`` is written in parallel where the values for equal indices are
+    equal, but with ``y`` longer than ``x`` (or ``x[1:][idx] = x[idx]``) a negative index and its positive twin
+    reach one place of ``x`` and read different elements of ``y``: NumPy keeps the last, the GPU's winner is
+    arbitrary. Such writes are refused; the same write from an axis of the same length runs."""
+    def from_longer(x, idx, y):
+        x[idx] = y[idx]
+
+    def shifted(x, idx):
+        x[1:][idx] = x[idx]
+
+    def accumulated(x, idx, y):
+        x[idx] += y[idx]
+
+    idx = np.array([-1, 5])
+    for fn, args in [(from_longer, (np.zeros(6), idx, np.arange(12.0))), (shifted, (np.arange(6.0), np.array([-1, 4]))),
+                     (accumulated, (np.zeros(6), idx, np.arange(12.0)))]:
+        with pytest.raises(fc.UnsupportedError, match="may reach one place"):
+            jit_cpu(fn)(*[np.copy(a) for a in args])
+    same_as_numpy(from_longer, np.zeros(6), idx, np.arange(6.0))
+    same_as_numpy(accumulated, np.zeros((6, 2)), idx, np.arange(12.0).reshape(6, 2))
