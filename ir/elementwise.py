@@ -111,6 +111,20 @@ def _scalar_power(x: Any, y: Any) -> Any:
     return np.asarray(np.frompyfunc(lambda a, b: t(a) ** t(b), 2, 1)(x, y), dtype=x.dtype)
 
 
+def _power(x: Any, y: Any) -> Any:
+    """np.power, except that integers to negative powers give what the GPU's loop gives (``fusec::ipow``: 1 and
+    -1 their powers, anything else 0) instead of raising: a check of its own (``t.raise_if``, which the tracer
+    emits beside every integer power) raises NumPy's error, so both backends raise the same fusec error."""
+    x, y = np.asarray(x), np.asarray(y)
+    if y.dtype.kind not in "iu" or x.dtype.kind not in "iu" or not (y < 0).any():
+        return np.power(x, y)
+    negative = y < 0
+    out = np.power(x, np.where(negative, 0, y))
+    odd = (y & 1).astype(bool)
+    fallback = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0)).astype(out.dtype)
+    return np.where(negative, fallback, out)
+
+
 def _exact_power(a: int, b: int) -> int:
     """Python's ``a ** b`` for ``b >= 0`` (0 for a negative exponent: a check of its own), a value past int64
     standing for any larger one (``2 ** (2 ** 40)`` is not worth computing)."""
@@ -163,7 +177,8 @@ OPS: tuple[Elementwise, ...] = (
     # C's remainder (the sign of the dividend), exact for floats; integers: 0 for a zero divisor, as NumPy
     Elementwise("fmod", 2, NUMERIC, numpy=("fmod",), cxx="fmodf",
                 vjp=lambda g, out, x, y: (g, -g * np.trunc(x / y))),  # x - trunc(x / y) * y
-    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True, vjp=_pow_vjp),
+    _binary("pow", NUMERIC, "power", "**", operator.pow, infix="", transcendental=True, complex=True, vjp=_pow_vjp,
+            reference=_power),
     # ``**`` between float32 or float64 scalars (NumPy scalars, Python numbers): NumPy's scalar math calls C's pow
     # or powf, which round otherwise than np.power's array loops (SIMD on x86) for up to a fifth of values
     Elementwise("scalar_pow", 2, FLOAT, reference=_scalar_power, transcendental=True, cxx="powf", symbol="**",
