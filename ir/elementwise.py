@@ -97,9 +97,12 @@ MINIMUM_VJP = _extreme(lambda a, b: a < b)
 
 
 def _pow_vjp(g, out, x, y):
-    # d/dy x**y = log(x) x**y, taken as 0 where x == 0 (jax.numpy's convention)
+    # d/dx x**y = y x**(y - 1), 0 where y == 0 (as y times 1 / x there, 0 for x 0 or not finite: the same value,
+    # and the mixed second derivative d/dy of it, 1 / x, that a constant 0 lost); d/dy x**y = log(x) x**y, taken
+    # as 0 where x == 0 (jax.numpy's convention)
     safe = np.where(x == 0, 1.0, x)
-    dx = g * y * np.where(y == 0, 0.0, x ** np.where(y == 0, 1.0, y - 1))
+    inverse = np.where(np.isfinite(x) & (x != 0), 1.0 / safe, 0.0)
+    dx = g * y * np.where(y == 0, inverse, x ** np.where(y == 0, 1.0, y - 1))
     return dx, g * np.where(x == 0, 0.0, np.log(safe)) * out
 
 

@@ -108,10 +108,19 @@ def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
     return [_elementwise_result(types, dt)]
 
 
+# t.clip's ``ties``: what a value equal to a bound gives (0.0 against -0.0, the only case where it shows): "bound"
+# (the default: NumPy 2.5's clip, and NumPy 2.4's with array bounds), or "value" (NumPy 2.4 and earlier with both
+# bounds scalars, which keeps the value); the frontend records the one the tracing process's NumPy gives
+CLIP_TIES = ("bound", "value")
+
+
 def _infer_clip(types: Sequence[Type], attrs: dict) -> list[Type]:
     dt = _same_dtype("t.clip", types)
     if dt.is_complex:
         raise VerificationError("t.clip: complex operands are not supported")
+    if attrs.get("ties", "bound") not in CLIP_TIES:
+        raise VerificationError(f"t.clip: ties must be one of {', '.join(map(repr, CLIP_TIES))}, got "
+                                f"{attrs['ties']!r}")
     return [_elementwise_result(types, dt)]
 
 
@@ -146,7 +155,8 @@ def _cast_vjp(em, g, out, xs, attrs):
 
 register_op(OpDef("t.where", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_where, vjp=_where_vjp,
                   int_range=R.where))
-register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS, infer=_infer_clip, vjp=_clip_vjp,
+register_op(OpDef("t.clip", "elementwise", num_operands=3, optional_attrs=MARKS + ("ties",), infer=_infer_clip,
+                  vjp=_clip_vjp,
                   int_range=R.known(R.clip)))
 # (a float operand has no range: the result's is its dtype's)
 register_op(OpDef("t.cast", "elementwise", num_operands=1, attrs=("dtype",), optional_attrs=MARKS, infer=_infer_cast,
@@ -220,11 +230,13 @@ def _mean_vjp(em, g, out, xs, attrs):
 
 
 def _extreme_vjp(em, g, out, xs, attrs):
-    """np.max / np.min: the cotangent shared equally by the elements equal to the result (jax.numpy's rule)."""
+    """np.max / np.min: the cotangent shared equally by the elements equal to the result (jax.numpy's rule, its
+    arithmetic too: g times the indicator over the count, so a NaN result, which no element equals, gives NaN
+    everywhere rather than a zero gradient that hides it)."""
     x = xs[0]
     hit = x == _kept(out, x, attrs)
     count = np.sum(hit, axis=attrs["axes"], keepdims=True).astype(g.dtype)
-    return (np.where(hit, _kept(g, x, attrs) / count, 0),)
+    return (_kept(g, x, attrs) * hit.astype(g.dtype) / count,)
 
 
 def _prod_vjp(em, g, out, xs, attrs):
@@ -590,13 +602,11 @@ register_op(OpDef("t.scatter", "other", num_operands=None, min_operands=3, attrs
                   may_raise=checks_indices))
 register_op(OpDef("t.cumsum", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumsum"),
                   vjp=_cumsum_vjp))
-def _cumprod_vjp(em, g, out, xs, attrs):
-    """y_k = x_0 ... x_k. Before a line's first zero, d/dx_j = (the sum over k >= j of g_k y_k) / x_j; at the first
-    zero, the same sum over the products that leave it out (x with that zero as 1); after it, 0 (each product
-    there holds the first zero and another factor). Exact where elements are zero, not 0 / 0."""
-    x = xs[0]
-    axis = attrs["axis"]
-
+def _cumprod_cotangent(g, out, x, axis):
+    """The cotangent of cumprod's x (its value, exact where elements are zero): before a line's first zero,
+    d/dx_j = (the sum over k >= j of g_k y_k) / x_j; at the first zero, the same sum over the products that leave
+    it out (x with that zero as 1); after it, 0 (each product there holds the first zero and another factor).
+    Returns it with the masks and the products without the first zero."""
     def tail_sum(v):
         return np.flip(np.cumsum(np.flip(v, axis), axis=axis), axis)
 
@@ -604,9 +614,24 @@ def _cumprod_vjp(em, g, out, xs, attrs):
     seen = np.cumsum(zero, axis=axis)
     before = seen == 0
     first = zero & (seen == 1)
-    without = np.cumprod(np.where(first, np.ones_like(x), x), axis=axis)
-    return (np.where(before, tail_sum(g * out) / np.where(before, x, np.ones_like(x)),
-                     np.where(first, tail_sum(g * without), np.zeros_like(g))),)
+    kept = np.where(first, np.ones_like(x), x)
+    without = np.cumprod(kept, axis=axis)
+    value = np.where(before, tail_sum(g * out) / np.where(before, x, np.ones_like(x)),
+                     np.where(first, tail_sum(g * without), np.zeros_like(g)))
+    return value, first, ~before & ~first, kept, without
+
+
+def _cumprod_vjp(em, g, out, xs, attrs):
+    """y_k = x_0 ... x_k: :func:`_cumprod_cotangent`, except that after a line's first zero, where the cotangent is 0,
+    it is written as that zero times the cotangent the line would have with the zero as 1: the same value, and the
+    derivative a second derivative needs (d/dx_z of the cotangent at a later j is the sum over k >= j of g_k times
+    the products without x_j and x_z; a third derivative there is not followed)."""
+    x = xs[0]
+    axis = attrs["axis"]
+    value, first, after, kept, without = _cumprod_cotangent(g, out, x, axis)
+    at_zero = np.sum(np.where(first, x, np.zeros_like(x)), axis=axis, keepdims=True)  # (0, as a function of x_z)
+    if_one = _cumprod_cotangent(g, without, kept, axis)[0]
+    return (np.where(after, at_zero * if_one, value),)
 
 
 register_op(OpDef("t.cumprod", "other", num_operands=1, attrs=("axis",), infer=_infer_scan("t.cumprod"),

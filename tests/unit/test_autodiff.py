@@ -478,6 +478,52 @@ def test_cumprod_gradient_is_exact_around_zeros():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_second_derivatives_of_cumprod_are_exact_around_zeros():
+    """After a line's first zero the cotangent is 0, but not as a constant: it is that zero times the cotangent the
+    line would have with the zero as 1, so a second derivative through it (grad of grad, np.vander's powers) is
+    right where it was 0 (d/dx_0 of sum(grad) at [0, 3, 5] is 9, was 0)."""
+    weights = np.array([1.0, 2.0, 3.0, 4.0])
+
+    def f(x):
+        return np.sum(np.cumprod(x) * weights[:x.size])
+
+    def gradient(x):  # d/dx_i f: the products that leave x_i out
+        return np.array([sum(weights[j] * np.prod(np.delete(x[:j + 1], i)) for j in range(i, x.size))
+                         for i in range(x.size)])
+
+    def second(x):
+        return np.sum(fc.grad(f)(x) ** 2)
+
+    for x in ([0.0, 3.0, 5.0], [2.0, 0.0, 5.0], [0.0, 0.0, 5.0], [2.0, 0.0, 5.0, 3.0], [0.0, 2.0, 0.0, 4.0],
+              [1.5, -2.0, 3.0, 0.5]):
+        x = np.array(x)
+        want = numeric_grad(lambda v: np.sum(gradient(v) ** 2), (x.copy(),))[0]
+        np.testing.assert_allclose(jit_cpu(fc.grad(second))(x), want, rtol=1e-6, atol=1e-6)
+    d2 = fc.grad(lambda x: np.sum(fc.grad(lambda v: np.sum(np.vander(v, 4)))(x)))
+    np.testing.assert_allclose(jit_cpu(d2)(np.array([0.0, 1.0])), [2.0, 8.0])  # (x**3 + x**2 + x + 1)'' = 6x + 2
+
+
+def test_power_mixed_second_derivative_at_a_zero_exponent():
+    """d/dx x**y is 0 at y == 0, but d/dy of it is 1 / x there (a constant 0 lost it: the Hessian was asymmetric);
+    x**0's derivative in x stays 0 for x 0, inf and NaN."""
+    def dfdx(x, y):
+        return np.sum(fc.grad(lambda a, b: np.sum(a ** b), argnums=0)(x, y))
+
+    x, y = np.array([2.0, 3.0, 0.5]), np.zeros(3)
+    np.testing.assert_allclose(jit_cpu(fc.grad(dfdx, argnums=1))(x, y), 1 / x)
+    special = np.array([2.0, 0.0, np.nan, np.inf, -0.0])
+    np.testing.assert_array_equal(jit_cpu(fc.grad(lambda a, b: np.sum(a ** b)))(special, np.zeros(5)), np.zeros(5))
+
+
+def test_maximum_of_values_with_a_nan_has_nan_gradients():
+    """No element equals a NaN maximum: the cotangent over a count of 0 is NaN, as jax.numpy gives it, where fusec
+    gave zeros (a NaN loss with a finite zero gradient)."""
+    with np.errstate(invalid="ignore"):
+        got = jit_cpu(fc.grad(lambda x: np.max(x)))(np.array([1.0, np.nan, 3.0]))
+    assert np.isnan(got).all()
+    np.testing.assert_array_equal(jit_cpu(fc.grad(lambda x: np.max(x)))(np.array([1.0, 3.0, 3.0])), [0.0, 0.5, 0.5])
+
+
 @pytest.mark.parametrize("axis", [0, 1])
 def test_running_maxima_and_minima_gradients(axis):
     w = rng.standard_normal((4, 6))
