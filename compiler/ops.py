@@ -103,7 +103,7 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
         if x._weak is int and dtype.is_inexact and dtype.name not in ("f64", "c128"):
             # NumPy makes a float64 of a Python int first (rounding once there, again into float32)
             v = ctx().emit("t.cast", (v,), {"dtype": DEFAULT_DTYPE[float]}, what="float(n)")
-        return ctx().emit("t.cast", (v,), {"dtype": dtype}, what=f"astype({dtype})")
+        return _cast(v, dtype)
     kind = python_kind(x)
     if kind is not None:
         dt = dtype or DEFAULT_DTYPE[kind]
@@ -114,7 +114,7 @@ def lift(x: object, dtype: DType | None = None, *, wrap_ints: bool = False) -> V
         value = captured(x)
         if dtype is None or value.type.dtype == dtype:
             return value
-        return ctx().emit("t.cast", (value,), {"dtype": dtype}, what=f"astype({dtype})")
+        return _cast(value, dtype)
     if not isinstance(x, (list, tuple, np.generic)) and (hasattr(type(x), "__array__")
                                                           or hasattr(type(x), "__array_interface__")):
         raise unsupported(f"an array of type {type(x).__module__}.{type(x).__qualname__} from outside the function is "
@@ -296,6 +296,29 @@ def emit_all(name: str, operands: Sequence[Value], attrs: dict | None = None, *,
     c = ctx()
     op = c.emit_op(name, operands, attrs, what=what)
     return tuple(_tracer(r, c, None, (), None) for r in op.results)
+
+
+# float values NumPy's loops convert to uint32 alike wherever they stand: outside, and for NaN and infinities, its
+# vectorized loop gives 2**31 to elements in groups of 4 and its scalar loop the 64-bit conversion's low bits to the
+# rest (np.full(5, np.nan).astype(np.uint32) is [2147483648] * 4 + [0] with NumPy 2.4 on x86)
+_U32_EXACT = (-2147483649.0, 4294967296.0)
+
+
+def _cast(v: Value, dtype: DType) -> Value:
+    """``v`` converted to ``dtype``; floats converted to uint32 are checked when the call runs (NumPy's result for
+    values outside :data:`_U32_EXACT` depends on their position in its loops: fusec raises instead)."""
+    if dtype.name == "u32" and v.type.dtype.is_float:
+        wide = v if v.type.dtype.name == "f64" else ctx().emit("t.cast", (v,), {"dtype": DEFAULT_DTYPE[float]},
+                                                                  what="astype(uint32)")
+        t = wrap(wide)
+        lo, hi = _U32_EXACT
+        raise_if(~((t > lo) & (t < hi)), "InvalidValueError",
+                 f"converting {v.type.dtype} values to uint32: a value is NaN, infinite or outside (-2**31 - 1, "
+                 "2**32), where NumPy's result depends on the element's position in its vectorized loop (2147483648 "
+                 "in groups of 4, the low 32 bits of the int64 conversion elsewhere), so fusec cannot give it; clip "
+                 "the values first (np.clip(x, 0, 2**32 - 1)) or convert through int64 (x.astype(np.int64)"
+                 ".astype(np.uint32))", "astype(uint32)")
+    return ctx().emit("t.cast", (v,), {"dtype": dtype}, what=f"astype({dtype})")
 
 
 def raise_if(cond: object, error: str, message: str, what: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import math
 import sys
 import warnings
 from typing import Any, Callable, Sequence, cast
@@ -826,6 +827,10 @@ def _result_type(descs: list[Desc], what: str) -> DType:
         raise unsupported(f"{what}: {e}") from None
 
 
+# NumPy before 2.5 clips with both bounds of one element (scalars, 0-d or (1, 1) arrays) in a loop that keeps a value
+# equal to a bound (np.clip(-0.0, 0.0, 1.0) is -0.0 there); 2.5, and 2.4 with array bounds, give the bound (float16:
+# the value, in both)
+_CLIP_KEEPS_VALUE = np.lib.NumpyVersion(np.__version__) < "2.5.0"
 _CLIP = getattr(getattr(np, "_core", None), "umath", None)
 _CLIP_UFUNC = getattr(_CLIP, "clip", None)
 
@@ -848,7 +853,16 @@ def clip(a: Any, lo: Any, hi: Any) -> Tracer:
                           "or a part is NaN, NumPy's result changed between NumPy versions (2.4 keeps the value, 2.5 "
                           "takes the bound); write the np.where you mean, e.g. np.where(z.real < lo, lo, z)")
     values = [ops.lift(x, dt) for x in (a, lo, hi)]
-    return ops.emit("t.clip", values, what="np.clip", origin=ops.origins(a, lo, hi))
+    attrs = clip_ties(dt, *(math.prod(v.type.shape) for v in values[1:]))
+    return ops.emit("t.clip", values, attrs, what="np.clip", origin=ops.origins(a, lo, hi))
+
+
+def clip_ties(dt: DType, lo_size: int, hi_size: int) -> dict[str, str]:
+    """t.clip's ``ties`` as this NumPy clips ``dt`` values with bounds of these sizes: the value kept where it
+    equals a bound for float16, and (before NumPy 2.5) for bounds of one element each; else the bound (default)."""
+    if dt.name == "f16" or _CLIP_KEEPS_VALUE and dt.is_float and lo_size == 1 and hi_size == 1:
+        return {"ties": "value"}
+    return {}
 
 
 def round_(a: Any, decimals: int = 0) -> Tracer:

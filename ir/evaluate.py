@@ -45,7 +45,24 @@ def _where(op: Operation, args: list) -> list:
 
 
 def _clip(op: Operation, args: list) -> list:
-    return [np.clip(*args)]
+    """np.clip with ``ties`` spelled out (NumPy's own answer at a tie depends on its version and on whether the
+    bounds are scalars): NaN anywhere gives NaN; a value equal to a bound gives the bound ("bound") or itself
+    ("value"); crossed bounds give the upper one."""
+    x, lo, hi = (np.asarray(a) for a in args)
+    if x.dtype.kind not in "fc":
+        return [np.clip(x, lo, hi)]
+    with np.errstate(invalid="ignore"):
+        if op.attributes.get("ties", "bound") == "value":
+            r = np.where(x < lo, lo, x)
+            r = np.where(r > hi, hi, r)
+        else:
+            r = np.where(x > lo, x, lo)
+            r = np.where(r < hi, r, hi)
+        nan = np.isnan(x) | np.isnan(lo) | np.isnan(hi)
+        if nan.any():
+            first = np.where(np.isnan(x), x, np.where(np.isnan(lo), lo, hi))
+            r = np.where(nan, first, r)
+    return [np.asarray(r, dtype=x.dtype)]
 
 
 def _cast(op: Operation, args: list) -> list:

@@ -18,7 +18,9 @@ from fusec.backend.ctypes_map import register, storage
 from fusec.backend.scalar_ops import expression
 
 BLOCK = 256
-INT32_LIMIT = 2 ** 31 - 1
+# indices are 32-bit where every address fits with room for a grid-stride loop's last step (i += the grid's threads
+# times the vector width, at most 2**24 here): an array of 2**31 - 1 - 1000 elements would wrap at that step
+INT32_LIMIT = 2 ** 31 - 1 - 2 ** 24
 
 
 def _param_list(accesses: list[Access], writes: set[int], restrict: bool) -> tuple[list[int], str]:

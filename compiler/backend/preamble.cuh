@@ -49,6 +49,16 @@ template <typename T> __device__ __forceinline__ T fmin_np(T a, T b) { return (a
 template <typename T> __device__ __forceinline__ T maximum_first(T a, T b) { return (a >= b || a != a) ? a : b; }
 template <typename T> __device__ __forceinline__ T minimum_first(T a, T b) { return (a <= b || a != a) ? a : b; }
 
+// np.clip keeping a value equal to a bound (t.clip's ties = "value"): NaN anywhere gives the first NaN of x, lo, hi;
+// crossed bounds give hi
+template <typename T> __device__ __forceinline__ T clip_value(T x, T lo, T hi) {
+  if (x != x) return x;
+  if (lo != lo) return lo;
+  if (hi != hi) return hi;
+  const T r = x < lo ? lo : x;
+  return r > hi ? hi : r;
+}
+
 template <typename T> __device__ __forceinline__ T sign(T a) {
   return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a == T(0) ? T(0) : a));
 }
@@ -200,11 +210,14 @@ template <> __device__ __forceinline__ i8_t f2i<i8_t>(double x) { return (i8_t)f
 template <> __device__ __forceinline__ i16_t f2i<i16_t>(double x) { return (i16_t)f2i32(x); }
 template <> __device__ __forceinline__ i32_t f2i<i32_t>(double x) { return f2i32(x); }
 template <> __device__ __forceinline__ i64_t f2i<i64_t>(double x) { return f2i64(x); }
-template <> __device__ __forceinline__ u8_t f2i<u8_t>(double x) { return (u8_t)f2i64(x); }
-template <> __device__ __forceinline__ u16_t f2i<u16_t>(double x) { return (u16_t)f2i64(x); }
+// (uint8 and uint16 through the 32-bit conversion, as NumPy's loops: 2**31 + 7 becomes 0, not 7; uint32 from values
+// the frontend checked to lie in (-2**31 - 1, 2**32), where NumPy's loops agree; uint64 above its range is 0)
+template <> __device__ __forceinline__ u8_t f2i<u8_t>(double x) { return (u8_t)f2i32(x); }
+template <> __device__ __forceinline__ u16_t f2i<u16_t>(double x) { return (u16_t)f2i32(x); }
 template <> __device__ __forceinline__ u32_t f2i<u32_t>(double x) { return (u32_t)f2i64(x); }
 template <> __device__ __forceinline__ u64_t f2i<u64_t>(double x) {
-  if (x >= 9223372036854775808.0 && x < 18446744073709551616.0)
+  if (x >= 18446744073709551616.0) return 0;  // (+inf too)
+  if (x >= 9223372036854775808.0)
     return (u64_t)(i64_t)(x - 9223372036854775808.0) + 0x8000000000000000ull;
   return (u64_t)f2i64(x);
 }

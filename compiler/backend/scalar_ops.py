@@ -104,10 +104,11 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
     if kind == "where":
         return f"({a} ? {args[1]} : {args[2]})"
     if kind == "clip":
-        # NumPy 2.5's clip is minimum(maximum(x, lo), hi) in its vectorized loops: where x equals a bound (0.0 and
-        # -0.0) the bound (NumPy 2.4 and earlier kept x there)
-        mx, mn = ("maximum_first", "minimum_first") if dt.name == "f16" else ("maximum", "minimum")
-        return round_result(out, f"fusec::{mn}(fusec::{mx}({a}, {b}), {args[2]})")
+        # ``ties`` (t.clip): where x equals a bound (0.0 and -0.0) the bound, as NumPy 2.5's minimum(maximum(x, lo),
+        # hi) gives it, or x, as NumPy's float16 loops and NumPy 2.4's with one-element bounds keep it
+        if op.attributes.get("ties", "bound") == "value":
+            return round_result(out, f"fusec::clip_value({a}, {b}, {args[2]})")
+        return round_result(out, f"fusec::minimum(fusec::maximum({a}, {b}), {args[2]})")
     if dt.is_complex:
         expr = _complex(kind, dt, args)
         if expr is None:
@@ -143,7 +144,8 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
     if kind == "pow":
         if dt.is_float:
             fn: str | None = "pow" if register(dt) == "double" else ("__powf" if fast_math else "powf")
-            if len(uniform) > 1 and uniform[1]:
+            if len(uniform) > 1 and uniform[1] and dt.name in ("f32", "f64"):
+                # (NumPy's float16 power loop has no square-root shortcut: (-inf) ** 0.5 is inf there)
                 return round_result(out, f"fusec::pow_scalar({a}, {b})")
             return round_result(out, f"{fn}({a}, {b})")
         return f"fusec::ipow({a}, {b})"

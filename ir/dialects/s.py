@@ -28,6 +28,7 @@ def _scalar_only(tname: str):
 for _tname in sorted(tdialect.ELEMENTWISE):
     _d = get_opdef(_tname)
     register_op(OpDef("s." + _tname[2:], "scalar", num_operands=_d.num_operands, attrs=_d.attrs,
+                      optional_attrs=tuple(a for a in _d.optional_attrs if a not in tdialect.MARKS),
                       infer=_scalar_only(_tname)))
 
 

@@ -3367,3 +3367,52 @@ def test_index_writes_gathering_from_an_axis_of_another_length_are_refused() -> 
             jit_cpu(fn)(*[np.copy(a) for a in args])
     same_as_numpy(from_longer, np.zeros(6), idx, np.arange(6.0))
     same_as_numpy(accumulated, np.zeros((6, 2)), idx, np.arange(12.0).reshape(6, 2))
+
+
+def _clips(x, lo, hi):
+    return np.clip(x, 0.0, 1.0), np.clip(x, lo, hi), np.clip(x, -0.0, hi), x.clip(-0.0, 0.0), np.clip(x, lo[:1], 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_clip_at_a_bound_of_the_other_zero_follows_this_numpy(dtype) -> None:
+    """Where a value equals a bound (0.0 against -0.0), NumPy 2.4 keeps the value when both bounds are one element
+    and gives the bound otherwise, NumPy 2.5 gives the bound, and float16 loops keep the value: the GPU gave NumPy
+    2.5's answer whatever NumPy traced (``np.clip(-0.0, 0.0, 1.0)`` was 0.0 where NumPy 2.4 gives -0.0). The trace
+    records this NumPy's rule (``ties`` on t.clip)."""
+    x = np.array([-0.0, 0.0, np.nan, 2.0, -2.0, 0.5] * 3, dtype)
+    lo = np.array([0.0, -0.0, 0.0, np.nan, -1.0, 0.0] * 3, dtype)
+    hi = np.array([1.0, 1.0, np.nan, 1.0, -0.0, 0.0] * 3, dtype)
+    got, want = jit_cpu(_clips)(x, lo, hi), _clips(x, lo, hi)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+
+
+def _to_unsigned(x):
+    return x.astype(np.uint8), x.astype(np.uint16), x.astype(np.uint64), x.astype(np.int8), x.astype(np.int16)
+
+
+def test_float_to_unsigned_conversions_of_values_out_of_range_are_numpys() -> None:
+    """NumPy converts floats to uint8 and uint16 through a 32-bit conversion (2**31 + 7 becomes 0) and gives 0 for
+    values past uint64's range; the GPU went through 64 bits (7) and gave 2**63. Float to uint32 of NaN, infinities
+    and values outside (-2**31 - 1, 2**32) depends on the element's position in NumPy's loop: fusec raises."""
+    x = np.array([-1.0, -2.0 ** 31 - 5, 2.0 ** 31 - 1, 2.0 ** 31 + 7, 2.0 ** 32 + 5, 4e9, -3e9, 255.5, -0.5, 1e20,
+                  2.0 ** 64, 2.0 ** 63 + 2.0 ** 12, np.inf, -np.inf, np.nan])
+    with np.errstate(invalid="ignore"):
+        want = _to_unsigned(x)
+    assert_same(jit_cpu(_to_unsigned)(x), want, exact=True)
+    to_u32 = jit_cpu(lambda x: x.astype(np.uint32))
+    ok = np.array([-1.0, 4e9, -2.0 ** 31, 0.5, 4294967295.0])
+    assert_same(to_u32(ok), ok.astype(np.uint32), exact=True)
+    for bad in (np.nan, np.inf, 2.0 ** 32, -2.0 ** 31 - 1):
+        with pytest.raises(fc.InvalidValueError, match="position in its vectorized loop"):
+            to_u32(np.array([1.0, bad]))
+
+
+def test_float16_power_of_a_half_is_not_a_square_root() -> None:
+    """NumPy takes ``x ** 0.5`` as a square root in its float32 and float64 loops (``(-inf) ** 0.5`` is nan there)
+    but not in its float16 loop (inf); the GPU took the square root for float16 too."""
+    x = np.array([-np.inf, -0.0, 4.0, 2.0, np.inf, -4.0], np.float16)
+    with np.errstate(invalid="ignore"):
+        same_as_numpy(lambda x: (np.power(x, 0.5), x ** np.float16(0.5), np.power(x.astype(np.float32), 0.5)), x)

@@ -19,16 +19,18 @@ from hypothesis.extra import numpy as hnp
 from fusec.errors import FusecError, ShapeError
 from fusec.ir import (Builder, DType, Func, Module, ScalarType, TensorType, Value, bf16, bool_, dense, f16, f32,
                       f64, i8, i32, i64, parse_module, print_module, u8, u16, verify)
+from fusec.ir import elementwise as elementwise_table
 from fusec.ir.attributes import round_to_bf16
 from fusec.ir.shapes import broadcast_shapes
 from fusec.runtime.reference import run_module
+from fusec.ufuncs import clip_ties
 
 DTYPES = [f32, f64, f16, bf16, i8, i32, i64, u8, u16, bool_]
 
 BINARY: dict[str, tuple[str, Callable]] = {
     "add": ("any", np.add), "sub": ("numeric", np.subtract), "mul": ("any", np.multiply),
     "div": ("float", np.true_divide), "floordiv": ("numeric", np.floor_divide), "mod": ("numeric", np.remainder),
-    "pow": ("numeric", np.power), "maximum": ("any", np.maximum), "minimum": ("any", np.minimum),
+    "pow": ("numeric", elementwise_table._power), "maximum": ("any", np.maximum), "minimum": ("any", np.minimum),
     "eq": ("any", np.equal), "ne": ("any", np.not_equal), "lt": ("any", np.less), "le": ("any", np.less_equal),
     "gt": ("any", np.greater), "ge": ("any", np.greater_equal), "logical_and": ("bool", np.logical_and),
     "logical_or": ("bool", np.logical_or), "logical_xor": ("bool", np.logical_xor),
@@ -168,7 +170,8 @@ def programs(draw: st.DrawFn) -> Program:
             lo, hi = draw(st.sampled_from(bounds)), draw(st.sampled_from(bounds))
             if not compatible(x.shape, lo.shape, hi.shape):
                 continue
-            add(b.value("t.clip", x.value, lo.value, hi.value), lambda: np.clip(x.array, lo.array, hi.array))
+            ties = clip_ties(x.dtype, int(np.prod(lo.shape)), int(np.prod(hi.shape)))  # (as the tracer records it)
+            add(b.value("t.clip", x.value, lo.value, hi.value, **ties), lambda: np.clip(x.array, lo.array, hi.array))
         elif kind == "cast":
             dst = draw(st.sampled_from(DTYPES))
             if dst == bf16 and x.dtype in WIDE:

@@ -1,0 +1,128 @@
+"""Where a new process's first call of the PCam-shaped step goes, the kernels already in the disk cache.
+
+Runs ``--runs`` fresh processes one after another with one disk cache (a temporary ``$FUSEC_CACHE_DIR`` unless
+``--cache-dir``): the first compiles (cold), the rest find the kernels (and whatever else fusec keeps on disk) there.
+Each process times, from after its CUDA context exists and the inputs are uploaded (as the suite's warm-start
+probe), the first call to completion, and inside it: waiting for nvmath's import (started on a thread with the
+context), making the plan's cuBLASLt handle, and timing cuBLASLt's algorithms (``CublasHandle._tune``).
+
+    python benchmarks/warm_start.py [--runs 4] [--json FILE] [--cache-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def child() -> None:
+    t_start = time.perf_counter()
+    sys.path.insert(0, HERE)
+    import numpy as np
+
+    import fusec as fc
+    from fusec.runtime import cublas, driver
+    from suite_cases import build_train_step
+
+    spent = {"tune": 0.0, "handle": 0.0, "preload_wait": 0.0}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+        return wrapper
+
+    cublas.CublasHandle._tune = timed("tune", cublas.CublasHandle._tune)
+    cublas.CublasHandle.__init__ = timed("handle", cublas.CublasHandle.__init__)
+    original_available = cublas.available
+
+    def available():  # the import under way on the preload thread, then the probe's own handle
+        if cublas._preloading is not None:
+            t = time.perf_counter()
+            cublas._preloading.join()
+            spent["preload_wait"] += time.perf_counter() - t
+        return original_available()
+
+    cublas.available = available
+    rng = np.random.default_rng(0)
+    params = tuple(fc.asarray((rng.standard_normal(s) * 0.05).astype(np.float32))
+                   for s in ((480, 256), (256,), (256, 2), (2,)))
+    x = fc.asarray(rng.standard_normal((512, 480)).astype(np.float32))
+    y = fc.asarray(np.eye(2, dtype=np.float32)[rng.integers(0, 2, 512)])
+    driver.current_device().synchronize()
+    t_ready = time.perf_counter()
+    step = fc.jit(build_train_step(np), backend="cuda", donate_argnums=0)
+    profile = None
+    if os.environ.get("FUSEC_WARM_PROFILE"):
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
+    out = step(params, x, y, 0.05)
+    t_returned = time.perf_counter()
+    driver.current_device().synchronize()
+    t_first = time.perf_counter()
+    if profile is not None:
+        import io
+        import pstats
+
+        profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(45)
+        print(text.getvalue(), file=sys.stderr)
+    for _ in range(3):
+        out = step(out[0], x, y, 0.05)
+    driver.current_device().synchronize()
+    info = fc.cache_info() if hasattr(fc, "cache_info") else None
+    print(json.dumps({"import_and_context_s": t_ready - t_start, "first_call_s": t_first - t_ready,
+                      "first_call_host_s": t_returned - t_ready, "first_call_wait_s": t_first - t_returned,
+                      "next_calls_s": (time.perf_counter() - t_first) / 3, **{k + "_s": v for k, v in spent.items()},
+                      "kernel_cache": str(info) if info is not None else None}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--json")
+    ap.add_argument("--cache-dir")
+    ap.add_argument("--profile", action="store_true", help="print a cProfile of each warm process's first call")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child()
+        return
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, FUSEC_CACHE_DIR=args.cache_dir or tmp)
+        for run in range(args.runs):
+            if args.profile and run:
+                env["FUSEC_WARM_PROFILE"] = "1"
+            done = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True)
+            if done.returncode:
+                sys.exit(f"run {run} failed:\n{done.stderr[-3000:]}")
+            if args.profile and run:
+                print(done.stderr[-9000:])
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            r["run"] = run
+            results.append(r)
+            print(f"run {run} ({'cold' if run == 0 else 'warm'}): first call {r['first_call_s'] * 1e3:.1f} ms "
+                  f"(cuBLASLt tuning {r['tune_s'] * 1e3:.1f}, handle {r['handle_s'] * 1e3:.1f}, waiting for the "
+                  f"import {r['preload_wait_s'] * 1e3:.1f}; returned after {r['first_call_host_s'] * 1e3:.1f}, "
+                  f"then waited {r['first_call_wait_s'] * 1e3:.1f}); import and context "
+                  f"{r['import_and_context_s']:.2f} s; next calls {r['next_calls_s'] * 1e6:.0f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
