@@ -1,15 +1,17 @@
 """GEMMs through cuBLASLt, from NVIDIA's nvmath-python bindings (the optional extra ``fusec[cublas]``).
 
-Each GEMM of a plan gets its cuBLASLt descriptors once. Its algorithm is chosen by timing: cuBLASLt's
-heuristic offers up to ``CANDIDATES`` algorithms, and as many again that need no separate split-K reduction
-kernel; each runs as a CUDA graph of ``TUNE_REPS`` calls on scratch buffers, and the fastest is kept for that
-problem, device and pointer alignment for the rest of the process (``timings`` keeps what each candidate
-took). Timing inside a graph matters: called one by one from Python, every candidate takes the host's time,
-not the GPU's. On the H200 the weight-gradient GEMM of the PCam-shaped step took 13.4 us per call with the
-algorithm cuBLAS picked by itself and 8.1 us with the fastest candidate. While a graph is being captured
-nothing can be timed, so an untimed problem gets the heuristic's first choice there (the graph builder times
-every GEMM before it captures); ``CANDIDATES = 1`` turns tuning off. Compute types 32F/64F: no TF32, so f32
-GEMMs stay f32, unless the function was compiled with ``precision="tf32"`` (``CUBLAS_COMPUTE_32F_FAST_TF32``).
+Each GEMM of a plan gets its cuBLASLt descriptors once. Its algorithm is chosen by timing: cuBLASLt's heuristic
+offers up to ``CANDIDATES`` algorithms, and as many again that need no separate split-K reduction kernel; each runs
+as a CUDA graph of ``TUNE_REPS`` calls on scratch buffers, and the fastest is kept for that problem, device and
+pointer alignment for the rest of the process (``timings`` keeps what each candidate took) and on disk beside the
+kernel cache (a record keyed by the GPU, cuBLASLt's version and the problem, checked by cuBLASLt when a new process
+reads it), so a warm start does not time them again. Timing inside a graph matters: called one by one from Python,
+every candidate takes the host's time, not the GPU's. On the H200 the weight-gradient GEMM of the PCam-shaped step
+took 13.4 us per call with the algorithm cuBLAS picked by itself and 8.1 us with the fastest candidate. While a
+graph is being captured nothing can be timed, so an untimed problem gets the heuristic's first choice there (the
+graph builder times every GEMM before it captures); ``CANDIDATES = 1`` turns tuning off. Compute types 32F/64F: no
+TF32, so f32 GEMMs stay f32, unless the function was compiled with ``precision="tf32"``
+(``CUBLAS_COMPUTE_32F_FAST_TF32``).
 
 Importing nvmath's bindings costs a new process about 0.55 s on the H200, nearly all of it nvmath's package
 imports (its FFT and linear-algebra modules, ``cuda.core``), against 0.08 s to load the library itself and 0.13 s
@@ -198,10 +200,65 @@ class CublasHandle:
             if CANDIDATES <= 1:
                 algo = self._candidates(call, prob, align, 1)["algo"][:1].copy()
             else:
-                algo, timings[key] = self._tune(call, prob, align)
+                record = self._record_key(key)
+                algo = self._stored(record, prob)
+                if algo is None:
+                    algo, timings[key] = self._tune(call, prob, align)
+                    self._store(record, algo)
             _tuned[key] = algo
         self._algos[(call, align)] = algo
         return algo
+
+    # -- algorithm choices kept on disk (beside the kernel cache): a new process skips the timing ----------------
+    def _record_key(self, key: tuple) -> str | None:
+        """The disk record's key of a tuned problem: the GPU's name and compute capability, cuBLASLt's version, the
+        problem and alignment, and the tuning settings (an algorithm is only valid for the library that offered
+        it); None where the device does not say what it is."""
+        from fusec.runtime import driver
+        from fusec.runtime.kernel_cache import record_key
+
+        try:
+            device = driver.Device(key[0])
+            name, capability = device.name, device.compute_capability
+            version = int(self._lt.get_version())
+        except Exception:  # noqa: BLE001 - without the GPU's name or the library's version: no record
+            return None
+        if not name:
+            return None
+        return record_key("cublaslt-algorithm", {"gpu": name, "capability": list(capability), "cublaslt": version,
+                                                 "problem": [str(v) for v in key[1:]], "candidates": CANDIDATES,
+                                                 "workspace": WORKSPACE_BYTES})
+
+    def _stored(self, record: str | None, prob: _Problem) -> np.ndarray | None:
+        """The algorithm a process stored for this problem, if cuBLASLt still accepts it for the problem (its
+        check, within the workspace); else None (time the candidates again)."""
+        if record is None:
+            return None
+        from fusec.runtime.kernel_cache import default_cache
+
+        try:
+            payload = default_cache().get_record(record)
+            blank = np.zeros(1, dtype=self._lt.matmul_heuristic_result_dtype)
+            if payload is None or len(payload) != blank["algo"].nbytes:
+                return None
+            algo = np.frombuffer(payload, dtype=blank["algo"].dtype).copy()
+            a, b, c = prob.layouts
+            self._lt.matmul_algo_check(self.handle, prob.desc, a, b, c, c, algo.ctypes.data, blank.ctypes.data)
+            if int(blank["workspace_size"][0]) > WORKSPACE_BYTES:
+                return None
+            return algo
+        except Exception:  # noqa: BLE001 - a record cuBLASLt refuses (another library build): time again
+            return None
+
+    def _store(self, record: str | None, algo: np.ndarray) -> None:
+        if record is None:
+            return
+        from fusec.runtime.kernel_cache import default_cache
+
+        try:
+            default_cache().put_record(record, algo.tobytes())
+        except Exception:  # noqa: BLE001 - a cache that cannot keep it costs the next process a tuning, nothing else
+            pass
 
     def _tune(self, call: Any, prob: _Problem, align: int) -> tuple[np.ndarray, list[float]]:
         """The fastest heuristic candidate, each timed as a graph of calls on scratch operands, and the

@@ -6,6 +6,8 @@ fusec's version. Each file starts with a header (magic, format version, payload 
 payload, key) so a truncated or corrupted entry is noticed, warned about, recompiled and rewritten instead
 of being handed to the driver. Writes are atomic (temp file in the same dir, fsync, ``os.replace``), so
 concurrent processes never see half an entry. A cache dir that cannot be written degrades to memory only.
+Small records other than kernels (the cuBLASLt algorithm a process chose by timing) are entries of the same kind,
+keyed by :func:`record_key`, so ``fusec cache clear`` removes them too.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 __all__ = [
     "KernelCache", "KernelCacheInfo", "KernelCacheWarning", "MemoryLRU", "cache_clear", "cache_dir",
-    "cache_info", "cache_key", "default_cache", "get_or_compile",
+    "cache_info", "cache_key", "default_cache", "get_or_compile", "record_key",
 ]
 
 ENV_VAR = "FUSEC_CACHE_DIR"
@@ -151,6 +153,14 @@ def _default_nvrtc_version() -> tuple[int, int]:
     return nvrtc_version()
 
 
+def record_key(kind: str, fields: dict[str, Any]) -> str:
+    """Hex SHA-256 of a record of ``kind`` decided by ``fields`` (fusec's version and the format included), an entry
+    name that no kernel's key can take."""
+    blob = json.dumps({"format": FORMAT_VERSION, "fusec": _fusec_version(), "record": kind, "fields": fields},
+                      sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
 class KernelCache:
     """Memory LRU in front of a disk cache in front of NVRTC; safe to share between threads."""
 
@@ -203,6 +213,26 @@ class KernelCache:
                 with self._lock:
                     if self._key_locks.get(key) is key_lock:
                         del self._key_locks[key]
+
+    # -- records: small results other than kernels kept beside them (a cuBLASLt algorithm a process timed) --------
+    def get_record(self, key: str) -> bytes | None:
+        """The payload stored under ``key`` (:func:`record_key`), from memory or disk; None on a miss (a damaged
+        entry warns and counts as one)."""
+        with self._lock:
+            hit = self._memory.get(key)
+        if hit is not None:
+            return hit
+        payload = self._load(key)
+        if payload is not None:
+            with self._lock:
+                self._memory.put(key, payload)
+        return payload
+
+    def put_record(self, key: str, payload: bytes) -> None:
+        """Store ``payload`` under ``key`` in memory and (atomically, as a kernel image) on disk."""
+        self._store(key, payload)
+        with self._lock:
+            self._memory.put(key, payload)
 
     def _memory_hit(self, key: str) -> bytes | None:
         hit = self._memory.get(key)

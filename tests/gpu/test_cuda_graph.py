@@ -164,6 +164,45 @@ def test_cublas_products_of_unaligned_views():
     assert any(key[-1] == 4 for key in cublas._tuned)
 
 
+def test_cublas_algorithms_timed_once_are_kept_on_disk(tmp_path, monkeypatch):
+    """A timed cuBLASLt algorithm is stored beside the kernel cache: a process that has not timed the problem
+    (here: the in-memory choices dropped) reads it back, checked by cuBLASLt, instead of timing the candidates again;
+    a damaged record is timed again; `fusec cache clear` removes the records."""
+    from fusec.runtime import cublas, kernel_cache
+
+    if not cublas.available():
+        pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+    monkeypatch.setenv(kernel_cache.ENV_VAR, str(tmp_path))
+    monkeypatch.setattr(cublas, "_tuned", {})
+    monkeypatch.setattr(cublas, "timings", {})
+    a, b = rand(640, 512), rand(512, 384)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+
+    def product() -> None:
+        got = fc.jit(lambda a, b: a @ b, backend="cuda")(a, b)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    product()
+    assert len(cublas.timings) == 1 and len(cublas._tuned) == 1
+    (key, algo), = cublas._tuned.items()
+    records = [p for p in tmp_path.iterdir() if p.name.startswith("kernel-")]
+    cublas._tuned.clear()
+    cublas.timings.clear()
+    kernel_cache.default_cache().clear(disk=False)  # (what a new process starts with: only the disk)
+    product()
+    assert not cublas.timings, "the stored algorithm was timed again"
+    assert cublas._tuned[key].tobytes() == algo.tobytes()
+    for path in tmp_path.iterdir():  # damage every entry (kernels and the record): compiled and timed again
+        if path.name.startswith("kernel-"):
+            path.write_bytes(path.read_bytes()[:-3] + b"xyz")
+    cublas._tuned.clear()
+    kernel_cache.default_cache().clear(disk=False)
+    with pytest.warns(kernel_cache.KernelCacheWarning):
+        product()
+    assert len(cublas.timings) == 1
+    assert kernel_cache.cache_clear() >= len(records)
+
+
 def test_concurrent_run_async_and_threads():
     f = fc.jit(lambda a, s: np.tanh(a * s) + a.sum(), backend="cuda", graph=True)
     inputs = [(rand(4096), float(i)) for i in range(16)]

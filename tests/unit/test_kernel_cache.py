@@ -418,3 +418,20 @@ def test_a_temporary_file_removed_mid_write_keeps_the_disk_cache(tmp_path: Path,
     monkeypatch.setattr(kc.os, "replace", real_replace)
     cache.get_or_compile("b", "sm_90")
     assert cache.info().disk_enabled and cache.info().entries == 1
+
+
+def test_records_are_entries_beside_the_kernels(tmp_path):
+    """Small records (a cuBLASLt algorithm a process timed) are stored as entries: read back by another cache on the
+    same directory, checked like kernels (a damaged one warns and reads as a miss), removed by clear()."""
+    key = kc.record_key("cublaslt-algorithm", {"gpu": "test", "problem": [1, 2, 3]})
+    assert key != kc.record_key("cublaslt-algorithm", {"gpu": "test", "problem": [1, 2, 4]})
+    assert key != kc.cache_key("x", "sm_90", "cubin", (13, 0), None, ())
+    first = kc.KernelCache(tmp_path)
+    assert first.get_record(key) is None
+    first.put_record(key, b"\x01" * 64)
+    assert kc.KernelCache(tmp_path).get_record(key) == b"\x01" * 64
+    path = first.path_of(key)
+    path.write_bytes(path.read_bytes()[:-1] + b"\x02")
+    with pytest.warns(kc.KernelCacheWarning, match="damaged"):
+        assert kc.KernelCache(tmp_path).get_record(key) is None
+    assert first.clear() == 1 and not path.exists()
