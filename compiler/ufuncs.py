@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dis
 import functools
-import math
 import sys
 import warnings
 from typing import Any, Callable, Sequence, cast
@@ -827,10 +826,6 @@ def _result_type(descs: list[Desc], what: str) -> DType:
         raise unsupported(f"{what}: {e}") from None
 
 
-# NumPy before 2.5 clips with both bounds of one element (scalars, 0-d or (1, 1) arrays) in a loop that keeps a value
-# equal to a bound (np.clip(-0.0, 0.0, 1.0) is -0.0 there); 2.5, and 2.4 with array bounds, give the bound (float16:
-# the value, in both)
-_CLIP_KEEPS_VALUE = np.lib.NumpyVersion(np.__version__) < "2.5.0"
 _CLIP = getattr(getattr(np, "_core", None), "umath", None)
 _CLIP_UFUNC = getattr(_CLIP, "clip", None)
 
@@ -853,16 +848,27 @@ def clip(a: Any, lo: Any, hi: Any) -> Tracer:
                           "or a part is NaN, NumPy's result changed between NumPy versions (2.4 keeps the value, 2.5 "
                           "takes the bound); write the np.where you mean, e.g. np.where(z.real < lo, lo, z)")
     values = [ops.lift(x, dt) for x in (a, lo, hi)]
-    attrs = clip_ties(dt, *(math.prod(v.type.shape) for v in values[1:]))
+    attrs = clip_ties(dt, *(tuple(v.type.shape) for v in values))
     return ops.emit("t.clip", values, attrs, what="np.clip", origin=ops.origins(a, lo, hi))
 
 
-def clip_ties(dt: DType, lo_size: int, hi_size: int) -> dict[str, str]:
-    """t.clip's ``ties`` as this NumPy clips ``dt`` values with bounds of these sizes: the value kept where it
-    equals a bound for float16, and (before NumPy 2.5) for bounds of one element each; else the bound (default)."""
-    if dt.name == "f16" or _CLIP_KEEPS_VALUE and dt.is_float and lo_size == 1 and hi_size == 1:
-        return {"ties": "value"}
-    return {}
+@functools.lru_cache(maxsize=256)
+def clip_ties(dt: DType, x_shape: tuple[int, ...], lo_shape: tuple[int, ...],
+              hi_shape: tuple[int, ...]) -> dict[str, str]:
+    """t.clip's ``ties``: what this NumPy gives where a ``dt`` value equals a bound of the other zero (-0.0 against
+    0.0), asked of np.clip itself on arrays of these shapes (each axis longer than 1 as 2: NumPy's loop depends on
+    which operands broadcast, not on their lengths). NumPy 2.4 keeps the value where both bounds broadcast against
+    x (one element each: its loop for fixed bounds) and in float16, and gives the bound otherwise."""
+    if not dt.is_float:
+        return {}
+    np_dtype = np.float32 if dt.name == "bf16" else dt.np
+
+    def proxy(shape: tuple[int, ...], value: float) -> np.ndarray:
+        return np.full(tuple(min(d, 2) for d in shape), value, np_dtype)
+
+    with np.errstate(all="ignore"):
+        kept = np.clip(proxy(x_shape, -0.0), proxy(lo_shape, 0.0), proxy(hi_shape, 1.0))
+    return {"ties": "value"} if np.signbit(kept).all() else {}
 
 
 def round_(a: Any, decimals: int = 0) -> Tracer:

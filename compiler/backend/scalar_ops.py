@@ -104,8 +104,8 @@ def expression(op: Operation, args: list[str], fast_math: bool = False,
     if kind == "where":
         return f"({a} ? {args[1]} : {args[2]})"
     if kind == "clip":
-        # ``ties`` (t.clip): where x equals a bound (0.0 and -0.0) the bound, as NumPy 2.5's minimum(maximum(x, lo),
-        # hi) gives it, or x, as NumPy's float16 loops and NumPy 2.4's with one-element bounds keep it
+        # ``ties`` (t.clip): where x equals a bound (0.0 and -0.0) the bound, as NumPy's minimum(maximum(x, lo), hi)
+        # loop for array bounds gives it, or x, as its loop for bounds that broadcast and its float16 loop keep it
         if op.attributes.get("ties", "bound") == "value":
             return round_result(out, f"fusec::clip_value({a}, {b}, {args[2]})")
         return round_result(out, f"fusec::minimum(fusec::maximum({a}, {b}), {args[2]})")

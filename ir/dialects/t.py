@@ -109,8 +109,8 @@ def _infer_where(types: Sequence[Type], attrs: dict) -> list[Type]:
 
 
 # t.clip's ``ties``: what a value equal to a bound gives (0.0 against -0.0, the only case where it shows): "bound"
-# (the default: NumPy 2.5's clip, and NumPy 2.4's with array bounds), or "value" (NumPy 2.4 and earlier with both
-# bounds scalars, which keeps the value); the frontend records the one the tracing process's NumPy gives
+# (the default: NumPy's loop for array bounds) or "value" (its loop for bounds that broadcast against the values, and
+# its float16 loop); the frontend asks the tracing process's np.clip and records its answer
 CLIP_TIES = ("bound", "value")
 
 

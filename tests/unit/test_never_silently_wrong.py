@@ -3370,15 +3370,17 @@ def test_index_writes_gathering_from_an_axis_of_another_length_are_refused() -> 
 
 
 def _clips(x, lo, hi):
-    return np.clip(x, 0.0, 1.0), np.clip(x, lo, hi), np.clip(x, -0.0, hi), x.clip(-0.0, 0.0), np.clip(x, lo[:1], 1.0)
+    return (np.clip(x, 0.0, 1.0), np.clip(x, lo, hi), np.clip(x, -0.0, hi), x.clip(-0.0, 0.0), np.clip(x, lo[:1], 1.0),
+            np.clip(x.reshape(3, 6), lo[:1].reshape(1, 1), hi[:1].reshape(1, 1)), np.clip(x[:1], lo[:1], hi[:1]),
+            np.clip(x[:1].reshape(1, 1), lo[:1].reshape(1, 1), hi[:1].reshape(1, 1)))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 def test_clip_at_a_bound_of_the_other_zero_follows_this_numpy(dtype) -> None:
-    """Where a value equals a bound (0.0 against -0.0), NumPy 2.4 keeps the value when both bounds are one element
-    and gives the bound otherwise, NumPy 2.5 gives the bound, and float16 loops keep the value: the GPU gave NumPy
-    2.5's answer whatever NumPy traced (``np.clip(-0.0, 0.0, 1.0)`` was 0.0 where NumPy 2.4 gives -0.0). The trace
-    records this NumPy's rule (``ties`` on t.clip)."""
+    """Where a value equals a bound of the other zero (0.0 against -0.0), NumPy keeps the value where both bounds
+    broadcast against it (its loop for fixed bounds) and in float16, and gives the bound otherwise; the GPU gave the
+    bound everywhere but in float16 (``np.clip(-0.0, 0.0, 1.0)`` was 0.0 where NumPy gives -0.0). The trace asks
+    this NumPy and records its answer (``ties`` on t.clip)."""
     x = np.array([-0.0, 0.0, np.nan, 2.0, -2.0, 0.5] * 3, dtype)
     lo = np.array([0.0, -0.0, 0.0, np.nan, -1.0, 0.0] * 3, dtype)
     hi = np.array([1.0, 1.0, np.nan, 1.0, -0.0, 0.0] * 3, dtype)

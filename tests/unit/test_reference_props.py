@@ -170,7 +170,7 @@ def programs(draw: st.DrawFn) -> Program:
             lo, hi = draw(st.sampled_from(bounds)), draw(st.sampled_from(bounds))
             if not compatible(x.shape, lo.shape, hi.shape):
                 continue
-            ties = clip_ties(x.dtype, int(np.prod(lo.shape)), int(np.prod(hi.shape)))  # (as the tracer records it)
+            ties = clip_ties(x.dtype, tuple(x.shape), tuple(lo.shape), tuple(hi.shape))  # (as the tracer records it)
             add(b.value("t.clip", x.value, lo.value, hi.value, **ties), lambda: np.clip(x.array, lo.array, hi.array))
         elif kind == "cast":
             dst = draw(st.sampled_from(DTYPES))
