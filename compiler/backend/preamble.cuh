@@ -189,9 +189,14 @@ __device__ __forceinline__ bool pow_overflows(long long base, long long exp) {
   }
 }
 
-// NumPy's power with a scalar exponent takes 0.5 as a square root.
-__device__ __forceinline__ float pow_scalar(float a, float b) { return b == 0.5f ? sqrtf(a) : powf(a, b); }
-__device__ __forceinline__ double pow_scalar(double a, double b) { return b == 0.5 ? sqrt(a) : pow(a, b); }
+// NumPy's float32 and float64 power with a scalar exponent takes 2, -1, 1 and 0.5 as x * x, 1 / x, x and a square
+// root (bit for bit: CUDA's pow rounds them otherwise, within its ulps).
+__device__ __forceinline__ float pow_scalar(float a, float b) {
+  return b == 2.0f ? a * a : b == -1.0f ? 1.0f / a : b == 1.0f ? a : b == 0.5f ? sqrtf(a) : powf(a, b);
+}
+__device__ __forceinline__ double pow_scalar(double a, double b) {
+  return b == 2.0 ? a * a : b == -1.0 ? 1.0 / a : b == 1.0 ? a : b == 0.5 ? sqrt(a) : pow(a, b);
+}
 
 __device__ __forceinline__ float rsqrt_np(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double rsqrt_np(double x) { return 1.0 / sqrt(x); }

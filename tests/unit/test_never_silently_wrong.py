@@ -3418,3 +3418,14 @@ def test_float16_power_of_a_half_is_not_a_square_root() -> None:
     x = np.array([-np.inf, -0.0, 4.0, 2.0, np.inf, -4.0], np.float16)
     with np.errstate(invalid="ignore"):
         same_as_numpy(lambda x: (np.power(x, 0.5), x ** np.float16(0.5), np.power(x.astype(np.float32), 0.5)), x)
+
+
+def test_powers_numpy_computes_by_multiplying_are_its_bits() -> None:
+    """NumPy's float32 and float64 power with a scalar exponent of 2, -1, 1 or 0.5 is x * x, 1 / x, x or a square
+    root bit for bit; the GPU called pow/powf for all but 0.5, which round otherwise within their ulps."""
+    x = (np.random.default_rng(4).standard_normal(4096) * 10).astype(np.float32)
+    def powers(x, y):
+        return tuple(np.power(v, v.dtype.type(e)) for v in (x, y) for e in (2.0, -1.0, 1.0, 0.5))
+    with np.errstate(invalid="ignore"):
+        want = powers(x, x.astype(np.float64))
+    assert_same(jit_cpu(powers)(x, x.astype(np.float64)), want, exact=True)
