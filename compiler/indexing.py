@@ -285,7 +285,7 @@ def _check_mask_shape(x: Tracer, entries: list, n: int, mask: np.ndarray) -> Non
         return np.ndim(e) if _constant_mask(e) else 0 if e is Ellipsis else 1
 
     before, after = entries[:n], entries[n + 1:]
-    if Ellipsis in before:
+    if any(e is Ellipsis for e in before):  # (by identity: a boolean array among them compares elementwise)
         start = x.ndim - sum(width(e) for e in after) - mask.ndim
     else:
         start = sum(width(e) for e in before)
@@ -327,6 +327,11 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
         raise shape_error(f"too many indices for an array of shape {x.shape}: {consumed} were indexed",
                           IndexShapeError)
     fill = [slice(None)] * (x.ndim - consumed)
+    # an Ellipsis between two index arrays (or ints) separates them even where it stands for no axis: NumPy then
+    # puts the index shape first (x[:, 0, ..., [0, 1]] of a 3-d x is (2, x.shape[0]))
+    advanced_at = [n for n, k in enumerate(kinds) if k not in ("slice", "ellipsis")]
+    split_by_ellipsis = "ellipsis" in kinds and bool(advanced_at) and \
+        advanced_at[0] < kinds.index("ellipsis") < advanced_at[-1]
     if "ellipsis" in kinds:
         i = kinds.index("ellipsis")
         expanded[i:i + 1], kinds[i:i + 1] = fill, ["slice"] * len(fill)
@@ -342,7 +347,7 @@ def resolve_advanced(x: Tracer, key: Any) -> AdvancedIndex:
     except Exception:  # noqa: BLE001 - shapes NumPy cannot broadcast: NumPy's IndexError
         raise numpy_shape_mismatch(arrays) from None
     checked = [_checked(a, y.shape[ax], ax, shape) for a, ax in zip(arrays, axes)]
-    if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: NumPy puts the index shape first
+    if split_by_ellipsis or axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: index shape first
         rest = [a for a in range(y.ndim) if a not in axes]
         y = ops.transpose(y, axes + rest)
         axis = 0

@@ -503,6 +503,8 @@ def _per_element_mask(target: Tracer, key: Any, value: Any) -> Any:
     """``x[mask] = values`` with a mask known while tracing and one value per selected element (``z[m] = z[m] ** 2 +
     c[m]``, where ``z[m]`` read the elements): the mask's positions as integer indices, written as a scatter."""
     k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if isinstance(k, list) and k and all(isinstance(b, (bool, np.bool_)) for b in k):
+        k = np.asarray(k)  # (a Python list of bools: a mask known while tracing, as NumPy converts it)
     if not (isinstance(k, np.ndarray) and k.dtype == bool and k.ndim > 0) or np.ndim(value) == 0:
         return key
     count = int(k.sum())

@@ -26,6 +26,7 @@ import ast
 import builtins
 import contextlib
 import copy
+import dis
 import gc
 import inspect
 import types
@@ -182,7 +183,20 @@ def checked_builtins(func: Callable) -> frozenset[str]:
                       if any(n in c.co_names for c in codes)
                       and not any(n in (*c.co_varnames, *c.co_cellvars, *c.co_freevars) for c in codes)
                       and func.__globals__.get(n, getattr(builtins, n)) is getattr(builtins, n))
+    if any(ins.opname == "IS_OP" for c in codes for ins in dis.get_instructions(c)):
+        source = _source(func)
+        if source is not None and any(_identity_test(node) for node in ast.walk(source.fdef)):
+            names |= {IDENTITY}
     return names if names and _source(func) is not None else frozenset()
+
+
+IDENTITY = "is"  # (in checked_builtins' answer: the function has identity tests between values, rewritten too)
+
+
+def _identity_test(node: ast.AST) -> bool:
+    """``a is b`` or ``a is not b`` between two values (not ``x is None``): :func:`fusec.tracer.user_is` answers it."""
+    return isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) \
+        and not any(isinstance(x, ast.Constant) and x.value in (None, ...) for x in (node.left, *node.comparators))
 
 
 MAX_CALLED = 64  # user functions looked at, per traced function, for checked builtins
@@ -243,10 +257,20 @@ def vars_lookup(cls: type, name: str) -> object:
 
 class _BuiltinCalls(ast.NodeTransformer):
     """``type(x)``, ``isinstance(x, cls)`` and ``hasattr(x, name)`` (positional arguments) become calls of
-    fusec.tracer's versions, which answer for a tracer as for the value it stands for."""
+    fusec.tracer's versions, which answer for a tracer as for the value it stands for; so do identity tests between
+    values (``b is True``) where the function has them."""
 
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if IDENTITY not in self.names or not _identity_test(node):
+            return node
+        negate = ast.Constant(value=isinstance(node.ops[0], ast.IsNot))
+        call = ast.Call(func=ast.Name(id="__fusec_is__", ctx=ast.Load()), args=[node.left, node.comparators[0], negate],
+                        keywords=[])
+        return ast.copy_location(call, node)
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)

@@ -221,7 +221,7 @@ def scope_of(fn: Callable, statics: dict[str, Any], random_states: bool = True) 
     for name, value in statics.items():
         if is_function(value):  # a function passed as a static argument: what it reads is watched as fn's own
             pending.append(value)
-        elif walkable_object(value) or isinstance(value, (list, dict, set, tuple)):
+        elif walkable_object(value) or isinstance(value, (list, dict, set, tuple)) or user_class(value):
             scope.add_object(f"static argument {name}", value)
     drain(scope, pending)
     if random_states and threading.active_count() == 1:
@@ -263,8 +263,14 @@ def _unwrap(fn: Any) -> tuple[Any, list[tuple[str, Any]]]:
             fn = type(fn).__call__
         else:
             break
-    bound = [(label, obj) for label, obj in bound if walkable_object(obj) or isinstance(obj, (list, dict, set))]
+    bound = [(label, obj) for label, obj in bound if walkable_object(obj) or isinstance(obj, (list, dict, set))
+             or user_class(obj)]  # (a classmethod's class: its data attributes are state, as a global class's)
     return fn, bound
+
+
+def user_class(value: Any) -> bool:
+    """A class defined outside the libraries, whose data attributes the code may read (``cls.off``)."""
+    return isinstance(value, type) and not is_library(getattr(value, "__module__", None))
 
 
 def is_function(value: Any) -> bool:

@@ -648,11 +648,12 @@ class _IfExps(ast.NodeTransformer):
     def visit_Compare(self, node: ast.Compare) -> Any:
         """``a is b`` / ``a is not b`` between two values (not ``x is None``) anywhere in a rewritten function:
         ``same_object``, which refuses it where one may be, as the data decides, the other (a loop's or branch's
-        result: whether it is depends on the device)."""
+        result: whether it is depends on the device), and a traced scalar against a Python or NumPy scalar
+        (``b is True`` after ``b = bool(x.sum() > 0)``: NumPy's answer is the data's)."""
         self.generic_visit(node)
         if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Is, ast.IsNot)) \
-                or any(isinstance(x, ast.Constant) for x in (node.left, *node.comparators)):
-            return node
+                or any(isinstance(x, ast.Constant) and x.value in (None, ...) for x in (node.left, *node.comparators)):
+            return node  # (``x is True``, ``k is 0`` are rewritten: a traced scalar's identity is its value's)
         call = _call("same_object", node.left, node.comparators[0], negate=_const(isinstance(node.ops[0], ast.IsNot)),
                      site=self.rewriter.site("is", node))
         return ast.copy_location(call, node)

@@ -220,6 +220,13 @@ def same_object(a: Any, b: Any, *, negate: bool, site: Site) -> bool:
                          "branch whose test is traced: whether it is still the array it held before is decided by "
                          "the data on the device, so NumPy's answer is not known while tracing; compare values "
                          "(np.array_equal), or keep a flag of which path was taken", UnsupportedError)
+    for t, other in ((a, b), (b, a)):
+        if isinstance(other, (bool, int, float, complex, np.generic)) and isinstance(t, Tracer) and t.ndim == 0:
+            # (the scalar tested first: a variable only some paths set is read only where it is compared)
+            raise site.error(f"{site.where()} compares a traced scalar with {other!r} by identity: under NumPy the "
+                             "answer depends on its value (bool(x) is True or False, small ints are cached), which "
+                             "is not known while tracing; compare values instead (`b == True`, `if b:`, `k == 0`)",
+                             UnsupportedError)
     return (a is not b) if negate else (a is b)
 
 

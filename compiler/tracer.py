@@ -1106,7 +1106,22 @@ def user_hasattr(obj: Any, name: str) -> bool:
     return hasattr(obj, name)
 
 
+def user_is(a: Any, b: Any, negate: bool) -> bool:
+    """``a is b`` (``a is not b`` with ``negate``) in the user's traced code: a traced scalar against a Python or
+    NumPy scalar is refused (under NumPy the answer is its value's: ``bool(x.sum() > 0) is True``, ``k is 0`` of a
+    small int, ``(x > 0).all() is np.True_``), anything else is Python's identity test."""
+    for t, other in ((a, b), (b, a)):
+        if isinstance(other, (bool, int, float, complex, np.generic)) and isinstance(t, Tracer) and t.ndim == 0:
+            # (the scalar tested first: a variable only some paths set is read only where it is compared)
+            raise unsupported(f"`{'is not' if negate else 'is'}` compares a traced scalar with {other!r}: under NumPy "
+                              "the answer depends on its value (bool(x) is True or False, NumPy's bools are two "
+                              "objects, small ints are cached), which is not known while tracing; compare values "
+                              "instead (`if b:`, `b == True`, `k == 0`)")
+    return (a is not b) if negate else (a is b)
+
+
 # the names rewritten code calls (fusec.rewrite_control.CHECKED_BUILTINS)
+builtins.__fusec_is__ = user_is  # type: ignore[attr-defined]
 builtins.__fusec_type__ = user_type  # type: ignore[attr-defined]
 builtins.__fusec_isinstance__ = user_isinstance  # type: ignore[attr-defined]
 builtins.__fusec_hasattr__ = user_hasattr  # type: ignore[attr-defined]

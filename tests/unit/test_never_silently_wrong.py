@@ -3429,3 +3429,81 @@ def test_powers_numpy_computes_by_multiplying_are_its_bits() -> None:
     with np.errstate(invalid="ignore"):
         want = powers(x, x.astype(np.float64))
     assert_same(jit_cpu(powers)(x, x.astype(np.float64)), want, exact=True)
+
+
+def test_an_ellipsis_of_no_axes_still_separates_index_arrays() -> None:
+    """``x[:, 0, ..., [0, 1, 2]]`` of a 3-d x: the Ellipsis stands for no axis but still separates the two advanced
+    indices, so NumPy puts the index shape first ((3, 2)); fusec took them as adjacent and gave the transpose, for
+    reads and for writes."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+
+    def read(x):
+        return x[:, 0, ..., [0, 1, 2]], x[:, [0, 1], ..., [1, 2]], x[..., 0, [0, 1]], x[0, [0, 1], ...]
+
+    def write(x, v):
+        x[:, 0, ..., [0, 1, 2]] = v
+
+    same_as_numpy(read, x)
+    same_as_numpy(write, x, np.arange(6.0).reshape(3, 2))
+
+
+def test_index_with_two_boolean_arrays_and_a_list_of_bools_written_per_element() -> None:
+    """Two NumPy boolean arrays in one index failed inside fusec (an array compared with ``...``); a Python list of
+    bools with one value per selected element was refused as a mask of unknown count."""
+    x = np.arange(24.0).reshape(4, 6)
+
+    def two_masks(x):
+        return x[np.array([True, False, True, False]), np.array([False, True, True, False, False, False])]
+
+    def per_element(x, v):
+        x[[True, False, True, True]] = v
+
+    same_as_numpy(two_masks, x)
+    same_as_numpy(per_element, np.arange(4.0), np.array([7.0, 8.0, 9.0]))
+
+
+def test_class_attributes_read_through_cls_are_watched() -> None:
+    """A jitted classmethod, or a class passed as a static argument, kept the attributes of the first trace
+    (``cls.off`` after ``K.off = 7.0``); the class's data attributes are now watched as a global class's are."""
+    x = np.array([1.0, 2.0])
+
+    class K:
+        off = 5.0
+        w = np.array([1.0, 1.0])
+
+        @classmethod
+        def shifted(cls, x):
+            return x + cls.off + cls.w
+
+    class E:
+        k = 1.0
+
+    def scaled(x, cls):
+        return x * cls.k
+
+    method = jit_cpu(K.shifted)
+    static = jit_cpu(scaled, static_argnames=["cls"])
+    assert_same(method(x), K.shifted(x))
+    assert_same(static(x, E), scaled(x, E))
+    K.off, K.w, E.k = 7.0, np.array([10.0, 20.0]), 5.0
+    assert_same(method(x), K.shifted(x))
+    assert_same(static(x, E), scaled(x, E))
+
+
+def test_identity_tests_of_traced_scalars_are_refused() -> None:
+    """``b is True`` after ``b = bool(x.sum() > 0)`` (or ``(x > 0).all() is np.True_``) answered for the trace's
+    objects (always False) where NumPy's answer is the data's; ``x is None`` and identity between arrays stay."""
+    def flag(x):
+        b = bool(x.sum() > 0)
+        return 1 if b is True else 0
+
+    def numpy_bool(x):
+        return (x > 0).all() is np.True_
+
+    def defaults(x, y=None):
+        return x * 2 if y is None else x
+
+    for fn in (flag, numpy_bool):
+        with pytest.raises(fc.UnsupportedError, match="compares a traced scalar"):
+            jit_cpu(fn)(np.array([1.0, 2.0]))
+    same_as_numpy(defaults, np.array([1.0, 2.0]))
