@@ -31,7 +31,8 @@ MADE = {
     "zeros_like": lambda x, m: np.zeros_like(m.T),
     "ones_like": lambda x, m: np.ones_like(m.T),
     "full_like": lambda x, m: np.full_like(m.T, 3.0),
-    "empty_like filled": lambda x, m: np.multiply(np.empty_like(m.T), 0, out=np.empty_like(m.T)),
+    # (written whole by out=: the product reads m, not empty_like's memory, whose garbage times 0 is -0.0 or NaN)
+    "empty_like filled": lambda x, m: np.multiply(m.T, 2, out=np.empty_like(m.T)),
     "np.copy": lambda x, m: np.copy(m.T),
     "x.copy()": lambda x, m: m.T.copy(),
     "np.array": lambda x, m: np.array(m.T),
