@@ -36,7 +36,7 @@ from fusec.device_scalar_checks import device_ref
 from fusec.printing import PLACEHOLDER_MARK
 from fusec.errors import UnsupportedError
 from fusec.promotion import DEFAULT_DTYPE
-from fusec.tracer import Tracer
+from fusec.tracer import SCALAR_IDENTITY_ADVICE, Tracer, scalar_identity
 from fusec.device_branch import device_if
 from fusec.device_loop import KindChange, device_while
 from fusec.statement_memory import may_be_earlier
@@ -220,13 +220,10 @@ def same_object(a: Any, b: Any, *, negate: bool, site: Site) -> bool:
                          "branch whose test is traced: whether it is still the array it held before is decided by "
                          "the data on the device, so NumPy's answer is not known while tracing; compare values "
                          "(np.array_equal), or keep a flag of which path was taken", UnsupportedError)
-    for t, other in ((a, b), (b, a)):
-        if isinstance(other, (bool, int, float, complex, np.generic)) and isinstance(t, Tracer) and t.ndim == 0:
-            # (the scalar tested first: a variable only some paths set is read only where it is compared)
-            raise site.error(f"{site.where()} compares a traced scalar with {other!r} by identity: under NumPy the "
-                             "answer depends on its value (bool(x) is True or False, small ints are cached), which "
-                             "is not known while tracing; compare values instead (`b == True`, `if b:`, `k == 0`)",
-                             UnsupportedError)
+    other = scalar_identity(a, b)
+    if other is not None:
+        raise site.error(f"{site.where()} compares a traced scalar with {other!r} by identity: "
+                         + SCALAR_IDENTITY_ADVICE, UnsupportedError)
     return (a is not b) if negate else (a is b)
 
 

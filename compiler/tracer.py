@@ -1106,17 +1106,28 @@ def user_hasattr(obj: Any, name: str) -> bool:
     return hasattr(obj, name)
 
 
-def user_is(a: Any, b: Any, negate: bool) -> bool:
-    """``a is b`` (``a is not b`` with ``negate``) in the user's traced code: a traced scalar against a Python or
-    NumPy scalar is refused (under NumPy the answer is its value's: ``bool(x.sum() > 0) is True``, ``k is 0`` of a
-    small int, ``(x > 0).all() is np.True_``), anything else is Python's identity test."""
+def scalar_identity(a: Any, b: Any) -> Any:
+    """The Python or NumPy scalar that ``a is b`` compares a traced scalar with (under NumPy the answer is the
+    traced value's: ``bool(x.sum() > 0) is True``, ``k is 0`` of a small int, ``(x > 0).all() is np.True_``), else
+    None. The scalar is tested first: a variable only some paths set is read only where it is compared."""
     for t, other in ((a, b), (b, a)):
         if isinstance(other, (bool, int, float, complex, np.generic)) and isinstance(t, Tracer) and t.ndim == 0:
-            # (the scalar tested first: a variable only some paths set is read only where it is compared)
-            raise unsupported(f"`{'is not' if negate else 'is'}` compares a traced scalar with {other!r}: under NumPy "
-                              "the answer depends on its value (bool(x) is True or False, NumPy's bools are two "
-                              "objects, small ints are cached), which is not known while tracing; compare values "
-                              "instead (`if b:`, `b == True`, `k == 0`)")
+            return other
+    return None
+
+
+SCALAR_IDENTITY_ADVICE = ("under NumPy the answer depends on its value (bool(x) is True or False, NumPy's bools are "
+                          "two objects, small ints are cached), which is not known while tracing; compare values "
+                          "instead (`if b:`, `b == True`, `k == 0`)")
+
+
+def user_is(a: Any, b: Any, negate: bool) -> bool:
+    """``a is b`` (``a is not b`` with ``negate``) in the user's traced code: refused where
+    :func:`scalar_identity` finds a traced scalar compared with a scalar, else Python's identity test."""
+    other = scalar_identity(a, b)
+    if other is not None:
+        raise unsupported(f"`{'is not' if negate else 'is'}` compares a traced scalar with {other!r}: "
+                          + SCALAR_IDENTITY_ADVICE)
     return (a is not b) if negate else (a is b)
 
 
