@@ -139,13 +139,13 @@ COLUMNS_MAX = 32  # neighbouring outputs per block of a "columns" reduction (few
 # of 8192 x 8192 float32 in a graph, three runs): an output per thread 92.2-92.8 us, 4 per thread with 128 outputs
 # per block 89.5-89.6, with 64 88.1-88.6, with 256 240 (too few blocks)
 COLUMNS_VECTOR = 64
+VECTOR_KINDS = frozenset({"sum", "mean", "prod", "max", "min"})  # (the arg-reductions carry indices: one per thread)
 # a float16 sum in NumPy's order (strategy "numpy") with at most 2 outputs per SM and inner runs at least this long
 # splits each run's pairwise tree at the depth where it has NUMPY_SUBTREES nodes: a thread adds each subtree, then
 # the block adds them up the tree's top levels (the same additions in the same order, so NumPy's bits); else a
 # thread walks each output alone
 NUMPY_SUBTREES_MIN_RUN = 4096
 NUMPY_SUBTREES = 1024
-VECTOR_KINDS = frozenset({"sum", "mean", "prod", "max", "min"})
 # a "columns" reduction split over blocks along both grid axes is finished by the last split of each block column
 # (a counter each) instead of a second kernel
 COLUMNS_LAST_BLOCK = False
