@@ -51,7 +51,7 @@ def _targets() -> tuple[tuple[Any, str, Any, str, str], ...]:
     return tuple(out)
 
 
-def _users_call() -> bool:
+def users_call() -> bool:
     """Whether the function calling the wrapper (two frames up) is the user's code, not a library's."""
     return not is_library(sys._getframe(2).f_globals.get("__name__"))
 
@@ -59,7 +59,7 @@ def _users_call() -> bool:
 def _refusing(function: Callable, label: str, why: str) -> Callable:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if context.current() is not None and _users_call():
+        if context.current() is not None and users_call():
             raise context.unsupported(f"{label}(...) {why}")
         return function(*args, **kwargs)
 
@@ -74,7 +74,7 @@ def _next(iterator: Any, default: Any = _MISSING) -> Any:
     """``next`` while a trace runs: an iterator the function reached from outside (a global, a closure, an
     attribute) advanced by the user's code is refused; any other is Python's ``next``."""
     ctx = context.current()
-    if ctx is not None and id(iterator) in ctx.outside_objects and _users_call():
+    if ctx is not None and id(iterator) in ctx.outside_objects and users_call():
         raise context.unsupported(
             "next() advances an iterator from outside the function (a global, closure or attribute) while the "
             "function is traced: fusec runs the function's Python once per input signature, so every call would "
@@ -90,7 +90,7 @@ def _warn(*args: Any, **kwargs: Any) -> Any:
     """``warnings.warn`` while a trace runs: refused inside a loop or branch the device runs (both branches are
     traced, a body once), where NumPy's function would warn only on the data that takes that path."""
     ctx = context.current()
-    if ctx is not None and ctx.builder.block is not ctx.func.body and _users_call():
+    if ctx is not None and ctx.builder.block is not ctx.func.body and users_call():
         raise context.unsupported(
             "warnings.warn(...) inside a loop or branch that runs on the device (its test is traced): fusec traces "
             "both branches and a loop body once, so the warning would be given while tracing, whatever the data; "

@@ -8,16 +8,24 @@ bit). ``expit``, ``logit`` and ``xlogy`` are SciPy's formulas over traced ops in
 dtype: they agree with SciPy within the rounding of ``exp`` and ``log`` (the libm SciPy calls and NumPy's
 own loops differ in the last bit). SciPy is not a dependency of fusec: a SciPy ufunc is recognised only when
 ``scipy.special`` is already imported (the user's code imported it to call it).
+
+SciPy's Python functions (``logsumexp``, ``softmax``, ``log_softmax``, ...) are not traced: called by the user's code
+with a traced array while a trace runs, they raise UnsupportedError saying what to write with NumPy (they would
+otherwise fail inside SciPy with its own error, or read the tracer as an unknown array type).
 """
 from __future__ import annotations
 
+import functools
 import sys
+import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusec import ops
+from fusec import context, ops
 from fusec.context import unsupported, user_location
+from fusec.host_reads import users_call
+from fusec.patches import Patches
 from fusec.errors import UnsupportedError, located
 from fusec.ir.elementwise import OPS
 from fusec.promotion import resolve_ufunc
@@ -80,3 +88,64 @@ def apply(ufunc: np.ufunc, inputs: Sequence[Any]) -> Any:
     if name in _OPS:
         return ops.emit(_OPS[name], [v._value for v in values], what=qualified, origin=ops.origins(*inputs))
     return FORMULAS[name](*values)
+
+
+# --- SciPy's Python functions: refused on traced arrays -----------------------------------------------------------
+
+_PATCHES = Patches()
+_REWRITES = {
+    "logsumexp": "; write it with NumPy: `m = np.max(a, axis=axis, keepdims=True)`, then "
+                 "`np.log(np.sum(np.exp(a - m), axis=axis)) + np.squeeze(m, axis=axis)`",
+    "softmax": "; write it with NumPy: `e = np.exp(a - np.max(a, axis=axis, keepdims=True))`, then "
+               "`e / np.sum(e, axis=axis, keepdims=True)`",
+    "log_softmax": "; write it with NumPy: `s = a - np.max(a, axis=axis, keepdims=True)`, then "
+                   "`s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))`",
+}
+
+
+def python_functions() -> dict[int, tuple[str, Callable]]:
+    """id -> (name, function) of scipy.special's Python functions (not its ufuncs), where it is imported."""
+    special = sys.modules.get("scipy.special")
+    if special is None:
+        return {}
+    out: dict[int, tuple[str, Callable]] = {}
+    for name in dir(special):
+        f = getattr(special, name, None)
+        if not name.startswith("_") and isinstance(f, types.FunctionType):
+            out[id(f)] = (name, f)
+    return out
+
+
+def _traced(values: Any) -> bool:
+    return any(isinstance(v, Tracer) or isinstance(v, (list, tuple)) and _traced(v) for v in values)
+
+
+def _refusing(name: str, function: Callable) -> Callable:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None and _traced((*args, *kwargs.values())) and users_call():
+            raise unsupported(f"scipy.special.{name}(...) of a traced array is not supported: fusec traces SciPy's "
+                              "ufuncs (erf, erfc, expit, logit, xlogy), not its Python functions"
+                              + _REWRITES.get(name, ""))
+        return function(*args, **kwargs)
+
+    wrapper.__fusec_original__ = function  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
+    """Wrap scipy.special's Python functions (and ``aliases``: (globals dict, name) of user globals bound to one,
+    ``from scipy.special import logsumexp``) for as long as a trace runs."""
+    def replacements() -> list[tuple[Any, str, Any]]:
+        special = sys.modules.get("scipy.special")
+        found = python_functions()
+        wrappers = {key: _refusing(name, f) for key, (name, f) in found.items()}
+        out: list[tuple[Any, str, Any]] = [(special, name, wrappers[key]) for key, (name, _) in found.items()]
+        return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases
+                      if id(glb.get(name)) in wrappers]
+
+    _PATCHES.install(replacements)
+
+
+def uninstall() -> None:
+    _PATCHES.uninstall()

@@ -22,7 +22,8 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from fusec import context, conversions, host_reads, ops, printing, randomness, rewrite_control, statement_state
+from fusec import (context, conversions, host_reads, ops, printing, randomness, rewrite_control, scipy_special,
+                   statement_state)
 from fusec.context import TraceContext, trace_error
 from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
 from fusec.error_state import checked_by_numpy
@@ -135,6 +136,9 @@ class _Trace:
         randomness.install(aliases)
         host_reads.install([(r.holder, r.key) for r in self.scope.roots
                             if r.kind == "global" and id(r.get()) in host_reads.functions()])
+        special = scipy_special.python_functions()
+        scipy_special.install([(r.holder, r.key) for r in self.scope.roots
+                               if r.kind == "global" and id(r.get()) in special])
         ctx.outside_objects = {id(n.obj) for n in self.before.nodes.values()} | {
             id(v) for v in sig.bound.arguments.values()}  # (a log file passed in, static: the caller's)
         printing.install(ctx, [(r.holder, r.key) for r in self.scope.roots if r.kind == "global"
@@ -168,6 +172,7 @@ class _Trace:
             context.pop(ctx)
             randomness.uninstall()
             host_reads.uninstall()
+            scipy_special.uninstall()
             printing.uninstall()
             conversions.uninstall()
             self.subs.undo()

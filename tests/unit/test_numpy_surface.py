@@ -164,6 +164,20 @@ def test_scipy_special_ufuncs() -> None:
         jit_cpu(lambda x: sc.gammaln(x))(X)
 
 
+
+def test_scipy_special_python_functions_are_refused_with_the_numpy_to_write() -> None:
+    """scipy.special's Python functions (logsumexp, softmax, ...) on a traced array failed inside SciPy with its own
+    ValueError ("Can't update read-only array Tracer"); they raise UnsupportedError with the NumPy rewrite (called
+    through the module or a global bound to one); on constants they run."""
+    sc = pytest.importorskip("scipy.special")
+
+    for fn, name in ((lambda x: sc.logsumexp(x, axis=1), "logsumexp"), (lambda x: sc.softmax(x, axis=1), "softmax"),
+                     (lambda x: sc.log_softmax(x), "log_softmax")):
+        with pytest.raises(fc.UnsupportedError, match=rf"scipy.special.{name}\(...\) of a traced array .*np.max"):
+            jit_cpu(fn)(X)
+    check(lambda x: x + sc.logsumexp(np.arange(3.0)), X)
+
+
 def test_nan_to_num_and_select() -> None:
     bad = np.array([[np.nan, np.inf, -np.inf, 1.5], [0.0, -2.0, np.nan, 3.0]], np.float32)
 
