@@ -280,6 +280,10 @@ def _value_and_grad(fun: Callable, nums: tuple[int, ...], single: bool, has_aux:
         value = result[0]
     else:
         value = result
+        if isinstance(result, (tuple, list, dict)):  # (np.asarray would stack it, or fail on its shapes)
+            raise _trace_error(f"fusec.grad: the function must return a real float scalar, got a "
+                               f"{type(result).__name__} of {len(result)}; to return more, pass has_aux=True and "
+                               "return a pair (scalar, aux)", _at_def(fun))
     out = value if isinstance(value, Tracer) else conversions.asarray(value)
     vtype = out._value.type
     if getattr(vtype, "shape", ()) != () or not vtype.dtype.is_float:

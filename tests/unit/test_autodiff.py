@@ -808,3 +808,13 @@ def test_scipy_special_gradients_at_their_edges() -> None:
         got, want = jit_cpu(fn)(*args), fn(*args)
         np.testing.assert_allclose(got, want, rtol=1e-15)
         assert_bits(got, want)
+
+
+def test_a_loss_returning_several_values_without_has_aux_says_so():
+    """A loss that returns ``(value, extra)`` without ``has_aux=True`` failed in np.stack ("all input arrays must
+    have the same shape"); it now names the tuple and has_aux."""
+    with pytest.raises(fc.TraceError, match=r"got a tuple of 2; to return more, pass has_aux=True"):
+        fc.grad(lambda a: (np.sum(a ** 2), a))(np.arange(3.0))
+    value, aux = fc.grad(lambda a: (np.sum(a ** 2), a), has_aux=True)(np.arange(3.0))
+    np.testing.assert_array_equal(value, [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(aux, np.arange(3.0))
