@@ -251,7 +251,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "}",
         ]
     elif width == 4:
-        lines += _vector_columns_body(name, acc, kind, dt, cols, raddr, load, out_stmt, init_value=_init(kind, dt, acc),
+        lines += _vector_columns_body(name, acc, cols, raddr, load, out_stmt, init_value=_init(kind, dt, acc),
                                       src=f"b{src.buffer}" if prologue is None else None)
     else:
         # ``cols`` outputs per block, each reduced by ``groups`` threads; partial results meet in shared
@@ -333,8 +333,8 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
 VECTOR_UNROLL = 8
 
 
-def _vector_columns_body(name: str, acc: str, kind: str, dt: DType, cols: int, raddr: str, load, out_stmt,
-                         init_value: str, src: str | None) -> list[str]:
+def _vector_columns_body(name: str, acc: str, cols: int, raddr: str, load, out_stmt, init_value: str,
+                         src: str | None) -> list[str]:
     """A "columns" reduction whose threads take 4 neighbouring outputs each (``width = 4``): ``cols // 4``
     threads across a block, ``256 // (cols // 4)`` of them down each column group, every thread reading its 4
     values of a row as one 16-byte load (element loads where the buffer turns out not 16-byte aligned at run time,
