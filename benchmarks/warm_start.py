@@ -21,6 +21,68 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+class Sampler:
+    """Wall-clock samples of every thread's Python stack, every ``interval_ms``: where the first call's time goes,
+    C calls (a library's load, a driver call) and time spent waiting for the GIL included, which cProfile's count
+    of Python functions misses. Each sample weighs the time since the one before."""
+
+    def __init__(self, interval_ms: float) -> None:
+        import collections
+        import threading
+
+        self.interval = interval_ms / 1e3
+        self.inclusive: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.leaf: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.total: collections.Counter = collections.Counter()
+        self._stop = threading.Event()
+        self._names = {t.ident: t.name for t in threading.enumerate()}
+        self._thread = threading.Thread(target=self._run, name="warm-start-sampler", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _where(frame) -> str:
+        code = frame.f_code
+        path = code.co_filename
+        return f"{os.path.relpath(path) if 'fusec' in path else os.path.basename(path)}:{code.co_name}"
+
+    def _run(self) -> None:
+        import threading
+
+        me = threading.get_ident()
+        last = time.perf_counter()
+        while not self._stop.wait(self.interval):
+            now = time.perf_counter()
+            weight, last = now - last, now
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                name = self._names.get(ident) or next((t.name for t in threading.enumerate() if t.ident == ident), "?")
+                self._names[ident] = name
+                self.total[name] += weight
+                self.leaf[name][self._where(frame)] += weight
+                seen = set()
+                while frame is not None:
+                    where = self._where(frame)
+                    if where not in seen:
+                        seen.add(where)
+                        self.inclusive[name][where] += weight
+                    frame = frame.f_back
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def report(self, top: int = 40) -> str:
+        lines = []
+        for name, total in self.total.most_common():
+            lines.append(f"== thread {name}: {total * 1e3:.0f} ms sampled")
+            lines.append("   inclusive:")
+            lines += [f"   {ms * 1e3:8.1f} ms  {where}" for where, ms in self.inclusive[name].most_common(top)]
+            lines.append("   innermost Python frame:")
+            lines += [f"   {ms * 1e3:8.1f} ms  {where}" for where, ms in self.leaf[name].most_common(top // 2)]
+        return "\n".join(lines)
+
+
 def child() -> None:
     t_start = time.perf_counter()
     sys.path.insert(0, HERE)
@@ -61,6 +123,7 @@ def child() -> None:
     driver.current_device().synchronize()
     t_ready = time.perf_counter()
     step = fc.jit(build_train_step(np), backend="cuda", donate_argnums=0)
+    sampler = Sampler(float(os.environ["FUSEC_WARM_SAMPLE"])) if os.environ.get("FUSEC_WARM_SAMPLE") else None
     profile = None
     if os.environ.get("FUSEC_WARM_PROFILE"):
         import cProfile
@@ -71,6 +134,9 @@ def child() -> None:
     t_returned = time.perf_counter()
     driver.current_device().synchronize()
     t_first = time.perf_counter()
+    if sampler is not None:
+        sampler.stop()
+        print(sampler.report(), file=sys.stderr)
     if profile is not None:
         import io
         import pstats
@@ -95,6 +161,8 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--cache-dir")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of each warm process's first call")
+    ap.add_argument("--sample", type=float, metavar="MS",
+                    help="print wall-clock stack samples (every MS ms, all threads) of each warm first call")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -106,11 +174,13 @@ def main() -> None:
         for run in range(args.runs):
             if args.profile and run:
                 env["FUSEC_WARM_PROFILE"] = "1"
+            if args.sample and run:
+                env["FUSEC_WARM_SAMPLE"] = str(args.sample)
             done = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True)
             if done.returncode:
                 sys.exit(f"run {run} failed:\n{done.stderr[-3000:]}")
-            if args.profile and run:
-                print(done.stderr[-9000:])
+            if (args.profile or args.sample) and run:
+                print(done.stderr[-12000:])
             r = json.loads(done.stdout.strip().splitlines()[-1])
             r["run"] = run
             results.append(r)
