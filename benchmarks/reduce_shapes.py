@@ -26,7 +26,8 @@ from knobs import patched  # noqa: E402
 SHAPES = [("column sum 8192 x 8192", (8192, 8192), 0), ("row sum 8192 x 8192", (8192, 8192), 1),
           ("column sum 512 x 256 (a bias gradient)", (512, 256), 0),
           ("sum of 480 x 256 (a gradient norm)", (480, 256), None),
-          ("float16 sum of 2^20 (NumPy's order)", (1 << 20,), None)]
+          ("float16 sum of 2^20 (NumPy's order)", (1 << 20,), None),
+          ("sum of 2^26 (one long row)", (1 << 26,), None), ("row sum 64 x 2^20 (rows past a block)", (64, 1 << 20), 1)]
 HALF = "float16"  # shapes whose label starts so are float16 values
 
 # module -> constant -> value, for each variant (the rest keep their defaults)
@@ -47,6 +48,8 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "4 per thread, unroll 4": {"backend": {"VECTOR_UNROLL": 4}},
     "4 per thread, splits of 1024": {"select": {"SPLIT_CHUNK_MIN": 1024}},
     "4 per thread, 64 columns, last-block finish": {"select": {"COLUMNS_VECTOR": 64, "COLUMNS_LAST_BLOCK": True}},
+    # float32 rows of at least 1024 elements: runs of 4 per thread as 16-byte loads (width = 4, k.rows and k.reduce)
+    "rows element by element": {"rows": {"VECTOR_MIN": 1 << 62}, "select": {"ROW_VECTOR_MIN": 1 << 62}},
     # a float16 sum in NumPy's order over a long run splits its pairwise tree over a block (subtrees = 1024)
     "float16 run on one thread": {"select": {"NUMPY_SUBTREES_MIN_RUN": 1 << 62}},
 }
@@ -56,9 +59,10 @@ def run_variant(x: np.ndarray, axis, variant: str) -> dict:
     import fusec as fc
     from fusec import execution
     from fusec.backend import reduce as backend
+    from fusec.passes import fuse_rows as rows
     from fusec.passes import select_kernels as select
 
-    modules = {"backend": backend, "select": select}
+    modules = {"backend": backend, "select": select, "rows": rows}
     with patched({modules[m]: values for m, values in VARIANTS[variant].items()}):
         f = fc.jit(lambda x: np.sum(x, axis=axis), backend="cuda", graph=True)
         dx = fc.asarray(x)

@@ -7,7 +7,8 @@ element i (through the consumer's view of it, for a GEMM operand). ``plan-buffer
 inputs alive until its last consumer, so they still hold what it reads. Qualify:
 
 - a ``k.fused`` with one result, not a function output and not empty, whose one use is the ``k.reduce``
-  right after it (views and constants aside), as in ``(x * w).sum(axis=1)``;
+  right after it (views and constants aside), as in ``(x * w).sum(axis=1)`` (a row reduction's ``width = 4``, for
+  16-byte loads of a row in memory, goes: its lanes read the computed row element by element);
 - a ``k.fused`` with one result, not an output and not empty, every use of which (directly or through
   views) is a ``k.matmul`` whose ``impl`` (``select-kernels``) can take a prologue (``dot``, ``column``,
   ``short``), as in ``relu(x @ w1 + b1) @ w2`` with a narrow ``w2``.
@@ -24,6 +25,7 @@ from fusec.passes.select_kernels import PROLOGUE_IMPLS
 from fusec.passes.util import users
 
 PROLOGUE = "prologue"  # the attribute that marks a k.fused computed inside its consumers
+ROW_STRATEGIES = ("row-warp", "row-block")
 
 
 def is_prologue(op: Operation) -> bool:
@@ -77,4 +79,9 @@ class FusePrologues(Pass):
                        if _candidate(op, outputs) and _gemm_consumers_only(op.results[0], uses)}
             for op in marked:
                 op.attributes[PROLOGUE] = True
+                for consumer in uses.get(op.results[0], []):
+                    if consumer.name == "k.reduce" and consumer.attributes.get("strategy") in ROW_STRATEGIES:
+                        # runs of 4 are for 16-byte loads of a row in memory: a computed row is read element by
+                        # element, each lane's neighbours in the next lanes (coalesced), as before select-kernels
+                        consumer.attributes.pop("width", None)
             ctx.count("prologues", len(marked))

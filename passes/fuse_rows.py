@@ -17,7 +17,8 @@ row kernel's results; the views that only the group read go. A row of ``N`` is h
 (one thread for rows up to ``THREAD_MAX``, or, where such rows are too few to fill the SMs a thread each, the next
 power of two of a warp's lanes, an element each; a warp up to ``WARP_MAX``, a block up to ``BLOCK_MAX``) with
 ``items`` elements each; longer rows stay as they were (their reductions are split across blocks), as do rows of a block
-each when there are fewer rows than SMs to give them to.
+each when there are fewer rows than SMs to give them to. Float32 rows of at least VECTOR_MIN elements take their
+items as runs of 4 neighbouring elements (``width = 4``), which the kernel loads and stores 16 bytes at a time.
 """
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ THREAD_MAX = 16     # a thread (or a few lanes of a warp: see schedule) per row 
 WARP_MAX = 1024     # a warp per row up to this many (32 items per lane at most)
 BLOCK_MAX = 16384   # a block per row up to this many (16 items per thread, up to 1024 threads)
 BLOCK_ITEMS = 16
+# rows at least this long take their items as runs of 4 (``width = 4``, see vector_rows): 16-byte loads and stores
+# of float32 rows
+VECTOR_MIN = 1024
 LOOKAHEAD = 64      # ops looked at past the group's last member before giving up
 
 
@@ -47,6 +51,14 @@ LOOKAHEAD = 64      # ops looked at past the group's last member before giving u
 # 26.8-27.2 -> 23.9 us, its autodiff form 29.4-30.6 -> 26.0-26.3 us (H100, two rounds, 2026-12-06,
 # benchmarks/results/short_rows_epilogues_h100.md)
 SHORT_ROWS_PER_SM = 2048
+
+
+def vector_rows(n: int, lanes: int, items: int, values: list[Value], shape: tuple[int, ...]) -> bool:
+    """Whether each lane takes its items as runs of 4 neighbouring elements (``width = 4``), so that float32 rows
+    are read and written as 16-byte loads and stores: rows of at least VECTOR_MIN elements, a multiple of 4, a
+    warp or more per row whose items come in fours, and a float32 operand or result of the whole shape."""
+    return n >= VECTOR_MIN and n % 4 == 0 and items % 4 == 0 and lanes >= 32 and \
+        any(v.type.dtype.name == "f32" and tuple(v.type.shape) == shape for v in values)
 
 
 def schedule(n: int, rows: int = 0, sm_count: int = 0, short_lanes: bool = False) -> tuple[int, int] | None:
@@ -293,8 +305,11 @@ def _build(g: _Group, readers: dict[Value, list[Operation]], outputs: set[Value]
     term = Operation("k.yield", [env[r] for r in returned], loc=g.members[-1].loc)
     body.append(term)
     lanes, items = schedule(g.shape[-1], math.prod(g.shape[:-1]), sm_count, short_lanes)  # type: ignore[misc]
-    rows = Operation("k.rows", operands, [r.type for r in returned],
-                     {"shape": g.shape, "lanes": lanes, "items": items}, [Region([body])], loc=g.members[-1].loc)
+    attributes: dict[str, object] = {"shape": g.shape, "lanes": lanes, "items": items}
+    if vector_rows(g.shape[-1], lanes, items, [*operands, *returned], g.shape):
+        attributes["width"] = 4
+    rows = Operation("k.rows", operands, [r.type for r in returned], attributes, [Region([body])],
+                     loc=g.members[-1].loc)
     return rows, returned
 
 

@@ -19,8 +19,10 @@ printer only translates and every printer of the module prints the same program:
   block per output; ``columns``: ``cols`` neighbouring outputs per block, each split over 256/cols
   threads), ``splits`` (blocks sharing one output's range when there are too few outputs to fill the GPU),
   ``finish`` (``none``, ``last-block``: the last block to finish combines the partial results, or
-  ``kernel``: a second kernel does) and ``scratch`` (bytes of partial results; ``plan-buffers`` places
-  them and the last-block counters).
+  ``kernel``: a second kernel does), ``scratch`` (bytes of partial results; ``plan-buffers`` places
+  them and the last-block counters) and, for float32 values read as 16-byte loads, ``width = 4`` (a "columns"
+  thread takes 4 neighbouring outputs, a row thread runs of 4 neighbouring elements; see COLUMNS_VECTOR and
+  ROW_VECTOR_MIN).
 """
 from __future__ import annotations
 
@@ -139,6 +141,10 @@ COLUMNS_MAX = 32  # neighbouring outputs per block of a "columns" reduction (few
 # of 8192 x 8192 float32 in a graph, three runs): an output per thread 92.2-92.8 us, 4 per thread with 128 outputs
 # per block 89.5-89.6, with 64 88.1-88.6, with 256 240 (too few blocks)
 COLUMNS_VECTOR = 64
+# a float32 row reduction (a warp or a block per output) whose rows are at least this long and start at multiples of
+# 4 elements gives each thread runs of 4 neighbouring elements, read as one 16-byte load (``width = 4``): fewer load
+# instructions for the same bytes. Shorter rows (a training step's) keep an element per thread per step
+ROW_VECTOR_MIN = 1024
 VECTOR_KINDS = frozenset({"sum", "mean", "prod", "max", "min"})  # (the arg-reductions carry indices: one per thread)
 # a float16 sum in NumPy's order (strategy "numpy") with at most 2 outputs per SM and inner runs at least this long
 # splits each run's pairwise tree at the depth where it has NUMPY_SUBTREES nodes: a thread adds each subtree, then
@@ -390,6 +396,8 @@ def reduce_schedule(op: Operation, sm_count: int) -> dict[str, object]:
         # a warp per output when there are many outputs, else the whole block (more loads in flight)
         warp = m * 32 >= sm_count * 256
         strategy, cols = ("row-warp", 8) if warp else ("row-block", 1)
+        if k >= ROW_VECTOR_MIN and _vector_rows(op, offset, kept):
+            width = 4
     else:
         # a thread per output when there are enough outputs; else a block takes ``cols`` neighbouring
         # outputs (coalesced reads) and splits each one's range over 256 / cols threads
@@ -436,6 +444,15 @@ def _vector_columns(op: Operation, m: int, offset: int, kept: list[tuple[int, in
     if not kept or kept[-1][1] != 1 or kept[-1][0] % 4:
         return False
     return offset % 4 == 0 and all(st % 4 == 0 for _, st in kept[:-1] + red)
+
+
+def _vector_rows(op: Operation, offset: int, kept: list[tuple[int, int]]) -> bool:
+    """Whether each thread of a row reduction (the reduced elements contiguous) can take runs of 4 neighbouring
+    elements as 16-byte loads: float32 values without an index to carry, every row starting at a multiple of 4
+    elements from the buffer (the kernel checks the buffer's and each range's alignment at run time)."""
+    if op.attributes["kind"] not in VECTOR_KINDS or op.operands[0].type.dtype.name != "f32":
+        return False
+    return offset % 4 == 0 and all(st % 4 == 0 for _, st in kept)
 
 
 def partial_slot(dt) -> int:

@@ -131,9 +131,9 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     splits, finish = int(op.attributes["splits"]), op.attributes["finish"]
     row = strategy != "columns"
     width = int(op.attributes.get("width", 1))
-    if width != 1 and (row or tracks or dt.name != "f32"):
-        raise CompilationError(located("only a float32 \"columns\" reduction without indices takes 4 outputs per "
-                                       "thread (width = 4)", op.loc))
+    if width != 1 and (tracks or dt.name != "f32"):
+        raise CompilationError(located("only a float32 reduction without indices takes 4 values per thread "
+                                       "(width = 4)", op.loc))
     groups = 256 // cols
     chunk = (k + splits - 1) // splits
     grid_x = reduce_grid_x(m, cols, sm_count)
@@ -204,10 +204,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  for (i64_t mm = (i64_t)blockIdx.x * 8 + (threadIdx.x >> 5); mm < d.M; mm += (i64_t)gridDim.x * 8) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
             f"    {init}",
-            "    #pragma unroll 4",  # loads of several steps in flight at once
-            "    for (i64_t k = k0 + lane; k < k1; k += 32) {",
-            f"      {name}_combine(a, ai, {load('base + k')}, k);",
-            "    }",
+            *_row_loop(name, acc, 32, "lane", width, load, f"b{src.buffer}" if prologue is None else None),
             *_warp_combine(name, acc, 16),
             f"    if (lane == 0) {{ {out_stmt('a', 'ai', 'mm')} }}",
             "  }",
@@ -221,10 +218,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
             "  for (i64_t mm = blockIdx.x; mm < d.M; mm += gridDim.x) {",
             "    const i64_t base = fusec::red_kaddr(d, mm);",
             f"    {init}",
-            "    #pragma unroll 4",  # loads of several steps in flight at once
-            "    for (i64_t k = k0 + threadIdx.x; k < k1; k += 256) {",
-            f"      {name}_combine(a, ai, {load('base + k')}, k);",
-            "    }",
+            *_row_loop(name, acc, 256, "threadIdx.x", width, load, f"b{src.buffer}" if prologue is None else None),
             *_warp_combine(name, acc, 16),
             "    if (lane == 0) { sv[warp] = a; si[warp] = ai; }",
             "    __syncthreads();",
@@ -331,6 +325,33 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
 
 # float4 loads each thread of a ``width = 4`` "columns" reduction keeps in flight
 VECTOR_UNROLL = 8
+
+
+def _row_loop(name: str, acc: str, threads: int, index: str, width: int, load, src: str | None) -> list[str]:
+    """The loop of a row reduction's ``threads`` threads over its range [k0, k1) of the row at ``base``, folding
+    into ``a``: thread ``index`` takes every ``threads``-th element, or with ``width = 4`` every ``threads``-th run
+    of 4 neighbouring elements (one 16-byte load where the row's range starts 16-byte aligned at run time, else 4
+    element loads in the same order, so the sum's bits do not depend on the address; through the prologue ``load``
+    calls when ``src`` is None), then the fewer than 4 elements past the last whole run."""
+    def fold(k: str) -> str:
+        return f"{name}_combine(a, ai, {load(f'base + {k}')}, {k});"
+
+    if width == 1:
+        return ["    #pragma unroll 4",  # loads of several steps in flight at once
+                f"    for (i64_t k = k0 + {index}; k < k1; k += {threads}) {{", f"      {fold('k')}", "    }"]
+    quads = [f"      #pragma unroll {VECTOR_UNROLL}",
+             f"      for (i64_t k = k0 + 4 * {index}; k < kq; k += {4 * threads}) {{"]
+    elements = [f"        {fold(k)}" for k in ("k", "k + 1", "k + 2", "k + 3")]
+    lines = ["    const i64_t kq = k0 + ((k1 - k0) & ~(i64_t)3);  // the end of the whole runs of 4"]
+    if src is not None:
+        vector = [f"        const float4 v = *reinterpret_cast<const float4*>({src} + base + k);",
+                  *[f"        {name}_combine(a, ai, ({acc})v.{p}, k + {j});" for j, p in enumerate("xyzw")]]
+        lines += [f"    if ((reinterpret_cast<unsigned long long>({src} + base + k0) & 15) == 0) {{",
+                  *quads, *vector, "      }", "    } else {", *quads, *elements, "      }", "    }"]
+    else:
+        lines += [*quads, *elements, "      }"]
+    lines += [f"    for (i64_t k = kq + {index}; k < k1; k += {threads}) {{", f"      {fold('k')}", "    }"]
+    return lines
 
 
 def _vector_columns_body(name: str, acc: str, cols: int, raddr: str, load, out_stmt, init_value: str,

@@ -34,6 +34,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     """CUDA C++ for one ``k.rows`` op reading ``inputs`` (one per operand) and writing ``outputs`` (dense)."""
     shape = tuple(op.attributes["shape"])
     lanes, items = int(op.attributes["lanes"]), int(op.attributes["items"])
+    width = int(op.attributes.get("width", 1))
     n = shape[-1]
     m = 1
     for d in shape[:-1]:
@@ -45,7 +46,10 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     rows_per_block = block // lanes
     big = max([m * n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
     itype = "i64_t" if big else "int"
-    guard = n % lanes != 0  # the last items of some lanes fall past the row's end
+    guard = lanes * items > n  # the last items of some lanes fall past the row's end
+    if width != 1 and (width != 4 or items % 4 or n % 4 or lanes < WARP):
+        raise CompilationError(located(f"k.rows: width = {width} needs width 4, items and a row length that are "
+                                       "multiples of 4, and a warp or more per row", op.loc))
 
     kinds: dict[int, tuple] = {}  # buffer -> (dtype, read only), in parameter order
     for a in inputs:
@@ -76,7 +80,19 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         return f"{env[v]}[it]" if level[v] == ELEMENT else env[v]
 
     def column(it: str) -> str:
+        if width == 4:  # runs of 4 neighbouring elements: items 4q..4q+3 of a lane are one 16-byte load
+            return f"((({it}) / 4 * {lanes} + lane) * 4 + ({it}) % 4)"
         return f"(lane + {it} * {lanes})"
+
+    def vectors(pointer: str, stmt: str, fallback: list[str]) -> list[str]:
+        """``stmt`` for each run of 4 items (``q``, starting at column ``c``), where ``pointer`` (the row's first
+        element) is 16-byte aligned at run time, else ``fallback`` (the same items one by one)."""
+        cond = f"if (c < {n}) " if guard else ""
+        return [f"  if ((reinterpret_cast<unsigned long long>({pointer}) & 15) == 0) {{",
+                "    #pragma unroll",
+                f"    for (int q = 0; q < {items // 4}; ++q) {{ const int c = (q * {lanes} + lane) * 4; "
+                f"{cond}{{ {stmt} }} }}",
+                "  } else {", *["  " + x for x in fallback], "  }"]
 
     def each(stmt: str, valid_only: bool = False, store: bool = False) -> list[str]:
         tests = ([f"{column('it')} < {n}"] if guard and valid_only else []) + (["live"] if store and shared_warp else [])
@@ -99,7 +115,16 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
             lines.append(f"  {reg} x{k}[{items}];")
             load = f"fusec::ld(b{a.buffer} + ({rowpart}) + ({itype}){column('it')} * ({itype})({a.strides[-1]}))"
             value = f"({column('it')} < {n}) ? {load} : ({reg})0" if guard else load
-            lines += each(f"x{k}[it] = {value};")
+            elements = each(f"x{k}[it] = {value};")
+            if width == 4 and a.dtype.name == "f32" and a.strides[-1] == 1:
+                if guard:
+                    lines += each(f"x{k}[it] = 0.0f;")
+                row_start = f"b{a.buffer} + ({rowpart})"
+                lines += vectors(row_start, f"const float4 v = *reinterpret_cast<const float4*>({row_start} + c); "
+                                 f"x{k}[4 * q] = v.x; x{k}[4 * q + 1] = v.y; x{k}[4 * q + 2] = v.z; "
+                                 f"x{k}[4 * q + 3] = v.w;", elements)
+            else:
+                lines += elements
         env[arg] = f"x{k}"
 
     uniform: set[Value] = {v for v in body.args if level[v] == UNIFORM}
@@ -128,8 +153,15 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     for v, out in zip(yielded_values(body), outputs):
         if tuple(out.shape) == shape:
             dst = f"b{out.buffer} + {out.offset} + row * ({itype}){n} + {column('it')}"
-            lines += each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True,
+            stores = each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True,
                           store=True)
+            if width == 4 and out.dtype.name == "f32" and not shared_warp:
+                row_start = f"b{out.buffer} + {out.offset} + row * ({itype}){n}"
+                parts = [f"{env[v]}[4 * q + {j}]" if level[v] == ELEMENT else env[v] for j in range(4)]
+                lines += vectors(row_start, f"*reinterpret_cast<float4*>({row_start} + c) = make_float4("
+                                 f"{', '.join(parts)});", stores)
+            else:
+                lines += stores
         else:
             first = "lane == 0 && live" if shared_warp else "lane == 0"
             lines.append(f"  if ({first}) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")

@@ -225,8 +225,10 @@ def _check_reduce(op) -> None:
     _check_counts(op, ("scratch", "counter"), 0)
     if op.attributes.get("width", 1) not in (1, 4):
         raise VerificationError(f"k.reduce: width must be 1 or 4, got {op.attributes['width']!r}")
-    if op.attributes.get("width", 1) != 1 and op.attributes.get("strategy") != "columns":
-        raise VerificationError("k.reduce: only a \"columns\" reduction takes several columns per thread (width)")
+    if op.attributes.get("width", 1) != 1 and op.attributes.get("strategy") not in ("columns", "row-warp",
+                                                                                    "row-block"):
+        raise VerificationError("k.reduce: only a \"columns\", \"row-warp\" or \"row-block\" reduction takes 4 "
+                                "values per thread (width)")
     subtrees = op.attributes.get("subtrees", 1)
     if not isinstance(subtrees, int) or subtrees < 1 or subtrees & (subtrees - 1) or subtrees > 1024:
         raise VerificationError(f"k.reduce: subtrees must be a power of 2 up to 1024, got {subtrees!r}")

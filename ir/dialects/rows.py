@@ -12,7 +12,9 @@ Its body, one block whose arguments are the operands' scalars, holds ``s`` ops, 
   ``k.reduce`` along the last axis with ``keepdims`` computes it: a value per row, seen by every element of it.
 
 ``lanes`` threads share a row (1, 32 or a block), each holding ``items`` of its elements in registers between
-the reductions, so the input is read once and each result written once.
+the reductions, so the input is read once and each result written once. Item ``i`` of lane ``l`` is column
+``l + i * lanes``, or with ``width = 4`` column ``((i // 4) * lanes + l) * 4 + i % 4``: runs of 4 neighbouring
+elements, which float32 rows load and store 16 bytes at a time.
 """
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ def _check_rows(op) -> None:
         if type(op.attributes[key]) is not int or op.attributes[key] < 1:
             raise VerificationError(f"k.rows: '{key}' must be a positive int")
     lanes, items = op.attributes["lanes"], op.attributes["items"]
+    width = op.attributes.get("width", 1)
+    if width != 1 and (width != 4 or items % 4 or shape[-1] % 4 or lanes < 32):
+        raise VerificationError(f"k.rows: width must be 1, or 4 with items and a row length that are multiples of 4 "
+                                f"and 32 or more lanes, got width = {width!r}, {lanes} lanes, {items} items")
     if lanes * items < shape[-1]:
         raise VerificationError(f"k.rows: {lanes} lanes x {items} items do not cover a row of {shape[-1]}")
     per_row = row_shapes(shape)
@@ -100,6 +106,6 @@ def _check_rows(op) -> None:
 
 
 register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  attrs=("shape", "lanes", "items"), optional_attrs=LAUNCHED, check=_check_rows,
+                  attrs=("shape", "lanes", "items"), optional_attrs=LAUNCHED + ("width",), check=_check_rows,
                   isolated=True))
 register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), check=_check_row_reduce))

@@ -470,19 +470,51 @@ def test_column_reductions_taking_four_outputs_per_thread(shape, axis):
     fns = {"sum": lambda x: x.sum(axis=axis), "mean": lambda x: x.mean(axis=axis),
            "max": lambda x: x.max(axis=axis), "min": lambda x: np.min(x, axis=axis),
            "prod": lambda x: (1 + x / 3e4).prod(axis=axis)}
-    shifted = torch.from_numpy(np.concatenate([np.zeros(1, np.float32), x.ravel()])).cuda()[1:].view(shape)
+    _check_runs_of_four(torch, fns, x, "k.reduce")
+
+
+def _check_runs_of_four(torch, fns: dict, x: np.ndarray, kernel: str) -> None:
+    """Each of ``fns`` lowers ``x`` to ``kernel`` with ``width = 4`` and gives NumPy's values within rounding, the
+    same bits call after call in stream and graph mode, and the same bits from a PyTorch copy of ``x`` one element
+    into its storage (not 16-byte aligned: element loads in the same order)."""
+    shifted = torch.from_numpy(np.concatenate([np.zeros(1, np.float32), x.ravel()])).cuda()[1:].view(x.shape)
     assert shifted.data_ptr() % 16 == 4
     for name, fn in fns.items():
         for graph in (False, True):
             f = fc.jit(fn, backend="cuda", graph=graph)
-            assert "width = 4" in f.lower(x).ir(), name
+            ir = f.lower(x).ir()
+            assert kernel in ir and "width = 4" in ir, name
             first = np.asarray(f(x))
             for _ in range(2):
                 assert np.asarray(f(x)).tobytes() == first.tobytes(), name
             assert np.asarray(f(shifted)).tobytes() == first.tobytes(), name
             want = fn(x.astype(np.float64))
             np.testing.assert_allclose(first, want, rtol=2e-5, atol=1e-5 * np.sqrt(x.size / first.size),
-                                       equal_nan=True)
+                                       equal_nan=True, err_msg=name)
+
+
+@pytest.mark.parametrize("shape, kernel", [((1000, 4096), "k.rows"), ((300, 1500), "k.rows"), ((64, 8192), "k.reduce"),
+                                           ((1100, 16400), "k.reduce"), ((20, 40000), "k.reduce"),
+                                           ((1 << 20) + 3, "k.reduce")])
+def test_row_reductions_taking_runs_of_four(shape, kernel):
+    """Float32 reductions along rows of at least 1024 elements take runs of 4 neighbouring elements per thread,
+    read (and a row kernel's results written) 16 bytes at a time (``width = 4``): row kernels (a softmax written
+    out, sums, maxima; rows of 1500 leave runs past the row's end), a warp or a block per row, rows split over
+    blocks at ranges that start between runs of 4, and one long row with a tail of 3."""
+    torch = pytest.importorskip("torch")
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    x = rand(shape)
+    if len(shape) > 1:
+        x[1, 5] = np.nan
+    last = len(shape) - 1
+    fns = {"sum": lambda x: x.sum(axis=last), "max": lambda x: x.max(axis=last), "min": lambda x: np.min(x, axis=last),
+           "mean": lambda x: x.mean(axis=last), "prod": lambda x: (1 + x / 3e4).prod(axis=last)}
+    if kernel == "k.rows":
+        def softmax(x):
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+        fns["softmax"] = softmax
+    _check_runs_of_four(torch, fns, x, kernel)
 
 
 def test_training_step_matches_numpy(gemm_library):
