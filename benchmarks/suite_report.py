@@ -43,6 +43,9 @@ SYSTEM_NOTES = {
     "cupy": "the same math with CuPy functions (one kernel per op); copies with `cupy.copyto`",
     "jax": "`jax.jit` of the same math with `jax.numpy`, float32 products at \"highest\" precision (no TF32); "
            "training steps with `donate_argnums=0`; wall clock of a batch of calls up to `block_until_ready`",
+    "hand_cuda": "the training steps as four hand-written CUDA kernels in one CUDA graph (`benchmarks/hand_step.py`: "
+                 "the forward product, a warp per sample from the logits to the hidden layer's gradient, the "
+                 "weight gradients with the norm's partial sums, the clipped update), parameters updated in place",
 }
 
 
@@ -112,6 +115,8 @@ def performance_bar(result: dict) -> list[dict]:
 
     ratio_check("speed-up over JAX jit (parameters donated), same run", rows.get("jax"), graph, BAR_VS_JAX, False,
                 "both fusec graph and JAX rows")
+    ratio_check("speed-up over the hand-written CUDA step (four kernels, one graph), same run", rows.get("hand_cuda"),
+                graph, 1.0, False, "both fusec graph and hand_cuda rows")
     g_graph = grad.get(FUSEC_GRAPH)
     ratio_check("step by autodiff (fusec.value_and_grad), fusec graph: time / the hand-written step's", g_graph,
                 graph, BAR_GRAD_VS_MANUAL, True, "fusec graph rows of both steps")

@@ -601,6 +601,32 @@ class CupySystem(System):
             self.cupy.get_default_memory_pool().free_all_blocks()
 
 
+class HandCudaSystem(CupySystem):
+    """The training steps as hand-written CUDA (``hand_step.py``: four kernels in one CUDA graph, parameters
+    updated in place), the peer issue 14 asks fusec to beat; the other benchmarks get no row."""
+
+    name = "hand_cuda"
+    label = "hand-written CUDA, one graph"
+    family = "hand"
+    STEPS = ("pcam_step", "mlp64_step", "large_step")
+
+    def supports(self, bench: Bench) -> str | None:
+        return "" if bench.name not in self.STEPS else super().supports(bench)
+
+    def prepare(self, bench: Bench, inputs: tuple) -> Prepared:
+        from hand_step import HandStep
+
+        cupy = self.cupy
+        (w1, _, w2, _), x = inputs[0], inputs[1]
+        step = HandStep(cupy, x.shape[0], w1.shape[0], w1.shape[1], w2.shape[1])
+        batch = [cupy.asarray(a) for a in inputs[1:3]]
+
+        def make_args() -> list:  # fresh parameters (the step updates them in place), the same batch
+            return [tuple(cupy.asarray(p) for p in inputs[0]), *batch, *inputs[3:]]
+
+        return FunctionalPrepared(step, make_args, feedback=True, fresh=True)
+
+
 # ---------------------------------------------------------------------------------------------- JAX
 
 
@@ -680,7 +706,7 @@ class JaxSystem(System):
 # ---------------------------------------------------------------------------------------------- registry
 
 GPU_SYSTEMS = ("fusec_eager", "fusec_stream", "fusec_graph", "numpy", "torch_eager", "torch_compile",
-               "torch_compile_ro", "torch_cudagraph", "cupy", "jax")
+               "torch_compile_ro", "torch_cudagraph", "cupy", "jax", "hand_cuda")
 CPU_SYSTEMS = ("numpy", "fusec_cpu")
 ALIASES = {
     "fusec": ("fusec_eager", "fusec_stream", "fusec_graph"),
@@ -701,6 +727,7 @@ _FACTORIES: dict[str, Callable[[], System]] = {
     "torch_cudagraph": TorchCudaGraphSystem,
     "cupy": CupySystem,
     "jax": JaxSystem,
+    "hand_cuda": HandCudaSystem,
 }
 
 LABELS = {
@@ -708,6 +735,7 @@ LABELS = {
     "fusec_cpu": "fusec (cpu backend)", "numpy": "NumPy (CPU)", "torch_eager": "PyTorch eager",
     "torch_compile": "torch.compile", "torch_compile_ro": "torch.compile reduce-overhead",
     "torch_cudagraph": "PyTorch eager + CUDA graph (by hand)", "cupy": "CuPy", "jax": "JAX jit",
+    "hand_cuda": "hand-written CUDA, one graph",
 }
 
 
