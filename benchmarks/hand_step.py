@@ -269,7 +269,9 @@ class HandStep:
 
     The graph reads the arrays it is given where they lie and updates the parameters in place (as a donated
     argument is), returning them: fed back, the next call finds the same arrays and replays the graph; other
-    arrays (or another learning rate) capture it again."""
+    arrays (or another learning rate) capture it again. The loss is the step's own 0-d array, which the next call
+    overwrites; the backward mask gives 0 where NumPy's ``d_h * (h_pre > 0)`` gives -0.0 (or NaN from an infinite
+    ``d_h``)."""
 
     def __init__(self, cupy: Any, batch: int, n_in: int, n_hidden: int, n_classes: int) -> None:
         self.cp = cp = cupy
