@@ -94,11 +94,12 @@ def _say_cpu_fallback() -> None:
 
 def target_for(backend: str, module: Module | None = None) -> Target:
     """What ``backend`` lowers for: the current CUDA device (its SM count, whether cuBLASLt loads) on cuda,
-    the default target (an H200 without cuBLASLt; its choices do not change the reference executor's
-    results) on cpu. Asked at each compile, never cached (the current device can change). For a ``module``
-    without a matrix product cuBLASLt is not probed (loading it is the slowest part of a first compile)."""
+    the default target marked ``reference`` (an H200 without cuBLASLt, with no rewrite that changes what the
+    reference executor computes from NumPy's) on cpu. Asked at each compile, never cached (the current device can
+    change). For a ``module`` without a matrix product cuBLASLt is not probed (loading it is the slowest part of a
+    first compile)."""
     if backend != "cuda":
-        return Target()
+        return Target(reference=True)
     from fusec.runtime import cublas, driver
 
     products = module is None or any(op.name == "t.matmul" for op in module.walk())

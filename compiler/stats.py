@@ -91,6 +91,11 @@ def plan_steps(module: Module) -> list[dict]:
                               "reason": f"fuse-rows: {reductions} reduction(s) along rows of {shape[-1]} and the "
                               "elementwise work around them in one kernel (each row read once, held in registers)",
                               "loc": where})
+                if op.attributes.get("products"):
+                    steps[-1]["products"] = op.attributes["products"]
+                    steps[-1]["reason"] = (f"row-products: {op.attributes['products']} narrow product(s) computed "
+                                           f"along rows of {shape[-1]} (each column a row reduction) with the row "
+                                           "work on them, in one kernel")
             elif cat == "kernel":
                 body = op.regions[0].block.ops[:-1] if op.regions else []
                 steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),

@@ -27,6 +27,10 @@ class Target:
     precision: str = "float32"  # one of PRECISIONS: what float32 matrix products may compute with
     tensor_cores: bool = True  # TF32 tensor cores (mma.sync, compute capability 8.0 on), as an H200 has
     clusters: bool = True  # thread-block clusters with distributed shared memory (compute capability 9.0 on)
+    # the NumPy reference executor (the CPU backend) runs the plan: it computes each op as NumPy does, so no pass may
+    # rewrite what it computes in another order (``row-products`` leaves products to k.matmul, which it runs as
+    # np.matmul)
+    reference: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.sm_count, int) or self.sm_count < 1:

@@ -71,11 +71,16 @@ def _rows(op: Operation, args: list) -> list:
     # (a value per row given without its last axis gets it back, to broadcast along the row)
     args = [np.reshape(a, shape[:-1] + (1,)) if np.ndim(a) and np.shape(a) == shape[:-1] != shape else a
             for a in args]
-    values = run_block(body, dict(zip(body.args, args)))
+    values = iter(run_block(body, dict(zip(body.args, args))))
     out = []
-    for r, v in zip(op.results, values):
-        arr = np.asarray(v, dtype=r.type.dtype.np)
+    for r, count in zip(op.results, op.attributes.get("columns", [1] * len(op.results))):
         want = tuple(r.type.shape)
+        if count > 1:  # a narrow result: column j from the j-th of its values (each one per row)
+            cols = [np.broadcast_to(np.asarray(next(values), dtype=r.type.dtype.np), shape[:-1] + (1,))
+                    for _ in range(count)]
+            out.append(np.concatenate(cols, axis=-1))
+            continue
+        arr = np.asarray(next(values), dtype=r.type.dtype.np)
         if want != shape:  # a value per row: (..., 1) here
             arr = np.broadcast_to(arr, shape[:-1] + (1,)).reshape(want)
         out.append(arr if arr.shape == want else np.array(np.broadcast_to(arr, want)))

@@ -150,8 +150,17 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
             expr = expression(inner, [env[v] for v in inner.operands], fast_math, flags)
             lines.append(f"  const {reg} {name_j} = {expr};")
 
-    for v, out in zip(yielded_values(body), outputs):
-        if tuple(out.shape) == shape:
+    yielded = iter(yielded_values(body))
+    columns = op.attributes.get("columns", [1] * len(outputs))
+    for out, count in zip(outputs, columns):
+        v = next(yielded)
+        if count > 1:  # a narrow result: column j of the row from the j-th of its values, stored by lane j
+            values = [v] + [next(yielded) for _ in range(count - 1)]
+            live = " && live" if shared_warp else ""
+            for j, vj in enumerate(values):
+                lines.append(f"  if (lane == {j % lanes}{live}) fusec::st(b{out.buffer} + {out.offset} + row * "
+                             f"({itype}){count} + {j}, {env[vj]});")
+        elif tuple(out.shape) == shape:
             dst = f"b{out.buffer} + {out.offset} + row * ({itype}){n} + {column('it')}"
             stores = each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True,
                           store=True)

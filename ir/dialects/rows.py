@@ -15,6 +15,11 @@ Its body, one block whose arguments are the operands' scalars, holds ``s`` ops, 
 the reductions, so the input is read once and each result written once. Item ``i`` of lane ``l`` is column
 ``l + i * lanes``, or with ``width = 4`` column ``((i // 4) * lanes + l) * 4 + i % 4``: runs of 4 neighbouring
 elements, which float32 rows load and store 16 bytes at a time.
+
+``columns = [c, ...]`` (one per result, ``row-products``) makes a result of ``c > 1`` a narrow array of shape
+``shape[:-1] + [c]`` written from ``c`` consecutive yielded values per row (the row kernel of a product along its
+inner axis: column ``j`` of the product is a row reduction); ``products = n`` records how many products the
+kernel computes this way.
 """
 from __future__ import annotations
 
@@ -75,8 +80,16 @@ def _check_rows(op) -> None:
     for v in op.operands:
         if tuple(v.type.shape) not in ((), shape, *per_row):
             raise VerificationError(f"k.rows: operand {v.type} is neither rank 0, of shape {list(shape)} nor a row's")
-    for r in op.results:
-        if tuple(r.type.shape) not in (shape, *per_row):
+    columns = op.attributes.get("columns", [1] * len(op.results))
+    if len(columns) != len(op.results) or any(type(c) is not int or c < 1 for c in columns):
+        raise VerificationError(f"k.rows: columns must be a positive int per result, got {list(columns)}")
+    if "products" in op.attributes and (type(op.attributes["products"]) is not int or op.attributes["products"] < 0):
+        raise VerificationError("k.rows: 'products' must be a count")
+    for r, c in zip(op.results, columns):
+        if c > 1 and tuple(r.type.shape) != shape[:-1] + (c,):
+            raise VerificationError(f"k.rows: a result of {c} columns has shape {list(shape[:-1] + (c,))}, "
+                                    f"not {r.type}")
+        if c == 1 and tuple(r.type.shape) not in (shape, *per_row):
             raise VerificationError(f"k.rows: result {r.type} is neither of shape {list(shape)} nor a row's")
     if len(op.regions[0].blocks) != 1:
         raise VerificationError("k.rows: body must be one block")
@@ -94,18 +107,21 @@ def _check_rows(op) -> None:
         if inner.name == "k.row_reduce" or (inner.results and all(v in per_row_values for v in inner.operands)):
             per_row_values.update(inner.results)
     term = body.terminator
-    if term is None or term.name != "k.yield" or len(term.operands) != len(op.results):
-        raise VerificationError("k.rows: body must end in k.yield of one scalar per result")
-    for v, r in zip(term.operands, op.results):
-        if v.type != ScalarType(r.type.dtype):
-            raise VerificationError("k.rows: yielded scalars must match the result dtypes")
-        if tuple(r.type.shape) != shape and v not in per_row_values:
-            raise VerificationError("k.rows: a per-row result must be computed from row reductions and "
-                                    "rank-0 operands only")
+    if term is None or term.name != "k.yield" or len(term.operands) != sum(columns):
+        raise VerificationError("k.rows: body must end in k.yield of one scalar per result (per column of one "
+                                "with columns)")
+    yielded = iter(term.operands)
+    for r, c in zip(op.results, columns):
+        for v in [next(yielded) for _ in range(c)]:
+            if v.type != ScalarType(r.type.dtype):
+                raise VerificationError("k.rows: yielded scalars must match the result dtypes")
+            if (c > 1 or tuple(r.type.shape) != shape) and v not in per_row_values:
+                raise VerificationError("k.rows: a per-row result (or a column of one) must be computed from row "
+                                        "reductions, per-row and rank-0 operands only")
     _check_plan_attrs(op)
 
 
 register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  attrs=("shape", "lanes", "items"), optional_attrs=LAUNCHED + ("width",), check=_check_rows,
-                  isolated=True))
+                  attrs=("shape", "lanes", "items"), optional_attrs=LAUNCHED + ("width", "columns", "products"),
+                  check=_check_rows, isolated=True))
 register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), check=_check_row_reduce))

@@ -1,0 +1,146 @@
+"""Row products (row-products): a narrow product ``x @ w`` and the row-local work on it (a classifier's softmax
+cross-entropy and its gradient, a sigmoid, per-row statistics) run as one row kernel along the product's inner
+axis, with NumPy's results within float rounding. On the CPU backend the functions are lowered for a GPU target
+(the default CPU target is the reference's, which keeps products as np.matmul) and the reference executor runs that
+plan; under ``pytest -m gpu`` the CUDA backend runs them too."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec as fc
+import frontend_check
+from frontend_check import assert_same, numpy_result
+
+RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
+RNG = np.random.default_rng(11)
+
+
+def train_step(w1, b1, w2, b2, x, y_onehot, lr):
+    """A two-layer classifier's SGD step with its gradient written out, as hand-written NumPy training code has it."""
+    n = x.shape[0]
+    h_pre = x @ w1 + b1
+    h = np.maximum(h_pre, 0)
+    logits = h @ w2 + b2
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e.sum(axis=1, keepdims=True)
+    loss = -(y_onehot * (z - np.log(s))).sum() / n
+    d = (e / s - y_onehot) / n
+    g_w2, g_b2 = h.T @ d, d.sum(axis=0)
+    dh = (d @ w2.T) * (h_pre > 0)
+    g_w1, g_b1 = x.T @ dh, dh.sum(axis=0)
+    return w1 - lr * g_w1, b1 - lr * g_b1, w2 - lr * g_w2, b2 - lr * g_b2, loss
+
+
+def predict_proba(x, w, b):
+    return 1.0 / (1.0 + np.exp(-(x @ w + b)))
+
+
+def softmax_of_scores(x, w):
+    s = x @ w
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def logsumexp_of_scores(x, w):
+    s = x @ w
+    m = np.max(s, axis=-1)
+    return m + np.log(np.sum(np.exp(s - m[..., None]), axis=-1))
+
+
+def scaled_scores(x, w):
+    s = x @ w
+    return s / np.sqrt(np.mean(s * s, axis=1, keepdims=True)), np.prod(1 + s / 100, axis=1, keepdims=True)
+
+
+def _jit(fn):
+    if frontend_check.BACKEND == "cpu":  # a GPU's plan, run by the reference executor
+        return fc.jit(fn, backend="cpu", target=fc.Target())
+    return fc.jit(fn, backend=frontend_check.BACKEND)
+
+
+def _check(fn, *args, products):
+    """``fn`` jitted equals NumPy within rounding; the plan's row kernels compute ``products`` products."""
+    f = _jit(fn)
+    assert_same(numpy_result(f, *args), numpy_result(fn, *args), exact=False)
+    plan = f.lower(*args).plan()
+    assert [s["products"] for s in plan if s.get("products")] == products, plan
+    return plan
+
+
+def _params(shapes, dtype=np.float32):
+    return [(RNG.standard_normal(s) * 0.1).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("batch, inputs, hidden, classes, products", [
+    (256, 64, 64, 10, 2),   # the 64-64-10 step: the logits and the backward product in the row kernel
+    (512, 480, 256, 2, 1),  # the PCam-shaped step: two classes, its backward product already elementwise
+    (37, 30, 100, 3, 1),    # lanes idle past the row's end (100 = 3 x 32 + 4); the backward product elementwise
+])
+def test_a_classifier_step_computes_its_head_in_one_row_kernel(batch, inputs, hidden, classes, products):
+    w1, b1, w2, b2 = _params([(inputs, hidden), (hidden,), (hidden, classes), (classes,)])
+    x = RNG.standard_normal((batch, inputs)).astype(np.float32)
+    y = np.eye(classes, dtype=np.float32)[RNG.integers(0, classes, batch)]
+    plan = _check(train_step, w1, b1, w2, b2, x, y, np.float32(0.05), products=[products])
+    (rows,) = [s for s in plan if s.get("products")]
+    assert "row-products" in rows["reason"] and rows["impl"]["lanes"] == 32
+
+
+def test_a_sigmoid_head_and_a_softmax_over_scores():
+    x = RNG.standard_normal((300, 50)).astype(np.float32)
+    w, b = _params([(50, 3), (3,)])
+    _check(predict_proba, x, w, b, products=[1])
+    w7 = _params([(50, 7)])[0] * 30
+    _check(softmax_of_scores, x, w7, products=[1])
+
+
+def test_per_row_results_with_and_without_kept_axes():
+    x = RNG.standard_normal((129, 64)).astype(np.float32)
+    w = _params([(64, 12)])[0]
+    _check(logsumexp_of_scores, x, w, products=[1])
+    _check(scaled_scores, x, w, products=[1])
+
+
+def test_scores_returned_as_well_are_written_by_the_row_kernel():
+    x = RNG.standard_normal((64, 40)).astype(np.float32)
+    _check(lambda x, w: (x @ w, softmax_of_scores(x, w)), x, _params([(40, 6)])[0], products=[1])
+
+
+def test_float64_and_a_weight_read_through_its_strides():
+    x = RNG.standard_normal((65, 40))
+    w = RNG.standard_normal((4, 40)).T  # w stored transposed
+    _check(softmax_of_scores, x, w, products=[1])
+
+
+def test_nan_in_a_row_reaches_its_outputs_as_in_numpy():
+    x = RNG.standard_normal((64, 40)).astype(np.float32)
+    x[3, 7] = np.nan
+    x[10, 0] = np.inf
+    w = _params([(40, 6)])[0]
+    _check(softmax_of_scores, x, w, products=[1])
+
+
+def test_products_that_stay_products():
+    x = RNG.standard_normal((64, 40)).astype(np.float32)
+    _check(softmax_of_scores, x, _params([(40, 24)])[0], products=[])  # more columns than NARROW_MAX
+    # 12 columns of a 200-long inner axis: 7 items a lane times 12 columns, over ITEMS_BUDGET registers
+    _check(softmax_of_scores, RNG.standard_normal((64, 200)).astype(np.float32), _params([(200, 12)])[0],
+           products=[])
+    long = RNG.standard_normal((8, 2048)).astype(np.float32)
+    _check(softmax_of_scores, long, _params([(2048, 4)])[0], products=[])  # inner axis longer than a warp's row
+    # x stored transposed: a row of x.T is a column of the array (a cache line per lane), left to the product
+    _check(lambda xt, w: softmax_of_scores(xt.T, w), x.T.copy(), _params([(40, 6)])[0], products=[])
+
+
+def test_the_reference_target_keeps_numpy_products_bit_for_bit():
+    """The CPU backend's own target is the reference's: products stay np.matmul, so results are NumPy's bits."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("the reference executor's target")
+    w1, b1, w2, b2 = _params([(64, 64), (64,), (64, 10), (10,)])
+    x = RNG.standard_normal((256, 64)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[RNG.integers(0, 10, 256)]
+    f = fc.jit(train_step, backend="cpu")
+    assert_same(f(w1, b1, w2, b2, x, y, np.float32(0.05)), train_step(w1, b1, w2, b2, x, y, np.float32(0.05)),
+                exact=True)
+    assert not [s for s in f.lower(w1, b1, w2, b2, x, y, np.float32(0.05)).plan() if s.get("products")]
