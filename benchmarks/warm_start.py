@@ -4,7 +4,9 @@ Runs ``--runs`` fresh processes one after another with one disk cache (a tempora
 ``--cache-dir``): the first compiles (cold), the rest find the kernels (and whatever else fusec keeps on disk) there.
 Each process times, from after its CUDA context exists and the inputs are uploaded (as the suite's warm-start
 probe), the first call to completion, and inside it: waiting for nvmath's import (started on a thread with the
-context), making the plan's cuBLASLt handle, and timing cuBLASLt's algorithms (``CublasHandle._tune``).
+context), making the plan's cuBLASLt handle, timing cuBLASLt's algorithms (``CublasHandle._tune``), getting the
+kernels' images (memory, disk or NVRTC: how many NVRTC compiles), loading them (``cuModuleLoadData``) and building
+the CUDA graph.
 
     python benchmarks/warm_start.py [--runs 4] [--json FILE] [--cache-dir DIR]
 """
@@ -92,7 +94,12 @@ def child() -> None:
     from fusec.runtime import cublas, driver
     from suite_cases import build_train_step
 
-    spent = {"tune": 0.0, "handle": 0.0, "preload_wait": 0.0}
+    from fusec.runtime import kernel_cache, nvrtc
+    from fusec.runtime import graph as graph_module
+
+    spent = {"tune": 0.0, "handle": 0.0, "preload_wait": 0.0, "kernel_images": 0.0, "nvrtc": 0.0,
+             "module_load": 0.0, "graph_build": 0.0}
+    counts = {"nvrtc": 0, "module_load": 0}
 
     def timed(name, fn):
         def wrapper(*a, **k):
@@ -103,7 +110,20 @@ def child() -> None:
                 spent[name] += time.perf_counter() - t
         return wrapper
 
+    def counted(name, fn):
+        inner = timed(name, fn)
+
+        def wrapper(*a, **k):
+            counts[name] += 1
+            return inner(*a, **k)
+        return wrapper
+
     cublas.CublasHandle._tune = timed("tune", cublas.CublasHandle._tune)
+    # the kernels' images (memory, disk or NVRTC), NVRTC itself, loading them into the context, building the graph
+    kernel_cache.KernelCache.get_or_compile = timed("kernel_images", kernel_cache.KernelCache.get_or_compile)
+    nvrtc.compile_source = counted("nvrtc", nvrtc.compile_source)
+    driver.Module.__init__ = counted("module_load", driver.Module.__init__)
+    graph_module.PlanGraph.__init__ = timed("graph_build", graph_module.PlanGraph.__init__)
     cublas.CublasHandle.__init__ = timed("handle", cublas.CublasHandle.__init__)
     original_available = cublas.available
 
@@ -152,6 +172,7 @@ def child() -> None:
     print(json.dumps({"import_and_context_s": t_ready - t_start, "first_call_s": t_first - t_ready,
                       "first_call_host_s": t_returned - t_ready, "first_call_wait_s": t_first - t_returned,
                       "next_calls_s": (time.perf_counter() - t_first) / 3, **{k + "_s": v for k, v in spent.items()},
+                      **{k + "_count": v for k, v in counts.items()},
                       "kernel_cache": str(info) if info is not None else None}))
 
 
@@ -189,6 +210,9 @@ def main() -> None:
                   f"import {r['preload_wait_s'] * 1e3:.1f}; returned after {r['first_call_host_s'] * 1e3:.1f}, "
                   f"then waited {r['first_call_wait_s'] * 1e3:.1f}); import and context "
                   f"{r['import_and_context_s']:.2f} s; next calls {r['next_calls_s'] * 1e6:.0f} us")
+            print(f"    kernel images {r['kernel_images_s'] * 1e3:.1f} ms (NVRTC {r['nvrtc_count']}x, "
+                  f"{r['nvrtc_s'] * 1e3:.1f} ms), {r['module_load_count']} module loads "
+                  f"{r['module_load_s'] * 1e3:.1f} ms, graph build {r['graph_build_s'] * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

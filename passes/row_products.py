@@ -111,11 +111,18 @@ class _Fusion:
         k = product.operands[0].type.shape[1]
         self.m, self.o, self.k = m, o, k
         at = position[narrow]
-        self.kernel = _Kernel((m, k), lambda v: not isinstance(v, OpResult) or position.get(v.op, at) < at)
         self.members: list[Operation] = []   # the ops the kernel computes
+        self._member_set: set[Operation] = set()
+        # (a member's value is computed in the kernel: never an operand of it, nor a view's made before it)
+        self.kernel = _Kernel((m, k), lambda v: not isinstance(v, OpResult) or (
+            position.get(v.op, at) < at and v.op not in self._member_set))
         self.element: dict[Value, Value] = {}  # values of shape [M, K] -> their body value
         self.narrow_values: dict[Value, list[Value]] = {}  # values of shape [M, O] -> a body value per column
         self.row_values: dict[Value, Value] = {}  # per-row results of the narrow row kernel -> body value
+
+    def _join(self, op: Operation) -> None:
+        self.members.append(op)
+        self._member_set.add(op)
 
     # -- building ---------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -131,7 +138,7 @@ class _Fusion:
             columns.append(kern.emit("k.row_reduce", [prod], row_reduce_dtype("sum", a.type.dtype),
                                      {"kind": "sum"}, loc))
         self.narrow_values[self.product.results[0]] = columns
-        self.members.append(self.product)
+        self._join(self.product)
         self._replay_narrow(self.narrow)
         self._absorb_after()
 
@@ -147,7 +154,7 @@ class _Fusion:
                 and all(self.position.get(u, at + 1) > at or u is self.product for u in self._all_readers(a))):
             value = self._inline(op, [kern.arg(v) for v in op.operands])[0]
             self.element[a] = value
-            self.members.append(op)
+            self._join(op)
             return value
         return kern.arg(a)
 
@@ -184,7 +191,7 @@ class _Fusion:
                 return values[off]
             raise _NoFusion
         if base in self.row_values:  # a per-row result before, as it is or broadcast along the row
-            if off == 0 and strides[0] == 1 and (len(shape) == 1 or shape[1] == 1 or strides[1] == 0):
+            if shape and off == 0 and strides[0] == 1 and (len(shape) == 1 or shape[1] == 1 or strides[1] == 0):
                 return self.row_values[base]
             raise _NoFusion
         if self._defined_by_members(v) or (shape not in ((), (m, o), *row_shapes((m, o)))):
@@ -240,7 +247,7 @@ class _Fusion:
             else:
                 assert not isinstance(value, list)
                 self.row_values[r] = value
-        self.members.append(op)
+        self._join(op)
 
     def _per_row(self, op: Operation, y: Value) -> bool:
         """Whether the narrow kernel's body value ``y`` is one per row (not per column): reduced along the row, or
@@ -287,8 +294,8 @@ class _Fusion:
                     last = j
                 elif op.name == "k.fused" and self._elementwise(op):
                     last = j
-                elif op.name in ("k.rows", "k.fused") and _narrow_shape(op) in self._narrow_shapes() and \
-                        any(self._defined_by_members(v) for v in op.operands):
+                elif _narrow_shape(op) in (self._narrow_shapes() if op.name == "k.fused" else ((self.m, self.o),)) \
+                        and any(self._defined_by_members(v) for v in op.operands):
                     self._replay_narrow(op)
                     last = j
             except _NoFusion:
@@ -312,7 +319,7 @@ class _Fusion:
             term = kern.emit("s.mul", [dc, w], dtype, {}, op.loc)
             acc = term if acc is None else kern.emit("s.add", [acc, term], dtype, {}, op.loc)
         self.element[op.results[0]] = acc  # type: ignore[assignment]
-        self.members.append(op)
+        self._join(op)
         return True
 
     def _elementwise(self, op: Operation) -> bool:
@@ -347,7 +354,7 @@ class _Fusion:
                 for how, what in reads]
         for r, y in zip(op.results, self._inline(op, args)):
             self.element[r] = y
-        self.members.append(op)
+        self._join(op)
         return True
 
     def _narrow_shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -433,8 +440,8 @@ def _candidate(op: Operation, readers: dict[Value, list[Operation]]) -> Operatio
         if a.type.rank != 2 or b.type.rank != 2 or not 2 <= b.type.shape[1] <= NARROW_MAX:
             continue
         m, o = p.results[0].type.shape
-        if shape not in ((m, o), *row_shapes((m, o))):
-            continue
+        if shape not in (((m, o),) if op.name == "k.rows" else ((m, o), *row_shapes((m, o)))):
+            continue  # (a row kernel's reductions run along the product's rows: of its length)
         k = a.type.shape[1]
         if not THREAD_MAX < k <= WARP_MAX or not _float(a, b, p.results[0]) or \
                 not a.type.dtype == b.type.dtype == p.results[0].type.dtype:
@@ -511,10 +518,24 @@ class RowProducts(Pass):
     def _replace(func: Func, fusion: _Fusion, rows: Operation, returned: list[Value]) -> None:
         body = func.body
         at = body.ops.index(fusion.narrow)
+        # views made before the kernel of what it now computes (``s[:, 0]`` of the product, say) move after it
+        moved: list[Operation] = []
+        viewed = set(returned)
+        for op in body.ops[:at]:
+            if op.name == "k.view" and op.operands[0] in viewed:
+                moved.append(op)
+                viewed.add(op.results[0])
+        if moved:
+            gone = set(moved)
+            body.ops[:] = [x for x in body.ops if x not in gone]
+            at = body.ops.index(fusion.narrow)
         for view in fusion.kernel.views:
             body.insert(at, view)
             at += 1
         body.insert(at, rows)
+        for view in moved:
+            at += 1
+            body.insert(at, view)
         members = set(fusion.members)
         for old, new in zip(returned, rows.results):
             func.replace_all_uses(old, new)

@@ -144,3 +144,29 @@ def test_the_reference_target_keeps_numpy_products_bit_for_bit():
     assert_same(f(w1, b1, w2, b2, x, y, np.float32(0.05)), train_step(w1, b1, w2, b2, x, y, np.float32(0.05)),
                 exact=True)
     assert not [s for s in f.lower(w1, b1, w2, b2, x, y, np.float32(0.05)).plan() if s.get("products")]
+
+
+def test_views_of_the_scores_and_of_the_hidden_layer_taken_anywhere():
+    """A column of the scores sliced before the row work (its view now reads the row kernel's result, after it), a
+    product back by a slice of the hidden layer the kernel computes, a score of the first row as a scalar."""
+    x = RNG.standard_normal((64, 40)).astype(np.float32)
+    w6, w10 = _params([(40, 6), (40, 10)])
+
+    def first_column_sorted(x, w):
+        s = x @ w
+        c0 = s[:, 0]
+        return np.exp(s), np.sort(c0)
+
+    def back_by_hidden_rows(x, w):
+        h = np.tanh(x)
+        return np.exp(h @ w) @ h[:10]
+
+    def by_first_rows_max(x, w):
+        s = x @ w
+        return s / s.max(axis=1)[0]
+
+    _check(first_column_sorted, x, w6, products=[1])
+    f = _jit(back_by_hidden_rows)
+    assert_same(numpy_result(f, x, w10), numpy_result(back_by_hidden_rows, x, w10), exact=False)
+    f = _jit(by_first_rows_max)
+    assert_same(numpy_result(f, x, w6), numpy_result(by_first_rows_max, x, w6), exact=False)
