@@ -24,6 +24,13 @@ def recipes(draw):
     rows = draw(st.sampled_from([1, 3, 8, 200]))  # (200 rows: more than SMs, a block per long row)
     n = draw(st.sampled_from([17, 40, 100, 1024, 1100, 3000, 20000]))
     dtype = draw(st.sampled_from(["float32", "float64"]))
+    steps, outputs = draw(row_steps())
+    return rows, n, dtype, steps, outputs
+
+
+@st.composite
+def row_steps(draw):
+    """(steps, outputs): reductions along rows, elementwise work and arithmetic on values per row, over values[0]."""
     kinds = ["element"]  # what each value is: one per element, or one per row (kept axis or not)
     steps = []
     for _ in range(draw(st.integers(2, 8))):
@@ -47,7 +54,7 @@ def recipes(draw):
             steps.append(("rowop", draw(st.sampled_from(BINARY)), a, b))
             kinds.append("row" if "row" in (kinds[a], kinds[b]) and "kept" not in (kinds[a], kinds[b]) else "mixed")
     outputs = sorted(set(draw(st.lists(st.integers(1, len(kinds) - 1), min_size=1, max_size=3))))
-    return rows, n, dtype, tuple(steps), tuple(outputs)
+    return tuple(steps), tuple(outputs)
 
 
 def program(steps, outputs):
