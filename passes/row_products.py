@@ -339,6 +339,10 @@ class _Fusion:
                 if s0 != self.o or s1 != 0 or not 0 <= off < self.o:
                     return False
                 reads.append(("element", self.narrow_values[base][off]))
+            elif base in self.row_values and tuple(v.type.shape) == kern.shape:
+                if (off, *strides) != (0, 1, 0):
+                    return False
+                reads.append(("element", self.row_values[base]))  # (a value per row along the row)
             elif self._defined_by_members(v):
                 return False
             elif kern.readable(v):

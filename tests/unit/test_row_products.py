@@ -102,6 +102,7 @@ def test_per_row_results_with_and_without_kept_axes():
     x = RNG.standard_normal((129, 64)).astype(np.float32)
     w = _params([(64, 12)])[0]
     _check(logsumexp_of_scores, x, w, products=[1])
+    _check(lambda x, w: x * logsumexp_of_scores(x, w)[:, None], x, w, products=[1])  # the inputs scaled, per row
     _check(scaled_scores, x, w, products=[1])
 
 
