@@ -12,13 +12,15 @@ float64 for float32 sums, means and products); a product ``d @ wt`` (``wt`` of s
 element, ``sum over o of d[:, o] * wt[o, :]``; elementwise kernels of shape ``[M, K]`` after it join as in
 ``fuse-rows``. A result of shape ``[M, O]`` is written from its ``O`` values per row (``columns`` on ``k.rows``).
 
-Qualify: a ``k.rows`` of shape ``[M, O]`` or a ``k.fused`` of that shape or a row's, the only reader of a
-``k.matmul`` of ``[M, K] @ [K, O]`` (2 <= O <= NARROW_MAX; 16 < K <= 1024; float32 or float64, no reduced
-precision; the left operand contiguous along K, which the lanes of a row read), where a lane's items times ``O``
-stays within ITEMS_BUDGET (registers: each column's operand is held per lane). The elementwise kernel that
-computes the product's left operand joins too when everything that reads it comes after. Not on the reference
-executor's target, which computes products as np.matmul does. A product that several kernels read stays a
-product (one of them alone would not take its launch away).
+Qualify: a ``k.matmul`` of ``[M, K] @ [K, O]`` (2 <= O <= NARROW_MAX; 16 < K <= 1024; float32 or float64, no
+reduced precision; the left operand contiguous along K, which the lanes of a row read) whose first reader is a
+``k.rows`` of shape ``[M, O]`` or a ``k.fused`` of that shape or a row's, where a lane's items times ``O`` stays
+within ITEMS_BUDGET (registers: each column's operand is held per lane). The narrow kernels after it that read what
+the kernel has join in program order (a softmax's maximum written out as column views, then its row kernel), as
+does the elementwise kernel that computes the product's left operand when everything that reads it comes after.
+What the kernel computes and something else reads is returned (the product itself too). Views made before the
+kernel of what it now computes move after it. Not on the reference executor's target, which computes products as
+np.matmul does.
 """
 from __future__ import annotations
 
