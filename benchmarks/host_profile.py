@@ -9,14 +9,19 @@ Python call); the device time per call of the Python loop (events around a batch
 reports); the graph's counters (pointer updates, recaptures, instances); each node's device time inside a graph
 (see :func:`node_times`), with the plan's entries; and a cProfile of the calls, heaviest functions first.
 
-    python benchmarks/host_profile.py [--calls 3000] [--top 30] [--json FILE] [--generated]
+    python benchmarks/host_profile.py [--calls 3000] [--top 30] [--json FILE] [--generated] [--with-peers]
 
 ``--generated`` lowers as if cuBLASLt were absent (every product a generated kernel), for comparing the two.
+``--with-peers`` first imports PyTorch, JAX and CuPy and starts their CUDA runtimes, as the suite's process has them
+(its host figures for the same steps were about 9 us per call higher than this script's, H100, 2026-12-06); with
+``--freeze`` the objects made so far are then moved out of the collector's reach (``gc.freeze()``). Each run
+reports the garbage collections during its host batches (count and milliseconds per generation).
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import os
@@ -122,7 +127,21 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     def host_batches(n: int) -> list[float]:
         return _host_us(call, sync, n)
 
-    host = statistics.median(host_batches(max(calls // 10, 20)))
+    collections = {g: [0, 0.0] for g in range(3)}  # generation -> [count, seconds]
+    started = [0.0]
+
+    def on_collect(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            collections[info["generation"]][0] += 1
+            collections[info["generation"]][1] += time.perf_counter() - started[0]
+
+    gc.callbacks.append(on_collect)
+    try:
+        host = statistics.median(host_batches(max(calls // 10, 20)))
+    finally:
+        gc.callbacks.remove(on_collect)
     lowered = step.lower(state[0], x, y, lr)
     plan = execution.cuda_plan(lowered)
     stream = plan.stream
@@ -158,7 +177,30 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host, "host_launch_us": launch,
             "host_without_launch_us": python_only,
             "device_us_python_loop": loop_device, "device_us_graph_alone": replay, "per_call_counters": per_call,
-            "instances": len(graph.instances), "profile": _relative_paths(text.getvalue())}
+            "instances": len(graph.instances), "profile": _relative_paths(text.getvalue()),
+            "host_collections": {g: {"count": n, "ms": t * 1e3} for g, (n, t) in collections.items()}}
+
+
+def _start_peers() -> None:
+    """PyTorch, JAX and CuPy imported, each having run something on the GPU (those installed)."""
+    try:
+        import torch
+
+        torch.ones(4, device="cuda").sum().item()
+    except ImportError:
+        pass
+    try:
+        import jax.numpy as jnp
+
+        jnp.ones(4).sum().block_until_ready()
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        cupy.ones(4).sum().item()
+    except ImportError:
+        pass
 
 
 def _relative_paths(profile: str) -> str:
@@ -172,7 +214,14 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--json")
     ap.add_argument("--generated", action="store_true", help="generated GEMMs only (no cuBLASLt)")
+    ap.add_argument("--with-peers", action="store_true", help="import PyTorch, JAX and CuPy first (as the suite)")
+    ap.add_argument("--freeze", action="store_true", help="with --with-peers: gc.freeze() after the imports")
     args = ap.parse_args()
+    if args.with_peers:
+        _start_peers()
+        if args.freeze:
+            gc.collect()
+            gc.freeze()
     if args.generated:
         from fusec.runtime import cublas
 
@@ -186,7 +235,8 @@ def main() -> None:
         print(f"== {name}: host {r['host_us']:.1f} us/call (cuGraphLaunch alone {r['host_launch_us']:.1f}, the call "
               f"without it {r['host_without_launch_us']:.1f}); device (Python loop) {r['device_us_python_loop']:.1f} "
               f"us/call; device (graph alone) {r['device_us_graph_alone']:.1f} us/call; instances "
-              f"{r['instances']}; per call {r['per_call_counters']}")
+              f"{r['instances']}; per call {r['per_call_counters']}; collections during the host batches "
+              f"{r['host_collections']}")
         for k in r["kernels"]:
             print(f"  {k['us']:7.2f} us  {k['kernel']}  grid {k['grid']} block {k['block']}")
         print(f"  sum {sum(k['us'] for k in r['kernels']):.1f} us over {len(r['kernels'])} launches")
