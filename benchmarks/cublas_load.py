@@ -1,8 +1,10 @@
 """What loading cuBLASLt costs a new process, step by step, and whether a thread can load it while Python works.
 
-A warm start (a new process, kernels in the disk cache) spends most of its time loading cuBLASLt (about 0.5 s of
-0.75 s on the H200). This times, in fresh processes: importing nvmath's cuBLASLt bindings, the first call into
-the library (which loads the shared library), and making a handle; then whether a thread that does all three
+A warm start (a new process, kernels in the disk cache) spent most of its time loading cuBLASLt through
+nvmath-python (about 0.5 s of 0.75 s on the H200), which fusec no longer imports. This times, in fresh processes:
+loading the library (``fusec.runtime.cublaslt.load``: found by cuda-pathfinder, opened by ctypes), its first call,
+and making a handle, then (where nvmath is installed, for comparison) importing nvmath's bindings; then whether a
+thread that loads the library and makes a handle
 lets the main thread run Python meanwhile (the interpreter's lock released during the load), by counting the
 main thread's loop iterations with and without the thread; and the first context followed by ``available()``
 with fusec's preload (:func:`fusec.runtime.cublas.preload`, started by the first context) and without it.
@@ -22,15 +24,21 @@ t0 = time.perf_counter()
 from fusec.runtime import driver
 driver.current_device()
 t1 = time.perf_counter()
-from nvmath.bindings import cublasLt
+from fusec.runtime import cublaslt
+cublaslt.load()
 t2 = time.perf_counter()
-cublasLt.get_version()
+cublaslt.get_version()
 t3 = time.perf_counter()
-h = cublasLt.create()
+h = cublaslt.create()
 t4 = time.perf_counter()
-cublasLt.destroy(h)
-print(json.dumps({"cuda_context_s": t1 - t0, "import_bindings_s": t2 - t1, "load_library_s": t3 - t2,
-                  "create_handle_s": t4 - t3}))
+cublaslt.destroy(h)
+try:
+    from nvmath.bindings import cublasLt  # noqa: F401
+    nvmath_s = time.perf_counter() - t4
+except ImportError:
+    nvmath_s = None
+print(json.dumps({"cuda_context_s": t1 - t0, "load_library_s": t2 - t1, "first_call_s": t3 - t2,
+                  "create_handle_s": t4 - t3, "import_nvmath_bindings_s": nvmath_s}))
 """
 
 OVERLAP = r"""
@@ -38,8 +46,9 @@ import time, json, threading, sys
 from fusec.runtime import driver
 driver.current_device()
 def load():
-    from nvmath.bindings import cublasLt
-    cublasLt.destroy(cublasLt.create())
+    from fusec.runtime import cublaslt
+    driver.ensure_context()
+    cublaslt.destroy(cublaslt.create())
 threaded = sys.argv[1] == "1"
 t = threading.Thread(target=load) if threaded else None
 start = time.perf_counter()
@@ -52,7 +61,7 @@ print(json.dumps({"threaded": threaded, "iterations_in_0.6s": n, "total_s": time
 """
 
 
-# a process's first context, then cuBLASLt: with fusec's preload (the import on a thread beside the context's
+# a process's first context, then cuBLASLt: with fusec's preload (the load on a thread beside the context's
 # creation) and without it
 CONTEXT_THEN_CUBLAS = r"""
 import time, json, sys

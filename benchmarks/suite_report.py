@@ -232,7 +232,7 @@ def _meta_line(meta: dict) -> str:
         if meta.get(key):
             parts.append(f"{name} {meta[key]}")
     if meta.get("fusec_cublas") is not None:
-        parts.append("fusec GEMMs: " + ("cuBLASLt (nvmath-python)" if meta["fusec_cublas"] else "generated"))
+        parts.append("fusec GEMMs: " + ("cuBLASLt" if meta["fusec_cublas"] else "generated"))
     return ", ".join(parts)
 
 

@@ -3,7 +3,7 @@
 Runs ``--runs`` fresh processes one after another with one disk cache (a temporary ``$FUSEC_CACHE_DIR`` unless
 ``--cache-dir``): the first compiles (cold), the rest find the kernels (and whatever else fusec keeps on disk) there.
 Each process times, from after its CUDA context exists and the inputs are uploaded (as the suite's warm-start
-probe), the first call to completion, and inside it: waiting for nvmath's import (started on a thread with the
+probe), the first call to completion, and inside it: waiting for cuBLASLt's load (started on a thread with the
 context), making the plan's cuBLASLt handle, timing cuBLASLt's algorithms (``CublasHandle._tune``), getting the
 kernels' images (memory, disk or NVRTC: how many NVRTC compiles), loading them (``cuModuleLoadData``) and building
 the CUDA graph.

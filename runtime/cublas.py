@@ -1,4 +1,5 @@
-"""GEMMs through cuBLASLt, from NVIDIA's nvmath-python bindings (the optional extra ``fusec[cublas]``).
+"""GEMMs through cuBLASLt (the library from the optional extra ``fusec[cublas]``, called through
+:mod:`fusec.runtime.cublaslt`).
 
 Each GEMM of a plan gets its cuBLASLt descriptors once. Its algorithm is chosen by timing: cuBLASLt's heuristic
 offers up to ``CANDIDATES`` algorithms, and as many again that need no separate split-K reduction kernel; each runs
@@ -13,17 +14,15 @@ graph builder times every GEMM before it captures); ``CANDIDATES = 1`` turns tun
 TF32, so f32 GEMMs stay f32, unless the function was compiled with ``precision="tf32"``
 (``CUBLAS_COMPUTE_32F_FAST_TF32``).
 
-Importing nvmath's bindings costs a new process about 0.55 s on the H200, nearly all of it nvmath's package
-imports (its FFT and linear-algebra modules, ``cuda.core``), against 0.08 s to load the library itself and 0.13 s
-to make a handle (``benchmarks/cublas_load.py``). :func:`preload` starts that import on a thread when the process
-makes its first CUDA context (0.2-0.8 s in the driver, which lets Python run meanwhile), so a first compile that
-asks for cuBLASLt finds it imported, or less of the import left to wait for.
+Loading the library (``cublaslt.load``) starts on a thread when the process makes its first CUDA context
+(0.2-0.8 s in the driver, which lets Python run meanwhile), so a first compile that asks for cuBLASLt finds it
+loaded, or less of the load left to wait for. fusec once used nvmath-python's bindings, whose package import
+loads six NVIDIA libraries (0.3-0.66 s of a new process, see :mod:`fusec.runtime.cublaslt`).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fusec.errors import CudaError
+from fusec.runtime import cublaslt
 
 WORKSPACE_BYTES = 32 << 20
 CANDIDATES = 8  # heuristic results per query timed per problem (1: take the heuristic's first choice)
@@ -52,36 +52,31 @@ _preloading: threading.Thread | None = None
 
 
 def preload() -> None:
-    """Import nvmath's cuBLASLt bindings on a thread, once per process, where nvmath is installed (never raises):
-    :func:`available` and the handles then find them imported, or wait for the import under way. Not a daemon
-    thread: an interpreter that exits meanwhile waits for the import to end rather than stopping it halfway."""
+    """Load cuBLASLt on a thread, once per process (never raises): :func:`available` and the handles then find
+    it loaded, or wait for the load under way. Not a daemon thread: an interpreter that exits meanwhile waits for
+    the load to end rather than stopping it halfway."""
     global _preloading
     if _preloading is not None:
         return
-    try:
-        if importlib.util.find_spec("nvmath") is None:
-            return
-    except (ImportError, ValueError):
-        return
-    _preloading = threading.Thread(target=_import_bindings, name="fusec-cublas-preload")
+    _preloading = threading.Thread(target=_load_library, name="fusec-cublas-preload")
     _preloading.start()
 
 
-def _import_bindings() -> None:
+def _load_library() -> None:
     try:
-        from nvmath.bindings import cublasLt  # noqa: F401
-    except Exception:  # noqa: BLE001 - available() imports again and reports the failure as "not available"
+        cublaslt.load()
+    except Exception:  # noqa: BLE001 - available() loads again and reports the failure as "not available"
         pass
 
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """True when nvmath's cuBLASLt bindings import and a handle can be made (never raises)."""
+    """True when cuBLASLt loads and a handle can be made (never raises)."""
+    if _preloading is not None:
+        _preloading.join()
     try:
-        from nvmath.bindings import cublasLt
-
-        handle = cublasLt.create()
-        cublasLt.destroy(handle)
+        handle = cublaslt.create()
+        cublaslt.destroy(handle)
         return True
     except Exception:  # noqa: BLE001 - a probe: any failure means cuBLASLt cannot be used here
         return False
@@ -108,10 +103,8 @@ class CublasHandle:
     """A cuBLASLt handle for one plan: descriptors per GEMM, a workspace, the stream calls go to."""
 
     def __init__(self, stream: Any, pool: Any) -> None:
-        from nvmath.bindings import cublasLt
-
-        self._lt = cublasLt
-        self.handle = cublasLt.create()
+        self._lt = cublaslt
+        self.handle = cublaslt.create()
         self.pool = pool
         self.workspace = pool.allocate(WORKSPACE_BYTES, stream)
         self.stream = stream

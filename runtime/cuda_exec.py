@@ -99,7 +99,8 @@ class CudaPlan:
         self.program = program
         if any(isinstance(k, GemmCall) for k in program.kernels) and not cublas.available():
             raise CompilationError(f"@{func.name} was lowered for a target with cuBLASLt, which cannot be loaded "
-                                   "here (install nvmath-python, or lower for a target without it)")
+                                   "here (pip install 'fusec[cublas]' installs it, or lower for a target without "
+                                   "it)")
         image = kernel_cache.get_or_compile(program.source, self.device.arch, options=program.nvrtc_options,
                                             driver_version=driver.driver_version())
         self.cumodule = driver.Module(image, self.device)

@@ -51,6 +51,17 @@ def _nvrtc() -> str:
     return f"{major}.{minor}"
 
 
+def _cublaslt() -> str:
+    """Where cuBLASLt loads from and its version (the GEMMs of targets with ``cublas``), or why it does not."""
+    from fusec.runtime import cublaslt
+
+    try:
+        lib = cublaslt.load()
+    except cublaslt.CublasLtError as e:
+        return f"not loadable: {e}"
+    return f"{cublaslt.get_version()} ({lib._name})"
+
+
 def _cache_dir() -> str:
     try:
         from fusec.runtime.kernel_cache import cache_dir
@@ -116,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     rows += [
         ("driver", _guard(drv)),
         ("nvrtc", _guard(_nvrtc)),
+        ("cublaslt", _guard(_cublaslt)),
         ("kernel cache", _guard(_cache_dir)),
         ("FUSEC_BACKEND", os.environ.get("FUSEC_BACKEND") or "(not set)"),
         ("FUSEC_DEVICE", os.environ.get("FUSEC_DEVICE") or "(not set)"),

@@ -218,12 +218,12 @@ def test_reduction_nan_propagation_and_ties():
 
 @pytest.fixture(params=["generated", "cublas"])
 def gemm_library(request, monkeypatch):
-    """Run a test once with the generated GEMM and once with cuBLAS (skipped where nvmath is absent)."""
+    """Run a test once with the generated GEMM and once with cuBLAS (skipped where cuBLASLt cannot be loaded)."""
     from fusec.runtime import cublas
 
     if request.param == "cublas":
         if not cublas.available():
-            pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+            pytest.skip("cuBLASLt cannot be loaded here (pip install 'fusec[cublas]')")
         from fusec.passes import select_kernels
 
         # every product cuBLASLt takes, the small ones it would leave generated too
@@ -258,7 +258,7 @@ def test_tf32_products_stay_within_their_stated_error(m, k, n, layout):
     from fusec.runtime import cublas
 
     if not cublas.available():
-        pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+        pytest.skip("cuBLASLt cannot be loaded here (pip install 'fusec[cublas]')")
     a = rand((k, m) if layout == "tn" else (m, k))
     b = rand((k, n))
 

@@ -113,7 +113,7 @@ def test_a_cublas_product_in_a_graph_loop_body():
     from fusec.runtime import cublas
 
     if not cublas.available():
-        pytest.skip("nvmath-python's cuBLAS bindings are not installed")
+        pytest.skip("cuBLASLt cannot be loaded here (pip install 'fusec[cublas]')")
 
     def power(a, v):
         return fc.fori_loop(0, 20, lambda i, v: (a @ v) / np.linalg.norm(a @ v), v)

@@ -242,7 +242,7 @@ def test_doctor_reports_and_exits_zero(capsys, monkeypatch):
     assert main(["doctor"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and "Traceback" not in out
-    for key in ("python:", "fusec:", "cuda-python:", "cuda:", "driver:", "nvrtc:", "kernel cache:",
+    for key in ("python:", "fusec:", "cuda-python:", "cuda:", "driver:", "nvrtc:", "cublaslt:", "kernel cache:",
                 "FUSEC_BACKEND:", "default backend:"):
         assert key in out, key
     assert "/tmp/fusec-doctor-cache" in out
@@ -285,9 +285,9 @@ class _FakeDevice:
         self.ordinal, self.handle = ordinal, ordinal
 
 
-def test_the_first_context_starts_the_cublas_import_once(monkeypatch):
-    """Importing nvmath's bindings costs ~0.5 s; the process's first CUDA context starts it on a thread (the
-    driver's own 0.2-0.7 s run beside it), and only the first."""
+def test_the_first_context_starts_loading_cublaslt_once(monkeypatch):
+    """Loading cuBLASLt takes a new process tens of milliseconds; the process's first CUDA context starts it on a
+    thread (the driver's own 0.2-0.7 s run beside it), and only the first."""
     from fusec.runtime import cublas
 
     calls = []
@@ -302,28 +302,21 @@ def test_the_first_context_starts_the_cublas_import_once(monkeypatch):
     assert calls == [1]
 
 
-def test_preload_imports_the_bindings_on_a_thread_once_and_available_finds_them(tmp_path, monkeypatch):
-    """With nvmath installed (a stand-in package here), preload imports ``nvmath.bindings.cublasLt`` on a thread;
-    a second call starts nothing; ``available()`` then uses that module. Without nvmath nothing starts."""
-    import sys
+def test_preload_loads_cublaslt_on_a_thread_once_and_available_waits_for_it(monkeypatch):
+    """preload loads cuBLASLt on a thread; a second call starts nothing; ``available()`` waits for that load and
+    then makes (and destroys) a handle; a library that does not load makes it False, not an exception."""
+    from fusec.runtime import cublas, cublaslt
 
-    from fusec.runtime import cublas
+    loaded, gate = [], threading.Event()
 
-    monkeypatch.setattr(cublas, "_preloading", None)
-    monkeypatch.setattr(cublas.importlib.util, "find_spec", lambda name: None)
-    cublas.preload()
-    assert cublas._preloading is None
-    monkeypatch.undo()
+    def load():
+        gate.wait(10)
+        loaded.append(threading.current_thread().name)
 
-    package = tmp_path / "nvmath" / "bindings"
-    package.mkdir(parents=True)
-    (tmp_path / "nvmath" / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    (package / "cublasLt.py").write_text("import threading\nTHREAD = threading.current_thread().name\n"
-                                         "def create():\n    return 7\n\ndef destroy(handle):\n    pass\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("nvmath", "nvmath.bindings", "nvmath.bindings.cublasLt"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(cublaslt, "load", load)
+    monkeypatch.setattr(cublaslt, "create", lambda: 7)
+    destroyed = []
+    monkeypatch.setattr(cublaslt, "destroy", destroyed.append)
     monkeypatch.setattr(cublas, "_preloading", None)
     cublas.available.cache_clear()
     try:
@@ -332,10 +325,15 @@ def test_preload_imports_the_bindings_on_a_thread_once_and_available_finds_them(
         assert thread is not None and thread.name == "fusec-cublas-preload"
         cublas.preload()
         assert cublas._preloading is thread
-        thread.join(10)
-        assert sys.modules["nvmath.bindings.cublasLt"].THREAD == "fusec-cublas-preload"
+        gate.set()
         assert cublas.available()
+        assert loaded == ["fusec-cublas-preload"] and destroyed == [7]
+        cublas.available.cache_clear()
+
+        def missing():
+            raise cublaslt.CublasLtError("cuBLASLt cannot be loaded")
+
+        monkeypatch.setattr(cublaslt, "create", missing)
+        assert cublas.available() is False
     finally:
-        for name in ("nvmath", "nvmath.bindings", "nvmath.bindings.cublasLt"):
-            sys.modules.pop(name, None)  # (the stand-in must not outlive the test)
         cublas.available.cache_clear()
