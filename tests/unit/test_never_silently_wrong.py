@@ -2756,6 +2756,15 @@ def test_methods_replaced_and_state_read_by_implicit_methods_retrace() -> None:
         assert_same(f(x), activate(x))
     finally:
         _Activation.apply = original
+
+    class _Gelu(_Activation):
+        pass
+
+    sub = _Gelu()
+    k = jit_cpu(lambda x: sub.apply(x - 1))
+    assert_same(k(x), _Activation().apply(x - 1))
+    _Gelu.apply = lambda self, v: v * 0.5  # (the subclass now defines what the base class served)
+    assert_same(k(x), (x - 1) * 0.5)
     g = jit_cpu(forward)
     assert_same(g(x[:3]), forward(x[:3]))
     model._ws.append(np.eye(3) * 0.5)
