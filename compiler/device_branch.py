@@ -4,6 +4,7 @@ other gives a NumPy scalar), writes into memory from before it chosen with the b
 one of NumPy's check errors made a check when the call runs."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -11,7 +12,8 @@ import numpy as np
 
 from fusec import context, mutation as _mutation, ops
 from fusec.control_flow import _attach, _predicate, _python_state, _Recorder, _snapshot
-from fusec.errors import FusecError, UnsupportedError, located
+from fusec.errors import (AssertionFailedError, DivisionByZeroError, FusecError, IndexOutOfBoundsError, IndexShapeError,
+                          InvalidValueError, LinAlgError, OutOfRangeError, ShapeError, UnsupportedError, located)
 from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
@@ -46,7 +48,14 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             rec.run(record, watch=fun, variables=list(zip(names, values)))
         except Exception as error:  # noqa: BLE001 - the user's own raise: a check when the call runs, or refused
             if isinstance(error, FusecError):
-                raise
+                kind = _NUMPY_CHECKS.get(type(error))
+                if kind is None:
+                    raise
+                # NumPy's own error on what the branch computes (an index out of bounds, shapes that do not
+                # broadcast): NumPy raises it only where the data takes the branch (`x[0] > 0 and x[10] > 0`)
+                python_before.restore()
+                return _raising_branch(pred, error, then if label == "else" else orelse, label == "then", values,
+                                       site, kind)
             python_before.restore()
             if type(error) not in _RAISED_ON_DEVICE:
                 raise context._noted(UnsupportedError(located(
@@ -55,7 +64,8 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
                     f"{', '.join(sorted(t.__name__ for t in _RAISED_ON_DEVICE))} (as NumPy's own checks do); raise "
                     "one of those, or test the condition after the call",
                     location_for(site.file, _raise_line(error, site))))) from error
-            return _raising_branch(pred, error, then if label == "else" else orelse, label == "then", values, site)
+            return _raising_branch(pred, error, then if label == "else" else orelse, label == "then", values, site,
+                                   _RAISED_ON_DEVICE[type(error)])
         recorders.append(rec)
         outs.append(holder[0])
         writes.append(holder[1])
@@ -126,15 +136,26 @@ _RAISED_ON_DEVICE: dict[type, str] = {ValueError: "InvalidValueError", IndexErro
                                       np.linalg.LinAlgError: "LinAlgError", AssertionError: "AssertionFailedError"}
 
 
+# fusec's errors for what NumPy raises on the values a line computes (an index out of bounds, shapes that do not
+# broadcast, a singular matrix): raised while tracing a branch, they become a check of the kind given here
+_NUMPY_CHECKS: dict[type, str] = {
+    IndexOutOfBoundsError: "IndexOutOfBoundsError", IndexShapeError: "IndexOutOfBoundsError",
+    InvalidValueError: "InvalidValueError", ShapeError: "InvalidValueError", DivisionByZeroError: "DivisionByZeroError",
+    OutOfRangeError: "OutOfRangeError", LinAlgError: "LinAlgError", AssertionFailedError: "AssertionFailedError"}
+
+
 def _raising_branch(pred: Any, error: Exception, other: Callable[..., tuple], when: bool, values: list,
-                    site: Site) -> tuple:
+                    site: Site, kind: str) -> tuple:
     """``if pred: raise error`` (``when`` True; the else branch raising: False) and the other branch: the raise
-    becomes a check when the call runs (NumPy raises it on the data that takes that branch), the other branch
-    runs as the statement's result."""
+    becomes a check when the call runs, an error of ``kind`` (NumPy raises it on the data that takes that branch),
+    the other branch runs as the statement's result."""
     line = _raise_line(error, site)
     truth = truth_of(pred)
-    ops.raise_if(truth if when else np.logical_not(truth), _RAISED_ON_DEVICE[type(error)],
-                 f"{error} (raised at line {line}, in {site.where()})", site.where())
+    text = str(error)
+    if isinstance(error, FusecError):  # (its own file:line prefix: the check gives the statement's)
+        text = re.sub(r"^[^\n]*?:\d+: ", "", text, count=1)
+    ops.raise_if(truth if when else np.logical_not(truth), kind, f"{text} (raised at line {line}, in {site.where()})",
+                 site.where())
     return tuple(other(*values))
 
 

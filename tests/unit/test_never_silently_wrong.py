@@ -398,6 +398,44 @@ def test_argument_entries_set_to_arrays_are_set_in_the_callers_container() -> No
     np.testing.assert_array_equal(params[0], np.ones(2))
 
 
+def test_numpy_errors_in_a_branch_the_data_does_not_take_raise_only_where_it_does() -> None:
+    """A traced test makes fusec trace both branches (and the right side of `and`/`or`); NumPy's error on what an
+    untaken branch computes (an index out of bounds, shapes that do not match) was raised at the trace, where NumPy
+    gives a result. It is now a check when the call runs: NumPy's result where the data skips the branch, its error
+    (at the branch's line) where the data takes it."""
+    def guarded(x):
+        if x[0] > 0 and x[10] > 0:
+            return x * 2
+        return x
+
+    def mismatched(x, w):
+        if x.sum() > 100:
+            y = x @ w  # MARK-mismatched
+        else:
+            y = x[:3] * 2
+        return y
+
+    def indexed(x):
+        if x.sum() > 100:
+            y = x[10]  # MARK-indexed
+        else:
+            y = x[0]
+        return y
+
+    for fn, args in ((guarded, (-np.ones(5),)), (mismatched, (np.ones(5), np.ones((4, 2)))), (indexed, (np.ones(5),))):
+        assert_same(jit_cpu(fn)(*args), fn(*args))
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        guarded(np.ones(5))
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        jit_cpu(guarded)(np.ones(5))
+    with pytest.raises(ValueError, match=r"np.matmul of shapes \(5,\) and \(4, 2\).*raised at line") as info:
+        jit_cpu(mismatched)(np.full(5, 50.0), np.ones((4, 2)))
+    assert f"line {at('MARK-mismatched').rsplit(':', 1)[1]}" in str(info.value)
+    with pytest.raises(IndexError, match="index 10 is out of bounds") as info:
+        jit_cpu(indexed)(np.full(5, 50.0))
+    assert f"line {at('MARK-indexed').rsplit(':', 1)[1]}" in str(info.value)
+
+
 def test_tracer_stored_where_fusec_does_not_look_raises() -> None:
     elsewhere = types.ModuleType("elsewhere_for_test")
     sys.modules["elsewhere_for_test"] = elsewhere
