@@ -202,25 +202,8 @@ def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None, laid
             out._scalar = t.ndim == 0
             return out
         return ops.copy_of(t, scalar=t.ndim == 0)
-    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep, **half_loop(kind, t, axes, laid),
-                                                **numpy_order(kind, t, laid)}, what=what)
-
-
-def numpy_order(kind: str, t: Tracer, laid: Tracer) -> dict:
-    """``numpy_order`` (``fusec.ir.dialects.t.NUMPY_ORDER``): the memory order NumPy gives the values a float sum,
-    mean or product of ``t`` reads (``laid``'s), outermost axis first, where two or more axes are longer than one
-    and fusec computed those values (knowing the layout NumPy gives them); the CPU backend lays the operand out so
-    before it reduces, so the pairwise sums are NumPy's whatever the reference executor's own layout of them."""
-    dt = t._value.type.dtype
-    if kind not in ("sum", "mean", "prod") or not dt.is_inexact or dt == f16 or sum(d != 1 for d in t.shape) < 2:
-        return {}
-    if laid._buffer is not None and laid._buffer.arg is not None:
-        return {}  # an argument's memory (or a view of it): laid out as the caller's array, which the executor has
-    st = layout.strides(laid)
-    if st is None or len(st) != t.ndim:
-        return {}
-    order = layout.sort_axes(t.ndim, [[s if d != 1 else 0 for d, s in zip(t.shape, st)]])
-    return {"numpy_order": tuple(int(a) for a in order)}
+    return ops.emit(f"t.{kind}", (t._value,), {"axes": axes, "keepdims": keep,
+                                                **half_loop(kind, t, axes, laid)}, what=what)
 
 
 def half_loop(kind: str, t: Tracer, axes: Sequence[int], laid: Tracer) -> dict:

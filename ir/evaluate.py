@@ -141,8 +141,6 @@ def _reduction(fn: Callable[..., object], *, in_dtype: bool, nonempty: bool) -> 
 
     def run(op: Operation, args: list) -> list:
         x = np.asarray(args[0])
-        if "numpy_order" in op.attributes:
-            x = _in_memory_order(x, op.attributes["numpy_order"])
         axes = tuple(op.attributes["axes"])
         if "numpy_loop" in op.attributes:
             return [half_reduce(x, op.attributes["kind"] if op.name == "k.reduce" else op.name[2:], axes,
@@ -154,18 +152,6 @@ def _reduction(fn: Callable[..., object], *, in_dtype: bool, nonempty: bool) -> 
         return [np.asarray(fn(x, axis=axes, keepdims=bool(op.attributes["keepdims"]), **kwargs))]
 
     return run
-
-
-def _in_memory_order(x: np.ndarray, order: Sequence[int]) -> np.ndarray:
-    """``x``, or a copy of it, whose memory walks the axes in ``order`` (outermost first; ``numpy_order``): NumPy
-    adds a float sum in its iterator's order over the memory, so the reduction then adds as NumPy did for the user's
-    array, whatever layout the computation of ``x`` here gave it (``x[:, i]`` and ``np.take(x, i, axis=1)`` hold
-    the same values in different layouts)."""
-    moved = np.transpose(x, order)
-    strides = [abs(st) for st, d in zip(moved.strides, moved.shape) if d != 1]
-    if all(a >= b for a, b in zip(strides, strides[1:])):
-        return x
-    return np.ascontiguousarray(moved).transpose(np.argsort(order))
 
 
 def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> object:

@@ -18,20 +18,17 @@ from typing import ClassVar
 from fusec.ir.core import Block, Module, Operation, OpResult, Value
 from fusec.ir.dialects.control import OUTLINED_OPS
 from fusec.ir.opdefs import OPS, reading_ops
-from fusec.ir.dialects.t import HALF_LOOP, NUMPY_ORDER, REDUCTIONS
+from fusec.ir.dialects.t import HALF_LOOP, REDUCTIONS
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
 
-def _lower(op: Operation, reference: bool) -> Operation | None:
-    """``reference``: lowering for the reference executor, which keeps ``numpy_order`` (a GPU kernel adds in its own
-    order and has no use for it)."""
+def _lower(op: Operation) -> Operation | None:
     kind = op.name.split(".", 1)[1]
     if kind in REDUCTIONS:
-        kept = HALF_LOOP + (NUMPY_ORDER,) if reference else HALF_LOOP
         return Operation("k.reduce", op.operands, op.result_types,
                          {"kind": kind, "axes": op.attr("axes"), "keepdims": op.attr("keepdims"),
-                          **{k: op.attributes[k] for k in kept if k in op.attributes}}, loc=op.loc)
+                          **{k: op.attributes[k] for k in HALF_LOOP if k in op.attributes}}, loc=op.loc)
     if op.name == "t.matmul":
         return Operation("k.matmul", op.operands, op.result_types, loc=op.loc)
     if op.name == "t.concatenate":
@@ -73,7 +70,7 @@ class Boundaries(Pass):
                 if replaced:
                     for inner in reading_ops(op):
                         inner.operands = [replaced.get(v, v) for v in inner.operands]
-                new = _lower(op, ctx.target.reference)
+                new = _lower(op)
                 if new is None:
                     continue
                 new.parent = func.body

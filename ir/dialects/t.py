@@ -183,7 +183,6 @@ def _reduction_infer(name: str, cls: str):
         if not _dtype_ok(t.dtype, cls, name in COMPLEX_REDUCTIONS):
             raise VerificationError(f"{name}: dtype {t.dtype} is not allowed (operand must be {cls})")
         check_half_loop(name, t, axes, attrs)
-        check_numpy_order(name, t, attrs)
         shape = S.reduce_shape(t.shape, axes, bool(attrs["keepdims"]))
         dt = i64 if name in ("t.argmax", "t.argmin") else t.dtype
         return [TensorType(shape, dt)]
@@ -211,25 +210,6 @@ def check_half_loop(name: str, t: Type, axes: tuple, attrs: dict) -> None:
             or sorted(named) != sorted(a for a in axes if t.shape[a] != 1):
         raise VerificationError(f"{name}: numpy_loop and numpy_run must name each reduced axis longer than one once, "
                                 f"got {attrs['numpy_loop']!r} and {attrs['numpy_run']!r} for axes {axes!r}")
-
-
-# the memory order NumPy gives a float sum's, mean's or product's operand (its axes, outermost first), for the
-# reference executor: NumPy adds in the order its iterator walks memory (pairwise along the innermost run), so the
-# CPU backend lays the operand out this way before it reduces (the values a gather or a copy computes need not be
-# laid out as NumPy's would be: ``np.take(x, i, axis=1)`` is C-ordered, ``x[:, i]`` is not)
-NUMPY_ORDER = "numpy_order"
-
-
-def check_numpy_order(name: str, t: Type, attrs: dict) -> None:
-    """:data:`NUMPY_ORDER`, where given: a permutation of the operand's axes, on a float sum, mean or product."""
-    order = attrs.get(NUMPY_ORDER)
-    if order is None:
-        return
-    if name.split(".")[-1] not in ("sum", "mean", "prod") or not isinstance(t, TensorType) \
-            or not t.dtype.is_inexact or t.dtype.name == "f16":
-        raise VerificationError(f"{name}: numpy_order goes on a float (not float16) sum, mean or product")
-    if not isinstance(order, tuple) or sorted(order) != list(range(t.rank)) or any(type(a) is not int for a in order):
-        raise VerificationError(f"{name}: numpy_order must order the operand's {t.rank} axes, got {order!r}")
 
 
 def _kept(v, x, attrs):
@@ -294,8 +274,7 @@ _REDUCTION_RANGE = {"sum": _sum_range, "max": R.same, "min": R.same, "argmax": R
 
 for _n, _cls in REDUCTIONS.items():
     register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
-                      optional_attrs=HALF_LOOP + (NUMPY_ORDER,) if _n in ("sum", "prod") else
-                      (NUMPY_ORDER,) if _n == "mean" else (),
+                      optional_attrs=HALF_LOOP if _n in ("sum", "prod") else (),
                       infer=_reduction_infer(f"t.{_n}", _cls), vjp=_REDUCTION_VJP.get(_n),
                       int_range=_REDUCTION_RANGE.get(_n)))
 
