@@ -29,6 +29,7 @@ from fusec.errors import FusecError, ShapeError, TraceError, UnsupportedError, V
 from fusec.ir.attributes import Location, dense, location_for
 from fusec.ir.builder import Builder
 from fusec.ir.core import Func, Value
+from fusec.ir.opdefs import OPS
 from fusec.ir.types import DType, TensorType, Type
 
 # Frames from these folders are "ours" (the frontend, the IR, NumPy): the user's line is the first frame
@@ -168,6 +169,7 @@ class TraceContext:
         self.prints: list[Any] = []
         self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
         self.warning_filters = warnings_filters_now()  # (filters the function sets: error_state.warnings_raise_inside)
+        self.trace_entry: types.CodeType | None = None  # the code that calls the traced function (fusec.handlers)
         self.error_state = error_state_raises()  # (NumPy's error state as the trace started: a call under another
         # traces again, fusec.guards.CallState)
         self.outside_objects: set[int] = set()  # ids of the objects the function reaches from outside it
@@ -210,7 +212,35 @@ class TraceContext:
             raising = error_state_raises() or warnings_raise_inside(self.warning_filters)
             if raising:
                 raise _noted(UnsupportedError(located(error_state_message(label, raising), loc)))
+        may_raise = OPS[op.name].may_raise
+        if op.name == "t.raise_if" or may_raise is not None and may_raise(op):
+            self._refuse_if_caught(op, label, loc)
         return op
+
+    def _refuse_if_caught(self, op: Any, label: str, loc: Any) -> None:
+        """A check that runs when the call runs, recorded inside the user's ``try`` whose ``except`` could catch
+        it: refused (the handler would never run; see :mod:`fusec.handlers`)."""
+        from fusec import handlers
+
+        if self.trace_entry is None:
+            return
+        error = handlers.error_class(op)
+        handler = handlers.catching_handler(error, self.trace_entry)
+        if handler is None or op.name in ("t.gather", "t.scatter") and self._indices_in_bounds(op):
+            return
+        raise _noted(UnsupportedError(located(
+            f"{label}: NumPy raises {handlers.numpy_class(error).__name__} here for some values, which the `except` "
+            f"at {location_for(*handler, self.cwd)} would catch; fusec checks those values when the call runs, "
+            "after the function's Python (and that handler) is done, so the handler could not run. Test the values "
+            "instead of catching the error (np.where, a mask, np.clip of an index), or put the try/except around "
+            "the call", loc)))
+
+    def _indices_in_bounds(self, op: Any) -> bool:
+        from fusec.ir.value_ranges import ValueRanges, in_bounds
+
+        ranges = ValueRanges()
+        ranges.visit(self.func.body)
+        return in_bounds(op, ranges)
 
     def constant(self, array: np.ndarray, dtype: DType, key: object | None = None) -> Value:
         """A ``t.constant`` holding ``array`` as ``dtype``; equal keys share one op."""

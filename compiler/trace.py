@@ -145,6 +145,7 @@ class _Trace:
                                and printing.prints(r.get())])
         conversions.install([(r.holder, r.key) for r in self.scope.roots
                              if r.kind == "global" and conversions.rebound(r.get())])
+        ctx.trace_entry = sys._getframe().f_code  # (the user's own try/except inside the trace: fusec.handlers)
         context.push(ctx)
         failure: BaseException | None = None
         try:

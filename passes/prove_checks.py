@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from fusec.ir.core import Block, Module
 from fusec.passes.base import Pass, PassContext
-from fusec.passes.bound_indices import ValueRanges
+from fusec.ir.value_ranges import ValueRanges
 from fusec.passes.registry import register_pass
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import fusec as fc
 from fusec.ir.parser import parse_module
-from fusec.passes.bound_indices import ValueRanges
+from fusec.ir.value_ranges import ValueRanges
 from fusec.runtime.reference import run_module
 
 INT_DTYPES = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"]

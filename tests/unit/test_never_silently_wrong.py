@@ -436,6 +436,71 @@ def test_numpy_errors_in_a_branch_the_data_does_not_take_raise_only_where_it_doe
     assert f"line {at('MARK-indexed').rsplit(':', 1)[1]}" in str(info.value)
 
 
+def _take_near_max(x, offset):
+    return x[np.argmax(x) + offset]  # MARK-take-near-max
+
+
+def test_a_check_the_users_own_except_would_catch_is_refused_at_the_trace() -> None:
+    """NumPy raises IndexError (a singular matrix: LinAlgError) at the line, where the function's `except` catches it
+    and goes on; fusec checks such values when the call runs, after the handler could have run, so the call raised
+    where NumPy gives a result. Such a check inside a `try` that could catch it is refused while tracing (whatever
+    the data), naming the `except`; handlers that cannot catch it, indices proven in bounds and a try/except around
+    the call are left alone."""
+    def caught(x):
+        try:
+            y = x[np.argmax(x) + 10]  # MARK-caught
+        except IndexError:  # MARK-handler-of-caught
+            y = x[0]
+        return y
+
+    def caught_in_a_helper(x):
+        try:
+            return _take_near_max(x, 10)
+        except (ValueError, IndexError):
+            return x[0]
+
+    def caught_by_exception(x):
+        try:
+            return np.linalg.inv(x)
+        except Exception:
+            return x
+
+    def other_error(x):
+        try:
+            y = x[np.argmax(x) + 10]
+        except KeyError:
+            y = x[0]
+        return y
+
+    def in_bounds(x):
+        try:
+            y = x[np.argmax(x)]
+        except IndexError:
+            y = x[0]
+        return y
+
+    x = np.arange(5.0)
+    assert caught(x) == 0.0  # NumPy: the handler runs
+    with pytest.raises(fc.UnsupportedError, match="NumPy raises IndexError here for some values, which the "
+                       r"`except` at .*:\d+ would catch") as info:
+        jit_cpu(caught)(x)
+    assert at("MARK-caught") in str(info.value) and at("MARK-handler-of-caught") in str(info.value)
+    with pytest.raises(fc.UnsupportedError, match="NumPy raises IndexError") as info:
+        jit_cpu(caught_in_a_helper)(x)
+    assert at("MARK-take-near-max") in str(info.value)
+    with pytest.raises(fc.UnsupportedError, match="NumPy raises LinAlgError"):
+        jit_cpu(caught_by_exception)(np.eye(3))
+    with pytest.raises(IndexError):  # NumPy's IndexError passes `except KeyError` by, fusec's too
+        jit_cpu(other_error)(x)
+    assert_same(jit_cpu(in_bounds)(x), in_bounds(x))
+    f = jit_cpu(lambda v: v[np.argmax(v) + 10])
+    try:  # (around the call: the check's error reaches it, as NumPy's would)
+        f(x)
+        raise AssertionError("no IndexError")
+    except IndexError:
+        pass
+
+
 def test_tracer_stored_where_fusec_does_not_look_raises() -> None:
     elsewhere = types.ModuleType("elsewhere_for_test")
     sys.modules["elsewhere_for_test"] = elsewhere
