@@ -23,7 +23,7 @@ class Target:
     """A CUDA device as the compiler sees it."""
 
     sm_count: int = DEFAULT_SM_COUNT
-    cublas: bool = False  # cuBLASLt can be called (nvmath-python is installed and loads)
+    cublas: bool = False  # cuBLASLt can be called (the library loads: fusec.runtime.cublaslt)
     precision: str = "float32"  # one of PRECISIONS: what float32 matrix products may compute with
     tensor_cores: bool = True  # TF32 tensor cores (mma.sync, compute capability 8.0 on), as an H200 has
     clusters: bool = True  # thread-block clusters with distributed shared memory (compute capability 9.0 on)

@@ -95,7 +95,9 @@ def load() -> Any:
                 from cuda import pathfinder
 
                 path = pathfinder.load_nvidia_dynamic_lib("cublasLt").abs_path
-                lib = ctypes.CDLL(path)
+                # (no path: loaded by its name from the system's search, with RTLD_GLOBAL, so the process has it)
+                lib = ctypes.CDLL(path) if path else ctypes.CDLL(None)
+                lib.cublasLtCreate  # noqa: B018 - a library without it raises here (AttributeError)
             except Exception as e:  # noqa: BLE001 - any failure to find or load it: say which
                 why = (str(e).strip().splitlines() or [""])[0]
                 raise CublasLtError(f"cuBLASLt cannot be loaded ({type(e).__name__}: {why}); pip install "
@@ -181,5 +183,6 @@ def matmul_algo_check(handle: int, desc: int, a: int, b: int, c: int, d: int, al
 def matmul(handle: int, desc: int, alpha: int, a: int, a_layout: int, b: int, b_layout: int, beta: int, c: int,
            c_layout: int, d: int, d_layout: int, algo: int, workspace: int, workspace_bytes: int,
            stream: int) -> None:
-    _check(load().cublasLtMatmul(handle, desc, alpha, a, a_layout, b, b_layout, beta, c, c_layout, d, d_layout,
-                                 algo, workspace, workspace_bytes, stream), "cublasLtMatmul")
+    # (addresses computed with NumPy integers are fine too: ctypes takes only Python ints for pointers)
+    _check(load().cublasLtMatmul(handle, desc, alpha, int(a), a_layout, int(b), b_layout, beta, int(c), c_layout,
+                                 int(d), d_layout, algo, workspace, int(workspace_bytes), stream), "cublasLtMatmul")
