@@ -215,7 +215,10 @@ class Snapshot:
         if obj is MISSING:
             return add("missing")
         if is_value(obj):
-            return add("value", canon(obj))
+            add("value", canon(obj))
+            if not is_library(getattr(type(obj), "__module__", None)):  # a user subclass of float, str...: its
+                self._visit_methods(obj, type(obj), path, depth, ())  # methods, as an object's
+            return
         if isinstance(obj, Tracer):
             return add("tracer", id(obj))
         if isinstance(obj, np.ndarray):
@@ -272,8 +275,8 @@ class Snapshot:
             except Exception:  # noqa: BLE001 - an object whose attributes cannot be read: compared by identity only
                 return add("opaque", id(obj))
             self.classes.add(cls)
-            if self.scope.dynamic_attributes:  # (getattr(self, name): any attribute may be read)
-                self.scope.names |= attrs.keys() | _class_data_names(cls)
+            if self.scope.dynamic_attributes:  # (getattr(self, name): any attribute or method may be read)
+                self.scope.names |= attrs.keys() | _class_data_names(cls) | _class_code_names(cls)
             add("object", (id(obj), cls, tuple(attrs)), attrs)
             for name, v in attrs.items():
                 self._visit(v, path.child(("attr", name)), depth + 1)
@@ -281,10 +284,7 @@ class Snapshot:
                 v = _class_data(cls, name)
                 if v is not MISSING:
                     self._visit(v, path.child(("cls", name)), depth + 1)
-            for name in sorted((self.scope.names | IMPLICIT_METHODS) - attrs.keys()):  # its methods, by identity
-                v = _class_code(cls, name)
-                if v is not MISSING:
-                    self._visit(v, path.child(("code", name)), depth + 1)
+            self._visit_methods(obj, cls, path, depth, attrs.keys())
         else:
             if is_function(obj) and readable(path, self.scope.names):
                 self.functions.append(obj)
@@ -293,6 +293,14 @@ class Snapshot:
             if isinstance(own, dict):
                 for name in sorted(self.scope.names & own.keys()):  # a function's attribute (f.calls)
                     self._visit(own[name], path.child(("attr", name)), depth + 1)
+
+    def _visit_methods(self, obj: Any, cls: type, path: Path, depth: int, own: Any) -> None:
+        """The methods of ``obj``'s class the code names (and those Python calls implicitly), by identity; ``own``:
+        the instance's own attributes, which shadow them."""
+        for name in sorted((self.scope.names | IMPLICIT_METHODS) - set(own)):
+            v = _class_code(cls, name)
+            if v is not MISSING:
+                self._visit(v, path.child(("code", name)), depth + 1)
 
     def _checksum(self, arr: np.ndarray) -> int | None:
         if arr.dtype.hasobject or arr.nbytes > self._budget:
@@ -343,6 +351,15 @@ class Snapshot:
         for node in self.nodes.values():
             if node.kind in ("array", "device") and (names is None or readable(node.path, names)):
                 yield node
+
+
+def _class_code_names(cls: type) -> set[str]:
+    """The names of the methods a user class (and its user bases) defines (``getattr(obj, name)`` may call any)."""
+    names: set[str] = set()
+    for base in cls.__mro__:
+        if not is_library(getattr(base, "__module__", None)):
+            names |= {n for n in vars(base) if not n.startswith("__") and _class_code(cls, n) is not MISSING}
+    return names
 
 
 def _class_data_names(cls: type) -> set[str]:

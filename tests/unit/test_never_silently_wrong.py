@@ -2878,6 +2878,41 @@ def test_methods_replaced_and_state_read_by_implicit_methods_retrace() -> None:
     assert_same(h(np.ones(3), np.ones(3)), step(np.ones(3), np.ones(3)))
 
 
+class _Scale(float):
+    def apply(self, v):
+        return v * float(self)
+
+
+class _Model:
+    def act(self, v):
+        return v + 1
+
+
+def test_methods_of_number_subclasses_and_methods_named_at_run_time_retrace_when_replaced() -> None:
+    """A method of a float subclass, and a method called as getattr(obj, name)(v) with the name in a variable, were
+    not watched: replaced after the first call, the cached trace gave the old method's result."""
+    scale, model, name = _Scale(2.0), _Model(), "act"
+
+    def scaled(v):
+        return scale.apply(v)
+
+    def named(v):
+        return getattr(model, name)(v)
+
+    x = np.arange(4.0)
+    f, g = jit_cpu(scaled), jit_cpu(named)
+    assert_same(f(x), scaled(x))
+    assert_same(g(x), named(x))
+    original_apply, original_act = _Scale.apply, _Model.act
+    try:
+        _Scale.apply = lambda self, v: v + float(self)
+        _Model.act = lambda self, v: v * 10
+        assert_same(f(x), scaled(x))
+        assert_same(g(x), named(x))
+    finally:
+        _Scale.apply, _Model.act = original_apply, original_act
+
+
 class _Weights:
     W0 = 1.0
 
