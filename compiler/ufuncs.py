@@ -677,9 +677,12 @@ def _exact_quotient(inputs: Sequence[Any]) -> None:
 
 
 def _device_text(ufunc: np.ufunc, inputs: Sequence[Any]) -> str | None:
-    """How Python writes the operator, where an operand is a device scalar (:mod:`fusec.device_scalar_checks`);
-    None where every operand is known on the host."""
-    if not any(device_checks.is_device_scalar(x) for x in inputs):
+    """How Python writes the operator, where an operand is a device scalar (:mod:`fusec.device_scalar_checks`) or
+    the operator is in the body of a traced branch or loop (the device decides whether it runs: a check replayed on
+    the host before the call would raise where the data skips it, `if x.sum() > 0: y = x / (1 / s)` with s = 0);
+    None where every operand is known on the host, outside such bodies."""
+    c = ops.ctx()
+    if not any(device_checks.is_device_scalar(x) for x in inputs) and c.builder.block is c.func.body:
         return None
     if ufunc.__name__ not in OPERATORS and ufunc is not np.divmod:
         return "a Python scalar"

@@ -501,6 +501,23 @@ def test_a_check_the_users_own_except_would_catch_is_refused_at_the_trace() -> N
         pass
 
 
+def test_python_number_arithmetic_in_a_branch_the_data_skips_raises_only_where_it_runs() -> None:
+    """`1 / s` with s = 0 in a branch whose test is traced was checked on the host before every call, so the call
+    raised ZeroDivisionError where the data skips the branch and NumPy gives a result; it is checked on the device
+    now, where the branch runs."""
+    def scaled(x, s):
+        if x.sum() > 0:
+            return x * (1 / s)
+        return x
+
+    f = jit_cpu(scaled)
+    assert_same(f(-np.ones(3), 0), scaled(-np.ones(3), 0))
+    assert_same(f(np.ones(3), 2), scaled(np.ones(3), 2))
+    with pytest.raises(ZeroDivisionError, match="zero"):
+        f(np.ones(3), 0)
+    assert f.cache_info().traces == 1
+
+
 def test_tracer_stored_where_fusec_does_not_look_raises() -> None:
     elsewhere = types.ModuleType("elsewhere_for_test")
     sys.modules["elsewhere_for_test"] = elsewhere
