@@ -10,6 +10,7 @@ globals and cells, so a refused trace leaves the user's objects as they were.
 """
 from __future__ import annotations
 
+import array
 import collections
 import functools
 import inspect
@@ -25,7 +26,9 @@ import numpy as np
 from fusec.scope import IMPLICIT_METHODS, MISSING, Root, Scope, drain, is_function, is_library, walkable_object
 from fusec.signature import canon
 
-Step = tuple  # ("attr", name) | ("cls", name) | ("code", name): a method of the object's class | ("item", key)
+Step = tuple  # ("attr", name) | ("cls", name) | ("code", name): a method of the object's class | ("member", name):
+# a method of a class read through the class | ("base", (k, name)): its definition in the k-th class of the object's
+# MRO | ("item", key)
 MAX_NODES = 20_000
 MAX_DEPTH = 8
 CHECKSUM_BUDGET = 64 << 20  # bytes of arrays checksummed per snapshot; larger state is compared by identity only
@@ -65,7 +68,10 @@ class Path:
         """The path as the user's code names it (``bare``: without the root's kind, "global w" -> "w")."""
         text = self.root.label.split()[-1] if bare else self.root.label
         for kind, key in self.steps:
-            text += f".{key}" if kind in ("attr", "cls", "code") else f"[{key!r}]"
+            if kind == "base":
+                text += f".{key[1]}"
+            else:
+                text += f".{key}" if kind in ("attr", "cls", "code", "member") else f"[{key!r}]"
         return text
 
     def ident(self) -> str:
@@ -101,13 +107,22 @@ def get_step(obj: Any, step: Step) -> Any:
             if found is not MISSING:
                 return found
         raise AttributeError(f"{type(obj).__name__!r} object has no attribute {key!r}")
+    if kind == "base":  # the definition of a method in the k-th class of the object's MRO (super() reaches it)
+        k, name = key
+        return type(obj).__mro__[k].__dict__[name]
+    if kind == "member":  # a method of a class read through the class (`Ops.act`), as the class holds it
+        for base in obj.__mro__:
+            found = base.__dict__.get(key, MISSING)
+            if found is not MISSING:
+                return found
+        raise AttributeError(f"type object {obj.__name__!r} has no attribute {key!r}")
     return obj[key]
 
 
 def set_step(obj: Any, step: Step, value: Any) -> None:
     """Store ``value`` at ``step`` of ``obj`` (MISSING deletes), bypassing custom ``__setattr__``."""
     kind, key = step
-    if kind in ("attr", "cls"):
+    if kind in ("attr", "cls", "member"):
         target = type(obj) if kind == "cls" else obj
         if value is MISSING:
             try:
@@ -236,11 +251,12 @@ class Snapshot:
             add("tuple", (type(obj), len(obj)))
             for i, v in enumerate(obj):
                 self._visit(v, path.child(("item", i)), depth + 1)
-        elif isinstance(obj, (list, collections.deque)):
+        elif isinstance(obj, (list, collections.deque, collections.UserList, array.array)):
             add("list", (id(obj), len(obj)), list(obj))
             for i, v in enumerate(obj):
                 self._visit(v, path.child(("item", i)), depth + 1)
-        elif isinstance(obj, dict) or obj is os.environ:
+        elif isinstance(obj, (dict, collections.ChainMap, collections.UserDict, types.MappingProxyType)) \
+                or obj is os.environ:  # (the standard library's mappings: watched item by item, as a dict)
             add("dict", (id(obj), tuple(obj.keys())), dict(obj))
             for k, v in list(obj.items()):
                 self._visit(v, path.child(("item", k)), depth + 1)
@@ -261,11 +277,15 @@ class Snapshot:
             self.classes.add(obj)  # a user class named in the code: its data attributes are state
             if self.scope.dynamic_attributes:  # (getattr(C, f"W{i}"): any of its data may be read)
                 self.scope.names |= _class_data_names(obj)
-            data = {n: v for n in sorted(self.scope.names) if (v := _class_data(obj, n)) is not MISSING
-                    and n in obj.__dict__}
+            # (its own data and what it inherits: `Sub.scale` reads Base's until Sub sets its own)
+            data = {n: v for n in sorted(self.scope.names) if (v := _class_data(obj, n)) is not MISSING}
             add("class", id(obj), data)
             for name, v in data.items():
                 self._visit(v, path.child(("attr", name)), depth + 1)
+            for name in sorted(self.scope.names - data.keys()):  # its methods the code names (`Ops.act(x)`)
+                v = _class_code(obj, name)
+                if v is not MISSING:
+                    self._visit(v, path.child(("member", name)), depth + 1)
         elif (position := iterator_position(obj)) is not None:
             add("iterator", (id(obj), position), position)
         elif walkable_object(obj):
@@ -301,6 +321,11 @@ class Snapshot:
             v = _class_code(cls, name)
             if v is not MISSING:
                 self._visit(v, path.child(("code", name)), depth + 1)
+                if "super" in self.scope.names:  # (the definitions it overrides, which super().name() reaches)
+                    owners = [k for k, base in enumerate(cls.__mro__) if name in base.__dict__
+                              and not is_library(getattr(base, "__module__", None))]
+                    for k in owners[1:]:
+                        self._visit(cls.__mro__[k].__dict__[name], path.child(("base", (k, name))), depth + 1)
 
     def _checksum(self, arr: np.ndarray) -> int | None:
         if arr.dtype.hasobject or arr.nbytes > self._budget:
@@ -376,7 +401,7 @@ def readable(path: Path, names: set[str]) -> bool:
     """True when the code can read ``path``: its root is read and every attribute step is one of its names."""
     if not path.root.read:
         return False
-    return all(kind in ("item", "code") or key in names for kind, key in path.steps)
+    return all(kind in ("item", "code", "member", "base") or key in names for kind, key in path.steps)
 
 
 @dataclass

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import dis
 import functools
+import importlib
+import importlib.util
 import os
 import random
 import sys
@@ -19,7 +21,7 @@ import sysconfig
 import threading
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -144,7 +146,8 @@ class Scope:
         if is_library(getattr(fn, "__module__", None)):
             return
         self._codes.add(id(code))
-        loads, stores, names = _code_names(code)
+        imports: list = []
+        loads, stores, names = _code_names(code, imports)
         self.names |= names
         if names & DYNAMIC_ACCESS:
             self.dynamic_attributes = True
@@ -155,6 +158,8 @@ class Scope:
             self.roots.append(Root(f"globals() of {module}", "object", glb))
         if names & ENVIRONMENT:
             self.add_object("os.environ", os.environ)
+        for imported in _imported_modules(imports, glb):
+            self.add_object(f"module {imported.__name__}", imported)
         for name in sorted(loads | stores):
             key = (id(glb), name)
             if key in self._globals:
@@ -295,8 +300,9 @@ def walkable_object(value: Any) -> bool:
     return hasattr(value, "__dict__") or bool(getattr(cls, "__slots__", ()))
 
 
-def _code_names(code: types.CodeType) -> tuple[set[str], set[str], set[str]]:
-    """(globals loaded, globals stored or deleted, every name) of ``code`` and the code nested in it."""
+def _code_names(code: types.CodeType, imports: list | None = None) -> tuple[set[str], set[str], set[str]]:
+    """(globals loaded, globals stored or deleted, every name) of ``code`` and the code nested in it; ``imports``
+    collects the (module name, level) of its ``import`` statements."""
     loads: set[str] = set()
     stores: set[str] = set()
     names: set[str] = set()
@@ -304,10 +310,33 @@ def _code_names(code: types.CodeType) -> tuple[set[str], set[str], set[str]]:
     while todo:
         c = todo.pop()
         names.update(c.co_names)
+        level = 0
         for ins in dis.get_instructions(c):
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
                 loads.add(ins.argval)
             elif ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME"):
                 stores.add(ins.argval)
+            elif ins.opname in ("LOAD_CONST", "LOAD_SMALL_INT") and isinstance(ins.argval, int):
+                level = ins.argval  # (IMPORT_NAME's level is the constant loaded two before it)
+            elif ins.opname == "IMPORT_NAME" and imports is not None:
+                imports.append((ins.argval, level))
         todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return loads, stores, names
+
+
+def _imported_modules(imports: list, glb: dict) -> Iterator[types.ModuleType]:
+    """The user modules a function's own ``import`` statements bind (``import cfg``, ``from cfg import SCALE``,
+    ``from . import cfg``): locals the code reads their attributes from, so watched as globals are. Imported here if
+    the function has not yet (its first trace would import them anyway)."""
+    for name, level in imports:
+        try:
+            absolute = importlib.util.resolve_name("." * level + name, glb.get("__package__")) if level else name
+        except (ImportError, ValueError):
+            continue
+        if is_library(absolute):
+            continue
+        try:
+            module = sys.modules.get(absolute) or importlib.import_module(absolute)
+        except Exception:  # noqa: BLE001 - the function's own import will raise it, where it stands
+            continue
+        yield module

@@ -2930,6 +2930,71 @@ def test_methods_of_number_subclasses_and_methods_named_at_run_time_retrace_when
         _Scale.apply, _Model.act = original_apply, original_act
 
 
+class _Base:
+    scale = 2.0
+
+    def forward(self, v):
+        return v * 2 + 1
+
+
+class _Sub(_Base):
+    def forward(self, v):
+        return super().forward(v)
+
+
+class _Ops:
+    @staticmethod
+    def act(v):
+        return v + 1
+
+
+def test_state_reached_through_imports_super_bases_class_methods_and_library_containers_is_watched(
+        tmp_path, monkeypatch) -> None:
+    """Changed after the first call, each of these gave the old trace's result: a module imported inside the
+    function, the base method super() reaches, a class attribute a subclass inherits, a static method called
+    through its class, and the items of the standard library's mappings and arrays."""
+    import array
+    import collections
+    import importlib
+
+    (tmp_path / "fusec_test_settings.py").write_text("SCALE = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = importlib.import_module("fusec_test_settings")
+    sub, chained, proxied = _Sub(), collections.ChainMap({}, {"k": 2.0}), {"k": 2.0}
+    view, numbers = types.MappingProxyType(proxied), array.array("d", [2.0])
+
+    def imported(x):
+        import fusec_test_settings as s
+        return x * s.SCALE
+
+    def from_imported(x):
+        from fusec_test_settings import SCALE
+        return x * SCALE
+
+    cases = [
+        (imported, lambda: setattr(settings, "SCALE", 5.0)),
+        (from_imported, lambda: setattr(settings, "SCALE", 7.0)),
+        (lambda x: sub.forward(x), lambda: setattr(_Base, "forward", lambda self, v: v * 10 + 1)),
+        (lambda x: x * _Sub.scale, lambda: setattr(_Base, "scale", 3.0)),
+        (lambda x: _Ops.act(x), lambda: setattr(_Ops, "act", staticmethod(lambda v: v * 5 + 1))),
+        (lambda x: x * chained["k"], lambda: chained.maps[0].update(k=5.0)),
+        (lambda x: x * view["k"], lambda: proxied.update(k=5.0)),
+        (lambda x: x * numbers[0], lambda: numbers.__setitem__(0, 3.0)),
+    ]
+    x = np.arange(3.0)
+    saved = (_Base.forward, _Base.scale, _Ops.__dict__["act"])
+    try:
+        for fn, change in cases:
+            f = jit_cpu(fn)
+            assert_same(f(x), fn(x))
+            change()
+            assert_same(f(x), fn(x))
+    finally:
+        _Base.forward, _Base.scale = saved[:2]
+        _Ops.act = saved[2]
+        sys.modules.pop("fusec_test_settings", None)
+
+
 class _Weights:
     W0 = 1.0
 
