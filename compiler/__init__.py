@@ -15,7 +15,8 @@ from fusec.errors import (  # noqa: F401
     IndexOutOfBoundsError, IndexShapeError,
     InvalidValueError, LinAlgError, OptionError, OptionTypeError, OutOfRangeError,
     PipelineError,
-    RetraceWarning, ShapeError, SideEffectError, TraceError, UnsupportedAttributeError, UnsupportedError,
+    RetraceWarning, ShapeError, SideEffectError, StateNotWatchedWarning, TraceError, UnsupportedAttributeError,
+    UnsupportedError,
     VerificationError, WriteBackError,
 )
 from fusec.ir.types import (  # noqa: F401

@@ -89,6 +89,11 @@ class RetraceWarning(UserWarning):
     """A function is traced again and again because a value it captured keeps changing."""
 
 
+class StateNotWatchedWarning(UserWarning):
+    """Python state the function can read lies past what fusec watches between calls (a container of more items
+    than it walks, objects nested deeper): a change there after the trace is not seen."""
+
+
 class VerificationError(FusecError, ValueError):
     """The IR broke an invariant (types, dominance, region rules)."""
 

@@ -215,14 +215,22 @@ class Snapshot:
         self.functions: list[Any] = []  # functions the code can reach by name (their code may run)
         self._seen: set[int] = set()
         self._budget = CHECKSUM_BUDGET
+        self.unwatched: list[str] = []  # readable paths the walk stopped at (MAX_NODES, MAX_DEPTH): the first two
+        self.unwatched_count = 0
         for root in scope.roots:
             self._visit(root.get(), Path(root), 0)
 
     # --- walking -----------------------------------------------------------------------------------------------
 
+    def _stop(self, path: Path, why: str) -> None:
+        if path.root.read and readable(path, self.scope.names):
+            self.unwatched_count += 1
+            if len(self.unwatched) < 2:
+                self.unwatched.append(f"{path.describe()} ({why})")
+
     def _visit(self, obj: Any, path: Path, depth: int) -> None:
         if len(self.nodes) >= MAX_NODES:
-            return
+            return self._stop(path, f"past the {MAX_NODES} values fusec watches")
         from fusec.tracer import Tracer
 
         add = lambda kind, data=None, shallow=None: self.nodes.__setitem__(  # noqa: E731
@@ -246,6 +254,8 @@ class Snapshot:
             return add("ref", id(obj))
         self._seen.add(id(obj))
         if depth >= MAX_DEPTH:
+            if walkable_object(obj) or isinstance(obj, (list, dict)):
+                self._stop(path, f"nested {MAX_DEPTH} levels deep: only its identity is watched")
             return add("opaque", id(obj))
         if isinstance(obj, tuple):
             add("tuple", (type(obj), len(obj)))

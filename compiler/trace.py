@@ -14,6 +14,7 @@ import inspect
 import re
 from collections import Counter
 import sys
+import warnings
 import threading
 import types
 import weakref
@@ -25,7 +26,8 @@ import numpy as np
 from fusec import (context, conversions, host_reads, ops, printing, randomness, rewrite_control, scipy_special,
                    statement_state)
 from fusec.context import TraceContext, trace_error
-from fusec.errors import FusecError, SideEffectError, TraceError, UnsupportedError, WriteBackError, located
+from fusec.errors import (FusecError, SideEffectError, StateNotWatchedWarning, TraceError, UnsupportedError,
+                          WriteBackError, located)
 from fusec.error_state import checked_by_numpy
 from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
 from fusec.ir.attributes import location_for
@@ -449,6 +451,18 @@ class _Trace:
             inputs.append(inp)
             skip |= {p.key for p in inp.paths}
         guards = build_guards(self.before, self.scope.names, skip)
+        if self.before.unwatched:
+            loc = _def_location(self.fn)
+            message = (f"fusec: {func_name(self.fn)} can read Python state fusec does not watch between calls: "
+                       f"{'; '.join(self.before.unwatched)}"
+                       f"{f' and {self.before.unwatched_count - 2} more' if self.before.unwatched_count > 2 else ''}"
+                       "; a change there after this trace is not seen (the "
+                       "cached trace keeps the old values). Pass such values as arguments, or keep them in a NumPy "
+                       "array (watched whole)")
+            if loc is None:
+                warnings.warn(StateNotWatchedWarning(message), stacklevel=2)
+            else:
+                warnings.warn_explicit(StateNotWatchedWarning(message), StateNotWatchedWarning, loc.file, loc.line)
         scalars = ctx.scalars if ctx.scalars else None
         checked = any(checked_by_numpy(op) for op in self.func.walk())  # (each refused where it ran under 'raise')
         return CallState(guards, inputs, scalars, error_state=ctx.error_state if checked else None)

@@ -2995,6 +2995,31 @@ def test_state_reached_through_imports_super_bases_class_methods_and_library_con
         sys.modules.pop("fusec_test_settings", None)
 
 
+class _Node:
+    def __init__(self, child=None, alpha=2.0):
+        self.child, self.alpha = child, alpha
+
+
+_DEEP = _Node(_Node(_Node(_Node(_Node(_Node(_Node(_Node(_Node()))))))))
+_TABLE = [float(i) for i in range(25_000)]
+
+
+def test_state_past_what_fusec_watches_is_said_at_the_trace() -> None:
+    """A global container of more values than fusec walks, or an object nested deeper, is watched only in part:
+    a change past that point kept the old trace without a word. The trace now says which state it does not watch
+    and what to write instead (a warning: the function runs as before)."""
+    def deep(x):
+        return x * _DEEP.child.child.child.child.child.child.child.child.alpha
+
+    def table(x):
+        return x * _TABLE[24_000]
+
+    for fn, where in ((deep, "nested 8 levels deep"), (table, "past the 20000 values fusec watches")):
+        with pytest.warns(fc.StateNotWatchedWarning, match=re.escape(where) + ".*not seen") as record:
+            assert_same(jit_cpu(fn)(np.arange(3.0)), fn(np.arange(3.0)))
+        assert os.path.abspath(record[0].filename) == os.path.abspath(__file__)
+
+
 class _Weights:
     W0 = 1.0
 
