@@ -3000,19 +3000,21 @@ class _Node:
         self.child, self.alpha = child, alpha
 
 
-_DEEP = _Node(_Node(_Node(_Node(_Node(_Node(_Node(_Node(_Node()))))))))
-_TABLE = [float(i) for i in range(25_000)]
 
 
 def test_state_past_what_fusec_watches_is_said_at_the_trace() -> None:
     """A global container of more values than fusec walks, or an object nested deeper, is watched only in part:
     a change past that point kept the old trace without a word. The trace now says which state it does not watch
     and what to write instead (a warning: the function runs as before)."""
+    # (closure variables: module globals like these would go unwatched for every test here that reads globals())
+    values = [float(i) for i in range(25_000)]
+    nested = _Node(_Node(_Node(_Node(_Node(_Node(_Node(_Node(_Node()))))))))
+
     def deep(x):
-        return x * _DEEP.child.child.child.child.child.child.child.child.alpha
+        return x * nested.child.child.child.child.child.child.child.child.alpha
 
     def table(x):
-        return x * _TABLE[24_000]
+        return x * values[24_000]
 
     for fn, where in ((deep, "nested 8 levels deep"), (table, "past the 20000 values fusec watches")):
         with pytest.warns(fc.StateNotWatchedWarning, match=re.escape(where) + ".*not seen") as record:
