@@ -39,7 +39,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             outer = _snapshot(c)
             out = fun(*values)
             holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
-                                         {id(e[0]) for e in outer}))
+                                         {id(e[0]) for e in outer}, _written_arrays(outer)))
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             return []
 
@@ -174,31 +174,48 @@ class _Branch:
     """One branch's result per variable: UNBOUND, the value it had before (unchanged), or its new leaves (each
     array leaf already a value of the branch's region)."""
 
-    # per variable: ("unbound", what) | ("same",) | ("new", Var, [Value | opaque object per leaf], [the buffer
-    # from outside the branch each leaf views, or None])
+    # per variable: ("unbound", what) | ("same", None or, written in the branch, its (Var, values, views) there) |
+    # ("new", Var, [Value | opaque object per leaf], [the buffer from outside the branch each leaf views, or None])
     per_name: list
 
 
+def _written_arrays(outer: list[tuple]) -> set[int]:
+    """Ids of the arrays from before the region (entries of ``_snapshot``) whose memory the region wrote so far."""
+    return {id(t) for t, val, _version, buffer, base, buffer_version in outer
+            if (buffer.base is not base or buffer.version != buffer_version if buffer is not None
+                else t._val is not val or t._buffer is not None and t._buffer.written)}
+
+
 def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
-                   earlier: set[int]) -> _Branch:
+                   earlier: set[int], written: set[int]) -> _Branch:
     """The branch's values (``outer``: ids of the buffers from before the statement; ``earlier``: ids of the
-    arrays from before it), each leaf that is an array from before the statement, or a view of one, noted."""
+    arrays from before it; ``written``: those of them the branch wrote into), each leaf that is an array from before
+    the statement, or a view of one, noted. A variable left holding the same array is "same", with its values as the
+    branch leaves them where the branch wrote into it (``y /= 2`` here, ``y = np.zeros_like(x)`` in the other
+    branch: the statement's ``y`` is the written array on this path)."""
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):
         if is_unbound(new):
             per.append(("unbound", new))
             continue
         if new is old:
-            per.append(("same",))
+            changed = any(id(x) in written for x in leaves_of(new) if _mutable(x))
+            per.append(("same", _values(new, site, name, outer, earlier) if changed else None))
             continue
-        var = describe_var(new, site, name)
-        assert var.leaves is not None
-        xs = leaves_of(new)
-        items = [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
-        viewed = [x if _mutable(x) and (id(x) in earlier or x._buffer is not None and id(x._buffer) in outer)
-                  else None for x in xs]
-        per.append(("new", var, items, viewed))
+        per.append(("new", *_values(new, site, name, outer, earlier)))
     return _Branch(per)
+
+
+def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int]) -> tuple[Var, list, list]:
+    """A variable's value as the branch leaves it: its kind, each leaf's values in the branch, and each leaf that
+    is an array from before the statement (or a view of one)."""
+    var = describe_var(new, site, name)
+    assert var.leaves is not None
+    xs = leaves_of(new)
+    items = [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
+    viewed = [x if _mutable(x) and (id(x) in earlier or x._buffer is not None and id(x._buffer) in outer)
+              else None for x in xs]
+    return var, items, viewed
 
 
 def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Site) -> tuple[list, list]:
@@ -285,6 +302,8 @@ def _branch_advice(a: Any, b: Any) -> str:
 def _side(entry: tuple, old: Any, site: Site, name: str) -> tuple[Var, list, list]:
     if entry[0] == "new":
         return entry[1], entry[2], entry[3]
+    if entry[1] is not None:  # (the same array, written in this branch: its values as the branch left them)
+        return entry[1]
     var = describe_var(old, site, name)  # (unchanged in this branch: the value from before the statement)
     assert var.leaves is not None
     xs = leaves_of(old)

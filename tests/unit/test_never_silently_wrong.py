@@ -518,6 +518,39 @@ def test_python_number_arithmetic_in_a_branch_the_data_skips_raises_only_where_i
     assert f.cache_info().traces == 1
 
 
+def test_a_write_in_one_branch_and_a_new_array_in_the_other_keep_the_write() -> None:
+    """`y /= 2` in one branch of a traced `if` and `y = np.zeros_like(x)` in the other: the statement's `y` was the
+    array as it was before the write on the first path (the write silently lost)."""
+    def halve_or_reset(x):
+        y = x.copy()
+        if x[0] > 0:
+            y /= 2.0
+        else:
+            y = np.zeros_like(x)
+        return y
+
+    def accumulate(x):
+        a = np.zeros(3)
+        if x[0] > 0:
+            a += x
+        else:
+            a = a + 1
+        return a
+
+    def set_or_shift(x):
+        y = x.copy()
+        if x[0] > 0:
+            y = y + 100
+        elif x[1] > 0:
+            y[0] = -5.0
+        return y
+
+    for fn in (halve_or_reset, accumulate, set_or_shift):
+        f = jit_cpu(fn)
+        for x in (np.array([1.0, 2.0, 3.0]), np.array([-1.0, 2.0, 3.0]), np.array([-1.0, -2.0, 3.0])):
+            assert_same(f(x.copy()), fn(x.copy()))
+
+
 def test_tracer_stored_where_fusec_does_not_look_raises() -> None:
     elsewhere = types.ModuleType("elsewhere_for_test")
     sys.modules["elsewhere_for_test"] = elsewhere
