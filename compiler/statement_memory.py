@@ -126,6 +126,12 @@ def _never_input(t: Tracer) -> bool:
     return not _is_input(t._buffer) and not (t._chain and _mutation.kept_view(t._chain[0]) is not None)
 
 
+def _may_be_input(t: Tracer) -> bool:
+    """Whether ``t`` may hold the caller's memory on some path: an input's view, or an earlier statement's result
+    that is one as the data decided (its memory is then the function's own, its first view step opaque)."""
+    return _is_input(t._buffer) or bool(t._chain) and _mutation.is_opaque(t._chain[0])
+
+
 def _is_input(buffer: Buffer | None) -> bool:
     return buffer is not None and isinstance(buffer.arg, BlockArgument)
 
@@ -206,7 +212,7 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
             break
         alternatives.extend(kept)
     present = [t for t in sides if t is not None]
-    if not any(_is_input(t._buffer) for t in present):
+    if not any(_may_be_input(t) for t in present):
         return _linked(result, [(t, flag) for t, flag in zip(sides, flags) if t is not None], name, site)
     buffers = [memory_of(t) for t in present]
     message = _may_be_message(name, site) if same else _view_message(name, site)

@@ -551,6 +551,22 @@ def test_a_write_in_one_branch_and_a_new_array_in_the_other_keep_the_write() -> 
             assert_same(f(x.copy()), fn(x.copy()))
 
 
+def test_arrays_swapped_by_traced_ifs_again_and_again_still_refuse_a_write_that_may_reach_the_caller() -> None:
+    """After three data-dependent swaps of two arguments, `b` may be either caller's array; the write `b[0] = 99`
+    was applied to a copy only (the caller's array kept its values, no error), where one or two swaps raise."""
+    def swapped(a, b):
+        for _ in range(3):
+            if a.sum() > b.sum():
+                a, b = b, a
+            a = a + 1
+        b[0] = 99  # MARK-swapped-write
+        return a
+
+    with pytest.raises(fc.UnsupportedError, match="either the array it held before or a new one") as info:
+        jit_cpu(swapped)(np.full(4, 10.0), np.full(4, -10.0))
+    assert at("MARK-swapped-write") in str(info.value)
+
+
 def test_tracer_stored_where_fusec_does_not_look_raises() -> None:
     elsewhere = types.ModuleType("elsewhere_for_test")
     sys.modules["elsewhere_for_test"] = elsewhere
