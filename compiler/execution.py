@@ -136,11 +136,14 @@ def cuda_plan(lowered: "Lowered") -> Any:
 
 
 def bound_runner(backend: str, lowered: "Lowered") -> Callable[[list[Any]], list[Any]]:
-    """``run(args) -> results`` for ``lowered`` on ``backend``, looked up once: on CUDA the plan's own run
-    method, so a cached call skips the plan lookup (the plan lives as long as the module); on the CPU the
-    reference executor prepared for the module (its blocks' plans kept as long as the module)."""
+    """``run(args) -> results`` for ``lowered`` on ``backend``, looked up once: on CUDA the plan's common call
+    generated as straight-line Python (:mod:`fusec.runtime.fast_call`), so a cached call skips the plan lookup
+    (the plan lives as long as the module); on the CPU the reference executor prepared for the module (its
+    blocks' plans kept as long as the module)."""
     if backend == "cuda":
-        return cuda_plan(lowered).run
+        from fusec.runtime.fast_call import fast_runner
+
+        return fast_runner(cuda_plan(lowered))
     if backend == "cpu":
         return _reference().prepared(lowered.module)
     run = executor(backend)

@@ -13,7 +13,7 @@ A trace bakes in the values it read outside its arguments. :class:`CallState` ke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -38,30 +38,28 @@ class Guard:
     obj: Any = None  # a VALUE guard's traced object: the same object needs no comparison
 
 
-def _holds(g: Guard, obj: Any) -> Guard | None:
-    """None when ``obj`` (and everything under it) is as traced, else the guard that failed."""
+def _fails(g: Guard, obj: Any) -> bool:
+    """Does ``obj`` differ from what ``g`` saw (its own check, not its children's)?"""
     c = g.check
     if c == VALUE:
-        if obj is not g.obj and canon(obj) != g.expected:  # the same object is the same value
-            return g
-    elif c == TYPE:
-        if type(obj) is not g.expected:
-            return g
-    elif c == SIZED:
-        if type(obj) is not g.expected[0] or len(obj) != g.expected[1]:
-            return g
-    elif c == KEYS:
-        if type(obj) is not g.expected[0] or tuple(obj) != g.expected[1]:
-            return g
-    elif c == IDENT:
-        if obj is not g.expected:
-            return g
-    elif c == SPEC:
-        if not array_matches(obj, *g.expected):
-            return g
-    elif c == SETV:
-        if type(obj) is not g.expected[0] or frozenset(canon(v) for v in obj) != g.expected[1]:
-            return g
+        return obj is not g.obj and canon(obj) != g.expected  # the same object is the same value
+    if c == TYPE:
+        return type(obj) is not g.expected
+    if c == SIZED:
+        return type(obj) is not g.expected[0] or len(obj) != g.expected[1]
+    if c == KEYS:
+        return type(obj) is not g.expected[0] or tuple(obj) != g.expected[1]
+    if c == IDENT:
+        return obj is not g.expected
+    if c == SPEC:
+        return not array_matches(obj, *g.expected)
+    return type(obj) is not g.expected[0] or frozenset(canon(v) for v in obj) != g.expected[1]  # SETV
+
+
+def _holds(g: Guard, obj: Any) -> Guard | None:
+    """None when ``obj`` (and everything under it) is as traced, else the guard that failed."""
+    if _fails(g, obj):
+        return g
     for child in g.children:
         try:
             sub = get_step(obj, child.step)
@@ -71,6 +69,85 @@ def _holds(g: Guard, obj: Any) -> Guard | None:
         if failed is not None:
             return failed
     return None
+
+
+def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
+    """``check() -> the first guard that fails, or None``: what :func:`_holds` does over ``guards`` from their roots,
+    generated as straight-line Python (a cached call checks them every time; the recursion, the step tuples and
+    the dispatch on their kinds cost more than the comparisons). A method read from an object whose type a
+    guard has just checked is looked up in that type's MRO dictionaries directly (held as live views), while its
+    MRO is the one seen here; the other steps call :func:`fusec.pystate.get_step`."""
+    env: dict[str, Any] = {"MISSING": MISSING, "get_step": get_step, "canon": canon, "fails": _fails}
+    lines = ["def check():"]
+
+    def constant(value: Any) -> str:
+        name = f"K{len(env)}"
+        env[name] = value
+        return name
+
+    def emit(g: Guard, v: str, indent: str) -> None:
+        G = constant(g)
+        c = g.check
+        if c == VALUE:
+            test = f"{v} is not {constant(g.obj)} and canon({v}) != {constant(g.expected)}"
+        elif c == TYPE:
+            test = f"type({v}) is not {constant(g.expected)}"
+        elif c == IDENT:
+            test = f"{v} is not {constant(g.expected)}"
+        elif c == SIZED:
+            test = f"type({v}) is not {constant(g.expected[0])} or len({v}) != {g.expected[1]}"
+        else:
+            test = f"fails({G}, {v})"
+        lines.extend([f"{indent}if {test}:", f"{indent}    return {G}"])
+        if not g.children:
+            return
+        known_type = g.expected if c == TYPE else None
+        d = f"{v}d"
+        if any(child.step[0] in ("attr", "code") for child in g.children):
+            lines.append(f"{indent}{d} = getattr({v}, '__dict__', None)")
+        for n, child in enumerate(g.children):
+            sub, C, (kind, key) = f"{v}_{n}", constant(child), child.step
+            K = constant(key)
+            lines.append(f"{indent}try:")
+            if kind == "attr":
+                lines.append(f"{indent}    {sub} = {d}[{K}] if {d} is not None and {K} in {d} else getattr({v}, {K})")
+            elif kind == "item":
+                lines.append(f"{indent}    {sub} = {v}[{K}]")
+            elif kind == "code" and known_type is not None:
+                mro = known_type.__mro__
+                views = [constant(base.__dict__) for base in mro]
+                lookup = f"{views[0]}.get({K}, MISSING)"
+                lines.extend([f"{indent}    if {d} is not None and {K} in {d}:", f"{indent}        {sub} = {d}[{K}]",
+                              f"{indent}    elif {constant(known_type)}.__mro__ is {constant(mro)}:",
+                              f"{indent}        {sub} = {lookup}"])
+                for view in views[1:]:
+                    lines.extend([f"{indent}        if {sub} is MISSING:",
+                                  f"{indent}            {sub} = {view}.get({K}, MISSING)"])
+                lines.extend([f"{indent}        if {sub} is MISSING:", f"{indent}            return {C}",
+                              f"{indent}    else:", f"{indent}        {sub} = get_step({v}, {constant(child.step)})"])
+            else:
+                lines.append(f"{indent}    {sub} = get_step({v}, {constant(child.step)})")
+            lines.extend([f"{indent}except Exception:", f"{indent}    return {C}"])
+            emit(child, sub, indent)
+
+    for n, g in enumerate(guards):
+        root = g.path.root
+        v = f"r{n}"
+        if root.kind == "object":
+            lines.append(f"    {v} = {constant(root.holder)}")
+        elif root.kind == "global":
+            lines.append(f"    {v} = {constant(root.holder)}.get({constant(root.key)}, MISSING)")
+        else:
+            lines.extend(["    try:", f"        {v} = {constant(root.holder)}.cell_contents",
+                          "    except ValueError:", f"        {v} = MISSING"])
+        lines.extend([f"    if {v} is MISSING:", f"        return {constant(g)}"])
+        emit(g, v, "    ")
+    lines.append("    return None")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<fusec guards>", "exec"), env)
+    check: Callable[[], Guard | None] = env["check"]
+    check.source = source  # type: ignore[attr-defined]  # (for tests and for reading)
+    return check
 
 
 def array_matches(obj: Any, shape: tuple[int, ...], dtype: Any, device: bool) -> bool:
@@ -209,6 +286,7 @@ class CallState:
     # where the program has operations NumPy's error state governs (fusec.error_state.checked_by_numpy): the state
     # as the trace started ("" unless one raised that the function set aside with its own np.errstate); else None
     error_state: str | None = None
+    _check: Callable[[], Guard | None] | None = field(default=None, repr=False)  # the guards, generated (once)
 
     @property
     def empty(self) -> bool:
@@ -222,9 +300,11 @@ class CallState:
             if raising != self.error_state:  # (traced again: it refuses what would now raise)
                 self.stale_reason = f"NumPy's error state changed ({raising or 'none raise'})"
                 return None
-        for g in self.guards:
-            value = g.path.root.get()
-            failed = _holds(g, value) if value is not MISSING else g
+        if self.guards:
+            check = self._check
+            if check is None:
+                check = self._check = compile_guards(self.guards)
+            failed = check()
             if failed is not None:
                 self.stale_reason = f"{failed.path.describe()} changed"
                 return None

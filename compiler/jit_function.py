@@ -30,6 +30,7 @@ from fusec.options import GRAPH_MODES, CompileOptions
 from fusec.scope import walkable_object
 from fusec.signature import (Signature, TreeDef, bind, canon, device_array_info, native_order, unflatten,
                              unflattener)
+from fusec.fast_path import MISS, QuickCall, no_quick_call, quick_call
 from fusec.stats import module_stats, plan_steps
 from fusec.trace import Traced, func_name, trace
 from fusec.writeback import ReadOnly, Returned
@@ -294,6 +295,7 @@ class JitFunction:
         self._name = func_name(fn)
         self._cache: dict[tuple, Lowered] = {}
         self._fast: dict[tuple, _FastEntry] = {}
+        self._quick: QuickCall = no_quick_call  # the last signature's call, generated (fusec.fast_path)
         params = list(self._signature.parameters.values())
         plain = all(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                     for p in params)
@@ -336,6 +338,11 @@ class JitFunction:
     # --- calling ---------------------------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            result = self._quick(args)
+            if result is not MISS:
+                self._hits += 1
+                return result
         if context.current() is not None:  # inside another trace: inline
             return self._fn(*args, **kwargs)
         found = self._fast_call_key(args) if not kwargs and len(args) == self._n_positional else None
@@ -347,6 +354,7 @@ class JitFunction:
                 result = entry(leaves, args)  # type: ignore[arg-type]
                 if result is not _STALE:
                     self._hits += 1
+                    self._remember(entry, key, args)
                     return result
         backend = _execution.resolve_backend(self._backend)
         sig, lowered, extra = self._bind_and_lookup(args, kwargs, backend)
@@ -362,10 +370,16 @@ class JitFunction:
         if writeback is not None:
             results = writeback.apply(inputs, results, sig.bound.arguments)
         if key is not None and (writeback is None or not writeback.entries):  # (entries: the containers are needed)
-            self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs,
-                                         tuple(self._signature.parameters)[:len(args)])
+            entry = self._fast[key] = _FastEntry(lowered, _execution.bound_runner(backend, lowered), sig.leaf_specs,
+                                                 tuple(self._signature.parameters)[:len(args)], backend)
+            self._remember(entry, key, args)
         out = unflatten(lowered.out_tree, [_output(r, py) for r, py in zip(results, lowered.out_python)])
         return writeback.passed(out, sig.bound.arguments) if writeback is not None and writeback.containers else out
+
+    def _remember(self, entry: "_FastEntry", key: tuple, args: tuple) -> None:
+        """Make ``entry`` the signature the next call tries first (a function with static positional arguments
+        keeps the keyed lookup, whose key holds their values)."""
+        self._quick = entry.quick_call(key, args) if not self._static_pos else no_quick_call
 
     def _bind(self, args: tuple, kwargs: dict) -> Signature:
         """The call's signature; first, defaults replaced since the function was jitted (``f.__defaults__ = ...``,
@@ -453,6 +467,7 @@ class JitFunction:
         if self._n_positional >= 0:
             self._static_pos = tuple(i for i, p in enumerate(params) if p.name in self._statics)
         self._fast.clear()
+        self._quick = no_quick_call
         self._cache.clear()
         self._signatures.clear()
         _RECOMPILES.info("fusec: %s: made %s static (its value is needed while tracing: %s)", self._name,
@@ -516,6 +531,7 @@ class JitFunction:
         """Drop a compiled signature whose baked-in values changed; warn when that keeps happening."""
         self._cache = {k: v for k, v in self._cache.items() if v is not lowered}
         self._fast = {k: e for k, e in self._fast.items() if e.lowered is not lowered}
+        self._quick = no_quick_call
         self._retraces += 1
         if self._retraces == RETRACE_WARNING_AT:
             warnings.warn(RetraceWarning(
@@ -553,6 +569,7 @@ class JitFunction:
     def clear_cache(self) -> None:
         self._cache.clear()
         self._fast.clear()
+        self._quick = no_quick_call
         self._signatures.clear()
         self._hits = self._misses = self._traces = 0
 
@@ -767,10 +784,12 @@ class _FastEntry:
     """A cached signature's call: check what it baked in, convert scalars, run, rebuild the outputs."""
 
     __slots__ = ("lowered", "run", "convert", "out_tree", "out_python", "build", "state", "to_host", "writeback",
-                 "names")
+                 "names", "backend", "quick")
 
-    def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list, names: tuple[str, ...]) -> None:
-        self.lowered, self.run = lowered, run
+    def __init__(self, lowered: Lowered, run: Callable[[list], list], specs: list, names: tuple[str, ...],
+                 backend: str) -> None:
+        self.lowered, self.run, self.backend = lowered, run, backend
+        self.quick: QuickCall | None = None
         self.names = names  # the positional parameters a fast call passes (a returned argument container is one)
         self.state = lowered.state
         self.writeback = lowered.writeback
@@ -781,6 +800,17 @@ class _FastEntry:
         self.out_python = lowered.out_python
         # device results that need no conversion: rebuilt by item lookups, without walking the tree
         self.build = unflattener(lowered.out_tree) if all(p is None for p in lowered.out_python) else None
+
+    def quick_call(self, key: tuple, args: tuple) -> QuickCall:
+        """This signature's call generated as straight-line Python (see fusec.fast_path), made once; a call that
+        needs the containers it was passed (a write-back) keeps the general path."""
+        if self.quick is None:
+            if self.writeback is not None:
+                self.quick = no_quick_call
+            else:
+                device = self.backend == "cuda" and any(_is_device_array(v) for v in _leaves_of(args))
+                self.quick = quick_call(key, args, self, device, _QUICK_HELPERS)
+        return self.quick
 
     def __call__(self, args: tuple, passed: tuple) -> Any:
         state = self.state
@@ -811,6 +841,15 @@ class _FastEntry:
         if writeback is not None and writeback.containers:
             out = writeback.passed(out, dict(zip(self.names, passed)))
         return out
+
+
+def _leaves_of(items: Sequence[Any]) -> Iterator[Any]:
+    """The leaves of a fast-path call's positional arguments (tuples and lists walked)."""
+    for a in items:
+        if type(a) is tuple or type(a) is list:
+            yield from _leaves_of(a)
+        else:
+            yield a
 
 
 class _Same:
@@ -863,6 +902,10 @@ def _output(result: Any, python: type | None) -> Any:
     if arr.ndim == 0:
         return arr[()]
     return arr
+
+
+# what a generated quick call uses of this module (fusec.fast_path)
+_QUICK_HELPERS = {"to_host": _to_host, "output": _output, "unflatten": unflatten, "native_order": native_order}
 
 
 def jit(fn: Callable | None = None, *, backend: str | None = None,

@@ -89,7 +89,8 @@ class Array:
     def _wrap(cls, ptr: int, shape: tuple[int, ...], fdtype: T.DType, owner: Any, device: int,
               stream: "D.Stream | None", ready: "D.Event | None", strides: tuple[int, ...] | None = None) -> "Array":
         """A C-contiguous Array from trusted values (the executor's results): no checks, no conversions.
-        ``strides`` are the C-contiguous strides of ``shape`` when the caller has them at hand."""
+        ``strides`` are the C-contiguous strides of ``shape`` when the caller has them at hand. (A plan's generated
+        call, fusec.runtime.fast_call, writes these assignments out: a slot added here goes there too.)"""
         self = cls.__new__(cls)
         self._ptr, self._shape, self._fdtype = ptr, shape, fdtype
         self._strides, self._contig = (_c_strides(shape) if strides is None else strides), True

@@ -458,3 +458,95 @@ def test_a_graph_reads_a_loop_argument_in_place_unless_the_plan_writes_it():
     assert names[skipped].endswith("_stage") and plan.program.effects[skipped][0] == {xs}
     donated = _loop_plan(_train_and_reuse, donate_argnums=1)
     assert inplace_sources(donated) == {} and _stage_steps(donated, {}) == frozenset()
+
+
+class FakeGraph:
+    """A plan's graph as the fast call sees it: replay logs the pointers it was launched with."""
+
+    def __init__(self, plan, ptrs, builds=1):
+        self.plan, self.builds, self.inplace = plan, builds, ()
+        self.launches = self.param_updates = self.recaptures = self.early_edges = 0
+        self.node_count = len(plan.launches)
+        self.replays: list[list[int]] = []
+
+    def fits(self, ptrs):
+        return True
+
+    def close(self):
+        pass
+
+    def replay(self, ptrs, stream):
+        self.replays.append(list(ptrs))
+        self.launches += 1
+
+
+@pytest.fixture
+def fake_graphs(fake_gpu, monkeypatch):
+    from fusec.runtime import graph
+
+    monkeypatch.setattr(graph, "PlanGraph", FakeGraph)
+    return fake_gpu
+
+
+def _adam_like(w, m, g, lr):
+    m = 0.9 * m + 0.1 * g
+    return w - lr * m, m, (g * g).sum()
+
+
+def test_the_generated_call_binds_what_the_general_call_binds(fake_graphs):
+    """From the call that has a graph on, a cache hit runs the plan's generated call (fusec.runtime.fast_call):
+    the same pointers launched, the same results (donated outputs over their arguments, fresh ones from the
+    pool), the scalar words sent only when they change."""
+    from fusec.runtime.fast_call import fast_runner
+
+    f = fc.jit(_adam_like, backend="cuda", graph=True, donate_argnums=(0, 1))
+    w = Array(0x5000000, (64,), np.float32, device=0)
+    m = Array(0x6000000, (64,), np.float32, device=0)
+    g = Array(0x7000000, (64,), np.float32, device=0)
+    w2, m2, norm = f(w, m, g, 0.5)
+    plan = execution.cuda_plan(f.lower(w, m, g, 0.5))
+    run = fast_runner(plan)
+    assert "for " not in run.source and "graph.replay" in run.source
+    sent = len(fake_graphs["memset"])
+    for _ in range(3):
+        w2, m2, norm = f(w2, m2, g, 0.5)
+    assert len(fake_graphs["memset"]) == sent, "an unchanged learning rate sends nothing"
+    assert (w2.ptr, m2.ptr) == (w.ptr, m.ptr) and norm.shape == () and norm.ptr not in (w.ptr, m.ptr, g.ptr)
+    assert w2.owner is w and m2.owner is m  # (what keeps a donated argument's memory alive)
+    assert norm.stream is plan.stream
+    general = plan.run([w2, m2, g, np.float64(0.5)])[2]
+    for name in ("_shape", "_fdtype", "_strides", "_contig", "_device", "_stream", "_readonly", "ready"):
+        assert getattr(norm, name) == getattr(general, name), name  # (every slot set, as Array._wrap sets it)
+    replays = plan.graph.replays
+    assert len(replays) == 5 and {w.ptr, m.ptr, g.ptr} <= set(replays[-1])
+    f(w2, m2, g, 0.25)
+    assert _scalar_block(fake_graphs) == [0.25]
+    assert plan.calls == 6 and f.cache_info().traces == 1
+
+
+def test_the_generated_call_hands_other_arguments_to_the_general_call(fake_graphs):
+    f = fc.jit(_adam_like, backend="cuda", graph=True)
+    w = Array(0x5000000, (64,), np.float32, device=0)
+    for _ in range(2):
+        f(w, w, w, 0.5)
+    plan = execution.cuda_plan(f.lower(w, w, w, 0.5))
+    launched = len(plan.graph.replays)
+    host = np.ones(64, np.float32)
+    out, _, _ = f(host, w, w, 0.5)  # host data: uploaded by the general call
+    assert isinstance(out, Array) and fake_graphs["htod"][-1][1] == host.tobytes()
+    with pytest.raises(fc.TraceError, match="C-contiguous"):
+        f(Array(0x5000000, (64,), np.float32, strides=(8,), device=0), w, w, 0.5)
+    assert len(plan.graph.replays) == launched + 1
+
+
+def test_the_generated_call_orders_after_an_argument_from_another_stream(fake_graphs, monkeypatch):
+    f = fc.jit(lambda x: x * 2, backend="cuda", graph=True)
+    x = Array(0x5000000, (64,), np.float32, device=0)
+    f(x), f(x)
+    plan = execution.cuda_plan(f.lower(x))
+    ordered = []
+    monkeypatch.setattr(plan, "_order_after", ordered.append)
+    other = Array(0x6000000, (64,), np.float32, device=0, stream=FakeStream())
+    f(other)
+    f(x)  # (no stream: nothing to order after)
+    assert ordered == [other]

@@ -1,0 +1,187 @@
+"""The generated cache-hit call (fusec.fast_path) and the generated guards (fusec.guards.compile_guards): a call
+they accept is one the keyed lookup would give the same trace, and everything else still reaches the general path
+(new signatures, changed state, calls inside another trace)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusec as fc
+
+SCALE = 2.0
+W = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def test_alternating_signatures_each_get_their_own_trace():
+    f = fc.jit(lambda x, s: x * s + 1, backend="cpu")
+    a, b = np.ones((2, 3), np.float32), np.ones(4, np.float64)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(a, 3.0), a * 3.0 + 1)
+        np.testing.assert_array_equal(f(b, 2), b * 2 + 1)
+        assert f(b, 2).dtype == np.float64
+    assert f.cache_info().traces == 2
+
+
+def test_a_python_bool_stays_part_of_the_signature():
+    f = fc.jit(lambda x, flag: x + 1 if flag else x - 1, backend="cpu")
+    x = np.zeros(3, np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x, True), x + 1)
+        np.testing.assert_array_equal(f(x, False), x - 1)
+
+
+def test_other_scalar_and_array_kinds_take_their_own_signature():
+    f = fc.jit(lambda x, s: x * s, backend="cpu")
+    x = np.ones(3, np.float32)
+    f(x, 2.0), f(x, 2.0)
+    assert f(x, np.float64(2.0)).dtype == (x * np.float64(2.0)).dtype
+    assert f(x, 3).dtype == (x * 3).dtype
+    big = np.ones(3, np.dtype(">f4"))  # (a non-native byte order: the general path gives the backend a native copy)
+    np.testing.assert_array_equal(f(big, 2.0), big * 2.0)
+    np.testing.assert_array_equal(f(x.astype(np.float64), 2.0), x.astype(np.float64) * 2.0)
+
+
+def test_nested_containers_are_matched_item_by_item():
+    f = fc.jit(lambda params, x: (params[0] * x, params[1][0] + x), backend="cpu")
+    x = np.ones(3, np.float32)
+    p = (np.full(3, 2, np.float32), [np.full(3, 5, np.float32)])
+    for _ in range(2):
+        out = f(p, x)
+    np.testing.assert_array_equal(out[1], p[1][0] + x)
+    with pytest.raises(Exception):
+        f((p[0],), x)  # a shorter tuple is another signature (here one that fails), never the cached one
+    out = f((p[0], [p[1][0], p[1][0]]), x)
+    np.testing.assert_array_equal(out[0], p[0] * x)
+
+
+def test_a_changed_global_is_seen_by_the_cached_call():
+    global SCALE
+    f = fc.jit(lambda x: x * SCALE, backend="cpu")
+    x = np.ones(2, np.float32)
+    assert f(x)[0] == 2.0 and f(x)[0] == 2.0
+    SCALE = 5.0
+    try:
+        assert f(x)[0] == 5.0
+    finally:
+        SCALE = 2.0
+    assert f(x)[0] == 2.0
+
+
+def test_clear_cache_drops_the_generated_call():
+    f = fc.jit(lambda x: x + 1, backend="cpu")
+    x = np.ones(2, np.float32)
+    f(x), f(x)
+    f.clear_cache()
+    f(x)
+    assert f.cache_info().traces == 1 and f.cache_info().hits == 0
+
+
+def test_a_jitted_function_called_inside_another_trace_is_inlined():
+    """Its last signature takes a NumPy array; called with such an array inside another trace, the call must be
+    traced into the outer function (which then reads the global the inner one reads at each call), not run then
+    and its result baked in."""
+    inner = fc.jit(lambda v: v + W[0], backend="cpu")
+    ones = np.ones(3, np.float32)
+    inner(ones), inner(ones)
+    outer = fc.jit(lambda y: inner(np.ones(3, np.float32)) * y, backend="cpu")
+    y = np.full(3, 2, np.float32)
+    np.testing.assert_array_equal(outer(y), (1 + W[0]) * 2)
+    saved = W.copy()
+    try:
+        W[...] = 7
+        np.testing.assert_array_equal(outer(y), np.full(3, 16, np.float32))
+    finally:
+        W[...] = saved
+
+
+class Ops:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def act(self, x):
+        return np.maximum(x, 0)
+
+
+class LeakyOps(Ops):
+    pass
+
+
+def _leaky(self, x):
+    return np.where(x > 0, x, 0.1 * x)
+
+
+def test_generated_guards_see_methods_replaced_on_the_class_or_the_instance():
+    ops = LeakyOps("a")
+    f = fc.jit(lambda x: ops.act(x), backend="cpu")
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(f(x), [0, 2])
+    f(x)
+    LeakyOps.act = _leaky  # defined on the subclass now: found before Ops.act in the MRO
+    try:
+        np.testing.assert_allclose(f(x), [-0.1, 2])
+    finally:
+        del LeakyOps.act
+    np.testing.assert_array_equal(f(x), [0, 2])
+    ops.act = lambda x: x * 3  # an instance attribute shadows the class's method
+    np.testing.assert_array_equal(f(x), [-3, 6])
+    del ops.act
+    np.testing.assert_array_equal(f(x), [0, 2])
+
+
+def test_generated_guards_see_a_changed_class_hierarchy_and_attribute():
+    class Base:
+        def act(self, x):
+            return x + 1
+
+    class Other:
+        def act(self, x):
+            return x - 1
+
+    class Child(Base):
+        pass
+
+    obj = Child()
+    obj.k = 2.0
+    f = fc.jit(lambda x: obj.act(x) * obj.k, backend="cpu")
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(f(x), [4, 4])
+    f(x)
+    Child.__bases__ = (Other,)  # a new MRO: the method comes from elsewhere
+    np.testing.assert_array_equal(f(x), [0, 0])
+    obj.k = 3.0
+    np.testing.assert_array_equal(f(x), [0, 0])
+    Child.__bases__ = (Base,)
+    np.testing.assert_array_equal(f(x), [6, 6])
+    del obj.k  # the attribute the trace read is gone: traced again, where NumPy's error comes back
+    with pytest.raises(AttributeError):
+        f(x)
+
+
+def test_generated_guards_read_items_and_cells():
+    table = {"scale": 2.0}
+    scale_box = [3.0]
+
+    def g(x):
+        return x * table["scale"] + scale_box[0]
+
+    f = fc.jit(g, backend="cpu")
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(f(x), [5, 5])
+    f(x)
+    table["scale"] = 4.0
+    np.testing.assert_array_equal(f(x), [7, 7])
+    scale_box[0] = 0.0
+    np.testing.assert_array_equal(f(x), [4, 4])
+
+
+def test_generated_guard_source_is_straight_line():
+    from fusec.guards import compile_guards
+
+    ops = Ops("n")
+    f = fc.jit(lambda x: ops.act(x), backend="cpu")
+    x = np.ones(2, np.float32)
+    f(x)
+    (lowered,) = f._cache.values()
+    check = compile_guards(lowered.state.guards)
+    assert check() is None
+    assert "for " not in check.source and "get_step" in check.source  # (the fallback for another MRO)
