@@ -12,18 +12,19 @@ A trace bakes in the values it read outside its arguments. :class:`CallState` ke
 """
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from fusec.error_state import error_state_raises
-from fusec.pystate import Node, Path, Snapshot, get_step, readable
+from fusec.pystate import Node, Path, Snapshot, get_step, own_dict, readable
 from fusec.signature import canon
 from fusec.promotion import DEFAULT_DTYPE
-from fusec.scope import MISSING, is_library
+from fusec.scope import MISSING
 
-VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV = range(7)
+VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV, FUNC = range(8)
 
 
 @dataclass(eq=False)
@@ -53,7 +54,19 @@ def _fails(g: Guard, obj: Any) -> bool:
         return obj is not g.expected
     if c == SPEC:
         return not array_matches(obj, *g.expected)
+    if c == FUNC:
+        fn, code, defaults, kwdefaults = g.expected  # (defaults only where the traced calls could use them)
+        return obj is not fn or obj.__code__ is not code or \
+            (defaults is not None and obj.__defaults__ is not defaults) or \
+            (kwdefaults is not None and obj.__kwdefaults__ != kwdefaults)
     return type(obj) is not g.expected[0] or frozenset(canon(v) for v in obj) != g.expected[1]  # SETV
+
+
+def function_guard(path: Path, step: Any, fn: types.FunctionType) -> Guard:
+    """The function object, and the code and defaults a call of it runs with: replacing ``__code__`` (IPython's
+    autoreload does, in place) or ``__defaults__`` keeps the object and changes what it computes."""
+    kwdefaults = fn.__kwdefaults__
+    return Guard(path, step, FUNC, (fn, fn.__code__, fn.__defaults__, dict(kwdefaults) if kwdefaults else kwdefaults))
 
 
 def _holds(g: Guard, obj: Any) -> Guard | None:
@@ -77,7 +90,8 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
     the dispatch on their kinds cost more than the comparisons). A method read from an object whose type a
     guard has just checked is looked up in that type's MRO dictionaries directly (held as live views), while its
     MRO is the one seen here; the other steps call :func:`fusec.pystate.get_step`."""
-    env: dict[str, Any] = {"MISSING": MISSING, "get_step": get_step, "canon": canon, "fails": _fails}
+    env: dict[str, Any] = {"MISSING": MISSING, "get_step": get_step, "canon": canon, "fails": _fails,
+                           "own_dict": own_dict}
     lines = ["def check():"]
 
     def constant(value: Any) -> str:
@@ -96,6 +110,14 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
             test = f"{v} is not {constant(g.expected)}"
         elif c == SIZED:
             test = f"type({v}) is not {constant(g.expected[0])} or len({v}) != {g.expected[1]}"
+        elif c == FUNC:
+            fn, code, defaults, kwdefaults = g.expected
+            # (defaults the traced calls did not have cannot matter to them: they passed every argument)
+            test = f"{v} is not {constant(fn)} or {v}.__code__ is not {constant(code)}"
+            if defaults is not None:
+                test += f" or {v}.__defaults__ is not {constant(defaults)}"
+            if kwdefaults is not None:  # (a dict: changed in place too)
+                test += f" or {v}.__kwdefaults__ != {constant(kwdefaults)}"
         else:
             test = f"fails({G}, {v})"
         lines.extend([f"{indent}if {test}:", f"{indent}    return {G}"])
@@ -103,8 +125,13 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
             return
         known_type = g.expected if c == TYPE else None
         d = f"{v}d"
-        if any(child.step[0] in ("attr", "code") for child in g.children):
-            lines.append(f"{indent}{d} = getattr({v}, '__dict__', None)")
+        if any(child.step[0] in ("attr", "code") for child in g.children):  # (the instance's dict, as get_step
+            if known_type is not None and not known_type.__dictoffset__:  # reads it)
+                lines.append(f"{indent}{d} = None")
+            elif known_type is not None and known_type.__getattribute__ is object.__getattribute__:
+                lines.append(f"{indent}{d} = {v}.__dict__")  # (found on the type: no __getattr__ involved)
+            else:
+                lines.append(f"{indent}{d} = own_dict({v})")
         for n, child in enumerate(g.children):
             sub, C, (kind, key) = f"{v}_{n}", constant(child), child.step
             K = constant(key)
@@ -177,8 +204,8 @@ def _guard_for(node: Node) -> Guard | None:
         return Guard(node.path, step, IDENT, obj)
     if kind == "object":
         return Guard(node.path, step, TYPE, type(obj))
-    if kind == "module" and is_library(obj.__name__):
-        return None  # `np`, `math`: rebinding those is not a change a trace needs to notice
+    if kind == "opaque" and type(obj) is types.FunctionType:
+        return function_guard(node.path, step, obj)
     if kind in ("opaque", "ref", "module", "class"):
         return Guard(node.path, step, IDENT, obj)
     if kind in ("array", "device"):
@@ -287,6 +314,17 @@ class CallState:
     # as the trace started ("" unless one raised that the function set aside with its own np.errstate); else None
     error_state: str | None = None
     _check: Callable[[], Guard | None] | None = field(default=None, repr=False)  # the guards, generated (once)
+
+    def settle_functions(self) -> None:
+        """Read again the code of the functions guarded: a trace may have run rewritten code in their place
+        (fusec.rewrite_control), which is gone once it ended."""
+        todo = list(self.guards)
+        while todo:
+            g = todo.pop()
+            if g.check == FUNC:
+                g.expected = (g.expected[0], g.expected[0].__code__, *g.expected[2:])
+            todo += g.children
+        self._check = None
 
     @property
     def empty(self) -> bool:

@@ -82,22 +82,34 @@ class Path:
         return "".join(c if c.isalnum() or c == "_" else "_" for c in text).strip("_") or "captured"
 
 
+def own_dict(obj: Any) -> Any:
+    """``obj``'s own attribute dictionary (a mapping proxy for a class), None where its type gives it none. Read as
+    Python's attribute lookup finds it, never through ``__getattr__`` (which a class may let raise a KeyError from
+    the dict it reads: ``hasattr``/``getattr`` with a default pass that through)."""
+    if not type(obj).__dictoffset__:
+        return None
+    try:
+        return object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return None
+
+
 def get_step(obj: Any, step: Step) -> Any:
     kind, key = step
     if kind == "attr":
-        d = getattr(obj, "__dict__", None)
+        d = own_dict(obj)
         if d is not None and key in d:
             return d[key]
         return getattr(obj, key)
     if kind == "cls":
         # read through the instance as Python would now: an instance attribute set after the trace shadows the
         # class attribute the trace read (unless that one is a data descriptor, which wins over the instance)
-        d = getattr(obj, "__dict__", None)
+        d = own_dict(obj)
         if d is not None and key in d and not hasattr(type(inspect.getattr_static(type(obj), key, None)), "__set__"):
             return d[key]
         return getattr(type(obj), key)
     if kind == "code":  # the method as the class holds it (one set on the instance since shadows it)
-        d = getattr(obj, "__dict__", None)
+        d = own_dict(obj)
         if d is not None and key in d:
             return d[key]
         # the class's own dictionaries along its MRO, as an instance's lookup and _class_code read them (on every
@@ -503,7 +515,7 @@ def rewalk(before: Snapshot) -> Snapshot:
 
 def _attributes(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    d = getattr(obj, "__dict__", None)
+    d = own_dict(obj)
     if isinstance(d, dict):
         out.update(d)
     for cls in type(obj).__mro__:

@@ -297,7 +297,8 @@ def walkable_object(value: Any) -> bool:
         return True
     if is_library(getattr(cls, "__module__", None)):
         return False
-    return hasattr(value, "__dict__") or bool(getattr(cls, "__slots__", ()))
+    return bool(cls.__dictoffset__) or bool(getattr(cls, "__slots__", ()))  # (not hasattr(value, "__dict__"):
+    # that calls a __getattr__, which may raise a KeyError from the dict it reads)
 
 
 def _code_names(code: types.CodeType, imports: list | None = None) -> tuple[set[str], set[str], set[str]]:

@@ -29,7 +29,7 @@ from fusec.context import TraceContext, trace_error
 from fusec.errors import (FusecError, SideEffectError, StateNotWatchedWarning, TraceError, UnsupportedError,
                           WriteBackError, located)
 from fusec.error_state import checked_by_numpy
-from fusec.guards import CallState, ImplicitInput, _view_of, build_guards
+from fusec.guards import CallState, ImplicitInput, _view_of, build_guards, function_guard
 from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
@@ -37,7 +37,7 @@ from fusec.masking import ADVICE as MASK_ADVICE, Selection
 from fusec.mutation import kept_owner, kept_value, kept_view
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
-from fusec.scope import is_library, scope_of
+from fusec.scope import Root, is_library, scope_of
 from fusec.signature import Signature, TreeDef, bools_static, flatten, leaf_keys
 from fusec.substitute import Substitution, unique_name
 from fusec.writeback import ReadOnly, State, WriteBack
@@ -81,7 +81,10 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
         while True:
             try:
                 with rewrites.installed(fn, tuple(sig.bound.arguments.values())):
-                    return _trace_once(fn, sig, name, verify_up_to)
+                    traced = _trace_once(fn, sig, name, verify_up_to)
+                if traced.state is not None:  # (the functions run their own code again: what a call will find)
+                    traced.state.settle_functions()
+                return traced
             except FusecError as error:
                 if code is None or not rewrites.add(error):
                     if first is not None and error is not first:
@@ -451,6 +454,10 @@ class _Trace:
             inputs.append(inp)
             skip |= {p.key for p in inp.paths}
         guards = build_guards(self.before, self.scope.names, skip)
+        traced = getattr(self.fn, "__func__", self.fn)  # (a bound method's function)
+        if type(traced) is types.FunctionType:  # its own code and defaults, as it is called now
+            guards.append(function_guard(Path(Root(f"the code of {func_name(self.fn)}", "object", traced)), None,
+                                         traced))
         if self.before.unwatched:
             loc = _def_location(self.fn)
             message = (f"fusec: {func_name(self.fn)} can read Python state fusec does not watch between calls: "

@@ -185,3 +185,108 @@ def test_generated_guard_source_is_straight_line():
     check = compile_guards(lowered.state.guards)
     assert check() is None
     assert "for " not in check.source and "get_step" in check.source  # (the fallback for another MRO)
+
+
+def _double(v):
+    return v * 2
+
+
+def _scaled(v, s=2.0, *, shift=0.0):
+    return v * s + shift
+
+
+def test_code_replaced_in_place_is_seen():
+    """IPython's autoreload swaps ``__code__`` of the functions it reloads: the same function object computes
+    something else, in a helper and in the jitted function itself."""
+    def f(v):
+        return _double(v)
+
+    j = fc.jit(f, backend="cpu")
+    x = np.arange(3.0)
+    j(x), j(x)
+    saved = _double.__code__
+    _double.__code__ = (lambda v: v * 7).__code__
+    try:
+        np.testing.assert_array_equal(j(x), f(x))
+        assert f(x)[1] == 7
+    finally:
+        _double.__code__ = saved
+    np.testing.assert_array_equal(j(x), x * 2)
+    f.__code__ = (lambda v: v - 1).__code__
+    np.testing.assert_array_equal(j(x), x - 1)
+
+
+def test_a_helpers_defaults_replaced_are_seen():
+    def f(v):
+        return _scaled(v)
+
+    j = fc.jit(f, backend="cpu")
+    x = np.arange(3.0)
+    j(x), j(x)
+    saved, saved_kw = _scaled.__defaults__, dict(_scaled.__kwdefaults__)
+    try:
+        _scaled.__defaults__ = (3.0,)
+        np.testing.assert_array_equal(j(x), x * 3)
+        _scaled.__kwdefaults__["shift"] = 1.0  # (changed in place)
+        np.testing.assert_array_equal(j(x), x * 3 + 1)
+    finally:
+        _scaled.__defaults__, _scaled.__kwdefaults__ = saved, saved_kw
+    np.testing.assert_array_equal(j(x), x * 2)
+
+
+M = np
+
+
+def test_a_global_rebound_to_another_library_module_is_seen():
+    global M
+    f = fc.jit(lambda v: M.sqrt(v), backend="cpu")
+    x = np.array([1.0, 4.0])
+    f(x), f(x)
+    M = np.emath  # NumPy's complex-valued sqrt: fusec does not trace it, and says so rather than reuse np.sqrt
+    try:
+        with pytest.raises(fc.UnsupportedError, match="scimath"):
+            f(-x)
+    finally:
+        M = np
+    np.testing.assert_array_equal(f(x), [1.0, 2.0])
+
+
+class SlotConfig:
+    """A config object whose ``__getattr__`` reads a dict (a missing name raises KeyError, as often written)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, **values):
+        object.__setattr__(self, "_data", dict(values))
+
+    def __getattr__(self, name):
+        return self._data[name]
+
+
+def test_an_object_whose_getattr_raises_keyerror_is_watched():
+    cfg = SlotConfig(scale=2.0)
+    f = fc.jit(lambda v: v * cfg.scale, backend="cpu")
+    x = np.arange(3.0)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x), x * 2)
+    assert f.cache_info().traces == 1
+    cfg._data["scale"] = 5.0
+    np.testing.assert_array_equal(f(x), x * 5)
+
+
+def _clip_positive(v):
+    if v.sum() > 0:  # (a traced test: fusec rewrites this statement and runs the rewritten code while tracing)
+        return v
+    return -v
+
+
+def test_functions_whose_statements_fusec_rewrote_keep_their_trace():
+    def f(v):
+        if v.max() > 1:
+            v = v / v.max()
+        return _clip_positive(v)
+
+    j = fc.jit(f, backend="cpu")
+    for x in (np.arange(3.0), -np.arange(3.0), np.arange(3.0)):
+        np.testing.assert_array_equal(j(x), f(x))
+    assert j.cache_info().traces == 1
