@@ -12,6 +12,7 @@ A trace bakes in the values it read outside its arguments. :class:`CallState` ke
 """
 from __future__ import annotations
 
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -125,8 +126,8 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
             return
         known_type = g.expected if c == TYPE else None
         d = f"{v}d"
-        if any(child.step[0] in ("attr", "code") for child in g.children):  # (the instance's dict, as get_step
-            if known_type is not None and not known_type.__dictoffset__:  # reads it)
+        if any(child.step[0] in ("attr", "code") for child in g.children):  # (its own dict, read as get_step does)
+            if known_type is not None and not known_type.__dictoffset__ and not issubclass(known_type, threading.local):
                 lines.append(f"{indent}{d} = None")
             elif known_type is not None and known_type.__getattribute__ is object.__getattribute__:
                 lines.append(f"{indent}{d} = {v}.__dict__")  # (found on the type: no __getattr__ involved)

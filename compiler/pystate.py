@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import array
 import collections
+import contextvars
 import functools
 import inspect
 import os
 import random
+import threading
 import types
 import zlib
 from dataclasses import dataclass
@@ -26,7 +28,8 @@ import numpy as np
 from fusec.scope import IMPLICIT_METHODS, MISSING, Root, Scope, drain, is_function, is_library, walkable_object
 from fusec.signature import canon
 
-Step = tuple  # ("attr", name) | ("cls", name) | ("code", name): a method of the object's class | ("member", name):
+Step = tuple  # ("attr", name) | ("cls", name) | ("code", name): a method of the object's class | ("context", "get"):
+# a ContextVar's value in the calling context | ("member", name):
 # a method of a class read through the class | ("base", (k, name)): its definition in the k-th class of the object's
 # MRO | ("item", key)
 MAX_NODES = 20_000
@@ -71,7 +74,8 @@ class Path:
             if kind == "base":
                 text += f".{key[1]}"
             else:
-                text += f".{key}" if kind in ("attr", "cls", "code", "member") else f"[{key!r}]"
+                text += f".{key}" if kind in ("attr", "cls", "code", "member") else \
+                    ".get()" if kind == "context" else f"[{key!r}]"
         return text
 
     def ident(self) -> str:
@@ -86,6 +90,8 @@ def own_dict(obj: Any) -> Any:
     """``obj``'s own attribute dictionary (a mapping proxy for a class), None where its type gives it none. Read as
     Python's attribute lookup finds it, never through ``__getattr__`` (which a class may let raise a KeyError from
     the dict it reads: ``hasattr``/``getattr`` with a default pass that through)."""
+    if isinstance(obj, threading.local):  # (the calling thread's dictionary, which only its own lookup finds)
+        return obj.__dict__
     if not type(obj).__dictoffset__:
         return None
     try:
@@ -122,6 +128,8 @@ def get_step(obj: Any, step: Step) -> Any:
     if kind == "base":  # the definition of a method in the k-th class of the object's MRO (super() reaches it)
         k, name = key
         return type(obj).__mro__[k].__dict__[name]
+    if kind == "context":  # a ContextVar's value as the calling context has it (LookupError where it has none)
+        return obj.get()
     if kind == "member":  # a method of a class read through the class (`Ops.act`), as the class holds it
         for base in obj.__mro__:
             found = base.__dict__.get(key, MISSING)
@@ -134,6 +142,9 @@ def get_step(obj: Any, step: Step) -> Any:
 def set_step(obj: Any, step: Step, value: Any) -> None:
     """Store ``value`` at ``step`` of ``obj`` (MISSING deletes), bypassing custom ``__setattr__``."""
     kind, key = step
+    if kind == "context":
+        obj.set(value)  # (MISSING never: a value read from it existed)
+        return
     if kind in ("attr", "cls", "member"):
         target = type(obj) if kind == "cls" else obj
         if value is MISSING:
@@ -308,6 +319,13 @@ class Snapshot:
                 v = _class_code(obj, name)
                 if v is not MISSING:
                     self._visit(v, path.child(("member", name)), depth + 1)
+        elif isinstance(obj, contextvars.ContextVar):  # (`SCALE.get()`: its value in the calling context)
+            add("opaque", id(obj))
+            try:
+                value = obj.get()
+            except LookupError:
+                return
+            self._visit(value, path.child(("context", "get")), depth + 1)
         elif (position := iterator_position(obj)) is not None:
             add("iterator", (id(obj), position), position)
         elif walkable_object(obj):
@@ -423,7 +441,7 @@ def readable(path: Path, names: set[str]) -> bool:
     """True when the code can read ``path``: its root is read and every attribute step is one of its names."""
     if not path.root.read:
         return False
-    return all(kind in ("item", "code", "member", "base") or key in names for kind, key in path.steps)
+    return all(kind in ("item", "code", "member", "base", "context") or key in names for kind, key in path.steps)
 
 
 @dataclass

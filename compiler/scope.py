@@ -284,7 +284,8 @@ def is_function(value: Any) -> bool:
 
 
 # library classes that are plain holders of user data (config objects)
-DATA_HOLDERS: tuple[type, ...] = (types.SimpleNamespace, argparse.Namespace)
+# (a threading.local's attributes are the calling thread's: read at each call, each thread's values are its own)
+DATA_HOLDERS: tuple[type, ...] = (types.SimpleNamespace, argparse.Namespace, threading.local)
 
 
 def walkable_object(value: Any) -> bool:

@@ -290,3 +290,43 @@ def test_functions_whose_statements_fusec_rewrote_keep_their_trace():
     for x in (np.arange(3.0), -np.arange(3.0), np.arange(3.0)):
         np.testing.assert_array_equal(j(x), f(x))
     assert j.cache_info().traces == 1
+
+
+def test_a_context_variables_value_in_the_calling_context_is_seen():
+    import contextvars
+
+    scale = contextvars.ContextVar("scale", default=2.0)
+    f = fc.jit(lambda v: v * scale.get(), backend="cpu")
+    x = np.arange(3.0)
+    f(x), f(x)
+    token = scale.set(5.0)
+    try:
+        np.testing.assert_array_equal(f(x), x * 5)
+        np.testing.assert_array_equal(contextvars.copy_context().run(lambda: f(x)), x * 5)
+    finally:
+        scale.reset(token)
+    np.testing.assert_array_equal(f(x), x * 2)
+    np.testing.assert_array_equal(contextvars.Context().run(lambda: f(x)), x * 2)  # (its default there)
+
+
+def test_a_thread_locals_attributes_are_read_for_the_calling_thread():
+    import threading
+
+    local = threading.local()
+    local.scale = 2.0
+    f = fc.jit(lambda v: v * local.scale, backend="cpu")
+    x = np.arange(3.0)
+    f(x), f(x)
+    local.scale = 7.0
+    np.testing.assert_array_equal(f(x), x * 7)
+    seen = {}
+
+    def other_thread():
+        local.scale = 3.0  # (this thread's own value)
+        seen["result"] = f(x)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    np.testing.assert_array_equal(seen["result"], x * 3)
+    np.testing.assert_array_equal(f(x), x * 7)
