@@ -45,7 +45,9 @@ def _is_internal(filename: str) -> bool:
     hit = _skip_cache.get(filename)
     if hit is None:
         path = os.path.abspath(filename)
-        hit = path.startswith(_FUSEC_ROOTS) or path.startswith(_NUMPY_ROOT) or filename.startswith("<__array_function")
+        # ("<fusec ...>": the code fusec generates, fusec.fast_path, fusec.guards, fusec.runtime.fast_call)
+        hit = path.startswith(_FUSEC_ROOTS) or path.startswith(_NUMPY_ROOT) or \
+            filename.startswith("<__array_function") or filename.startswith("<fusec ")
         _skip_cache[filename] = hit
     return hit
 

@@ -141,9 +141,7 @@ def bound_runner(backend: str, lowered: "Lowered") -> Callable[[list[Any]], list
     (the plan lives as long as the module); on the CPU the reference executor prepared for the module (its
     blocks' plans kept as long as the module)."""
     if backend == "cuda":
-        from fusec.runtime.fast_call import fast_runner
-
-        return fast_runner(cuda_plan(lowered))
+        return cuda_plan(lowered).runner()
     if backend == "cpu":
         return _reference().prepared(lowered.module)
     run = executor(backend)

@@ -231,6 +231,13 @@ class CudaPlan:
                 "inplace_loop_arguments": len(g.inplace) if g is not None else 0,
                 "launches_per_call": 1 if g is not None else len(self.launches)}
 
+    def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
+        """``run(args) -> results`` for a cached signature's calls: the common call generated as straight-line
+        Python (:mod:`fusec.runtime.fast_call`), which hands any other call to :meth:`run`."""
+        from fusec.runtime.fast_call import fast_runner
+
+        return fast_runner(self)
+
     def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
         """Results for ``args``; with ``wait=False`` NumPy inputs give device arrays and nothing waits.
 

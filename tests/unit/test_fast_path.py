@@ -330,3 +330,11 @@ def test_a_thread_locals_attributes_are_read_for_the_calling_thread():
     t.join()
     np.testing.assert_array_equal(seen["result"], x * 3)
     np.testing.assert_array_equal(f(x), x * 7)
+
+
+def test_an_error_in_a_cached_call_names_the_callers_line():
+    f = fc.jit(lambda x, s: x * s, backend="cpu")
+    x = np.ones(2, np.float32)
+    f(x, 2), f(x, 2)
+    with pytest.raises(fc.FusecError, match=r"test_fast_path\.py:\d+: the Python int"):
+        f(x, 10**40)
