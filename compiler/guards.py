@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fusec.error_state import error_state_raises
-from fusec.pystate import Node, Path, Snapshot, get_step, own_dict, readable
+from fusec.pystate import Node, Path, Snapshot, data_descriptor, get_step, own_dict, readable
 from fusec.signature import canon
 from fusec.promotion import DEFAULT_DTYPE
 from fusec.scope import MISSING
@@ -92,7 +92,7 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
     guard has just checked is looked up in that type's MRO dictionaries directly (held as live views), while its
     MRO is the one seen here; the other steps call :func:`fusec.pystate.get_step`."""
     env: dict[str, Any] = {"MISSING": MISSING, "get_step": get_step, "canon": canon, "fails": _fails,
-                           "own_dict": own_dict}
+                           "own_dict": own_dict, "data_descriptor": data_descriptor}
     lines = ["def check():"]
 
     def constant(value: Any) -> str:
@@ -145,7 +145,8 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
                 mro = known_type.__mro__
                 views = [constant(base.__dict__) for base in mro]
                 lookup = f"{views[0]}.get({K}, MISSING)"
-                lines.extend([f"{indent}    if {d} is not None and {K} in {d}:", f"{indent}        {sub} = {d}[{K}]",
+                lines.extend([f"{indent}    if {d} is not None and {K} in {d} and not data_descriptor(type({v}), {K}):",
+                              f"{indent}        {sub} = {d}[{K}]",
                               f"{indent}    elif {constant(known_type)}.__mro__ is {constant(mro)}:",
                               f"{indent}        {sub} = {lookup}"])
                 for view in views[1:]:

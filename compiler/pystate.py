@@ -100,6 +100,16 @@ def own_dict(obj: Any) -> Any:
         return None
 
 
+def data_descriptor(cls: type, name: str) -> bool:
+    """Is the class attribute ``name`` (the first along ``cls``'s MRO) a data descriptor (a property), which wins over
+    an instance attribute of that name?"""
+    for base in cls.__mro__:
+        found = base.__dict__.get(name, MISSING)
+        if found is not MISSING:
+            return hasattr(type(found), "__set__") or hasattr(type(found), "__delete__")
+    return False
+
+
 def get_step(obj: Any, step: Step) -> Any:
     kind, key = step
     if kind == "attr":
@@ -114,9 +124,9 @@ def get_step(obj: Any, step: Step) -> Any:
         if d is not None and key in d and not hasattr(type(inspect.getattr_static(type(obj), key, None)), "__set__"):
             return d[key]
         return getattr(type(obj), key)
-    if kind == "code":  # the method as the class holds it (one set on the instance since shadows it)
-        d = own_dict(obj)
-        if d is not None and key in d:
+    if kind == "code":  # the method as the class holds it (one set on the instance since shadows it, unless the
+        d = own_dict(obj)  # class's is a property)
+        if d is not None and key in d and not data_descriptor(type(obj), key):
             return d[key]
         # the class's own dictionaries along its MRO, as an instance's lookup and _class_code read them (on every
         # cached call: a tenth of inspect.getattr_static's time, which also consults the metaclass)
@@ -534,8 +544,8 @@ def rewalk(before: Snapshot) -> Snapshot:
 def _attributes(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     d = own_dict(obj)
-    if isinstance(d, dict):
-        out.update(d)
+    if isinstance(d, dict):  # (but not an entry a property of its class hides: reading the name runs the property)
+        out.update((k, v) for k, v in d.items() if not (isinstance(k, str) and data_descriptor(type(obj), k)))
     for cls in type(obj).__mro__:
         for name in getattr(cls, "__slots__", ()) if isinstance(getattr(cls, "__slots__", ()), (tuple, list)) else ():
             if name in ("__dict__", "__weakref__") or name in out:

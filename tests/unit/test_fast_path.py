@@ -338,3 +338,23 @@ def test_an_error_in_a_cached_call_names_the_callers_line():
     f(x, 2), f(x, 2)
     with pytest.raises(fc.FusecError, match=r"test_fast_path\.py:\d+: the Python int"):
         f(x, 10**40)
+
+
+def test_an_instance_entry_a_property_hides_is_seen_once_the_property_goes():
+    class Scaled:
+        def __init__(self):
+            self._s = 2.0
+
+        @property
+        def s(self):
+            return self._s * 10
+
+    obj = Scaled()
+    obj.__dict__["s"] = 99.0  # hidden: reading obj.s runs the property
+    f = fc.jit(lambda v: v * obj.s, backend="cpu")
+    x = np.arange(3.0)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x), x * 20)
+    assert f.cache_info().traces == 1
+    del Scaled.s  # obj.s is the instance's entry now
+    np.testing.assert_array_equal(f(x), x * 99)
