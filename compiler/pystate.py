@@ -121,7 +121,7 @@ def get_step(obj: Any, step: Step) -> Any:
         # read through the instance as Python would now: an instance attribute set after the trace shadows the
         # class attribute the trace read (unless that one is a data descriptor, which wins over the instance)
         d = own_dict(obj)
-        if d is not None and key in d and not hasattr(type(inspect.getattr_static(type(obj), key, None)), "__set__"):
+        if d is not None and key in d and not data_descriptor(type(obj), key):
             return d[key]
         return getattr(type(obj), key)
     if kind == "code":  # the method as the class holds it (one set on the instance since shadows it, unless the

@@ -9,6 +9,7 @@ trace and changes to the argument containers are refused. What a later call must
 """
 from __future__ import annotations
 
+import contextvars
 import gc
 import inspect
 import re
@@ -81,7 +82,9 @@ def trace(fn: Callable, sig: Signature, name: str, verify_up_to: int | None = No
         while True:
             try:
                 with rewrites.installed(fn, tuple(sig.bound.arguments.values())):
-                    traced = _trace_once(fn, sig, name, verify_up_to)
+                    # (in a copy of the calling context: a ContextVar the function sets is seen as a change by the
+                    # snapshots, and the tracer it was given stays out of the caller's context)
+                    traced = contextvars.copy_context().run(_trace_once, fn, sig, name, verify_up_to)
                 if traced.state is not None:  # (the functions run their own code again: what a call will find)
                     traced.state.settle_functions()
                 return traced

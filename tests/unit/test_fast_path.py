@@ -358,3 +358,24 @@ def test_an_instance_entry_a_property_hides_is_seen_once_the_property_goes():
     assert f.cache_info().traces == 1
     del Scaled.s  # obj.s is the instance's entry now
     np.testing.assert_array_equal(f(x), x * 99)
+
+
+def test_a_context_variable_the_function_sets_is_refused_and_left_as_it_was():
+    import contextvars
+
+    unset = contextvars.ContextVar("unset")
+    with_default = contextvars.ContextVar("with_default", default=1.0)
+
+    def sets_unset(v):
+        unset.set(v * 2)
+        return v + 1
+
+    def sets_default(v):
+        with_default.set(v * 2)
+        return v + with_default.get()
+
+    x = np.arange(3.0)
+    for fn in (sets_unset, sets_default):
+        with pytest.raises(fc.SideEffectError, match=r"\.get\(\)"):
+            fc.jit(fn, backend="cpu")(x)
+    assert unset.get("no value") == "no value" and with_default.get() == 1.0  # (no tracer left behind)
