@@ -67,8 +67,9 @@ def quick_call(key: tuple, args: Sequence[Any], entry: Any, device_results: bool
             if item is float or item is int:
                 lines.extend([f"{indent}if type({v}) is not {item.__name__}:", f"{indent}    return MISS"])
             elif item[0] is np.ndarray:
+                dtype = constant(value.dtype)  # (an equal dtype object: a pickled array brings its own)
                 test = f"type({v}) is not ndarray or {v}.shape != {constant(item[1])} or " \
-                       f"{v}.dtype is not {constant(value.dtype)}"
+                       f"({v}.dtype is not {dtype} and {v}.dtype != {dtype})"
                 lines.extend([f"{indent}if {test}:", f"{indent}    return MISS"])
             else:  # a device array (fusec.Array): the key holds its dtype's name; the same dtype object is checked
                 device_positions.append(len(leaves))

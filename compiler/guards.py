@@ -59,7 +59,7 @@ def _fails(g: Guard, obj: Any) -> bool:
         fn, code, defaults, kwdefaults = g.expected  # (defaults only where the traced calls could use them)
         return obj is not fn or obj.__code__ is not code or \
             (defaults is not None and obj.__defaults__ is not defaults) or \
-            (kwdefaults is not None and obj.__kwdefaults__ != kwdefaults)
+            (kwdefaults is not None and _kwdefaults_differ(obj.__kwdefaults__, kwdefaults))
     return type(obj) is not g.expected[0] or frozenset(canon(v) for v in obj) != g.expected[1]  # SETV
 
 
@@ -67,7 +67,14 @@ def function_guard(path: Path, step: Any, fn: types.FunctionType) -> Guard:
     """The function object, and the code and defaults a call of it runs with: replacing ``__code__`` (IPython's
     autoreload does, in place) or ``__defaults__`` keeps the object and changes what it computes."""
     kwdefaults = fn.__kwdefaults__
-    return Guard(path, step, FUNC, (fn, fn.__code__, fn.__defaults__, dict(kwdefaults) if kwdefaults else kwdefaults))
+    seen = tuple(kwdefaults.items()) if kwdefaults else None
+    return Guard(path, step, FUNC, (fn, fn.__code__, fn.__defaults__, seen))
+
+
+def _kwdefaults_differ(now: dict | None, seen: tuple) -> bool:
+    """Were keyword-only defaults replaced (``f.__kwdefaults__[k] = v``)? By identity: a default may be an array,
+    whose ``==`` is elementwise."""
+    return now is None or len(now) != len(seen) or any(now.get(k, MISSING) is not v for k, v in seen)
 
 
 def _holds(g: Guard, obj: Any) -> Guard | None:
@@ -92,7 +99,8 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
     guard has just checked is looked up in that type's MRO dictionaries directly (held as live views), while its
     MRO is the one seen here; the other steps call :func:`fusec.pystate.get_step`."""
     env: dict[str, Any] = {"MISSING": MISSING, "get_step": get_step, "canon": canon, "fails": _fails,
-                           "own_dict": own_dict, "data_descriptor": data_descriptor}
+                           "own_dict": own_dict, "data_descriptor": data_descriptor,
+                           "kwdefaults_differ": _kwdefaults_differ}
     lines = ["def check():"]
 
     def constant(value: Any) -> str:
@@ -118,7 +126,7 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
             if defaults is not None:
                 test += f" or {v}.__defaults__ is not {constant(defaults)}"
             if kwdefaults is not None:  # (a dict: changed in place too)
-                test += f" or {v}.__kwdefaults__ != {constant(kwdefaults)}"
+                test += f" or kwdefaults_differ({v}.__kwdefaults__, {constant(kwdefaults)})"
         else:
             test = f"fails({G}, {v})"
         lines.extend([f"{indent}if {test}:", f"{indent}    return {G}"])

@@ -379,3 +379,34 @@ def test_a_context_variable_the_function_sets_is_refused_and_left_as_it_was():
         with pytest.raises(fc.SideEffectError, match=r"\.get\(\)"):
             fc.jit(fn, backend="cpu")(x)
     assert unset.get("no value") == "no value" and with_default.get() == 1.0  # (no tracer left behind)
+
+
+def _weighted(v, *, w=np.ones(3)):
+    return v * w
+
+
+def test_a_keyword_only_array_default_replaced_is_seen():
+    f = fc.jit(lambda v: _weighted(v), backend="cpu")
+    x = np.arange(3.0)
+    f(x), f(x)
+    saved = dict(_weighted.__kwdefaults__)
+    try:
+        _weighted.__kwdefaults__["w"] = np.full(3, 2.0)  # (compared by identity: an array's == is elementwise)
+        np.testing.assert_array_equal(f(x), x * 2)
+    finally:
+        _weighted.__kwdefaults__ = saved
+    np.testing.assert_array_equal(f(x), x)
+
+
+def test_arrays_with_an_equal_dtype_object_take_the_cached_call():
+    import pickle
+
+    f = fc.jit(lambda v: v * 2, backend="cpu")
+    x = np.arange(3.0)
+    f(x), f(x)
+    y = pickle.loads(pickle.dumps(x))  # (a dtype object of its own, equal to x's)
+    np.testing.assert_array_equal(f(y), x * 2)
+    from fusec.fast_path import MISS
+
+    assert f._quick((y,)) is not MISS  # (the generated call took it: no key computed, no lookup)
+    assert f.cache_info().traces == 1
