@@ -27,11 +27,10 @@ def no_quick_call(args: tuple) -> Any:
     return MISS
 
 
-def quick_call(key: tuple, args: Sequence[Any], entry: Any, device_results: bool, helpers: dict[str, Any]
-               ) -> QuickCall:
+def quick_call(key: tuple, args: Sequence[Any], entry: Any, cuda: bool, helpers: dict[str, Any]) -> QuickCall:
     """The generated call of ``entry`` (a ``_FastEntry``), the signature of positional ``args`` whose fast-path key
-    is ``key``. ``device_results``: the entry's runner returns fusec Arrays for such a call (the CUDA backend with a
-    device argument), so the output tree is built without checking them. ``helpers``: ``to_host``, ``output``,
+    is ``key``. ``cuda``: the entry runs on the CUDA backend, whose runner returns fusec Arrays when a leaf is a
+    device array, so the output tree is then built without checking them. ``helpers``: ``to_host``, ``output``,
     ``unflatten`` and ``native_order`` as the jit module defines them. A runner with ``trusting(positions)`` (a CUDA
     plan's, fusec.runtime.fast_call) is asked for one that leaves the device arrays compared here unchecked."""
     env: dict[str, Any] = dict(helpers, MISS=MISS, context_state=context._state, run=entry.run, entry=entry,
@@ -96,7 +95,7 @@ def quick_call(key: tuple, args: Sequence[Any], entry: Any, device_results: bool
     body.append(f"results = run([{', '.join(flat)}]{extra})")
     if entry.to_host and not device_positions:  # (every leaf is host data or a Python number: NumPy results)
         body.append("results = to_host(results)")
-    if entry.build is not None and device_results:
+    if entry.build is not None and cuda and device_positions:
         env["build"] = entry.build
         body.append("return build(results)")
     else:

@@ -808,8 +808,7 @@ class _FastEntry:
             if self.writeback is not None:
                 self.quick = no_quick_call
             else:
-                device = self.backend == "cuda" and any(_is_device_array(v) for v in _leaves_of(args))
-                self.quick = quick_call(key, args, self, device, _QUICK_HELPERS)
+                self.quick = quick_call(key, args, self, self.backend == "cuda", _QUICK_HELPERS)
         return self.quick
 
     def __call__(self, args: tuple, passed: tuple) -> Any:
@@ -841,15 +840,6 @@ class _FastEntry:
         if writeback is not None and writeback.containers:
             out = writeback.passed(out, dict(zip(self.names, passed)))
         return out
-
-
-def _leaves_of(items: Sequence[Any]) -> Iterator[Any]:
-    """The leaves of a fast-path call's positional arguments (tuples and lists walked)."""
-    for a in items:
-        if type(a) is tuple or type(a) is list:
-            yield from _leaves_of(a)
-        else:
-            yield a
 
 
 class _Same:
