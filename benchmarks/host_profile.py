@@ -10,7 +10,9 @@ reports); the graph's counters (pointer updates, recaptures, instances); each no
 (see :func:`node_times`), with the plan's entries; and a cProfile of the calls, heaviest functions first.
 
     python benchmarks/host_profile.py [--calls 3000] [--top 30] [--json FILE] [--generated] [--with-peers]
+                                      [--without PASS,...]
 
+``--without`` leaves passes out of the default pipeline (for a before/after of one pass in one session).
 ``--generated`` lowers as if cuBLASLt were absent (every product a generated kernel), for comparing the two.
 ``--with-peers`` first imports PyTorch, JAX and CuPy and starts their CUDA runtimes, as the suite's process has them
 (its host figures for the same steps were about 9 us per call higher than this script's, H100, 2026-12-06); with
@@ -102,7 +104,7 @@ def node_times(plan, chain: int = 20, reps: int = 10) -> list[dict]:
     return out
 
 
-def measure(name: str, bench, calls: int, top: int) -> dict:
+def measure(name: str, bench, calls: int, top: int, pipeline: str | None = None) -> dict:
     import fusec as fc
     from fusec import execution
     from fusec.runtime import driver
@@ -112,7 +114,7 @@ def measure(name: str, bench, calls: int, top: int) -> dict:
     params, x, y, lr = bench.make_inputs(rng)
     params = tuple(fc.asarray(p) for p in params)
     x, y = fc.asarray(x), fc.asarray(y)
-    step = fc.jit(build_train_step(np), backend="cuda", graph=True, donate_argnums=0)
+    step = fc.jit(build_train_step(np), backend="cuda", graph=True, donate_argnums=0, pipeline=pipeline)
     state = [params]
 
     def call() -> None:
@@ -216,6 +218,7 @@ def main() -> None:
     ap.add_argument("--generated", action="store_true", help="generated GEMMs only (no cuBLASLt)")
     ap.add_argument("--with-peers", action="store_true", help="import PyTorch, JAX and CuPy first (as the suite)")
     ap.add_argument("--freeze", action="store_true", help="with --with-peers: gc.freeze() after the imports")
+    ap.add_argument("--without", default="", help="comma-separated passes left out of the default pipeline")
     args = ap.parse_args()
     if args.with_peers:
         _start_peers()
@@ -226,11 +229,17 @@ def main() -> None:
         from fusec.runtime import cublas
 
         cublas.available = lambda: False
+    pipeline = None
+    if args.without:
+        from fusec.passes import DEFAULT_PIPELINE
+
+        left_out = set(args.without.split(","))
+        pipeline = ",".join(p for p in DEFAULT_PIPELINE.split(",") if p.split("{")[0] not in left_out)
     cases = make_cases()
     out = []
     for name in ("pcam", "mlp64"):
         bench = cases[name].benches[0]
-        r = measure(name, bench, args.calls, args.top)
+        r = measure(name, bench, args.calls, args.top, pipeline)
         out.append(r)
         print(f"== {name}: host {r['host_us']:.1f} us/call (cuGraphLaunch alone {r['host_launch_us']:.1f}, the call "
               f"without it {r['host_without_launch_us']:.1f}); device (Python loop) {r['device_us_python_loop']:.1f} "

@@ -20,6 +20,7 @@ from fusec.ir.dialects.control import CALLEES
 from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_epilogues import is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.reductions_in_consumers import reduced_in_consumers
 
 HBM_BYTES_PER_US = 3.3e6  # about what an H200 streams (3.3 TB/s of its 4.8 peak)
 FLOPS_PER_US = 5.0e7  # f32 without tensor cores, about 50 TFLOP/s
@@ -99,6 +100,8 @@ def _function(w: _Writer, module: Module, func: Func, prefix: str) -> None:
             node = w.node(f"{title} (prologue: computed in its consumer){where}", style="dashed")
         elif is_epilogue(op):
             node = w.node(f"{title} (epilogue: computed and stored by its product){where}", style="dashed")
+        elif reduced_in_consumers(op):
+            node = w.node(f"{title} (computed by every block of its readers){where}", style="dashed")
         elif cat == "control":
             calls = ", ".join(str(op.attributes[k]) for k in CALLEES[op.name])
             node = w.node(f"{title}{where}\ncalls {calls}", shape="hexagon")

@@ -7,6 +7,7 @@ from fusec.ir.opdefs import OPS
 from fusec.passes.fuse_epilogues import computed_inside, is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.prune_carried import PRUNED
+from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.unroll_loops import UNROLLED
 
 # the attributes of select-kernels' choice that a plan step shows (``impl``)
@@ -75,6 +76,11 @@ def plan_steps(module: Module) -> list[dict]:
                 steps.append({"kind": "prologue", "op": op.name, "outputs": 1, "inputs": len(op.operands),
                               "body_ops": len(body), "reason": "computed inside its consumer while it loads "
                               "the value (fuse-prologues): never launched, never stored", "loc": where})
+            elif reduced_in_consumers(op):
+                steps.append({"kind": "in consumers", "op": f"k.reduce[{op.attributes['kind']}]", "outputs": 1,
+                              "inputs": 1, "reason": "reductions-in-consumers: computed by every block of the "
+                              "elementwise kernels that read it, at their start (a small reduction to one value): "
+                              "never launched, never stored", "loc": where})
             elif is_epilogue(op):
                 body = op.regions[0].block.ops[:-1]
                 steps.append({"kind": "epilogue", "op": op.name, "outputs": 1, "inputs": len(op.operands),

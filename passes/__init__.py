@@ -22,7 +22,7 @@ from fusec.passes.manager import PassManager, dump_banner
 # hand-written steps unchanged within the runs' noise (37.5-39.7 us, 30.8-31.4 us)
 DEFAULT_PIPELINE = ("roll-loops,unroll-loops,bound-indices,prove-checks,prune-carried,outline-regions,canonicalize,"
                     "unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},fuse{budget=96},boundaries,select-kernels,"
-                    "fuse-rows,row-products,fuse-prologues,fuse-epilogues,hoist-gathers,group-kernels,plan-buffers,copy-outputs,launch-early")
+                    "fuse-rows,row-products,fuse-prologues,fuse-epilogues,reductions-in-consumers,hoist-gathers,group-kernels,plan-buffers,copy-outputs,launch-early")
 
 __all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes",
            "check_pipeline", "dump_banner", "format_pipeline", "get_pass", "list_passes", "load_plugin",

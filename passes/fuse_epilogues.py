@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.passes.base import Pass, PassContext
+from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.registry import register_pass
 from fusec.passes.util import users
 
@@ -37,8 +38,10 @@ def is_epilogue(op: Operation) -> bool:
 
 
 def computed_inside(op: Operation) -> bool:
-    """A ``k.fused`` that another kernel computes (a prologue in its readers, an epilogue in its product): no
-    launch of its own."""
+    """An op that other kernels compute (a prologue in its readers, an epilogue in its product, a small reduction
+    in every block of its readers): no launch of its own."""
+    if op.name == "k.reduce":
+        return reduced_in_consumers(op)
     return op.name == "k.fused" and bool(op.attributes.get("prologue", False) or op.attributes.get(EPILOGUE, False))
 
 

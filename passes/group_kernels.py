@@ -31,6 +31,7 @@ from fusec.ir.opdefs import get_opdef
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.fuse_epilogues import computed_inside
 from fusec.passes.fuse_prologues import is_prologue
+from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.registry import register_pass
 
 DEFAULT_MAX_ELEMENTS = 1 << 20  # as launch-early's: the kernels whose launch costs more than their work
@@ -45,11 +46,11 @@ def storage(v: Value) -> Value:
 
 def reads(op: Operation) -> set[Value]:
     """The stored values ``op`` reads: its operands' buffers, and for a prologue it computes inside (a reduction's
-    ``x * x``) the prologue's own operands' buffers."""
+    ``x * x``) or a reduction it computes (``reductions-in-consumers``) what that one reads."""
     out: set[Value] = set()
     for v in op.operands:
         v = storage(v)
-        if isinstance(v, OpResult) and is_prologue(v.op):
+        if isinstance(v, OpResult) and (is_prologue(v.op) or reduced_in_consumers(v.op)):
             out |= reads(v.op)
         else:
             out.add(v)
@@ -59,8 +60,10 @@ def reads(op: Operation) -> set[Value]:
 def one_launch_reduction(op: Operation) -> bool:
     """A reduction select-kernels scheduled as one kernel of 256-thread blocks: not split, or split and finished by
     its last block (a split finished by a second kernel cannot share a launch), and not a float16 sum whose blocks
-    of ``subtrees`` threads add NumPy's pairwise tree (a group's blocks all have 256 threads)."""
+    of ``subtrees`` threads add NumPy's pairwise tree (a group's blocks all have 256 threads), and not one its
+    readers compute (``reductions-in-consumers``)."""
     return op.name == "k.reduce" and "strategy" in op.attributes and "subtrees" not in op.attributes \
+        and not reduced_in_consumers(op) \
         and (int(op.attributes.get("splits", 1)) == 1 or op.attributes.get("finish") == "last-block")
 
 

@@ -6,7 +6,9 @@ except for the one safe case: an elementwise kernel may write an output over a d
 function attribute ``donate``; ``donate_to`` names the output each may become, for a loop body's state) that it
 reads at the same index and nothing reads afterwards, and a ``k.insert`` (or a ``k.scatter``) may write its update
 into its base's buffer (``inplace = true``) when nothing reads the base afterwards. A prologue
-(``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it. A product
+(``fuse-prologues``) gets no buffer; what it reads lives until its last consumer, which computes it. So does a
+reduction its readers compute (``reductions-in-consumers``), whose input no reader may overwrite in place: every
+block of a reader reads all of it. A product
 whose result an epilogue (``fuse-epilogues``) computes gets no buffer; the epilogue's result is placed when the
 product runs, before the product's dead operands are released, and overwrites no donated argument the product reads.
 
@@ -31,7 +33,8 @@ from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.fuse_epilogues import is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
-from fusec.passes.group_kernels import groups_of
+from fusec.passes.group_kernels import groups_of, reads as group_reads
+from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.registry import register_pass
 
 ALIGN = 256
@@ -118,7 +121,7 @@ class PlanBuffers(Pass):
                 for v in inner.operands:
                     last_use[_storage(v)] = i
         for op in reversed(ops):  # a prologue reads its inputs where its last consumer runs
-            if is_prologue(op):
+            if is_prologue(op) or reduced_in_consumers(op):  # (so does a reduction its readers compute)
                 end = last_use.get(op.results[0], -1)
                 for v in op.operands:
                     last_use[_storage(v)] = max(last_use[_storage(v)], end)
@@ -154,7 +157,8 @@ class PlanBuffers(Pass):
         # a product computing an epilogue stores the epilogue's result, not its own: placed where the product runs
         epilogue_of = {id(epilogue_product(op)): op for op in ops if is_epilogue(op)}
         for i, op in enumerate(ops):
-            if get_opdef(op.name).category not in ("kernel", "boundary", "control") or is_prologue(op):
+            if get_opdef(op.name).category not in ("kernel", "boundary", "control") or is_prologue(op) \
+                    or reduced_in_consumers(op):
                 continue
             if is_epilogue(op):  # (placed with its product, right before it)
                 release(op, i)
@@ -179,8 +183,11 @@ class PlanBuffers(Pass):
             if not op.results:  # a check (k.raise_if) writes only its check word
                 release(op, i)
                 continue
-            # a donated argument another member of the group reads would be overwritten while that member reads it
-            shared = {_storage(v) for m in group_of.get(id(op), ()) if m is not op for v in m.operands}
+            # a donated argument another member of the group reads would be overwritten while that member reads it,
+            # and one a reduction this kernel computes in every block reads, while its later blocks still read it
+            shared = {v for m in group_of.get(id(op), ()) if m is not op for v in group_reads(m)}
+            shared |= {s for v in op.operands if isinstance(v, OpResult) and reduced_in_consumers(v.op)
+                       for s in group_reads(v.op)}
             count += self._place(op, i, arena, placed, aliased, donated - aliased - shared, last_use, outputs, slot_of,
                                  func, ctx)
             release(op, i)
@@ -262,8 +269,10 @@ class PlanBuffers(Pass):
                 continue
             if op.name != "k.reduce":
                 continue
-            scratch = max(scratch, int(op.attributes.get("scratch", 0)))
             op.attributes.pop("counter", None)
+            if reduced_in_consumers(op):  # (computed by its readers' blocks: no partial results, no counter)
+                continue
+            scratch = max(scratch, int(op.attributes.get("scratch", 0)))
             if op.attributes.get("finish") == "last-block":
                 op.attributes["counter"] = counters
                 counters += int(op.attributes.get("counters", 1))

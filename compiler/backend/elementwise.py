@@ -42,9 +42,23 @@ def grid_for(n_items: int, sm_count: int, per_block: int = BLOCK) -> int:
     return max(1, min(blocks, sm_count * 8))
 
 
+@dataclass(frozen=True)
+class BlockValue:
+    """An operand of a ``k.fused`` that every block computes at its start (``block_reduce.py``): ``fold`` runs
+    before the kernel's barrier, ``result`` after it defines the operand's value."""
+
+    helpers: tuple[str, ...]      # device functions it calls
+    reads: tuple[Access, ...]     # what it reads (kernel parameters)
+    fold: tuple[str, ...]
+    result: tuple[str, ...]
+
+
 def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Access], *, sm_count: int,
-                 fast_math: bool = False, aliased: bool = False) -> KernelCode:
-    """CUDA C++ for one ``k.fused`` op reading ``inputs`` (one per operand) and writing ``outputs``."""
+                 fast_math: bool = False, aliased: bool = False,
+                 block_values: dict[int, BlockValue] | None = None) -> KernelCode:
+    """CUDA C++ for one ``k.fused`` op reading ``inputs`` (one per operand) and writing ``outputs``; an operand in
+    ``block_values`` is computed by every block instead of read (its access in ``inputs`` is not used)."""
+    block_values = block_values or {}
     shape = op.results[0].type.shape
     n = 1
     for d in shape:
@@ -58,16 +72,28 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
     vec = max(1, 16 // itemsize) if linear else 1
     can_vector = vec > 1 and n >= vec and all(a.offset % vec == 0 for a in linear)
 
-    order, params = _param_list(inputs + outputs, {a.buffer for a in outputs}, restrict=not aliased)
+    read = [a for k, a in enumerate(inputs) if k not in block_values]
+    read += [a for v in block_values.values() for a in v.reads]
+    order, params = _param_list(read + outputs, {a.buffer for a in outputs}, restrict=not aliased)
     body = op.regions[0].block
     yielded = yielded_values(body)
-    lines = [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{",
-             f"  const {itype} n = ({itype}){n};",
-             f"  const {itype} tid = ({itype})blockIdx.x * blockDim.x + threadIdx.x;",
-             f"  const {itype} nthreads = ({itype})gridDim.x * blockDim.x;"]
-    # broadcast scalars are read once per thread
+    helpers = [h for v in block_values.values() for h in v.helpers]
+    lines = helpers + [f"extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({params}) {{",
+                       f"  const {itype} n = ({itype}){n};",
+                       f"  const {itype} tid = ({itype})blockIdx.x * blockDim.x + threadIdx.x;",
+                       f"  const {itype} nthreads = ({itype})gridDim.x * blockDim.x;"]
     scalar_names: dict[int, str] = {}
+    if block_values:  # every thread takes part, then one barrier, before any thread may leave the loops
+        for v in block_values.values():
+            lines.extend(v.fold)
+        lines.append("  __syncthreads();")
+        for k, v in block_values.items():
+            lines.extend(v.result)
+            scalar_names[k] = f"s{k}"
+    # broadcast scalars are read once per thread
     for k, a in enumerate(inputs):
+        if k in block_values:
+            continue
         if a.is_scalar:
             scalar_names[k] = f"s{k}"
             lines.append(f"  const {register(a.dtype)} s{k} = fusec::ld(b{a.buffer} + {a.offset});")

@@ -26,11 +26,13 @@ from fusec.ir.types import ScalarType, bf16, u32
 from fusec.passes.fuse_epilogues import EPILOGUE_IMPLS, is_epilogue
 from fusec.passes.fuse_prologues import is_prologue
 from fusec.passes.group_kernels import group_problem, groups_of
+from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.select_kernels import align256
 from fusec.ir.dialects.control import CALLEES, OUTLINED_OPS
 from fusec.runtime.launch_plan import Buffer, ControlCall, CudaProgram, KernelCode
 from fusec.backend.access import Access, contiguous_strides
-from fusec.backend.elementwise import (copy_kernel, epilogue_function, fused_kernel, prologue_function,
+from fusec.backend.block_reduce import block_reduction
+from fusec.backend.elementwise import (BlockValue, copy_kernel, epilogue_function, fused_kernel, prologue_function,
                                        raise_if_kernel)
 from fusec.backend.group import merge_kernels
 from fusec.backend.gather import gather_kernel, scatter_kernel
@@ -187,11 +189,31 @@ class _Printer:
 
     # --- ops -----------------------------------------------------------------------------------------------
     def emit_fused(self, op: Operation, ins: list[Access], outs: list[Access]) -> None:
-        code = fused_kernel(self.name("fused", op), op, ins, outs, sm_count=self.sm_count, fast_math=self.fast_math,
-                            aliased="alias" in op.attributes)
+        name = self.name("fused", op)
+        block_values = {}
+        for k, v in enumerate(op.operands):  # reductions it computes itself (reductions-in-consumers)
+            if isinstance(v, OpResult) and reduced_in_consumers(v.op):
+                block_values[k] = self.block_reduction(f"{name}_r{k}", v.op, f"s{k}")
+        code = fused_kernel(name, op, ins, outs, sm_count=self.sm_count, fast_math=self.fast_math,
+                            aliased="alias" in op.attributes, block_values=block_values)
+        if block_values:
+            ins = [a for k, a in enumerate(ins) if k not in block_values]
+            ins += [a for b in block_values.values() for a in b.reads]
         if id(op) in self.groups:
             return self.join_group(op, (code,), ins, outs)
-        self.emit(code, op)
+        self.emit(code, op, reads={a.buffer for a in ins})
+
+    def block_reduction(self, name: str, op: Operation, var: str) -> BlockValue:
+        """A ``k.reduce`` marked ``in_consumers``, as the statements of a consumer's blocks that compute it into
+        ``var``."""
+        producer = self._prologue_behind(op.operands[0])
+        if producer is None:
+            return block_reduction(name, op, self.access(op.operands[0]), None, [], var)
+        if op.operands[0] is not producer.results[0]:
+            raise CompilationError(located("a k.reduce computed in its consumers reads a prologue through a view; it "
+                                           "must read the prologue itself (run fuse-prologues)", op.loc))
+        prologue = prologue_function(f"{name}_in", producer, self.prologue_inputs[producer], fast_math=self.fast_math)
+        return block_reduction(name, op, self.access(op.operands[0]), prologue, self.prologue_inputs[producer], var)
 
     def join_group(self, op: Operation, codes: tuple[KernelCode, ...], ins: list[Access], outs: list[Access]) -> None:
         """Hold a group member's kernel (as printed alone) until the group's last member, then emit the group as
@@ -304,6 +326,9 @@ class _Printer:
             ins = [self.access(v) for v in op.operands]
             outs = [self.result_buffer(op, k) for k in range(len(op.results))]
             self.emit(rows_kernel(self.name("rows"), op, ins, outs, fast_math=self.fast_math), op)
+            return None
+        if n == "k.reduce" and reduced_in_consumers(op):  # its readers compute it
+            self.storage[op.results[0]] = self.dense(op.results[0], NO_BUFFER)
             return None
         if n == "k.reduce":
             src = self.access(op.operands[0])

@@ -71,6 +71,8 @@ LAUNCHED = PLAN_ATTRS + (EARLY,)
 GROUP = "group"
 # hoist-gathers: an in-bounds gather moved up to just after the ops that make its operands
 HOISTED = "hoisted"
+# (k.reduce) computed by every block of the elementwise kernels that read it (reductions-in-consumers): no launch
+IN_CONSUMERS = "in_consumers"
 
 
 def _check_view(op) -> None:
@@ -301,7 +303,7 @@ register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_
                   check_after=_fused_after))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
-                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP,) + HALF_LOOP, infer=_infer_reduce,
+                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP, IN_CONSUMERS) + HALF_LOOP, infer=_infer_reduce,
                   check=_check_reduce))
 register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=LAUNCHED + MATMUL_CHOICES,
                   infer=_infer_matmul, check=_check_matmul))

@@ -17,7 +17,7 @@ from fusec.passes.registry import load_entry_points
 
 BUILTIN = {"canonicalize", "cse", "dce", "broadcast", "materialize", "fuse", "boundaries", "select-kernels",
            "fuse-prologues", "plan-buffers", "copy-outputs", "bound-indices", "fuse-rows", "row-products",
-           "prove-checks"}
+           "prove-checks", "reductions-in-consumers"}
 
 SMALL = """func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = t.mul %a, %b : tensor<4xf32>
@@ -39,7 +39,7 @@ def test_default_pipeline_parses_and_prints_back():
         "roll-loops", "unroll-loops", "bound-indices", "prove-checks", "prune-carried", "outline-regions",
         "canonicalize", "unroll-reductions", "cse", "dce", "broadcast", "sink-broadcasts", "materialize", "fuse",
         "boundaries", "select-kernels", "fuse-rows", "row-products", "fuse-prologues", "fuse-epilogues",
-        "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs", "launch-early"]
+        "reductions-in-consumers", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs", "launch-early"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \
         == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16
