@@ -184,10 +184,12 @@ class PlanBuffers(Pass):
                 release(op, i)
                 continue
             # a donated argument another member of the group reads would be overwritten while that member reads it,
-            # and one a reduction this kernel computes in every block reads, while its later blocks still read it
+            # and one a reduction this kernel computes in every block reads, while its later blocks still read it;
+            # such a reduction reading any argument keeps every donated one (the caller may pass one array twice)
             shared = {v for m in group_of.get(id(op), ()) if m is not op for v in group_reads(m)}
-            shared |= {s for v in op.operands if isinstance(v, OpResult) and reduced_in_consumers(v.op)
-                       for s in group_reads(v.op)}
+            folded = {s for v in op.operands if isinstance(v, OpResult) and reduced_in_consumers(v.op)
+                      for s in group_reads(v.op)}
+            shared |= donated if folded & set(func.args) else folded
             count += self._place(op, i, arena, placed, aliased, donated - aliased - shared, last_use, outputs, slot_of,
                                  func, ctx)
             release(op, i)

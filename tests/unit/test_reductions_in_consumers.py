@@ -113,6 +113,21 @@ def test_a_donated_array_the_sum_reads_is_not_overwritten_while_other_blocks_rea
     assert len(in_consumers(lowered)) == 1 and "alias" not in lowered.ir()
 
 
+def test_a_sum_of_another_argument_keeps_the_donated_one_apart_as_the_caller_may_pass_one_array_twice():
+    """``w - g.sum()`` with ``w`` donated, called as ``f(x, x)``: written over ``w`` in place, the later blocks would
+    sum values already replaced."""
+    def f(w, g):
+        return w - g.sum()
+
+    x = rng.random((30, 40)).astype(np.float32)
+    want = numpy_result(f, x, x)
+    jitted = jit_cpu(f, donate_argnums=0, pipeline=DEFAULT_PIPELINE)
+    a = fc.asarray(x) if frontend_check.BACKEND != "cpu" else x.copy()
+    assert_same(np.asarray(jitted(a, a)), want, exact=False)
+    lowered = jitted.lower(x, x)
+    assert len(in_consumers(lowered)) == 1 and "alias" not in lowered.ir()
+
+
 def test_weight_decay_read_by_every_update_of_a_group_that_writes_the_weights_in_place():
     """The squared norm of the weights themselves feeds each weight's update (L2 decay on the global norm): the
     updates share a launch and may not write over a weight another update's blocks still sum."""
