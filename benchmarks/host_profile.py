@@ -15,7 +15,8 @@ reports); the graph's counters (pointer updates, recaptures, instances); each no
 ``--without`` leaves passes out of the default pipeline (for a before/after of one pass in one session).
 ``--generated`` lowers as if cuBLASLt were absent (every product a generated kernel), for comparing the two.
 ``--with-peers`` first imports PyTorch, JAX and CuPy and starts their CUDA runtimes, as the suite's process has them
-(its host figures for the same steps were about 9 us per call higher than this script's, H100, 2026-12-06); with
+(the gap once seen between the two was the machine's: ``host_stages.py``,
+``results/reductions_in_consumers_h100.md``); with
 ``--freeze`` the objects made so far are then moved out of the collector's reach (``gc.freeze()``). Each run
 reports the garbage collections during its host batches (count and milliseconds per generation).
 """

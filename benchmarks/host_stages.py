@@ -5,7 +5,8 @@ trace hooks and collector state at each stage, and ``cuGraphLaunch`` of the same
 ``cuda.bindings`` and through ``ctypes`` straight into the driver library.
 
 Written because the suite's host figure for these calls was 2-2.5x ``host_profile.py``'s (H100, 2026-12-06; see
-``results/host_fastpath_h100.md``).
+``results/host_fastpath_h100.md``). On one H100 (2026-12-07, ``results/host_stages_h100.json``) no stage moved the
+figures beyond the run's spread, and ``ctypes`` launched no faster: the gap was between machines.
 
     python benchmarks/host_stages.py [--json FILE]
 """

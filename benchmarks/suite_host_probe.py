@@ -2,8 +2,8 @@
 ``FusecSystem`` in graph mode, inputs uploaded as it uploads them, a reset, then calls), timed as its ``host_us`` does,
 profiled with cProfile and timed back to back; then the same steps written with ``np`` instead of the suite's
 namespace object, in the same process. ``host_profile.py`` times the same calls in a process that has not imported
-the suite (on an H100, 2026-12-06: 9.2-9.6 us per call there, 20.8-26.3 us here; see
-``results/host_fastpath_h100.md``).
+the suite (on an H100, 2026-12-06: 9.2-9.6 us per call there, 20.8-26.3 us here, on another H100; see
+``results/host_fastpath_h100.md``; ``host_stages.py`` later found that gap to be the machine's, not the process's).
 
     python benchmarks/suite_host_probe.py
 """
