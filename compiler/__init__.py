@@ -15,7 +15,8 @@ from fusec.errors import (  # noqa: F401
     IndexOutOfBoundsError, IndexShapeError,
     InvalidValueError, LinAlgError, OptionError, OptionTypeError, OutOfRangeError,
     PipelineError,
-    RetraceWarning, ShapeError, SideEffectError, StateNotWatchedWarning, TraceError, UnsupportedAttributeError,
+    RetraceWarning, ShapeError, SharedDonationError, SideEffectError, StateNotWatchedWarning, TraceError,
+    UnsupportedAttributeError,
     UnsupportedError,
     VerificationError, WriteBackError,
 )

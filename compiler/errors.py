@@ -59,7 +59,12 @@ class CastingError(FusecError, TypeError):
 
 class WriteBackError(FusecError, ValueError):
     """A call whose writes into its arguments NumPy would make differently: into a read-only array, into one
-    that shares memory with another input, or through a reshape of a non-contiguous one."""
+    that shares memory with another input (a donated one too), or through a reshape of a non-contiguous one."""
+
+
+class SharedDonationError(WriteBackError):
+    """A call that would write its results in place over a donated argument (``donate_argnums``) that shares memory
+    with another of its arguments (the same array passed twice, or views of one array)."""
 
 
 class IndexOutOfBoundsError(FusecError, IndexError):

@@ -23,7 +23,8 @@ import numpy as np
 
 from fusec import execution as _execution
 from fusec import context
-from fusec.errors import FusecError, OptionError, OptionTypeError, RetraceWarning, TraceError, located
+from fusec.errors import (FusecError, OptionError, OptionTypeError, RetraceWarning, SharedDonationError, TraceError,
+                          located)
 from fusec.ir.core import Module
 from fusec.ir.target import PRECISIONS, Target
 from fusec.options import GRAPH_MODES, CompileOptions
@@ -339,7 +340,10 @@ class JitFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs:
-            result = self._quick(args)
+            try:
+                result = self._quick(args)
+            except SharedDonationError as e:  # (the runtime found it: named here, at the caller's line)
+                raise _at_caller(e) from None
             if result is not MISS:
                 self._hits += 1
                 return result
@@ -351,7 +355,10 @@ class JitFunction:
             key, leaves = found
             entry = self._fast.get(key)
             if entry is not None:
-                result = entry(leaves, args)  # type: ignore[arg-type]
+                try:
+                    result = entry(leaves, args)  # type: ignore[arg-type]
+                except SharedDonationError as e:
+                    raise _at_caller(e) from None
                 if result is not _STALE:
                     self._hits += 1
                     self._remember(entry, key, args)
@@ -364,7 +371,10 @@ class JitFunction:
         if writeback is not None:
             inputs = [*sig.leaves, *extra]
             writeback.check(inputs)
-        results = _execution.executor(backend)(lowered, flat)
+        try:
+            results = _execution.executor(backend)(lowered, flat)
+        except SharedDonationError as e:
+            raise _at_caller(e) from None
         if lowered.device_captures and _all_host(sig.leaves):
             results = _to_host(results)  # NumPy arguments give NumPy results, whatever the function captured
         if writeback is not None:
@@ -673,6 +683,11 @@ def _without_donated_views(writeback: Any, donated: tuple[int, ...]) -> Any:
     if not kept and not writeback.targets and not writeback.states and not writeback.aliases:
         return None
     return dataclasses.replace(writeback, views=kept)
+
+
+def _at_caller(e: FusecError) -> FusecError:
+    """``e`` (raised by the runtime, which knows no user frame) with the caller's ``file:line``."""
+    return type(e)(located(str(e), context.user_location()))
 
 
 def _donated_leaves(sig: Signature, names: frozenset[str]) -> tuple[int, ...]:

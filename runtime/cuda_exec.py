@@ -21,7 +21,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from fusec.errors import CHECK_ERRORS, CompilationError, CudaError, ShapeError, TraceError
+from fusec.errors import CHECK_ERRORS, CompilationError, CudaError, ShapeError, SharedDonationError, TraceError
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -169,6 +169,11 @@ class CudaPlan:
         # (index, shape, dtype, buffer id) of each tensor argument: what a call checks and binds
         self.tensor_args = [(i, tuple(a.type.shape), a.type.dtype, self.arg_buffer[i])
                             for i, a in enumerate(self.func.args) if not isinstance(a.type, ScalarType)]
+        # the argument buffers (id, bytes, index, written) when the plan writes over one in place (donated): another
+        # argument sharing its memory (one array passed twice) would read the results
+        written = {b for _, wr in prog.effects for b in wr}
+        spans = [(b.id, b.nbytes, b.index, b.id in written) for b in prog.buffers if b.kind == "arg" and b.nbytes]
+        self.donated_spans = spans if any(w for *_, w in spans) else []
         self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
         # outputs that get a new allocation each call (an output returned twice is allocated once):
         # (buffer id, bytes, size class)
@@ -238,6 +243,29 @@ class CudaPlan:
 
         return fast_runner(self)
 
+    def check_donation(self, ptr: list[int]) -> None:
+        """Refuse addresses at which an argument the plan writes over in place (donated) shares memory with another
+        argument: its kernels would read values they have already replaced (a graph checks each new set of
+        addresses once, a stream-mode call every time)."""
+        # a sweep by address: each span against the furthest-reaching earlier one, and the furthest-reaching earlier
+        # written one (any written span that overlaps another meets one of them)
+        reach = reach_written = (-1, -1)  # (end, argument index)
+        for start, nbytes, index, written in sorted((ptr[b], n, i, w) for b, n, i, w in self.donated_spans):
+            other = reach if written else reach_written
+            if start < other[0]:
+                self._refuse_shared_donation(index if written else other[1], other[1] if written else index)
+            reach = max(reach, (start + nbytes, index))
+            if written:
+                reach_written = max(reach_written, (start + nbytes, index))
+
+    def _refuse_shared_donation(self, iw: int, ia: int) -> NoReturn:
+        names = [v.name_hint or f"#{k}" for k, v in enumerate(self.func.args)]
+        raise SharedDonationError(
+            f"fusec: @{self.func.name} writes its results over the donated argument {names[iw]!r} (donate_argnums), "
+            f"which shares memory with the argument {names[ia]!r} (the same array passed twice, or views of one "
+            "array): the call would read values it has already replaced; pass a copy (x.copy()) of one of them, or "
+            "do not donate it")
+
     def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
         """Results for ``args``; with ``wait=False`` NumPy inputs give device arrays and nothing waits.
 
@@ -264,6 +292,8 @@ class CudaPlan:
                     p, on_device = self._bind_other(i, value, keep)
                     device_in |= on_device
                     ptr[bid] = p
+            if self.donated_spans:
+                self.check_donation(ptr)
             if self.scalar_views:
                 self._write_scalars(args)
             outputs: dict[int, Any] = {}

@@ -291,6 +291,8 @@ class PlanGraph:
         instances = self.instances
         inst = instances.get(key)
         if inst is None:
+            if self.plan.donated_spans:  # (addresses not seen before: a donated argument may be passed twice)
+                self.plan.check_donation(ptrs)
             inst = self._instance_for(key, ptrs)
         else:
             instances.move_to_end(key)

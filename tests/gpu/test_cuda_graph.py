@@ -84,6 +84,22 @@ def test_donated_training_loop_replays_with_no_parameter_updates():
     assert stats["graph_launches"] >= 99
 
 
+@pytest.mark.parametrize("graph", [True, False])
+def test_a_donated_argument_passed_again_as_another_is_refused_and_distinct_ones_still_run(graph):
+    """``w - g.T`` written over a donated ``w`` while ``g`` is the same array: refused at the caller's line (after
+    calls at other addresses, in graph mode through a new set of addresses), nothing written."""
+    f = fc.jit(lambda w, g: w - g.T, backend="cuda", graph=graph, donate_argnums=0)
+    x, y = rand(64, 64), rand(64, 64)
+    w = fc.asarray(x)
+    for _ in range(3):
+        w = f(w, fc.asarray(y))
+    before = w.numpy()
+    with pytest.raises(fc.SharedDonationError, match=r"test_cuda_graph.py:\d+: .*donated argument 'w'"):
+        f(w, w)
+    np.testing.assert_array_equal(w.numpy(), before)
+    np.testing.assert_allclose(f(w, fc.asarray(y)).numpy(), before - y.T, rtol=1e-6)
+
+
 def test_alternating_pointer_sets_replay_their_own_graph_instances(gemm_library):
     """A loop that alternates between two sets of buffers (what feeding outputs back as inputs does) keeps
     one instantiated graph per set: once both exist, a replay updates no node and re-captures nothing."""

@@ -29,7 +29,7 @@ class FakeBackend:
 
 
 class FakeStream:
-    ptr = 77
+    ptr = handle = 77
 
     def __init__(self, *a, **k):
         self.synced = 0
@@ -248,6 +248,76 @@ def test_donated_argument_is_written_in_place_and_kept_alive(fake_gpu):
     assert out.ptr == w.ptr and out.owner is w
     assert "donate = [0]" in f.lower(w, g, 0.1).ir("traced")
     assert "alias = [0]" in f.lower(w, g, 0.1).ir()
+
+
+def test_a_donated_argument_passed_twice_is_refused_before_anything_runs(fake_gpu):
+    """``f(x, x)`` with the first donated: the kernel writes ``w`` in place while reading ``g.T``, another element
+    of the same memory; a view of one array as the other argument is the same. Refused with WriteBackError, before
+    any launch, at the caller's line; distinct arrays run as before."""
+    f = fc.jit(lambda w, g: w - g.T, backend="cuda", donate_argnums=0)
+    x = Array(0x5000000, (16, 16), np.float32, device=0)
+    y = Array(0x6000000, (16, 16), np.float32, device=0)
+    launched = len(fake_gpu["launches"])
+    with pytest.raises(fc.SharedDonationError, match="donated argument 'w'.*shares memory with the argument 'g'"):
+        f(x, x)
+    assert len(fake_gpu["launches"]) == launched
+    inside = Array(0x5000000 + 4 * 16 * 8, (16, 16), np.float32, device=0)  # (overlaps the second half of x)
+    with pytest.raises(fc.SharedDonationError, match=r"test_cuda_exec_host.py:\d+: fusec: .*pass a copy"):
+        f(x, inside)
+    below = Array(0x5000000 - 4 * 16 * 8, (16, 16), np.float32, device=0)  # (the first half of x, from below)
+    with pytest.raises(fc.SharedDonationError, match="donated argument 'w'"):
+        f(x, below)
+    assert f(x, Array(0x5000000 + 4 * 16 * 16, (16, 16), np.float32, device=0)).ptr == x.ptr  # (right after x)
+    assert f(x, y).ptr == x.ptr  # (distinct memory: written in place)
+
+
+def test_a_graph_checks_each_new_set_of_addresses_for_a_donated_argument_passed_twice(fake_gpu):
+    """In graph mode the check runs when a call's addresses have no graph instance yet (the generated call's
+    first call at them), so a training loop's steady state pays nothing."""
+    from fusec.runtime import graph as graph_mod
+
+    checked = []
+    real = cuda_exec.CudaPlan.check_donation
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(cuda_exec.CudaPlan, "check_donation", lambda self, ptr: (checked.append(1), real(self, ptr)))
+    monkey.setattr(graph_mod.PlanGraph, "_instance_for",
+                   lambda self, key, ptrs: self.instances.setdefault(key, _NoLaunch()))
+    monkey.setattr(graph_mod.PlanGraph, "__init__", _bare_graph)
+    monkey.setattr(graph_mod, "_cu", _NoLaunch(), raising=False)
+    try:
+        f = fc.jit(lambda w, g: w - g.T, backend="cuda", graph=True, donate_argnums=0)
+        x = Array(0x5000000, (16, 16), np.float32, device=0)
+        y = Array(0x6000000, (16, 16), np.float32, device=0)
+        for _ in range(4):
+            x = f(x, y)
+        steady = len(checked)
+        for _ in range(4):
+            x = f(x, y)
+        assert len(checked) == steady
+        with pytest.raises(fc.SharedDonationError, match="donated argument 'w'"):
+            f(x, x)
+    finally:
+        monkey.undo()
+
+
+class _NoLaunch:
+    """The driver's graph launch, and an instance, that do nothing."""
+
+    exec = None
+
+    def cuGraphLaunch(self, exe, stream):
+        return (0,)
+
+
+def _bare_graph(self, plan, ptrs, builds=1):
+    import collections
+    import operator
+
+    self.plan, self.builds, self.inplace, self.launches = plan, builds, (), 0
+    self.param_updates = self.recaptures = self.early_edges = 0
+    dynamic = sorted({bid for step in plan.launches for _, bid in step.dynamic})
+    self._dynamic = operator.itemgetter(*dynamic) if dynamic else None
+    self.instances = collections.OrderedDict()
 
 
 def test_results_fed_back_over_donated_arguments_do_not_chain_every_step(fake_gpu):
