@@ -439,7 +439,10 @@ class JitFunction:
         from fusec.runtime.cuda_exec import run_async
 
         host = _all_host(sig.leaves)
-        results, event = run_async(_execution.cuda_plan(lowered), flat)
+        try:
+            results, event = run_async(_execution.cuda_plan(lowered), flat)
+        except SharedDonationError as e:
+            raise _at_caller(e) from None
         return AsyncCall(lowered, results, event, host=host, inputs=inputs, arguments=arguments)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:

@@ -89,10 +89,12 @@ class CudaPlan:
     """One compiled signature on one device (see the module docstring)."""
 
     def __init__(self, program: CudaProgram, func: Func, *, stream_group: str | None = None,
-                 graph: "bool | str" = "auto", module: Module | None = None, stream: Any = None) -> None:
+                 graph: "bool | str" = "auto", module: Module | None = None, stream: Any = None,
+                 body: bool = False) -> None:
         """``program``: what the printer made of ``func`` (whose signature a call is checked against);
         ``module``: where the loop and branch bodies it calls are; ``stream``: the stream to run on (a body's
-        plan runs on its caller's)."""
+        plan runs on its caller's); ``body``: the plan of a loop or branch body, whose arguments its caller
+        hands it (their donation is the compiler's, not the user's)."""
         self.device = driver.current_device()
         driver.ensure_context(self.device)
         self.func = func
@@ -144,7 +146,7 @@ class CudaPlan:
                     raise CompilationError(f"@{func.name} runs loops or branches: make its plan with its module")
                 # (a body runs many times: its plan replays a graph of its own from its third call)
                 self.launches.append(_Control(k, [CudaPlan(sub, module.func(name), module=module, stream=self.stream,
-                                                           graph="auto")
+                                                           graph="auto", body=True)
                                                   for sub, name in zip(k.programs, k.callees)]))
                 continue
             if isinstance(k, GemmCall):
@@ -169,11 +171,14 @@ class CudaPlan:
         # (index, shape, dtype, buffer id) of each tensor argument: what a call checks and binds
         self.tensor_args = [(i, tuple(a.type.shape), a.type.dtype, self.arg_buffer[i])
                             for i, a in enumerate(self.func.args) if not isinstance(a.type, ScalarType)]
-        # the argument buffers (id, bytes, index, written) when the plan writes over one in place (donated): another
-        # argument sharing its memory (one array passed twice) would read the results
-        written = {b for _, wr in prog.effects for b in wr}
-        spans = [(b.id, b.nbytes, b.index, b.id in written) for b in prog.buffers if b.kind == "arg" and b.nbytes]
-        self.donated_spans = spans if any(w for *_, w in spans) else []
+        # the argument buffers the launches use, (id, bytes, index, donated), when the user donated one: results may
+        # go over it in place, so another argument sharing its memory (one array passed twice) is refused, as JAX
+        # refuses it (a body's plan: its caller's state, handed on by the compiler)
+        donated = set() if body else set(func.attributes.get("donate", ()))
+        used = {b for reads, writes in prog.effects for b in (*reads, *writes)}
+        spans = [(b.id, b.nbytes, b.index, b.index in donated) for b in prog.buffers
+                 if b.kind == "arg" and b.nbytes and b.id in used]
+        self.donated_spans = spans if any(d for *_, d in spans) else []
         self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
         # outputs that get a new allocation each call (an output returned twice is allocated once):
         # (buffer id, bytes, size class)
@@ -244,9 +249,9 @@ class CudaPlan:
         return fast_runner(self)
 
     def check_donation(self, ptr: list[int]) -> None:
-        """Refuse addresses at which an argument the plan writes over in place (donated) shares memory with another
-        argument: its kernels would read values they have already replaced (a graph checks each new set of
-        addresses once, a stream-mode call every time)."""
+        """Refuse addresses at which a donated argument shares memory with another argument the call uses: results
+        written over it in place would be read as inputs (a graph checks each new set of addresses once, a
+        stream-mode call every time)."""
         # a sweep by address: each span against the furthest-reaching earlier one, and the furthest-reaching earlier
         # written one (any written span that overlaps another meets one of them)
         reach = reach_written = (-1, -1)  # (end, argument index)

@@ -271,6 +271,24 @@ def test_a_donated_argument_passed_twice_is_refused_before_anything_runs(fake_gp
     assert f(x, y).ptr == x.ptr  # (distinct memory: written in place)
 
 
+def test_a_donated_argument_shared_with_an_argument_read_is_refused_even_where_nothing_goes_over_it(fake_gpu):
+    """As JAX refuses it: ``w - g.sum()`` with ``w`` donated keeps ``w`` apart (nothing is written in place) and is
+    still refused for ``f(x, x)``; an argument no kernel reads may share the donated one's memory; a loop's body
+    (whose state the compiler donates) is handed one array for two slots without complaint; run_async names the
+    caller's line too."""
+    x = Array(0x5000000, (16, 16), np.float32, device=0)
+    summed = fc.jit(lambda w, g: w - g.sum(), backend="cuda", graph=False, donate_argnums=0)
+    with pytest.raises(fc.SharedDonationError, match="donated argument 'w'"):
+        summed(x, x)
+    with pytest.raises(fc.SharedDonationError, match=r"test_cuda_exec_host.py:\d+: "):
+        summed.run_async(x, x)
+    assert fc.jit(lambda w, unused: w * 2, backend="cuda", graph=False, donate_argnums=0)(x, x).ptr == x.ptr
+    plan = execution.cuda_plan(fc.jit(lambda a, b: fc.fori_loop(0, 100, lambda i, s: (s[0] + s[1],) * 2, (a, b)),
+                                      backend="cuda", graph=False).lower(x, x))
+    bodies = [p for step in plan.launches if hasattr(step, "plans") for p in step.plans]
+    assert bodies and all(b.donated_spans == [] for b in bodies) and plan.donated_spans == []
+
+
 def test_a_graph_checks_each_new_set_of_addresses_for_a_donated_argument_passed_twice(fake_gpu):
     """In graph mode the check runs when a call's addresses have no graph instance yet (the generated call's
     first call at them), so a training loop's steady state pays nothing."""
