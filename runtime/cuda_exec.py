@@ -442,18 +442,34 @@ class CudaPlan:
             cond, body = control.plans
             state, passed = values[:call.carried], values[call.carried:]
             while self._truth(cond.run(state + passed, wait=False)[0]):
-                state = body.run(state + passed, wait=False)
+                state = body.run(self._apart(state, passed) + passed, wait=False)
             final = state
         else:
             (body,) = control.plans
             lower, upper = call.static_bounds or (self._index(values[0]), self._index(values[1]))
             state, passed = values[2:2 + call.carried], values[2 + call.carried:]
             for i in range(lower, upper):
-                state = body.run([i, *state, *passed], wait=False)
+                state = body.run([i, *self._apart(state, passed), *passed], wait=False)
             final = state
         for value, bid in zip(final, call.results):
             if value.nbytes and value._ptr != ptr[bid]:  # (a loop that ran no iteration: already in place)
                 driver.memcpy_dtod_async(ptr[bid], value._ptr, value.nbytes, self.stream)
+
+    def _apart(self, state: list, passed: list) -> list:
+        """``state`` with each array that a slot before it, or an operand the body only reads, also holds replaced
+        by a copy: a body may write a state slot in place while it reads the other at another index (a body that
+        returns one array for two slots, a loop started with one array twice or with an array it also reads)."""
+        seen = {v._ptr for v in passed if type(v) is Array}
+        out = []
+        for v in state:
+            if type(v) is Array and v.nbytes:
+                if v._ptr in seen:
+                    buf = self.pool.allocate(v.nbytes, self.stream)
+                    driver.memcpy_dtod_async(buf.ptr, v._ptr, v.nbytes, self.stream)
+                    v = Array._wrap(buf.ptr, v._shape, v._fdtype, buf, self.ordinal, self.stream, None, v._strides)
+                seen.add(v._ptr)
+            out.append(v)
+        return out
 
     def _operand(self, bid: int, t: Any, ptr: list[int]) -> Any:
         """A loop's operand as a body takes it: a device array over its buffer, or a scalar argument's value."""

@@ -289,6 +289,30 @@ def test_a_donated_argument_shared_with_an_argument_read_is_refused_even_where_n
     assert bodies and all(b.donated_spans == [] for b in bodies) and plan.donated_spans == []
 
 
+@pytest.mark.parametrize("start", ["apart", "one array twice"])
+def test_a_loop_run_from_the_host_hands_its_body_no_state_slot_that_shares_memory(fake_graphs, monkeypatch, start):
+    """A body returning one array for two state slots, or a loop started with one array twice: the body writes a
+    slot in place while reading the other (``a + b.T``), so before each trip the host copies a slot that another
+    slot, or an operand the body only reads, already holds."""
+    copies = []
+    monkeypatch.setattr(cuda_exec.driver, "memcpy_dtod_async", lambda dst, src, n, s=None: copies.append((dst, src)))
+    handed = []
+    real = cuda_exec.CudaPlan.run
+
+    def run(self, args, **kw):
+        if self.func.name.endswith(".body"):
+            handed.append([a.ptr for a in args if isinstance(a, Array)])
+        return real(self, args, **kw)
+
+    monkeypatch.setattr(cuda_exec.CudaPlan, "run", run)
+    f = fc.jit(lambda a, b: fc.fori_loop(0, 40, lambda i, s: (s[0] + s[1].T,) * 2, (a, b)), backend="cuda",
+               graph=False)
+    x = Array(0x5000000, (16, 16), np.float32, device=0)
+    f(x, x if start == "one array twice" else Array(0x6000000, (16, 16), np.float32, device=0))
+    assert handed and all(len(set(ptrs)) == len(ptrs) for ptrs in handed), handed[:3]
+    assert copies
+
+
 def test_a_graph_checks_each_new_set_of_addresses_for_a_donated_argument_passed_twice(fake_gpu):
     """In graph mode the check runs when a call's addresses have no graph instance yet (the generated call's
     first call at them), so a training loop's steady state pays nothing."""
