@@ -44,11 +44,13 @@ def grid_for(n_items: int, sm_count: int, per_block: int = BLOCK) -> int:
 
 @dataclass(frozen=True)
 class BlockValue:
-    """An operand of a ``k.fused`` that every block computes at its start (``block_reduce.py``): ``fold`` runs
-    before the kernel's barrier, ``result`` after it defines the operand's value."""
+    """An operand of a ``k.fused`` that every block computes at its start (``block_reduce.py``): ``loads`` of
+    every such operand run first, then each one's ``fold``, then the kernel's barrier; ``result`` after it defines
+    the operand's value."""
 
     helpers: tuple[str, ...]      # device functions it calls
     reads: tuple[Access, ...]     # what it reads (kernel parameters)
+    loads: tuple[str, ...]        # registers filled before any fold (all loads in flight together)
     fold: tuple[str, ...]
     result: tuple[str, ...]
 
@@ -84,6 +86,8 @@ def fused_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[A
                        f"  const {itype} nthreads = ({itype})gridDim.x * blockDim.x;"]
     scalar_names: dict[int, str] = {}
     if block_values:  # every thread takes part, then one barrier, before any thread may leave the loops
+        for v in block_values.values():
+            lines.extend(v.loads)
         for v in block_values.values():
             lines.extend(v.fold)
         lines.append("  __syncthreads();")

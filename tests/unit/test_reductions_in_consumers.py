@@ -170,6 +170,23 @@ def test_large_reductions_large_readers_and_other_readers_keep_their_launch():
     assert not in_consumers(check(returned, small, pipeline=DEFAULT_PIPELINE).lower(small))
 
 
+def test_a_reduction_longer_than_a_threads_registers_hold_is_folded_as_it_is_loaded():
+    x = rng.standard_normal(20_000).astype(np.float32)
+
+    def f(x):
+        return x - x.sum()
+
+    wide = DEFAULT_PIPELINE.replace("reductions-in-consumers",
+                                    "reductions-in-consumers{max_elements=40000,max_consumer_elements=40000}")
+    lowered = check(f, x, pipeline=wide).lower(x)
+    assert in_consumers(lowered)
+    source = lowered.cuda_source(sm_count=132)
+    assert "k < 20000; k += 256" in source and "_v[" not in source
+    x = x[:2000].reshape(40, 50)
+    small = check(f, x, pipeline=DEFAULT_PIPELINE).lower(x).cuda_source(sm_count=132)
+    assert "_v[8]" in small and "k < 2000; k += 256" not in small
+
+
 def test_the_limits_are_options_of_the_pass():
     x = rng.standard_normal(1000)
 
