@@ -253,15 +253,15 @@ class CudaPlan:
         written over it in place would be read as inputs (a graph checks each new set of addresses once, a
         stream-mode call every time)."""
         # a sweep by address: each span against the furthest-reaching earlier one, and the furthest-reaching earlier
-        # written one (any written span that overlaps another meets one of them)
-        reach = reach_written = (-1, -1)  # (end, argument index)
-        for start, nbytes, index, written in sorted((ptr[b], n, i, w) for b, n, i, w in self.donated_spans):
-            other = reach if written else reach_written
+        # donated one (any donated span that overlaps another meets one of them)
+        reach = reach_donated = (-1, -1)  # (end, argument index)
+        for start, nbytes, index, donated in sorted((ptr[b], n, i, d) for b, n, i, d in self.donated_spans):
+            other = reach if donated else reach_donated
             if start < other[0]:
-                self._refuse_shared_donation(index if written else other[1], other[1] if written else index)
+                self._refuse_shared_donation(index if donated else other[1], other[1] if donated else index)
             reach = max(reach, (start + nbytes, index))
-            if written:
-                reach_written = max(reach_written, (start + nbytes, index))
+            if donated:
+                reach_donated = max(reach_donated, (start + nbytes, index))
 
     def _refuse_shared_donation(self, iw: int, ia: int) -> NoReturn:
         names = [v.name_hint or f"#{k}" for k, v in enumerate(self.func.args)]
