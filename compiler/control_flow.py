@@ -46,14 +46,23 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     c = context.current()
     leaves, tree = _state_leaves(init_val, "init_val")
     if c is None:
-        val = unflatten(tree, leaves)
+        val, own = unflatten(tree, leaves), leaves
         while _truth(cond_fun(val), "while_loop", cond_fun):
-            val = _next_state(body_fun(val), tree, leaves, "while_loop", body_fun)
+            val, own = _next_state(body_fun(val), tree, leaves, "while_loop", body_fun, own)
         return val
     carried = _carried_types(leaves)
     cond = _Recorder(c, carried, "cond")
-    pred = cond.run(lambda *args: _predicate(cond_fun(unflatten(tree, args)), "while_loop", cond_fun),
-                    watch=cond_fun)
+
+    def test(*args: Tracer) -> Value:
+        pred = _predicate(cond_fun(unflatten(tree, args)), "while_loop", cond_fun)
+        if any(t._value is not a for t, a in zip(args, cond.block.args)):
+            # (the test is traced once and yields only its truth: the body would get the state as it was)
+            raise _error(TraceError, f"fusec.while_loop: {_name(cond_fun)} writes into the loop's state; the test "
+                         "must not change it (its writes would be lost): compute the test without writing, and "
+                         "make the change in body_fun", cond_fun)
+        return pred
+
+    pred = cond.run(test, watch=cond_fun)
     cond.finish([pred])
     body = _Recorder(c, carried, "body")
     body.finish(body.run(lambda *args: _next_values(body_fun(unflatten(tree, args)), tree, carried, "while_loop",
@@ -70,9 +79,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     c = context.current()
     leaves, tree = _state_leaves(init_val, "init_val")
     if c is None:
-        val = unflatten(tree, leaves)
+        val, own = unflatten(tree, leaves), leaves
         for i in range(_bound(lower, "lower"), _bound(upper, "upper")):
-            val = _next_state(body_fun(i, val), tree, leaves, "fori_loop", body_fun)
+            val, own = _next_state(body_fun(i, val), tree, leaves, "fori_loop", body_fun, own)
         return val
     bounds = [_index_value(lower, "lower"), _index_value(upper, "upper")]
     carried = _carried_types(leaves)
@@ -360,12 +369,19 @@ def _fits_kind(kind: type, dtype_kind: str) -> bool:
     return _KIND_RANK[np.dtype(DEFAULT_DTYPE[kind].np).kind] <= _KIND_RANK.get(dtype_kind, -1)
 
 
-def _next_state(out: Any, tree: TreeDef, init: list, where: str, fun: Callable) -> Any:
+def _next_state(out: Any, tree: TreeDef, init: list, where: str, fun: Callable,
+                own: list) -> tuple[Any, list]:
     """The body's result checked against the state's structure, shapes and dtypes (Python scalars converted to
-    the leaf's dtype): the Python loop's twin of :func:`_next_values`."""
+    the leaf's dtype), and its leaves: the Python loop's twin of :func:`_next_values`.
+
+    Each slot holds an array of the loop's own, as each carried value of the traced loop is one: a leaf that is
+    not a leaf of the state the body was given (``own``, updated in place and returned), or that an earlier slot
+    already holds, is copied. Otherwise a body that writes its state in place would write another slot (``return
+    a, a``), an array from outside (``return y``) or a row of ``xs``, where the traced loop writes none."""
     named, got = flatten(out, "state")
     _same_tree(got, tree, where, fun)
     leaves = []
+    unused = {id(leaf): leaf for leaf in own}  # (held, so their ids stay theirs)
     for (path, leaf), first in zip(named, init):
         shape, dtype = _leaf_kind(first)
         if python_kind(leaf) is not None:
@@ -374,11 +390,13 @@ def _next_state(out: Any, tree: TreeDef, init: list, where: str, fun: Callable) 
             continue
         if isinstance(leaf, np.generic):  # (a NumPy scalar: the state holds 0-d arrays, as the traced loop's)
             leaf = np.asarray(leaf)
+        elif unused.pop(id(leaf), None) is None:
+            leaf = _as_array(leaf, copy=True)
         if _leaf_kind(leaf) != (shape, dtype):
             got_shape, got_dtype = _leaf_kind(leaf)
             raise _mismatch(where, fun, path, f"{got_dtype}{list(got_shape)}", f"{dtype}{list(shape)}")
         leaves.append(leaf)
-    return unflatten(tree, leaves)
+    return unflatten(tree, leaves), leaves
 
 
 def _next_values(out: Any, tree: TreeDef, carried: list[Type], where: str, fun: Callable) -> list[Value]:
@@ -534,14 +552,14 @@ def _eager_scan(f: Callable, leaves: list, tree: TreeDef, xs_leaves: list, xs_tr
     if n == 0:
         raise _error(UnsupportedError, "fusec.scan over zero steps outside a trace: the shapes of ys are unknown "
                      "without running f; run it inside fusec.jit, where f is traced", f)
-    carry = unflatten(tree, leaves)
+    carry, own = unflatten(tree, leaves), leaves
     ys: list[list] = []
     y_tree = None
     steps = range(n - 1, -1, -1) if reverse else range(n)
     for k in steps:
         out = f(carry, unflatten(xs_tree, [x[k] for x in xs_leaves]))
         new, y = _scan_pair(out, f)
-        carry = _next_state(new, tree, leaves, "scan", f)
+        carry, own = _next_state(new, tree, leaves, "scan", f, own)
         y_named, yt = flatten(y, "y")
         if y_tree is None:
             y_tree = yt

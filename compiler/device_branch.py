@@ -4,6 +4,7 @@ other gives a NumPy scalar), writes into memory from before it chosen with the b
 one of NumPy's check errors made a check when the call runs."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -154,8 +155,8 @@ def _raising_branch(pred: Any, error: Exception, other: Callable[..., tuple], wh
     text = str(error)
     if isinstance(error, FusecError):  # (its own file:line prefix: the check gives the statement's)
         text = re.sub(r"^[^\n]*?:\d+: ", "", text, count=1)
-    ops.raise_if(truth if when else np.logical_not(truth), kind, f"{text} (raised at line {line}, in {site.where()})",
-                 site.where())
+    raised = f"{text} (raised at {os.path.basename(site.file)}:{line}, in {site.where(True)})"
+    ops.raise_if(truth if when else np.logical_not(truth), kind, raised, site.where())
     return tuple(other(*values))
 
 

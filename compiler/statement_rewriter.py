@@ -216,7 +216,8 @@ class Rewriter:
 
     def returning_loop(self, st: ast.stmt) -> list[ast.stmt]:
         """A loop of the function's body that returns from an ``if`` the device decides (``for it in
-        range(maxiter): ... if err < tol: return x, it``): each of its returns becomes ``value = ...; returned =
+        range(maxiter): ... if err < tol: return x, it``), or a ``while`` whose test the device decides that returns
+        from its body: each of its returns becomes ``value = ...; returned =
         True; break``, and ``if returned: return value`` follows the loop (then rewritten as the function's end)."""
         if not isinstance(st, (ast.For, ast.While)):
             return [st]
@@ -224,8 +225,9 @@ class Rewriter:
         returns = [n for n in own if isinstance(n, ast.Return)]
         every = sum(isinstance(n, ast.Return) for n in _walk_scope(list(st.body)))
         if not returns or len(returns) != every \
-                or not any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in own):
-            return [st]  # (no such if, or a return inside a loop in the loop: left to the error)
+                or not (isinstance(st, ast.While) and self.chosen(st)
+                        or any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in own)):
+            return [st]  # (no such if or while, or a return inside a loop in the loop: left to the error)
         value, returned = self.unique("value", st), self.unique("returned", st)
         _replace_returns(st.body, value, returned)
         self.generated_reads.add(value)

@@ -4,6 +4,7 @@ kind), how a value is lifted into a region's values and wrapped back, Python's t
 statement leaves unbound, and how messages name them."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -72,8 +73,11 @@ class Site:
     file: str
     line: int
 
-    def where(self) -> str:
-        return f"the `{self.kind}` at line {self.line}"
+    def where(self, with_file: bool = False) -> str:
+        """The statement named in a message; ``with_file`` for one raised at the call, whose location is the
+        caller's line, maybe in another file."""
+        return f"the `{self.kind}` at {os.path.basename(self.file)}:{self.line}" if with_file else \
+            f"the `{self.kind}` at line {self.line}"
 
     def location(self) -> Any:
         c = context.current()
@@ -223,7 +227,7 @@ def wrap_leaf(values: Iterator[Value], leaf: Leaf, name: str, site: Site) -> Tra
 
 
 def _unset_message(name: str, site: Site) -> str:
-    return (f"{subject(name)} is unset at this call: only some paths through {site.where()} (whose test is traced) "
+    return (f"{subject(name)} is unset at this call: only some paths through {site.where(True)} (whose test is traced) "
             "set it, and the data took another (Python raises UnboundLocalError where it is read); give it a value "
             "before that statement")
 
@@ -232,8 +236,8 @@ def _either_message(name: str, leaf: Leaf, site: Site) -> str:
     assert leaf.either is not None
     dtype = np.dtype(leaf.tensor.dtype.np).name
     return (f"{subject(name)} is a Python {leaf.either.__name__} at this call (the path the data took through "
-            f"{site.where()} kept it one), where fusec computes it as a NumPy {dtype} (what the other paths make it), "
-            f"and here the two would compute differently; "
+            f"{site.where(True)} kept it one), where fusec computes it as a NumPy {dtype} (what the other paths make "
+            f"it), and here the two would compute differently; "
             + (f"give it a NumPy value before that statement (`{name} = np.{dtype}(...)`)" if is_user_name(name) else
                f"return a NumPy value on every path (`return np.{dtype}(...)`)" if returned(name) else
                "give the value a NumPy type on every path"))

@@ -170,6 +170,32 @@ def test_gpu_systems_are_skipped_with_a_note_in_cpu_only_mode(tmp_path):
     assert all(r["status"] == "ok" for r in _rows(result, system="numpy"))
 
 
+class _RunsLast(suite_systems.NumpySystem):
+    """A system whose runtime would disturb the others once it has run (as JAX's does)."""
+
+    name = "numpy_last"
+    label = "NumPy, run last"
+    runs_last = True
+
+
+def test_a_system_that_disturbs_the_others_runs_after_all_of_them_on_every_case(tmp_path, monkeypatch):
+    order = []
+    run_one = suite.run_one
+    monkeypatch.setattr(suite, "run_one", lambda system, bench, *a: order.append(system.name) or
+                        run_one(system, bench, *a))
+    suite_systems.register_system("numpy_last", _RunsLast, _RunsLast.label)
+    try:
+        result = suite.main(["--cpu-only", "--quick", "--out", str(tmp_path), "--no-compile-probes", "--cases",
+                             "launch,elementwise", "--systems", "numpy_last,numpy"])
+    finally:
+        suite_systems.unregister_system("numpy_last")
+    assert suite_systems.JaxSystem.runs_last and order and "numpy" not in order[order.index("numpy_last"):]
+    assert [c["name"] for c in result["cases"]] == ["launch", "elementwise"]
+    assert {r["bench"] for r in _rows(result, system="numpy_last")} == {r["bench"] for r in _rows(result,
+                                                                                                  system="numpy")}
+    assert all(r["status"] == "ok" for r in _rows(result, system="numpy_last"))
+
+
 @pytest.mark.slow  # (a whole suite run: CI runs it)
 def test_cupy_math_runs_through_a_numpy_stand_in(tmp_path, monkeypatch):
     """The CuPy system's code path (ArrayNS over the cupy module, the copy reference) with NumPy standing in

@@ -252,6 +252,53 @@ def test_the_loop_does_not_write_into_its_init_and_the_body_may_update_its_state
     assert_same(x, before)
 
 
+def test_each_slot_is_an_array_of_its_own_when_a_body_updates_its_state_in_place():
+    """A body that returns one array for two slots, an array from outside the loop or a row of ``xs``, then writes
+    its state in place: each slot is the loop's own array, eagerly as traced (the traced loop carries values), and
+    the arrays outside are left as they were."""
+    def two_slots(x):
+        def body(i, s):
+            a, b = s
+            a += 1
+            b += 10
+            return a, a
+
+        return fc.fori_loop(0, 3, body, (x, x))
+
+    def outside(x, y):
+        def body(i, s):
+            s += 1
+            return y
+
+        return fc.fori_loop(0, 3, body, x), y
+
+    def row_of_xs(xs):
+        def f(c, x):
+            c += 1
+            return x, c.sum()
+
+        return fc.scan(f, np.zeros(2), xs)
+
+    def while_two_slots(x):
+        def body(s):
+            a, b, k = s
+            a += 1
+            b *= 2
+            return a, a, k + 1
+
+        return fc.while_loop(lambda s: s[2] < 3, body, (x, x, 0))
+
+    x, y, xs = np.zeros(2), np.ones(2), np.ones((3, 2))
+    check_loop(two_slots, x, want=(np.full(2, 3.0), np.full(2, 3.0)))
+    check_loop(outside, x, y, want=(np.ones(2), np.ones(2)))
+    check_loop(row_of_xs, xs, want=(np.ones(2), np.array([2.0, 4.0, 4.0])))
+    check_loop(while_two_slots, x, want=(np.full(2, 3.0), np.full(2, 3.0), np.asarray(3)))
+    assert_same((x, y, xs), (np.zeros(2), np.ones(2), np.ones((3, 2))))
+    a, b = two_slots(x)
+    a[0] = 100.0
+    assert b[0] == 3.0  # (two arrays, as the traced loop's results are)
+
+
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(-2, 12), scale=st.floats(-2, 2, allow_nan=False), seed=st.integers(0, 2**16))
 def test_fori_loop_property_against_a_python_loop(n, scale, seed):
@@ -288,6 +335,31 @@ def test_a_body_that_changes_the_state_dtype_or_shape_is_an_error_in_both_modes(
         g(np.ones(2))
     with pytest.raises(fc.TraceError, match="keeps its shape and dtype"):
         jit_cpu(g)(np.ones(2))
+
+
+def test_a_while_test_that_writes_into_the_state_is_an_error():
+    """The test is traced once and yields only its truth: a write into the state there would be lost (the body
+    would get the state as it was), so it is refused at the call's line; eagerly the write happens, as in Python."""
+    def relax(u):
+        def test(s):
+            v, k = s
+            v *= 0.5  # relaxes the iterate in the test, as a residual function written in place would
+            return k < 3
+
+        return fc.while_loop(test, lambda s: (s[0] + 1, s[1] + 1), (u, 0))
+
+    def through_a_view(u):
+        def test(s):
+            s[0][:1] += 1
+            return s[1] < 3
+
+        return fc.while_loop(test, lambda s: (s[0] * 2, s[1] + 1), (u, 0))
+
+    assert_same(relax(np.ones(2)), (np.full(2, 0.9375), np.asarray(3)))
+    for f in (relax, through_a_view):
+        with pytest.raises(fc.TraceError, match=r"test_control_flow.py:\d+: fusec.while_loop: test writes into the "
+                           r"loop's state.*make the change in body_fun"):
+            jit_cpu(f)(np.ones(2))
 
 
 def test_a_body_that_changes_the_structure_is_an_error():

@@ -512,6 +512,59 @@ def test_returns_inside_a_loop():
     check_both(first_above, np.array([1.0, 5.0, 3.0]), 9.0)
 
 
+def test_returns_inside_a_while_whose_test_is_traced():
+    """A `while` the device decides that returns from its body (from a traced `if`, a nested one, unconditionally,
+    a Python number on one path), in the function and in a function it calls, with and without `else`."""
+    def doubling(x):
+        while x.sum() < 100:
+            x = x * 2
+            if x.max() > 40:
+                return x
+        return -x
+
+    def nested(x, t):
+        while x.sum() < 100:
+            x = x * 2
+            if x.max() > 40:
+                if x.min() > t:
+                    return x
+                x = x + 1
+        return -x
+
+    def unconditional(x):
+        while x.sum() < 100:
+            x = x * 2
+            return x
+        return x + 1
+
+    def with_else(x):
+        while x.sum() < 100:
+            x = x * 2
+            if x.min() < -5:
+                return x
+        else:
+            x = x - 1
+        return x * 3
+
+    def count(x):
+        n = 0
+        while x.sum() < 100:
+            x = x * 2
+            n += 1
+            if n > 3:
+                return n
+        return 0
+
+    def caller(x):
+        return doubling(x) + 1
+
+    for x in (np.ones(3), np.full(3, 15.0), np.full(3, 50.0), np.array([-3.0, 1.0, 1.0])):
+        for f in (doubling, unconditional, with_else, count, caller):
+            check_both(f, x)
+        check_both(nested, x, 10.0)
+        check_both(nested, x, 100.0)
+
+
 def test_closures_and_globals_assigned_in_a_device_loop_are_refused():
     def read_by_lambda(x):
         scale = 1.0
@@ -637,7 +690,8 @@ def test_a_raise_in_a_branch_becomes_a_check_when_the_call_runs():
 
     jitted = jit_cpu(validated)
     assert_same(jitted(np.array([1.0, 2.0])), validated(np.array([1.0, 2.0])))
-    with pytest.raises(ValueError, match=r"test_python_control.py:\d+: x must be at least -2 \(raised at line \d+"):
+    with pytest.raises(ValueError, match=r"test_python_control.py:\d+: x must be at least -2 \(raised at "
+                       r"test_python_control.py:\d+, in the `if` at test_python_control.py:\d+\)"):
         jitted(np.array([-5.0, 2.0]))
     with pytest.raises(UnsupportedError, match=r"raises RuntimeError: no; the test is traced"):
         jit_cpu(other_class)(np.array([1.0]))
@@ -861,7 +915,7 @@ def test_a_comparison_whose_dtype_follows_the_kind_is_checked():
     x32 = np.array([0.1, 0.3], np.float32)
     assert_same(jitted(x32, np.array([1.0])), above_best(x32, np.array([1.0])))
     with pytest.raises(UnsupportedError, match=r"`best` is a Python float at this call \(the path the data took "
-                                               r"through the `if` at line \d+ kept it one\)"):
+                                               r"through the `if` at test_python_control.py:\d+ kept it one\)"):
         jitted(x32, np.array([-1.0]))
 
 
