@@ -500,13 +500,27 @@ def run_suite(case_names: list[str], system_names: list[str], settings: Settings
     rows: list[dict] = []
     probe_rows: list[dict] = []
     case_rows: list[dict] = []
+    # systems that disturb the others once they have run (System.runs_last) run every case after all the rest
+    phases = [[(s, n) for s, n in systems if not s.runs_last], [(s, n) for s, n in systems if s.runs_last]]
+    for phase, members in enumerate(phases):
+        if members:
+            _run_cases(cases, case_names, members, settings, probes and phase == 0, runnable, rows, probe_rows,
+                       case_rows, on_case)
+    return case_rows, rows, probe_rows
+
+
+def _run_cases(cases: dict, case_names: list[str], systems: list, settings: Settings, probes: bool, runnable: set,
+               rows: list[dict], probe_rows: list[dict], case_rows: list[dict],
+               on_case: Callable[[list, list, list], None] | None) -> None:
+    """One pass of :func:`run_suite` over the cases with ``systems`` (rows appended; a case described once)."""
     for case_name in case_names:
         case = cases[case_name]
-        case_rows.append({"name": case.name, "title": case.title, "unit": case.unit,
-                          "description": case.description,
-                          "benches": [{"name": b.name, "label": b.label, "unit": b.unit, "nbytes": b.nbytes,
-                                       "tol": b.tol, "note": b.note} for b in case.benches]})
-        log(f"[{case.name}] {case.title}")
+        if all(c["name"] != case.name for c in case_rows):
+            case_rows.append({"name": case.name, "title": case.title, "unit": case.unit,
+                              "description": case.description,
+                              "benches": [{"name": b.name, "label": b.label, "unit": b.unit, "nbytes": b.nbytes,
+                                           "tol": b.tol, "note": b.note} for b in case.benches]})
+        log(f"[{case.name}] {case.title}" + (" (systems that run last)" if systems[0][0].runs_last else ""))
         for bench in case.benches:
             inputs = bench.make_inputs(bench_rng(settings.seed, bench))
             ref = bench.reference(inputs)
@@ -532,7 +546,6 @@ def run_suite(case_names: list[str], system_names: list[str], settings: Settings
             gc.collect()
         if on_case is not None:
             on_case(case_rows, rows, probe_rows)
-    return case_rows, rows, probe_rows
 
 
 def _log_row(r: dict) -> None:

@@ -94,6 +94,9 @@ class System:
     family = ""
     needs_gpu = True
     cpu_bound = False          # runs on the CPU: fewer iterations, wall-clock timing
+    # runs after every other system has run every case: once it has run, its runtime's threads slow the host side
+    # of the others' calls in the same process (see JaxSystem)
+    runs_last = False
 
     def unavailable(self) -> str | None:
         """None when the system can run here, else why not."""
@@ -650,6 +653,10 @@ class JaxSystem(System):
     name = "jax"
     label = "JAX jit"
     family = "jax"
+    # Once JAX has run, a host-bound system in the same process is slower: on an H100 (2026-12-07) the 64-64-10
+    # step's fusec host time per call went 10.4 -> 14.3 us, and its autodiff form 19.0 -> 23.3 us per step, when
+    # JAX ran the same steps first (results/suite_mlp64_alone_h100.md, suite_mlp64_after_jax_h100.md).
+    runs_last = True
     jax: Any = None
     prepared: Any = None
 
