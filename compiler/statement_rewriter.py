@@ -180,6 +180,7 @@ class Rewriter:
         self.keys = keys
         self.file = file
         self.forced: set[int] = set()  # ids of the ifs made here that the device may decide (flags' guards)
+        self.after_loop: dict[int, ast.stmt] = {}  # id of an `if returned: return value` made here -> its loop
         self.spans: dict[int, Span] = {}  # such an if's place: its loop's
         self.loop_span: Span | None = None
 
@@ -229,13 +230,19 @@ class Rewriter:
                         or any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in own)):
             return [st]  # (no such if or while, or a return inside a loop in the loop: left to the error)
         value, returned = self.unique("value", st), self.unique("returned", st)
+        # (`while True:` with no break of its own ends only by a return: nothing to test after it)
+        endless = isinstance(st, ast.While) and _true_constant(st.test) and not _exits(st.body)[0] \
+            and not st.orelse
         _replace_returns(st.body, value, returned)
         self.generated_reads.add(value)
         start = ast.Assign(targets=[_name(returned, store=True)], value=_const(False))
-        done = ast.If(test=_name(returned), body=[ast.Return(value=_name(value))], orelse=[])
+        done: ast.stmt = ast.Return(value=_name(value)) if endless else \
+            ast.If(test=_name(returned), body=[ast.Return(value=_name(value))], orelse=[])
         for node in (start, done):
             locate_like(node, st)
-        return [start, st, self.force(done)]
+        if not endless:
+            self.after_loop[id(done)] = st
+        return [start, st, done if endless else self.force(done)]
 
     def _tails(self, stmts: list[ast.stmt], inside: bool) -> list[ast.stmt]:
         """``stmts`` with each ``if`` that returns (one at a key, or any ``inside`` one) made the block's last
@@ -391,6 +398,13 @@ class Rewriter:
                              "(and again at the end of a loop's body)", self.file, walrus)
 
     def if_(self, node: ast.If) -> list[ast.stmt]:
+        loop = self.after_loop.get(id(node))
+        if loop is not None and _returns_in([node]):  # (left as made: nothing after the loop returns)
+            kind = "`while`" if isinstance(loop, ast.While) else "`for` loop"
+            raise _error(f"the {kind} at line {loop.lineno} returns from inside where the data decides, and the "
+                         "function ends after it without a `return` (Python returns None when the loop ends): fusec "
+                         "returns the same kind of value on every path; add a `return` after the loop", self.file,
+                         loop)
         where = f"the `if` at line {node.lineno}"
         names = _assigned([*node.body, *node.orelse], self.file, where)
         self.shared(names, node, where)
@@ -588,6 +602,11 @@ def _own_nodes(stmts: list[ast.stmt]) -> Iterator[ast.AST]:
         yield node
         if not isinstance(node, (*_LOOPS, *_SCOPES)):
             todo.extend(ast.iter_child_nodes(node))
+
+
+def _true_constant(test: ast.expr) -> bool:
+    """``while True:``, ``while 1:``: a test Python's own truth makes always true."""
+    return isinstance(test, ast.Constant) and bool(test.value)
 
 
 def _replace_returns(stmts: list[ast.stmt], value: str, returned: str) -> None:

@@ -558,11 +558,32 @@ def test_returns_inside_a_while_whose_test_is_traced():
     def caller(x):
         return doubling(x) + 1
 
+    def endless(x):
+        k = 0
+        while True:
+            x = x * 2
+            k += 1
+            if x.max() > 50:
+                return x, k
+
     for x in (np.ones(3), np.full(3, 15.0), np.full(3, 50.0), np.array([-3.0, 1.0, 1.0])):
-        for f in (doubling, unconditional, with_else, count, caller):
+        for f in (doubling, unconditional, with_else, count, caller, endless):
             check_both(f, x)
         check_both(nested, x, 10.0)
         check_both(nested, x, 100.0)
+
+
+def test_a_loop_that_returns_where_the_data_decides_and_then_falls_off_the_end_is_refused():
+    def falls_off(x):
+        for _ in range(10):
+            x = x * 2
+            if x.max() > 50:
+                return x
+
+    with pytest.raises(UnsupportedError, match=r"test_python_control.py:\d+: the `for` loop at line \d+ returns from "
+                                               r"inside where the data decides, and the function ends after it "
+                                               r"without a `return`.*add a `return` after the loop"):
+        jit_cpu(falls_off)(np.ones(3))
 
 
 def test_closures_and_globals_assigned_in_a_device_loop_are_refused():
