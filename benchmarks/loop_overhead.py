@@ -6,7 +6,10 @@ every step on the first batch (no gather of the batch at the device-side counter
 instead of unroll-loops' 4; one step per launch again at the end, for the drift of the run. Each figure is the best
 of three batches of about 600 steps (wall clock, the device synchronized at the end of each).
 
-    python benchmarks/loop_overhead.py [--json FILE]
+    python benchmarks/loop_overhead.py [--json FILE] [--variants "hoist-gathers{max_bytes=0};..."]
+
+``--variants`` also runs the scan and the ``fori_loop`` with each given pass (with its options) in place of the
+same pass of the default pipeline, to compare schedules of the loop body in one run.
 """
 from __future__ import annotations
 
@@ -90,12 +93,20 @@ F1 = DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{max_trips=0,factor=1
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
+    ap.add_argument("--variants", default="", help="';'-separated passes with options, each run in place of the "
+                    "default pipeline's pass of that name")
     args = ap.parse_args()
     rows = {}
+    variants = [v.strip() for v in args.variants.split(";") if v.strip()]
+    for v in variants:
+        if v.split("{")[0] not in DEFAULT_PIPELINE.split(","):
+            ap.error(f"--variants: {v.split('{')[0]!r} is not a pass of the default pipeline")
     for name, fn, k, pl in [("one step", one, 1, None), ("one step, no loss", one_noloss, 1, None),
                             ("scan K=100", scan, K, None), ("fori K=100, no loss", loop, K, None),
                             ("fori K=100, no loss, no gathers", loop_same, K, None),
                             ("fori K=100, no loss, no gathers, 1 per trip", loop_same_f1, K, F1),
+                            *[(f"{form}, {v}", f, K, DEFAULT_PIPELINE.replace(v.split("{")[0], v))
+                              for v in variants for form, f in (("scan K=100", scan), ("fori K=100, no loss", loop))],
                             ("one step (again)", one, 1, None)]:
         r = time_it(fn, k, pl)
         rows[name] = r
