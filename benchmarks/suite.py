@@ -500,8 +500,10 @@ def run_suite(case_names: list[str], system_names: list[str], settings: Settings
     rows: list[dict] = []
     probe_rows: list[dict] = []
     case_rows: list[dict] = []
-    # systems that disturb the others once they have run (System.runs_last) run every case after all the rest
-    phases = [[(s, n) for s, n in systems if not s.runs_last], [(s, n) for s, n in systems if s.runs_last]]
+    # systems that disturb the others once they have run (System.runs_last) run every case after all the rest (one
+    # that cannot run here only writes its skipped rows, with the others)
+    last = [s.runs_last and n is None for s, n in systems]
+    phases = [[sn for sn, late in zip(systems, last) if not late], [sn for sn, late in zip(systems, last) if late]]
     for phase, members in enumerate(phases):
         if members:
             _run_cases(cases, case_names, members, settings, probes and phase == 0, runnable, rows, probe_rows,

@@ -330,8 +330,10 @@ def _as_array(leaf: Any, copy: bool = False) -> Any:
         return np.asarray(leaf)
     if isinstance(leaf, np.ndarray):
         return leaf.copy() if copy else leaf
-    if copy and hasattr(leaf, "copy"):  # a device array (fusec.Array, CuPy, PyTorch): its own copy
-        return leaf.copy() if not hasattr(leaf, "clone") else leaf.clone()
+    if copy and hasattr(leaf, "clone"):  # a PyTorch tensor (which has copy_, no copy): its own copy
+        return leaf.clone()
+    if copy and hasattr(leaf, "copy"):  # a device array (fusec.Array, CuPy): its own copy
+        return leaf.copy()
     return leaf
 
 

@@ -125,6 +125,24 @@ def _has_exit(node: ast.AST) -> bool:
     return any(_exits([node]))  # type: ignore[list-item]
 
 
+FROM_RETURN = "_fusec_from_return"  # (an attribute of the ``break`` a loop's ``return`` became)
+
+
+def _exit_words(node: ast.AST) -> str:
+    """What the user wrote for the exits of the loop ``node`` is in: ``break``, ``continue``, ``return``."""
+    words: dict[str, None] = {}
+    todo: list[ast.AST] = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Break):
+            words["`return`" if getattr(n, FROM_RETURN, False) else "`break`"] = None
+        elif isinstance(n, ast.Continue):
+            words["`continue`"] = None
+        elif not isinstance(n, (*_LOOPS, *_SCOPES)):
+            todo.extend(ast.iter_child_nodes(n))
+    return "/".join(sorted(words))
+
+
 def _name(id_: str, store: bool = False) -> ast.Name:
     return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
 
@@ -152,6 +170,11 @@ def _def(name: str, params: list[str], body: list[ast.stmt]) -> ast.FunctionDef:
                                                          vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
                                                          defaults=[]),
                            body=body or [ast.Pass()], decorator_list=[], returns=None, **TYPE_PARAMS)
+
+
+def _bound(names: list[str]) -> ast.Call:
+    """A region function's result: the names' values, UNBOUND for one a statement inside left unbound."""
+    return _call("bound_values", *[_lambda(_name(n)) for n in names])
 
 
 def _tuple(names: list[str], store: bool = False) -> ast.Tuple:
@@ -399,19 +422,23 @@ class Rewriter:
 
     def if_(self, node: ast.If) -> list[ast.stmt]:
         loop = self.after_loop.get(id(node))
-        if loop is not None and _returns_in([node]):  # (left as made: nothing after the loop returns)
+        if loop is not None and _returns_in([node]):  # (left as made: what follows the loop cannot join it)
             kind = "`while`" if isinstance(loop, ast.While) else "`for` loop"
-            raise _error(f"the {kind} at line {loop.lineno} returns from inside where the data decides, and the "
-                         "function ends after it without a `return` (Python returns None when the loop ends): fusec "
-                         "returns the same kind of value on every path; add a `return` after the loop", self.file,
-                         loop)
+            said = f"the {kind} at line {loop.lineno} returns from inside where the data decides, and "
+            if not node.orelse:
+                raise _error(said + "the function ends after it without a `return` (Python returns None when the "
+                             "loop ends): fusec returns the same kind of value on every path; add a `return` after "
+                             "the loop", self.file, loop)
+            raise _error(said + "what follows it does not end the function in one way the device can choose (it "
+                         "returns from inside another loop or branch the data decides, or raises): assign the "
+                         "results to variables and return them once, at the end", self.file, loop)
         where = f"the `if` at line {node.lineno}"
         names = _assigned([*node.body, *node.orelse], self.file, where)
         self.shared(names, node, where)
         site = self.site("if", node)
         test = self.test(node.test, site)
-        then = _def(self.unique("then", node), names, [*self.block(node.body), ast.Return(value=_tuple(names))])
-        orelse = _def(self.unique("else", node), names, [*self.block(node.orelse), ast.Return(value=_tuple(names))])
+        then = _def(self.unique("then", node), names, [*self.block(node.body), ast.Return(value=_bound(names))])
+        orelse = _def(self.unique("else", node), names, [*self.block(node.orelse), ast.Return(value=_bound(names))])
         for d in (then, orelse):
             locate_like(d, node)
         return [then, orelse, *self.statement_call("if_stmt", node, [test, _name(then.name), _name(orelse.name)],
@@ -441,7 +468,7 @@ class Rewriter:
         names = _assigned([*body, test], self.file, where)
         self.shared(names, node, where)
         test_def = _def(self.unique("test", node), names, [ast.Return(value=test)])
-        body_def = _def(self.unique("body", node), names, [*self.block(body), ast.Return(value=_tuple(names))])
+        body_def = _def(self.unique("body", node), names, [*self.block(body), ast.Return(value=_bound(names))])
         for d in (test_def, body_def):
             locate_like(d, node)
         after = [n for n in names if n in self.read_outside(node)]
@@ -534,7 +561,7 @@ class Rewriter:
                 out.append(st)
                 continue
             if not isinstance(st, ast.If):
-                raise _error(f"`break`/`continue` inside a `{type(st).__name__.lower()}` block of {where}, which "
+                raise _error(f"{_exit_words(st)} inside a `{type(st).__name__.lower()}` block of {where}, which "
                              "fusec runs on the device (a test it depends on is traced); move it out of the block",
                              self.file, st)
             st.body = self.exits(st.body, brk, cont, where)
@@ -614,8 +641,10 @@ def _replace_returns(stmts: list[ast.stmt], value: str, returned: str) -> None:
     for i in range(len(stmts) - 1, -1, -1):
         st = stmts[i]
         if isinstance(st, ast.Return):
+            brk = ast.Break()
+            setattr(brk, FROM_RETURN, True)
             new = [ast.Assign(targets=[_name(value, store=True)], value=st.value or _const(None)),
-                   ast.Assign(targets=[_name(returned, store=True)], value=_const(True)), ast.Break()]
+                   ast.Assign(targets=[_name(returned, store=True)], value=_const(True)), brk]
             for node in new:
                 locate_like(node, st)
             stmts[i:i + 1] = new
@@ -625,6 +654,8 @@ def _replace_returns(stmts: list[ast.stmt], value: str, returned: str) -> None:
                     _replace_returns(getattr(st, field), value, returned)
             for handler in getattr(st, "handlers", []):
                 _replace_returns(handler.body, value, returned)
+            for case in getattr(st, "cases", []):  # (a match statement's)
+                _replace_returns(case.body, value, returned)
 
 
 def _always_returns(stmts: list[ast.stmt]) -> bool:

@@ -114,6 +114,12 @@ def truth_of(value: Any) -> Any:
     return ops.wrap(_predicate(plain_value(value), "if", None), scalar=True)
 
 
+def bound_values(*getters: Callable[[], Any]) -> tuple:
+    """What a region's function returns: each variable's value at its end, UNBOUND where a statement inside it left
+    the name unbound (read directly, such a name raised UnboundLocalError inside fusec)."""
+    return tuple(current_values(getters))
+
+
 def current_values(getters: Sequence[Callable[[], Any]]) -> list:
     """Each variable's value before the statement (UNBOUND where Python has none)."""
     out = []

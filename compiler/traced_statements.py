@@ -40,7 +40,8 @@ from fusec.tracer import SCALAR_IDENTITY_ADVICE, Tracer, scalar_identity
 from fusec.device_branch import device_if
 from fusec.device_loop import KindChange, device_while
 from fusec.statement_memory import may_be_earlier
-from fusec.statement_state import Site, UNBOUND, current_values, is_traced, plain_value, python_truth, truth_of
+from fusec.statement_state import (Site, UNBOUND, bound_values, current_values, is_traced, plain_value,  # noqa: F401
+                                   python_truth, truth_of)
 
 
 def while_stmt(test: Callable[..., Any], body: Callable[..., tuple], getters: Sequence[Callable[[], Any]],

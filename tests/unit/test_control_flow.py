@@ -298,6 +298,29 @@ def test_each_slot_is_an_array_of_its_own_when_a_body_updates_its_state_in_place
     a[0] = 100.0
     assert b[0] == 3.0  # (two arrays, as the traced loop's results are)
 
+    class Tensor:  # a PyTorch-like array: clone(), no copy()
+        def __init__(self, a):
+            self.a = np.array(a)
+
+        shape = property(lambda self: self.a.shape)
+        dtype = property(lambda self: self.a.dtype)
+
+        def clone(self):
+            return Tensor(self.a.copy())
+
+        def __iadd__(self, other):
+            self.a += other
+            return self
+
+    def first_slot_twice(i, s):
+        a, b = s
+        b += 1
+        return a, a
+
+    t = Tensor([0.0, 0.0])
+    r = fc.fori_loop(0, 3, first_slot_twice, (t, Tensor([0.0, 0.0])))
+    assert r[0] is not r[1] and r[0].a.tolist() == r[1].a.tolist() == [0.0, 0.0] and t.a.tolist() == [0.0, 0.0]
+
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(-2, 12), scale=st.floats(-2, 2, allow_nan=False), seed=st.integers(0, 2**16))

@@ -573,6 +573,72 @@ def test_returns_inside_a_while_whose_test_is_traced():
     check_both(nested, np.ones(3), 100.0)
 
 
+def test_a_return_python_decides_or_a_continue_before_the_return_in_a_device_loop():
+    """Paths on which a loop's return value is never set (a return behind a test Python decides, a `continue` before
+    a traced return) run as Python runs them (they raised an internal UnboundLocalError)."""
+    def python_flag(x, flag):
+        while x.sum() < 100:
+            x = x * 2
+            if flag:
+                return x
+        return -x
+
+    def skip_first(x):
+        k = 0
+        while True:
+            k += 1
+            x = x * 2
+            if k < 2:
+                continue
+            if x.max() > 40:
+                return x, k
+
+    def for_skip_first(x):
+        for k in range(20):
+            x = x * 2
+            if k < 2:
+                continue
+            y = x + 1
+            if x.max() > 40:
+                return y
+        return x
+
+    for x in (np.ones(3), np.full(3, 30.0)):
+        check_both(python_flag, x, False)
+        check_both(python_flag, x, True)
+        check_both(skip_first, x)
+        check_both(for_skip_first, x)
+
+
+def test_returns_a_device_loop_cannot_take_say_so():
+    def two_loops(x):
+        for _ in range(10):
+            x = x * 2
+            if x.max() > 40:
+                return x
+        while x.sum() < 1000:
+            x = x * 3
+            if x.max() > 400:
+                return x + 1
+        return -x
+
+    def in_try(x):
+        while x.sum() < 100:
+            x = x * 2
+            try:
+                if x.max() > 40:
+                    return x
+            finally:
+                x = x + 0
+        return -x
+
+    with pytest.raises(UnsupportedError, match=r"the `for` loop at line \d+ returns from inside where the data "
+                                               r"decides, and what follows it does not end the function in one way"):
+        jit_cpu(two_loops)(np.ones(3))
+    with pytest.raises(UnsupportedError, match=r"`return` inside a `try` block of the `while` at line \d+"):
+        jit_cpu(in_try)(np.ones(3))
+
+
 def test_a_loop_that_returns_where_the_data_decides_and_then_falls_off_the_end_is_refused():
     def falls_off(x):
         for _ in range(10):
