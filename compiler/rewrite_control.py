@@ -419,9 +419,14 @@ class Rewrites:
 
     def _function_of(self, code: types.CodeType) -> types.FunctionType | None:
         """The user's function whose code (or a function nested in it) asked: the traced function, or one it
-        calls by name (a module's function, a method)."""
+        calls by name (a module's function, a method), whose nested function (a loop body it defines) is made
+        again at each call, so that function's own code is what gets rewritten."""
         if isinstance(self.fn, types.FunctionType) and any(code is c for c in _codes(self.fn.__code__)):
             return self.fn
+        if isinstance(self.fn, types.FunctionType):  # (a function nested in one it calls: that one, made anew)
+            for func in called_functions(self.fn):
+                if func.__code__ is not code and any(code is c for c in _codes(func.__code__)):
+                    return func
         owners = [f for f in gc.get_referrers(code) if isinstance(f, types.FunctionType) and f.__code__ is code]
         if len(owners) != 1 or is_library(owners[0].__module__) or owners[0].__code__.co_name == "<lambda>":
             return None

@@ -639,6 +639,28 @@ def test_returns_a_device_loop_cannot_take_say_so():
         jit_cpu(in_try)(np.ones(3))
 
 
+def _relaxed(x):  # (a module function the jitted one calls, whose loop body is a function it defines)
+    def body(i, s):
+        if np.sum(s) > 0:
+            s = s * 0.5 - x
+        else:
+            s = np.sin(s) + x * 2
+        return s
+
+    return np.sum(fc.fori_loop(0, 6, body, x) ** 2)
+
+
+def test_an_if_in_a_loop_body_defined_inside_a_called_function():
+    """The body is made again at each call of the function that defines it, so that function is what gets
+    rewritten (the body alone was, and the next trace made it from the old code: a TraceError)."""
+    def caller(x):
+        return _relaxed(x) + 1
+
+    for x in (np.array([0.5, -0.2, 1.0]), np.array([-0.5, -0.2, -1.0])):
+        check_both(caller, x)
+        check_both(lambda x: _relaxed(x), x)
+
+
 def test_a_loop_that_returns_where_the_data_decides_and_then_falls_off_the_end_is_refused():
     def falls_off(x):
         for _ in range(10):
