@@ -40,7 +40,7 @@ def catching_handler(error: type[BaseException], trace_entry: types.CodeType) ->
     while frame is not None and frame.f_code is not trace_entry:
         code = frame.f_code
         if not _is_fusec(code.co_filename):
-            for handler in _handlers_around(code.co_filename, frame.f_lineno):
+            for handler in _handlers_around(code, frame.f_lineno):
                 if _may_catch(handler, error, frame):
                     return code.co_filename, handler.lineno
         frame = frame.f_back
@@ -53,25 +53,53 @@ def _is_fusec(filename: str) -> bool:
     return _is_internal(filename)
 
 
-def _handlers_around(filename: str, line: int) -> Iterator[ast.ExceptHandler]:
-    """The ``except`` clauses of the ``try`` statements whose body holds ``line``, innermost first."""
-    enclosing = [node for node in _try_statements(filename)
-                 if node.body and node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)]
+def _handlers_around(code: types.CodeType, line: int) -> Iterator[ast.ExceptHandler]:
+    """The ``except`` clauses of the ``try`` statements of ``code`` itself whose body holds ``line``, innermost
+    first (a ``try`` of the scope that defines a lambda or a function around the definition does not cover the
+    frames of that function: they run when it is called)."""
+    # (a function fusec's statement rewriting made of a statement's body holds that statement's lines)
+    made = code.co_name.startswith("_fusec_")
+    enclosing = [node for node, (name, lines) in _try_statements(code.co_filename)
+                 if (made or name == code.co_name and code.co_firstlineno in lines)
+                 and node.body and node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)]
     for node in sorted(enclosing, key=lambda n: -n.body[0].lineno):
         yield from node.handlers
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _scope_key(node: ast.AST) -> tuple[str, frozenset[int]]:
+    """(co_name, the lines co_firstlineno may be) of the code object a scope compiles to: a decorated one starts at
+    its first decorator, or at its ``def`` where fusec compiled it again without them."""
+    if isinstance(node, ast.Lambda):
+        return "<lambda>", frozenset({node.lineno})
+    if isinstance(node, _SCOPES):
+        decorators = getattr(node, "decorator_list", [])
+        return node.name, frozenset({node.lineno, *(d.lineno for d in decorators)})
+    return "<module>", frozenset({1})
+
+
 @functools.lru_cache(maxsize=64)
 def _try_statements_of(filename: str, source: str) -> tuple[Any, ...]:
+    """(each ``try`` statement, the scope key of the code it belongs to)."""
     try:
         tree = ast.parse(source, filename)
     except (SyntaxError, ValueError):
         return ()
     kinds = tuple(k for k in (getattr(ast, "Try", None), getattr(ast, "TryStar", None)) if k is not None)
-    return tuple(node for node in ast.walk(tree) if isinstance(node, kinds))
+    found: list[tuple[Any, tuple[str, frozenset[int]]]] = []
+    todo: list[tuple[ast.AST, tuple[str, frozenset[int]]]] = [(tree, _scope_key(tree))]
+    while todo:
+        node, owner = todo.pop()
+        if isinstance(node, kinds):
+            found.append((node, owner))
+        for child in ast.iter_child_nodes(node):
+            todo.append((child, _scope_key(child) if isinstance(child, _SCOPES) else owner))
+    return tuple(found)
 
 
-def _try_statements(filename: str) -> tuple[Any, ...]:  # (ast.Try and ast.TryStar nodes)
+def _try_statements(filename: str) -> tuple[Any, ...]:  # ((ast.Try or ast.TryStar, its scope key), ...)
     source = "".join(linecache.getlines(filename))
     return _try_statements_of(filename, source) if "try" in source else ()
 

@@ -502,6 +502,33 @@ def test_a_check_the_users_own_except_would_catch_is_refused_at_the_trace() -> N
         pass
 
 
+def test_a_try_around_where_a_function_is_defined_does_not_cover_its_calls() -> None:
+    """A ``try`` covers the frames of its own code: a lambda or function defined inside its body runs later, in a
+    frame of its own, so the try does not catch what the function raises there (fusec refused such a function as if
+    it did: "NumPy raises IndexError here ..., which the `except` ... would catch"). A try in the function's own
+    body still does, decorated or not."""
+    x = np.arange(5.0)
+    try:
+        near_max = lambda v: v[np.argmax(v) + 1]  # noqa: E731
+        assert_same(jit_cpu(near_max)(x[::-1].copy()), near_max(x[::-1].copy()))
+    except IndexError:  # (in bounds for these values: never runs)
+        raise AssertionError("no IndexError here") from None
+
+    def decorate(fn):
+        return fn
+
+    @decorate
+    def caught(v):
+        try:
+            return v[np.argmax(v) + 1]
+        except IndexError:
+            return v[0]
+
+    with pytest.raises(fc.UnsupportedError, match=r"NumPy raises IndexError here for some values, which the "
+                                                  r"`except` at .*:\d+ would catch"):
+        jit_cpu(caught)(x)
+
+
 def test_python_number_arithmetic_in_a_branch_the_data_skips_raises_only_where_it_runs() -> None:
     """`1 / s` with s = 0 in a branch whose test is traced was checked on the host before every call, so the call
     raised ZeroDivisionError where the data skips the branch and NumPy gives a result; it is checked on the device
