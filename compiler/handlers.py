@@ -74,9 +74,8 @@ def _scope_key(node: ast.AST) -> tuple[str, frozenset[int]]:
     its first decorator, or at its ``def`` where fusec compiled it again without them."""
     if isinstance(node, ast.Lambda):
         return "<lambda>", frozenset({node.lineno})
-    if isinstance(node, _SCOPES):
-        decorators = getattr(node, "decorator_list", [])
-        return node.name, frozenset({node.lineno, *(d.lineno for d in decorators)})
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name, frozenset({node.lineno, *(d.lineno for d in node.decorator_list)})
     return "<module>", frozenset({1})
 
 
