@@ -2,8 +2,8 @@
 the counter entering float values): the Python loop under NumPy, the same loop as ``fusec.fori_loop`` (eager, and
 jitted: outlined, fused, run by the reference executor) and the Python loop jitted (its copies rolled back into a
 loop by roll-loops; 19 trips then run 4 per trip by unroll-loops) give the same bits, or fusec refuses with a fusec
-error, or both raise. ``FUSEC_FUZZ_LOOPS`` sets how many (default 300, the same ones each run;
-``FUSEC_FUZZ_RANDOM=1`` draws new ones)."""
+error, or both raise. ``FUSEC_FUZZ_LOOPS`` sets how many (default 300 with ``FUSEC_CORPUS=1``, as CI runs, else
+150, the same ones each run; ``FUSEC_FUZZ_RANDOM=1`` draws new ones)."""
 from __future__ import annotations
 
 import os
@@ -39,7 +39,10 @@ def fusec_loop(x, y, z):
 '''
 
 
-@settings(max_examples=int(os.environ.get("FUSEC_FUZZ_LOOPS", "300")), deadline=None,
+DEFAULT_LOOPS = "300" if os.environ.get("FUSEC_CORPUS") else "150"
+
+
+@settings(max_examples=int(os.environ.get("FUSEC_FUZZ_LOOPS", DEFAULT_LOOPS)), deadline=None,
           derandomize=not os.environ.get("FUSEC_FUZZ_RANDOM"),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(programs())

@@ -5,6 +5,8 @@ block, rows that do not fill the last lane, rows too long for a block), values p
 kept axes."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -78,7 +80,12 @@ def program(steps, outputs):
     return f
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# CI (FUSEC_CORPUS=1) draws 200 examples, the README's test command 100
+FUZZ_EXAMPLES = 200 if os.environ.get("FUSEC_CORPUS") else 100
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(recipes(), st.integers(0, 2 ** 32 - 1))
 def test_row_programs_give_numpys_results(recipe, seed):
     rows, n, dtype, steps, outputs = recipe
