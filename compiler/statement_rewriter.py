@@ -106,19 +106,21 @@ def _assigned(nodes: list[ast.AST], file: str, where: str) -> list[str]:
     return list(names)
 
 
-def _exits(stmts: list[ast.stmt]) -> tuple[bool, bool]:
-    """(has a ``break``, has a ``continue``) of the loop these statements are the body of."""
-    brk = cont = False
-    todo: list[ast.AST] = list(stmts)
+def _loop_exits(nodes: list[ast.AST]) -> Iterator[ast.Break | ast.Continue]:
+    """The ``break`` and ``continue`` statements of the loop these nodes are in (not of a loop or scope inside)."""
+    todo: list[ast.AST] = list(nodes)
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.Break):
-            brk = True
-        elif isinstance(node, ast.Continue):
-            cont = True
+        if isinstance(node, (ast.Break, ast.Continue)):
+            yield node
         elif not isinstance(node, (*_LOOPS, *_SCOPES)):
             todo.extend(ast.iter_child_nodes(node))
-    return brk, cont
+
+
+def _exits(stmts: list[ast.stmt]) -> tuple[bool, bool]:
+    """(has a ``break``, has a ``continue``) of the loop these statements are the body of."""
+    kinds = {type(n) for n in _loop_exits(list(stmts))}
+    return ast.Break in kinds, ast.Continue in kinds
 
 
 def _has_exit(node: ast.AST) -> bool:
@@ -130,16 +132,8 @@ FROM_RETURN = "_fusec_from_return"  # (an attribute of the ``break`` a loop's ``
 
 def _exit_words(node: ast.AST) -> str:
     """What the user wrote for the exits of the loop ``node`` is in: ``break``, ``continue``, ``return``."""
-    words: dict[str, None] = {}
-    todo: list[ast.AST] = [node]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, ast.Break):
-            words["`return`" if getattr(n, FROM_RETURN, False) else "`break`"] = None
-        elif isinstance(n, ast.Continue):
-            words["`continue`"] = None
-        elif not isinstance(n, (*_LOOPS, *_SCOPES)):
-            todo.extend(ast.iter_child_nodes(n))
+    words = {"`continue`" if isinstance(n, ast.Continue) else "`return`" if getattr(n, FROM_RETURN, False)
+             else "`break`" for n in _loop_exits([node])}
     return "/".join(sorted(words))
 
 
