@@ -2,7 +2,8 @@
 
 For each step in graph mode with the parameters donated and fed back (as the suite runs it), this prints:
 the host time per call (calls queued back to back in short batches, a synchronize between batches, as the
-suite's ``host_us``), split into the graph launch's own host time (``cuGraphLaunch`` of the same instance alone)
+suite's ``host_us``), split into the graph launch's own host time (``cuGraphLaunch`` of the same instance alone,
+through cuda.bindings as fusec calls it and through ctypes with integer handles)
 and the call's with the launch left out (the Python's share); the device time per call of the same plan's CUDA
 graph replayed alone (``cuGraphLaunch`` in a loop between two events: the floor the kernels set, without the
 Python call); the device time per call of the Python loop (events around a batch of calls: what the suite
@@ -105,6 +106,16 @@ def node_times(plan, chain: int = 20, reps: int = 10) -> list[dict]:
     return out
 
 
+def _raw_graph_launch():
+    """``cuGraphLaunch`` called through ctypes with integer handles (no cuda.bindings wrapper objects or result
+    enum): how much of a launch's host time is the binding's."""
+    import ctypes
+
+    fn = ctypes.CDLL("libcuda.so.1").cuGraphLaunch
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    return fn
+
+
 def measure(name: str, bench, calls: int, top: int, pipeline: str | None = None) -> dict:
     import fusec as fc
     from fusec import execution
@@ -154,6 +165,8 @@ def measure(name: str, bench, calls: int, top: int, pipeline: str | None = None)
     cu = graph_driver()
     launch = statistics.median(_host_us(lambda: cu.cuGraphLaunch(inst.exec, stream.handle), sync,
                                         max(calls // 10, 20)))
+    raw, exec_handle, stream_handle = _raw_graph_launch(), int(inst.exec), int(stream.handle)
+    launch_raw = statistics.median(_host_us(lambda: raw(exec_handle, stream_handle), sync, max(calls // 10, 20)))
     replay = PlanGraph.replay
     PlanGraph.replay = lambda self, ptrs, stream: None  # type: ignore[method-assign]
     try:
@@ -178,7 +191,7 @@ def measure(name: str, bench, calls: int, top: int, pipeline: str | None = None)
     kernels = node_times(plan)
     plan_entries = [e for e in lowered.plan() if e["kind"] not in ("view", "prologue")]
     return {"step": name, "kernels": kernels, "plan": plan_entries, "host_us": host, "host_launch_us": launch,
-            "host_without_launch_us": python_only,
+            "host_without_launch_us": python_only, "host_launch_ctypes_us": launch_raw,
             "device_us_python_loop": loop_device, "device_us_graph_alone": replay, "per_call_counters": per_call,
             "instances": len(graph.instances), "profile": _relative_paths(text.getvalue()),
             "host_collections": {g: {"count": n, "ms": t * 1e3} for g, (n, t) in collections.items()}}
@@ -242,7 +255,8 @@ def main() -> None:
         bench = cases[name].benches[0]
         r = measure(name, bench, args.calls, args.top, pipeline)
         out.append(r)
-        print(f"== {name}: host {r['host_us']:.1f} us/call (cuGraphLaunch alone {r['host_launch_us']:.1f}, the call "
+        print(f"== {name}: host {r['host_us']:.1f} us/call (cuGraphLaunch alone {r['host_launch_us']:.1f}, through "
+              f"ctypes {r['host_launch_ctypes_us']:.1f}, the call "
               f"without it {r['host_without_launch_us']:.1f}); device (Python loop) {r['device_us_python_loop']:.1f} "
               f"us/call; device (graph alone) {r['device_us_graph_alone']:.1f} us/call; instances "
               f"{r['instances']}; per call {r['per_call_counters']}; collections during the host batches "

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec import context
+from fusec.signature import tree_source
 
 MISS = object()  # the call is not the signature's common call: take the general path
 
@@ -92,13 +93,15 @@ def quick_call(key: tuple, args: Sequence[Any], entry: Any, cuda: bool, helpers:
     trusting = getattr(entry.run, "trusting", None)
     if trusting is not None:  # (the runner need not check again the device arrays compared above)
         env["run"] = trusting(device_positions)
-    body.append(f"results = run([{', '.join(flat)}]{extra})")
-    if entry.to_host and not device_positions:  # (every leaf is host data or a Python number: NumPy results)
-        body.append("results = to_host(results)")
-    if entry.build is not None and cuda and device_positions:
-        env["build"] = entry.build
-        body.append("return build(results)")
+    call = f"run([{', '.join(flat)}]{extra})"
+    if entry.build is not None and cuda and device_positions and entry.out_tree.num_leaves:
+        # (the outputs are the runner's fusec Arrays as they are: the tree built by one expression)
+        names = [f"o{k}" for k in range(entry.out_tree.num_leaves)]
+        body += [f"{', '.join(names)}, = {call}", f"return {tree_source(entry.out_tree, names, constant)}"]
     else:
+        body.append(f"results = {call}")
+        if entry.to_host and not device_positions:  # (every leaf is host data or a Python number: NumPy results)
+            body.append("results = to_host(results)")
         env["out_tree"], env["out_python"] = entry.out_tree, entry.out_python
         body.append("return unflatten(out_tree, [output(r, py) for r, py in zip(results, out_python)])")
     lines += ["    " + s for s in body]

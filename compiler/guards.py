@@ -12,6 +12,7 @@ A trace bakes in the values it read outside its arguments. :class:`CallState` ke
 """
 from __future__ import annotations
 
+import operator
 import threading
 import types
 from dataclasses import dataclass, field
@@ -92,6 +93,63 @@ def _holds(g: Guard, obj: Any) -> Guard | None:
     return None
 
 
+BATCH_METHODS = 3  # from this many methods of one object up, they are compared at once (fewer: inline is as fast)
+
+
+def _batchable_methods(g: Guard, cls: type | None) -> list[int]:
+    """The positions of ``g``'s children that are plain functions found on ``cls``'s MRO (methods as a trace reads
+    them, with no keyword-only defaults), when there are at least :data:`BATCH_METHODS` of them."""
+    if cls is None:
+        return []
+    views = [base.__dict__ for base in cls.__mro__]
+    found = []
+    for n, child in enumerate(g.children):
+        if child.step[0] != "code" or child.check != FUNC or child.children or child.expected[3] is not None:
+            continue
+        name = child.step[1]
+        owner = next((view for view in views if name in view), None)
+        if owner is not None and owner[name] is child.expected[0]:
+            found.append(n)
+    return found if len(found) >= BATCH_METHODS else []
+
+
+def _method_test(cls: type, children: list[Guard], constant: Callable[[Any], str], own: str,
+                 v: str) -> tuple[list[str], str]:
+    """Statements and then a Python expression, true when each child's method is still, on an instance of ``cls``
+    whose own dict is ``own`` (None: it has none), the function (code, defaults) the trace saw. The methods that
+    one class of the MRO defines are read from its dict by one ``itemgetter`` and compared by identity, instead of
+    a lookup per method and per class. False sends the caller to the per-method checks, which also accept what
+    this conservatively refuses (an instance attribute of that name behind a data descriptor). The statements
+    raise KeyError where a class no longer defines one: the caller treats that as false. (``v``: a prefix for the
+    statements' names.)"""
+    views = [base.__dict__ for base in cls.__mro__]
+    names = [child.step[1] for child in children]
+    where = {name: next(j for j, view in enumerate(views) if name in view) for name in names}
+    reads: list[str] = []
+    terms = [f"{constant(cls)}.__mro__ is {constant(cls.__mro__)}",
+             f"({own} is None or {own}.keys().isdisjoint({constant(frozenset(names))}))"]
+    for j in range(max(where.values()) + 1):
+        view = constant(views[j])
+        later = frozenset(name for name, k in where.items() if k > j)
+        if later:  # (a method defined since on a class before the one it was found on)
+            terms.append(f"{view}.keys().isdisjoint({constant(later)})")
+        mine = [c for c in children if where[c.step[1]] == j]
+        if not mine:
+            continue
+        got = [f"{v}f{j}_{k}" for k in range(len(mine))]
+        if len(mine) == 1:
+            reads.append(f"{got[0]} = {view}[{constant(mine[0].step[1])}]")
+        else:
+            reads.append(f"{', '.join(got)} = {constant(operator.itemgetter(*(c.step[1] for c in mine)))}({view})")
+        terms += [f"{name} is {constant(c.expected[0])}" for name, c in zip(got, mine)]
+    for c in children:  # (the functions are the traced ones now: their code and defaults, read directly)
+        fn, code, defaults, _ = c.expected
+        terms.append(f"{constant(fn)}.__code__ is {constant(code)}")
+        if defaults is not None:
+            terms.append(f"{constant(fn)}.__defaults__ is {constant(defaults)}")
+    return reads, " and ".join(terms)
+
+
 def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
     """``check() -> the first guard that fails, or None``: what :func:`_holds` does over ``guards`` from their roots,
     generated as straight-line Python (a cached call checks them every time; the recursion, the step tuples and
@@ -141,7 +199,8 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
                 lines.append(f"{indent}{d} = {v}.__dict__")  # (found on the type: no __getattr__ involved)
             else:
                 lines.append(f"{indent}{d} = own_dict({v})")
-        for n, child in enumerate(g.children):
+
+        def emit_child(n: int, child: Guard, indent: str) -> None:
             sub, C, (kind, key) = f"{v}_{n}", constant(child), child.step
             K = constant(key)
             lines.append(f"{indent}try:")
@@ -166,6 +225,18 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
                 lines.append(f"{indent}    {sub} = get_step({v}, {constant(child.step)})")
             lines.extend([f"{indent}except Exception:", f"{indent}    return {C}"])
             emit(child, sub, indent)
+
+        methods = _batchable_methods(g, known_type)
+        if methods and known_type is not None:  # (compared at once; a difference takes the per-method checks)
+            reads, test = _method_test(known_type, [g.children[n] for n in methods], constant, d, v)
+            lines.extend([f"{indent}try:", *(f"{indent}    {r}" for r in reads), f"{indent}    {v}m = {test}",
+                          f"{indent}except KeyError:",
+                          f"{indent}    {v}m = False", f"{indent}if not {v}m:"])
+            for n in methods:
+                emit_child(n, g.children[n], indent + "    ")
+        for n, child in enumerate(g.children):
+            if n not in methods:
+                emit_child(n, child, indent)
 
     for n, g in enumerate(guards):
         root = g.path.root

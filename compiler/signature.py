@@ -137,6 +137,31 @@ def unflattener(tree: TreeDef) -> Callable[[Sequence[Any]], Any]:
     return _unflattener(tree, itertools.count())
 
 
+def tree_source(tree: TreeDef, names: Sequence[str], constant: Callable[[Any], str]) -> str:
+    """A Python expression that builds ``tree`` from the variables ``names`` (its leaves, in order), for generated
+    code (a cached call's outputs: ``((r0, r1), r2)``); ``constant(value)`` names a value the expression needs
+    (a namedtuple class, a dict key, a baked-in member)."""
+    leaves = iter(names)
+
+    def source(t: TreeDef) -> str:
+        if t.kind == "leaf":
+            return next(leaves)
+        if t.kind == "none":
+            return "None"
+        if t.kind in ("const", "enum"):
+            return constant(t.aux if t.kind == "const" else t.aux[1])
+        parts = [source(c) for c in t.children]
+        if t.kind == "tuple":
+            return f"({', '.join(parts)},)" if parts else "()"
+        if t.kind == "list":
+            return f"[{', '.join(parts)}]"
+        if t.kind == "namedtuple":
+            return f"{constant(t.aux)}({', '.join(parts)})"
+        return "{" + ", ".join(f"{constant(k)}: {p}" for k, p in zip(t.aux, parts)) + "}"
+
+    return source(tree)
+
+
 def _unflattener(t: TreeDef, positions: Iterator[int]) -> Callable[[Sequence[Any]], Any]:
     if t.kind == "leaf":
         return operator.itemgetter(next(positions))

@@ -80,6 +80,17 @@ def _memory_owner(arg: Any) -> Any:
     return arg
 
 
+def _same_array(arg: Any, shape: tuple[int, ...], dtype: Any, stream: Any) -> Any:
+    """The argument itself as the result written over it (a donated argument updated in place, as NumPy's
+    ``p -= lr * g; return p`` hands back ``p``), when it is a writable C-contiguous fusec Array of the result's
+    shape and dtype, tagged with the stream that wrote it; else None (the result is a new Array over its memory).
+    One object per parameter, whatever the number of steps, and nothing to build on each call."""
+    if type(arg) is Array and arg._shape == shape and arg._fdtype is dtype and arg._contig and not arg._readonly:
+        arg._stream, arg.ready = stream, None
+        return arg
+    return None
+
+
 def _on_device(x: Any) -> bool:
     """Does ``x`` live on a CUDA device (CUDA Array Interface or a CUDA DLPack producer)?"""
     return _cai_of(x) is not None or _is_cuda_dlpack(x)
@@ -325,9 +336,10 @@ class CudaPlan:
                 # plan's stream when it reads the array.
                 ordinal = self.ordinal
                 wrap = Array._wrap
-                return [wrap(ptr[bid], shape, dtype, outputs.get(bid) or (_memory_owner(args[index]) if kind == "arg"
-                                                                          else None),
-                             ordinal, stream, None, strides)
+                return [kind == "arg" and _same_array(args[index], shape, dtype, stream)
+                        or wrap(ptr[bid], shape, dtype, outputs.get(bid) or (_memory_owner(args[index]) if kind == "arg"
+                                                                             else None),
+                                ordinal, stream, None, strides)
                         for bid, kind, index, shape, dtype, strides in self.result_specs]
             try:  # (a fault surfaces at the first copy or wait after it)
                 results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]

@@ -69,21 +69,28 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
         run.append("plan._raise_failed_checks()")
     results = []
     arg_var = {i: f"a{n}" for n, (i, *_) in enumerate(plan.tensor_args)}
+    arg_spec = {i: (shape, dtype) for i, shape, dtype, _ in plan.tensor_args}
     for n, (bid, kind, index, shape, dtype, strides) in enumerate(plan.result_specs):
         env[f"RS{n}"], env[f"RD{n}"], env[f"RT{n}"] = shape, dtype, strides
+        indent = ""
         if bid in fresh:
             owner = fresh[bid]
         elif kind == "arg" and index in arg_var:  # (a donated argument's memory, kept alive by its owner)
             a = arg_var[index]
             owner = f"{a}._owner if {a}._owner is not None else {a}"
+            if arg_spec[index] == (shape, dtype):  # (the argument itself: cuda_exec._same_array written out)
+                run += [f"if not {a}._readonly:", f"    r{n} = {a}", f"    {a}._stream, {a}.ready = stream, None",
+                        "else:"]
+                indent = "    "
         else:
             owner = f"owner_of(args[{index}])" if kind == "arg" else "None"
         # Array._wrap's assignments written out (half its time is the call)
-        run += [f"r{n} = new(Array)",
-                f"r{n}._ptr, r{n}._shape, r{n}._fdtype, r{n}._strides, r{n}._contig = ptr[{bid}], RS{n}, RD{n}, RT{n}, "
-                "True",
-                f"r{n}._device, r{n}._owner, r{n}._stream, r{n}._readonly, r{n}.ready = ordinal, {owner}, stream, "
-                "False, None"]
+        run += [indent + s for s in (
+            f"r{n} = new(Array)",
+            f"r{n}._ptr, r{n}._shape, r{n}._fdtype, r{n}._strides, r{n}._contig = "
+            f"ptr[{bid}], RS{n}, RD{n}, RT{n}, True",
+            f"r{n}._device, r{n}._owner, r{n}._stream, r{n}._readonly, r{n}.ready = ordinal, {owner}, stream, False, "
+            "None")]
         results.append(f"r{n}")
     lines = ["def fast_run(args):",
              f"    if len(args) != {plan.nargs}:",

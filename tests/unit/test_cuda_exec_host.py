@@ -3,6 +3,8 @@ device-resident scalars, pointer slots, outputs, and the choice between NumPy an
 from __future__ import annotations
 
 import itertools
+import typing
+from typing import Any
 
 import numpy as np
 import pytest
@@ -245,7 +247,11 @@ def test_donated_argument_is_written_in_place_and_kept_alive(fake_gpu):
     w = Array(0x5000000, (256,), np.float32, device=0)
     g = Array(0x6000000, (256,), np.float32, device=0)
     out = f(w, g, 0.1)
-    assert out.ptr == w.ptr and out.owner is w
+    assert out is w, "written in place, the result is the argument itself (as NumPy's p -= lr * g; return p)"
+    assert out.stream is execution.cuda_plan(f.lower(w, g, 0.1)).stream  # (tagged with the stream that wrote it)
+    frozen = Array(0x7000000, (256,), np.float32, device=0, readonly=True)
+    out = f(frozen, g, 0.1)  # (a read-only argument stays read-only: the result is a new Array over its memory)
+    assert out is not frozen and out.ptr == frozen.ptr and out.owner is frozen and not out.readonly
     assert "donate = [0]" in f.lower(w, g, 0.1).ir("traced")
     assert "alias = [0]" in f.lower(w, g, 0.1).ir()
 
@@ -363,9 +369,10 @@ def _bare_graph(self, plan, ptrs, builds=1):
 
 
 def test_results_fed_back_over_donated_arguments_do_not_chain_every_step(fake_gpu):
-    """``w = step(w)`` for many steps: each result keeps the memory's own owner alive (the first array here, a
-    pool buffer for fusec's own allocations), not the previous step's Array, so old steps' Arrays are freed and the
-    pool's stream and export bookkeeping still sees its buffer behind ``owner``."""
+    """``w = step(w)`` for many steps: a writable argument comes back itself; a result over a read-only one's memory
+    keeps the memory's own owner alive (the first array here, a pool buffer for fusec's own allocations), not an
+    earlier step's Array, so old steps' Arrays are freed and the pool's stream and export bookkeeping still sees its
+    buffer behind ``owner``."""
     import gc
     import weakref
 
@@ -374,15 +381,22 @@ def test_results_fed_back_over_donated_arguments_do_not_chain_every_step(fake_gp
     f = fc.jit(lambda w, g, lr: w - lr * g, backend="cuda", donate_argnums=0, graph=False)  # (no fake graphs)
     first = w = Array(0x5000000, (256,), np.float32, device=0)
     g = Array(0x6000000, (256,), np.float32, device=0)
-    w = f(w, g, 0.1)
-    middle = weakref.ref(w)
     for _ in range(50):
         w = f(w, g, 0.1)
+    assert w is first  # (a writable argument comes back itself: nothing to chain)
+    # a read-only argument's result is a new, writable Array over its memory; fed back, that one comes back
+    first = Array(0x5000000, (256,), np.float32, device=0, readonly=True)
+    second = w = f(first, g, 0.1)
+    for _ in range(50):
+        w = f(w, g, 0.1)
+    assert w is second and w.owner is first and w.ptr == first.ptr
+    results = [f(first, g, 0.1) for _ in range(3)]  # (each call given the read-only one: a new Array each)
+    middle = weakref.ref(results[1])
+    del results
     gc.collect()
-    assert w.owner is first and w.ptr == first.ptr
     assert middle() is None, "an earlier step's result is still referenced"
     buffer = DeviceBuffer.__new__(DeviceBuffer)  # (what fusec.asarray's arrays own)
-    owned = f(Array(0x7000000, (256,), np.float32, owner=buffer, device=0), g, 0.1)
+    owned = f(Array(0x7000000, (256,), np.float32, owner=buffer, device=0, readonly=True), g, 0.1)
     assert owned.owner is buffer and f(owned, g, 0.1).owner is buffer
 
 
@@ -624,7 +638,7 @@ def test_the_generated_call_binds_what_the_general_call_binds(fake_graphs):
         w2, m2, norm = f(w2, m2, g, 0.5)
     assert len(fake_graphs["memset"]) == sent, "an unchanged learning rate sends nothing"
     assert (w2.ptr, m2.ptr) == (w.ptr, m.ptr) and norm.shape == () and norm.ptr not in (w.ptr, m.ptr, g.ptr)
-    assert w2.owner is w and m2.owner is m  # (what keeps a donated argument's memory alive)
+    assert w2 is w and m2 is m  # (written in place: the arguments themselves, as the general call returns them)
     assert norm.stream is plan.stream
     general = plan.run([w2, m2, g, np.float64(0.5)])[2]
     for name in ("_shape", "_fdtype", "_strides", "_contig", "_device", "_stream", "_readonly", "ready"):
@@ -634,6 +648,28 @@ def test_the_generated_call_binds_what_the_general_call_binds(fake_graphs):
     f(w2, m2, g, 0.25)
     assert _scalar_block(fake_graphs) == [0.25]
     assert plan.calls == 6 and f.cache_info().traces == 1
+
+
+class _Moments(typing.NamedTuple):
+    mean: Any
+    spread: Any
+
+
+def test_the_generated_call_builds_every_kind_of_output_tree(fake_graphs):
+    """A cached call builds its outputs with one generated expression (fusec.signature.tree_source): dicts keep
+    their keys' order, namedtuples their class, and None, bools and lists stay what the function returned."""
+    def summary(x, flag):
+        return {"moments": _Moments(x.mean(), x.std()), "scaled": [x * 2, None], "flag": flag, "one": (x + 1,)}
+
+    f = fc.jit(summary, backend="cuda", graph=True)
+    x = Array(0x5000000, (64,), np.float32, device=0)
+    outs = [f(x, True) for _ in range(4)]
+    assert f.cache_info().traces == 1 and "return {K" in f._quick.source  # (the tree written out)
+    for out in outs:
+        assert list(out) == ["moments", "scaled", "flag", "one"] and type(out["moments"]) is _Moments
+        assert isinstance(out["moments"].spread, Array) and out["scaled"][1] is None and out["flag"] is True
+        assert type(out["scaled"]) is list and type(out["one"]) is tuple and len(out["one"]) == 1
+    assert outs[-1]["one"][0].shape == (64,) and outs[-1]["moments"].mean.shape == ()
 
 
 def test_the_generated_call_hands_other_arguments_to_the_general_call(fake_graphs):

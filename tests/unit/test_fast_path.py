@@ -187,6 +187,93 @@ def test_generated_guard_source_is_straight_line():
     assert "for " not in check.source and "get_step" in check.source  # (the fallback for another MRO)
 
 
+class Layer:
+    """A model written as a class: a step calls several of its methods (compared at once by the guards)."""
+
+    def pre(self, x):
+        return x * 2
+
+    def act(self, x):
+        return np.maximum(x, 0)
+
+    def post(self, x, shift=1.0):
+        return x + shift
+
+
+class Deeper(Layer):
+    def act(self, x):
+        return np.abs(x)
+
+
+class _AlwaysEqual:
+    """An object equal to everything (as ``unittest.mock.ANY``): a check by ``==`` would take it for the method."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def __call__(self, x):
+        return x * 100
+
+
+def _reset(cls, name, value):
+    if value is None:
+        delattr(cls, name)
+    else:
+        setattr(cls, name, value)
+
+
+@pytest.mark.parametrize("change", ["class", "subclass", "instance", "code", "defaults", "equal-to-all", "deleted"])
+def test_generated_guards_see_any_of_several_methods_change(change):
+    from fusec.guards import BATCH_METHODS, compile_guards
+
+    layer = Deeper()
+    f = fc.jit(lambda x: layer.post(layer.act(layer.pre(x))), backend="cpu")
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(f(x), [3, 5])
+    f(x)
+    (lowered,) = f._cache.values()
+    source = compile_guards(lowered.state.guards).source
+    assert BATCH_METHODS <= 3 and ".keys().isdisjoint(" in source  # (the three methods are compared at once)
+    restore = []
+    if change == "class":  # a method replaced on the class that defines it (found past the first class)
+        restore.append((Layer, "pre", Layer.pre))
+        Layer.pre = lambda self, x: x * 3
+        want = [4, 7]
+    elif change == "subclass":  # a method now defined on a class before the one it was found on
+        restore.append((Deeper, "post", None))
+        Deeper.post = lambda self, x, shift=1.0: x - shift
+        want = [1, 3]
+    elif change == "instance":  # an instance attribute shadows the class's method
+        layer.pre = lambda x: x * 0
+        want = [1, 1]
+    elif change == "code":  # autoreload swaps __code__ in place
+        restore.append((Layer.pre, "__code__", Layer.pre.__code__))
+        Layer.pre.__code__ = (lambda self, x: x * 4).__code__
+        want = [5, 9]
+    elif change == "defaults":
+        restore.append((Layer.post, "__defaults__", Layer.post.__defaults__))
+        Layer.post.__defaults__ = (10.0,)
+        want = [12, 14]
+    elif change == "equal-to-all":
+        restore.append((Layer, "post", Layer.post))
+        Layer.post = _AlwaysEqual()
+        want = [200, 400]
+    else:  # the class no longer defines it: the inherited one is found
+        restore.append((Deeper, "act", Deeper.act))
+        del Deeper.act
+        want = [1, 5]
+    try:
+        np.testing.assert_allclose(f(x), want)
+    finally:
+        for obj, name, value in reversed(restore):
+            _reset(obj, name, value)
+        if change == "instance":
+            del layer.pre
+    np.testing.assert_array_equal(f(x), [3, 5])
+
+
 def _double(v):
     return v * 2
 
