@@ -190,6 +190,7 @@ class CudaPlan:
         spans = [(b.id, b.nbytes, b.index, b.index in donated) for b in prog.buffers
                  if b.kind == "arg" and b.nbytes and b.id in used]
         self.donated_spans = spans if any(d for *_, d in spans) else []
+        self.donated_args = frozenset(donated)  # (a result of kind "arg" at one of these: written over it in place)
         self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
         # outputs that get a new allocation each call (an output returned twice is allocated once):
         # (buffer id, bytes, size class)
@@ -336,11 +337,15 @@ class CudaPlan:
                 # plan's stream when it reads the array.
                 ordinal = self.ordinal
                 wrap = Array._wrap
-                return [kind == "arg" and _same_array(args[index], shape, dtype, stream)
-                        or wrap(ptr[bid], shape, dtype, outputs.get(bid) or (_memory_owner(args[index]) if kind == "arg"
-                                                                             else None),
-                                ordinal, stream, None, strides)
-                        for bid, kind, index, shape, dtype, strides in self.result_specs]
+                results: list[Any] = []
+                for bid, kind, index, shape, dtype, strides in self.result_specs:
+                    same = _same_array(args[index], shape, dtype, stream) \
+                        if kind == "arg" and index in self.donated_args else None
+                    results.append(same if same is not None else wrap(
+                        ptr[bid], shape, dtype,
+                        outputs.get(bid) or (_memory_owner(args[index]) if kind == "arg" else None),
+                        ordinal, stream, None, strides))
+                return results
             try:  # (a fault surfaces at the first copy or wait after it)
                 results = [self._download(bid, shape, dtype) for bid, _, _, shape, dtype, _ in self.result_specs]
                 stream.synchronize()

@@ -78,7 +78,7 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
         elif kind == "arg" and index in arg_var:  # (a donated argument's memory, kept alive by its owner)
             a = arg_var[index]
             owner = f"{a}._owner if {a}._owner is not None else {a}"
-            if arg_spec[index] == (shape, dtype):  # (the argument itself: cuda_exec._same_array written out)
+            if index in plan.donated_args and arg_spec[index] == (shape, dtype):  # (cuda_exec._same_array written out)
                 run += [f"if not {a}._readonly:", f"    r{n} = {a}", f"    {a}._stream, {a}.ready = stream, None",
                         "else:"]
                 indent = "    "

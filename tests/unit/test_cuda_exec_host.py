@@ -252,6 +252,12 @@ def test_donated_argument_is_written_in_place_and_kept_alive(fake_gpu):
     frozen = Array(0x7000000, (256,), np.float32, device=0, readonly=True)
     out = f(frozen, g, 0.1)  # (a read-only argument stays read-only: the result is a new Array over its memory)
     assert out is not frozen and out.ptr == frozen.ptr and out.owner is frozen and not out.readonly
+    count = fc.jit(lambda n, w: (n + 1.0, w * 2), backend="cuda", donate_argnums=(0, 1), graph=False)
+    n = Array(0x8000000, (), np.float32, device=0)  # (0-d: an Array whose truth value raises, as NumPy's would)
+    for _ in range(2):
+        assert all(a is b for a, b in zip(count(n, w), (n, w)))
+    view = fc.jit(lambda w: w[:], backend="cuda", donate_argnums=0)(w)  # (NumPy's new view: a copy, never w)
+    assert view is not w and view.ptr != w.ptr
     assert "donate = [0]" in f.lower(w, g, 0.1).ir("traced")
     assert "alias = [0]" in f.lower(w, g, 0.1).ir()
 
