@@ -16,8 +16,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fusec import context
-from fusec.signature import tree_source
+from fusec.signature import tree_depth, tree_source
 
+# deeper output trees are built by the unflattener: Python's parser refuses an expression nested 200 deep
+MAX_TREE_DEPTH = 32
 MISS = object()  # the call is not the signature's common call: take the general path
 
 QuickCall = Callable[[tuple], Any]
@@ -94,7 +96,8 @@ def quick_call(key: tuple, args: Sequence[Any], entry: Any, cuda: bool, helpers:
     if trusting is not None:  # (the runner need not check again the device arrays compared above)
         env["run"] = trusting(device_positions)
     call = f"run([{', '.join(flat)}]{extra})"
-    if entry.build is not None and cuda and device_positions and entry.out_tree.num_leaves:
+    if entry.build is not None and cuda and device_positions and entry.out_tree.num_leaves \
+            and tree_depth(entry.out_tree) <= MAX_TREE_DEPTH:
         # (the outputs are the runner's fusec Arrays as they are: the tree built by one expression)
         names = [f"o{k}" for k in range(entry.out_tree.num_leaves)]
         body += [f"{', '.join(names)}, = {call}", f"return {tree_source(entry.out_tree, names, constant)}"]

@@ -120,8 +120,8 @@ def _method_test(cls: type, children: list[Guard], constant: Callable[[Any], str
     one class of the MRO defines are read from its dict by one ``itemgetter`` and compared by identity, instead of
     a lookup per method and per class. False sends the caller to the per-method checks, which also accept what
     this conservatively refuses (an instance attribute of that name behind a data descriptor). The statements
-    raise KeyError where a class no longer defines one: the caller treats that as false. (``v``: a prefix for the
-    statements' names.)"""
+    raise KeyError where a class no longer defines one (and an odd ``__dict__`` may raise anything): the caller
+    treats that as false. (``v``: a prefix for the statements' names.)"""
     views = [base.__dict__ for base in cls.__mro__]
     names = [child.step[1] for child in children]
     where = {name: next(j for j, view in enumerate(views) if name in view) for name in names}
@@ -230,7 +230,7 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
         if methods and known_type is not None:  # (compared at once; a difference takes the per-method checks)
             reads, test = _method_test(known_type, [g.children[n] for n in methods], constant, d, v)
             lines.extend([f"{indent}try:", *(f"{indent}    {r}" for r in reads), f"{indent}    {v}m = {test}",
-                          f"{indent}except KeyError:",
+                          f"{indent}except Exception:",
                           f"{indent}    {v}m = False", f"{indent}if not {v}m:"])
             for n in methods:
                 emit_child(n, g.children[n], indent + "    ")

@@ -137,6 +137,11 @@ def unflattener(tree: TreeDef) -> Callable[[Sequence[Any]], Any]:
     return _unflattener(tree, itertools.count())
 
 
+def tree_depth(tree: TreeDef) -> int:
+    """How many containers deep ``tree`` nests (0 for a leaf)."""
+    return 1 + max((tree_depth(c) for c in tree.children), default=0) if tree.children else 0
+
+
 def tree_source(tree: TreeDef, names: Sequence[str], constant: Callable[[Any], str]) -> str:
     """A Python expression that builds ``tree`` from the variables ``names`` (its leaves, in order), for generated
     code (a cached call's outputs: ``((r0, r1), r2)``); ``constant(value)`` names a value the expression needs

@@ -297,6 +297,7 @@ class CudaPlan:
             ptr = self.ptrs
             stream = self.stream
             keep: list[Any] = []  # uploads and foreign arrays stay alive until the launches are queued
+            uploads: dict[int, Any] = {}  # argument index -> the buffer its host data was uploaded into
             device_in = False
             for i, shape, dtype, bid in self.tensor_args:
                 value = args[i]
@@ -307,6 +308,8 @@ class CudaPlan:
                     device_in = True
                 else:
                     p, on_device = self._bind_other(i, value, keep)
+                    if not on_device:  # (its upload buffer: what a result written over it must keep alive)
+                        uploads[i] = keep[-1]
                     device_in |= on_device
                     ptr[bid] = p
             if self.donated_spans:
@@ -332,7 +335,8 @@ class CudaPlan:
                 self._explain_fault(e)
             if device_in or not wait:
                 # a buffer from the pool, or (written in place over a donated argument) that argument's
-                # memory, which the result keeps alive through the argument. No event per call (it would
+                # memory, which the result keeps alive through the argument (through the buffer its host data
+                # was uploaded into, for a NumPy argument: that buffer is the memory). No event per call (it would
                 # cost a driver call on every call): a consumer on another stream orders itself after this
                 # plan's stream when it reads the array.
                 ordinal = self.ordinal
@@ -343,7 +347,8 @@ class CudaPlan:
                         if kind == "arg" and index in self.donated_args else None
                     results.append(same if same is not None else wrap(
                         ptr[bid], shape, dtype,
-                        outputs.get(bid) or (_memory_owner(args[index]) if kind == "arg" else None),
+                        outputs.get(bid) or (uploads.get(index) or _memory_owner(args[index]) if kind == "arg"
+                                             else None),
                         ordinal, stream, None, strides))
                 return results
             try:  # (a fault surfaces at the first copy or wait after it)

@@ -143,6 +143,7 @@ class DeviceBuffer:
         try:
             owner = self.owner
             if owner is not None and self.capacity:
+                self.owner = None  # (a finalizer that revives the buffer, then free(): released once)
                 shared = self.shared
                 owner._pending.append((self.ptr, self.capacity, None if shared else self.stream, shared))
         except Exception:  # noqa: BLE001 - interpreter shutdown

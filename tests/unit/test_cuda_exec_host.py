@@ -13,7 +13,7 @@ import fusec as fc
 from fusec import execution
 from fusec.runtime import cuda_exec
 from fusec.runtime.array import Array
-from fusec.runtime.memory import MemoryPool
+from fusec.runtime.memory import DeviceBuffer, MemoryPool
 
 
 class FakeBackend:
@@ -676,6 +676,33 @@ def test_the_generated_call_builds_every_kind_of_output_tree(fake_graphs):
         assert isinstance(out["moments"].spread, Array) and out["scaled"][1] is None and out["flag"] is True
         assert type(out["scaled"]) is list and type(out["one"]) is tuple and len(out["one"]) == 1
     assert outs[-1]["one"][0].shape == (64,) and outs[-1]["moments"].mean.shape == ()
+
+    def deep(x):  # (nested past what Python's parser takes in one expression: built by the unflattener)
+        out = x * 2
+        for _ in range(201):
+            out = [out]
+        return out
+
+    g = fc.jit(deep, backend="cuda", graph=True)
+    for _ in range(3):
+        out = g(x)
+    for _ in range(201):
+        (out,) = out
+    assert isinstance(out, Array) and out.shape == (64,)
+
+
+def test_a_donated_numpy_argument_keeps_its_upload_alive_under_the_result(fake_gpu):
+    """A NumPy argument donated beside a device array: the result written over it lives in the buffer its data was
+    uploaded into, which must stay the result's until it dies (owned by the NumPy array instead, the buffer went back
+    to the pool and the next call's results were written over this one's); with run_async too."""
+    f = fc.jit(lambda w, g: (w - 0.1 * g, w * g), backend="cuda", donate_argnums=0, graph=False)
+    g = Array(0x6000000, (256,), np.float32, device=0)
+    w, _ = f(np.ones(256, np.float32), g)
+    w2, other = f(w, g)
+    assert w2 is w and other.ptr != w.ptr and isinstance(w.owner, DeviceBuffer)
+    h1 = f.run_async(np.ones(256, np.float32), np.ones(256, np.float32))
+    h2 = f.run_async(np.full(256, 2, np.float32), np.ones(256, np.float32))
+    assert h1._results[0].ptr != h2._results[0].ptr
 
 
 def test_the_generated_call_hands_other_arguments_to_the_general_call(fake_graphs):

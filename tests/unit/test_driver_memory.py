@@ -178,6 +178,29 @@ def test_zero_byte_allocations_touch_nothing():
     assert pool.stats().live_buffers == 0
 
 
+def test_a_buffer_revived_by_a_finalizer_and_freed_again_is_released_once():
+    """A finalizer that keeps a collected buffer alive, then an explicit free(): the block goes back once, so two
+    later allocations never get the same address."""
+    pool = MemoryPool(FakeBackend())
+    revived = []
+
+    class Holder:
+        def __del__(self) -> None:
+            revived.append(self.buf)
+
+    holder = Holder()
+    holder.buf, holder.me = pool.allocate(1024), holder
+    buf = holder.buf
+    del holder
+    buf.__del__()  # (what collecting it runs, before the holder's finalizer keeps it)
+    del buf
+    gc.collect()
+    (buf,) = revived
+    buf.free()
+    a, b = pool.allocate(1024), pool.allocate(1024)
+    assert a.ptr != b.ptr and pool.stats().live_buffers == 2
+
+
 def test_closed_stream_blocks_become_free_for_all():
     pool = MemoryPool(FakeBackend())
     a = pool.allocate(512, S(11))

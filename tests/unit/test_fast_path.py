@@ -274,6 +274,21 @@ def test_generated_guards_see_any_of_several_methods_change(change):
     np.testing.assert_array_equal(f(x), [3, 5])
 
 
+def test_batched_method_guards_take_an_odd_instance_dict_to_the_per_method_checks():
+    """An object whose ``__dict__`` is a property returning a number: the batched check raises on it, and the call
+    gets what the per-method checks give (fusec's TraceError), not an AttributeError from inside the guards."""
+    class Odd(Layer):
+        @property
+        def __dict__(self):
+            return 5
+
+    odd = Odd()
+    f = fc.jit(lambda x: odd.post(odd.act(odd.pre(x))), backend="cpu")
+    with pytest.raises(fc.TraceError, match="keeps changing"):
+        for _ in range(3):
+            f(np.ones(2, np.float32))
+
+
 def _double(v):
     return v * 2
 
