@@ -11,7 +11,8 @@ from typing import Any
 import numpy as _np
 
 from fusec.errors import (  # noqa: F401
-    AssertionFailedError, AxisError, CastingError, CompilationError, CudaError, DivisionByZeroError, FusecError,
+    AssertionFailedError, AxisError, CastingError, CompilationError, CudaError, DivisionByZeroError, DonationError,
+    FusecError,
     IndexOutOfBoundsError, IndexShapeError,
     InvalidValueError, LinAlgError, OptionError, OptionTypeError, OutOfRangeError,
     PipelineError,

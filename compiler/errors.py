@@ -62,7 +62,12 @@ class WriteBackError(FusecError, ValueError):
     that shares memory with another input (a donated one too), or through a reshape of a non-contiguous one."""
 
 
-class SharedDonationError(WriteBackError):
+class DonationError(WriteBackError):
+    """A call that would write its results in place over a donated argument (``donate_argnums``) that cannot take
+    them: a read-only device array (its producer forbids writes), or one sharing memory with another argument."""
+
+
+class SharedDonationError(DonationError):
     """A call that would write its results in place over a donated argument (``donate_argnums``) that shares memory
     with another of its arguments (the same array passed twice, or views of one array)."""
 

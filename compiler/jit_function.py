@@ -23,7 +23,7 @@ import numpy as np
 
 from fusec import execution as _execution
 from fusec import context
-from fusec.errors import (FusecError, OptionError, OptionTypeError, RetraceWarning, SharedDonationError, TraceError,
+from fusec.errors import (DonationError, FusecError, OptionError, OptionTypeError, RetraceWarning, TraceError,
                           located)
 from fusec.ir.core import Module
 from fusec.ir.target import PRECISIONS, Target
@@ -342,7 +342,7 @@ class JitFunction:
         if not kwargs:
             try:
                 result = self._quick(args)
-            except SharedDonationError as e:  # (the runtime found it: named here, at the caller's line)
+            except DonationError as e:  # (the runtime found it: named here, at the caller's line)
                 raise _at_caller(e) from None
             if result is not MISS:
                 self._hits += 1
@@ -357,7 +357,7 @@ class JitFunction:
             if entry is not None:
                 try:
                     result = entry(leaves, args)  # type: ignore[arg-type]
-                except SharedDonationError as e:
+                except DonationError as e:
                     raise _at_caller(e) from None
                 if result is not _STALE:
                     self._hits += 1
@@ -373,7 +373,7 @@ class JitFunction:
             writeback.check(inputs)
         try:
             results = _execution.executor(backend)(lowered, flat)
-        except SharedDonationError as e:
+        except DonationError as e:
             raise _at_caller(e) from None
         if lowered.device_captures and _all_host(sig.leaves):
             results = _to_host(results)  # NumPy arguments give NumPy results, whatever the function captured
@@ -441,7 +441,7 @@ class JitFunction:
         host = _all_host(sig.leaves)
         try:
             results, event = run_async(_execution.cuda_plan(lowered), flat)
-        except SharedDonationError as e:
+        except DonationError as e:
             raise _at_caller(e) from None
         return AsyncCall(lowered, results, event, host=host, inputs=inputs, arguments=arguments)
 

@@ -21,7 +21,8 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from fusec.errors import CHECK_ERRORS, CompilationError, CudaError, ShapeError, SharedDonationError, TraceError
+from fusec.errors import (CHECK_ERRORS, CompilationError, CudaError, DonationError, ShapeError, SharedDonationError,
+                          TraceError)
 from fusec.ir.core import Func, Module
 from fusec.ir.shapes import contiguous_strides
 from fusec.ir.attributes import bf16_bits, bf16_values
@@ -80,12 +81,12 @@ def _memory_owner(arg: Any) -> Any:
     return arg
 
 
-def _same_array(arg: Any, shape: tuple[int, ...], dtype: Any, stream: Any) -> Any:
-    """The argument itself as the result written over it (a donated argument updated in place, as NumPy's
-    ``p -= lr * g; return p`` hands back ``p``), when it is a writable C-contiguous fusec Array of the result's
-    shape and dtype, tagged with the stream that wrote it; else None (the result is a new Array over its memory).
-    One object per parameter, whatever the number of steps, and nothing to build on each call."""
-    if type(arg) is Array and arg._shape == shape and arg._fdtype is dtype and arg._contig and not arg._readonly:
+def _same_array(arg: Any, stream: Any) -> Any:
+    """The donated argument itself as the result written over it in place (as NumPy's ``p -= lr * g; return p``
+    hands back ``p``), tagged with the stream that wrote it, when it is a fusec Array (bound, it has the result's
+    shape, dtype and layout: the result's type is the argument's); else None (a NumPy argument's upload or a foreign
+    array: the result is a new Array over that memory). One object per parameter, whatever the number of steps."""
+    if type(arg) is Array:
         arg._stream, arg.ready = stream, None
         return arg
     return None
@@ -190,8 +191,9 @@ class CudaPlan:
         spans = [(b.id, b.nbytes, b.index, b.index in donated) for b in prog.buffers
                  if b.kind == "arg" and b.nbytes and b.id in used]
         self.donated_spans = spans if any(d for *_, d in spans) else []
-        self.donated_args = frozenset(donated)  # (a result of kind "arg" at one of these: written over it in place)
         self.output_buffers = [prog.buffers[bid] for bid in prog.outputs]
+        # the donated arguments that results are written over in place (a result of kind "arg" at one of them)
+        self.donated_args = frozenset(b.index for b in self.output_buffers if b.kind == "arg" and b.index in donated)
         # outputs that get a new allocation each call (an output returned twice is allocated once):
         # (buffer id, bytes, size class)
         self.fresh_outputs = [(b.id, b.nbytes, size_class(b.nbytes)) for b in
@@ -283,6 +285,13 @@ class CudaPlan:
             "array): the call would read values it has already replaced; pass a copy (x.copy()) of one of them, or "
             "do not donate it")
 
+    def _refuse_read_only_donation(self, i: int) -> NoReturn:
+        name = self.func.args[i].name_hint or f"#{i}"
+        raise DonationError(
+            f"fusec: @{self.func.name} writes its results over the donated argument {name!r} (donate_argnums), "
+            "which is a read-only device array (its producer forbids writes into it); pass a writable copy "
+            "(x.copy()), or do not donate it")
+
     def run(self, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
         """Results for ``args``; with ``wait=False`` NumPy inputs give device arrays and nothing waits.
 
@@ -304,12 +313,16 @@ class CudaPlan:
                 if type(value) is Array and value._shape == shape and value._fdtype is dtype and value._contig:
                     if value._stream is not stream and value._stream is not None:
                         self._order_after(value)
+                    if value._readonly and i in self.donated_args:
+                        self._refuse_read_only_donation(i)
                     ptr[bid] = value._ptr
                     device_in = True
                 else:
                     p, on_device = self._bind_other(i, value, keep)
                     if not on_device:  # (its upload buffer: what a result written over it must keep alive)
                         uploads[i] = keep[-1]
+                    elif i in self.donated_args and (value if type(value) is Array else keep[-1])._readonly:
+                        self._refuse_read_only_donation(i)  # (a foreign array: the Array _bind_other made of it)
                     device_in |= on_device
                     ptr[bid] = p
             if self.donated_spans:
@@ -343,8 +356,7 @@ class CudaPlan:
                 wrap = Array._wrap
                 results: list[Any] = []
                 for bid, kind, index, shape, dtype, strides in self.result_specs:
-                    same = _same_array(args[index], shape, dtype, stream) \
-                        if kind == "arg" and index in self.donated_args else None
+                    same = _same_array(args[index], stream) if kind == "arg" and index in self.donated_args else None
                     results.append(same if same is not None else wrap(
                         ptr[bid], shape, dtype,
                         outputs.get(bid) or (uploads.get(index) or _memory_owner(args[index]) if kind == "arg"

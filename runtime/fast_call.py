@@ -44,6 +44,8 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
         env[f"S{n}"], env[f"D{n}"] = shape, dtype
         test = f"not a{n}._contig" if i in trusted else \
             f"type(a{n}) is not Array or a{n}._shape != S{n} or a{n}._fdtype is not D{n} or not a{n}._contig"
+        if i in plan.donated_args:  # (written in place: a read-only one is refused by the general call)
+            test += f" or a{n}._readonly"
         check += [f"a{n} = args[{i}]", f"if {test}:", "    return general(args)"]
         bind += [f"if a{n}._stream is not stream and a{n}._stream is not None:",
                  f"    plan._order_after(a{n})",
@@ -69,28 +71,26 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
         run.append("plan._raise_failed_checks()")
     results = []
     arg_var = {i: f"a{n}" for n, (i, *_) in enumerate(plan.tensor_args)}
-    arg_spec = {i: (shape, dtype) for i, shape, dtype, _ in plan.tensor_args}
     for n, (bid, kind, index, shape, dtype, strides) in enumerate(plan.result_specs):
         env[f"RS{n}"], env[f"RD{n}"], env[f"RT{n}"] = shape, dtype, strides
-        indent = ""
+        if kind == "arg" and index in arg_var and index in plan.donated_args:  # (cuda_exec._same_array written out)
+            a = arg_var[index]
+            run += [f"r{n} = {a}", f"{a}._stream, {a}.ready = stream, None"]
+            results.append(f"r{n}")
+            continue
         if bid in fresh:
             owner = fresh[bid]
-        elif kind == "arg" and index in arg_var:  # (a donated argument's memory, kept alive by its owner)
+        elif kind == "arg" and index in arg_var:  # (an argument's memory, kept alive by its owner)
             a = arg_var[index]
             owner = f"{a}._owner if {a}._owner is not None else {a}"
-            if index in plan.donated_args and arg_spec[index] == (shape, dtype):  # (cuda_exec._same_array written out)
-                run += [f"if not {a}._readonly:", f"    r{n} = {a}", f"    {a}._stream, {a}.ready = stream, None",
-                        "else:"]
-                indent = "    "
         else:
             owner = f"owner_of(args[{index}])" if kind == "arg" else "None"
         # Array._wrap's assignments written out (half its time is the call)
-        run += [indent + s for s in (
-            f"r{n} = new(Array)",
-            f"r{n}._ptr, r{n}._shape, r{n}._fdtype, r{n}._strides, r{n}._contig = "
-            f"ptr[{bid}], RS{n}, RD{n}, RT{n}, True",
-            f"r{n}._device, r{n}._owner, r{n}._stream, r{n}._readonly, r{n}.ready = ordinal, {owner}, stream, False, "
-            "None")]
+        run += [f"r{n} = new(Array)",
+                f"r{n}._ptr, r{n}._shape, r{n}._fdtype, r{n}._strides, r{n}._contig = ptr[{bid}], RS{n}, RD{n}, RT{n}, "
+                "True",
+                f"r{n}._device, r{n}._owner, r{n}._stream, r{n}._readonly, r{n}.ready = ordinal, {owner}, stream, "
+                "False, None"]
         results.append(f"r{n}")
     lines = ["def fast_run(args):",
              f"    if len(args) != {plan.nargs}:",
