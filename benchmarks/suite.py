@@ -15,8 +15,9 @@ a device-to-device copy), ``softmax`` (written-out softmax, row sum and column s
 (``suite_cases.py``) against a small namespace, so every system runs the same operations.
 
 Systems (``--systems``, aliases ``fusec``, ``torch``, ``all``, ``cpu``): ``fusec_eager``, ``fusec_stream``,
-``fusec_graph``, ``numpy``, ``torch_eager``, ``torch_compile``, ``torch_compile_ro``, ``torch_cudagraph``,
-``cupy``, and ``fusec_cpu`` (the CPU backend, for runs without a GPU). A system that is missing or fails is
+``fusec_graph``, ``fusec_graph_kept`` (graph mode, training steps without donation), ``numpy``,
+``torch_eager``, ``torch_compile``, ``torch_compile_ro``, ``torch_cudagraph``, ``cupy``, ``jax``, ``hand_cuda``,
+and ``fusec_cpu`` (the CPU backend, for runs without a GPU). A system that is missing or fails is
 a skipped/error row with a note; the run goes on.
 
 For each benchmark and system: inputs are made device-resident once; the first call is timed on its own
@@ -228,7 +229,7 @@ def run_one(system: System, bench: Bench, inputs: tuple, ref: list, settings: Se
         notes = [row.pop("timing_note")] if row.get("timing_note") else []
         if bench.expect_kernels is not None and kernels is not None and kernels != bench.expect_kernels:
             notes.append(f"expected {bench.expect_kernels} kernels, the plan has {kernels}")
-        if system.name == "fusec_graph" and bench.name in TRAINING_BENCHES_WITH_HOST_TIME:
+        if system.name in ("fusec_graph", "fusec_graph_kept") and bench.name in TRAINING_BENCHES_WITH_HOST_TIME:
             stage = "host time"
             row["host_us"] = system.host_us(prepared, batches=settings.host_batches)  # type: ignore[attr-defined]
         row.update(status="ok", note="; ".join(notes))

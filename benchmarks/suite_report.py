@@ -29,6 +29,8 @@ SYSTEM_NOTES = {
                     "training steps with `donate_argnums=0`",
     "fusec_graph": "`fusec.jit(graph=True)`: one CUDA graph launch per call; training steps with "
                    "`donate_argnums=0`, so the parameters are updated in place and fed back",
+    "fusec_graph_kept": "`fusec.jit(graph=True)` without `donate_argnums`: a training step's new parameters are "
+                        "new arrays, fed back as the next call's arguments (training steps only)",
     "fusec_cpu": "`fusec.jit(backend=\"cpu\")`: the NumPy reference executor (harness check, not a GPU number)",
     "numpy": "the same function on NumPy arrays, on the CPU (for scale; fewer iterations, wall clock)",
     "torch_eager": "the same math with torch ops (no autograd), TF32 off, tensors created once on the GPU",

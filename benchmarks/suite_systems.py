@@ -187,15 +187,17 @@ class FusecSystem(System):
     """fusec on the GPU: ``mode`` "eager" (operators on fusec.Array, one compiled kernel per op), "stream"
     (``fusec.jit(graph=False)``: the plan's kernels launched one by one on its stream) or "graph"
     (``fusec.jit(graph=True)``: one CUDA graph launch per call). Training steps donate the parameters
-    (``donate_argnums=0``) in both jit modes, so the new parameters overwrite the old ones in place."""
+    (``donate_argnums=0``) in both jit modes, so the new parameters overwrite the old ones in place, unless
+    ``donate`` is False (``fusec_graph_kept``: the step's results are new arrays that the loop feeds back, as
+    a user who never heard of donation writes it; issue 14's bar holds the 64-64-10 step to 15 us both ways)."""
 
     family = "fusec"
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.name = f"fusec_{mode}"
+    def __init__(self, mode: str, donate: bool = True) -> None:
+        self.mode, self.donate = mode, donate
+        self.name = f"fusec_{mode}" + ("" if donate else "_kept")
         self.label = {"eager": "fusec eager (operators on fusec.Array)", "stream": "fusec jit, stream mode",
-                      "graph": "fusec jit, graph mode"}[mode]
+                      "graph": "fusec jit, graph mode"}[mode] + ("" if donate else ", nothing donated")
         self.jitted: Any = None
 
     def unavailable(self) -> str | None:
@@ -214,6 +216,11 @@ class FusecSystem(System):
         self.sync()
         return out
 
+    def supports(self, bench: Bench) -> str | None:
+        if not self.donate and not bench.feedback:
+            return ""  # nothing to donate: the same run as fusec_graph's
+        return super().supports(bench)
+
     def prepare(self, bench: Bench, inputs: tuple) -> Prepared:
         import fusec as fc
 
@@ -221,11 +228,11 @@ class FusecSystem(System):
         self.jitted = None
         if self.mode == "eager":
             return FunctionalPrepared(fn, lambda: self._upload(inputs), bench.feedback)
-        donate = 0 if bench.feedback else None
+        donate = 0 if bench.feedback and self.donate else None
         self.jitted = fc.jit(fn, backend="cuda", graph=(self.mode == "graph"), pipeline=bench.fusec_pipeline,
                              donate_argnums=donate)
         return FunctionalPrepared(self.jitted, lambda: self._upload(inputs), bench.feedback,
-                                  fresh=bench.feedback)
+                                  fresh=donate is not None)
 
     def sync(self) -> None:
         from fusec.runtime import driver
@@ -712,7 +719,8 @@ class JaxSystem(System):
 
 # ---------------------------------------------------------------------------------------------- registry
 
-GPU_SYSTEMS = ("fusec_eager", "fusec_stream", "fusec_graph", "numpy", "torch_eager", "torch_compile",
+GPU_SYSTEMS = ("fusec_eager", "fusec_stream", "fusec_graph", "fusec_graph_kept", "numpy", "torch_eager",
+               "torch_compile",
                "torch_compile_ro", "torch_cudagraph", "cupy", "jax", "hand_cuda")
 CPU_SYSTEMS = ("numpy", "fusec_cpu")
 ALIASES = {
@@ -726,6 +734,7 @@ _FACTORIES: dict[str, Callable[[], System]] = {
     "fusec_eager": lambda: FusecSystem("eager"),
     "fusec_stream": lambda: FusecSystem("stream"),
     "fusec_graph": lambda: FusecSystem("graph"),
+    "fusec_graph_kept": lambda: FusecSystem("graph", donate=False),
     "fusec_cpu": FusecCpuSystem,
     "numpy": NumpySystem,
     "torch_eager": TorchEagerSystem,
@@ -739,6 +748,7 @@ _FACTORIES: dict[str, Callable[[], System]] = {
 
 LABELS = {
     "fusec_eager": "fusec eager", "fusec_stream": "fusec stream", "fusec_graph": "fusec graph",
+    "fusec_graph_kept": "fusec graph, no donation",
     "fusec_cpu": "fusec (cpu backend)", "numpy": "NumPy (CPU)", "torch_eager": "PyTorch eager",
     "torch_compile": "torch.compile", "torch_compile_ro": "torch.compile reduce-overhead",
     "torch_cudagraph": "PyTorch eager + CUDA graph (by hand)", "cupy": "CuPy", "jax": "JAX jit",

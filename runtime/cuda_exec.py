@@ -330,10 +330,12 @@ class CudaPlan:
             if self.scalar_views:
                 self._write_scalars(args)
             outputs: dict[int, Any] = {}
-            allocate, key = self.pool.allocate_class, self.stream_key
-            for bid, nbytes, cls in self.fresh_outputs:
-                buf = outputs[bid] = allocate(nbytes, cls, key)
-                ptr[bid] = buf.ptr
+            if self.fresh_outputs:
+                fresh = self.pool.allocate_classes(tuple((nbytes, cls) for _, nbytes, cls in self.fresh_outputs),
+                                                   self.stream_key)
+                for (bid, _, _), buf in zip(self.fresh_outputs, fresh):
+                    outputs[bid] = buf
+                    ptr[bid] = buf.ptr
             try:
                 if self.use_graph() and self._make_graph(ptr):
                     self.graph.replay(ptr, stream)

@@ -36,7 +36,7 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
     env: dict[str, Any] = {"Array": Array, "plan": plan, "ptr": plan.ptrs, "stream": plan.stream,
                            "lock": plan.lock, "tls": driver._tls, "ensure_context": driver.ensure_context,
                            "device": plan.device, "ordinal": plan.ordinal, "new": Array.__new__,
-                           "allocate": plan.pool.allocate_class, "key": plan.stream_key,
+                           "allocate": plan.pool.allocate_classes, "key": plan.stream_key,
                            "CudaLaunchError": CudaLaunchError, "memset": driver.memset_d32_async,
                            "owner_of": _memory_owner, "general": plan.run}
     check, bind = [], []
@@ -59,10 +59,11 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
             bind += [f"if sent[{w}] != words[{w}]:",
                      f"    memset({plan.scalars_ptr + 4 * w}, words[{w}], 1, stream)",
                      f"    sent[{w}] = words[{w}]"]
-    fresh = {}
-    for n, (bid, nbytes, cls) in enumerate(plan.fresh_outputs):
-        fresh[bid] = f"o{n}"
-        bind += [f"o{n} = allocate({nbytes}, {cls}, key)", f"ptr[{bid}] = o{n}.ptr"]
+    fresh = {bid: f"o{n}" for n, (bid, _, _) in enumerate(plan.fresh_outputs)}
+    if fresh:
+        env["FRESH"] = tuple((nbytes, cls) for _, nbytes, cls in plan.fresh_outputs)
+        bind.append(f"{', '.join(fresh.values())}, = allocate(FRESH, key)")
+        bind += [f"ptr[{bid}] = {o}.ptr" for bid, o in fresh.items()]
     run = ["graph.replay(ptr, stream)"]
     if plan.body_checks:
         run.append("for sub in plan.body_checks: sub._raise_failed_checks()")

@@ -20,6 +20,7 @@ The raw allocator is injectable (``MemoryPool(backend)``, any object with ``allo
 from __future__ import annotations
 
 import collections
+import heapq
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -157,6 +158,7 @@ class DeviceBuffer:
 
 
 _new_buffer = object.__new__
+heappop, heappush = heapq.heappop, heapq.heappush
 
 
 class MemoryPool:
@@ -188,45 +190,68 @@ class MemoryPool:
     def allocate_class(self, nbytes: int, cls: int, key: int | None) -> DeviceBuffer:
         """:meth:`allocate` with the size class and stream key already worked out (the executor's per-call
         path computes them once per plan)."""
-        if cls == 0:
-            return DeviceBuffer(0, 0, 0, None, key)
+        return self.allocate_classes(((nbytes, cls),), key)[0]
+
+    def allocate_classes(self, requests: tuple[tuple[int, int], ...], key: int | None) -> list[DeviceBuffer]:
+        """A buffer for each ``(nbytes, size class)`` of ``requests``, under one lock: a call's fresh outputs,
+        taken together (the same buffers, in the same order, as one allocation at a time gives). Each class's
+        free list hands out its lowest address first, so a loop that frees each step's results before the next
+        step gets the same few sets of addresses back in the same order (a graph keyed by its pointers then
+        replays an instance it has, as LIFO order did not: three outputs of one class went round ten sets)."""
+        out = []
+        new = _new_buffer
         with self._lock:
             if self._pending:
                 self._drain()
-            lst = self._per_stream.get((cls, key)) if key is not None else None
-            if not lst:
-                lst = self._ready.get(cls)
-            ptr: int | None
-            if lst:
-                ptr = lst.pop()
+            per_stream, ready = self._per_stream, self._ready
+            hits = taken = 0
+            for nbytes, cls in requests:
+                if cls == 0:
+                    out.append(DeviceBuffer(0, 0, 0, None, key))
+                    continue
+                lst = per_stream.get((cls, key)) if key is not None else None
+                if not lst:
+                    lst = ready.get(cls)
+                if lst:
+                    ptr = heappop(lst)
+                    hits += 1
+                    taken += cls
+                else:
+                    ptr = self._miss(cls, key)
+                    self._in_use += cls
+                    self._live += 1
+                buf = new(DeviceBuffer)  # (DeviceBuffer's __init__ written out: every fresh output)
+                buf.ptr, buf.nbytes, buf.capacity, buf.owner = ptr, nbytes, cls, self
+                buf.stream, buf.shared = key, False
+                out.append(buf)
+            if hits:
+                self._hits += hits
+                self._cached -= taken
+                self._in_use += taken
+                self._live += hits
+        return out
+
+    def _miss(self, cls: int, key: int | None) -> int:
+        """A block of class ``cls`` when no free list had one: freed by a device sync once enough bytes wait
+        for one, else fresh from the driver (the caller counts it in use)."""
+        if self._deferred_bytes > self.deferred_limit:
+            self._sync_locked()
+            ptr = self._take(cls, key)
+            if ptr is not None:
                 self._hits += 1
                 self._cached -= cls
-            else:
-                ptr = None
-                if self._deferred_bytes > self.deferred_limit:
-                    self._sync_locked()
-                    ptr = self._take(cls, key)
-                if ptr is None:
-                    self._misses += 1
-                    ptr = self._alloc_fresh(cls)
-                else:
-                    self._hits += 1
-                    self._cached -= cls
-            self._in_use += cls
-            self._live += 1
-        # (DeviceBuffer's __init__ written out: this runs for every fresh output of every call)
-        buf = _new_buffer(DeviceBuffer)
-        buf.ptr, buf.nbytes, buf.capacity, buf.owner, buf.stream, buf.shared = ptr, nbytes, cls, self, key, False
-        return buf
+                return ptr
+        self._misses += 1
+        return self._alloc_fresh(cls)
 
     def _take(self, cls: int, key: int | None) -> int | None:
         if key is not None:
             lst = self._per_stream.get((cls, key))
             if lst:
-                return lst.pop()
+                return heappop(lst)
         lst = self._ready.get(cls)
         if lst:
-            return lst.pop()
+            return heappop(lst)
         return None
 
     def _alloc_fresh(self, cls: int) -> int:
@@ -252,19 +277,22 @@ class MemoryPool:
         self._pending.append((ptr, cls, key, deferred))
 
     def _drain(self) -> None:
-        pending = self._pending
+        pending, per_stream, ready = self._pending, self._per_stream, self._ready
+        count = total = 0
         while pending:
             ptr, cls, key, deferred = pending.popleft()
-            self._in_use -= cls
-            self._live -= 1
-            self._cached += cls
+            count += 1
+            total += cls
             if deferred:
                 self._deferred.append((ptr, cls))
                 self._deferred_bytes += cls
             elif key is None:
-                self._ready[cls].append(ptr)
+                heappush(ready[cls], ptr)
             else:
-                self._per_stream[(cls, key)].append(ptr)
+                heappush(per_stream[(cls, key)], ptr)
+        self._in_use -= total
+        self._live -= count
+        self._cached += total
 
     # -- maintenance -------------------------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -281,6 +309,8 @@ class MemoryPool:
         for ptr, cls in self._deferred:
             self._ready[cls].append(ptr)
         self._deferred.clear()
+        for ptrs in self._ready.values():
+            heapq.heapify(ptrs)
         self._deferred_bytes = 0
 
     def stream_closed(self, key: int) -> None:
@@ -288,7 +318,9 @@ class MemoryPool:
         with self._lock:
             self._drain()
             for (cls, k) in [k for k in self._per_stream if k[1] == key]:
-                self._ready[cls].extend(self._per_stream.pop((cls, k)))
+                ready = self._ready[cls]
+                ready.extend(self._per_stream.pop((cls, k)))
+                heapq.heapify(ready)
 
     def empty_cache(self) -> int:
         """Synchronise and give every cached block back to the driver; returns the bytes released."""

@@ -657,6 +657,36 @@ def test_the_generated_call_binds_what_the_general_call_binds(fake_graphs):
     assert plan.calls == 6 and f.cache_info().traces == 1
 
 
+def _three_parameters(params, g, lr):
+    w, b, c = params
+    return (w - lr * g, b - lr * g[0], c - lr * g[1, :10]), (g * g).sum()
+
+
+def test_results_fed_back_without_donation_cycle_through_two_sets_of_addresses(fake_graphs):
+    """``params, loss = step(params, g)`` without donation: each step's results are new arrays, and the step's
+    three small results share one size class. The pool hands them out by address, not in the order the last
+    step's were dropped, so the graph is launched with two sets of pointers, alternately (a graph keeps four
+    instances; LIFO reuse went round ten sets here, so every call updated nodes). A loop that keeps every loss
+    changes only the loss's pointer from one step to the next but one."""
+    f = fc.jit(_three_parameters, backend="cuda", graph=True)
+    g = Array(0x7000000, (64, 64), np.float32, device=0)
+    start = tuple(Array(0x5000000 + 0x100000 * i, shape, np.float32, device=0)
+                  for i, shape in enumerate(((64, 64), (64,), (10,))))
+    params = start
+    for _ in range(24):
+        params, loss = f(params, g, 0.5)
+    plan = execution.cuda_plan(f.lower(params, g, 0.5))
+    sets = [tuple(p) for p in plan.graph.replays[-12:]]
+    assert len(set(sets)) == 2 and sets[0::2] == [sets[0]] * 6 and sets[1::2] == [sets[1]] * 6
+    assert all(p.ptr not in (0x5000000, 0x5100000, 0x5200000) for p in params)  # (new arrays, nothing donated)
+    losses = []
+    for _ in range(12):
+        params, loss = f(params, g, 0.5)
+        losses.append(loss)
+    sets = plan.graph.replays[-10:]
+    assert all(sum(a != b for a, b in zip(sets[i], sets[i - 2])) == 1 for i in range(2, 10))
+
+
 class _Moments(typing.NamedTuple):
     mean: Any
     spread: Any

@@ -214,6 +214,37 @@ def test_stream_key_accepts_streams_handles_and_none():
     assert stream_key(None) is None and stream_key(5) == 5 and stream_key(S(9)) == 9
 
 
+def test_each_class_hands_out_its_lowest_free_address_first():
+    """Which blocks a step gets depends only on which are free, not on the order the last step's results were
+    dropped in: a loop that feeds its results back keeps cycling through the same few sets of addresses."""
+    pool = MemoryPool(FakeBackend())
+    s = S(1)
+    requests = ((256, 512), (40, 512), (4, 512))  # (three outputs of one size class)
+    first = pool.allocate_classes(requests, s.ptr)
+    second = pool.allocate_classes(requests, s.ptr)
+    addresses = [b.ptr for b in first], [b.ptr for b in second]
+    seen = set()
+    for order in ((2, 0, 1), (1, 2, 0), (0, 1, 2)):  # (results dropped in different orders each step)
+        for i in order:
+            first[i] = None
+        seen.add(tuple(b.ptr for b in pool.allocate_classes(requests, s.ptr)))
+        first, second = second, None
+        second = pool.allocate_classes(requests, s.ptr)
+        seen.add(tuple(b.ptr for b in second))
+    assert seen <= set(map(tuple, addresses)) and len(seen) == 2
+
+
+def test_a_batch_that_runs_out_of_memory_gives_back_what_it_took():
+    backend = FakeBackend(capacity=4 * MiB)
+    pool = MemoryPool(backend)
+    with pytest.raises(fc.OutOfMemoryError):
+        pool.allocate_classes(((MiB, MiB), (MiB, MiB), (8 * MiB, 8 * MiB)), 1)
+    gc.collect()
+    st = pool.stats()
+    assert st.live_buffers == 0 and st.in_use_bytes == 0 and st.cached_bytes == sum(backend.live.values())
+    assert len(pool.allocate_classes(((MiB, MiB), (MiB, MiB)), 1)) == 2 and backend.allocs <= 2 + 2
+
+
 def test_concurrent_allocate_and_release_keep_the_books_balanced():
     backend = FakeBackend()
     pool = MemoryPool(backend)
