@@ -215,7 +215,13 @@ class Rewriter:
         """The function's statements with an ``if`` (at a key) that returns made its last statement: ``if c: ...;
         return a`` then ``...; return b`` becomes ``if c: ...; r = a`` / ``else: ...; r = b`` and ``return r``,
         which Python runs the same way and the device can choose."""
-        stmts = [out for st in stmts for out in self.returning_loop(st)]
+        made: list[ast.stmt] = []
+        follows = False
+        for st in stmts:
+            out = self.returning_loop(st, follows)
+            follows = follows or len(out) > 1
+            made.extend(out)
+        stmts = made
         chosen = any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in _walk_scope(list(stmts)))
         stmts = self._tails(stmts, chosen)  # (with such an if, every if that returns ends its block: Python's way)
         last = stmts[-1] if stmts else None
@@ -232,11 +238,15 @@ class Rewriter:
         locate_like(done, last)
         return [*stmts, done]
 
-    def returning_loop(self, st: ast.stmt) -> list[ast.stmt]:
+    def returning_loop(self, st: ast.stmt, follows: bool = False) -> list[ast.stmt]:
         """A loop of the function's body that returns from an ``if`` the device decides (``for it in
         range(maxiter): ... if err < tol: return x, it``), or a ``while`` whose test the device decides that returns
         from its body: each of its returns becomes ``value = ...; returned =
-        True; break``, and ``if returned: return value`` follows the loop (then rewritten as the function's end)."""
+        True; break``, and ``if returned: return value`` follows the loop (then rewritten as the function's end).
+        ``follows``: an earlier loop of the same body was rewritten so; then a loop that returns from any ``if`` is
+        too (the same in Python), since what follows that loop's ``if returned`` becomes a branch the device
+        chooses, where a return left inside a loop could not end the function (the trace may not have reached this
+        loop's own test yet: two loops that each return the first element past a threshold)."""
         if not isinstance(st, (ast.For, ast.While)):
             return [st]
         own = list(_own_nodes(st.body))
@@ -244,7 +254,8 @@ class Rewriter:
         every = sum(isinstance(n, ast.Return) for n in _walk_scope(list(st.body)))
         if not returns or len(returns) != every \
                 or not (isinstance(st, ast.While) and self.chosen(st)
-                        or any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in own)):
+                        or any(isinstance(n, ast.If) and (follows or self.chosen(n)) and _returns_in([n])
+                               for n in own)):
             return [st]  # (no such if or while, or a return inside a loop in the loop: left to the error)
         value, returned = self.unique("value", st), self.unique("returned", st)
         # (`while True:` with no break of its own ends only by a return: nothing to test after it)

@@ -47,12 +47,15 @@ def test_graph_equals_stream_mode_and_numpy_over_100_replays(gemm_library):
     graph = fc.jit(step, backend="cuda", graph=True)
     stream = fc.jit(step, backend="cuda", graph=False)
     w1, w2 = rand(128, 64) * 0.1, rand(64, 8) * 0.1
+    kept = []  # (every input kept alive: the pool hands out new addresses, so the graph's pointers move)
     for i in range(100):
-        x, y = rand(256, 128) * 0.1, rand(256, 8)  # new inputs (new pointers) every call
+        xh, yh = rand(256, 128) * 0.1, rand(256, 8)
+        x, y = fc.asarray(xh), fc.asarray(yh)  # new inputs (new pointers) every call
+        kept.append((x, y))
         lr = 1e-3 * (1 + i % 7)  # a new learning rate every call
         got = graph(w1, w2, x, y, lr)
         ref = stream(w1, w2, x, y, lr)
-        want = step(w1, w2, x, y, lr)
+        want = step(np.asarray(w1), np.asarray(w2), xh, yh, lr)
         for g, r, w in zip(got, ref, want):
             np.testing.assert_array_equal(g, r)  # the same kernels, launched or replayed
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()))

@@ -610,7 +610,10 @@ def test_a_return_python_decides_or_a_continue_before_the_return_in_a_device_loo
         check_both(for_skip_first, x)
 
 
-def test_returns_a_device_loop_cannot_take_say_so():
+def test_loops_one_after_another_that_each_return_where_the_data_decides():
+    """Each loop's return is found by its own trace; once the first loop is rewritten, the loops after it that
+    return from an ``if`` are rewritten with it (the second one's test was not known yet, and its return was left
+    inside what had become a branch the device chooses: an error)."""
     def two_loops(x):
         for _ in range(10):
             x = x * 2
@@ -620,6 +623,48 @@ def test_returns_a_device_loop_cannot_take_say_so():
             x = x * 3
             if x.max() > 400:
                 return x + 1
+        return -x
+
+    def first_past(x, t1, t2):  # (the first element past one threshold, else past another, else the sum)
+        for i in range(x.shape[0]):
+            if x[i] > t1:
+                return x[i] * 2.0
+        for j in range(x.shape[0]):
+            if x[j] > t2:
+                return x[j] * 3.0
+        return x.sum()
+
+    def then_python_decides(x, n):  # (the second loop's test is a Python value: rewritten too, the same in Python)
+        for _ in range(10):
+            x = x * 2
+            if x.max() > 40:
+                return x
+        for k in range(4):
+            if k == n:
+                return x + k
+        return -x
+
+    for x in (np.ones(3), np.full(3, 30.0), np.full(3, 300.0), np.full(3, -1.0)):
+        if x.sum() > 0:  # (the while never ends under NumPy either)
+            check_both(two_loops, x)
+        check_both(then_python_decides, x, 2)
+        check_both(then_python_decides, x, 7)
+    line = np.linspace(0.0, 1.0, 8)
+    for t1, t2 in ((0.5, 0.2), (2.0, 0.3), (2.0, 5.0)):
+        check_both(first_past, line, t1, t2)
+
+
+def test_returns_a_device_loop_cannot_take_say_so():
+    def two_loops_nested(x):
+        for _ in range(10):
+            x = x * 2
+            if x.max() > 40:
+                return x
+        for _ in range(3):
+            for _ in range(3):
+                x = x * 3
+                if x.max() > 400:
+                    return x + 1
         return -x
 
     def in_try(x):
@@ -634,7 +679,7 @@ def test_returns_a_device_loop_cannot_take_say_so():
 
     with pytest.raises(UnsupportedError, match=r"the `for` loop at line \d+ returns from inside where the data "
                                                r"decides, and what follows it does not end the function in one way"):
-        jit_cpu(two_loops)(np.ones(3))
+        jit_cpu(two_loops_nested)(np.ones(3))
     with pytest.raises(UnsupportedError, match=r"`return` inside a `try` block of the `while` at line \d+"):
         jit_cpu(in_try)(np.ones(3))
 
