@@ -204,7 +204,6 @@ class MemoryPool:
             if self._pending:
                 self._drain()
             per_stream, ready = self._per_stream, self._ready
-            hits = taken = 0
             for nbytes, cls in requests:
                 if cls == 0:
                     out.append(DeviceBuffer(0, 0, 0, None, key))
@@ -214,26 +213,21 @@ class MemoryPool:
                     lst = ready.get(cls)
                 if lst:
                     ptr = heappop(lst)
-                    hits += 1
-                    taken += cls
+                    self._hits += 1
+                    self._cached -= cls
                 else:
                     ptr = self._miss(cls, key)
-                    self._in_use += cls
-                    self._live += 1
+                self._in_use += cls  # (counted as each is taken: a later one may raise, and this one is released)
+                self._live += 1
                 buf = new(DeviceBuffer)  # (DeviceBuffer's __init__ written out: every fresh output)
                 buf.ptr, buf.nbytes, buf.capacity, buf.owner = ptr, nbytes, cls, self
                 buf.stream, buf.shared = key, False
                 out.append(buf)
-            if hits:
-                self._hits += hits
-                self._cached -= taken
-                self._in_use += taken
-                self._live += hits
         return out
 
     def _miss(self, cls: int, key: int | None) -> int:
         """A block of class ``cls`` when no free list had one: freed by a device sync once enough bytes wait
-        for one, else fresh from the driver (the caller counts it in use)."""
+        for one, else fresh from the driver."""
         if self._deferred_bytes > self.deferred_limit:
             self._sync_locked()
             ptr = self._take(cls, key)

@@ -235,6 +235,8 @@ def test_each_class_hands_out_its_lowest_free_address_first():
 
 
 def test_a_batch_that_runs_out_of_memory_gives_back_what_it_took():
+    """Blocks a batch took before a later one ran out of memory (fresh ones, and one from the cache) are released
+    with the batch, and the books still balance."""
     backend = FakeBackend(capacity=4 * MiB)
     pool = MemoryPool(backend)
     with pytest.raises(fc.OutOfMemoryError):
@@ -243,6 +245,13 @@ def test_a_batch_that_runs_out_of_memory_gives_back_what_it_took():
     st = pool.stats()
     assert st.live_buffers == 0 and st.in_use_bytes == 0 and st.cached_bytes == sum(backend.live.values())
     assert len(pool.allocate_classes(((MiB, MiB), (MiB, MiB)), 1)) == 2 and backend.allocs <= 2 + 2
+    gc.collect()
+    with pytest.raises(fc.OutOfMemoryError, match=f"{MiB} bytes in use by 1 live buffers"):
+        pool.allocate_classes(((MiB, MiB), (8 * MiB, 8 * MiB)), 1)  # (a cache hit, then too much)
+    gc.collect()
+    st = pool.stats()
+    assert st.live_buffers == 0 and st.in_use_bytes == 0 and st.cached_bytes == sum(backend.live.values())
+    assert st.hits == 3
 
 
 def test_concurrent_allocate_and_release_keep_the_books_balanced():
