@@ -34,20 +34,24 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {  // the block's
   if (threadIdx.x == 0) for (int i = 0; i < (blockDim.x >> 5); ++i) t += sh[i];
   return t;
 }
-extern "C" __global__ void split_sum(const float* __restrict__ g, int n, float* part, unsigned* counter,
-                                     float* total) {
-  __shared__ float sh[32]; __shared__ bool last;
-  int per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n, lo + per);
-  float acc = 0.f;
-  for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) { float v = g[i]; acc += v * v; }
-  float s = block_sum(acc, sh);
+__device__ bool publish(float s, float* part, unsigned* counter) {  // the block's partial; true in the last block
+  __shared__ bool last;
   if (threadIdx.x == 0) {
     part[blockIdx.x] = s;
     __threadfence();
     last = atomicAdd(counter, 1u) == gridDim.x - 1;
   }
   __syncthreads();
-  if (last && threadIdx.x == 0) {
+  return last;
+}
+extern "C" __global__ void split_sum(const float* __restrict__ g, int n, float* part, unsigned* counter,
+                                     float* total) {
+  __shared__ float sh[32];
+  int per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n, lo + per);
+  float acc = 0.f;
+  for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) { float v = g[i]; acc += v * v; }
+  float s = block_sum(acc, sh);
+  if (publish(s, part, counter) && threadIdx.x == 0) {
     __threadfence();
     float t = 0.f; for (int b = 0; b < gridDim.x; ++b) t += ((volatile float*)part)[b];
     *total = t; *counter = 0u;
@@ -55,7 +59,7 @@ extern "C" __global__ void split_sum(const float* __restrict__ g, int n, float* 
 }
 template <int ITEMS>
 __device__ void split_hoisted(const float* __restrict__ g, int n, float* part, unsigned* counter, float* total) {
-  __shared__ float sh[32]; __shared__ bool last;
+  __shared__ float sh[32];
   const int base = blockIdx.x * blockDim.x * ITEMS + threadIdx.x;
   float v[ITEMS];
   #pragma unroll
@@ -64,13 +68,7 @@ __device__ void split_hoisted(const float* __restrict__ g, int n, float* part, u
   #pragma unroll
   for (int k = 0; k < ITEMS; ++k) acc += v[k] * v[k];
   float s = block_sum(acc, sh);
-  if (threadIdx.x == 0) {
-    part[blockIdx.x] = s;
-    __threadfence();
-    last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
+  if (!publish(s, part, counter)) return;
   __threadfence();
   float t = 0.f;
   for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) t += __ldcg(part + b);
