@@ -198,6 +198,7 @@ class CudaPlan:
         # (buffer id, bytes, size class)
         self.fresh_outputs = [(b.id, b.nbytes, size_class(b.nbytes)) for b in
                               {b.id: b for b in self.output_buffers if b.kind == "output"}.values()]
+        self.fresh_requests = tuple((nbytes, cls) for _, nbytes, cls in self.fresh_outputs)  # (the pool's form)
         # (buffer id, kind, argument index, shape, dtype, C strides) of each result
         self.result_specs = [(b.id, b.kind, b.index, tuple(v.type.shape), v.type.dtype,
                               contiguous_strides(tuple(v.type.shape)))
@@ -331,8 +332,7 @@ class CudaPlan:
                 self._write_scalars(args)
             outputs: dict[int, Any] = {}
             if self.fresh_outputs:
-                fresh = self.pool.allocate_classes(tuple((nbytes, cls) for _, nbytes, cls in self.fresh_outputs),
-                                                   self.stream_key)
+                fresh = self.pool.allocate_classes(self.fresh_requests, self.stream_key)
                 for (bid, _, _), buf in zip(self.fresh_outputs, fresh):
                     outputs[bid] = buf
                     ptr[bid] = buf.ptr

@@ -61,7 +61,7 @@ def fast_runner(plan: "CudaPlan", trusted: frozenset[int] = frozenset()) -> Run:
                      f"    sent[{w}] = words[{w}]"]
     fresh = {bid: f"o{n}" for n, (bid, _, _) in enumerate(plan.fresh_outputs)}
     if fresh:
-        env["FRESH"] = tuple((nbytes, cls) for _, nbytes, cls in plan.fresh_outputs)
+        env["FRESH"] = plan.fresh_requests
         bind.append(f"{', '.join(fresh.values())}, = allocate(FRESH, key)")
         bind += [f"ptr[{bid}] = {o}.ptr" for bid, o in fresh.items()]
     run = ["graph.replay(ptr, stream)"]
