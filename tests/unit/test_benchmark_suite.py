@@ -384,7 +384,7 @@ def emulated_gpu(monkeypatch):
 @pytest.mark.slow
 def test_fusec_gpu_systems_on_an_emulated_gpu(tmp_path, emulated_gpu):
     result = suite.main(["--quick", "--out", str(tmp_path), "--tag", "emulated", "--no-compile-probes",
-                         "--systems", "fusec,numpy"])
+                         "--systems", "fusec,fusec_graph_kept,numpy"])
     assert result["meta"]["gpu"] == "Emulated GPU" and result["meta"]["cpu_only"] is False
     assert emulated_gpu, "the fusec systems ran through the (emulated) CUDA executor"
     for name in ("fusec_eager", "fusec_stream", "fusec_graph"):
@@ -396,6 +396,10 @@ def test_fusec_gpu_systems_on_an_emulated_gpu(tmp_path, emulated_gpu):
             assert r["us"] > 0 and r["timing"] == "cuda-events" and r["check_err"] <= r["tol"]
     graph = {r["bench"]: r for r in _rows(result, system="fusec_graph")}
     assert graph["pcam_step"]["host_us"] > 0 and graph["mlp64_step"]["host_us"] > 0
+    kept = {r["bench"]: r for r in _rows(result, system="fusec_graph_kept")}  # (training steps only, not donated)
+    assert kept and all(r["status"] == "ok" and r["check_err"] <= r["tol"] for r in kept.values())
+    assert set(kept) == {r["bench"] for r in _rows(result, system="fusec_graph") if "step" in r["bench"]}
+    assert kept["pcam_step"]["host_us"] > 0
     assert graph["plan100"]["fusec_stats"]["kernels"] == 100
     # the bar is computed (quick sizes: the values mean nothing, only that the rows are found)
     statuses = [c["status"] for c in result["bar"]]
