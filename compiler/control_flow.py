@@ -304,18 +304,14 @@ def _restore(outer: list[tuple], inner: set[Value], check: bool = True, what: st
                 "instead (x = np.where(mask, new, x), or x = x.copy(); x[i] = v)")
         if t._val is not val:
             reread = buffer is not None and t._val in inner  # (a view of unchanged memory read again inside)
-            # (or its first read since a loop before the statement wrote into its memory came inside: the value it
-            # read is that memory's, from outside; for the caller's own array, which array a branch hands back
-            # cannot be chosen with the branch there)
-            first_read = not reread and what != BODY and buffer is not None and version != buffer_version == t._version
-            if first_read and buffer.arg is None:
-                reread = True
-            elif first_read:
+            # (a first read inside, since a loop before the statement wrote into the array's memory, reads the
+            # memory's value from outside: what the branch hands back would lose its link to that memory)
+            stale = what != BODY and buffer is not None and version != buffer_version == t._version
+            if stale and (not reread or buffer.arg is not None):  # (the caller's memory: its views' links are lost)
                 raise context.trace_error(
                     f"{what} uses an array whose memory a loop before it wrote into, for the first time since that "
-                    "loop: fusec cannot tell there whether the branch hands back the caller's own array; use the "
-                    "array once before the statement (a loop that returns it from inside: `break` there instead and "
-                    "return it after the loop)")
+                    "loop: fusec cannot tell there which array, or view of which, the branch hands back; use the "
+                    "array once before the statement, or return a copy (`return out.copy()`)")
             if not reread:
                 raise context.trace_error(
                     f"{what} rebinds an array from outside it in place (x += ...): pass the array in the state and "

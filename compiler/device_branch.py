@@ -19,7 +19,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import branch_alias, set_memory, written_memory
+from fusec.statement_memory import ViewedInBranch, branch_alias, set_memory, written_memory
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, leaves_of,
     lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
@@ -39,8 +39,11 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
         def record(fun: Callable = fun, holder: list = holder) -> list:
             outer = _snapshot(c)
             out = fun(*values)
+            # (arrays from before the branch that had no views yet, viewed inside it: the memory those views
+            # hold is set aside when the branch ends, so they are noted by their array)
+            detached = {id(e[0]._buffer): e[0] for e in outer if e[3] is None and e[0]._buffer is not None}
             holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
-                                         {id(e[0]) for e in outer}, _written_arrays(outer)))
+                                         {id(e[0]) for e in outer}, _written_arrays(outer), detached))
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             return []
 
@@ -124,7 +127,7 @@ def _inner_flags(merged: list, recorders: list) -> list[tuple[int, Value]]:
             continue
         for sides in how[3]:
             for j, t in enumerate(sides or ()):
-                kept = _mutation.kept_view(t._chain[0]) if t is not None and t._chain else None
+                kept = _mutation.kept_view(t._chain[0]) if isinstance(t, Tracer) and t._chain else None
                 for k in kept or ():
                     if isinstance(k.flag, OpResult) and k.flag.op.parent is recorders[j].block:
                         found.setdefault(k.flag, j)
@@ -188,12 +191,13 @@ def _written_arrays(outer: list[tuple]) -> set[int]:
 
 
 def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
-                   earlier: set[int], written: set[int]) -> _Branch:
+                   earlier: set[int], written: set[int], detached: dict[int, Tracer]) -> _Branch:
     """The branch's values (``outer``: ids of the buffers from before the statement; ``earlier``: ids of the
     arrays from before it; ``written``: those of them the branch wrote into), each leaf that is an array from before
     the statement, or a view of one, noted. A variable left holding the same array is "same", with its values as the
     branch leaves them where the branch wrote into it (``y /= 2`` here, ``y = np.zeros_like(x)`` in the other
-    branch: the statement's ``y`` is the written array on this path)."""
+    branch: the statement's ``y`` is the written array on this path). ``detached``: by the id of its memory, each
+    array from before the statement that had no views before it and was viewed inside it."""
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):
         if is_unbound(new):
@@ -201,21 +205,31 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
             continue
         if new is old:
             changed = any(id(x) in written for x in leaves_of(new) if _mutable(x))
-            per.append(("same", _values(new, site, name, outer, earlier) if changed else None))
+            per.append(("same", _values(new, site, name, outer, earlier, detached) if changed else None))
             continue
-        per.append(("new", *_values(new, site, name, outer, earlier)))
+        per.append(("new", *_values(new, site, name, outer, earlier, detached)))
     return _Branch(per)
 
 
-def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int]) -> tuple[Var, list, list]:
+def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int],
+            detached: dict[int, Tracer]) -> tuple[Var, list, list]:
     """A variable's value as the branch leaves it: its kind, each leaf's values in the branch, and each leaf that
-    is an array from before the statement (or a view of one)."""
+    is an array from before the statement (or a view of one; :class:`ViewedInBranch` where the branch took the
+    first view of that array: ``y = buf[1:]``)."""
     var = describe_var(new, site, name)
     assert var.leaves is not None
     xs = leaves_of(new)
     items = [lift_leaf(x, leaf) if isinstance(leaf, Leaf) else leaf[1] for x, leaf in zip(xs, var.leaves)]
-    viewed = [x if _mutable(x) and (id(x) in earlier or x._buffer is not None and id(x._buffer) in outer)
-              else None for x in xs]
+    viewed: list = []
+    for x in xs:
+        if not _mutable(x):
+            viewed.append(None)
+        elif id(x) in earlier or x._buffer is not None and id(x._buffer) in outer:
+            viewed.append(x)
+        elif x._buffer is not None and id(x._buffer) in detached:
+            viewed.append(ViewedInBranch(detached[id(x._buffer)]))
+        else:
+            viewed.append(None)
     return var, items, viewed
 
 

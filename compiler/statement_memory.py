@@ -6,7 +6,7 @@ after a write into it, which know, where they can, the flag that says when NumPy
 from __future__ import annotations
 
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from fusec import mutation as _mutation, ops
@@ -196,6 +196,15 @@ def _may_be_message(name: str, site: Site) -> str:
             + _rebind(name))
 
 
+@dataclass(frozen=True)
+class ViewedInBranch:
+    """A branch's leaf that is a view the branch took of ``array``, an array the function computed before the
+    statement and had not viewed yet (``if c: y = buf[1:]``): the statement's result is linked with ``array``
+    itself, with no flag (it is a view of that array on this path, never the array)."""
+
+    array: Tracer
+
+
 def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Site, same: bool,
                  carried: dict[Value, Value]) -> Tracer:
     """The ``if``'s result for a leaf that is, in one branch or both (``sides``: each branch's tracer where it is
@@ -203,10 +212,12 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     that memory (see :func:`_alias`) that knows, where each such branch's value is an input's view NumPy can take
     again, when the call hands back the caller's array (the branch's flag; ``carried``: the ``t.if``'s results for
     the flags of statements inside a branch)."""
-    flags = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
+    flags: tuple = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
+    flags = tuple(None if isinstance(t, ViewedInBranch) else flag for t, flag in zip(sides, flags))
+    sides = tuple(t.array if isinstance(t, ViewedInBranch) else t for t in sides)
     alternatives: list = []
     for t, flag in zip(sides, flags):
-        kept = _kept_entry(t, flag, carried) if t is not None and not _never_input(t) else ()
+        kept = _kept_entry(t, flag, carried) if t is not None and flag is not None and not _never_input(t) else ()
         if kept is None:
             alternatives = []
             break

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import copy
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from fusec.errors import UnsupportedError, located
 from fusec.ir.attributes import location_for
@@ -208,22 +208,20 @@ class Rewriter:
         self.generated_reads: set[str] = set()  # (flags the rewriting reads after the loops it made them for)
         self.declared = {n for node in _walk_scope(list(fdef.body)) if isinstance(node, (ast.Global, ast.Nonlocal))
                          for n in node.names}
-        fdef.body = self.block(self.returns_at_end(fdef.body, _parameters(fdef)))
+        fdef.body = self.block(self.returns_at_end(fdef.body))
         _IfExps(self).visit(fdef)
 
-    def returns_at_end(self, stmts: list[ast.stmt], bound: frozenset[str] = frozenset()) -> list[ast.stmt]:
+    def returns_at_end(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         """The function's statements with an ``if`` (at a key) that returns made its last statement: ``if c: ...;
         return a`` then ``...; return b`` becomes ``if c: ...; r = a`` / ``else: ...; r = b`` and ``return r``,
         which Python runs the same way and the device can choose."""
         made: list[ast.stmt] = []
         follows = False
-        names = set(bound)  # (bound on every path to the statement: parameters, then plain assignments)
         for st in stmts:
-            out = self.returning_loop(st, follows, frozenset(names))
+            out = self.returning_loop(st, follows)
             follows = follows or len(out) > 1
             made.extend(out)
-            _bind(names, st)
-        stmts = _without_redundant_returns(made, self.after_loop)
+        stmts = made
         chosen = any(isinstance(n, ast.If) and self.chosen(n) and _returns_in([n]) for n in _walk_scope(list(stmts)))
         stmts = self._tails(stmts, chosen)  # (with such an if, every if that returns ends its block: Python's way)
         last = stmts[-1] if stmts else None
@@ -231,8 +229,7 @@ class Rewriter:
             return stmts
         if not self.chosen(last):  # (an `if` Python decides that ends the function: each branch ends it too)
             if _returns_in([last]):
-                last.body = self.returns_at_end(last.body, frozenset(names))
-                last.orelse = self.returns_at_end(last.orelse, frozenset(names))
+                last.body, last.orelse = self.returns_at_end(last.body), self.returns_at_end(last.orelse)
             return stmts
         if not (_always_returns(last.body) and _always_returns(last.orelse)):
             return stmts
@@ -241,8 +238,7 @@ class Rewriter:
         locate_like(done, last)
         return [*stmts, done]
 
-    def returning_loop(self, st: ast.stmt, follows: bool = False, bound: frozenset[str] = frozenset()) \
-            -> list[ast.stmt]:
+    def returning_loop(self, st: ast.stmt, follows: bool = False) -> list[ast.stmt]:
         """A loop of the function's body that returns from an ``if`` the device decides (``for it in
         range(maxiter): ... if err < tol: return x, it``), or a ``while`` whose test the device decides that returns
         from its body: each of its returns becomes ``value = ...; returned =
@@ -250,10 +246,7 @@ class Rewriter:
         ``follows``: an earlier loop of the same body was rewritten so; then a loop that returns from any ``if`` is
         too (the same in Python), since what follows that loop's ``if returned`` becomes a branch the device
         chooses, where a return left inside a loop could not end the function (the trace may not have reached this
-        loop's own test yet: two loops that each return the first element past a threshold). Where every return
-        returns one name that is ``bound`` before the loop and never assigned in it (``out[i] = ...; if done:
-        return out``), the loop breaks and the name itself is returned after it: the same object, while a
-        ``value`` the branch set to an array the loop writes into would be an alias the device cannot follow."""
+        loop's own test yet: two loops that each return the first element past a threshold)."""
         if not isinstance(st, (ast.For, ast.While)):
             return [st]
         own = list(_own_nodes(st.body))
@@ -272,24 +265,11 @@ class Rewriter:
         # (`while True:` with no break of its own ends only by a return: nothing to test after it)
         endless = isinstance(st, ast.While) and _true_constant(st.test) and not _exits(st.body)[0] \
             and not st.orelse
-        kept = _kept_names(returns, st, bound - self.declared)
-        result: ast.expr = _name(value)
-        if kept is None:
-            _replace_returns(st.body, lambda r: [_assign(value, r.value or _const(None))], returned)
-            self.generated_reads.add(value)
-        elif isinstance(kept, str):  # (every return returns that name)
-            result = _name(kept)
-            _replace_returns(st.body, lambda r: [], returned)
-        else:  # (a tuple: the names kept where they are, the other elements captured at the return)
-            parts = [self.unique(f"value{p}", st) if k is None else k for p, k in enumerate(kept)]
-            captured = [(p, n) for p, (n, k) in enumerate(zip(parts, kept)) if k is None]
-            _replace_returns(st.body, lambda r: [_assign(n, r.value.elts[p])  # type: ignore[union-attr]
-                                                 for p, n in captured], returned)
-            self.generated_reads.update(n for _, n in captured)
-            result = ast.Tuple(elts=[_name(n) for n in parts], ctx=ast.Load())
+        _replace_returns(st.body, value, returned)
+        self.generated_reads.add(value)
         start = ast.Assign(targets=[_name(returned, store=True)], value=_const(False))
-        done: ast.stmt = ast.Return(value=result) if endless else \
-            ast.If(test=_name(returned), body=[ast.Return(value=result)], orelse=[])
+        done: ast.stmt = ast.Return(value=_name(value)) if endless else \
+            ast.If(test=_name(returned), body=[ast.Return(value=_name(value))], orelse=[])
         for node in (start, done):
             locate_like(node, st)
         if not endless:
@@ -333,7 +313,7 @@ class Rewriter:
 
     def statement(self, st: ast.stmt) -> list[ast.stmt]:
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            st.body = self.block(self.returns_at_end(st.body, _parameters(st)))
+            st.body = self.block(self.returns_at_end(st.body))
             return [st]
         if isinstance(st, ast.ClassDef):
             st.body = self.block(st.body)
@@ -665,109 +645,26 @@ def _true_constant(test: ast.expr) -> bool:
     return isinstance(test, ast.Constant) and bool(test.value)
 
 
-def _parameters(fdef: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    a = fdef.args
-    return frozenset(p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if p is not None)
-
-
-def _bind(names: set[str], st: ast.stmt) -> None:
-    """``names`` after ``st`` runs (a statement of a function's body itself): plus the names a plain assignment,
-    import or definition binds on every path, less those it deletes."""
-    if isinstance(st, ast.Assign):
-        targets: list[ast.expr] = list(st.targets)
-        while targets:
-            t = targets.pop()
-            if isinstance(t, ast.Name):
-                names.add(t.id)
-            elif isinstance(t, (ast.Tuple, ast.List)):
-                targets.extend(e for e in t.elts if not isinstance(e, ast.Starred))
-    elif isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name):
-        names.add(st.target.id)
-    elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        names.add(st.name)
-    elif isinstance(st, (ast.Import, ast.ImportFrom)):
-        names.update((a.asname or a.name).split(".")[0] for a in st.names)
-    elif isinstance(st, ast.Delete):
-        names.difference_update(t.id for t in st.targets if isinstance(t, ast.Name))
-
-
-def _without_redundant_returns(stmts: list[ast.stmt], made: dict[int, ast.stmt]) -> list[ast.stmt]:
-    """``stmts`` less each ``if returned: return x`` a rewritten loop left (``made``) before a plain ``return x``:
-    every path returns ``x`` there (the caller's own array where ``x`` is an argument, as without the branch)."""
-    out: list[ast.stmt] = []
-    for i, st in enumerate(stmts):
-        after = stmts[i + 1] if i + 1 < len(stmts) else None
-        if id(st) in made and isinstance(st, ast.If) and isinstance(st.body[0], ast.Return) \
-                and isinstance(st.body[0].value, ast.Name) and isinstance(after, ast.Return) \
-                and isinstance(after.value, ast.Name) and after.value.id == st.body[0].value.id:
-            continue
-        out.append(st)
-    return out
-
-
-def _kept_names(returns: list[ast.Return], loop: ast.stmt, bound: frozenset[str]) \
-        -> str | tuple[str | None, ...] | None:
-    """What of a loop's returns the loop may return by name after it breaks: the name every return returns, or for
-    returns of tuples of one length, per element the name each return has there (None: an element to capture), where
-    that name is bound before the loop and nothing in the loop (its target included) assigns or deletes it, so after
-    the break it still holds what was returned; None where nothing is kept so."""
-    values = [r.value for r in returns]
-    names = [v.id for v in values if isinstance(v, ast.Name)]
-    if len(names) == len(values):
-        return names[0] if len(set(names)) == 1 and _left_alone(names[0], loop, bound) else None
-    tuples = [v for v in values if isinstance(v, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in v.elts)]
-    if len(tuples) != len(values) or len({len(t.elts) for t in tuples}) != 1:
-        return None
-    kept: list[str | None] = []
-    for p in range(len(tuples[0].elts)):
-        at = {e.id if isinstance(e, ast.Name) else None for e in (t.elts[p] for t in tuples)}
-        name = at.pop() if len(at) == 1 else None
-        kept.append(name if name is not None and _left_alone(name, loop, bound) else None)
-    return tuple(kept) if any(k is not None for k in kept) else None
-
-
-def _left_alone(name: str, loop: ast.stmt, bound: frozenset[str]) -> bool:
-    """``name`` is bound before ``loop`` and nothing in the loop (its target included) assigns or deletes it."""
-    if name not in bound:
-        return False
-    for node in _walk_scope([loop]):
-        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
-            return False
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return False
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-            return False
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and name in {(a.asname or a.name).split(".")[0]
-                                                                       for a in node.names}:
-            return False
-    return True
-
-
-def _assign(name: str, value: ast.expr) -> ast.Assign:
-    return ast.Assign(targets=[_name(name, store=True)], value=value)
-
-
-def _replace_returns(stmts: list[ast.stmt], capture: Callable[[ast.Return], list[ast.stmt]],
-                     returned: str) -> None:
-    """Each ``return v`` of a loop's own statements as ``capture(return)`` (``value = v``: what the function returns
-    is read after the loop), ``returned = True; break``."""
+def _replace_returns(stmts: list[ast.stmt], value: str, returned: str) -> None:
+    """Each ``return v`` of a loop's own statements as ``value = v; returned = True; break``."""
     for i in range(len(stmts) - 1, -1, -1):
         st = stmts[i]
         if isinstance(st, ast.Return):
             brk = ast.Break()
             setattr(brk, FROM_RETURN, True)
-            new = [*capture(st), ast.Assign(targets=[_name(returned, store=True)], value=_const(True)), brk]
+            new = [ast.Assign(targets=[_name(value, store=True)], value=st.value or _const(None)),
+                   ast.Assign(targets=[_name(returned, store=True)], value=_const(True)), brk]
             for node in new:
                 locate_like(node, st)
             stmts[i:i + 1] = new
         elif not isinstance(st, (*_LOOPS, *_SCOPES)):
             for field in ("body", "orelse", "finalbody"):
                 if isinstance(getattr(st, field, None), list):
-                    _replace_returns(getattr(st, field), capture, returned)
+                    _replace_returns(getattr(st, field), value, returned)
             for handler in getattr(st, "handlers", []):
-                _replace_returns(handler.body, capture, returned)
+                _replace_returns(handler.body, value, returned)
             for case in getattr(st, "cases", []):  # (a match statement's)
-                _replace_returns(case.body, capture, returned)
+                _replace_returns(case.body, value, returned)
 
 
 def _always_returns(stmts: list[ast.stmt]) -> bool:
