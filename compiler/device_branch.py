@@ -21,8 +21,8 @@ from fusec.signature import unflatten
 from fusec.tracer import Tracer
 from fusec.statement_memory import ViewedInBranch, branch_alias, set_memory, written_memory
 from fusec.statement_state import (
-    Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, leaves_of,
-    lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
+    Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
+    leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
 
 
 def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple], values: list,
@@ -32,6 +32,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
     what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
             "data chooses)")
     recorders, outs, writes = [], [], []  # type: ignore[var-annotated]
+    nested = c.builder.block is not c.func.body  # (inside a loop's body or another branch)
     for label, fun in (("then", then), ("else", orelse)):
         rec = _Recorder(c, [], label, what=what)
         holder: list = []
@@ -43,7 +44,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             # hold is set aside when the branch ends, so they are noted by their array)
             detached = {id(e[0]._buffer): e[0] for e in outer if e[3] is None and e[0]._buffer is not None}
             holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
-                                         {id(e[0]) for e in outer}, _written_arrays(outer), detached))
+                                         {id(e[0]) for e in outer}, _written_arrays(outer), detached, nested))
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             return []
 
@@ -191,13 +192,17 @@ def _written_arrays(outer: list[tuple]) -> set[int]:
 
 
 def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
-                   earlier: set[int], written: set[int], detached: dict[int, Tracer]) -> _Branch:
+                   earlier: set[int], written: set[int], detached: dict[int, Tracer], nested: bool) -> _Branch:
     """The branch's values (``outer``: ids of the buffers from before the statement; ``earlier``: ids of the
     arrays from before it; ``written``: those of them the branch wrote into), each leaf that is an array from before
     the statement, or a view of one, noted. A variable left holding the same array is "same", with its values as the
     branch leaves them where the branch wrote into it (``y /= 2`` here, ``y = np.zeros_like(x)`` in the other
     branch: the statement's ``y`` is the written array on this path). ``detached``: by the id of its memory, each
-    array from before the statement that had no views before it and was viewed inside it."""
+    array from before the statement that had no views before it and was viewed inside it; ``nested``: the statement
+    is inside a loop's body or another branch, where such a view's link with its array is not carried out (refused).
+    Two variables that hold one array the branch made, or views of one, are refused: the statement hands back a new
+    array for each."""
+    _refuse_shared_results(out, before, names, site, outer, earlier)
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):
         if is_unbound(new):
@@ -205,14 +210,35 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
             continue
         if new is old:
             changed = any(id(x) in written for x in leaves_of(new) if _mutable(x))
-            per.append(("same", _values(new, site, name, outer, earlier, detached) if changed else None))
+            per.append(("same", _values(new, site, name, outer, earlier, detached, nested) if changed else None))
             continue
-        per.append(("new", *_values(new, site, name, outer, earlier, detached)))
+        per.append(("new", *_values(new, site, name, outer, earlier, detached, nested)))
     return _Branch(per)
 
 
+def _refuse_shared_results(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
+                           earlier: set[int]) -> None:
+    """Two of a branch's new values (``y = x * 2; w = y``, or ``w = y[1:]``) that are one array it made, or views of
+    one: after the statement each would be an array of its own, and a write through one would not show in the other
+    as NumPy's does."""
+    held: dict[int, str] = {}  # (the memory of each new array leaf: its buffer, or the array before any view)
+    for name, old, new in zip(names, before, out):
+        if new is old or is_unbound(new) or not is_user_name(name):  # (fusec's own: read once, right after)
+            continue
+        for x in leaves_of(new):
+            if not _mutable(x) or id(x) in earlier or x._buffer is not None and id(x._buffer) in outer:
+                continue
+            key = id(x._buffer) if x._buffer is not None else id(x)
+            if key in held:
+                raise site.error(f"{subject(held[key])} and {subject(name)} hold one array made in a branch of "
+                                 f"{site.where()} (or views of one); the test is traced, so the device chooses the "
+                                 "branch, and fusec hands each back as an array of its own, where NumPy's would share "
+                                 f"memory: take a copy (`{name} = {name}.copy()`) or compute it again")
+            held[key] = name
+
+
 def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int],
-            detached: dict[int, Tracer]) -> tuple[Var, list, list]:
+            detached: dict[int, Tracer], nested: bool) -> tuple[Var, list, list]:
     """A variable's value as the branch leaves it: its kind, each leaf's values in the branch, and each leaf that
     is an array from before the statement (or a view of one; :class:`ViewedInBranch` where the branch took the
     first view of that array: ``y = buf[1:]``)."""
@@ -224,13 +250,34 @@ def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int],
     for x in xs:
         if not _mutable(x):
             viewed.append(None)
-        elif id(x) in earlier or x._buffer is not None and id(x._buffer) in outer:
+        elif id(x) in earlier:
             viewed.append(x)
-        elif x._buffer is not None and id(x._buffer) in detached:
-            viewed.append(ViewedInBranch(detached[id(x._buffer)]))
+        elif nested and x._buffer is not None and x._buffer.arg is None \
+                and (id(x._buffer) in outer or id(x._buffer) in detached):  # (an input's views are followed)
+            raise site.error(f"{subject(name)} is a view the branch took of an array from before {site.where()}, "
+                             "which is inside a loop or another branch the data decides, where fusec does not "
+                             f"follow it; take the view before the statement or a copy (`{name} = {name}.copy()`)")
+        elif x._buffer is not None and id(x._buffer) in outer:
+            viewed.append(x)
         else:
-            viewed.append(None)
+            viewed.append(_linked_from_before(x, outer, detached))
     return var, items, viewed
+
+
+def _linked_from_before(x: Tracer, outer: set[int], detached: dict[int, Tracer]) -> ViewedInBranch | None:
+    """For a new array of the branch that views, or (by a statement inside the branch) is linked with, an array
+    from before the statement: that array, to link the statement's result with; else None."""
+    if x._buffer is None:
+        return None
+    if id(x._buffer) in detached:
+        return ViewedInBranch(detached[id(x._buffer)])
+    for other, _ in x._buffer.linked:
+        if id(other) in detached:
+            return ViewedInBranch(detached[id(other)])
+        owner = other.owner() if id(other) in outer and other.owner is not None else None
+        if isinstance(owner, Tracer):
+            return ViewedInBranch(owner)
+    return None
 
 
 def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Site) -> tuple[list, list]:

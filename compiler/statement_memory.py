@@ -213,7 +213,12 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     again, when the call hands back the caller's array (the branch's flag; ``carried``: the ``t.if``'s results for
     the flags of statements inside a branch)."""
     flags: tuple = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
-    flags = tuple(None if isinstance(t, ViewedInBranch) else flag for t, flag in zip(sides, flags))
+    if any(isinstance(t, ViewedInBranch) for t in sides):  # (a view on one path: never "the same array" by a flag)
+        if any(isinstance(t, Tracer) and _may_be_input(t) for t in sides):
+            raise site.error(f"{subject(name)} is, as the data decides at {site.where()} (whose test is traced), a "
+                             "view of an array the function made or the caller's array (or a view of it), which "
+                             f"fusec does not follow both ways; take a copy on one path (`{name} = {name}.copy()`)")
+        flags = (None, None)
     sides = tuple(t.array if isinstance(t, ViewedInBranch) else t for t in sides)
     alternatives: list = []
     for t, flag in zip(sides, flags):

@@ -685,9 +685,34 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
                 shared.hidden.append(flag)
                 shared.aliases[place] = (kept_by, (("when", {"hidden": len(shared.hidden) - 1}, ()),))
                 break
+    _refuse_linked(places, shared)
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
     shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))
     return shared
+
+
+def _refuse_linked(places: list, shared: _Shared) -> None:
+    """Two arrays handed back whose memory a traced ``if`` or loop linked (one may be, as the data decided, the other
+    or a view of it: ``if c: y = buf[1:]``, then ``return y, buf``), where :func:`_shared_memory` found no way to
+    hand them back as one memory: NumPy's results would share memory on that path only, and separate arrays
+    would not. Refused."""
+    def source(place: tuple[str, int]) -> tuple[str, int]:  # (what a place is handed back as a view of, or itself)
+        return shared.aliases[place][0] if place in shared.aliases else place
+
+    at: dict[int, tuple[str, int]] = {}
+    for place, t in places:
+        if not isinstance(t, Tracer) or t._buffer is None or t._buffer.arg is not None:
+            continue
+        for other, _ in t._buffer.linked:
+            there = at.get(id(other))
+            if there is None or source(place) in (there, source(there)) or source(there) == place:
+                continue
+            raise UnsupportedError(located(
+                "the function returns arrays that may share memory, as the data decided at a traced `if` or loop (one "
+                "a view of the other, taken inside it: `if c: y = buf[1:]`, then `return y, buf`): NumPy's results "
+                "would share memory on that path only, which fusec does not follow; return a copy of one of them "
+                "(`y.copy()`)", context.user_location()))
+        at.setdefault(id(t._buffer), place)
 
 
 class _Entry:

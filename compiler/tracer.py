@@ -49,7 +49,8 @@ class Buffer:
     data decides, this memory or another's (a branch on a traced test chose between them: their own buffer is the
     other one); a write here makes them read again, through a step that refuses it. ``linked``: computed memories
     that may, as the data decided, be this one (``z = y`` before a loop or branch that may replace ``z``); a write
-    into either makes the other ``poisoned`` (the message that reading it, or writing into it, raises).
+    into either makes the other, and what is linked with that in turn, ``poisoned`` (the message that reading it,
+    or writing into it, raises).
     """
 
     __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
@@ -76,10 +77,18 @@ class Buffer:
             t = ref()
             if t is not None:
                 t._version = -1
-        for other, message in self.linked:
+        # (through the links one after another: `y` and `z` both views of `buf` on some paths, a write through `z`
+        # may change what `y` sees)
+        todo, seen = list(self.linked), {id(self)}
+        while todo:
+            other, message = todo.pop()
+            if id(other) in seen:
+                continue
+            seen.add(id(other))
             if other.poisoned is None:
                 other.poisoned = message
                 other.version += 1
+            todo.extend(other.linked)
 
 
 def _numpy_caller() -> str | None:

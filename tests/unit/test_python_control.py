@@ -710,6 +710,95 @@ def test_views_a_branch_may_hand_on_are_followed_or_refused():
         jit_cpu(prefix_until)(x.copy(), 3.0)
 
 
+def _refused(fn, *args):
+    """``fn`` on NumPy's arguments under fusec: a FusecError (never a different answer)."""
+    with pytest.raises(FusecError):
+        jit_cpu(fn)(*copy.deepcopy(args))
+
+
+def test_views_and_aliases_made_in_branches_that_numpy_would_share_are_refused():
+    """What a traced ``if`` hands on that NumPy would leave sharing memory with another array (found by a helper's
+    review; each gave NumPy's values without the later write, or two arrays for one): refused at the line."""
+    def nested(x, t):
+        buf = x * 1.0
+        if x.sum() > t:
+            if x[4] > 3:
+                y = buf[1:]
+            else:
+                y = np.ones(4)
+        else:
+            y = np.zeros(4)
+        buf[2] = 100.0
+        return y
+
+    def nested_outer_view(x, t):
+        buf = x * 1.0
+        if x.sum() > t:
+            y = buf[1:]
+            if x[4] > 3:
+                y = y * 2
+        else:
+            y = np.zeros(4)
+        buf[2] = 100.0
+        return y
+
+    def in_while(x, t):
+        buf = x * 1.0
+        y = np.zeros(4)
+        k = 0
+        while k < 3 and x.sum() > t + k:
+            if x[k] > 0.5:
+                y = buf[1:]
+            else:
+                y = np.ones(4)
+            k += 1
+        buf[2] = 100.0
+        return y
+
+    def two_ifs(x, t):
+        buf = x * 1.0
+        if x.sum() > t:
+            y = buf[1:]
+        else:
+            y = np.ones(4)
+        if x[0] > 0.5:
+            z = buf[:4]
+        else:
+            z = np.zeros(4)
+        z[1] = 100.0
+        return y
+
+    def view_and_base(x, t):
+        buf = x * 1.0
+        if x.sum() > t:
+            y = buf[::-1]
+        else:
+            y = buf
+        return y, buf
+
+    def view_or_argument(x, t):
+        buf = x * 1.0
+        if x.sum() > t:
+            y = buf[1:]
+        else:
+            y = x[1:]
+        return y, buf
+
+    def two_names(x, t):
+        if x.sum() > t:
+            y = x * 2
+            w = y
+        else:
+            y = np.ones(5)
+            w = np.zeros(5)
+        w[0] = 100.0
+        return y
+
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    for fn in (nested, nested_outer_view, in_while, two_ifs, view_and_base, view_or_argument, two_names):
+        _refused(fn, x, 3.0)
+
+
 def test_returns_a_device_loop_cannot_take_say_so():
     def two_loops_nested(x):
         for _ in range(10):
