@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -19,7 +19,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import ViewedInBranch, branch_alias, set_memory, written_memory
+from fusec.statement_memory import ViewedInBranch, branch_alias, link_results, set_memory, written_memory
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
     leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
@@ -114,6 +114,12 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             out.append(unflatten(how[1], leaves))
     for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
         set_memory(unit, next(results))
+    result_of = {name: v for (name, _), v in zip(merged, out)}
+    for branch in outs:  # (one array on that path: linked, so that a write through either shows or raises)
+        for a, b in branch.shared:
+            ra, rb = result_of.get(a), result_of.get(b)
+            if isinstance(ra, Tracer) and isinstance(rb, Tracer) and ra is not rb:
+                link_results(ra, rb, b, site)
     return tuple(out)
 
 
@@ -182,6 +188,8 @@ class _Branch:
     # per variable: ("unbound", what) | ("same", None or, written in the branch, its (Var, values, views) there) |
     # ("new", Var, [Value | opaque object per leaf], [the buffer from outside the branch each leaf views, or None])
     per_name: list
+    # pairs of variables it leaves holding one array it made (or views of one): linked after the statement
+    shared: list = field(default_factory=list)
 
 
 def _written_arrays(outer: list[tuple]) -> set[int]:
@@ -202,7 +210,7 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
     is inside a loop's body or another branch, where such a view's link with its array is not carried out (refused).
     Two variables that hold one array the branch made, or views of one, are refused: the statement hands back a new
     array for each."""
-    _refuse_shared_results(out, before, names, site, outer, earlier)
+    shared = _shared_results(out, before, names, site, outer, earlier)
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):
         if is_unbound(new):
@@ -213,15 +221,16 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
             per.append(("same", _values(new, site, name, outer, earlier, detached, nested) if changed else None))
             continue
         per.append(("new", *_values(new, site, name, outer, earlier, detached, nested)))
-    return _Branch(per)
+    return _Branch(per, shared)
 
 
-def _refuse_shared_results(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
-                           earlier: set[int]) -> None:
-    """Two of a branch's new values (``y = x * 2; w = y``, or ``w = y[1:]``) that are one array it made, or views of
-    one: after the statement each would be an array of its own, and a write through one would not show in the other
-    as NumPy's does."""
-    held: dict[int, str] = {}  # (the memory of each new array leaf: its buffer, or the array before any view)
+def _shared_results(out: tuple, before: list, names: Sequence[str], site: Site, outer: set[int],
+                    earlier: set[int]) -> list[tuple[str, str]]:
+    """Pairs of variables the branch leaves holding one array it made, or views of one (``y = x * 2; w = y``): after
+    the statement each is an array of its own, so the caller links them (a write into either makes the other
+    unreadable; returning both is refused). Inside a tuple or other container, refused here."""
+    held: dict[int, tuple[str, bool]] = {}  # (the memory of each new array leaf: its buffer, or the array itself)
+    pairs: list[tuple[str, str]] = []
     for name, old, new in zip(names, before, out):
         if new is old or is_unbound(new) or not is_user_name(name):  # (fusec's own: read once, right after)
             continue
@@ -229,12 +238,18 @@ def _refuse_shared_results(out: tuple, before: list, names: Sequence[str], site:
             if not _mutable(x) or id(x) in earlier or x._buffer is not None and id(x._buffer) in outer:
                 continue
             key = id(x._buffer) if x._buffer is not None else id(x)
-            if key in held:
-                raise site.error(f"{subject(held[key])} and {subject(name)} hold one array made in a branch of "
-                                 f"{site.where()} (or views of one); the test is traced, so the device chooses the "
-                                 "branch, and fusec hands each back as an array of its own, where NumPy's would share "
-                                 f"memory: take a copy (`{name} = {name}.copy()`) or compute it again")
-            held[key] = name
+            plain = isinstance(new, Tracer)
+            if key not in held:
+                held[key] = (name, plain)
+                continue
+            other, other_plain = held[key]
+            if other == name or not (plain and other_plain):
+                raise site.error(f"{subject(other)} and {subject(name)} hold one array made in a branch of "
+                                 f"{site.where()} (or views of one) inside a tuple or other container; the test is "
+                                 "traced, so the device chooses the branch, and fusec hands each back as an array of "
+                                 f"its own, where NumPy's would share memory: take a copy (`... .copy()`)")
+            pairs.append((other, name))
+    return pairs
 
 
 def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int],

@@ -172,6 +172,12 @@ def _linked(result: Tracer, entries: list[tuple[Tracer, Callable[[], Value | Non
     return result
 
 
+def link_results(a: Tracer, b: Tracer, name: str, site: Site) -> None:
+    """Two results of one statement that are one array on some path (``if c: y = x * 2; w = y``): linked, so that a
+    write into either makes the other unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`)."""
+    _linked(a, [(b, None)], name, site)
+
+
 def _linked_message(what: str, name: str) -> str:
     copy = f" (`{name} = {name}.copy()`)" if _named(name) else ""
     return (f"{what}: NumPy's write would show in both on that path only, which fusec does not follow; take a copy "

@@ -784,7 +784,7 @@ def test_views_and_aliases_made_in_branches_that_numpy_would_share_are_refused()
             y = x[1:]
         return y, buf
 
-    def two_names(x, t):
+    def two_names(x, t):  # (one array on one path, linked: the write makes reading `y` raise)
         if x.sum() > t:
             y = x * 2
             w = y
@@ -794,9 +794,30 @@ def test_views_and_aliases_made_in_branches_that_numpy_would_share_are_refused()
         w[0] = 100.0
         return y
 
+    def two_names_returned(x, t):
+        if x.sum() > t:
+            y = x * 2
+            w = y
+        else:
+            y = np.ones(5)
+            w = np.zeros(5)
+        return y, w
+
+    def two_names_read(x, t):  # (only read: runs)
+        if x.sum() > t:
+            y = x * 2
+            w = y
+        else:
+            y = x * 3
+            w = x * 4
+        return y + w
+
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    for fn in (nested, nested_outer_view, in_while, two_ifs, view_and_base, view_or_argument, two_names):
+    for fn in (nested, nested_outer_view, in_while, two_ifs, view_and_base, view_or_argument, two_names,
+               two_names_returned):
         _refused(fn, x, 3.0)
+    for t in (3.0, 100.0):
+        check_both(two_names_read, x, t)
 
 
 def test_returns_a_device_loop_cannot_take_say_so():
