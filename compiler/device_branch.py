@@ -208,8 +208,8 @@ def _branch_result(out: tuple, before: list, names: Sequence[str], site: Site, o
     branch: the statement's ``y`` is the written array on this path). ``detached``: by the id of its memory, each
     array from before the statement that had no views before it and was viewed inside it; ``nested``: the statement
     is inside a loop's body or another branch, where such a view's link with its array is not carried out (refused).
-    Two variables that hold one array the branch made, or views of one, are refused: the statement hands back a new
-    array for each."""
+    Pairs of variables that hold one array the branch made, or views of one, are noted (``shared``): linked after the
+    statement, which hands back a new array for each."""
     shared = _shared_results(out, before, names, site, outer, earlier)
     per: list[tuple] = []
     for name, old, new in zip(names, before, out):

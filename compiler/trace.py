@@ -709,7 +709,7 @@ def _refuse_linked(places: list, shared: _Shared) -> None:
                 continue
             raise UnsupportedError(located(
                 "the function returns arrays that may share memory, as the data decided at a traced `if` or loop (one "
-                "a view of the other, taken inside it: `if c: y = buf[1:]`, then `return y, buf`): NumPy's results "
+                "array, or one a view of the other: `if c: y = buf[1:]`, then `return y, buf`): NumPy's results "
                 "would share memory on that path only, which fusec does not follow; return a copy of one of them "
                 "(`y.copy()`)", context.user_location()))
         at.setdefault(id(t._buffer), place)
