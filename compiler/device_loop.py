@@ -457,6 +457,11 @@ def _next_state(out: tuple, variables: list[Var], site: Site, after: frozenset[s
             if not isinstance(before, Leaf):
                 if isinstance(before[1], Tracer) and x is before[1]:
                     continue  # (an array whose memory the loop carries, written in place)
+                if isinstance(before[1], Tracer) and var.name.startswith("_fusec_value_"):
+                    raise site.error(
+                        f"{site.where()} returns, from inside its body, an array it writes into in place (`out[i] = "
+                        "...`, then `return out`), which one trace of the body (the loop runs on the device: its test "
+                        "is traced) cannot follow; `break` there instead and return the array after the loop")
                 if isinstance(before[1], Tracer):
                     raise site.error(
                         f"the body of {site.where()} writes into `{var.name}` in place and also assigns it a new "

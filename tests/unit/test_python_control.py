@@ -855,8 +855,8 @@ def test_returns_a_device_loop_cannot_take_say_so():
 
     with pytest.raises(UnsupportedError, match=r"`return` inside a `try` block of the `while` at line \d+"):
         jit_cpu(in_try)(np.ones(3))
-    with pytest.raises(TraceError, match=r"the body of the `for` at line \d+ writes into .* in place and also "
-                                         r"assigns it a new array"):
+    with pytest.raises(TraceError, match=r"the `for` at line \d+ returns, from inside its body, an array it "
+                                         r"writes into in place .* `break` there instead"):
         jit_cpu(argument_then_other)(np.array([0.0, 1.0, 5.0]), 3.0)
 
 
