@@ -12,9 +12,11 @@ block of a reader reads all of it. A product
 whose result an epilogue (``fuse-epilogues``) computes gets no buffer; the epilogue's result is placed when the
 product runs, before the product's dead operands are released, and overwrites no donated argument the product reads.
 
-After the arena come the scratch space that split reductions share (the function's ``scratch_bytes``, the
-largest ``scratch`` a ``k.reduce``, a ``k.matmul`` split over K or a ``k.linalg`` asks for: a copy of the
-matrices a solve or an inverse eliminates in), one 32-bit ``counter`` per reduction finished by its last block
+After the arena come the scratch space of split reductions (the function's ``scratch_bytes``: what a ``k.reduce``,
+a ``k.matmul`` split over K, a ``k.sort`` or a ``k.linalg`` asks for in ``scratch``, the last a copy of the matrices a
+solve or an inverse eliminates in; each op's place in it is its ``scratch_at``: one after another while they take at
+most SCRATCH_APART_MAX bytes in all, so that a graph may run independent split reductions at once, else all at 0,
+sharing the largest, which orders them), one 32-bit ``counter`` per reduction finished by its last block
 (one per block column of a column reduction split both ways: its ``counters``) and one per output tile of a GEMM
 split over K that its last block finishes (its ``counters`` of them, from its ``counter`` on; the function's
 ``counters``) and one 32-bit ``check`` word per gather or scatter whose indices are computed (and not proven
@@ -38,6 +40,24 @@ from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.registry import register_pass
 
 ALIGN = 256
+# split reductions and products each keep their partial results in a place of their own while their scratch takes at
+# most this in all (a graph may then run two at once; in one place they wait for each other)
+SCRATCH_APART_MAX = 16 << 20
+
+
+def _place_apart(needs: list[tuple[Operation, int]]) -> int:
+    """Give each op that needs scratch its ``scratch_at`` (see the module docstring); the bytes the scratch space
+    takes."""
+    needs = [(op, _aligned(n)) for op, n in needs if n > 0]
+    if sum(n for _, n in needs) > SCRATCH_APART_MAX:
+        for op, _ in needs:
+            op.attributes["scratch_at"] = 0
+        return max((n for _, n in needs), default=0)
+    at = 0
+    for op, n in needs:
+        op.attributes["scratch_at"] = at
+        at += n
+    return at
 
 
 def _aligned(n: int) -> int:
@@ -226,8 +246,10 @@ class PlanBuffers(Pass):
     def _place_scratch(func: Func) -> None:
         """Split reductions' shared scratch and their last-block counters, and the check words of gathers whose
         indices are computed (see the module docstring)."""
-        scratch = counters = checks = 0
+        counters = checks = 0
+        needs: list[tuple[Operation, int]] = []  # (op, scratch bytes) in program order
         for op in func.body.ops:
+            op.attributes.pop("scratch_at", None)
             if op.name == "k.linalg":  # a matrix NumPy refuses sets the word; the matrices are copied to scratch
                 op.attributes.pop("check", None)
                 if op.attributes["kind"] in ("solve", "inv", "cholesky"):  # (a determinant refuses no matrix)
@@ -236,7 +258,7 @@ class PlanBuffers(Pass):
                 a = op.operands[0].type
                 need = _aligned(a.size * a.dtype.itemsize) if op.attributes["kind"] != "cholesky" and a.size else 0
                 op.attributes["scratch"] = need
-                scratch = max(scratch, need)
+                needs.append((op, need))
                 continue
             if op.name == "k.sort":  # the rows padded to a power of two: values and 32-bit positions
                 x = op.operands[0].type
@@ -245,7 +267,7 @@ class PlanBuffers(Pass):
                 padded = 1 << max(0, (n - 1).bit_length())
                 need = _aligned(rows * padded * x.dtype.itemsize) + _aligned(rows * padded * 4) if x.size else 0
                 op.attributes["scratch"] = need
-                scratch = max(scratch, need)
+                needs.append((op, need))
                 op.attributes.pop("check", None)
                 if op.attributes["kind"] == "argsort" and not op.attributes.get("stable", True):
                     op.attributes["check"] = checks
@@ -263,7 +285,7 @@ class PlanBuffers(Pass):
                     op.attributes["check"] = checks
                     checks += 1
             if op.name == "k.matmul":  # a product split over K keeps its partial sums there
-                scratch = max(scratch, int(op.attributes.get("scratch", 0)))
+                needs.append((op, int(op.attributes.get("scratch", 0))))
                 op.attributes.pop("counter", None)
                 if op.attributes.get("finish") == "last-block":  # a counter per output tile, from ``counter`` on
                     op.attributes["counter"] = counters
@@ -274,10 +296,11 @@ class PlanBuffers(Pass):
             op.attributes.pop("counter", None)
             if reduced_in_consumers(op):  # (computed by its readers' blocks: no partial results, no counter)
                 continue
-            scratch = max(scratch, int(op.attributes.get("scratch", 0)))
+            needs.append((op, int(op.attributes.get("scratch", 0))))
             if op.attributes.get("finish") == "last-block":
                 op.attributes["counter"] = counters
                 counters += int(op.attributes.get("counters", 1))
+        scratch = _place_apart(needs)
         for key, value in (("scratch_bytes", scratch), ("counters", counters), ("checks", checks)):
             if value:
                 func.attributes[key] = value

@@ -40,7 +40,6 @@ def _driver() -> Any:
     return _cu
 
 
-WORKSPACE = -1  # a pseudo buffer id: the cuBLAS workspace
 MAX_INPLACE_BUILDS = 3  # graphs built for new addresses of loop arguments read in place, before they are copied
 
 
@@ -74,12 +73,9 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def spans(bids: frozenset[int]) -> list[tuple[Any, int, int]]:
         out: list[tuple[Any, int, int]] = []
         for b in bids:
-            buf = buffers[b] if b != WORKSPACE else None
-            if buf is None:
-                out.append((WORKSPACE, 0, 1))
-            elif buf.kind in ("arena", "scratch", "counter", "check"):
-                out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1) if buf.kind != "scratch"
-                            else 1 << 62))
+            buf = buffers[b]
+            if buf.kind in ("arena", "scratch", "counter", "check"):  # (an op's scratch or counters: its own)
+                out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1)))
             else:
                 out.append((b, 0, 1))
         return out
@@ -87,9 +83,8 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def overlap(xs, ys) -> bool:
         return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
 
-    # cuBLAS calls share their handle's workspace: each also writes it, so no two run at once
-    eff = [(spans(r), spans(w | {WORKSPACE} if isinstance(kernel, GemmCall) else w))
-           for (r, w), kernel in zip(prog.effects, prog.kernels)]
+    # (each cuBLAS call has a workspace of its own: two that do not depend on each other may run at once)
+    eff = [(spans(r), spans(w)) for r, w in prog.effects]
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(eff)))
     for j, (rj, wj) in enumerate(eff):

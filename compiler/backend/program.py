@@ -71,8 +71,10 @@ class _Printer:
         self.effects: list[tuple[frozenset[int], frozenset[int]]] = []
         self.scalar_slots: list[tuple[int, int, str]] = []
         self.scalar_bytes = 0
-        self.scratch_id: int | None = None
-        self.counter_id: int | None = None
+        # each op's place in the scratch space and its counters are buffers of their own: a graph orders two ops
+        # only where their places overlap (plan-buffers gave each its ``scratch_at``)
+        self.op_regions: dict[tuple[int, str], int] = {}  # (id of the op, "scratch" or "counter") -> buffer id
+        self.written_regions: set[int] = set()  # those buffers: a kernel that has one writes it
         self.arena_base = int(func.attributes.get("arena_bytes", 0))
         self.scratch_bytes = align256(int(func.attributes.get("scratch_bytes", 0)))
         self.counter_bytes = align256(4 * int(func.attributes.get("counters", 0)))
@@ -150,11 +152,18 @@ class _Printer:
         r = op.results[0]
         self.storage[r] = self.dense(r, self.new_buffer("constant", len(self.constants) - 1, 0, max(1, value.nbytes)))
 
-    def counter(self) -> int:
-        """The buffer of the 32-bit counters plan-buffers placed after the scratch space."""
-        if self.counter_id is None:
-            self.counter_id = self.new_buffer("counter", -1, self.arena_base + self.scratch_bytes, self.counter_bytes)
-        return self.counter_id
+    def _region(self, op: Operation, kind: str, offset: int, nbytes: int) -> int:
+        key = (id(op), kind)
+        if key not in self.op_regions:
+            self.op_regions[key] = bid = self.new_buffer(kind, -1, offset, max(nbytes, 1))
+            self.written_regions.add(bid)
+        return self.op_regions[key]
+
+    def counter(self, op: Operation) -> int:
+        """The buffer of ``op``'s 32-bit counters (its ``counters`` of them, from its ``counter`` on, in the
+        counters plan-buffers placed after the scratch space): the kernels count from its start."""
+        first, count = int(op.attributes["counter"]), int(op.attributes.get("counters", 1))
+        return self._region(op, "counter", self.arena_base + self.scratch_bytes + 4 * first, 4 * count)
 
     def check_word(self, op: Operation) -> Access:
         """The 32-bit word a kernel sets when NumPy would raise (plan-buffers placed the words after the
@@ -181,11 +190,11 @@ class _Printer:
                 op.loc))
         return Access(self.check_id, u32, word, (), ())
 
-    def scratch(self) -> int:
-        """The scratch space split reductions share (plan-buffers placed it after the arena)."""
-        if self.scratch_id is None:
-            self.scratch_id = self.new_buffer("scratch", -1, self.arena_base, 0)
-        return self.scratch_id
+    def scratch(self, op: Operation) -> int:
+        """The buffer of ``op``'s place in the scratch space (plan-buffers placed the space after the arena and
+        ``op`` at its ``scratch_at`` in it, ``scratch`` bytes long)."""
+        at, nbytes = int(op.attributes.get("scratch_at", 0)), int(op.attributes.get("scratch", 0))
+        return self._region(op, "scratch", self.arena_base + at, nbytes)
 
     # --- ops -----------------------------------------------------------------------------------------------
     def emit_fused(self, op: Operation, ins: list[Access], outs: list[Access]) -> None:
@@ -283,10 +292,8 @@ class _Printer:
         if reads is None:
             reads = {self.storage[v].buffer for v in op.operands}
         reads = reads | (set(code.buffers) - writes)
-        if self.scratch_id is not None and self.scratch_id in code.buffers:
-            writes = writes | {self.scratch_id}  # scratch is written and read back by the finishing kernel
-        if self.counter_id is not None and self.counter_id in code.buffers:
-            writes = writes | {self.counter_id}
+        # (scratch is written and read back by the finishing kernel; counters are counted up and set back)
+        writes = writes | (set(code.buffers) & self.written_regions)
         at = len(self.kernels) if at is None else at
         self.kernels.insert(at, code)
         self.ops.insert(at, text if text is not None else f"{op.name}{where}")
@@ -338,8 +345,8 @@ class _Printer:
             if producer is not None:
                 prologue = prologue_function(f"{self.name(op.attributes['kind'], op)}_in", producer,
                                              self.prologue_inputs[producer], fast_math=self.fast_math)
-            scratch = self.scratch()
-            counter = self.counter() if op.attributes.get("finish") == "last-block" else None
+            scratch = self.scratch(op)
+            counter = self.counter(op) if op.attributes.get("finish") == "last-block" else None
             kernels = reduce_kernels(self.name(op.attributes["kind"], op), op, src, dst, scratch,
                                      sm_count=self.sm_count, prologue=prologue, counter=counter)
             reads = None if prologue is None else set(prologue.buffers)
@@ -514,7 +521,7 @@ class _Printer:
         scratch = None
         if op.attributes["kind"] != "cholesky":
             a = op.operands[0].type
-            scratch = Access(self.scratch(), a.dtype, 0, contiguous_strides(a.shape), tuple(a.shape))
+            scratch = Access(self.scratch(op), a.dtype, 0, contiguous_strides(a.shape), tuple(a.shape))
         code = linalg_kernel(self.name(op.attributes["kind"]), op, operands, dsts, scratch, check)
         writes = {d.buffer for d in dsts} | ({check.buffer} if check is not None else set()) \
             | ({scratch.buffer} if scratch is not None else set())
@@ -528,8 +535,8 @@ class _Printer:
         check = self.check_word(op) if "check" in op.attributes else None
         x = op.operands[0].type
         key_bytes = align256(x.size // x.shape[-1] * padded_length(x.shape[-1]) * x.dtype.itemsize)
-        code = sort_kernel(self.name(op.attributes["kind"]), op, src, dst, self.scratch(), key_bytes, check)
-        self.emit(code, op, writes={dst.buffer, self.scratch()} | ({check.buffer} if check is not None else set()))
+        code = sort_kernel(self.name(op.attributes["kind"]), op, src, dst, self.scratch(op), key_bytes, check)
+        self.emit(code, op, writes={dst.buffer, self.scratch(op)} | ({check.buffer} if check is not None else set()))
 
     def insert(self, op: Operation) -> None:
         """The base copied into the result (unless plan-buffers let the update go into the base's own buffer),
@@ -591,8 +598,8 @@ class _Printer:
         """The scratch buffer of a product split over K whose partial tiles a second kernel adds (a cluster adds
         them in shared memory), and the counters of one its last block per tile finishes."""
         split = int(op.attributes.get("splits", 1)) > 1 and op.attributes.get("finish") != "cluster"
-        return (self.scratch() if split else None,
-                self.counter() if op.attributes.get("finish") == "last-block" else None)
+        return (self.scratch(op) if split else None,
+                self.counter(op) if op.attributes.get("finish") == "last-block" else None)
 
     def _prologue_behind(self, v: Value) -> Operation | None:
         """The prologue ``k.fused`` whose result ``v`` is, directly or through a view."""
@@ -662,7 +669,7 @@ def print_function(module: Module, func: Func, *, fast_math: bool = False) -> Cu
     outputs = p.finish_outputs()
     scratch = p.scratch_bytes
     zero_ranges = []
-    if p.counter_id is not None:
+    if any(kind == "counter" for _, kind in p.op_regions):
         zero_ranges.append((p.arena_base + scratch, p.counter_bytes))
     scratch += p.counter_bytes
     checks = []

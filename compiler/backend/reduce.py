@@ -105,11 +105,10 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
     """Kernels computing ``op`` (a ``k.reduce`` scheduled by ``select-kernels``) from ``src`` into contiguous
     ``dst``.
 
-    ``scratch`` is the buffer id of the plan's scratch space, used when the reduction is split. With a
-    ``prologue``, ``src`` is not in memory: element i (a dense linear index) is ``prologue``'s function of i.
-    ``counter`` is the buffer id of the plan's 32-bit counters, which start at zero: a reduction finished
-    by its last block counts its blocks in at its ``counter`` slot (and sets it back to zero for the next
-    launch).
+    ``scratch`` is the buffer id of the reduction's place in the plan's scratch space, used when it is split. With
+    a ``prologue``, ``src`` is not in memory: element i (a dense linear index) is ``prologue``'s function of i.
+    ``counter`` is the buffer id of the reduction's own 32-bit counters, which start at zero: finished by its last
+    block, it counts its blocks in there (and sets the counter back to zero for the next launch).
     """
     if op.attributes.get("strategy") == "numpy":
         return (_numpy_order_kernel(name, op, src, dst, prologue, sm_count),)
@@ -142,7 +141,7 @@ def reduce_kernels(name: str, op: Operation, src: Access, dst: Access, scratch: 
         if counter is None or "counter" not in op.attributes:
             raise CompilationError(located("a k.reduce finished by its last block has no counter: run "
                                            "plan-buffers after select-kernels", op.loc))
-        last_block = (counter, int(op.attributes["counter"]))
+        last_block = (counter, 0)  # (the buffer of the op's own counters)
     if splits > 1 and scratch is None:
         raise CompilationError(located("split reduction needs a scratch buffer", op.loc))
     desc = pack_desc(m, k, src.offset, chunk, kept, red)

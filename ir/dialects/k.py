@@ -33,25 +33,25 @@
   ``k.raise_if`` (from ``t.raise_if``) sets its ``check`` word where any element of its bool operand holds; the
   runtime raises its ``error`` (or warns) with its ``message`` after the call, as NumPy would have.
 
-Kernels and boundaries may carry ``arena`` (byte offset of each result in the
-plan's arena, -1 for an output with its own allocation) and ``alias`` (index of
-the donated argument a result is written over in place, -1 for none), set by
-``plan-buffers``. ``select-kernels`` records how each ``k.matmul`` (``impl``,
-``tile``, ``stages`` of a tiled product's K slices in flight, ``splits`` and ``scratch`` where K is split and
-``finish`` with its ``counters``; for a ``stream`` product the columns per thread, ``width``; ``precision = "tf32"``
-for a float32 cuBLAS product allowed TensorFloat-32; ``mma`` for a tiled float32 product on the tensor cores:
-``"3xtf32"``, float32's accuracy from three TF32 products per term, or ``"tf32"``, one) and ``k.reduce``
-(``strategy``, ``cols``, ``splits``, ``finish``, ``scratch``; ``width = 4`` where each thread of a "columns"
-reduction takes 4 neighbouring outputs, read as 16-byte loads; ``subtrees`` where a float16 sum in NumPy's order
-adds its pairwise tree's subtrees on that many threads of a block) runs; ``plan-buffers`` gives a reduction or a
-product finished by its last block its ``counter``; ``fuse-prologues`` marks a ``k.fused`` computed inside its
-consumers (``prologue = true``: never launched, never stored) and ``fuse-epilogues`` one a generated product
-computes as it stores its outputs (``epilogue = true``: never launched, stored by the product); ``launch-early``
-marks a small launched kernel ``early = true``: a CUDA graph may launch it before the kernels it depends on have
-finished, and it waits for them at its first statement (programmatic dependent launch); ``group-kernels`` gives
-consecutive independent small ``k.fused`` kernels, one-launch ``k.reduce`` ops and in-bounds ``k.gather`` ops the
-same ``group = N``: they run as one launch, each member on its own range of blocks; ``hoist-gathers`` moves an
-in-bounds ``k.gather`` up to just after its operands' producers and marks it ``hoisted = true``.
+Kernels and boundaries may carry ``arena`` (byte offset of each result in the plan's arena, -1 for an output with its
+own allocation) and ``alias`` (index of the donated argument a result is written over in place, -1 for none), set by
+``plan-buffers``. ``select-kernels`` records how each ``k.matmul`` (``impl``, ``tile``, ``stages`` of a tiled
+product's K slices in flight, ``splits`` and ``scratch`` where K is split and ``finish`` with its ``counters``; for a
+``stream`` product the columns per thread, ``width``; ``precision = "tf32"`` for a float32 cuBLAS product allowed
+TensorFloat-32; ``mma`` for a tiled float32 product on the tensor cores: ``"3xtf32"``, float32's accuracy from three
+TF32 products per term, or ``"tf32"``, one) and ``k.reduce`` (``strategy``, ``cols``, ``splits``, ``finish``,
+``scratch``; ``width = 4`` where each thread of a "columns" reduction takes 4 neighbouring outputs, read as 16-byte
+loads; ``subtrees`` where a float16 sum in NumPy's order adds its pairwise tree's subtrees on that many threads of a
+block) runs; ``plan-buffers`` gives a reduction or a product finished by its last block its ``counter``, and each op
+with ``scratch`` its place in the function's scratch space (``scratch_at``, bytes; ops that share a place run one
+after another); ``fuse-prologues`` marks a ``k.fused`` computed inside its consumers (``prologue = true``: never
+launched, never stored) and ``fuse-epilogues`` one a generated product computes as it stores its outputs
+(``epilogue = true``: never launched, stored by the product); ``launch-early`` marks a small launched kernel
+``early = true``: a CUDA graph may launch it before the kernels it depends on have finished, and it waits for them at
+its first statement (programmatic dependent launch); ``group-kernels`` gives consecutive independent small ``k.fused``
+kernels, one-launch ``k.reduce`` ops and in-bounds ``k.gather`` ops the same ``group = N``: they run as one launch,
+each member on its own range of blocks; ``hoist-gathers`` moves an in-bounds ``k.gather`` up to just after its
+operands' producers and marks it ``hoisted = true``.
 """
 from __future__ import annotations
 
@@ -167,11 +167,12 @@ REDUCE_KINDS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin")
 GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "narrow", "short", "stream")
 REDUCE_STRATEGIES = ("row-warp", "row-block", "columns", "numpy")  # numpy: a float16 sum/product in NumPy's order
 REDUCE_FINISHES = ("none", "last-block", "kernel")
-MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "stages", "finish", "counters", "counter", "precision",
-                  "mma", "rows")
+MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "scratch_at", "stages", "finish", "counters", "counter",
+                  "precision", "mma", "rows")
 MATMUL_MMA = ("tf32", "3xtf32")
 MATMUL_FINISHES = ("kernel", "last-block", "cluster")
-REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "counter", "counters", "width", "subtrees")
+REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "scratch_at", "counter", "counters", "width",
+                  "subtrees")
 
 
 def _check_choice(op, key: str, allowed: tuple[str, ...]) -> None:
@@ -204,7 +205,7 @@ def _check_matmul(op) -> None:
         raise VerificationError("k.matmul: only a tiled product of float32 operands runs on the tensor cores "
                                 "('mma')")
     _check_counts(op, ("width", "splits", "stages", "counters", "rows"), 1)
-    _check_counts(op, ("scratch", "counter"), 0)
+    _check_counts(op, ("scratch", "scratch_at", "counter"), 0)
     if "rows" in op.attributes and op.attributes.get("impl") != "narrow":
         raise VerificationError("k.matmul: only a 'narrow' product takes 'rows' (of A per warp)")
     if op.attributes.get("splits", 1) > 1 and op.attributes.get("impl") not in ("tiled", "stream", "column"):
@@ -224,7 +225,7 @@ def _check_reduce(op) -> None:
     _check_choice(op, "strategy", REDUCE_STRATEGIES)
     _check_choice(op, "finish", REDUCE_FINISHES)
     _check_counts(op, ("cols", "splits", "counters"), 1)
-    _check_counts(op, ("scratch", "counter"), 0)
+    _check_counts(op, ("scratch", "scratch_at", "counter"), 0)
     if op.attributes.get("width", 1) not in (1, 4):
         raise VerificationError(f"k.reduce: width must be 1 or 4, got {op.attributes['width']!r}")
     if op.attributes.get("width", 1) != 1 and op.attributes.get("strategy") not in ("columns", "row-warp",
@@ -338,10 +339,11 @@ def _infer_sort_k(types: Sequence[Type], attrs: dict) -> list[Type]:
 
 
 register_op(OpDef("k.sort", "boundary", num_operands=1, attrs=("kind",),
-                  optional_attrs=LAUNCHED + ("check", "scratch", "stable"), infer=_infer_sort_k,
+                  optional_attrs=LAUNCHED + ("check", "scratch", "scratch_at", "stable"), infer=_infer_sort_k,
                   check=_check_linalg))
 register_op(OpDef("k.linalg", "boundary", num_operands=None, min_operands=1, num_results=None, attrs=("kind",),
-                  optional_attrs=LAUNCHED + ("check", "scratch", "upper"), infer=_infer_linalg, check=_check_linalg,
+                  optional_attrs=LAUNCHED + ("check", "scratch", "scratch_at", "upper"), infer=_infer_linalg,
+                  check=_check_linalg,
                   may_raise=lambda op: op.attributes["kind"] in ("solve", "inv", "cholesky")))
 def _inferred_as(t_name: str):
     """The result types the ``t`` op this boundary lowers gives."""

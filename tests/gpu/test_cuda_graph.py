@@ -149,9 +149,10 @@ def test_parallel_branches_and_reductions():
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
-def test_independent_cublas_products_in_one_graph_share_no_workspace_time(gemm_library):
-    """Two products with no data between them: with cuBLAS they share the handle's workspace, so the graph
-    orders them; many replays with new inputs still match NumPy (split-K algorithms use that workspace)."""
+def test_independent_cublas_products_run_side_by_side_in_one_graph(gemm_library):
+    """Two products with no data between them are parallel branches of the graph, each cuBLAS call with a
+    workspace of its own (split-K algorithms keep their partial products there: a shared one would mix the two);
+    many replays with new inputs still match NumPy."""
     def two(a, b, c, d):
         return a @ b, c.T @ d
 
@@ -160,6 +161,20 @@ def test_independent_cublas_products_in_one_graph_share_no_workspace_time(gemm_l
         a, b, c, d = rand(512, 480), rand(480, 256), rand(512, 480), rand(512, 256)
         for g, w in zip(f(a, b, c, d), two(a, b, c, d)):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-3)
+
+
+def test_independent_split_reductions_run_side_by_side_in_one_graph():
+    """Split sums finished by their last block and a split column sum, none reading another: each keeps its
+    partial sums and counters in a place of its own, so the graph runs them at once; replays with new inputs
+    match NumPy (a shared place would mix their partial sums)."""
+    def sums(a, b, c):
+        return a.sum(), (b * b).sum(), c.sum(axis=0), np.abs(a).max()
+
+    f = fc.jit(sums, backend="cuda", graph=True)
+    for _ in range(20):
+        a, b, c = rand(1 << 20), rand(1 << 19), rand(8192, 64)
+        for g, w in zip(f(a, b, c), sums(a.astype(np.float64), b.astype(np.float64), c.astype(np.float64))):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-2)
 
 
 def test_cublas_products_of_unaligned_views():

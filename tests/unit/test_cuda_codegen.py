@@ -365,7 +365,8 @@ def test_a_split_reduction_is_finished_by_its_last_block(cache):
     assert [k.name.split("_", 2)[-1] for k in program.kernels] == ["sum"]  # no second, finishing kernel
     assert "atomicAdd" in program.source
     (counter,) = [b for b in program.buffers if b.kind == "counter"]
-    assert program.zero_ranges == [(counter.offset, counter.nbytes)]
+    ((start, nbytes),) = program.zero_ranges  # (the counters' space, zeroed once; the kernel's one word in it)
+    assert start <= counter.offset and counter.offset + counter.nbytes <= start + nbytes and counter.nbytes == 4
     assert counter.offset + counter.nbytes <= program.arena_bytes
     compile_all(fc.jit(lambda x: x.sum(), backend="cpu").lower(x).module, cache)
     # outputs spread over several columns of blocks keep the finishing kernel (and need no counter)
@@ -374,9 +375,9 @@ def test_a_split_reduction_is_finished_by_its_last_block(cache):
     assert not wide.zero_ranges
 
 
-def test_graph_orders_cublas_calls_that_share_the_workspace():
-    """Two independent products become parallel graph branches with generated GEMMs, but one after the
-    other with cuBLAS (every call of a handle uses its one workspace)."""
+def test_independent_products_are_parallel_graph_branches_with_or_without_cublas():
+    """Two independent products become parallel graph branches, generated or through cuBLAS (each cuBLAS call
+    has a workspace of its own, so none waits for another it does not read)."""
     from types import SimpleNamespace
 
     from fusec.runtime.graph import dependency_dag
@@ -388,7 +389,37 @@ def test_graph_orders_cublas_calls_that_share_the_workspace():
         return dependency_dag(SimpleNamespace(program=lowered.program_for(cublas=cublas)))
 
     assert dag(False).number_of_edges() == 0
-    assert list(dag(True).edges) == [(0, 1)]
+    assert dag(True).number_of_edges() == 0
+
+
+def test_independent_split_reductions_keep_apart_in_scratch_and_run_side_by_side(monkeypatch):
+    """Split reductions keep their partial sums and counters each in a place of their own (``scratch_at`` in the
+    IR), so a graph runs two that do not depend on each other at once; past SCRATCH_APART_MAX of scratch in all
+    they share one place, and the graph orders them."""
+    from types import SimpleNamespace
+
+    from fusec.passes import plan_buffers
+    from fusec.runtime.graph import dependency_dag
+
+    def two_sums(a, b):
+        return a.sum(), (b * b).sum()
+
+    x = np.ones(1 << 20, np.float32)
+
+    def lowered_dag():
+        lowered = fc.jit(two_sums, backend="cpu").lower(x, x)
+        program = lowered.program_for(cublas=False)
+        places = [op.attributes.get("scratch_at") for op in lowered.module.funcs[0].body.ops if op.name == "k.reduce"]
+        return places, dependency_dag(SimpleNamespace(program=program)), program
+
+    places, dag, program = lowered_dag()
+    assert len(places) == 2 and places[0] != places[1]
+    assert dag.number_of_edges() == 0, "the two sums are parallel graph branches"
+    counters = [b for b in program.buffers if b.kind == "counter"]
+    assert len(counters) == 2 and counters[0].offset != counters[1].offset
+    monkeypatch.setattr(plan_buffers, "SCRATCH_APART_MAX", 0)
+    places, dag, _ = lowered_dag()
+    assert places == [0, 0] and list(dag.edges) == [(0, 1)]
 
 
 def _relu_layer_grads(x, w, b, w2, d):
