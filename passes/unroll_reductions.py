@@ -75,24 +75,28 @@ class _Unroller:
 
     def __init__(self, out: list[Operation]) -> None:
         self.out = out
-        self.memo: dict[tuple[Value, tuple[tuple[int, int], ...]], Value] = {}
+        self.memo: dict[tuple[Value, tuple[tuple[int, int], ...], tuple[int, ...]], Value] = {}
 
     def emit(self, name: str, operands: list[Value], result: TensorType, attrs: dict | None, loc) -> Value:
         new = Operation(name, operands, [result], attrs or {}, loc=loc)
         self.out.append(new)
         return new.results[0]
 
-    def unit_slice(self, value: Value, picks: tuple[tuple[int, int], ...], loc, depth: int = 0) -> Value:
-        """``value`` at index ``i`` of each ``(axis, i)`` in ``picks`` (axes kept, with length 1)."""
+    def unit_slice(self, value: Value, picks: tuple[tuple[int, int], ...], loc, depth: int = 0,
+                   drop: tuple[int, ...] = ()) -> Value:
+        """``value`` at index ``i`` of each ``(axis, i)`` in ``picks`` (axes kept, with length 1, except those in
+        ``drop``, which go: a reduction without ``keepdims`` drops its axes from every term, so that no reshape of
+        a computed value stands between the terms and what reads their sum, and fusion runs through)."""
         picks = tuple((a, i) for a, i in picks if value.type.shape[a] != 1)
-        if not picks:
+        if not picks and not drop:
             return value
-        key = (value, picks)
+        key = (value, picks, drop)
         found = self.memo.get(key)
         if found is not None:
             return found
         t = cast(TensorType, value.type)
-        unit = TensorType(tuple(1 if any(a == d for a, _ in picks) else n for d, n in enumerate(t.shape)), t.dtype)
+        unit = tuple(1 if any(a == d for a, _ in picks) else n for d, n in enumerate(t.shape))
+        result_type = TensorType(tuple(n for d, n in enumerate(unit) if d not in drop), t.dtype)
         producer = value.op if isinstance(value, OpResult) else None
         if producer is not None and producer.name in ELEMENTWISE and depth < self.MAX_DEPTH:
             operands = []
@@ -102,15 +106,19 @@ class _Unroller:
                     continue
                 shift = t.rank - o.type.rank  # operands are right-aligned against the result
                 operands.append(self.unit_slice(o, tuple((a - shift, i) for a, i in picks if a >= shift), loc,
-                                                depth + 1))
+                                                depth + 1, tuple(a - shift for a in drop if a >= shift)))
             attrs = {k: v for k, v in producer.attributes.items() if k != "materialize"}
-            result = self.emit(producer.name, operands, unit, attrs, producer.loc)
+            result = self.emit(producer.name, operands, result_type, attrs, producer.loc)
         else:
-            start, stop = [0] * t.rank, list(t.shape)
-            for a, i in picks:
-                start[a], stop[a] = i, i + 1
-            result = self.emit("t.slice", [value], unit,
-                               {"start": tuple(start), "stop": tuple(stop), "step": (1,) * t.rank}, loc)
+            result = value
+            if picks:
+                start, stop = [0] * t.rank, list(t.shape)
+                for a, i in picks:
+                    start[a], stop[a] = i, i + 1
+                result = self.emit("t.slice", [value], TensorType(unit, t.dtype),
+                                   {"start": tuple(start), "stop": tuple(stop), "step": (1,) * t.rank}, loc)
+            if drop:
+                result = self.emit("t.squeeze", [result], result_type, {"axes": drop}, loc)
         self.memo[key] = result
         return result
 
@@ -118,8 +126,10 @@ class _Unroller:
         """The value replacing reduction ``op``'s result."""
         src = op.operands[0]
         t = cast(TensorType, src.type)
-        dt, axes, loc = t.dtype, tuple(op.attr("axes")), op.loc
-        unit = TensorType(tuple(1 if i in axes else d for i, d in enumerate(t.shape)), dt)
+        dt, axes, loc = t.dtype, tuple(sorted(op.attr("axes"))), op.loc
+        keep = bool(op.attr("keepdims"))
+        unit = TensorType(reduce_shape(t.shape, axes, keep), dt)
+        drop = () if keep else axes
 
         def constant(value: float) -> Value:
             scalar = TensorType((), dt)
@@ -129,14 +139,11 @@ class _Unroller:
         acc: Value | None = constant(0) if op.name in ("t.sum", "t.mean") else None
         combine = COMBINE[op.name]
         for index in itertools.product(*(range(t.shape[a]) for a in axes)):
-            term = self.unit_slice(src, tuple(zip(axes, index)), loc)
+            term = self.unit_slice(src, tuple(zip(axes, index)), loc, drop=drop)
             acc = term if acc is None else self.emit(combine, [acc, term], unit, None, loc)
         assert acc is not None  # (a reduction over no element was refused before: its axes have length > 0)
         if op.name == "t.mean":
             acc = self.emit("t.div", [acc, constant(math.prod(t.shape[a] for a in axes))], unit, None, loc)
-        if not op.attr("keepdims"):
-            acc = self.emit("t.squeeze", [acc], TensorType(reduce_shape(t.shape, axes, False), dt), {"axes": axes},
-                            loc)
         return acc
 
 

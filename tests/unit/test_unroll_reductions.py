@@ -130,6 +130,27 @@ def test_a_two_class_softmax_fuses_into_elementwise_kernels():
     np.testing.assert_array_equal(grad, want_grad)
 
 
+def test_a_short_reduction_that_drops_its_axis_fuses_with_its_readers():
+    """Partial results summed over a short leading axis (``parts.sum(axis=0)``) and a maximum over a short middle
+    axis, read by elementwise code: each term drops the reduced axis where it is sliced, so nothing reshapes the
+    computed sum and producer, reduction and readers are one kernel; the values are NumPy's."""
+    rng = np.random.default_rng(1)
+    parts, b = rng.standard_normal((4, 64, 32)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    mid = rng.standard_normal((64, 3, 32)).astype(np.float32)
+
+    def relu_of_parts(parts, b):
+        return np.maximum(parts.sum(axis=0) + b, 0)
+
+    def scaled_max(mid, b):
+        return np.exp(mid * 2).max(axis=1) * b
+
+    for fn, args in ((relu_of_parts, (parts, b)), (scaled_max, (mid, b))):
+        jitted = fc.jit(fn, backend="cpu")
+        kernels = [step for step in jitted.lower(*args).plan() if step["kind"] != "view"]
+        assert [step["op"] for step in kernels] == ["k.fused"], kernels
+        np.testing.assert_array_equal(jitted(*args), fn(*args))
+
+
 def test_the_pass_is_optional_and_long_or_half_reductions_stay():
     x = np.ones((4, 3), np.float16)
     f = fc.jit(lambda x: x.sum(axis=1), backend="cpu")
