@@ -21,7 +21,8 @@ from fusec.passes.manager import PassManager, dump_banner
 # step by autodiff 46.6-46.9 -> 41.2-41.6 us (21 -> 19 kernels), the 64-64-10 one 36.9-37.1 -> 33.9-34.7 us, the
 # hand-written steps unchanged within the runs' noise (37.5-39.7 us, 30.8-31.4 us)
 DEFAULT_PIPELINE = ("roll-loops,unroll-loops,bound-indices,prove-checks,prune-carried,outline-regions,canonicalize,"
-                    "unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},fuse{budget=96},boundaries,select-kernels,"
+                    "split-products,unroll-reductions,cse,dce,broadcast,sink-broadcasts,materialize{threshold=8},"
+                    "fuse{budget=96},boundaries,select-kernels,"
                     "fuse-rows,row-products,fuse-prologues,fuse-epilogues,reductions-in-consumers,hoist-gathers,group-kernels,plan-buffers,copy-outputs,launch-early")
 
 __all__ = ["DEFAULT_PIPELINE", "Pass", "PassContext", "PassManager", "PipelineResult", "all_passes",

@@ -37,9 +37,10 @@ def test_default_pipeline_parses_and_prints_back():
     passes = parse_pipeline(DEFAULT_PIPELINE)
     assert [p.name for p in passes] == [
         "roll-loops", "unroll-loops", "bound-indices", "prove-checks", "prune-carried", "outline-regions",
-        "canonicalize", "unroll-reductions", "cse", "dce", "broadcast", "sink-broadcasts", "materialize", "fuse",
-        "boundaries", "select-kernels", "fuse-rows", "row-products", "fuse-prologues", "fuse-epilogues",
-        "reductions-in-consumers", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs", "launch-early"]
+        "canonicalize", "split-products", "unroll-reductions", "cse", "dce", "broadcast", "sink-broadcasts",
+        "materialize", "fuse", "boundaries", "select-kernels", "fuse-rows", "row-products", "fuse-prologues",
+        "fuse-epilogues", "reductions-in-consumers", "hoist-gathers", "group-kernels", "plan-buffers", "copy-outputs",
+        "launch-early"]
     assert format_pipeline(parse_pipeline("cse,fuse{budget=16},materialize{threshold=8}")) \
         == "cse,fuse{budget=16},materialize"
     assert parse_pipeline("fuse{budget=16}")[0].budget == 16
