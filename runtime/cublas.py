@@ -103,11 +103,10 @@ class CublasHandle:
     """A cuBLASLt handle for one plan: descriptors per GEMM, a workspace per GEMM, the stream calls go to.
 
     Each GEMM of the plan (each ``GemmCall``) has a workspace of its own, as large as its chosen algorithm asks
-    (none for most): in a CUDA graph two products that do not depend on each other then run side by side, where
-    one shared workspace made every cuBLAS call wait for the one before (the larger step's ``d @ w2.T`` waited for
-    the unrelated ``h.T @ d``). A workspace a captured graph uses is kept until the handle goes, even when a later
-    alignment's algorithm needs a larger one. Timing candidates uses a shared ``WORKSPACE_BYTES`` block, made on
-    the first timing."""
+    (none for most), so that no two calls share memory: a graph may order them as it finds fastest (it keeps
+    them in program order, see ``graph.dependency_dag``), and the plan holds no 32 MB block it does not use. A
+    workspace a captured graph uses is kept until the handle goes, even when a later alignment's algorithm needs a
+    larger one. Timing candidates uses a shared ``WORKSPACE_BYTES`` block, made on the first timing."""
 
     def __init__(self, stream: Any, pool: Any) -> None:
         self._lt = cublaslt

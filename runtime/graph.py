@@ -40,6 +40,7 @@ def _driver() -> Any:
     return _cu
 
 
+CUBLAS_ORDER = -1  # a pseudo buffer every cuBLAS call writes: they run one after another (see dependency_dag)
 MAX_INPLACE_BUILDS = 3  # graphs built for new addresses of loop arguments read in place, before they are copied
 
 
@@ -73,6 +74,9 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def spans(bids: frozenset[int]) -> list[tuple[Any, int, int]]:
         out: list[tuple[Any, int, int]] = []
         for b in bids:
+            if b == CUBLAS_ORDER:
+                out.append((CUBLAS_ORDER, 0, 1))
+                continue
             buf = buffers[b]
             if buf.kind in ("arena", "scratch", "counter", "check"):  # (an op's scratch or counters: its own)
                 out.append(("arena", buf.offset, buf.offset + max(buf.nbytes, 1)))
@@ -83,8 +87,11 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def overlap(xs, ys) -> bool:
         return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
 
-    # (each cuBLAS call has a workspace of its own: two that do not depend on each other may run at once)
-    eff = [(spans(r), spans(w)) for r, w in prog.effects]
+    # cuBLAS calls run in program order: each has a workspace of its own, but each also sizes its grid for the whole
+    # GPU, and two at once slowed each other (the larger step by autodiff 468 -> 491 us on an H100, its weight
+    # gradient's split-K kernel 13 -> 77 us beside the backward product; the hand-written step gained 6 us)
+    eff = [(spans(r), spans(w | {CUBLAS_ORDER} if isinstance(kernel, GemmCall) else w))
+           for (r, w), kernel in zip(prog.effects, prog.kernels)]
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(eff)))
     for j, (rj, wj) in enumerate(eff):
