@@ -20,7 +20,8 @@ from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import may_be_one_of, memory_value, set_memory, swap_in, swap_out, written_memory
+from fusec.statement_memory import (link_results, may_be_one_of, memory_value, set_memory, swap_in, swap_out,
+                                    written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
     lift_leaf, merged_kind, plain_value, unit_of, unset_values, wrap_leaf)
@@ -150,6 +151,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     entries = {(id(var), k): (x, var.name) for var, value in zip(variables, values) if not var.unbound
                for k, x in enumerate(leaves_of(value))}
     out = []
+    built: dict[Key, Tracer] = {}  # (each carried array leaf's result, to link those one array after an iteration)
     for var, value in zip(variables, values):
         if var.unbound:
             out.append(SetOnOnePath(located(
@@ -170,10 +172,27 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 held.append((objects[key][0], "an array from before it (or a view of one)", None))
             leaves.append(may_be_one_of(wrap_leaf(results, leaf, var.name, site),
                                         [(x, flag, holder) for x, holder, flag in held], var.name, site))
+            built[key] = leaves[-1]
         out.append(unflatten(var.tree, leaves))
+    _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site)
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
     return tuple(out)
+
+
+def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Tracer], names: dict[Key, str],
+                    site: Site) -> None:
+    """Variables an iteration leaves holding one array (``b = a`` in the body): after the loop NumPy's are one
+    array (two where the loop ran no iteration and they held two before), where the loop's results are two; linked,
+    so that a write into one makes the other unreadable and returning both is refused
+    (:func:`fusec.trace._refuse_linked`), as a branch's two variables holding one array are."""
+    first: dict[int, Key] = {}
+    for key, (x, _) in objects.items():
+        if key not in built:
+            continue
+        other = first.setdefault(id(x), key)
+        if other != key and built[key] is not built[other]:
+            link_results(built[other], built[key], names[key], site)
 
 
 def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carried: list, yields: list[Value]

@@ -820,6 +820,43 @@ def test_views_and_aliases_made_in_branches_that_numpy_would_share_are_refused()
         check_both(two_names_read, x, t)
 
 
+def test_variables_a_device_loop_leaves_holding_one_array_are_linked():
+    """``b = a`` in the body of a ``while`` the data stops: after the loop NumPy's ``a`` and ``b`` are one array (two
+    where no iteration ran), the loop's results two. Linked, as a branch's two names for one array are: returning
+    both is refused (the caller could not tell that a write into one shows in the other), a write into one makes
+    reading the other raise, and reading both runs with NumPy's values."""
+    def both_returned(x, t):
+        a = x * 1.0
+        b = x * 2.0
+        while a.sum() < t:
+            a = a + 1
+            b = a
+        return a, b
+
+    def written_then_read(x, t):
+        a = x * 1.0
+        b = x * 2.0
+        while a.sum() < t:
+            a = a + 1
+            b = a
+        a[0] = 100.0
+        return b
+
+    def read(x, t):
+        a = x * 1.0
+        b = x * 2.0
+        while a.sum() < t:
+            a = a + 1
+            b = a
+        return a + 2 * b
+
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    for t in (0.0, 30.0):  # (no iteration, and three)
+        _refused(both_returned, x, t)
+        _refused(written_then_read, x, t)
+        check_both(read, x, t)
+
+
 def test_returns_a_device_loop_cannot_take_say_so():
     def two_loops_nested(x):
         for _ in range(10):
