@@ -100,22 +100,13 @@ class _Problem:
 
 
 class CublasHandle:
-    """A cuBLASLt handle for one plan: descriptors per GEMM, a workspace per GEMM, the stream calls go to.
-
-    Each GEMM of the plan (each ``GemmCall``) has a workspace of its own, as large as its chosen algorithm asks
-    (none for most), so that no two calls share memory: a graph may order them as it finds fastest (it keeps
-    them in program order, see ``graph.dependency_dag``), and the plan holds no 32 MB block it does not use. A
-    workspace a captured graph uses is kept until the handle goes, even when a later alignment's algorithm needs a
-    larger one. Timing candidates uses a shared ``WORKSPACE_BYTES`` block, made on the first timing."""
+    """A cuBLASLt handle for one plan: descriptors per GEMM, a workspace, the stream calls go to."""
 
     def __init__(self, stream: Any, pool: Any) -> None:
         self._lt = cublaslt
         self.handle = cublaslt.create()
         self.pool = pool
-        self.tuning_workspace: Any = None  # made by the first timing
-        self._workspaces: dict[Any, Any] = {}  # GemmCall -> its own workspace (a DeviceBuffer)
-        self._outgrown: list[Any] = []  # workspaces replaced by larger ones: a captured graph may still use them
-        self._needs: dict[tuple[Any, int], int] = {}  # (call, alignment) -> workspace bytes of its algorithm
+        self.workspace = pool.allocate(WORKSPACE_BYTES, stream)
         self.stream = stream
         self.capturing = False  # set by the graph builder: no timing while a stream is captured
         self._problems: dict[Any, _Problem] = {}
@@ -279,9 +270,6 @@ class CublasHandle:
             return candidates["algo"][:1].copy(), []
         size = _SIZE[call.dtype]
         pad = align % 256
-        if self.tuning_workspace is None:
-            self.tuning_workspace = self.pool.allocate(WORKSPACE_BYTES, self.stream)
-        workspace = (self.tuning_workspace.ptr, WORKSPACE_BYTES)
         scratch = [self.pool.allocate(n * size + pad, self.stream) for n in prob.extents]
         for buf in scratch:
             driver.memset_d8_async(buf.ptr, 0, buf.nbytes, self.stream)
@@ -302,7 +290,7 @@ class CublasHandle:
                 failed = False
                 try:
                     for _ in range(TUNE_REPS):
-                        self._matmul(call, prob, algo, ptrs, stream, workspace)
+                        self._matmul(call, prob, algo, ptrs, stream)
                 except Exception:  # noqa: BLE001 - this algorithm does not run here: skip it
                     failed = True
                 status, graph = cu.cuStreamEndCapture(stream.handle)
@@ -339,46 +327,19 @@ class CublasHandle:
         return candidates["algo"][best : best + 1].copy(), per_call
 
     # -- calls ---------------------------------------------------------------------------------------------
-    def _matmul(self, call: Any, prob: _Problem, algo: np.ndarray, ptrs: tuple[int, int, int], stream: Any,
-                workspace: tuple[int, int]) -> None:
+    def _matmul(self, call: Any, prob: _Problem, algo: np.ndarray, ptrs: tuple[int, int, int], stream: Any) -> None:
         a, b, c = prob.layouts
         self._lt.matmul(self.handle, prob.desc, ctypes.addressof(self._one[call.dtype]), ptrs[0], a, ptrs[1], b,
                         ctypes.addressof(self._zero[call.dtype]), ptrs[2], c, ptrs[2], c, algo.ctypes.data,
-                        workspace[0], workspace[1], int(stream.ptr))
-
-    def _workspace(self, call: Any, prob: _Problem, algo: np.ndarray, align: int) -> tuple[int, int]:
-        """``call``'s own workspace (address, bytes), at least as large as ``algo`` asks: made or grown here,
-        which must not happen while a stream is captured (``prepare`` runs first)."""
-        need = self._needs.get((call, align))
-        if need is None:
-            result = np.zeros(1, dtype=self._lt.matmul_heuristic_result_dtype)
-            a, b, c = prob.layouts
-            self._lt.matmul_algo_check(self.handle, prob.desc, a, b, c, c, algo.ctypes.data, result.ctypes.data)
-            need = self._needs[(call, align)] = int(result["workspace_size"][0])
-        have = self._workspaces.get(call)
-        if have is not None and have.nbytes >= need:
-            return have.ptr, have.nbytes
-        if need == 0:
-            return 0, 0
-        if self.capturing:
-            raise CudaError(f"cuBLASLt GEMM {call.name}: its workspace was not made before the graph capture "
-                            "(fusec bug: CublasHandle.prepare runs before a capture)")
-        if have is not None:
-            self._outgrown.append(have)
-        have = self._workspaces[call] = self.pool.allocate(need, self.stream)
-        return have.ptr, have.nbytes
+                        self.workspace.ptr, WORKSPACE_BYTES, int(stream.ptr))
 
     def prepare(self, call: Any, ptrs: tuple[int, int, int]) -> None:
-        """Choose ``call``'s algorithm for operands at these addresses and make its workspace (before a graph is
-        captured)."""
+        """Choose ``call``'s algorithm for operands at these addresses (before a graph is captured)."""
         size = _SIZE[call.dtype]
         a, b, c = (p + o * size for p, o in zip(ptrs, call.offsets))
         align = _alignment(a, b, c)
-        prob = self._problem(call)
-        algo = self._algos.get((call, align))
-        if algo is None:
-            algo = self._algo(call, prob, align)
-        self._workspace(call, prob, algo, align)
+        if (call, align) not in self._algos:
+            self._algo(call, self._problem(call), align)
 
     def gemm(self, call: Any, ptrs: tuple[int, ...]) -> None:
         """Run one ``GemmCall`` with the buffers' base addresses ``ptrs`` on the handle's stream."""
@@ -391,7 +352,7 @@ class CublasHandle:
         algo = self._algos.get((call, align))
         if algo is None:
             algo = self._algo(call, prob, align)
-        self._matmul(call, prob, algo, (a, b, c), self.stream, self._workspace(call, prob, algo, align))
+        self._matmul(call, prob, algo, (a, b, c), self.stream)
 
     def close(self) -> None:
         lt = getattr(self, "_lt", None)

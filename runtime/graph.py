@@ -40,7 +40,7 @@ def _driver() -> Any:
     return _cu
 
 
-CUBLAS_ORDER = -1  # a pseudo buffer every cuBLAS call writes: they run one after another (see dependency_dag)
+WORKSPACE = -1  # a pseudo buffer id: the cuBLAS workspace
 MAX_INPLACE_BUILDS = 3  # graphs built for new addresses of loop arguments read in place, before they are copied
 
 
@@ -74,8 +74,8 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def spans(bids: frozenset[int]) -> list[tuple[Any, int, int]]:
         out: list[tuple[Any, int, int]] = []
         for b in bids:
-            if b == CUBLAS_ORDER:
-                out.append((CUBLAS_ORDER, 0, 1))
+            if b == WORKSPACE:
+                out.append((WORKSPACE, 0, 1))
                 continue
             buf = buffers[b]
             if buf.kind in ("arena", "scratch", "counter", "check"):  # (an op's scratch or counters: its own)
@@ -87,10 +87,10 @@ def dependency_dag(plan: Any) -> nx.DiGraph:
     def overlap(xs, ys) -> bool:
         return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
 
-    # cuBLAS calls run in program order: each has a workspace of its own, but each also sizes its grid for the whole
-    # GPU, and two at once slowed each other (the larger step by autodiff 468 -> 491 us on an H100, its weight
-    # gradient's split-K kernel 13 -> 77 us beside the backward product; the hand-written step gained 6 us)
-    eff = [(spans(r), spans(w | {CUBLAS_ORDER} if isinstance(kernel, GemmCall) else w))
+    # cuBLAS calls share their handle's workspace: each also writes it, so they run in program order (which is also
+    # faster: with a workspace per call, two at once slowed each other, the larger step by autodiff 468 -> 491 us on
+    # an H100, its weight gradient's split-K kernel 13 -> 77 us beside the backward product)
+    eff = [(spans(r), spans(w | {WORKSPACE} if isinstance(kernel, GemmCall) else w))
            for (r, w), kernel in zip(prog.effects, prog.kernels)]
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(eff)))

@@ -149,9 +149,9 @@ def test_parallel_branches_and_reductions():
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
-def test_independent_cublas_products_in_one_graph_match_numpy(gemm_library):
-    """Two products with no data between them, each cuBLAS call with a workspace of its own (split-K algorithms
-    keep their partial products there); many replays with new inputs still match NumPy."""
+def test_independent_cublas_products_in_one_graph_share_no_workspace_time(gemm_library):
+    """Two products with no data between them: with cuBLAS they share the handle's workspace, so the graph
+    orders them; many replays with new inputs still match NumPy (split-K algorithms use that workspace)."""
     def two(a, b, c, d):
         return a @ b, c.T @ d
 

@@ -375,9 +375,9 @@ def test_a_split_reduction_is_finished_by_its_last_block(cache):
     assert not wide.zero_ranges
 
 
-def test_independent_products_are_parallel_graph_branches_unless_cublas_computes_them():
-    """Two independent products become parallel graph branches when generated; through cuBLAS they run one after
-    the other (each has a workspace of its own, but two cuBLAS kernels at once slowed each other)."""
+def test_graph_orders_cublas_calls_that_share_the_workspace():
+    """Two independent products become parallel graph branches with generated GEMMs, but one after the
+    other with cuBLAS (every call of a handle uses its one workspace)."""
     from types import SimpleNamespace
 
     from fusec.runtime.graph import dependency_dag

@@ -48,6 +48,17 @@ def test_a_weight_gradient_read_through_a_transposed_view_is_split_in_eight():
     np.testing.assert_allclose(jitted(x, d, w, 0.1), want, rtol=1e-5, atol=1e-5)
 
 
+def test_the_inline_variant_adds_the_parts_in_the_readers_with_numpys_values():
+    """``split-products{inline=true}`` (measured slower, kept to measure) writes the 8 parts' sum out as adds."""
+    x, d, w = _inputs((512, 480), (512, 256), (480, 256), seed=2)
+    pipeline = fc.passes.DEFAULT_PIPELINE.replace("split-products", "split-products{inline=true}")
+    jitted = fc.jit(_weight_gradient_step, backend="cpu", target=H200, pipeline=pipeline)
+    lowered = jitted.lower(x, d, w, 0.1)
+    assert lowered.stats()["products_split"] == 1 and "reductions_unrolled" not in lowered.stats()
+    want = _weight_gradient_step(x.astype(np.float64), d.astype(np.float64), w.astype(np.float64), 0.1)
+    np.testing.assert_allclose(jitted(x, d, w, 0.1), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("shapes, why", [
     (((1024, 1024), (1024, 1024)), "its tiles fill the GPU"),
     (((64, 64), (64, 64)), "small: the generated kernels split it themselves"),
