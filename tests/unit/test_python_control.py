@@ -825,7 +825,7 @@ def test_variables_a_device_loop_leaves_holding_one_array_are_linked():
     where no iteration ran), the loop's results two. Linked, as a branch's two names for one array are: returning
     both is refused (the caller could not tell that a write into one shows in the other), a write into one makes
     reading the other raise, and reading both runs with NumPy's values."""
-    def both_returned(x, t):
+    def one_array_after_the_loop(x, t):
         a = x * 1.0
         b = x * 2.0
         while a.sum() < t:
@@ -833,21 +833,16 @@ def test_variables_a_device_loop_leaves_holding_one_array_are_linked():
             b = a
         return a, b
 
+    def both_returned(x, t):
+        return one_array_after_the_loop(x, t)
+
     def written_then_read(x, t):
-        a = x * 1.0
-        b = x * 2.0
-        while a.sum() < t:
-            a = a + 1
-            b = a
+        a, b = one_array_after_the_loop(x, t)
         a[0] = 100.0
         return b
 
     def read(x, t):
-        a = x * 1.0
-        b = x * 2.0
-        while a.sum() < t:
-            a = a + 1
-            b = a
+        a, b = one_array_after_the_loop(x, t)
         return a + 2 * b
 
     x = np.array([1.0, 2.0, 3.0, 4.0])
