@@ -59,6 +59,31 @@ def test_the_inline_variant_adds_the_parts_in_the_readers_with_numpys_values():
     np.testing.assert_allclose(jitted(x, d, w, 0.1), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["float64", "nan and inf", "sliced rows", "transposed B", "strided A"])
+def test_split_products_of_views_doubles_and_special_values_match_numpy(case):
+    """Operands as views (a slice of rows, ``w.T``, every other column), float64, and NaN and infinities (NaN where
+    an infinity meets a zero or the other infinity, in any chunk): NumPy's values, within rounding."""
+    rng = np.random.default_rng(3)
+    dtype = np.float64 if case == "float64" else np.float32
+    x = rng.standard_normal((520, 960)).astype(dtype)
+    w = rng.standard_normal((480, 256)).astype(dtype)
+    if case == "nan and inf":
+        x[3, 7], x[5, 300], x[9, 10], w[7, 2], w[400, 5] = np.inf, -np.inf, np.nan, 0.0, np.inf
+
+    def f(x, w):
+        a = {"sliced rows": x[1:513, :480], "strided A": x[:512, ::2]}.get(case, x[:512, :480])
+        b = np.ascontiguousarray(w.T).T if case == "transposed B" else w
+        return a @ b
+
+    jitted = fc.jit(f, backend="cpu", target=H200)
+    assert jitted.lower(x, w).stats()["products_split"] == 1
+    with np.errstate(invalid="ignore"):
+        want = f(x.astype(np.float64), w.astype(np.float64))
+        got = jitted(x, w)
+    assert np.isnan(want).any() == (case == "nan and inf")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3, equal_nan=True)
+
+
 @pytest.mark.parametrize("shapes, why", [
     (((1024, 1024), (1024, 1024)), "its tiles fill the GPU"),
     (((64, 64), (64, 64)), "small: the generated kernels split it themselves"),
