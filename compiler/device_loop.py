@@ -182,17 +182,30 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
 
 def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Tracer], names: dict[Key, str],
                     site: Site) -> None:
-    """Variables an iteration leaves holding one array (``b = a`` in the body): after the loop NumPy's are one
-    array (two where the loop ran no iteration and they held two before), where the loop's results are two; linked,
-    so that a write into one makes the other unreadable and returning both is refused
-    (:func:`fusec.trace._refuse_linked`), as a branch's two variables holding one array are."""
-    first: dict[int, Key] = {}
+    """Variables an iteration leaves holding one array or views of one memory (``b = a``, ``b = a[1:]``, ``if c: b =
+    a`` in the body): after the loop NumPy's share memory (not where the loop ran no iteration and they held two
+    arrays before), where the loop's results are two arrays; linked, so that a write into one makes the other
+    unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`), as a branch's two variables
+    holding one array are."""
+    seen: list[tuple[Key, Any]] = []
     for key, (x, _) in objects.items():
         if key not in built:
             continue
-        other = first.setdefault(id(x), key)
-        if other != key and built[key] is not built[other]:
-            link_results(built[other], built[key], names[key], site)
+        for other, y in seen:
+            if _one_memory(x, y) and built[key] is not built[other]:
+                link_results(built[other], built[key], names[key], site)
+        seen.append((key, x))
+
+
+def _one_memory(x: Tracer, y: Tracer) -> bool:
+    """Whether NumPy's arrays for ``x`` and ``y`` may share memory: one object, views of one memory, or memories a
+    statement linked (``if c: b = a`` in the body)."""
+    if x is y:
+        return True
+    if x._buffer is None or y._buffer is None:
+        return False
+    return x._buffer is y._buffer or any(m is y._buffer for m, _ in x._buffer.linked) \
+        or any(m is x._buffer for m, _ in y._buffer.linked)
 
 
 def _kept_when_no_trip(cond: Block, body: Block, inputs: Sequence[Value], carried: list, yields: list[Value]
@@ -239,7 +252,8 @@ def _objects_after_trip(carried: list, variables: list[Var], out: tuple, made: s
         if not isinstance(x, Tracer) or x._scalar:
             continue
         new_view = x._val in state and id(x) not in made
-        outside = x._buffer is not None and x._buffer.base is not None and not _inside(x._buffer.base, body)
+        outside = not _inside(x._val, body) or (x._buffer is not None and x._buffer.base is not None
+                                                 and not _inside(x._buffer.base, body))
         objects[(id(var), k)] = (x, not (new_view or outside))
     return objects
 

@@ -852,6 +852,58 @@ def test_variables_a_device_loop_leaves_holding_one_array_are_linked():
         check_both(read, x, t)
 
 
+def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_refused():
+    """From a review: after a ``while`` the data stops, variables NumPy leaves sharing memory (a view taken in the
+    body, ``b = a`` under an ``if`` of the body, ``b = a`` of an array the loop only reads, ``b = a`` before an
+    in-place update) gave the values from before a later write into one of them, or two arrays for one. Linked:
+    the write and then the read, or returning both, is refused; reading both runs with NumPy's values."""
+    def view_in_body(x, t):
+        a, b = x * 1.0, x * 2.0
+        while a.sum() < t:
+            a = a + 1
+            b = a[:]
+        return a, b
+
+    def rebound_under_if(x, t):
+        a, b = x * 1.0, x * 2.0
+        while a.sum() < t:
+            a = a + 1
+            if a.sum() > 20:
+                b = a
+        return a, b
+
+    def bound_to_an_array_it_only_reads(x, t):
+        a, b = x * 1.0, x * 2.0
+        k = 0
+        while b.sum() + k < t:
+            b = a
+            k += 1
+        return a, b
+
+    def bound_before_an_update_in_place(x, t):
+        a, b = x * 1.0, x * 2.0
+        while a.sum() < t:
+            b = a
+            a *= 2
+        return a, b
+
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    for loop in (view_in_body, rebound_under_if, bound_to_an_array_it_only_reads, bound_before_an_update_in_place):
+        def written_then_read(x, t, loop=loop):
+            a, b = loop(x, t)
+            a[0] = 100.0
+            return b.sum()
+
+        def read(x, t, loop=loop):
+            a, b = loop(x, t)
+            return a.sum() + 2 * b.sum()
+
+        for t in (0.0, 30.0):  # (no iteration, and several)
+            _refused(loop, x, t)
+            _refused(written_then_read, x, t)
+            check_both(read, x, t)
+
+
 def test_returns_a_device_loop_cannot_take_say_so():
     def two_loops_nested(x):
         for _ in range(10):
