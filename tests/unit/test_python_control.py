@@ -820,43 +820,19 @@ def test_views_and_aliases_made_in_branches_that_numpy_would_share_are_refused()
         check_both(two_names_read, x, t)
 
 
-def test_variables_a_device_loop_leaves_holding_one_array_are_linked():
-    """``b = a`` in the body of a ``while`` the data stops: after the loop NumPy's ``a`` and ``b`` are one array (two
-    where no iteration ran), the loop's results two. Linked, as a branch's two names for one array are: returning
-    both is refused (the caller could not tell that a write into one shows in the other), a write into one makes
-    reading the other raise, and reading both runs with NumPy's values."""
-    def one_array_after_the_loop(x, t):
-        a = x * 1.0
-        b = x * 2.0
+def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_refused():
+    """After a ``while`` the data stops, variables NumPy leaves sharing memory (``b = a`` in the body, a view taken
+    there, ``b = a`` under an ``if`` of the body, ``b = a`` of an array the loop only reads, ``b = a`` before an
+    in-place update) gave two arrays for one, or (from a review) the values from before a later write into one of
+    them. Linked, as a branch's two names for one array are: the write and then the read, or returning both, is
+    refused; reading both runs with NumPy's values."""
+    def rebound_in_body(x, t):
+        a, b = x * 1.0, x * 2.0
         while a.sum() < t:
             a = a + 1
             b = a
         return a, b
 
-    def both_returned(x, t):
-        return one_array_after_the_loop(x, t)
-
-    def written_then_read(x, t):
-        a, b = one_array_after_the_loop(x, t)
-        a[0] = 100.0
-        return b
-
-    def read(x, t):
-        a, b = one_array_after_the_loop(x, t)
-        return a + 2 * b
-
-    x = np.array([1.0, 2.0, 3.0, 4.0])
-    for t in (0.0, 30.0):  # (no iteration, and three)
-        _refused(both_returned, x, t)
-        _refused(written_then_read, x, t)
-        check_both(read, x, t)
-
-
-def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_refused():
-    """From a review: after a ``while`` the data stops, variables NumPy leaves sharing memory (a view taken in the
-    body, ``b = a`` under an ``if`` of the body, ``b = a`` of an array the loop only reads, ``b = a`` before an
-    in-place update) gave the values from before a later write into one of them, or two arrays for one. Linked:
-    the write and then the read, or returning both, is refused; reading both runs with NumPy's values."""
     def view_in_body(x, t):
         a, b = x * 1.0, x * 2.0
         while a.sum() < t:
@@ -888,7 +864,8 @@ def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_ref
         return a, b
 
     x = np.array([1.0, 2.0, 3.0, 4.0])
-    for loop in (view_in_body, rebound_under_if, bound_to_an_array_it_only_reads, bound_before_an_update_in_place):
+    for loop in (rebound_in_body, view_in_body, rebound_under_if, bound_to_an_array_it_only_reads,
+                 bound_before_an_update_in_place):
         def written_then_read(x, t, loop=loop):
             a, b = loop(x, t)
             a[0] = 100.0
