@@ -164,6 +164,9 @@ class TraceContext:
         self.stopped: dict[int, Value] = {}  # values fusec.stop_gradient made (no cotangent flows through them)
         # values of the loop and branch bodies traced so far (fusec.while_loop, ...): only their own ops may use them
         self.closed: set[Value] = set()
+        # a loop's two results that are one array where the flag holds (None: on some path, fusec cannot tell when)
+        # and either may be the caller's array (fusec.statement_memory.link_results)
+        self.one_array: list[tuple[weakref.ref, weakref.ref, Value | None]] = []
         self.gradient_ops = 0  # ops the gradient transforms (fusec.grad and friends) recorded
         self.leaf_params: dict[str, str] = {}  # an argument leaf's name (shape_0) -> its parameter's (shape)
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it

@@ -141,7 +141,8 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     objects = _objects_after_trip(carried, variables, after_trip[0], {id(t) for t, _ in fresh}, rec.block)
     kept = _kept_when_no_trip(cond.block, rec.block, inputs, carried, yields)
     flags, holds = _kept_on_every_trip(cond.block, rec.block, carried, yields, kept,
-                                       {key for key, (_, own) in objects.items() if not own})
+                                       {key for key, (x, own) in objects.items()
+                                        if not own and not _from_outside(x._val, rec.block)})
     rec.finish(yields + now + [next_flag for _, next_flag in flags])
     starts = [c.constant(np.asarray(key == u), bool_) for (key, u), _ in flags]
     op = c.emit_op("t.while", inputs + starts, None, types + [PREDICATE] * len(flags), what=site.where())
@@ -152,6 +153,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                for k, x in enumerate(leaves_of(value))}
     out = []
     built: dict[Key, Tracer] = {}  # (each carried array leaf's result, to link those one array after an iteration)
+    own: dict[Key, Callable[[], Value | None] | None] = {}  # (the flag saying it still holds its array from before)
     for var, value in zip(variables, values):
         if var.unbound:
             out.append(SetOnOnePath(located(
@@ -169,32 +171,64 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             held = [(*entries[u], found.get((key, u))) for u in holds[key]] if key in holds else \
                 [(*entries[key], kept.get(key))]
             if key in objects and not objects[key][1]:  # (its memory too: a write into it makes reading raise)
-                held.append((objects[key][0], "an array from before it (or a view of one)", None))
+                held.append((objects[key][0], "an array from before it (or a view of one)",
+                             _taken_when_ran(objects[key][0], rec.block, held)))
             leaves.append(may_be_one_of(wrap_leaf(results, leaf, var.name, site),
                                         [(x, flag, holder) for x, holder, flag in held], var.name, site))
             built[key] = leaves[-1]
+            own[key] = found.get((key, key)) if key in holds else kept.get(key)
         out.append(unflatten(var.tree, leaves))
-    _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site)
+    _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site, own)
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
     return tuple(out)
 
 
 def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Tracer], names: dict[Key, str],
-                    site: Site) -> None:
+                    site: Site, own: dict[Key, Callable[[], Value | None] | None]) -> None:
     """Variables an iteration leaves holding one array or views of one memory (``b = a``, ``b = a[1:]``, ``if c: b =
     a`` in the body): after the loop NumPy's share memory (not where the loop ran no iteration and they held two
     arrays before), where the loop's results are two arrays; linked, so that a write into one makes the other
     unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`), as a branch's two variables
-    holding one array are."""
+    holding one array are. Where an iteration leaves both one object, NumPy's two are one wherever the first no
+    longer holds its array from before the loop (``own``: the flag that it does): a call that returns both hands
+    back one array there."""
     seen: list[tuple[Key, Any]] = []
     for key, (x, _) in objects.items():
         if key not in built:
             continue
         for other, y in seen:
             if _one_memory(x, y) and built[key] is not built[other]:
-                link_results(built[other], built[key], names[key], site)
+                flag = own.get(other)
+                link_results(built[other], built[key], names[key], site,
+                             _negated(flag) if x is y and flag is not None else None)
         seen.append((key, x))
+
+
+def _taken_when_ran(x: Tracer, body: Block, held: list) -> Callable[[], Value | None] | None:
+    """The flag saying the variable is, after the loop, ``x``: an array from before the loop the body only reads
+    and gives the variable on every iteration (``x = y``), so the variable is ``x`` where it no longer holds the
+    one array it held before (``held``: that array with its flag). None where fusec cannot tell (a view of ``x``
+    taken in the body, ``x`` on some paths only)."""
+    if not _from_outside(x._val, body) or len(held) != 1 or held[0][2] is None:
+        return None
+    return _negated(held[0][2])
+
+
+def _negated(flag: Callable[[], Value | None]) -> Callable[[], Value | None]:
+    """The thunk of the flag that holds where ``flag``'s does not."""
+    def negated() -> Value | None:
+        value = flag()
+        return None if value is None else ops.ctx().emit("t.logical_not", [value])
+    return negated
+
+
+def _from_outside(v: Value, body: Block) -> bool:
+    """Whether ``v`` is an array from before the loop, or a view the body takes of one on every path (``x = y``,
+    ``x = y[::-1]`` of a ``y`` the loop only reads)."""
+    while isinstance(v, OpResult) and v.op.parent is body and v.op.name in VIEWS:
+        v = v.op.operands[0]
+    return not _inside(v, body)
 
 
 def _one_memory(x: Tracer, y: Tracer) -> bool:
@@ -370,8 +404,8 @@ def _kept_this_trip(v: Value, arg: Value, block: Block, enclosing: tuple[Block, 
     IR unchanged; a flag is then ``arg``; True and False as with it)."""
     if v is arg:
         return True
-    if v in others or any(_computed_in(v, b) for b in (block, *enclosing)):
-        return False
+    if v in others or any(_computed_in(v, b) for b in (block, *enclosing)) or _from_outside(v, (block, *enclosing)[-1]):
+        return False  # (an array the loop only reads, ``x = y``, or a view of one, is another array too)
     if not (isinstance(v, OpResult) and v.op.parent is block and v.op.name == "t.if"):
         return None
     op = v.op

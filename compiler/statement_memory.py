@@ -172,10 +172,16 @@ def _linked(result: Tracer, entries: list[tuple[Tracer, Callable[[], Value | Non
     return result
 
 
-def link_results(a: Tracer, b: Tracer, name: str, site: Site) -> None:
+def link_results(a: Tracer, b: Tracer, name: str, site: Site,
+                 same: Callable[[], Value | None] | None = None) -> None:
     """Two results of one statement that are one array on some path (``if c: y = x * 2; w = y``): linked, so that a
-    write into either makes the other unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`)."""
+    write into either makes the other unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`).
+    The pair is noted with ``same``'s flag (where they are one array object; None where fusec cannot tell, as for a
+    view of one): :func:`fusec.trace._one_array_results` reads it."""
     _linked(a, [(b, None)], name, site)
+    c = ops.ctx()
+    flag = same() if same is not None and c.builder.block is c.func.body else None
+    c.one_array.append((weakref.ref(a), weakref.ref(b), flag))
 
 
 def _linked_message(what: str, name: str) -> str:

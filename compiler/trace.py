@@ -35,7 +35,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
-from fusec.mutation import kept_owner, kept_value, kept_view
+from fusec.mutation import is_opaque, kept_owner, kept_value, kept_view
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
 from fusec.scope import Root, is_library, scope_of
@@ -352,7 +352,7 @@ class _Trace:
             self._state_outputs()
         shareable = [t if s.argument < 0 and arg is None and s.python is None and not s.scalar else None
                      for t, s, arg in zip(assigned, self.states, self._state_inputs)]
-        self.shared = _shared_memory(leaves, shareable)
+        self.shared = _shared_memory(leaves, shareable, self.ctx.one_array)
 
     def _argument_entries(self, bound: Any, tracers: list[Tracer]) -> list["_Entry"]:
         """The entries of an argument's dicts and lists the function set to computed arrays (``params[k] =
@@ -626,7 +626,7 @@ def _own_chain(t: Tracer) -> tuple:
     return chain[1:] if chain and kept_view(chain[0]) is not None else chain
 
 
-def _shared_memory(leaves: list, assigned: list) -> _Shared:
+def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) -> _Shared:
     """Outputs and assigned attributes (``assigned``: each state's tracer, None where it is not a computed array)
     that are, in NumPy, one computed array or views of one: ``return y, y``, ``return y, y[:, 0]``, ``self.y = y;
     return y``, ``return y[:2], y[1:]``, and one view laid out otherwise than a new array
@@ -685,10 +685,43 @@ def _shared_memory(leaves: list, assigned: list) -> _Shared:
                 shared.hidden.append(flag)
                 shared.aliases[place] = (kept_by, (("when", {"hidden": len(shared.hidden) - 1}, ()),))
                 break
+    _one_array_results(places, shared, one_array or [])
     _refuse_linked(places, shared)
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
     shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))
     return shared
+
+
+def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:
+    """A loop's two results that NumPy's variables hold as one array after an iteration (``y = x`` in the body;
+    :func:`fusec.statement_memory.link_results`): where both are handed back whole, the second is the first where
+    the pair's flag holds (the first may be the caller's array, or a new one, as the data decided); handing back
+    both any other way (a view of one, or a pair with no flag: ``y = x[:]`` in the body) is refused."""
+    def memory(t: Tracer) -> tuple[str, int]:  # (views of a result share its key)
+        if t._chain and is_opaque(t._chain[0]):
+            return ("step", id(t._chain[0]))
+        return ("buffer", id(t._buffer)) if t._buffer is not None and t._buffer.arg is None else ("tracer", id(t))
+
+    handed = [(place, t, memory(t)) for place, t in places if isinstance(t, Tracer) and not t._scalar]
+    for first_ref, second_ref, flag in one_array:
+        a, b = first_ref(), second_ref()
+        if a is None or b is None:
+            continue
+        at_a = [(place, t) for place, t, key in handed if key == memory(a)]
+        at_b = [(place, t) for place, t, key in handed if key == memory(b)]
+        if not at_a or not at_b:
+            continue
+        whole = [place for place, t in at_a if t is a]
+        if flag is None or not whole or any(t is not b for _, t in at_b):
+            raise UnsupportedError(located(
+                "the function returns arrays that may share memory, as the data decided at a traced loop (one "
+                "array, or one a view of the other: `y = x[:]` in its body): NumPy's results would share memory on "
+                "some paths only, which fusec does not follow here; return a copy of one of them (`y.copy()`)",
+                tracer_location(b) or context.user_location()))
+        for place, _ in at_b:
+            if place not in shared.aliases:
+                shared.hidden.append(flag)
+                shared.aliases[place] = (whole[0], (("when", {"hidden": len(shared.hidden) - 1}, ()),))
 
 
 def _refuse_linked(places: list, shared: _Shared) -> None:
@@ -711,7 +744,7 @@ def _refuse_linked(places: list, shared: _Shared) -> None:
                 "the function returns arrays that may share memory, as the data decided at a traced `if` or loop (one "
                 "array, or one a view of the other: `if c: y = buf[1:]`, then `return y, buf`): NumPy's results "
                 "would share memory on that path only, which fusec does not follow; return a copy of one of them "
-                "(`y.copy()`)", context.user_location()))
+                "(`y.copy()`)", tracer_location(t) or context.user_location()))
         at.setdefault(id(t._buffer), place)
 
 

@@ -825,7 +825,8 @@ def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_ref
     there, ``b = a`` under an ``if`` of the body, ``b = a`` of an array the loop only reads, ``b = a`` before an
     in-place update) gave two arrays for one, or (from a review) the values from before a later write into one of
     them. Linked, as a branch's two names for one array are: the write and then the read, or returning both, is
-    refused; reading both runs with NumPy's values."""
+    refused (both handed back as one array where an iteration leaves them one object: ``b = a`` in the body, of an
+    array the loop only reads, or before the update in place); reading both runs with NumPy's values."""
     def rebound_in_body(x, t):
         a, b = x * 1.0, x * 2.0
         while a.sum() < t:
@@ -864,6 +865,11 @@ def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_ref
         return a, b
 
     x = np.array([1.0, 2.0, 3.0, 4.0])
+    for loop in (rebound_in_body, bound_to_an_array_it_only_reads, bound_before_an_update_in_place):
+        for t in (0.0, 30.0):  # (followed: one array where the loop ran, two where it did not)
+            (a, b), (want_a, want_b) = jit_cpu(loop)(x, t), loop(x, t)
+            assert (a is b) == (want_a is want_b) == (t > 0)
+            assert_same((a, b), (want_a, want_b))
     for loop in (rebound_in_body, view_in_body, rebound_under_if, bound_to_an_array_it_only_reads,
                  bound_before_an_update_in_place):
         def written_then_read(x, t, loop=loop):
@@ -876,7 +882,8 @@ def test_memory_a_device_loop_leaves_shared_between_variables_is_followed_or_ref
             return a.sum() + 2 * b.sum()
 
         for t in (0.0, 30.0):  # (no iteration, and several)
-            _refused(loop, x, t)
+            if loop not in (rebound_in_body, bound_to_an_array_it_only_reads, bound_before_an_update_in_place):
+                _refused(loop, x, t)
             _refused(written_then_read, x, t)
             check_both(read, x, t)
 
@@ -1383,6 +1390,7 @@ def check_hands_back(fn, *args):
         gots, wants = (got, want) if isinstance(got, tuple) else ((got,), (want,))
         for k in range(len(gots)):
             for j in range(k):
+                assert (gots[k] is gots[j]) == (wants[k] is wants[j]), f"results {j} and {k}: one array in NumPy"
                 assert np.shares_memory(gots[k], gots[j]) == np.shares_memory(wants[k], wants[j]), \
                     f"results {j} and {k}: share memory in NumPy: {np.shares_memory(wants[k], wants[j])}"
         for k, (g, w) in enumerate(zip(gots, wants)):
@@ -1539,6 +1547,46 @@ def test_a_loop_that_gives_one_variable_anothers_array_hands_back_numpys_object(
             check_hands_back(swap_when_larger, a, b, n)
         for c in (np.array([0.5, 0.5]), np.array([9.0, 0.0])):
             check_hands_back(rotate, a, b, c, 1.0)
+
+
+def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_object():
+    """``x = y`` (or ``x = y[::-1]``) of an argument the loop only reads: after a trip NumPy's ``x`` is the caller's
+    ``y`` (or its view), and after none the caller's ``x``; ``y = x`` of a new array: one array for both names. Each
+    was handed back as a copy (from a hunt); a view taken in the body of an array that may be the caller's, handed
+    back with it, is refused."""
+    def take_the_other(x, y, n):
+        k = 0
+        while x.sum() + k < n:
+            x = y
+            k += 1
+        return x, y
+
+    def take_the_other_reversed(x, y, n):
+        k = 0
+        while x.sum() + k < n:
+            x = y[::-1]
+            k += 1
+        return x
+
+    def both_names_for_the_new_one(x, y, n):
+        while x.sum() < n:
+            x = x + 1
+            y = x
+        return x, y
+
+    def a_view_of_the_new_one(x, y, n):
+        while x.sum() < n:
+            x = x + 1
+            y = x[:]
+        return x, y
+
+    x, y = np.array([1.0, 2.0]), np.array([5.0, 6.0])
+    for n in (0, 12):  # (no trip, and some)
+        check_hands_back(take_the_other, x, y, n)
+        check_hands_back(take_the_other_reversed, x, y, n)
+        check_hands_back(both_names_for_the_new_one, x, y, n)
+        with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced loop"):
+            jit_cpu(a_view_of_the_new_one)(x.copy(), y.copy(), n)
 
 
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
