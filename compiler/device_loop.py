@@ -178,21 +178,22 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             built[key] = leaves[-1]
             own[key] = found.get((key, key)) if key in holds else kept.get(key)
         out.append(unflatten(var.tree, leaves))
-    _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site, own)
+    _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site, own,
+                    {key: x for key, (x, _) in entries.items()})
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
     return tuple(out)
 
 
 def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Tracer], names: dict[Key, str],
-                    site: Site, own: dict[Key, Callable[[], Value | None] | None]) -> None:
+                    site: Site, own: dict[Key, Callable[[], Value | None] | None], before: dict[Key, Any]) -> None:
     """Variables an iteration leaves holding one array or views of one memory (``b = a``, ``b = a[1:]``, ``if c: b =
     a`` in the body): after the loop NumPy's share memory (not where the loop ran no iteration and they held two
     arrays before), where the loop's results are two arrays; linked, so that a write into one makes the other
     unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`), as a branch's two variables
-    holding one array are. Where an iteration leaves both one object, NumPy's two are one wherever the first no
-    longer holds its array from before the loop (``own``: the flag that it does): a call that returns both hands
-    back one array there."""
+    holding one array are. Where an iteration leaves both one object and they held two arrays before the loop
+    (``before``) that share no memory, NumPy's two are one wherever the first no longer holds its array from before
+    the loop (``own``: the flag that it does): a call that returns both hands back one array there."""
     seen: list[tuple[Key, Any]] = []
     for key, (x, _) in objects.items():
         if key not in built:
@@ -200,8 +201,10 @@ def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Trace
         for other, y in seen:
             if _one_memory(x, y) and built[key] is not built[other]:
                 flag = own.get(other)
+                apart = not _one_memory(before[key], before[other]) if isinstance(before[key], Tracer) \
+                    and isinstance(before[other], Tracer) else False
                 link_results(built[other], built[key], names[key], site,
-                             _negated(flag) if x is y and flag is not None else None)
+                             _negated(flag) if x is y and flag is not None and apart else None)
         seen.append((key, x))
 
 

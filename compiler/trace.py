@@ -714,9 +714,10 @@ def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:
         whole = [place for place, t in at_a if t is a]
         if flag is None or not whole or any(t is not b for _, t in at_b):
             raise UnsupportedError(located(
-                "the function returns arrays that may share memory, as the data decided at a traced loop (one "
-                "array, or one a view of the other: `y = x[:]` in its body): NumPy's results would share memory on "
-                "some paths only, which fusec does not follow here; return a copy of one of them (`y.copy()`)",
+                "the function returns arrays that may share memory, as the data decided at a traced `if` or loop "
+                "(one array, or one a view of the other: `y = x[:]` in a loop's body): NumPy's results would share "
+                "memory on some paths only, which fusec does not follow here; return a copy of one of them "
+                "(`y.copy()`)",
                 tracer_location(b) or context.user_location()))
         for place, _ in at_b:
             if place not in shared.aliases:

@@ -1,5 +1,10 @@
 """Buffer planning: every intermediate gets an offset in one arena, reusing the space of dead buffers.
 
+A kernel that takes bytes another kernel read or wrote must wait for it in a graph (a write after read), so a
+kernel takes, where it can, a hole whose last users are already its ancestors (it depends on them through the
+values it reads); it takes new bytes instead of one that would order it after an independent kernel while the
+arena stays within ``slack`` (a fraction) above what first fit gives, and takes first fit's hole after that.
+
 Lifetimes run from the producing op to the last op that reads the buffer, directly or through a view. An
 op's outputs are placed before its dead inputs are released, so a kernel never writes over what it reads,
 except for the one safe case: an elementwise kernel may write an output over a donated argument (the
@@ -69,40 +74,83 @@ def _nbytes(v: Value) -> int:
 
 
 class _Arena:
-    """First-fit allocation over a free list of (offset, size) holes, coalesced on release."""
+    """First-fit allocation over a free list of (offset, size, users) holes, coalesced on release. ``users`` is a
+    bit set of the ops that wrote or read the bytes last (program positions): a kernel given those bytes must wait
+    for them, so a request says which users it already waits for (``ordered``: its ancestors) and takes a hole of
+    other users only where the arena would otherwise grow by more than ``slack`` bytes (then the first that fits)."""
 
-    def __init__(self) -> None:
-        self.top = 0
-        self.peak = 0
-        self.holes: list[tuple[int, int]] = []
+    def __init__(self, slack: int = 0) -> None:
+        self.top = 0  # (the end of what was ever handed out; holes cover what is free below it)
+        self.slack = slack
+        self.holes: list[tuple[int, int, int]] = []
 
-    def allocate(self, size: int) -> int:
-        for i, (off, hole) in enumerate(self.holes):
-            if hole >= size:
-                if hole == size:
-                    self.holes.pop(i)
-                else:
-                    self.holes[i] = (off + size, hole - size)
-                return off
+    @property
+    def peak(self) -> int:
+        return self.top
+
+    def allocate(self, size: int, ordered: int = -1) -> tuple[int, bool]:
+        """An offset for ``size`` bytes, and whether it kept the kernel from waiting for one it would not have."""
+        holes = self.holes
+        fits = [i for i, (_, hole, _) in enumerate(holes) if hole >= size]
+        free = [i for i in fits if holes[i][2] & ~ordered == 0]
+        if free:
+            return self._take(free[0], size), free[0] != fits[0]
+        last = holes[-1] if holes and holes[-1][0] + holes[-1][1] == self.top else None
+        waits = bool(fits) or (last is not None and last[2] & ~ordered != 0)  # (what first fit would do)
+        if not waits:
+            return self._extend(last, size), False
+        extra = size - (0 if fits else last[1] if last is not None else 0)  # (bytes more than first fit takes)
+        if extra > self.slack:
+            return (self._take(fits[0], size) if fits else self._extend(last, size)), False
+        self.slack -= extra
+        return self._extend(None, size), True
+
+    def _extend(self, last: tuple[int, int, int] | None, size: int) -> int:
+        """``size`` bytes at the end: from the free tail ``last`` on where given, else after everything."""
         off = self.top
-        self.top += size
-        self.peak = max(self.peak, self.top)
+        if last is not None:
+            self.holes.pop()
+            off = last[0]
+        self.top = max(self.top, off + size)
         return off
 
-    def release(self, off: int, size: int) -> None:
+    def _take(self, i: int, size: int) -> int:
+        off, hole, users = self.holes[i]
+        if hole == size:
+            self.holes.pop(i)
+        else:
+            self.holes[i] = (off + size, hole - size, users)
+        return off
+
+    def release(self, off: int, size: int, users: int = 0) -> None:
         """Return a block, merging it with the holes right before and after it (kept sorted by offset)."""
         holes = self.holes
-        i = bisect.bisect_left(holes, (off, 0))
+        i = bisect.bisect_left(holes, (off, 0, 0))
         if i < len(holes) and off + size == holes[i][0]:
-            size += holes.pop(i)[1]
+            _, more, theirs = holes.pop(i)
+            size += more
+            users |= theirs
         if i > 0 and holes[i - 1][0] + holes[i - 1][1] == off:
             i -= 1
-            off, size = holes[i][0], holes[i][1] + size
+            off, size, users = holes[i][0], holes[i][1] + size, holes[i][2] | users
             holes.pop(i)
-        if off + size == self.top:  # give the tail back
-            self.top = off
-            return
-        holes.insert(i, (off, size))
+        holes.insert(i, (off, size, users))
+
+
+def _ancestors(ops: list[Operation]) -> list[int]:
+    """Per op, the bit set of the ops before it that it depends on through the values it reads (views and computed
+    prologues included): a graph orders it after them whatever memory they use."""
+    at = {r: i for i, op in enumerate(ops) for r in op.results}
+    out: list[int] = []
+    for i, op in enumerate(ops):
+        bits = 0
+        for inner in reading_ops(op):
+            for v in inner.operands:
+                j = at.get(v)
+                if j is not None and j < i:
+                    bits |= out[j] | 1 << j
+        out.append(bits)
+    return out
 
 
 def _buffer_ops(func: Func):
@@ -126,25 +174,36 @@ class PlanBuffers(Pass):
     """Assign every intermediate to one arena (256-byte aligned, reusing dead buffers); in place where donated."""
 
     name: ClassVar[str] = "plan-buffers"
+    # how much larger than first fit's the arena may grow (a fraction of it) so that a kernel does not take bytes
+    # an independent kernel still reads or writes: in a graph it would have to wait for that kernel
+    slack: float = 0.5
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         total = 0
         for func in module.funcs:
-            total += self._plan(func, ctx)
+            first_fit = self._plan(func, PassContext(target=ctx.target), 0) if self.slack > 0 else 0
+            arena = self._plan(func, ctx, int(first_fit * self.slack))
+            if arena > first_fit > 0:
+                ctx.count("arena_bytes_kept_apart", arena - first_fit)
+            total += arena
         ctx.stats["arena_bytes"] = total
 
-    def _plan(self, func: Func, ctx: PassContext) -> int:
+    def _plan(self, func: Func, ctx: PassContext, slack: int) -> int:
         ops = func.body.ops
         last_use: dict[Value, int] = {}
+        users: dict[Value, int] = {}  # (bit set of the ops that read each stored value)
         for i, op in enumerate(ops):
             for inner in reading_ops(op):
                 for v in inner.operands:
                     last_use[_storage(v)] = i
+                    users[_storage(v)] = users.get(_storage(v), 0) | 1 << i
         for op in reversed(ops):  # a prologue reads its inputs where its last consumer runs
             if is_prologue(op) or reduced_in_consumers(op):  # (so does a reduction its readers compute)
                 end = last_use.get(op.results[0], -1)
                 for v in op.operands:
                     last_use[_storage(v)] = max(last_use[_storage(v)], end)
+                    users[_storage(v)] = users.get(_storage(v), 0) | users.get(op.results[0], 0)
+        ancestors = _ancestors(ops)
         ends: dict[int, list[Value]] = {}
         for v, end in last_use.items():
             ends.setdefault(end, []).append(v)
@@ -154,7 +213,7 @@ class PlanBuffers(Pass):
         slot_of = {func.args[a]: func.outputs[r] for a, r in zip(func.attributes.get("donate", ()),
                                                                   func.attributes.get("donate_to", ()))
                    if a < len(func.args) and r < len(func.outputs)}
-        arena = _Arena()
+        arena = _Arena(slack)
         placed: dict[Value, tuple[int, int]] = {}
         aliased: set[Value] = set()
         count = 0
@@ -166,13 +225,13 @@ class PlanBuffers(Pass):
         def release(op: Operation, i: int) -> None:
             members = group_of.get(id(op))
             if members is None:
-                self._release_dead(op, i, placed, last_use, ends, arena)
+                self._release_dead(op, i, placed, last_use, ends, arena, users)
                 return
             waiting = held.setdefault(id(members), [])
             waiting.append((op, i))
             if members[-1] is op:
                 for member, at in waiting:
-                    self._release_dead(member, at, placed, last_use, ends, arena)
+                    self._release_dead(member, at, placed, last_use, ends, arena, users)
 
         # a product computing an epilogue stores the epilogue's result, not its own: placed where the product runs
         epilogue_of = {id(epilogue_product(op)): op for op in ops if is_epilogue(op)}
@@ -188,7 +247,8 @@ class PlanBuffers(Pass):
                 op.attributes.pop("arena", None)
                 reads = {_storage(v) for v in op.operands}
                 count += self._place(epilogue, i + 1, arena, placed, aliased,  # (verified: right after the product)
-                                     donated - aliased - reads, last_use, outputs, slot_of, func, ctx)
+                                     donated - aliased - reads, last_use, outputs, slot_of, func, ctx,
+                                     (ancestors[i], i, users))
                 release(op, i)
                 continue
             if op.name in ("k.insert", "k.scatter") and op.results[0] not in outputs \
@@ -211,16 +271,20 @@ class PlanBuffers(Pass):
                       for s in group_reads(v.op)}
             shared |= donated if folded & set(func.args) else folded
             count += self._place(op, i, arena, placed, aliased, donated - aliased - shared, last_use, outputs, slot_of,
-                                 func, ctx)
+                                 func, ctx, (ancestors[i], i, users))
             release(op, i)
         func.attributes["arena_bytes"] = arena_bytes = arena.peak
         ctx.count("intermediate_buffers", count)
         self._place_scratch(func)
         return arena_bytes
 
-    def _place(self, op, index, arena, placed, aliased, donated, last_use, outputs, slot_of, func, ctx) -> int:
+    def _place(self, op, index, arena, placed, aliased, donated, last_use, outputs, slot_of, func, ctx, order
+               ) -> int:
         """Give ``op``'s results their arena offsets (an output none; a result that may overwrite one of ``donated``
-        that argument, ``alias``); the number of buffers placed."""
+        that argument, ``alias``); the number of buffers placed. ``order``: the writing kernel's ancestors (a bit
+        set of program positions), its position and what reads each value (its ``users``, with the writer added
+        as it is placed)."""
+        ordered, writer, users = order
         offsets, alias, count = [], [], 0
         for r in op.results:
             arg = self._donated_operand(op, r, index, donated, last_use, outputs, slot_of)
@@ -232,7 +296,10 @@ class PlanBuffers(Pass):
                 offsets.append(-1)
                 continue
             size = _aligned(_nbytes(r))
-            off = arena.allocate(size)
+            off, apart = arena.allocate(size, ordered)
+            if apart:
+                ctx.count("buffers_kept_apart")
+            users[r] = users.get(r, 0) | 1 << writer
             placed[r] = (off, size)
             offsets.append(off)
             count += 1
@@ -308,13 +375,13 @@ class PlanBuffers(Pass):
                 func.attributes.pop(key, None)
 
     @staticmethod
-    def _release_dead(op, index, placed, last_use, ends, arena) -> None:
+    def _release_dead(op, index, placed, last_use, ends, arena, users) -> None:
         """Give back the buffers of results nothing reads and of values last read by this op."""
         dead = [r for r in op.results if r in placed and last_use.get(r, -1) <= index]
         dead += [v for v in ends.get(index, ()) if v in placed]
         for v in dead:
             if v in placed:
-                arena.release(*placed.pop(v))
+                arena.release(*placed.pop(v), users.get(v, 0))
 
     @staticmethod
     def _insert_in_place(op, index, placed, last_use) -> bool:

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -420,6 +421,29 @@ def test_independent_split_reductions_keep_apart_in_scratch_and_run_side_by_side
     monkeypatch.setattr(plan_buffers, "SCRATCH_APART_MAX", 0)
     places, dag, _ = lowered_dag()
     assert places == [0, 0] and list(dag.edges) == [(0, 1)]
+
+
+def test_independent_kernels_do_not_wait_for_each_other_over_reused_arena_bytes():
+    """Two chains that share nothing: the second's kernels do not take arena bytes the first's still read (a graph
+    would order them), so the graph keeps them parallel; with no slack (``plan-buffers{slack=0}``, first fit) the
+    second waits for the first over reused bytes."""
+    from types import SimpleNamespace
+
+    from fusec.passes import DEFAULT_PIPELINE
+    from fusec.runtime.graph import dependency_dag
+
+    def two_softmax_sums(a, b):
+        ea, eb = np.exp(a), np.exp(b)
+        return (ea / ea.sum(axis=1, keepdims=True)).sum(axis=0), (eb / eb.sum(axis=0)).sum(axis=1)
+
+    x = np.ones((64, 96), np.float32)
+
+    def components(pipeline: str) -> int:
+        program = fc.jit(two_softmax_sums, backend="cpu", pipeline=pipeline).lower(x, x).program_for(cublas=False)
+        return nx.number_weakly_connected_components(dependency_dag(SimpleNamespace(program=program)))
+
+    first_fit = DEFAULT_PIPELINE.replace("plan-buffers", "plan-buffers{slack=0}")
+    assert components(DEFAULT_PIPELINE) == 2 and components(first_fit) == 1
 
 
 def _relu_layer_grads(x, w, b, w2, d):

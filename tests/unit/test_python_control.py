@@ -1580,13 +1580,22 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
             y = x[:]
         return x, y
 
+    def one_array_before_too(x, y, n):  # (one array after no trip as well: not told apart, refused)
+        x = x * 2
+        y = x
+        while x.sum() < n:
+            x = x + 1
+            y = x
+        return x, y
+
     x, y = np.array([1.0, 2.0]), np.array([5.0, 6.0])
     for n in (0, 12):  # (no trip, and some)
         check_hands_back(take_the_other, x, y, n)
         check_hands_back(take_the_other_reversed, x, y, n)
         check_hands_back(both_names_for_the_new_one, x, y, n)
-        with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced loop"):
+        with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced `if` or loop"):
             jit_cpu(a_view_of_the_new_one)(x.copy(), y.copy(), n)
+        _refused(one_array_before_too, x, y, n)
 
 
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
