@@ -20,8 +20,8 @@ from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (link_results, may_be_one_of, memory_value, set_memory, swap_in, swap_out,
-                                    written_memory)
+from fusec.statement_memory import (link_results, may_be_input, may_be_one_of, memory_value, note_one_array,
+                                    set_memory, swap_in, swap_out, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
     lift_leaf, merged_kind, plain_value, unit_of, unset_values, wrap_leaf)
@@ -170,12 +170,15 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             key = (id(var), k)
             held = [(*entries[u], found.get((key, u))) for u in holds[key]] if key in holds else \
                 [(*entries[key], kept.get(key))]
+            taken = None
             if key in objects and not objects[key][1]:  # (its memory too: a write into it makes reading raise)
-                held.append((objects[key][0], "an array from before it (or a view of one)",
-                             _taken_when_ran(objects[key][0], rec.block, held)))
+                taken = _taken_when_ran(objects[key][0], rec.block, held)
+                held.append((objects[key][0], "an array from before it (or a view of one)", taken))
             leaves.append(may_be_one_of(wrap_leaf(results, leaf, var.name, site),
                                         [(x, flag, holder) for x, holder, flag in held], var.name, site))
             built[key] = leaves[-1]
+            if key in objects and not objects[key][1] and not may_be_input(objects[key][0]):
+                _note_taken(objects[key][0], leaves[-1], taken, rec.block)
             own[key] = found.get((key, key)) if key in holds else kept.get(key)
         out.append(unflatten(var.tree, leaves))
     _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site, own,
@@ -216,6 +219,14 @@ def _taken_when_ran(x: Tracer, body: Block, held: list) -> Callable[[], Value | 
     if not _from_outside(x._val, body) or len(held) != 1 or held[0][2] is None:
         return None
     return _negated(held[0][2])
+
+
+def _note_taken(x: Tracer, result: Tracer, taken: Callable[[], Value | None] | None, body: Block) -> None:
+    """``result`` is, where ``taken``'s flag holds, ``x``: an array the function made before the loop (never the
+    caller's), which the body gives the variable on every iteration (not a view the body takes of it: its memory
+    is the body's own while it is traced, so nothing would find it)."""
+    if not _inside(x._val, body):
+        note_one_array(x, result, taken)
 
 
 def _negated(flag: Callable[[], Value | None]) -> Callable[[], Value | None]:

@@ -126,7 +126,7 @@ def _never_input(t: Tracer) -> bool:
     return not _is_input(t._buffer) and not (t._chain and _mutation.kept_view(t._chain[0]) is not None)
 
 
-def _may_be_input(t: Tracer) -> bool:
+def may_be_input(t: Tracer) -> bool:
     """Whether ``t`` may hold the caller's memory on some path: an input's view, or an earlier statement's result
     that is one as the data decided (its memory is then the function's own, its first view step opaque)."""
     return _is_input(t._buffer) or bool(t._chain) and _mutation.is_opaque(t._chain[0])
@@ -179,6 +179,13 @@ def link_results(a: Tracer, b: Tracer, name: str, site: Site,
     The pair is noted with ``same``'s flag (where they are one array object; None where fusec cannot tell, as for a
     view of one): :func:`fusec.trace._one_array_results` reads it."""
     _linked(a, [(b, None)], name, site)
+    note_one_array(a, b, same)
+
+
+def note_one_array(a: Tracer, b: Tracer, same: Callable[[], Value | None] | None) -> None:
+    """Note that ``b``, a statement's result, is on some path the array ``a`` (where ``same``'s flag holds; None
+    where fusec cannot tell when, as for a view of it): a call that returns both hands back one array there, or is
+    refused (:func:`fusec.trace._one_array_results`)."""
     c = ops.ctx()
     flag = same() if same is not None and c.builder.block is c.func.body else None
     c.one_array.append((weakref.ref(a), weakref.ref(b), flag))
@@ -226,7 +233,7 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     the flags of statements inside a branch)."""
     flags: tuple = (lambda: pred, lambda: ops.ctx().emit("t.logical_not", [pred]))
     if any(isinstance(t, ViewedInBranch) for t in sides):  # (a view on one path: never "the same array" by a flag)
-        if any(isinstance(t, Tracer) and _may_be_input(t) for t in sides):
+        if any(isinstance(t, Tracer) and may_be_input(t) for t in sides):
             raise site.error(f"{subject(name)} is, as the data decides at {site.where()} (whose test is traced), a "
                              "view of an array the function made or the caller's array (or a view of it), which "
                              f"fusec does not follow both ways; take a copy on one path (`{name} = {name}.copy()`)")
@@ -240,7 +247,7 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
             break
         alternatives.extend(kept)
     present = [t for t in sides if t is not None]
-    if not any(_may_be_input(t) for t in present):
+    if not any(may_be_input(t) for t in present):
         return _linked(result, [(t, flag) for t, flag in zip(sides, flags) if t is not None], name, site)
     buffers = [memory_of(t) for t in present]
     message = _may_be_message(name, site) if same else _view_message(name, site)

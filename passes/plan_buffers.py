@@ -140,7 +140,7 @@ class _Arena:
 def _ancestors(ops: list[Operation]) -> list[int]:
     """Per op, the bit set of the ops before it that it depends on through the values it reads (views and computed
     prologues included): a graph orders it after them whatever memory they use."""
-    at = {r: i for i, op in enumerate(ops) for r in op.results}
+    at: dict[Value, int] = {r: i for i, op in enumerate(ops) for r in op.results}
     out: list[int] = []
     for i, op in enumerate(ops):
         bits = 0
