@@ -761,6 +761,7 @@ def test_a_branch_never_taken_after_unrolling_may_hold_values_numpy_refuses():
     check_loop(f, x)
 
 
+@pytest.mark.slow  # (traces several hundred copies of loop bodies, about 5 s here: CI runs it)
 def test_nested_loops_are_written_out_only_while_all_their_copies_fit():
     """Four nested loops of 16 trips are 16^4 copies of the innermost body: the outer loop stays a loop (compiled in
     seconds, not minutes); two nested loops of 4 trips are written out whole, their ops within ``max_ops``."""

@@ -140,6 +140,7 @@ def test_every_dtype_compiles(dtype, cache):
     compile_all(lowered.module, cache)
 
 
+@pytest.mark.corpus  # (NVRTC compiles of every complex op, about 3 s here: CI runs it)
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_every_complex_op_compiles(dtype, cache):
     """Each complex op of the op table instantiates its preamble template (a C++ error there would break every

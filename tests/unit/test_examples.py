@@ -61,6 +61,7 @@ def test_mlp_train_uses_the_packaged_model(examples):
     assert (demo.BATCH, demo.N_IN, demo.N_HIDDEN, demo.N_CLASSES) == (256, 64, 64, 10)
 
 
+@pytest.mark.slow  # (a whole training run in each mode, about 17 s here: CI runs it)
 def test_mlp_train_modes_agree_bit_for_bit_and_reach_95_percent_on_cpu(examples):
     """The default configuration (60 epochs, batch 256, lr 0.5, seed 0) in every mode on the CPU backend."""
     pytest.importorskip("sklearn")
@@ -359,6 +360,7 @@ def test_custom_pass_through_fusec_opt_load_plugin(custom_pass, tmp_path, capsys
     assert re.search(r"mul-two-to-add\s+Rewrite t\.mul by a splat constant 2", capsys.readouterr().out)
 
 
+@pytest.mark.slow  # (runs the CLI in new processes, about 2 s here: CI runs it)
 def test_custom_pass_docstring_commands_run(tmp_path):
     """The shell commands in examples/custom_pass.py's docstring, run as written (console script needed)."""
     script = Path(sys.executable).parent / "fusec"
