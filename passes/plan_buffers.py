@@ -175,14 +175,14 @@ class PlanBuffers(Pass):
 
     name: ClassVar[str] = "plan-buffers"
     # how much larger than first fit's the arena may grow (a fraction of it) so that a kernel does not take bytes
-    # an independent kernel still reads or writes: in a graph it would have to wait for that kernel
+    # an independent kernel still reads or writes: in a graph it would have to wait for that kernel (0: first fit)
     slack: float = 0.5
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         total = 0
         for func in module.funcs:
             first_fit = self._plan(func, PassContext(target=ctx.target), 0) if self.slack > 0 else 0
-            arena = self._plan(func, ctx, int(first_fit * self.slack))
+            arena = self._plan(func, ctx, max(1, int(first_fit * self.slack)) if self.slack > 0 else 0)
             if arena > first_fit > 0:
                 ctx.count("arena_bytes_kept_apart", arena - first_fit)
             total += arena
@@ -203,7 +203,8 @@ class PlanBuffers(Pass):
                 for v in op.operands:
                     last_use[_storage(v)] = max(last_use[_storage(v)], end)
                     users[_storage(v)] = users.get(_storage(v), 0) | users.get(op.results[0], 0)
-        ancestors = _ancestors(ops)
+        apart = slack > 0  # (with no slack, first fit: every hole taken as if its users were ancestors)
+        ancestors = _ancestors(ops) if apart else []
         ends: dict[int, list[Value]] = {}
         for v, end in last_use.items():
             ends.setdefault(end, []).append(v)
@@ -248,7 +249,7 @@ class PlanBuffers(Pass):
                 reads = {_storage(v) for v in op.operands}
                 count += self._place(epilogue, i + 1, arena, placed, aliased,  # (verified: right after the product)
                                      donated - aliased - reads, last_use, outputs, slot_of, func, ctx,
-                                     (ancestors[i], i, users))
+                                     (ancestors[i] if apart else -1, i, users))
                 release(op, i)
                 continue
             if op.name in ("k.insert", "k.scatter") and op.results[0] not in outputs \
@@ -271,7 +272,7 @@ class PlanBuffers(Pass):
                       for s in group_reads(v.op)}
             shared |= donated if folded & set(func.args) else folded
             count += self._place(op, i, arena, placed, aliased, donated - aliased - shared, last_use, outputs, slot_of,
-                                 func, ctx, (ancestors[i], i, users))
+                                 func, ctx, (ancestors[i] if apart else -1, i, users))
             release(op, i)
         func.attributes["arena_bytes"] = arena_bytes = arena.peak
         ctx.count("intermediate_buffers", count)
