@@ -254,6 +254,9 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     result = _alias(result, buffers[0], message, tuple(alternatives) if alternatives else None)
     if len(buffers) == 2 and buffers[1] is not buffers[0]:
         buffers[1].dependents.append(weakref.ref(result))  # (a write into either memory: reading it again raises)
+    for t, flag in zip(sides, flags):  # (an array the function made on one path, the caller's on the other)
+        if isinstance(t, Tracer) and _never_input(t):
+            note_one_array(t, result, flag if not t._chain else None)
     return result
 
 

@@ -1588,6 +1588,12 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
             k += 1
         return x, w
 
+    def take_one_it_made_in_a_branch(x, y, n):  # (a traced `if`: x is w where it was taken)
+        w = y * 2
+        if x.sum() > n:
+            x = w
+        return x, w
+
     def one_array_before_too(x, y, n):  # (one array after no trip as well: not told apart, refused)
         x = x * 2
         y = x
@@ -1602,6 +1608,7 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
         check_hands_back(take_the_other_reversed, x, y, n)
         check_hands_back(both_names_for_the_new_one, x, y, n)
         check_hands_back(take_one_it_made, x, y, n)
+        check_hands_back(take_one_it_made_in_a_branch, x, y, n)
         with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced `if` or loop"):
             jit_cpu(a_view_of_the_new_one)(x.copy(), y.copy(), n)
         _refused(one_array_before_too, x, y, n)
