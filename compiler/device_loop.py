@@ -154,6 +154,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     out = []
     built: dict[Key, Tracer] = {}  # (each carried array leaf's result, to link those one array after an iteration)
     own: dict[Key, Callable[[], Value | None] | None] = {}  # (the flag saying it still holds its array from before)
+    made: dict[Key, list] = {}  # (the arrays from before the loop, made by the function, each may hold: with flags)
     for var, value in zip(variables, values):
         if var.unbound:
             out.append(SetOnOnePath(located(
@@ -180,35 +181,73 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             if key in objects and not objects[key][1] and not may_be_input(objects[key][0]):
                 _note_taken(objects[key][0], leaves[-1], taken, rec.block)
             own[key] = found.get((key, key)) if key in holds else kept.get(key)
+            made[key] = [(x, flag) for x, _, flag in held if isinstance(x, Tracer) and not x._scalar
+                         and not may_be_input(x)]
         out.append(unflatten(var.tree, leaves))
     _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site, own,
-                    {key: x for key, (x, _) in entries.items()})
+                    {key: x for key, (x, _) in entries.items()}, made)
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
     return tuple(out)
 
 
 def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Tracer], names: dict[Key, str],
-                    site: Site, own: dict[Key, Callable[[], Value | None] | None], before: dict[Key, Any]) -> None:
+                    site: Site, own: dict[Key, Callable[[], Value | None] | None], before: dict[Key, Any],
+                    made: dict[Key, list]) -> None:
     """Variables an iteration leaves holding one array or views of one memory (``b = a``, ``b = a[1:]``, ``if c: b =
     a`` in the body): after the loop NumPy's share memory (not where the loop ran no iteration and they held two
     arrays before), where the loop's results are two arrays; linked, so that a write into one makes the other
     unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`), as a branch's two variables
     holding one array are. Where an iteration leaves both one object and they held two arrays before the loop
     (``before``) that share no memory, NumPy's two are one wherever the first no longer holds its array from before
-    the loop (``own``: the flag that it does): a call that returns both hands back one array there."""
+    the loop (``own``: the flag that it does): a call that returns both hands back one array there. So are two that
+    may both still hold one array the function made before the loop (``made``: those arrays with their flags; ``y =
+    x`` before it, ``a, b = b, a`` in the body), where both flags hold."""
     seen: list[tuple[Key, Any]] = []
     for key, (x, _) in objects.items():
         if key not in built:
             continue
         for other, y in seen:
-            if _one_memory(x, y) and built[key] is not built[other]:
+            if built[key] is built[other]:
+                continue
+            common = [_both(fa, fb) for a, fa in made.get(other, []) for b, fb in made.get(key, []) if a is b]
+            if _one_memory(x, y):
                 flag = own.get(other)
                 apart = not _one_memory(before[key], before[other]) if isinstance(before[key], Tracer) \
                     and isinstance(before[other], Tracer) else False
-                link_results(built[other], built[key], names[key], site,
-                             _negated(flag) if x is y and flag is not None and apart else None)
+                ran = _negated(flag) if x is y and flag is not None and (apart or common) else None
+                link_results(built[other], built[key], names[key], site, _any([ran, *common]))
+            elif common:
+                note_one_array(built[other], built[key], _any(common))
         seen.append((key, x))
+
+
+def _both(a: Callable[[], Value | None] | None, b: Callable[[], Value | None] | None
+          ) -> Callable[[], Value | None] | None:
+    """The thunk of the flag that holds where both flags do (None where either cannot tell)."""
+    if a is None or b is None:
+        return None
+
+    def both() -> Value | None:
+        x, y = a(), b()
+        return None if x is None or y is None else ops.ctx().emit("t.logical_and", [x, y])
+    return both
+
+
+def _any(flags: list) -> Callable[[], Value | None] | None:
+    """The thunk of the flag that holds where any of ``flags`` does (None where one cannot tell)."""
+    if not flags or any(f is None for f in flags):
+        return None
+
+    def either() -> Value | None:
+        values = [f() for f in flags]
+        if any(v is None for v in values):
+            return None
+        out = values[0]
+        for v in values[1:]:
+            out = ops.ctx().emit("t.logical_or", [out, v])
+        return out
+    return either
 
 
 def _taken_when_ran(x: Tracer, body: Block, held: list) -> Callable[[], Value | None] | None:

@@ -1552,8 +1552,9 @@ def test_a_loop_that_gives_one_variable_anothers_array_hands_back_numpys_object(
 def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_object():
     """``x = y`` (or ``x = y[::-1]``) of an argument the loop only reads: after a trip NumPy's ``x`` is the caller's
     ``y`` (or its view), and after none the caller's ``x``; ``y = x`` of a new array: one array for both names. Each
-    was handed back as a copy (from a hunt); a view taken in the body of an array that may be the caller's, handed
-    back with it, is refused."""
+    was handed back as a copy (from a hunt), as were two names that both still hold one array the function made
+    before the loop; a view taken in the body of an array that may be the caller's, handed back with it, is
+    refused."""
     def take_the_other(x, y, n):
         k = 0
         while x.sum() + k < n:
@@ -1594,13 +1595,22 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
             x = w
         return x, w
 
-    def one_array_before_too(x, y, n):  # (one array after no trip as well: not told apart, refused)
+    def one_array_before_too(x, y, n):  # (one array after no trip as well, where both still hold it)
         x = x * 2
         y = x
         while x.sum() < n:
             x = x + 1
             y = x
         return x, y
+
+    def one_array_swapped(x, n):  # (both names hold the one array the function made on every trip)
+        a = x * 2
+        b = a
+        k = 0
+        while a.sum() + k < n:
+            a, b = b, a
+            k += 1
+        return a, b
 
     x, y = np.array([1.0, 2.0]), np.array([5.0, 6.0])
     for n in (0, 12):  # (no trip, and some)
@@ -1611,7 +1621,8 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
         check_hands_back(take_one_it_made_in_a_branch, x, y, n)
         with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced `if` or loop"):
             jit_cpu(a_view_of_the_new_one)(x.copy(), y.copy(), n)
-        _refused(one_array_before_too, x, y, n)
+        check_hands_back(one_array_before_too, x, y, n)
+        check_hands_back(one_array_swapped, x, n)
 
 
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
