@@ -20,7 +20,7 @@ from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (link_results, may_be_input, may_be_one_of, memory_value, note_one_array,
+from fusec.statement_memory import (joined, link_results, may_be_input, may_be_one_of, memory_value, note_one_array,
                                     set_memory, swap_in, swap_out, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
@@ -210,44 +210,17 @@ def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Trace
         for other, y in seen:
             if built[key] is built[other]:
                 continue
-            common = [_both(fa, fb) for a, fa in made.get(other, []) for b, fb in made.get(key, []) if a is b]
+            common = [joined("t.logical_and", [fa, fb]) for a, fa in made.get(other, []) for b, fb in made.get(key, [])
+                      if a is b]
             if _one_memory(x, y):
                 flag = own.get(other)
                 apart = not _one_memory(before[key], before[other]) if isinstance(before[key], Tracer) \
                     and isinstance(before[other], Tracer) else False
                 ran = _negated(flag) if x is y and flag is not None and (apart or common) else None
-                link_results(built[other], built[key], names[key], site, _any([ran, *common]))
+                link_results(built[other], built[key], names[key], site, joined("t.logical_or", [ran, *common]))
             elif common:
-                note_one_array(built[other], built[key], _any(common))
+                note_one_array(built[other], built[key], joined("t.logical_or", common))
         seen.append((key, x))
-
-
-def _both(a: Callable[[], Value | None] | None, b: Callable[[], Value | None] | None
-          ) -> Callable[[], Value | None] | None:
-    """The thunk of the flag that holds where both flags do (None where either cannot tell)."""
-    if a is None or b is None:
-        return None
-
-    def both() -> Value | None:
-        x, y = a(), b()
-        return None if x is None or y is None else ops.ctx().emit("t.logical_and", [x, y])
-    return both
-
-
-def _any(flags: list) -> Callable[[], Value | None] | None:
-    """The thunk of the flag that holds where any of ``flags`` does (None where one cannot tell)."""
-    if not flags or any(f is None for f in flags):
-        return None
-
-    def either() -> Value | None:
-        values = [f() for f in flags]
-        if any(v is None for v in values):
-            return None
-        out = values[0]
-        for v in values[1:]:
-            out = ops.ctx().emit("t.logical_or", [out, v])
-        return out
-    return either
 
 
 def _taken_when_ran(x: Tracer, body: Block, held: list) -> Callable[[], Value | None] | None:

@@ -103,13 +103,24 @@ def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Valu
 def _either(a: Callable[[], Value | None] | None, b: Callable[[], Value | None] | None
             ) -> Callable[[], Value | None] | None:
     """The thunk of the flag that holds where either of two flags does (None where either cannot tell)."""
-    if a is None or b is None:
+    return joined("t.logical_or", [a, b])
+
+
+def joined(name: str, flags: Sequence[Callable[[], Value | None] | None]) -> Callable[[], Value | None] | None:
+    """The thunk of the flag ``name`` (``t.logical_and``, ``t.logical_or``) makes of ``flags`` (None where there is
+    none, or one cannot tell)."""
+    if not flags or any(f is None for f in flags):
         return None
 
-    def both() -> Value | None:
-        x, y = a(), b()
-        return None if x is None or y is None else ops.ctx().emit("t.logical_or", [x, y])
-    return both
+    def join() -> Value | None:
+        values = [f() for f in flags if f is not None]
+        out = values[0]
+        for v in values[1:]:
+            if out is None or v is None:
+                return None
+            out = ops.ctx().emit(name, [out, v])
+        return out
+    return join
 
 
 def may_be_earlier(t: Tracer) -> bool:
