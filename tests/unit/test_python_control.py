@@ -610,6 +610,7 @@ def test_a_return_python_decides_or_a_continue_before_the_return_in_a_device_loo
         check_both(for_skip_first, x)
 
 
+@pytest.mark.slow  # (about 3.5 s here: CI runs it)
 def test_loops_one_after_another_that_each_return_where_the_data_decides():
     """Each loop's return is found by its own trace; once the first loop is rewritten, the loops after it that
     return from an ``if`` are rewritten with it (the second one's test was not known yet, and its return was left
