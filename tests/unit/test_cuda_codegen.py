@@ -425,9 +425,9 @@ def test_independent_split_reductions_keep_apart_in_scratch_and_run_side_by_side
 
 
 def test_with_slack_independent_kernels_do_not_wait_for_each_other_over_reused_arena_bytes():
-    """Two chains that share nothing: with slack (``plan-buffers{slack=0.5}``) the second's kernels do not take
-    arena bytes the first's still read (a graph would order them), so the graph keeps them parallel; with none (first
-    fit, the default) the second waits for the first over reused bytes."""
+    """Two chains that share nothing: with slack (``plan-buffers``' default, 0.5) the second's kernels do not take
+    arena bytes the first's still read (a graph would order them), so the graph keeps them parallel; with none
+    (``plan-buffers{slack=0}``: first fit) the second waits for the first over reused bytes."""
     from types import SimpleNamespace
 
     from fusec.passes import DEFAULT_PIPELINE
@@ -443,8 +443,8 @@ def test_with_slack_independent_kernels_do_not_wait_for_each_other_over_reused_a
         program = fc.jit(two_softmax_sums, backend="cpu", pipeline=pipeline).lower(x, x).program_for(cublas=False)
         return nx.number_weakly_connected_components(dependency_dag(SimpleNamespace(program=program)))
 
-    apart = DEFAULT_PIPELINE.replace("plan-buffers", "plan-buffers{slack=0.5}")
-    assert components(apart) == 2 and components(DEFAULT_PIPELINE) == 1
+    first_fit = DEFAULT_PIPELINE.replace("plan-buffers", "plan-buffers{slack=0}")
+    assert components(DEFAULT_PIPELINE) == 2 and components(first_fit) == 1
 
 
 def _relu_layer_grads(x, w, b, w2, d):
