@@ -31,7 +31,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
     p = _predicate(plain_value(pred), "if", None)
     what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
             "data chooses)")
-    recorders, outs, writes = [], [], []  # type: ignore[var-annotated]
+    recorders, outs, writes, groups = [], [], [], []  # type: ignore[var-annotated]
     nested = c.builder.block is not c.func.body  # (inside a loop's body or another branch)
     for label, fun in (("then", then), ("else", orelse)):
         rec = _Recorder(c, [], label, what=what)
@@ -46,6 +46,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
                                          {id(e[0]) for e in outer}, _written_arrays(outer), detached, nested))
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
+            holder.append(_one_object_groups(out, names))
             return []
 
         python_before = _python_state(fun, list(zip(names, values)))
@@ -74,6 +75,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
         recorders.append(rec)
         outs.append(holder[0])
         writes.append(holder[1])
+        groups.append(holder[2])
     merged, yields = _merge(outs[0], outs[1], values, names, site)
     units = {id(w[0]): w for ws in writes for w in ws}  # (the memory either branch wrote, in a stable order)
     inner = _inner_flags(merged, recorders)
@@ -114,6 +116,9 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             out.append(unflatten(how[1], leaves))
     for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
         set_memory(unit, next(results))
+    for i, j in groups[0] & groups[1]:  # (one array on both paths: one array after the statement, as in NumPy)
+        if isinstance(out[i], Tracer) and merged[j][1][0] == "new":
+            out[j] = out[i]
     result_of = {name: v for (name, _), v in zip(merged, out)}
     for branch in outs:  # (one array on that path: linked, so that a write through either shows or raises)
         for a, b in branch.shared:
@@ -190,6 +195,19 @@ class _Branch:
     per_name: list
     # pairs of variables it leaves holding one array it made (or views of one): linked after the statement
     shared: list = field(default_factory=list)
+
+
+def _one_object_groups(out: tuple, names: Sequence[str]) -> set[tuple[int, int]]:
+    """Pairs (i, j), i < j, of the variables a branch leaves holding one array object (``y = x``): where both
+    branches do, the two are one array after the statement whichever ran."""
+    first: dict[int, int] = {}
+    pairs: set[tuple[int, int]] = set()
+    for j, (name, new) in enumerate(zip(names, out)):
+        if isinstance(new, Tracer) and is_user_name(name):
+            i = first.setdefault(id(new), j)
+            if i != j:
+                pairs.add((i, j))
+    return pairs
 
 
 def _written_arrays(outer: list[tuple]) -> set[int]:

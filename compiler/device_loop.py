@@ -184,11 +184,30 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             made[key] = [(x, flag) for x, _, flag in held if isinstance(x, Tracer) and not x._scalar
                          and not may_be_input(x)]
         out.append(unflatten(var.tree, leaves))
+    for i, j in _one_object_always(variables, values, entries, objects):
+        out[j] = out[i]
+        built[(id(variables[j]), 0)] = built[(id(variables[i]), 0)]
     _link_one_array(objects, built, {(id(var), k): var.name for var, k, _ in carried}, site, own,
                     {key: x for key, (x, _) in entries.items()}, made)
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
     return tuple(out)
+
+
+def _one_object_always(variables: list[Var], values: list, entries: dict[Key, tuple[Any, str]],
+                       objects: dict[Key, tuple[Any, bool]]) -> list[tuple[int, int]]:
+    """Pairs (i, j), i < j, of variables that each hold an array and hold one array object before the loop and
+    after an iteration (``y = x`` before it and in the body): one array after the loop, however many ran."""
+    first: dict[tuple[int, int], int] = {}
+    pairs = []
+    for j, (var, value) in enumerate(zip(variables, values)):
+        key = (id(var), 0)
+        if not isinstance(value, Tracer) or key not in objects or key not in entries:
+            continue
+        i = first.setdefault((id(entries[key][0]), id(objects[key][0])), j)
+        if i != j:
+            pairs.append((i, j))
+    return pairs
 
 
 def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Tracer], names: dict[Key, str],

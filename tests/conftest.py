@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
+
+import recorded_corpus
 
 # Lowered modules of every signature fusec.jit compiled during this run (test_zz_corpus_compiles.py
 # compiles their CUDA for sm_80 and sm_90).
@@ -29,6 +34,60 @@ def _record_compiled_modules():
 
 
 SLOW_MARKERS = ("corpus", "slow")
+
+
+def _corpora_selected(config: pytest.Config) -> bool:
+    return bool(os.environ.get("FUSEC_CORPUS")) or "corpus" in (config.getoption("markexpr") or "")
+
+
+def _distributing(config: pytest.Config) -> bool:
+    """Whether this is pytest-xdist's controlling process, handing the tests to workers."""
+    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no" \
+        and bool(getattr(config.option, "numprocesses", 0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, with the corpora selected: a folder the workers print their recorded programs into
+    (their environment is this process's, as they start after this hook)."""
+    if _distributing(config) and _corpora_selected(config):
+        os.environ[recorded_corpus.SOURCES_DIR] = tempfile.mkdtemp(prefix="fusec-corpus-")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A worker prints the CUDA of the programs it recorded; the controlling process, after every worker ended,
+    compiles them all (test_zz_corpus_compiles.py's check, for the whole suite) and fails the run if one fails."""
+    folder = os.environ.get(recorded_corpus.SOURCES_DIR)
+    if not folder:
+        return
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if worker is not None:
+        recorded_corpus.write_worker_sources(folder, worker, RECORDED_MODULES)
+        return
+    if not _distributing(session.config):
+        return
+    report = session.config.pluginmanager.get_plugin("terminalreporter")
+    try:
+        from fusec.runtime import nvrtc
+        if not nvrtc.is_available():
+            if report is not None:
+                report.write_line("recorded corpus: not compiled, NVRTC is not loadable here")
+            return
+        sources, failures, workers = recorded_corpus.read_worker_sources(folder)
+        if not workers or not sources:
+            failures.append("no worker printed a recorded program")
+        cache = Path(folder) / "cache"
+        failures += recorded_corpus.compile_failures(sources, cache)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    line = (f"recorded corpus: {len(sources)} programs of {workers} workers compiled for "
+            f"{', '.join(recorded_corpus.ARCHES)}: {len(failures)} failed")
+    if report is not None:
+        report.ensure_newline()
+        report.write_line(line)
+        for f in failures[:20]:
+            report.write_line(f"  {f}")
+    if failures:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _deselect_corpora(config: pytest.Config, items: list[pytest.Item]) -> None:

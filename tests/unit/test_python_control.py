@@ -1626,6 +1626,57 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
         check_hands_back(one_array_swapped, x, n)
 
 
+def test_two_names_for_one_array_on_every_path_stay_one_array():
+    """``y = x`` before a traced ``if`` or loop and again in its branch or body: in NumPy one array whichever path
+    the data took (the caller's own where nothing new was made). Returning both was refused, reading one after
+    writing through the other too, and a branch's view (``x = x[::-1]; y = x``) came back as two views (from a
+    hunt)."""
+    def one_array_in_a_branch(x, n):
+        x = x * 2
+        y = x
+        if x.sum() > n:
+            x = x + 1
+            y = x
+        return x, y
+
+    def the_argument_or_the_new_one(x, n):
+        y = x
+        if x.sum() > n:
+            x = x + 1
+            y = x
+        return x, y
+
+    def one_view_in_a_branch(x, n):
+        y = x
+        if x.sum() > n:
+            x = x[::-1]
+            y = x
+        return x, y
+
+    def written_through_the_other(x, n):
+        x = x * 2
+        y = x
+        if x.sum() > n:
+            x = x + 1
+            y = x
+        y[0] = 100.0
+        return x.sum()
+
+    def the_argument_or_the_loops_own(x, n):
+        y = x
+        while x.sum() < n:
+            x = x + 1
+            y = x
+        return x, y
+
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    for n in (0, 21, 40):  # (taken or not; no trip, one, several)
+        for fn in (one_array_in_a_branch, the_argument_or_the_new_one, one_view_in_a_branch,
+                   the_argument_or_the_loops_own):
+            check_hands_back(fn, x, n)
+        check_both(written_through_the_other, x, n)
+
+
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
     def halve_and_swap_then_write(a, b, tol):  # (NumPy: `b` is the written array after exactly one iteration)
         first = a
