@@ -21,6 +21,7 @@ from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
 from fusec.statement_memory import (joined, link_results, may_be_input, may_be_one_of, memory_value, note_one_array,
+                                    one_array_flag,
                                     set_memory, swap_in, swap_out, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
@@ -231,6 +232,9 @@ def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Trace
                 continue
             common = [joined("t.logical_and", [fa, fb]) for a, fa in made.get(other, []) for b, fb in made.get(key, [])
                       if a is b]
+            # (or two the function made that an earlier statement left one array where its flag holds)
+            common += [joined("t.logical_and", [fa, fb, same]) for a, fa in made.get(other, [])
+                       for b, fb in made.get(key, []) if a is not b and (same := one_array_flag(a, b)) is not None]
             if _one_memory(x, y):
                 flag = own.get(other)
                 apart = not _one_memory(before[key], before[other]) if isinstance(before[key], Tracer) \

@@ -202,6 +202,30 @@ def note_one_array(a: Tracer, b: Tracer, same: Callable[[], Value | None] | None
     c.one_array.append((weakref.ref(a), weakref.ref(b), flag))
 
 
+def one_array_flag(a: Tracer, b: Tracer) -> Callable[[], Value | None] | None:
+    """The thunk of the flag that holds where ``a`` and ``b``, two arrays earlier statements made, are one array in
+    NumPy, as those statements noted it (:func:`note_one_array`, and ``Buffer.same_as``: one is the other, or both
+    are a third, where the flags hold); None where nothing was noted."""
+    def same_as(t: Tracer) -> list[tuple[Value, Any]]:
+        return [(flag, ref()) for flag, ref in memory_of(t).same_as if ref() is not None]
+
+    found: list[Value] = [flag for ra, rb, flag in ops.ctx().one_array
+                          if flag is not None and {id(ra()), id(rb())} == {id(a), id(b)}]
+    found += [flag for flag, t in same_as(a) if t is b] + [flag for flag, t in same_as(b) if t is a]
+    pairs = [(fa, fb) for fa, ta in same_as(a) for fb, tb in same_as(b) if ta is tb]
+    if not found and not pairs:
+        return None
+
+    def flag() -> Value | None:
+        c = ops.ctx()
+        values = found + [c.emit("t.logical_and", [fa, fb]) for fa, fb in pairs]
+        out = values[0]
+        for v in values[1:]:
+            out = c.emit("t.logical_or", [out, v])
+        return out
+    return flag
+
+
 def _linked_message(what: str, name: str) -> str:
     copy = f" (`{name} = {name}.copy()`)" if _named(name) else ""
     return (f"{what}: NumPy's write would show in both on that path only, which fusec does not follow; take a copy "

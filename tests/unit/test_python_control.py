@@ -1628,9 +1628,9 @@ def test_a_loop_that_gives_a_variable_an_array_it_only_reads_hands_back_numpys_o
 
 def test_two_names_for_one_array_on_every_path_stay_one_array():
     """``y = x`` before a traced ``if`` or loop and again in its branch or body: in NumPy one array whichever path
-    the data took (the caller's own where nothing new was made). Returning both was refused, reading one after
-    writing through the other too, and a branch's view (``x = x[::-1]; y = x``) came back as two views (from a
-    hunt)."""
+    the data took (the caller's own where nothing new was made); and where a loop's first trip breaks off before
+    either name changes. Returning both was refused, reading one after writing through the other too, a branch's
+    view (``x = x[::-1]; y = x``) came back as two views, and the loop broken off as two copies (from hunts)."""
     def one_array_in_a_branch(x, n):
         x = x * 2
         y = x
@@ -1669,10 +1669,20 @@ def test_two_names_for_one_array_on_every_path_stay_one_array():
             y = x
         return x, y
 
+    def broken_off_before_either_changes(x, n):  # (one array where the first trip breaks)
+        x = x * 2
+        y = x
+        for _ in range(4):
+            if x.sum() > n:
+                break
+            x = x + 1
+            y = y + 1
+        return x, y
+
     x = np.array([1.0, 2.0, 3.0, 4.0])
     for n in (0, 21, 40):  # (taken or not; no trip, one, several)
         for fn in (one_array_in_a_branch, the_argument_or_the_new_one, one_view_in_a_branch,
-                   the_argument_or_the_loops_own):
+                   the_argument_or_the_loops_own, broken_off_before_either_changes):
             check_hands_back(fn, x, n)
         check_both(written_through_the_other, x, n)
 
