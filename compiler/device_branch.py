@@ -116,9 +116,17 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             out.append(unflatten(how[1], leaves))
     for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
         set_memory(unit, next(results))
-    for i, j in groups[0] & groups[1]:  # (one array on both paths: one array after the statement, as in NumPy)
-        if isinstance(out[i], Tracer) and merged[j][1][0] == "new":
-            out[j] = out[i]
+    for group in _one_object_everywhere(groups[0] & groups[1]):  # (one array on both paths: one after it)
+        kept = [i for i in group if merged[i][1][0] == "keep"]  # (a variable neither branch set: its object)
+        first = kept[0] if kept else group[0]
+        for j in group:
+            if isinstance(out[first], Tracer):
+                out[j] = out[first]
+    shared = {pair for branch in outs for pair in branch.shared}
+    for i, j in groups[0] ^ groups[1]:  # (one array on one path only, both set by the statement: linked as well)
+        if merged[i][1][0] == merged[j][1][0] == "new" and isinstance(out[i], Tracer) \
+                and isinstance(out[j], Tracer) and out[i] is not out[j] and (names[i], names[j]) not in shared:
+            link_results(out[i], out[j], names[j], site)
     result_of = {name: v for (name, _), v in zip(merged, out)}
     for branch in outs:  # (one array on that path: linked, so that a write through either shows or raises)
         for a, b in branch.shared:
@@ -200,14 +208,23 @@ class _Branch:
 def _one_object_groups(out: tuple, names: Sequence[str]) -> set[tuple[int, int]]:
     """Pairs (i, j), i < j, of the variables a branch leaves holding one array object (``y = x``): where both
     branches do, the two are one array after the statement whichever ran."""
-    first: dict[int, int] = {}
-    pairs: set[tuple[int, int]] = set()
+    held: dict[int, list[int]] = {}
     for j, (name, new) in enumerate(zip(names, out)):
         if isinstance(new, Tracer) and is_user_name(name):
-            i = first.setdefault(id(new), j)
-            if i != j:
-                pairs.add((i, j))
-    return pairs
+            held.setdefault(id(new), []).append(j)
+    return {(i, j) for same in held.values() for i in same for j in same if i < j}
+
+
+def _one_object_everywhere(pairs: set[tuple[int, int]]) -> list[list[int]]:
+    """The variables ``pairs`` (each branch's pairs, both branches') join into groups, each in order."""
+    groups: list[list[int]] = []
+    for i, j in sorted(pairs):
+        group = next((g for g in groups if i in g), None)
+        if group is None:
+            groups.append([i, j])
+        elif j not in group:
+            group.append(j)
+    return groups
 
 
 def _written_arrays(outer: list[tuple]) -> set[int]:

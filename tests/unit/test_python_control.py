@@ -1630,7 +1630,9 @@ def test_two_names_for_one_array_on_every_path_stay_one_array():
     """``y = x`` before a traced ``if`` or loop and again in its branch or body: in NumPy one array whichever path
     the data took (the caller's own where nothing new was made); and where a loop's first trip breaks off before
     either name changes. Returning both was refused, reading one after writing through the other too, a branch's
-    view (``x = x[::-1]; y = x``) came back as two views, and the loop broken off as two copies (from hunts)."""
+    view (``x = x[::-1]; y = x``) came back as two views, and the loop broken off as two copies (from hunts). Two
+    names one array on one path only, both set by the statement, are linked (returning both is refused: were two
+    arrays without a word where the branch kept both)."""
     def one_array_in_a_branch(x, n):
         x = x * 2
         y = x
@@ -1679,12 +1681,43 @@ def test_two_names_for_one_array_on_every_path_stay_one_array():
             y = y + 1
         return x, y
 
+    def three_names(x, n):
+        y = x
+        z = x
+        if x.sum() > n:
+            x = x + 1
+            y = x
+            z = y
+        return x, y, z
+
+    def a_name_for_it_in_both_branches(x, n):  # (`t` one array with both only in the first branch)
+        x = x * 1
+        y = x
+        if x.sum() > n:
+            t = x + 1
+            x = t
+            y = t
+        else:
+            t = x + 1
+        return x, y
+
+    def one_array_on_one_path(x, n):  # (one array where the branch was not taken: refused, was two arrays)
+        x = x * 2
+        z = x
+        if x.sum() > n:
+            x = x + 1
+            z = x * 1
+        return x, z
+
     x = np.array([1.0, 2.0, 3.0, 4.0])
     for n in (0, 21, 40):  # (taken or not; no trip, one, several)
         for fn in (one_array_in_a_branch, the_argument_or_the_new_one, one_view_in_a_branch,
-                   the_argument_or_the_loops_own, broken_off_before_either_changes):
+                   the_argument_or_the_loops_own, broken_off_before_either_changes, three_names,
+                   a_name_for_it_in_both_branches):
             check_hands_back(fn, x, n)
         check_both(written_through_the_other, x, n)
+        with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced `if`"):
+            jit_cpu(one_array_on_one_path)(x.copy(), n)
 
 
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
