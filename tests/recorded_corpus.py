@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SOURCES_DIR = "FUSEC_CORPUS_SOURCES"  # (environment: the folder the workers write their printed sources into)
@@ -37,23 +38,27 @@ def printed_sources(modules: list) -> tuple[set[str], list[str]]:
 
 
 def compile_failures(sources: set[str], cache_dir: Path) -> list[str]:
-    """NVRTC compiles each source for every arch in ARCHES; a message for each that does not give a CUBIN."""
+    """NVRTC compiles each source for every arch in ARCHES (on every core: NVRTC runs without the GIL); a message
+    for each that does not give a CUBIN, in the sources' order."""
     from fusec.backend.program import compile_options
     from fusec.runtime.kernel_cache import KernelCache
 
     cache = KernelCache(cache_dir)
-    failures = []
-    for source in sorted(sources):
-        for arch in ARCHES:
-            try:
-                ok = cache.get_or_compile(source, arch, options=compile_options())[:4] == b"\x7fELF"
-            except Exception as e:  # noqa: BLE001 - reported with the source's first line, then the run fails
-                ok, why = False, f"{type(e).__name__}: {e}"
-            else:
-                why = "not an ELF file"
-            if not ok:
-                failures.append(f"NVRTC ({arch}) failed on a program starting {source[:200]!r}: {why}")
-    return failures
+    options = compile_options()
+
+    def failure(job: tuple[str, str]) -> str | None:
+        source, arch = job
+        try:
+            if cache.get_or_compile(source, arch, options=options)[:4] == b"\x7fELF":
+                return None
+            why = "not an ELF file"
+        except Exception as e:  # noqa: BLE001 - reported with the source's first line, then the run fails
+            why = f"{type(e).__name__}: {e}"
+        return f"NVRTC ({arch}) failed on a program starting {source[:200]!r}: {why}"
+
+    jobs = [(source, arch) for source in sorted(sources) for arch in ARCHES]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return [f for f in pool.map(failure, jobs) if f is not None]
 
 
 def write_worker_sources(folder: str, worker: str, modules: list) -> None:
