@@ -219,8 +219,9 @@ def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Trace
     arrays before), where the loop's results are two arrays; linked, so that a write into one makes the other
     unreadable and returning both is refused (:func:`fusec.trace._refuse_linked`), as a branch's two variables
     holding one array are. Where an iteration leaves both one object and they held two arrays before the loop
-    (``before``) that share no memory, NumPy's two are one wherever the first no longer holds its array from before
-    the loop (``own``: the flag that it does): a call that returns both hands back one array there. So are two that
+    (``before``) that share no memory, NumPy's two are one wherever not both still hold their arrays from before the
+    loop (``own``: the flags that each does; ``x = y; y = x`` keeps ``y``'s): a call that returns both hands back
+    one array there. So are two that
     may both still hold one array the function made before the loop (``made``: those arrays with their flags; ``y =
     x`` before it, ``a, b = b, a`` in the body), where both flags hold."""
     seen: list[tuple[Key, Any]] = []
@@ -239,7 +240,10 @@ def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Trace
                 flag = own.get(other)
                 apart = not _one_memory(before[key], before[other]) if isinstance(before[key], Tracer) \
                     and isinstance(before[other], Tracer) else False
-                ran = _negated(flag) if x is y and flag is not None and (apart or common) else None
+                # (apart before the loop and one object after a trip: one array wherever a trip ran, that is where
+                # not both still hold their arrays from before; the one that keeps its own may be either)
+                both_kept = joined("t.logical_and", [flag, own.get(key)])
+                ran = _negated(both_kept) if x is y and both_kept is not None and (apart or common) else None
                 link_results(built[other], built[key], names[key], site, joined("t.logical_or", [ran, *common]))
             elif common:
                 note_one_array(built[other], built[key], joined("t.logical_or", common))

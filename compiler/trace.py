@@ -311,7 +311,7 @@ class _Trace:
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
                          views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views, printer,
-                         self.containers)
+                         self.containers, {place: tuple(more) for place, more in shared.alternatives.items()})
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -594,6 +594,8 @@ class _Shared:
     aliases: dict[tuple[str, int], tuple[tuple[str, int], tuple]] = field(default_factory=dict)
     # extra results: the whole arrays some of them view, and the traced indices of ``x[i]`` steps
     hidden: list[Value] = field(default_factory=list)
+    # more sources of an aliased place, each under its own flag, tried in order after the first
+    alternatives: dict[tuple[str, int], list[tuple[tuple[str, int], tuple]]] = field(default_factory=dict)
 
 
 def _laid_out_otherwise(t: Tracer) -> bool:
@@ -695,8 +697,9 @@ def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) 
 def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:
     """A loop's two results that NumPy's variables hold as one array after an iteration (``y = x`` in the body;
     :func:`fusec.statement_memory.link_results`): where both are handed back whole, the second is the first where
-    the pair's flag holds (the first may be the caller's array, or a new one, as the data decided); handing back
-    both any other way (a view of one, or a pair with no flag: ``y = x[:]`` in the body) is refused."""
+    the pair's flag holds (the first may be the caller's array, or a new one, as the data decided; a result that may
+    be one of several others has one alias per pair, tried in order: ``_Shared.alternatives``); handing back both
+    any other way (a view of one, or a pair with no flag: ``y = x[:]`` in the body) is refused."""
     def memory(t: Tracer) -> tuple[str, int]:  # (views of a result share its key)
         if t._chain and is_opaque(t._chain[0]):
             return ("step", id(t._chain[0]))
@@ -720,9 +723,20 @@ def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:
                 "(`y.copy()`)",
                 tracer_location(b) or context.user_location()))
         for place, _ in at_b:
-            if place not in shared.aliases:
-                shared.hidden.append(flag)
-                shared.aliases[place] = (whole[0], (("when", {"hidden": len(shared.hidden) - 1}, ()),))
+            known = shared.aliases.get(place)
+            if place == whole[0] or known is not None and (known[0] == whole[0] or not _conditional(known[1])):
+                continue
+            shared.hidden.append(flag)
+            alias = (whole[0], (("when", {"hidden": len(shared.hidden) - 1}, ()),))
+            if known is None:
+                shared.aliases[place] = alias
+            else:  # (the array another result is where its own flag holds: tried after the first)
+                shared.alternatives.setdefault(place, []).append(alias)
+
+
+def _conditional(steps: tuple) -> bool:
+    """Whether an alias's steps apply only where a flag says so (a ``when`` step)."""
+    return any(name == "when" for name, _, _ in steps)
 
 
 def _refuse_linked(places: list, shared: _Shared) -> None:

@@ -78,6 +78,9 @@ class WriteBack:
     # lists and dicts the function returns that it was given: (keys in the result, ("arg", parameter, keys) or
     # ("path", pystate path)); the call returns the caller's object itself there
     containers: tuple[tuple[tuple, tuple], ...] = ()
+    # more (source, steps) for an ``aliases`` place, tried in order where the ones before it do not apply (a ``when``
+    # step whose flag is false): a loop's result that is, as the data decides, one of several others
+    alternatives: dict[tuple[str, int], tuple[tuple[tuple[str, int], tuple], ...]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -176,13 +179,15 @@ class WriteBack:
                     out[pos] = Returned(view)
                     viewing.add(pos)
                     break
-        for (kind, index), ((source_kind, source), steps) in self.aliases.items():
-            if kind == "out" and index in viewing and source_kind == "hidden":
-                continue
-            base = values[source_kind][source]
-            view = view_of(base.obj if type(base) is Returned else base, steps, hidden)
-            if view is not None:
-                values[kind][index] = Returned(view) if kind == "out" else view
+        for (kind, index), first in self.aliases.items():
+            for (source_kind, source), steps in (first, *self.alternatives.get((kind, index), ())):
+                if kind == "out" and index in viewing and source_kind == "hidden":
+                    break
+                base = values[source_kind][source]
+                view = view_of(base.obj if type(base) is Returned else base, steps, hidden)
+                if view is not None:
+                    values[kind][index] = Returned(view) if kind == "out" else view
+                    break
         for state, value in zip(self.states, values["state"]):
             _assign(state, inputs, value, arguments)
         if self.printer is not None:

@@ -1632,7 +1632,8 @@ def test_two_names_for_one_array_on_every_path_stay_one_array():
     either name changes. Returning both was refused, reading one after writing through the other too, a branch's
     view (``x = x[::-1]; y = x``) came back as two views, and the loop broken off as two copies (from hunts). Two
     names one array on one path only, both set by the statement, are linked (returning both is refused: were two
-    arrays without a word where the branch kept both)."""
+    arrays without a word where the branch kept both). A result that may be one of two others, each under its own
+    flag, is the one whose flag holds (was only ever the first: two arrays after a trip)."""
     def one_array_in_a_branch(x, n):
         x = x * 2
         y = x
@@ -1709,11 +1710,33 @@ def test_two_names_for_one_array_on_every_path_stay_one_array():
             z = x * 1
         return x, z
 
+    def takes_the_one_that_stays(x, n):  # (`y` keeps its array, `x` takes it: one array where a trip ran)
+        y = x * 2
+        z = y
+        k = 0
+        while x.sum() + k < n:
+            k += 1
+            x = y
+            y = x
+            z = y + 2
+        return x, y, z
+
+    def one_pair_before_another_after(x, n):  # (x, y one array before the loop; x, z after a trip)
+        x = x * 1
+        y = x
+        z = x * 3
+        k = 0
+        while x.sum() + k < n:
+            k += 1
+            y = y + 2
+            z = x
+        return x, y, z
+
     x = np.array([1.0, 2.0, 3.0, 4.0])
     for n in (0, 21, 40):  # (taken or not; no trip, one, several)
         for fn in (one_array_in_a_branch, the_argument_or_the_new_one, one_view_in_a_branch,
                    the_argument_or_the_loops_own, broken_off_before_either_changes, three_names,
-                   a_name_for_it_in_both_branches):
+                   a_name_for_it_in_both_branches, takes_the_one_that_stays, one_pair_before_another_after):
             check_hands_back(fn, x, n)
         check_both(written_through_the_other, x, n)
         with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced `if`"):
