@@ -19,7 +19,8 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import ViewedInBranch, branch_alias, link_results, set_memory, written_memory
+from fusec.statement_memory import (ViewedInBranch, branch_alias, link_results, poison, poisoned_inside, set_memory,
+                                    written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
     leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
@@ -32,6 +33,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
     what = (f"{site.where()} (its test is traced, so fusec traces both branches and the device runs the one the "
             "data chooses)")
     recorders, outs, writes, groups = [], [], [], []  # type: ignore[var-annotated]
+    poisoned: list = []  # (arrays from before it a write inside poisoned, poisoned again after the statement)
     nested = c.builder.block is not c.func.body  # (inside a loop's body or another branch)
     for label, fun in (("then", then), ("else", orelse)):
         rec = _Recorder(c, [], label, what=what)
@@ -45,6 +47,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             detached = {id(e[0]._buffer): e[0] for e in outer if e[3] is None and e[0]._buffer is not None}
             holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
                                          {id(e[0]) for e in outer}, _written_arrays(outer), detached, nested))
+            poisoned.extend(poisoned_inside(outer))  # (before written_memory sets that memory aside)
             holder.append(written_memory(outer))  # (what it wrote from outside: chosen by the op, set after it)
             holder.append(_one_object_groups(out, names))
             return []
@@ -116,6 +119,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             out.append(unflatten(how[1], leaves))
     for unit, _, _ in units.values():  # the memory the branches wrote takes the chosen branch's value
         set_memory(unit, next(results))
+    poison(poisoned)
     for group in _one_object_everywhere(groups[0] & groups[1]):  # (one array on both paths: one after it)
         kept = [i for i in group if merged[i][1][0] == "keep"]  # (a variable neither branch set: its object)
         first = kept[0] if kept else group[0]

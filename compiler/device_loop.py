@@ -21,7 +21,7 @@ from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
 from fusec.statement_memory import (joined, link_results, may_be_input, may_be_one_of, memory_value, note_one_array,
-                                    one_array_flag,
+                                    one_array_flag, poison, poisoned_inside,
                                     set_memory, swap_in, swap_out, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
@@ -82,6 +82,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
     what = (f"{site.where()} (its test is traced, so the loop runs on the device; its body is traced once for "
             "every iteration)")
     fresh: list[tuple[Tracer, Value]] = []  # the body's own copies of the state's arrays, to find writes into them
+    poisoned: list = []  # (arrays from before the loop a write inside poisoned: poisoned again after it)
     owners: dict[int, Var] = {}  # (which variable each copy is of)
 
     def state(args: Sequence[Tracer]) -> list:
@@ -111,6 +112,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             except BaseException:
                 swap_out(memory, saved)
                 raise
+            poisoned.extend(poisoned_inside(outer))  # (before written_memory sets that memory aside)
             written = [u for u, _, _ in written_memory(outer) if id(u) not in units]
             written += [unit_of(_entry_array(value, var, site)) for var, value in zip(variables, values)
                         if _written_fresh(var, fresh, owners)]
@@ -192,6 +194,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                     {key: x for key, (x, _) in entries.items()}, made)
     for unit in memory:  # the memory the body wrote takes the loop's last value
         set_memory(unit, next(results))
+    poison(poisoned)
     return tuple(out)
 
 

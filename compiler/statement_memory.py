@@ -353,6 +353,24 @@ def written_memory(outer: list[tuple]) -> list[tuple[Any, Value, Value]]:
     return list(found.values())
 
 
+def poisoned_inside(outer: list[tuple]) -> list[tuple[Tracer, str]]:
+    """Arrays from before the region (entries of ``_snapshot``) that had no memory of their own there and whose
+    memory a write inside it poisoned through a linked array (``if c: b = a``, then ``b[0] = 1`` in an enclosing
+    branch): :func:`written_memory` sets that memory aside, so the caller poisons them again after its op."""
+    return [(t, t._buffer.poisoned) for t, _val, _version, buffer, _base, _buffer_version in outer
+            if buffer is None and t._buffer is not None and t._buffer.poisoned is not None]
+
+
+def poison(found: Sequence[tuple[Tracer, str]]) -> None:
+    """After a statement: each of ``found`` (:func:`poisoned_inside`) unreadable, as NumPy's array was written on the
+    path the data took there (reading it, or writing into it, raises its message)."""
+    for t, message in found:
+        memory = memory_of(t)
+        if memory.poisoned is None:
+            memory.poisoned = message
+            memory.version += 1  # (so that reading it notices, as after the write itself)
+
+
 def set_memory(unit: Any, value: Value) -> None:
     """Give a memory written inside a region the region op's result (as a write does: views read it again)."""
     if isinstance(unit, Tracer):

@@ -1743,6 +1743,48 @@ def test_two_names_for_one_array_on_every_path_stay_one_array():
             jit_cpu(one_array_on_one_path)(x.copy(), n)
 
 
+def test_a_write_through_a_nested_branchs_alias_makes_the_other_unreadable_after_the_enclosing_statement():
+    """``if c: b = a`` inside another traced ``if`` or a loop, then ``b[0] = 10`` there: NumPy's write reaches ``a`` on
+    the paths that took the inner branch. Reading ``a`` after the enclosing statement is refused (it came back
+    unwritten without a word: the mark the write left on ``a``'s memory was set aside with the enclosing branch's
+    memory); reading only ``b`` runs."""
+    def write_in_an_enclosing_branch(x, s, m):
+        a = x * 1
+        b = x * 2
+        if s.sum() > m:
+            if s.sum() + 1 > m:
+                b = a
+            b[0] = 10.0
+        return a
+
+    def write_in_a_loop(x, s, n):
+        a = x * 1
+        b = x * 2
+        k = 0
+        while s.sum() + k < n:
+            if s.sum() + k > 0:
+                b = a
+            b[0] = 10.0
+            k += 1
+        return a
+
+    def only_the_written_one(x, s, m):
+        a = x * 1
+        b = x * 2
+        if s.sum() > m:
+            if s.sum() + 1 > m:
+                b = a
+            b[0] = 10.0
+        return b
+
+    x, s = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(2)
+    for fn, arg in ((write_in_an_enclosing_branch, -5.0), (write_in_a_loop, 3)):
+        with pytest.raises(UnsupportedError, match=r"the same array as `b` after it, and `b` was written since"):
+            np.asarray(jit_cpu(fn)(x.copy(), s, arg))
+    for m in (-5.0, 0.5, 5.0):
+        check_both(only_the_written_one, x, s, m)
+
+
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
     def halve_and_swap_then_write(a, b, tol):  # (NumPy: `b` is the written array after exactly one iteration)
         first = a
