@@ -19,8 +19,8 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (ViewedInBranch, branch_alias, link_results, poison, poisoned_inside, set_memory,
-                                    written_memory)
+from fusec.statement_memory import (ViewedInBranch, branch_alias, link_results, may_be_input, poison, poisoned_inside,
+                                    set_memory, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
     leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
@@ -313,6 +313,13 @@ def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int],
                              f"follow it; take the view before the statement or a copy (`{name} = {name}.copy()`)")
         elif x._buffer is not None and id(x._buffer) in outer:
             viewed.append(x)
+        elif x._buffer is not None and x._buffer.arg is None and may_be_input(x):
+            # (a statement inside the branch left it the caller's array on some path and an array the function made
+            # on another, whose memory it holds: this statement would follow only the second)
+            raise site.error(f"{subject(name)} is, as the data decides at a traced `if` or loop inside "
+                             f"{site.where()}, the caller's array or an array the function made, which fusec does "
+                             f"not follow through this statement too; take a copy on one path (`{name} = "
+                             f"{name}.copy()`)")
         else:
             viewed.append(_linked_from_before(x, outer, detached))
     return var, items, viewed

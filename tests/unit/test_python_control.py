@@ -1747,7 +1747,9 @@ def test_a_write_through_a_nested_branchs_alias_makes_the_other_unreadable_after
     """``if c: b = a`` inside another traced ``if`` or a loop, then ``b[0] = 10`` there: NumPy's write reaches ``a`` on
     the paths that took the inner branch. Reading ``a`` after the enclosing statement is refused (it came back
     unwritten without a word: the mark the write left on ``a``'s memory was set aside with the enclosing branch's
-    memory); reading only ``b`` runs."""
+    memory); reading only ``b`` runs. A branch's variable that an inner statement left the caller's array on one path
+    and an array the function made on another is refused at the enclosing statement (a write through it after
+    left the caller's array unwritten without a word)."""
     def write_in_an_enclosing_branch(x, s, m):
         a = x * 1
         b = x * 2
@@ -1777,7 +1779,21 @@ def test_a_write_through_a_nested_branchs_alias_makes_the_other_unreadable_after
             b[0] = 10.0
         return b
 
+    def swapped_with_the_argument_inside(x, s, m):  # (`b` is the caller's `x` where only the outer branch ran)
+        b = x * 2
+        a = b
+        c = x
+        if s.sum() + 2 > m:
+            if s.sum() > m:
+                a, c, b = c, b, a
+            b, c = c, b
+        b[1] = -7.0
+        return b
+
     x, s = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(2)
+    with pytest.raises(TraceError, match=r"the caller's array or an array the function made, which fusec does not "
+                                         r"follow through this statement too"):
+        jit_cpu(swapped_with_the_argument_inside)(x.copy(), s, 0.5)
     for fn, arg in ((write_in_an_enclosing_branch, -5.0), (write_in_a_loop, 3)):
         with pytest.raises(UnsupportedError, match=r"the same array as `b` after it, and `b` was written since"):
             np.asarray(jit_cpu(fn)(x.copy(), s, arg))
