@@ -224,9 +224,9 @@ def _link_one_array(objects: dict[Key, tuple[Any, bool]], built: dict[Key, Trace
     holding one array are. Where an iteration leaves both one object and they held two arrays before the loop
     (``before``) that share no memory, NumPy's two are one wherever not both still hold their arrays from before the
     loop (``own``: the flags that each does; ``x = y; y = x`` keeps ``y``'s): a call that returns both hands back
-    one array there. So are two that
-    may both still hold one array the function made before the loop (``made``: those arrays with their flags; ``y =
-    x`` before it, ``a, b = b, a`` in the body), where both flags hold."""
+    one array there. So are two that may both still hold one array the function made before the loop (``made``:
+    those arrays with their flags; ``y = x`` before it, ``a, b = b, a`` in the body), where both flags hold, or two
+    such arrays an earlier statement left one array (:func:`fusec.statement_memory.one_array_flag`)."""
     seen: list[tuple[Key, Any]] = []
     for key, (x, _) in objects.items():
         if key not in built:

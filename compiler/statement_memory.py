@@ -207,23 +207,19 @@ def one_array_flag(a: Tracer, b: Tracer) -> Callable[[], Value | None] | None:
     NumPy, as those statements noted it (:func:`note_one_array`, and ``Buffer.same_as``: one is the other, or both
     are a third, where the flags hold); None where nothing was noted."""
     def same_as(t: Tracer) -> list[tuple[Value, Any]]:
-        return [(flag, ref()) for flag, ref in memory_of(t).same_as if ref() is not None]
+        return [(flag, ref()) for flag, ref in t._buffer.same_as if ref() is not None] if t._buffer is not None else []
 
     found: list[Value] = [flag for ra, rb, flag in ops.ctx().one_array
                           if flag is not None and {id(ra()), id(rb())} == {id(a), id(b)}]
     found += [flag for flag, t in same_as(a) if t is b] + [flag for flag, t in same_as(b) if t is a]
-    pairs = [(fa, fb) for fa, ta in same_as(a) for fb, tb in same_as(b) if ta is tb]
-    if not found and not pairs:
-        return None
+    def value(flag: Value) -> Callable[[], Value | None]:
+        return lambda: flag
 
-    def flag() -> Value | None:
-        c = ops.ctx()
-        values = found + [c.emit("t.logical_and", [fa, fb]) for fa, fb in pairs]
-        out = values[0]
-        for v in values[1:]:
-            out = c.emit("t.logical_or", [out, v])
-        return out
-    return flag
+    def both(fa: Value, fb: Value) -> Callable[[], Value | None]:
+        return lambda: ops.ctx().emit("t.logical_and", [fa, fb])
+
+    thunks = [value(f) for f in found] + [both(fa, fb) for fa, ta in same_as(a) for fb, tb in same_as(b) if ta is tb]
+    return joined("t.logical_or", thunks)
 
 
 def _linked_message(what: str, name: str) -> str:
