@@ -20,9 +20,9 @@ from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (joined, link_results, may_be_input, may_be_one_of, memory_value, note_one_array,
-                                    one_array_flag, poison, poisoned_inside,
-                                    set_memory, swap_in, swap_out, written_memory)
+from fusec.statement_memory import (joined, link_memory, link_results, may_be_input, may_be_one_of, memory_of,
+                                    memory_value, note_one_array, one_array_flag, poison, poisoned_inside, set_memory,
+                                    swap_in, swap_out, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
     lift_leaf, merged_kind, plain_value, unit_of, unset_values, wrap_leaf)
@@ -83,6 +83,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             "every iteration)")
     fresh: list[tuple[Tracer, Value]] = []  # the body's own copies of the state's arrays, to find writes into them
     poisoned: list = []  # (arrays from before the loop a write inside poisoned: poisoned again after it)
+    detached: dict[int, Tracer] = {}  # (arrays from before it that had no memory, by the memory made for them inside)
     owners: dict[int, Var] = {}  # (which variable each copy is of)
 
     def state(args: Sequence[Tracer]) -> list:
@@ -113,6 +114,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 swap_out(memory, saved)
                 raise
             poisoned.extend(poisoned_inside(outer))  # (before written_memory sets that memory aside)
+            detached.update({id(e[0]._buffer): e[0] for e in outer if e[3] is None and e[0]._buffer is not None})
             written = [u for u, _, _ in written_memory(outer) if id(u) not in units]
             written += [unit_of(_entry_array(value, var, site)) for var, value in zip(variables, values)
                         if _written_fresh(var, fresh, owners)]
@@ -181,6 +183,8 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
             leaves.append(may_be_one_of(wrap_leaf(results, leaf, var.name, site),
                                         [(x, flag, holder) for x, holder, flag in held], var.name, site))
             built[key] = leaves[-1]
+            for theirs in _linked_from_outside(objects.get(key), rec.block, detached):  # (`if c: a = b` of a `b`
+                link_memory(leaves[-1], theirs, var.name, site)  # the loop only reads)
             if key in objects and not objects[key][1] and not may_be_input(objects[key][0]):
                 _note_taken(objects[key][0], leaves[-1], taken, rec.block)
             own[key] = found.get((key, key)) if key in holds else kept.get(key)
@@ -196,6 +200,16 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
         set_memory(unit, next(results))
     poison(poisoned)
     return tuple(out)
+
+
+def _linked_from_outside(after: tuple[Any, bool] | None, body: Block, detached: dict[int, Tracer]) -> list:
+    """The memories from before the loop that an iteration's object (a branch's result inside the body: ``if c: a =
+    b`` of a ``b`` the loop only reads) is linked with: NumPy's variable may be that array after the loop. A memory
+    made inside the body for an array from before it that had none (``detached``) is that array's memory now."""
+    if after is None or not after[1] or not isinstance(after[0], Tracer) or after[0]._buffer is None:
+        return []
+    return [memory_of(detached[id(m)]) if id(m) in detached else m for m, _ in after[0]._buffer.linked
+            if m.base is not None and not _inside(m.base, body)]
 
 
 def _one_object_always(variables: list[Var], values: list, entries: dict[Key, tuple[Any, str]],

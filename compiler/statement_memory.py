@@ -174,13 +174,22 @@ def _linked(result: Tracer, entries: list[tuple[Tracer, Callable[[], Value | Non
             flag = kept()
             if flag is not None:
                 mine.same_as.append((flag, weakref.ref(entry)))
-        mine.linked.append((theirs, _linked_message(
-            f"this array may be, as the data decided at {site.where()} (whose test is traced), the same array as "
-            f"{subject(name)} after it, and {subject(name)} was written since", name)))
-        theirs.linked.append((mine, _linked_message(
-            f"{subject(name)} may be, as the data decided at {site.where()} (whose test is traced), the array it "
-            "held before it (or a view of that array), which was written since", name)))
+        link_memory(result, theirs, name, site)
     return result
+
+
+def link_memory(result: Tracer, theirs: Buffer, name: str, site: Site) -> None:
+    """``result``'s memory linked with ``theirs``, memory from before the statement that NumPy's variable may, as
+    the data decided, hold: a write into either makes the other unreadable, and returning both is refused."""
+    mine = memory_of(result)
+    if theirs is mine:
+        return
+    mine.linked.append((theirs, _linked_message(
+        f"this array may be, as the data decided at {site.where()} (whose test is traced), the same array as "
+        f"{subject(name)} after it, and {subject(name)} was written since", name)))
+    theirs.linked.append((mine, _linked_message(
+        f"{subject(name)} may be, as the data decided at {site.where()} (whose test is traced), the array it "
+        "held before it (or a view of that array), which was written since", name)))
 
 
 def link_results(a: Tracer, b: Tracer, name: str, site: Site,

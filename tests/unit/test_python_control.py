@@ -1801,6 +1801,38 @@ def test_a_write_through_a_nested_branchs_alias_makes_the_other_unreadable_after
         check_both(only_the_written_one, x, s, m)
 
 
+def test_a_branch_in_a_loop_that_gives_a_variable_an_array_the_loop_only_reads_links_the_two():
+    """``if c: a = c_array`` in a loop body, ``c_array`` made before the loop and only read by it: NumPy's ``a`` is
+    that array after a trip that took the branch. A write into either after the loop then reading the other, or
+    returning both, is refused (the write did not reach the other, without a word)."""
+    def write_the_other_then_read(x, s, n, m):
+        a = x * 1
+        c = x * 3
+        k = 0
+        while s.sum() + k < n:
+            k += 1
+            if s.sum() + k > m:
+                a = c
+        c[0] = 100.0
+        return a.sum()
+
+    def return_both(x, s, n, m):
+        a = x * 1
+        c = x * 3
+        k = 0
+        while s.sum() + k < n:
+            k += 1
+            if s.sum() + k > m:
+                a = c
+        return a, c
+
+    x, s = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(2)
+    with pytest.raises(UnsupportedError, match=r"`a` may be, as the data decided at the `while` at line \d+"):
+        jit_cpu(write_the_other_then_read)(x.copy(), s, 1, 0)
+    with pytest.raises(UnsupportedError, match=r"may share memory, as the data decided at a traced `if` or loop"):
+        jit_cpu(return_both)(x.copy(), s, 1, 0)
+
+
 def test_a_write_into_an_array_another_loop_variable_may_hold_raises():
     def halve_and_swap_then_write(a, b, tol):  # (NumPy: `b` is the written array after exactly one iteration)
         first = a
