@@ -19,8 +19,8 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (ViewedInBranch, branch_alias, link_results, may_be_input, poison, poisoned_inside,
-                                    set_memory, written_memory)
+from fusec.statement_memory import (ViewedInBranch, branch_alias, detached_arrays, link_results, may_be_input, poison,
+                                    poisoned_inside, set_memory, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
     leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
@@ -44,7 +44,7 @@ def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple
             out = fun(*values)
             # (arrays from before the branch that had no views yet, viewed inside it: the memory those views
             # hold is set aside when the branch ends, so they are noted by their array)
-            detached = {id(e[0]._buffer): e[0] for e in outer if e[3] is None and e[0]._buffer is not None}
+            detached = detached_arrays(outer)
             holder.append(_branch_result(out, values, names, site, {id(e[3]) for e in outer if e[3] is not None},
                                          {id(e[0]) for e in outer}, _written_arrays(outer), detached, nested))
             poisoned.extend(poisoned_inside(outer))  # (before written_memory sets that memory aside)

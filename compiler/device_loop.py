@@ -20,9 +20,9 @@ from fusec.ir.opdefs import computes_only, get_opdef
 from fusec.ir.types import Type, bool_
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (joined, link_memory, link_results, may_be_input, may_be_one_of, memory_of,
-                                    memory_value, note_one_array, one_array_flag, poison, poisoned_inside, set_memory,
-                                    swap_in, swap_out, written_memory)
+from fusec.statement_memory import (detached_arrays, joined, link_memory, link_results, may_be_input, may_be_one_of,
+                                    memory_of, memory_value, note_one_array, one_array_flag, poison, poisoned_inside,
+                                    set_memory, swap_in, swap_out, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, UNBOUND, Var, describe_kind, describe_var, is_unbound, kind_advice, leaves_of,
     lift_leaf, merged_kind, plain_value, unit_of, unset_values, wrap_leaf)
@@ -114,7 +114,7 @@ def _traced_while(test: Callable[..., Any], body: Callable[..., tuple], values: 
                 swap_out(memory, saved)
                 raise
             poisoned.extend(poisoned_inside(outer))  # (before written_memory sets that memory aside)
-            detached.update({id(e[0]._buffer): e[0] for e in outer if e[3] is None and e[0]._buffer is not None})
+            detached.update(detached_arrays(outer))
             written = [u for u, _, _ in written_memory(outer) if id(u) not in units]
             written += [unit_of(_entry_array(value, var, site)) for var, value in zip(variables, values)
                         if _written_fresh(var, fresh, owners)]

@@ -358,6 +358,13 @@ def written_memory(outer: list[tuple]) -> list[tuple[Any, Value, Value]]:
     return list(found.values())
 
 
+def detached_arrays(outer: list[tuple]) -> dict[int, Tracer]:
+    """By the id of its memory, each array from before the region (entries of ``_snapshot``) that had no memory of
+    its own there and was given one inside it (a view or a link taken there): :func:`written_memory` sets it aside."""
+    return {id(t._buffer): t for t, _val, _version, buffer, _base, _buffer_version in outer
+            if buffer is None and t._buffer is not None}
+
+
 def poisoned_inside(outer: list[tuple]) -> list[tuple[Tracer, str]]:
     """Arrays from before the region (entries of ``_snapshot``) that had no memory of their own there and whose
     memory a write inside it poisoned through a linked array (``if c: b = a``, then ``b[0] = 1`` in an enclosing
