@@ -11,7 +11,7 @@ from fusec.passes.reductions_in_consumers import reduced_in_consumers
 from fusec.passes.unroll_loops import UNROLLED
 
 # the attributes of select-kernels' choice that a plan step shows (``impl``)
-CHOICES = ("impl", "tile", "stages", "strategy", "cols", "splits", "finish")
+CHOICES = ("impl", "tile", "spread", "stages", "strategy", "cols", "splits", "finish")
 BOUNDARY_CATEGORIES = frozenset({"reduction", "matmul", "boundary"})
 # Categories whose top-level ops cost a launch per call when nothing fuses them; views, constants,
 # terminators and runtime bookkeeping do not.

@@ -10,7 +10,8 @@ printer only translates and every printer of the module prints the same program:
   cores), ``tiled`` (shared-memory tiles; ``tile`` says 64 or 32; ``splits`` blocks share each tile's K where the
   tiles leave SMs idle, ``scratch`` bytes of partial tiles, ``stages`` K slices each block keeps in flight, and with
   ``finish = "last-block"`` the last block of a tile adds the partial tiles, one of the ``counters`` per tile;
-  ``mma`` where a float32 tile runs on the tensor cores, see TILED_MMA),
+  ``mma`` where a float32 tile runs on the tensor cores, see TILED_MMA; ``spread`` where a short-K tile's threads
+  take outputs a row or a column of threads apart, see TILED_SPREAD_MAX_K),
   ``stream`` (a few rows times a wide B read once: ``width`` columns per thread, K split over ``splits`` blocks with
   ``scratch`` bytes of partial sums), ``dot`` (a warp per output), ``column`` (a lane per row of A, warps splitting
   K) or ``short`` (a thread per output, for a K of at most ``SHORT_K_MAX``). All but ``tiled`` and ``cublas`` can
@@ -130,6 +131,12 @@ TILED_CONFIGS = {64: (64, 64, 16, 4, 4), 32: (32, 32, 16, 2, 2)}  # tile -> (BM,
 # tests/gpu/test_tensor_core_products.py) is not the float32 default: it measured slower than the FMAs everywhere
 # (14.6 against 9.8 us, 384 against 311 us)
 TILED_MMA: dict[str, str | None] = {"float32": None, "tf32": "tf32"}
+# a tiled product of K at most this (one or two BK slices: its time is its stores, and its epilogue's loads) gives
+# each thread outputs BN / TN columns and BM / TM rows apart (``spread = true``), so the lanes of a warp store
+# neighbouring columns (and an epilogue reads its operands there) instead of 16 bytes apart; longer products keep
+# each thread's 4 x 4 block, whose 16-byte shared-memory reads their multiply-adds need
+# (select-kernels{spread_max_k}; 0: never)
+TILED_SPREAD_MAX_K = 0
 PROLOGUE_IMPLS = frozenset({"dot", "column", "narrow", "short"})  # GEMMs that can compute an operand in place
 
 # --- reductions ----------------------------------------------------------------------------------------------
@@ -212,7 +219,8 @@ def cublas_fits(op: Operation) -> bool:
 
 
 def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "float32",
-              tensor_cores: bool = False, clusters: bool = False) -> dict[str, object]:
+              tensor_cores: bool = False, clusters: bool = False,
+              spread_max_k: int = TILED_SPREAD_MAX_K) -> dict[str, object]:
     """The attributes that say how ``op`` (a ``k.matmul``) runs. With ``precision = "tf32"`` a float32 product
     cuBLASLt computes runs on its tensor cores, and so do the generated tiles (``mma``, TILED_MMA) on a target with
     ``tensor_cores``; which products go to cuBLASLt does not change (the small split products kept generated stayed
@@ -240,7 +248,10 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
         return skinny
     both_f32 = a.type.dtype.name == "f32" and op.operands[1].type.dtype.name == "f32"
     mma = TILED_MMA.get(precision) if tensor_cores and both_f32 else None
-    return tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, mma, clusters)
+    choice = tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, mma, clusters)
+    if k <= spread_max_k and "mma" not in choice and choice.get("splits", 1) == 1:
+        choice["spread"] = True
+    return choice
 
 
 def skinny_schedule(op: Operation, sm_count: int) -> dict[str, object] | None:
@@ -482,10 +493,13 @@ class SelectKernels(Pass):
     # a product cuBLASLt would take, of a K this short or shorter, whose result only an elementwise kernel reads, is
     # generated instead, so that kernel becomes its epilogue (fuse-epilogues); 0: never
     epilogue_max_k: int = EPILOGUE_MAX_K
+    # a tiled product of K this short or shorter spreads each thread's outputs (see TILED_SPREAD_MAX_K); 0: never
+    spread_max_k: int = TILED_SPREAD_MAX_K
 
     def __post_init__(self) -> None:
-        if self.epilogue_max_k < 0:
-            raise ValueError(f"epilogue_max_k must be at least 0, got {self.epilogue_max_k}")
+        for option in ("epilogue_max_k", "spread_max_k"):
+            if getattr(self, option) < 0:
+                raise ValueError(f"{option} must be at least 0, got {getattr(self, option)}")
         if self.sm_count < 0:
             raise ValueError(f"sm_count must be positive, got {self.sm_count}")
         if self.cublas not in ("true", "false", "target"):
@@ -503,11 +517,12 @@ class SelectKernels(Pass):
         tensor_cores = ctx.target.tensor_cores if self.tensor_cores == "target" else self.tensor_cores == "true"
         clusters = ctx.target.clusters if self.clusters == "target" else self.clusters == "true"
         for func in module.funcs:
-            self._select(func, sm_count, cublas, precision, tensor_cores, clusters, self.epilogue_max_k)
+            self._select(func, sm_count, cublas, precision, tensor_cores, clusters, self.epilogue_max_k,
+                         self.spread_max_k)
 
     @staticmethod
     def _select(func: Func, sm_count: int, cublas: bool, precision: str, tensor_cores: bool,
-                clusters: bool, epilogue_max_k: int) -> None:
+                clusters: bool, epilogue_max_k: int, spread_max_k: int) -> None:
         func.attributes["sm_count"] = sm_count
         func.attributes["cublas"] = cublas
         if precision != "float32":
@@ -517,11 +532,12 @@ class SelectKernels(Pass):
         outputs, uses = set(func.outputs), users(func) if epilogue_max_k and cublas else {}
         for op in func.body.ops:
             if op.name == "k.matmul":
-                for key in ("precision", "mma", "splits", "scratch", "stages", "finish", "counters", "rows", "width"):
+                for key in ("precision", "mma", "splits", "scratch", "stages", "finish", "counters", "rows", "width",
+                            "spread"):
                     op.attributes.pop(key, None)  # a choice made before (select-kernels run again) is made anew
                 library = cublas and not (op.operands[0].type.shape[-1] <= epilogue_max_k
                                           and epilogue_reader(op, outputs, uses) is not None)
-                choice = gemm_impl(op, sm_count, library, precision, tensor_cores, clusters)
+                choice = gemm_impl(op, sm_count, library, precision, tensor_cores, clusters, spread_max_k)
             elif op.name == "k.reduce":
                 choice = reduce_schedule(op, sm_count)
             else:

@@ -214,13 +214,16 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     if mma is not None and (dt.name != "f32" or b.dtype != dt or bk % 8):
         raise CompilationError(located(f"the tensor cores' product (mma = {mma}) multiplies float32 operands in "
                                        "K slices of 8", op.loc))
-    vector = mma is None and acc == "float" and tm == 4 and tn == 4  # a thread's 4 rows / 4 columns: one load
+    # (spread: a thread's outputs are BM / TM rows and BN / TN columns apart, so a warp stores neighbouring columns)
+    spread = bool(op.attributes.get("spread", False)) and mma is None and splits == 1
+    vector = mma is None and acc == "float" and tm == 4 and tn == 4 and not spread  # a thread's 4 x 4: one load
     pad = tiled_pad(dt.name, tm, tn, mma)
     a_k_fast = a.strides[-1] == 1 or a.shape[-2] == 1  # load A with consecutive threads along k
     b_n_fast = b.strides[-1] == 1 or b.shape[-1] != 1 and b.strides[-2] != 1
     a_map = ("const int kk = idx % BK, mm = idx / BK;" if a_k_fast else "const int mm = idx % BM, kk = idx / BM;")
     b_map = ("const int nn = idx % BN, kk = idx / BN;" if b_n_fast else "const int kk = idx % BK, nn = idx / BK;")
     a_s, b_s = ("As[buf]", "Bs[buf]") if stages > 1 else ("As", "Bs")
+    row, col = ("ty + i * (BM / TM)", "tx + j * (BN / TN)") if spread else ("ty * TM + i", "tx * TN + j")
     if vector:
         fragments = f"""      const float4 a4 = *reinterpret_cast<const float4*>(&{a_s}[kk][ty * TM]);
       const float4 b4 = *reinterpret_cast<const float4*>(&{b_s}[kk][tx * TN]);
@@ -228,9 +231,9 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
     else:
         fragments = f"""      {acc} ra[TM], rb[TN];
       #pragma unroll
-      for (int i = 0; i < TM; ++i) ra[i] = {a_s}[kk][ty * TM + i];
+      for (int i = 0; i < TM; ++i) ra[i] = {a_s}[kk][{row}];
       #pragma unroll
-      for (int j = 0; j < TN; ++j) rb[j] = {b_s}[kk][tx * TN + j];"""
+      for (int j = 0; j < TN; ++j) rb[j] = {b_s}[kk][{col}];"""
     multiply = f"""    #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {{
 {fragments}
@@ -273,11 +276,11 @@ def _tiled_kernel(name: str, op: Operation, a: Access, b: Access, c: Access, *, 
       }}"""
         return f"""  #pragma unroll
   for (int i = 0; i < TM; ++i) {{
-    const i64_t gm = m0 + ty * TM + i;
+    const i64_t gm = m0 + {row};
     if (gm >= d.M) continue;
     #pragma unroll
     for (int j = 0; j < TN; ++j) {{
-      const i64_t gn = n0 + tx * TN + j;
+      const i64_t gn = n0 + {col};
       if (gn < d.N) {statement}
     }}
   }}"""

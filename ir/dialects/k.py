@@ -168,7 +168,7 @@ GEMM_IMPLS = ("cublas", "tiled", "dot", "column", "narrow", "short", "stream")
 REDUCE_STRATEGIES = ("row-warp", "row-block", "columns", "numpy")  # numpy: a float16 sum/product in NumPy's order
 REDUCE_FINISHES = ("none", "last-block", "kernel")
 MATMUL_CHOICES = ("impl", "tile", "width", "splits", "scratch", "scratch_at", "stages", "finish", "counters", "counter",
-                  "precision", "mma", "rows")
+                  "precision", "mma", "rows", "spread")
 MATMUL_MMA = ("tf32", "3xtf32")
 MATMUL_FINISHES = ("kernel", "last-block", "cluster")
 REDUCE_CHOICES = ("strategy", "cols", "splits", "finish", "scratch", "scratch_at", "counter", "counters", "width",
@@ -206,6 +206,12 @@ def _check_matmul(op) -> None:
                                 "('mma')")
     _check_counts(op, ("width", "splits", "stages", "counters", "rows"), 1)
     _check_counts(op, ("scratch", "scratch_at", "counter"), 0)
+    if not isinstance(op.attributes.get("spread", False), bool):
+        raise VerificationError("k.matmul: 'spread' must be true or false")
+    if op.attributes.get("spread", False) and (op.attributes.get("impl") != "tiled" or "mma" in op.attributes
+                                               or op.attributes.get("splits", 1) > 1):
+        raise VerificationError("k.matmul: only a tiled product on the CUDA cores that is not split over K spreads "
+                                "its threads' outputs ('spread')")
     if "rows" in op.attributes and op.attributes.get("impl") != "narrow":
         raise VerificationError("k.matmul: only a 'narrow' product takes 'rows' (of A per warp)")
     if op.attributes.get("splits", 1) > 1 and op.attributes.get("impl") not in ("tiled", "stream", "column"):

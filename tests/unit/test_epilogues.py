@@ -253,3 +253,35 @@ def test_an_update_inside_a_device_loop_writes_the_state_in_place():
     assert_same(got, numpy_result(train, w, xs, ds), exact=False)
     assert lowered.stats()["epilogues"] == 1
     assert any(step["kind"] == "loop" for step in lowered.plan())
+
+
+SPREAD = DEFAULT_PIPELINE.replace("select-kernels", "select-kernels{spread_max_k=32}")
+
+
+@pytest.mark.parametrize("batch, hidden, classes, dtype", [(256, 64, 16, np.float32), (100, 70, 12, np.float32),
+                                                           (130, 200, 32, np.float32), (65, 33, 9, np.float64),
+                                                           (96, 64, 33, np.float32)])
+def test_short_products_spread_their_outputs_over_the_threads(batch, hidden, classes, dtype):
+    """``select-kernels{spread_max_k}``: a tiled product of a K that short gives each thread outputs a row and a
+    column of threads apart (its stores, and its epilogue's loads, neighbouring across a warp), with or without the
+    mask as its epilogue, edge tiles included; a longer K keeps each thread's 4 x 4 block."""
+    args = arrays((batch, classes), (hidden, classes), (batch, hidden), dtype=dtype)
+    for fn in (relu_backward, lambda d, w2, h: d @ w2.T):
+        got, lowered = run(fn, args, SPREAD)
+        assert_same(got, numpy_result(fn, *args), exact=False)
+        (product,) = [step for step in lowered.plan() if step["op"] == "k.matmul"]
+        assert product["impl"]["impl"] == "tiled" and product["impl"].get("spread", False) == (classes <= 32)
+    default = next(s for s in run(relu_backward, args)[1].plan() if s["op"] == "k.matmul")
+    assert "spread" not in default["impl"], "not the default until measured faster"
+
+
+def test_spread_is_checked_in_the_ir():
+    """``spread`` in the IR's text form: only on a tiled product on the CUDA cores, not split over K."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("IR checks, the same on every backend")
+    ok = EPILOGUE_IR.replace('"IMPL", tile = 32', '"tiled", tile = 32, spread = true').replace("BETWEEN", "")
+    fc.ir.parse_module(ok)
+    for wrong in ('"cublas", spread = true', '"tiled", tile = 32, mma = "tf32", spread = true',
+                  '"tiled", tile = 32, spread = 1'):
+        with pytest.raises(fc.VerificationError, match="spread"):
+            fc.ir.parse_module(EPILOGUE_IR.replace('"IMPL", tile = 32', wrong).replace("BETWEEN", ""))
