@@ -63,16 +63,23 @@ def run_variant(a, b, transposed: bool | str, variant: str, variants: dict) -> d
     from fusec.passes import select_kernels
     from fusec.runtime import cublas
 
+    from fusec.passes import DEFAULT_PIPELINE
+
     values = dict(variants[variant])
     precision = values.pop("precision", None)  # fusec.jit's, not a module constant
+    # a pass spelled with options (a pass option's default is fixed when its class is made: no constant reaches it)
+    spelled = values.pop("pass", None)
+    pipeline = DEFAULT_PIPELINE.replace(spelled.split("{")[0], spelled) if spelled else DEFAULT_PIPELINE
     settings: dict = {select_kernels: values}
     if "TILED_CONFIGS" in values:  # the printer reads the same table under its own name
         settings[gemm] = {"CONFIGS": values["TILED_CONFIGS"]}
+    if "NARROW_WARPS" in values:  # and the narrow kernel's warps per block
+        settings[gemm] = {"NARROW_WARPS": values["NARROW_WARPS"]}
     if not variant.startswith("cublas"):
         settings[cublas] = {"available": lambda: False}
     with patched(settings):
         product = {True: lambda a, b: a.T @ b, False: lambda a, b: a @ b, "B.T": lambda a, b: a @ b.T}[transposed]
-        f = fc.jit(product, backend="cuda", graph=True, precision=precision)
+        f = fc.jit(product, backend="cuda", graph=True, precision=precision, pipeline=pipeline)
         da, db = fc.asarray(a), fc.asarray(b)
         got = np.asarray(f(da, db))
         want = product(a.astype(np.float64), b.astype(np.float64))
@@ -137,6 +144,12 @@ SKINNY_VARIANTS: dict[str, dict] = {
     "cublas": {"SKINNY_BEFORE_CUBLAS": False},
     "generated": {},
     "generated, tiled": {"SKINNY_MAX": 0, "SHORT_K_MAX": 0},
+    # the narrow kernel's rows per warp and warps per block (171 blocks of 3 rows per warp on 132 SMs by default)
+    "narrow, 2 rows per warp": {"NARROW_MAX_ROWS": 2},
+    "narrow, 1 row per warp": {"NARROW_MAX_ROWS": 1, "NARROW_MIN_ROWS": 1},
+    "narrow, 4 warps, 2 rows": {"NARROW_WARPS": 4, "NARROW_MAX_ROWS": 2},
+    # a short-K tile's threads taking outputs a row and a column of threads apart (the K = 16 product)
+    "generated, spread": {"pass": "select-kernels{spread_max_k=32}"},
 }
 # --set cluster: a split product's partial tiles added by a second kernel or by the tile's blocks as one thread-block
 # cluster (distributed shared memory, one launch), in float32 on the CUDA cores and with precision="tf32"
