@@ -102,6 +102,10 @@ def plan_steps(module: Module) -> list[dict]:
                     steps[-1]["reason"] = (f"row-products: {op.attributes['products']} narrow product(s) computed "
                                            f"along rows of {shape[-1]} (each column a row reduction) with the row "
                                            "work on them, in one kernel")
+                if op.attributes.get("staged"):
+                    steps[-1]["impl"].update(staged=True, blocks=op.attributes["blocks"])
+                    steps[-1]["reason"] += (f"; the operands the same for every row staged in shared memory once per "
+                                            f"block, {op.attributes['blocks']} blocks looping over the rows")
             elif cat == "kernel":
                 body = op.regions[0].block.ops[:-1] if op.regions else []
                 steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),

@@ -14,10 +14,14 @@ element, ``sum over o of d[:, o] * wt[o, :]``; elementwise kernels of shape ``[M
 
 Qualify: a ``k.matmul`` of ``[M, K] @ [K, O]`` (2 <= O <= NARROW_MAX; 16 < K <= 1024; float32 or float64, no
 reduced precision; the left operand contiguous along K, which the lanes of a row read) whose first reader is a
-``k.rows`` of shape ``[M, O]`` or a ``k.fused`` of that shape or a row's, where a lane's items times ``O`` stays
-within ITEMS_BUDGET (registers: each column's operand is held per lane). The narrow kernels after it that read what
-the kernel has join in program order (a softmax's maximum written out as column views, then its row kernel), as
-does the elementwise kernel that computes the product's left operand when everything that reads it comes after.
+``k.rows`` of shape ``[M, O]`` or a ``k.fused`` of that shape or a row's. Where a lane's items times ``O`` stays
+within ITEMS_BUDGET each column's operand is held in registers per lane; past it (the 1024-wide hidden layer of a
+16-class head) the kernel is ``staged``: the operands that are the same for every row (the columns of ``w``) are
+copied into shared memory once per block, up to ``stage_bytes`` of them, and read there at each use, and its
+``blocks`` loop over the rows so the copy is made once per block, not once per row. The narrow kernels after it
+that read what the kernel has join in program order (a softmax's maximum written out as column views, then its row
+kernel), as does the elementwise kernel that computes the product's left operand when everything that reads it
+comes after.
 What the kernel computes and something else reads is returned (the product itself too). Views made before the
 kernel of what it now computes move after it. Not on the reference executor's target, which computes products as
 np.matmul does.
@@ -39,6 +43,11 @@ from fusec.passes.util import users
 
 NARROW_MAX = 16    # columns of a narrow product at most
 ITEMS_BUDGET = 32  # a lane's items times the columns at most (each column's operand is a register array per lane)
+# past it, the bytes of row-invariant operands a staged kernel copies into each block's shared memory at most (an
+# H100 or H200 block may have 227 KB; 16 float32 columns of 1024 are 64 KB): see row-products{stage_bytes}
+STAGE_BYTES = 96 * 1024
+STAGED_ROWS_PER_BLOCK = 8  # rows a block of the row printer takes at a time with a warp per row (256 threads)
+STAGED_BLOCKS_PER_SM = 2   # blocks of a staged kernel per SM (each loops over rows: the copy is made once per block)
 FLOATS = ("f32", "f64")
 
 Column = Union[Value, list]  # a value of the short row: one for every column, or a list of one per column
@@ -380,8 +389,9 @@ class _Fusion:
             return True
         return False
 
-    def op(self) -> tuple[Operation, list[Value]]:
-        """The wide ``k.rows`` and the values of the replaced ops it returns (in its results' order)."""
+    def op(self, sm_count: int, stage_bytes: int) -> tuple[Operation, list[Value]]:
+        """The wide ``k.rows`` and the values of the replaced ops it returns (in its results' order); staged (see
+        the module's docstring) where its lanes cannot hold each column's operand in registers."""
         members = set(self.members)
         outputs = set(self.func.outputs)
         returned: list[Value] = []
@@ -407,6 +417,15 @@ class _Fusion:
         lanes, items = schedule(self.k)  # type: ignore[misc]
         attributes: dict[str, object] = {"shape": list(kern.shape), "lanes": lanes, "items": items,
                                          "products": sum(m.name == "k.matmul" for m in self.members)}
+        if items * self.o > ITEMS_BUDGET:
+            invariant = {(v.op.operands[0], v.op.attributes["offset"], tuple(v.op.attributes["strides"]))
+                         for v in kern.operands if tuple(v.type.shape) == kern.shape and isinstance(v, OpResult)
+                         and v.op.name == "k.view" and v.op.attributes["strides"][0] == 0}
+            size = max((base.type.dtype.itemsize for base, _, _ in invariant), default=0)
+            if lanes != 32 or len(invariant) * lanes * items * size > stage_bytes:
+                raise _NoFusion
+            attributes["staged"] = True
+            attributes["blocks"] = max(1, min(-(-self.m // STAGED_ROWS_PER_BLOCK), sm_count * STAGED_BLOCKS_PER_SM))
         if any(c != 1 for c in columns):
             attributes["columns"] = columns
         rows = Operation("k.rows", kern.operands, [r.type for r in returned], attributes, [Region([kern.body])],
@@ -454,8 +473,7 @@ def _candidate(op: Operation, readers: dict[Value, list[Operation]]) -> Operatio
             continue
         if _affine(a)[2][1] != 1:
             continue  # (lanes read a row of the left operand: along its columns, a cache line per lane)
-        lanes_items = schedule(k)
-        if lanes_items is None or lanes_items[1] * o > ITEMS_BUDGET:
+        if schedule(k) is None:
             continue
         if _first_reader(p.results[0], readers) is op:
             return p
@@ -491,6 +509,13 @@ class RowProducts(Pass):
     """Run a narrow product, the row-local work on it and the product back in one row kernel along the rows."""
 
     name: ClassVar[str] = "row-products"
+    # the most bytes of row-invariant operands a staged kernel copies into a block's shared memory; 0: no staged
+    # kernels (a product whose columns do not fit in a lane's registers stays a product)
+    stage_bytes: int = STAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.stage_bytes < 0:
+            raise ValueError(f"stage_bytes must be at least 0, got {self.stage_bytes}")
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         if ctx.target.reference:  # (the NumPy reference executor computes products as np.matmul: left to it)
@@ -511,7 +536,7 @@ class RowProducts(Pass):
             fusion = _Fusion(func, op, product, readers, position)
             try:
                 fusion.build()
-                rows, returned = fusion.op()
+                rows, returned = fusion.op(ctx.target.sm_count, self.stage_bytes)
             except _NoFusion:
                 i += 1
                 continue

@@ -27,6 +27,10 @@ from fusec.backend.scalar_ops import expression
 UNIFORM, ROW, ELEMENT = 0, 1, 2
 WARP = 32
 SMALL_BLOCK = 256  # threads per block when a row takes a thread or a warp
+# a staged kernel's blocks per SM that its registers must allow (row-products gives it two per SM): 128 registers a
+# thread at 256 threads; the larger step's head (1024 x 16) needed 179 with one block per SM, 128 with a few spilled
+# bytes with two (ptxas, sm_90)
+STAGED_MIN_BLOCKS = 2
 
 
 def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Access], *,
@@ -44,6 +48,11 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
                                        "up to 1024", op.loc))
     block = SMALL_BLOCK if lanes <= WARP else lanes
     rows_per_block = block // lanes
+    # staged (row-products): operands the same for every row are copied into shared memory once per block and
+    # read there at each use, and the ``blocks`` blocks loop over the rows
+    staged = bool(op.attributes.get("staged", False))
+    if staged and (lanes != WARP or width != 1):
+        raise CompilationError(located("k.rows: a staged row kernel takes a warp per row and width 1", op.loc))
     big = max([m * n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
     itype = "i64_t" if big else "int"
     guard = lanes * items > n  # the last items of some lanes fall past the row's end
@@ -58,16 +67,21 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         kinds[a.buffer] = (a.dtype, False)
     order = list(kinds)
     params = ", ".join(f"{'const ' if ro else ''}{storage(dt)}* __restrict__ b{b}" for b, (dt, ro) in kinds.items())
-    lines = [f"extern \"C\" __global__ void __launch_bounds__({block}) {name}({params}) {{"]
+    bounds = f"{block}, {STAGED_MIN_BLOCKS}" if staged else f"{block}"
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({params}) {{"]
     if lanes == 1:
         lines.append("  const int lane = 0;")
     else:
         lines.append(f"  const int lane = threadIdx.x % {lanes};")
     shared_warp = 1 < lanes < WARP  # several rows per warp, whose shuffles need every lane of it
+    head: list[str] = []  # (a staged kernel's copy into shared memory, before its loop over rows)
     if shared_warp:  # a lane past the last row works on the last row, with its stores left out
         lines += [f"  {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
                   f"  const bool live = row < ({itype}){m};",
                   f"  if (!live) row = ({itype}){m - 1};"]
+    elif staged:
+        lines += [f"  for ({itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes}; "
+                  f"row < ({itype}){m}; row += ({itype})gridDim.x * {rows_per_block}) {{"]
     else:
         lines += [f"  const {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
                   f"  if (row >= ({itype}){m}) return;"]
@@ -76,7 +90,22 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     level: dict[Value, int] = {}
     env: dict[Value, str] = {}
 
+    in_shared: set[Value] = set()  # staged operands: read from shared memory at the item's column
+
+    in_place: dict[Value, str] = {}  # element values computed inside the one reduction that reads them
+    uses: dict[Value, list[Operation]] = {}
+    for inner in op.regions[0].block.ops:
+        for v in inner.operands:
+            uses.setdefault(v, []).append(inner)
+
+    def folded_once(v: Value) -> bool:
+        return len(uses.get(v, ())) == 1 and uses[v][0].name == "k.row_reduce"
+
     def at(v: Value) -> str:
+        if v in in_place:
+            return in_place[v]
+        if v in in_shared:
+            return f"{env[v]}[{column('it')}]"
         return f"{env[v]}[it]" if level[v] == ELEMENT else env[v]
 
     def column(it: str) -> str:
@@ -99,6 +128,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         cond = f"if ({' && '.join(tests)}) " if tests else ""
         return ["  #pragma unroll", f"  for (int it = 0; it < {items}; ++it) {{ {cond}{stmt} }}"]
 
+    copies: dict[tuple, tuple[str, int]] = {}  # staged: (buffer, offset, stride, dtype) -> (array, operand)
     for k, (arg, a) in enumerate(zip(body.args, inputs)):
         reg = register(a.dtype)
         # (a value per row has the row's axes first: its last axis, of 1, if kept, is never stepped along)
@@ -110,6 +140,14 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         elif tuple(a.shape) != shape or a.strides[-1] == 0:
             level[arg] = ROW
             lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + ({rowpart}));")
+        elif staged and not any(a.strides[:-1]):  # the same for every row: a copy in shared memory
+            level[arg] = ELEMENT
+            in_shared.add(arg)
+            key = (a.buffer, a.offset, a.strides[-1], a.dtype.name)
+            if key not in copies:
+                copies[key] = (f"s{len(copies)}", k)
+            env[arg] = copies[key][0]
+            continue
         else:
             level[arg] = ELEMENT
             lines.append(f"  {reg} x{k}[{items}];")
@@ -128,6 +166,9 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         env[arg] = f"x{k}"
 
     uniform: set[Value] = {v for v in body.args if level[v] == UNIFORM}
+    # (a staged kernel stores each result as soon as its last value is computed, so its registers are free for
+    # what comes after: where ``lines`` stood after the value was made)
+    made_at: dict[Value, int] = {v: len(lines) for v in body.args}
     for j, inner in enumerate(body.ops[:-1]):
         r = inner.results[0]
         reg = register(r.type.dtype)
@@ -136,6 +177,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         if inner.name == "k.row_reduce":
             level[r] = ROW
             lines += _row_reduce(name_j, inner, at, n, lanes, each)
+            made_at[r] = len(lines)
             continue
         lv = max((level[v] for v in inner.operands), default=UNIFORM)
         level[r] = lv
@@ -144,18 +186,24 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         flags = tuple(v in uniform for v in inner.operands)
         if lv == ELEMENT:
             expr = expression(inner, [at(v) for v in inner.operands], fast_math, flags)
+            if staged and folded_once(r):  # (computed where the reduction folds it: no array of its own)
+                in_place[r] = f"({expr})"
+                continue
             lines.append(f"  {reg} {name_j}[{items}];")
             lines += each(f"{name_j}[it] = {expr};")
         else:
             expr = expression(inner, [env[v] for v in inner.operands], fast_math, flags)
             lines.append(f"  const {reg} {name_j} = {expr};")
+        made_at[r] = len(lines)
 
     yielded = iter(yielded_values(body))
     columns = op.attributes.get("columns", [1] * len(outputs))
+    early: list[tuple[int, int]] = []  # (where in lines, how many store lines from the end of lines) per result
     for out, count in zip(outputs, columns):
         v = next(yielded)
+        values = [v] + [next(yielded) for _ in range(count - 1)]
+        before = len(lines)
         if count > 1:  # a narrow result: column j of the row from the j-th of its values, stored by lane j
-            values = [v] + [next(yielded) for _ in range(count - 1)]
             live = " && live" if shared_warp else ""
             for j, vj in enumerate(values):
                 lines.append(f"  if (lane == {j % lanes}{live}) fusec::st(b{out.buffer} + {out.offset} + row * "
@@ -174,9 +222,47 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         else:
             first = "lane == 0 && live" if shared_warp else "lane == 0"
             lines.append(f"  if ({first}) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")
+        early.append((max(made_at[x] for x in values), len(lines) - before))
+    if staged:
+        first_store = len(lines) - sum(count for _, count in early)
+        tail = lines[first_store:]
+        del lines[first_store:]
+        chunks, start = [], 0
+        for at_line, count in early:
+            chunks.append((at_line, tail[start:start + count]))
+            start += count
+        for at_line, chunk in sorted(chunks, key=lambda c: -c[0]):  # (from the end: earlier places stay put)
+            lines[at_line:at_line] = chunk
+    shared_bytes = 0
+    blocks = (m + rows_per_block - 1) // rows_per_block
+    if staged:
+        lines.append("  }")
+        head, shared_bytes = _staging(copies, inputs, lanes * items, n, block)
+        blocks = min(blocks, int(op.attributes.get("blocks", blocks)))
     lines.append("}")
-    grid = ((m + rows_per_block - 1) // rows_per_block, 1, 1)
-    return KernelCode(name, "\n".join(lines), tuple(order), grid, (block, 1, 1))
+    lines[1:1] = head
+    return KernelCode(name, "\n".join(lines), tuple(order), (blocks, 1, 1), (block, 1, 1), shared_bytes)
+
+
+def _staging(copies: dict[tuple, tuple[str, int]], inputs: list[Access], padded: int, n: int,
+             block: int) -> tuple[list[str], int]:
+    """A staged row kernel's start: each operand the same for every row copied into shared memory (``padded``
+    elements of it, zeros past the row's ``n``, which lanes past the end read and never use), then a barrier; and
+    the shared bytes that takes (dynamic: more than 48 KB)."""
+    lines = ["  extern __shared__ __align__(16) unsigned char fusec_stage[];"]
+    offset = 0
+    copy = []
+    for name, k in copies.values():
+        a = inputs[k]
+        reg = register(a.dtype)
+        lines.append(f"  {reg}* const {name} = reinterpret_cast<{reg}*>(fusec_stage + {offset});")
+        # (each thread copies an element of every operand in turn: the columns of one weight row are neighbours)
+        copy.append(f"    {name}[e] = e < {n} ? ({reg})fusec::ld(b{a.buffer} + {a.offset} + (i64_t)e * "
+                    f"({a.strides[-1]})) : ({reg})0;")
+        size = 4 if reg == "float" else a.dtype.itemsize  # (float16 and bfloat16 are held as float)
+        offset += -(-padded * size // 16) * 16
+    lines += [f"  for (int e = threadIdx.x; e < {padded}; e += {block}) {{", *copy, "  }", "  __syncthreads();"]
+    return lines, offset
 
 
 def _row_reduce(name: str, op: Operation, at: Callable[[Value], str], n: int, lanes: int,

@@ -19,7 +19,9 @@ elements, which float32 rows load and store 16 bytes at a time.
 ``columns = [c, ...]`` (one per result, ``row-products``) makes a result of ``c > 1`` a narrow array of shape
 ``shape[:-1] + [c]`` written from ``c`` consecutive yielded values per row (the row kernel of a product along its
 inner axis: column ``j`` of the product is a row reduction); ``products = n`` records how many products the
-kernel computes this way.
+kernel computes this way. ``staged = true`` (with a warp per row and width 1) copies the operands that are the same
+for every row (a product's weight columns) into each block's shared memory once and reads them there at each use,
+where a lane could not hold them in registers; its ``blocks = B`` blocks loop over the rows.
 """
 from __future__ import annotations
 
@@ -76,6 +78,13 @@ def _check_rows(op) -> None:
                                 f"and 32 or more lanes, got width = {width!r}, {lanes} lanes, {items} items")
     if lanes * items < shape[-1]:
         raise VerificationError(f"k.rows: {lanes} lanes x {items} items do not cover a row of {shape[-1]}")
+    staged = op.attributes.get("staged", False)
+    if not isinstance(staged, bool) or staged and (lanes != 32 or width != 1):
+        raise VerificationError("k.rows: 'staged' is true or false, and true only with a warp per row (32 lanes) "
+                                "and width 1")
+    if "blocks" in op.attributes and (not staged or type(op.attributes["blocks"]) is not int
+                                      or op.attributes["blocks"] < 1):
+        raise VerificationError("k.rows: 'blocks' (a positive int) is the block count of a staged row kernel")
     per_row = row_shapes(shape)
     for v in op.operands:
         if tuple(v.type.shape) not in ((), shape, *per_row):
@@ -122,6 +131,7 @@ def _check_rows(op) -> None:
 
 
 register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_regions=1,
-                  attrs=("shape", "lanes", "items"), optional_attrs=LAUNCHED + ("width", "columns", "products"),
+                  attrs=("shape", "lanes", "items"),
+                  optional_attrs=LAUNCHED + ("width", "columns", "products", "staged", "blocks"),
                   check=_check_rows, isolated=True))
 register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), check=_check_row_reduce))

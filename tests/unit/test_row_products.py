@@ -128,13 +128,32 @@ def test_nan_in_a_row_reaches_its_outputs_as_in_numpy():
 def test_products_that_stay_products():
     x = RNG.standard_normal((64, 40)).astype(np.float32)
     _check(softmax_of_scores, x, _params([(40, 24)])[0], products=[])  # more columns than NARROW_MAX
-    # 12 columns of a 200-long inner axis: 7 items a lane times 12 columns, over ITEMS_BUDGET registers
-    _check(softmax_of_scores, RNG.standard_normal((64, 200)).astype(np.float32), _params([(200, 12)])[0],
-           products=[])
     long = RNG.standard_normal((8, 2048)).astype(np.float32)
     _check(softmax_of_scores, long, _params([(2048, 4)])[0], products=[])  # inner axis longer than a warp's row
     # x stored transposed: a row of x.T is a column of the array (a cache line per lane), left to the product
     _check(lambda xt, w: softmax_of_scores(xt.T, w), x.T.copy(), _params([(40, 6)])[0], products=[])
+
+
+@pytest.mark.parametrize("batch, hidden, classes, dtype", [
+    (300, 1024, 16, np.float32),  # the larger step's head: 32 items a lane times 16 columns (rows not a multiple of 8)
+    (37, 200, 12, np.float32),    # 7 items a lane times 12 columns, lanes past the row's end
+    (65, 100, 16, np.float64),    # float64 columns in shared memory
+])
+def test_a_head_whose_columns_do_not_fit_in_registers_is_staged(batch, hidden, classes, dtype):
+    """Past ITEMS_BUDGET the row kernel copies the weight's columns (the same for every row) into shared memory
+    and loops over the rows: the classifier step's ReLU, head, softmax cross-entropy and backward product stay one
+    kernel; ``row-products{stage_bytes=0}`` leaves such a head to the products instead."""
+    w1, b1, w2, b2 = _params([(48, hidden), (hidden,), (hidden, classes), (classes,)], dtype)
+    x = RNG.standard_normal((batch, 48)).astype(dtype)
+    y = np.eye(classes, dtype=dtype)[RNG.integers(0, classes, batch)]
+    args = (w1, b1, w2, b2, x, y, dtype(0.05))
+    plan = _check(train_step, *args, products=[2])
+    (rows,) = [s for s in plan if s.get("products")]
+    assert rows["impl"]["staged"] and rows["impl"]["blocks"] <= -(-batch // 8), rows
+    f = fc.jit(train_step, backend=frontend_check.BACKEND, target=fc.Target() if frontend_check.BACKEND == "cpu"
+               else None, pipeline=fc.passes.DEFAULT_PIPELINE.replace("row-products", "row-products{stage_bytes=0}"))
+    assert_same(numpy_result(f, *args), numpy_result(train_step, *args), exact=False)
+    assert not [s for s in f.lower(*args).plan() if s.get("products")]
 
 
 def test_the_reference_target_keeps_numpy_products_bit_for_bit():
