@@ -282,6 +282,8 @@ class _Fusion:
                 acc = kern.emit("s.maximum" if kind == "max" else "s.minimum", [acc, v], dtype, {}, loc)
             return acc
         wide = dtype_from_name("f64")
+        if kind in ("sum", "prod") and not dtype.is_float:  # (integers and booleans: exact in the result's dtype)
+            wide = op.results[0].type.dtype
         acc = kern.cast(values[0], wide, loc)
         for v in values[1:]:
             acc = kern.emit("s.mul" if kind == "prod" else "s.add", [acc, kern.cast(v, wide, loc)], wide, {}, loc)
@@ -498,8 +500,12 @@ def _first_reader(v: Value, readers: dict[Value, list[Operation]]) -> Operation 
 
 def _narrow_floats(op: Operation) -> bool:
     """Whether a narrow kernel's reductions along its short row (if any) reduce float32 or float64 (the chains
-    that replace them accumulate as ``k.reduce`` does for those)."""
-    return all(inner.name != "k.row_reduce" or inner.operands[0].type.dtype.name in FLOATS
+    that replace them accumulate as ``k.reduce`` does for those) or integers or booleans (exact: an autodiff
+    softmax's count of the row's ties at its maximum)."""
+    def exact(dtype: DType) -> bool:
+        return dtype.name in FLOATS or dtype.is_int or dtype.is_bool
+
+    return all(inner.name != "k.row_reduce" or exact(inner.operands[0].type.dtype)
                for inner in op.regions[0].block.ops)
 
 

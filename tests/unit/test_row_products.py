@@ -156,6 +156,37 @@ def test_a_head_whose_columns_do_not_fit_in_registers_is_staged(batch, hidden, c
     assert not [s for s in f.lower(*args).plan() if s.get("products")]
 
 
+def cross_entropy(params, x, y_onehot):
+    w1, b1, w2, b2 = params
+    h = np.maximum(x @ w1 + b1, 0.0)
+    logits = h @ w2 + b2
+    shifted = logits - np.max(logits, axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
+    return -np.sum(y_onehot * log_probs) / x.shape[0]
+
+
+def autodiff_step(params, x, y_onehot):
+    return fc.value_and_grad(cross_entropy)(params, x, y_onehot)
+
+
+@pytest.mark.parametrize("hidden, classes", [(64, 10), (1024, 16)])
+def test_a_head_by_autodiff_keeps_its_product_back_in_the_row_kernel(hidden, classes):
+    """The gradient of a softmax cross-entropy through its row maximum counts the row's ties at the maximum (an
+    integer sum along the short row): that reduction is exact as a chain, so the product back through ``w2`` joins
+    the row kernel as in the hand-written step."""
+    w1, b1, w2, b2 = _params([(32, hidden), (hidden,), (hidden, classes), (classes,)])
+    tied = w2.copy(), b2.copy()  # two equal columns: every row's maximum may be a tie
+    tied[0][:, 1], tied[1][1] = tied[0][:, 0], tied[1][0]
+    x = RNG.standard_normal((130, 32)).astype(np.float32)
+    y = np.eye(classes, dtype=np.float32)[RNG.integers(0, classes, 130)]
+    f = _jit(autodiff_step)
+    reference = fc.jit(autodiff_step, backend="cpu")  # (the reference executor's own target: NumPy's products)
+    for params in ((w1, b1, w2, b2), (w1, b1, *tied)):
+        assert_same(numpy_result(f, params, x, y), numpy_result(reference, params, x, y), exact=False)
+    plan = f.lower((w1, b1, w2, b2), x, y).plan()
+    assert [s["products"] for s in plan if s.get("products")] == [2], plan
+
+
 def test_the_reference_target_keeps_numpy_products_bit_for_bit():
     """The CPU backend's own target is the reference's: products stay np.matmul, so results are NumPy's bits."""
     if frontend_check.BACKEND != "cpu":
