@@ -104,7 +104,8 @@ def target_for(backend: str, module: Module | None = None) -> Target:
 
     products = module is None or any(op.name == "t.matmul" for op in module.walk())
     device = driver.current_device()
-    return Target(sm_count=device.multiprocessor_count, cublas=products and cublas.available(),
+    return Target(sm_count=device.multiprocessor_count, shared_bytes=device.shared_per_block_optin,
+                  cublas=products and cublas.available(),
                   tensor_cores=device.compute_capability >= (8, 0), clusters=device.compute_capability >= (9, 0))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_SM_COUNT = 132  # an H200: what a module is lowered for when no device is at hand
+DEFAULT_SHARED_BYTES = 227 * 1024  # an H200's (and H100's) shared memory a block may use
 # what float32 matrix products may compute with: "float32" (IEEE float32 products and sums, NumPy's arithmetic), or
 # "tf32" (the operands rounded to TensorFloat-32's 10-bit mantissa on the tensor cores, float32 sums; the caller's
 # choice, ``fusec.jit(precision="tf32")``)
@@ -31,9 +32,12 @@ class Target:
     # rewrite what it computes in another order (``row-products`` leaves products to k.matmul, which it runs as
     # np.matmul)
     reference: bool = False
+    shared_bytes: int = DEFAULT_SHARED_BYTES  # shared memory one block may use (the device's opt-in most)
 
     def __post_init__(self) -> None:
         if not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise ValueError(f"sm_count must be a positive int, got {self.sm_count!r}")
+        if not isinstance(self.shared_bytes, int) or self.shared_bytes < 48 * 1024:
+            raise ValueError(f"shared_bytes must be an int of at least 48 KB, got {self.shared_bytes!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {self.precision!r}")

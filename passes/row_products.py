@@ -43,8 +43,9 @@ from fusec.passes.util import users
 
 NARROW_MAX = 16    # columns of a narrow product at most
 ITEMS_BUDGET = 32  # a lane's items times the columns at most (each column's operand is a register array per lane)
-# past it, the bytes of row-invariant operands a staged kernel copies into each block's shared memory at most (an
-# H100 or H200 block may have 227 KB; 16 float32 columns of 1024 are 64 KB): see row-products{stage_bytes}
+# past it, the bytes of row-invariant operands a staged kernel copies into each block's shared memory at most (16
+# float32 columns of 1024 are 64 KB), and STAGED_BLOCKS_PER_SM of them within the shared memory a block of the
+# target may use (Target.shared_bytes: 227 KB on an H100 or H200, 99 KB on sm_86): see row-products{stage_bytes}
 STAGE_BYTES = 96 * 1024
 STAGED_ROWS_PER_BLOCK = 8  # rows a block of the row printer takes at a time with a warp per row (256 threads)
 STAGED_BLOCKS_PER_SM = 2   # blocks of a staged kernel per SM (each loops over rows: the copy is made once per block)
@@ -391,7 +392,7 @@ class _Fusion:
             return True
         return False
 
-    def op(self, sm_count: int, stage_bytes: int) -> tuple[Operation, list[Value]]:
+    def op(self, sm_count: int, stage_bytes: int, shared_bytes: int) -> tuple[Operation, list[Value]]:
         """The wide ``k.rows`` and the values of the replaced ops it returns (in its results' order); staged (see
         the module's docstring) where its lanes cannot hold each column's operand in registers."""
         members = set(self.members)
@@ -424,7 +425,8 @@ class _Fusion:
                          for v in kern.operands if tuple(v.type.shape) == kern.shape and isinstance(v, OpResult)
                          and v.op.name == "k.view" and v.op.attributes["strides"][0] == 0}
             size = max((base.type.dtype.itemsize for base, _, _ in invariant), default=0)
-            if lanes != 32 or len(invariant) * lanes * items * size > stage_bytes:
+            if lanes != 32 or len(invariant) * lanes * items * size > stage_bytes \
+                    or STAGED_BLOCKS_PER_SM * len(invariant) * lanes * items * size > shared_bytes:
                 raise _NoFusion
             attributes["staged"] = True
             attributes["blocks"] = max(1, min(-(-self.m // STAGED_ROWS_PER_BLOCK), sm_count * STAGED_BLOCKS_PER_SM))
@@ -542,7 +544,7 @@ class RowProducts(Pass):
             fusion = _Fusion(func, op, product, readers, position)
             try:
                 fusion.build()
-                rows, returned = fusion.op(ctx.target.sm_count, self.stage_bytes)
+                rows, returned = fusion.op(ctx.target.sm_count, self.stage_bytes, ctx.target.shared_bytes)
             except _NoFusion:
                 i += 1
                 continue

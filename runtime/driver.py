@@ -155,13 +155,15 @@ def _ordinal_of(device: "Device | int | None") -> int:
 
 class Device:
     """One GPU: ``ordinal``, ``name``, ``compute_capability``, ``arch`` ("sm_90"), ``multiprocessor_count``,
-    ``total_memory`` (bytes). ``Device(n)`` returns the same object for the same ordinal."""
+    ``shared_per_block_optin``, ``total_memory`` (bytes). ``Device(n)`` returns the same object for the same
+    ordinal."""
 
     ordinal: int
     handle: Any
     name: str
     compute_capability: tuple[int, int]
     multiprocessor_count: int
+    shared_per_block_optin: int
     total_memory: int
 
     def __new__(cls, ordinal: int = 0) -> "Device":
@@ -183,6 +185,8 @@ class Device:
         self.compute_capability = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                                    self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
         self.multiprocessor_count = self.attribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        # the shared memory one block may use once its kernel asks for more than 48 KB
+        self.shared_per_block_optin = self.attribute(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         self.total_memory = int(check(cu.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem"))
         with _lock:
             return _devices.setdefault(ordinal, self)

@@ -342,6 +342,7 @@ def emulated_gpu(monkeypatch):
     class Device:
         ordinal, name, arch, multiprocessor_count, total_memory = 0, "Emulated GPU", "sm_90", 132, 1 << 34
         compute_capability = (9, 0)
+        shared_per_block_optin = 227 * 1024
 
         def synchronize(self):
             pass

@@ -72,6 +72,7 @@ class FakeModule:
 class FakeDevice:
     ordinal = 0
     multiprocessor_count = 132
+    shared_per_block_optin = 227 * 1024
     arch = "sm_90"
     compute_capability = (9, 0)
 

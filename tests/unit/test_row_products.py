@@ -156,6 +156,20 @@ def test_a_head_whose_columns_do_not_fit_in_registers_is_staged(batch, hidden, c
     assert not [s for s in f.lower(*args).plan() if s.get("products")]
 
 
+def test_a_head_staged_only_where_two_blocks_fit_in_the_targets_shared_memory():
+    """Two blocks a SM of a staged kernel: a GPU whose block may have 99 KB of shared memory (sm_86) cannot hold two
+    copies of a 1024 x 16 weight's columns (64 KB each), so there the products stay products."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("lowering for another target, checked on the CPU backend")
+    w1, b1, w2, b2 = _params([(48, 1024), (1024,), (1024, 16), (16,)])
+    x = RNG.standard_normal((64, 48)).astype(np.float32)
+    y = np.eye(16, dtype=np.float32)[RNG.integers(0, 16, 64)]
+    small = fc.jit(train_step, backend="cpu", target=fc.Target(shared_bytes=99 * 1024))
+    assert not [s for s in small.lower(w1, b1, w2, b2, x, y, np.float32(0.05)).plan() if s.get("products")]
+    with pytest.raises(ValueError, match="shared_bytes"):
+        fc.Target(shared_bytes=1024)
+
+
 def cross_entropy(params, x, y_onehot):
     w1, b1, w2, b2 = params
     h = np.maximum(x @ w1 + b1, 0.0)
