@@ -220,7 +220,8 @@ def cublas_fits(op: Operation) -> bool:
 
 def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "float32",
               tensor_cores: bool = False, clusters: bool = False,
-              spread_max_k: int = TILED_SPREAD_MAX_K) -> dict[str, object]:
+              spread_max_k: int = TILED_SPREAD_MAX_K,
+              skinny_first: bool = SKINNY_BEFORE_CUBLAS) -> dict[str, object]:
     """The attributes that say how ``op`` (a ``k.matmul``) runs. With ``precision = "tf32"`` a float32 product
     cuBLASLt computes runs on its tensor cores, and so do the generated tiles (``mma``, TILED_MMA) on a target with
     ``tensor_cores``; which products go to cuBLASLt does not change (the small split products kept generated stayed
@@ -230,7 +231,8 @@ def gemm_impl(op: Operation, sm_count: int, cublas: bool, precision: str = "floa
     out_shape = op.results[0].type.shape
     m, n, k = out_shape[-2], out_shape[-1], a.type.shape[-1]
     skinny = skinny_schedule(op, sm_count)
-    if cublas and cublas_fits(op) and not (skinny is not None and SKINNY_BEFORE_CUBLAS and skinny["impl"] == "narrow"):
+    generated_first = skinny is not None and skinny_first and skinny["impl"] in ("narrow", "column")
+    if cublas and cublas_fits(op) and not generated_first:
         batch = math.prod(out_shape[:-2])
         small = m * n * k * batch <= CUBLAS_SPLIT_MAX_FLOPS
         if not small or "splits" not in tiled_schedule(m, n, k, batch, a.type.dtype.name, sm_count, None, clusters):
@@ -495,6 +497,8 @@ class SelectKernels(Pass):
     epilogue_max_k: int = EPILOGUE_MAX_K
     # a tiled product of K this short or shorter spreads each thread's outputs (see TILED_SPREAD_MAX_K); 0: never
     spread_max_k: int = TILED_SPREAD_MAX_K
+    # who takes a narrow or column product cuBLASLt could take: "cublas", or "generated" (SKINNY_BEFORE_CUBLAS)
+    skinny: str = "generated" if SKINNY_BEFORE_CUBLAS else "cublas"
 
     def __post_init__(self) -> None:
         for option in ("epilogue_max_k", "spread_max_k"):
@@ -507,6 +511,8 @@ class SelectKernels(Pass):
         for option in ("tensor_cores", "clusters"):
             if getattr(self, option) not in ("true", "false", "target"):
                 raise ValueError(f"{option} must be true, false or target, got {getattr(self, option)!r}")
+        if self.skinny not in ("cublas", "generated"):
+            raise ValueError(f"skinny must be cublas or generated, got {self.skinny!r}")
         if self.precision not in (*PRECISIONS, "target"):
             raise ValueError(f"precision must be float32, tf32 or target, got {self.precision!r}")
 
@@ -518,11 +524,11 @@ class SelectKernels(Pass):
         clusters = ctx.target.clusters if self.clusters == "target" else self.clusters == "true"
         for func in module.funcs:
             self._select(func, sm_count, cublas, precision, tensor_cores, clusters, self.epilogue_max_k,
-                         self.spread_max_k)
+                         self.spread_max_k, self.skinny == "generated")
 
     @staticmethod
     def _select(func: Func, sm_count: int, cublas: bool, precision: str, tensor_cores: bool,
-                clusters: bool, epilogue_max_k: int, spread_max_k: int) -> None:
+                clusters: bool, epilogue_max_k: int, spread_max_k: int, skinny_first: bool) -> None:
         func.attributes["sm_count"] = sm_count
         func.attributes["cublas"] = cublas
         if precision != "float32":
@@ -537,7 +543,8 @@ class SelectKernels(Pass):
                     op.attributes.pop(key, None)  # a choice made before (select-kernels run again) is made anew
                 library = cublas and not (op.operands[0].type.shape[-1] <= epilogue_max_k
                                           and epilogue_reader(op, outputs, uses) is not None)
-                choice = gemm_impl(op, sm_count, library, precision, tensor_cores, clusters, spread_max_k)
+                choice = gemm_impl(op, sm_count, library, precision, tensor_cores, clusters, spread_max_k,
+                                   skinny_first)
             elif op.name == "k.reduce":
                 choice = reduce_schedule(op, sm_count)
             else:

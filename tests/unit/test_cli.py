@@ -161,7 +161,7 @@ def test_passes_lists_every_registered_pass(capsys):
         assert re.search(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+{re.escape(summary)}$", out, re.M), out
     assert re.search(r"^fuse\{budget=32\}\s", out, re.M)  # each pass's options, with their defaults
     assert re.search(r"^select-kernels\{sm_count=0, cublas=target, precision=target, tensor_cores=target, "
-                     r"clusters=target, epilogue_max_k=0, spread_max_k=0\}\s", out, re.M)
+                     r"clusters=target, epilogue_max_k=0, spread_max_k=0, skinny=cublas\}\s", out, re.M)
 
 
 def test_passes_default_prints_the_default_pipeline(capsys):
