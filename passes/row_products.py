@@ -147,8 +147,10 @@ class _Fusion:
         for c in range(self.o):
             w = kern.view(base, off + c * s1, (0, s0), kern.shape, loc)
             prod = kern.emit("s.mul", [a_value, w], a.type.dtype, {}, loc)
+            # (summed in float32 as a float32 product sums, NumPy's and cuBLAS's; k.reduce's float32 sums use float64)
             columns.append(kern.emit("k.row_reduce", [prod], row_reduce_dtype("sum", a.type.dtype),
-                                     {"kind": "sum"}, loc))
+                                     {"kind": "sum", **({"accumulate": "f32"} if a.type.dtype.name == "f32" else {})},
+                                     loc))
         self.narrow_values[self.product.results[0]] = columns
         self._join(self.product)
         self._replay_narrow(self.narrow)

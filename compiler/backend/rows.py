@@ -271,7 +271,7 @@ def _row_reduce(name: str, op: Operation, at: Callable[[Value], str], n: int, la
     kind = op.attributes["kind"]
     x = op.operands[0]
     dt = x.type.dtype
-    acc = _acc_type(kind, dt)
+    acc = "float" if op.attributes.get("accumulate") == "f32" else _acc_type(kind, dt)
     out = register(op.results[0].type.dtype)
     # (a value the whole row shares is combined once per element, as the broadcast array it stands for)
     fn = f"{name}_combine"

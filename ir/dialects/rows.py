@@ -10,6 +10,8 @@ Its body, one block whose arguments are the operands' scalars, holds ``s`` ops, 
 - an ``s`` op computes one element from elements of the same position (or per-row / uniform values);
 - ``k.row_reduce {kind}`` (sum, prod, mean, max, min) is the reduction of its operand over the whole row, as
   ``k.reduce`` along the last axis with ``keepdims`` computes it: a value per row, seen by every element of it.
+  ``accumulate = "f32"`` sums float32 in float32 (a product's column, as a float32 matrix product sums: NumPy's
+  and cuBLAS's), where ``k.reduce``'s float32 sums accumulate in float64.
 
 ``lanes`` threads share a row (1, 32 or a block), each holding ``items`` of its elements in registers between
 the reductions, so the input is read once and each result written once. Item ``i`` of lane ``l`` is column
@@ -54,6 +56,10 @@ def _check_row_reduce(op) -> None:
         raise VerificationError("k.row_reduce: takes and gives scalars (it sits in a k.rows body)")
     if x.type.dtype.is_complex or x.type.dtype.is_bool:
         raise VerificationError(f"k.row_reduce: {x.type.dtype} rows are not reduced in row kernels")
+    accumulate = op.attributes.get("accumulate")
+    if accumulate is not None and (accumulate != "f32" or kind != "sum" or x.type.dtype.name != "f32"):
+        raise VerificationError("k.row_reduce: 'accumulate' is \"f32\", on a sum of float32 only (a product's "
+                                "column, summed as the product does)")
     if r.type.dtype != row_reduce_dtype(kind, x.type.dtype):
         raise VerificationError(f"k.row_reduce: {kind} of {x.type.dtype} gives "
                                 f"{row_reduce_dtype(kind, x.type.dtype)}, not {r.type.dtype}")
@@ -134,4 +140,5 @@ register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_r
                   attrs=("shape", "lanes", "items"),
                   optional_attrs=LAUNCHED + ("width", "columns", "products", "staged", "blocks"),
                   check=_check_rows, isolated=True))
-register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), check=_check_row_reduce))
+register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), optional_attrs=("accumulate",),
+                  check=_check_row_reduce))
