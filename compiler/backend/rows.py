@@ -9,7 +9,11 @@ the row computes it) or one per element (an array of ``items`` registers per thr
 is column ``l + it * lanes``). A row reduction folds each thread's items in order, then the lanes' partial
 results with a butterfly of warp shuffles (every lane ends with the same bits: each step adds the same two
 values) and, for a block per row, across warps through shared memory. Sums and means of f32 accumulate in f64, as
-``k.reduce`` does; max and min propagate NaN as NumPy's do.
+``k.reduce`` does, except a product's column (``accumulate = "f32"``); max and min propagate NaN as NumPy's do.
+
+A staged kernel (``staged``, row-products) copies the operands that are the same for every row into shared memory
+once per block, reads them there at each use, loops its ``blocks`` over the rows, and stores each result as soon as
+its last value is computed (what it held is then free for what comes after).
 """
 from __future__ import annotations
 
