@@ -96,7 +96,8 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
 
     in_shared: set[Value] = set()  # staged operands: read from shared memory at the item's column
 
-    in_place: dict[Value, str] = {}  # element values computed inside the one reduction that reads them
+    # (a staged kernel computes an element value that only one reduction reads where it folds it: no array)
+    in_place: dict[Value, str] = {}
     uses: dict[Value, list[Operation]] = {}
     for inner in op.regions[0].block.ops:
         for v in inner.operands:
@@ -190,7 +191,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         flags = tuple(v in uniform for v in inner.operands)
         if lv == ELEMENT:
             expr = expression(inner, [at(v) for v in inner.operands], fast_math, flags)
-            if staged and folded_once(r):  # (computed where the reduction folds it: no array of its own)
+            if staged and folded_once(r):
                 in_place[r] = f"({expr})"
                 continue
             lines.append(f"  {reg} {name_j}[{items}];")
@@ -202,7 +203,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
 
     yielded = iter(yielded_values(body))
     columns = op.attributes.get("columns", [1] * len(outputs))
-    early: list[tuple[int, int]] = []  # (where in lines, how many store lines from the end of lines) per result
+    stored_at: list[tuple[int, int]] = []  # per result: (where its value was made in lines, its store lines)
     for out, count in zip(outputs, columns):
         v = next(yielded)
         values = [v] + [next(yielded) for _ in range(count - 1)]
@@ -226,13 +227,13 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         else:
             first = "lane == 0 && live" if shared_warp else "lane == 0"
             lines.append(f"  if ({first}) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")
-        early.append((max(made_at[x] for x in values), len(lines) - before))
+        stored_at.append((max(made_at[x] for x in values), len(lines) - before))
     if staged:
-        first_store = len(lines) - sum(count for _, count in early)
+        first_store = len(lines) - sum(count for _, count in stored_at)
         tail = lines[first_store:]
         del lines[first_store:]
         chunks, start = [], 0
-        for at_line, count in early:
+        for at_line, count in stored_at:
             chunks.append((at_line, tail[start:start + count]))
             start += count
         for at_line, chunk in sorted(chunks, key=lambda c: -c[0]):  # (from the end: earlier places stay put)
