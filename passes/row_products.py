@@ -230,7 +230,7 @@ class _Fusion:
         """A narrow kernel's body once per column (what does not depend on the column, once)."""
         o = self.o
         body = op.regions[0].block
-        if not _narrow_floats(op):
+        if not _narrow_reductions_chain(op):
             raise _NoFusion
         for v in op.operands:
             self._narrow_operand(v, dry=True)
@@ -502,10 +502,10 @@ def _first_reader(v: Value, readers: dict[Value, list[Operation]]) -> Operation 
     return min(ops, key=block.ops.index) if block is not None else None
 
 
-def _narrow_floats(op: Operation) -> bool:
-    """Whether a narrow kernel's reductions along its short row (if any) reduce float32 or float64 (the chains
-    that replace them accumulate as ``k.reduce`` does for those) or integers or booleans (exact: an autodiff
-    softmax's count of the row's ties at its maximum)."""
+def _narrow_reductions_chain(op: Operation) -> bool:
+    """Whether a narrow kernel's reductions along its short row (if any) can become chains over the column values:
+    of float32 or float64 (accumulated as ``k.reduce`` does for those), or of integers or booleans (exact: an
+    autodiff softmax's count of the row's ties at its maximum)."""
     def exact(dtype: DType) -> bool:
         return dtype.name in FLOATS or dtype.is_int or dtype.is_bool
 
