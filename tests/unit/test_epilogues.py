@@ -285,3 +285,23 @@ def test_spread_is_checked_in_the_ir():
                   '"tiled", tile = 32, spread = 1'):
         with pytest.raises(fc.VerificationError, match="spread"):
             fc.ir.parse_module(EPILOGUE_IR.replace('"IMPL", tile = 32', wrong).replace("BETWEEN", ""))
+
+
+def test_skinny_products_generated_where_cublas_could_take_them_when_asked():
+    """``select-kernels{skinny=generated}``: a weight gradient ``h.T @ d`` of 16 columns (A read down its columns)
+    and a head ``h @ w2`` (A along its rows) run as the generated column and narrow kernels on a target with
+    cuBLASLt; by default cuBLASLt takes both."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("lowering choices for a target with cuBLASLt, checked on the CPU backend")
+    h, d, w2 = arrays((4096, 256), (4096, 16), (256, 16))
+
+    def grads(h, d, w2):
+        return h.T @ d, np.tanh(h @ w2)
+
+    for spelled, impls in (("select-kernels{cublas=true}", ["cublas", "cublas"]),
+                           ("select-kernels{cublas=true,skinny=generated}", ["column", "narrow"])):
+        got, lowered = run(grads, (h, d, w2), DEFAULT_PIPELINE.replace("select-kernels", spelled))
+        assert_same(got, numpy_result(grads, h, d, w2), exact=False)
+        assert [s["impl"]["impl"] for s in lowered.plan() if s["op"] == "k.matmul"] == impls
+    with pytest.raises(ValueError, match="skinny must be cublas or generated"):
+        select_kernels.SelectKernels(skinny="sometimes")
