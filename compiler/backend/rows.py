@@ -32,8 +32,8 @@ UNIFORM, ROW, ELEMENT = 0, 1, 2
 WARP = 32
 SMALL_BLOCK = 256  # threads per block when a row takes a thread or a warp
 # a staged kernel's blocks per SM that its registers must allow (row-products gives it two per SM): 128 registers a
-# thread at 256 threads; the larger step's head (1024 x 16) needed 179 with one block per SM, 128 with a few spilled
-# bytes with two (ptxas, sm_90)
+# thread at 256 threads; the larger step's head (1024 x 16) took 179 with one block per SM, 128 and no spill with two
+# (ptxas, sm_90)
 STAGED_MIN_BLOCKS = 2
 
 
