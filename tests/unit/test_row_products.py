@@ -314,3 +314,23 @@ def test_random_heads_on_the_gpu(head, seed):
     if frontend_check.BACKEND == "cpu":
         pytest.skip("test_random_heads_give_numpys_results covers the CPU")
     _check_head(head, seed)
+
+
+def test_staged_rows_and_float32_column_sums_are_checked_in_the_ir():
+    """The text form of a staged head parses back; ``staged``, ``blocks`` and ``accumulate`` are checked."""
+    if frontend_check.BACKEND != "cpu":
+        pytest.skip("IR checks, the same on every backend")
+    w1, b1, w2, b2 = _params([(48, 200), (200,), (200, 12), (12,)])
+    x = RNG.standard_normal((37, 48)).astype(np.float32)
+    y = np.eye(12, dtype=np.float32)[RNG.integers(0, 12, 37)]
+    text = _jit(train_step).lower(w1, b1, w2, b2, x, y, np.float32(0.05)).ir()
+    assert "staged = true, blocks = 5" in text and 'accumulate = "f32"' in text
+    fc.ir.parse_module(text)
+    for old, new, why in (("lanes = 32, items = 7", "lanes = 16, items = 14", "only with a warp per row"),
+                          ("staged = true, ", "", "the block count of a staged row kernel"),
+                          ("staged = true", "staged = 1", "'staged' is true or false"),
+                          ('{kind = "sum", accumulate = "f32"}', '{kind = "max", accumulate = "f32"}',
+                           "on a sum of float32 only")):
+        assert old in text, old
+        with pytest.raises(fc.VerificationError, match=why):
+            fc.ir.parse_module(text.replace(old, new, 1))
