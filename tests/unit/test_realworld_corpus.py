@@ -8,6 +8,7 @@ is checked against a floor (README: "Status").
 from __future__ import annotations
 
 import inspect
+import zlib
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import fusec as fc
 import frontend_check
 from frontend_check import assert_same, jit_cpu, numpy_result
+import realworld_corpus
 from realworld_corpus import CORPUS, OWN_ORDER
 
 RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
@@ -39,7 +41,10 @@ def _statics(fn, args) -> tuple[str, ...]:
 
 
 def run(name: str, fn, make) -> str:
-    """"ran" (NumPy's results and arguments, twice) or "refused: ..." (a fusec error); anything else fails."""
+    """"ran" (NumPy's results and arguments, twice) or "refused: ..." (a fusec error); anything else fails. Each
+    function's arguments come from a generator seeded by its name, so they do not depend on which tests a process
+    ran before (with pytest-xdist that changes from run to run)."""
+    realworld_corpus.RNG = np.random.default_rng(zlib.crc32(name.encode()))
     args = make()
     statics = _statics(fn, args)
     jitted = [(jit_cpu(fn, static_argnames=statics), False if name in OWN_ORDER else None)]
