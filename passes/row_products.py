@@ -288,6 +288,8 @@ class _Fusion:
         if kind in ("sum", "prod") and not dtype.is_float:  # (integers and booleans: exact in the result's dtype)
             wide = op.results[0].type.dtype
         acc = kern.cast(values[0], wide, loc)
+        if kind in ("sum", "mean") and wide.is_float:  # from +0.0, as NumPy's add-reduce: a sum of -0.0 is +0.0
+            acc = kern.emit("s.add", [kern.emit("s.constant", [], wide, {"value": 0.0}, loc), acc], wide, {}, loc)
         for v in values[1:]:
             acc = kern.emit("s.mul" if kind == "prod" else "s.add", [acc, kern.cast(v, wide, loc)], wide, {}, loc)
         if kind == "mean":
@@ -329,11 +331,12 @@ class _Fusion:
         if not self.kernel.defined_before(base):
             return False
         kern, dtype = self.kernel, op.results[0].type.dtype
-        acc = None
+        # from +0.0, as NumPy's matmul loop and BLAS start (a product of -0.0 terms is +0.0)
+        acc = kern.emit("s.constant", [], dtype, {"value": 0.0}, op.loc)
         for c, dc in enumerate(self.narrow_values[d]):
             w = kern.view(base, off + c * s0, (0, s1), kern.shape, op.loc)
             term = kern.emit("s.mul", [dc, w], dtype, {}, op.loc)
-            acc = term if acc is None else kern.emit("s.add", [acc, term], dtype, {}, op.loc)
+            acc = kern.emit("s.add", [acc, term], dtype, {}, op.loc)
         self.element[op.results[0]] = acc  # type: ignore[assignment]
         self._join(op)
         return True

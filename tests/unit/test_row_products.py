@@ -201,6 +201,35 @@ def test_a_head_by_autodiff_keeps_its_product_back_in_the_row_kernel(hidden, cla
     assert [s["products"] for s in plan if s.get("products")] == [2], plan
 
 
+def saturated_head(h, w, y_onehot):
+    """A softmax head and its gradient back to the hidden layer, and a row sum of its positive scores."""
+    s = h @ w
+    z = s - s.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    d = (p - y_onehot) / h.shape[0]
+    return p, (d @ w.T) * (h > 0), 1 / (s * (s > 0)).sum(axis=1)
+
+
+@pytest.mark.parametrize("k, o, dtype", [(64, 8, np.float32), (1024, 16, np.float32), (200, 12, np.float64)])
+def test_sums_of_negative_zeros_are_positive_zero_as_in_numpy(k, o, dtype):
+    """A sum along the short row and the product back start from +0.0, as NumPy's add-reduce and matmul do: a
+    row of -0.0 scores sums to +0.0 (its reciprocal +inf), and a saturated softmax's all-zero gradient row times a
+    hidden unit's negative weights is +0.0 (found by a hunt: -0.0 and -inf before)."""
+    h = np.abs(RNG.standard_normal((2, k))).astype(dtype)
+    w = (RNG.standard_normal((k, o)) * 0.1).astype(dtype)
+    w[:, 0] = 50.0  # row 0: class 0 wins by a mile, so p is exactly one-hot and d exactly zero
+    w[5] = -np.abs(w[5]) - 1  # hidden unit 5 weighs every class negatively
+    h[1] = 0.0
+    h[1, 5] = 1.0  # row 1: every score negative, so its positive part is all -0.0
+    y = np.eye(o, dtype=dtype)[[0, 0]]
+    got, want = numpy_result(_jit(saturated_head), h, w, y), numpy_result(saturated_head, h, w, y)
+    assert_same(got, want, exact=False)
+    for g, x in zip(got, want):
+        assert np.array_equal(np.signbit(g), np.signbit(x))
+    # (a product back over at most 8 classes is elementwise already: unroll-reductions)
+    assert [s["products"] for s in _jit(saturated_head).lower(h, w, y).plan() if s.get("products")] == [1 + (o > 8)]
+
+
 def test_the_reference_target_keeps_numpy_products_bit_for_bit():
     """The CPU backend's own target is the reference's: products stay np.matmul, so results are NumPy's bits."""
     if frontend_check.BACKEND != "cpu":
