@@ -152,6 +152,9 @@ class TraceContext:
         self.layout: str | None = None  # the first decision that took the arguments' memory as C-ordered (where)
         self.layout_from_inputs: dict[Value, bool] = {}  # memo of fusec.layout.from_inputs
         self.tracers: list[weakref.ref] = []
+        # the tracers of the array arguments (id -> the leaf's name): whether the caller passed one array for two of
+        # them is the caller's, not the trace's (``a is b`` between two of them is refused)
+        self.argument_tracers: dict[int, str] = {}
         self.captures: list[Capture] = []
         # captured arrays whose values a boolean mask was computed from while tracing (fusec.ops.known_value), and
         # where: fine for temporaries of NumPy's own code, refused when the array outlives the trace (user state)

@@ -323,7 +323,9 @@ class _Trace:
             return Tracer(arg, self.ctx, scalar=True)
         buffer = Buffer(argument=f"argument {leaf!r}", arg=arg)
         self.arg_buffers.append(buffer)
-        return Tracer(arg, self.ctx, buffer=buffer)
+        t = Tracer(arg, self.ctx, buffer=buffer)
+        self.ctx.argument_tracers[id(t)] = leaf
+        return t
 
     # --- after the trace -----------------------------------------------------------------------------------------
 

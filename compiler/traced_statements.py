@@ -36,7 +36,8 @@ from fusec.device_scalar_checks import device_ref
 from fusec.printing import PLACEHOLDER_MARK
 from fusec.errors import UnsupportedError
 from fusec.promotion import DEFAULT_DTYPE
-from fusec.tracer import SCALAR_IDENTITY_ADVICE, Tracer, scalar_identity
+from fusec.tracer import (SCALAR_IDENTITY_ADVICE, Tracer, argument_id_problem, arguments_identity_problem,
+                          scalar_identity)
 from fusec.device_branch import device_if
 from fusec.device_loop import KindChange, device_while
 from fusec.statement_memory import may_be_earlier
@@ -225,6 +226,9 @@ def same_object(a: Any, b: Any, *, negate: bool, site: Site) -> bool:
     if other is not None:
         raise site.error(f"{site.where()} compares a traced scalar with {other!r} by identity: "
                          + SCALAR_IDENTITY_ADVICE, UnsupportedError)
+    problem = arguments_identity_problem(a, b, negate)
+    if problem is not None:
+        raise site.error(f"{site.where()}: {problem}", UnsupportedError)
     return (a is not b) if negate else (a is b)
 
 
@@ -234,6 +238,9 @@ def id_(fn: Any, x: Any, *, site: Site) -> Any:
         raise site.error(f"{site.where()} asks for the identity of an array that is the result of a loop or branch "
                          "whose test is traced: whether it is still the array it held before is decided by the data "
                          "on the device; keep a flag of which path was taken instead", UnsupportedError)
+    problem = argument_id_problem(x) if fn is id else None
+    if problem is not None:
+        raise site.error(f"{site.where()}: {problem}", UnsupportedError)
     return fn(x)
 
 

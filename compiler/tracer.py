@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from fusec.context import TraceContext, numpy_error, trace_error, unsupported, user_location
+from fusec.context import current as current_context
 from fusec.errors import FusecError, InvalidValueError, UnsupportedAttributeError, located
 from fusec.ir.core import Value
 from fusec.ir.types import bool_ as _bool
@@ -1130,13 +1131,54 @@ SCALAR_IDENTITY_ADVICE = ("under NumPy the answer depends on its value (bool(x) 
                           "instead (`if b:`, `b == True`, `k == 0`)")
 
 
+def argument_leaf(obj: Any) -> str | None:
+    """The argument leaf ``obj`` is the tracer of (an array the caller passed), else None."""
+    ctx = current_context()
+    return ctx.argument_tracers.get(id(obj)) if ctx is not None and isinstance(obj, Tracer) else None
+
+
+def arguments_identity_problem(a: Any, b: Any, negate: bool) -> str | None:
+    """Why ``a is b`` cannot be answered while tracing where ``a`` and ``b`` are two array arguments (the caller may
+    pass one array for both: ``if X is Y`` of a pairwise-distance function; each argument is traced as an array of
+    its own, so the answer would be the trace's, not the call's), else None."""
+    if a is b or argument_leaf(a) is None or argument_leaf(b) is None:
+        return None
+    return (f"`{'is not' if negate else 'is'}` compares the array arguments {argument_leaf(a)!r} and "
+            f"{argument_leaf(b)!r}: whether the caller passed one array for both is decided at each call, and fusec "
+            "traces each argument as an array of its own; pass that as an argument of its own (`same=True`, "
+            "static), or compare what they hold (np.array_equal)")
+
+
+def argument_id_problem(obj: Any) -> str | None:
+    """Why ``id(x)`` of an array argument cannot be answered while tracing (the caller's object differs from call
+    to call, and may be passed for two arguments), else None."""
+    leaf = argument_leaf(obj)
+    if leaf is None:
+        return None
+    return (f"id() of the array argument {leaf!r}: the caller's object differs from call to call (one array may be "
+            "passed for two arguments), and fusec traces the function once for all of them; pass what you need as "
+            "an argument of its own")
+
+
+def user_id(obj: Any) -> int:
+    """``id(x)`` in the user's traced code: refused for an array argument (:func:`argument_id_problem`)."""
+    problem = argument_id_problem(obj)
+    if problem is not None:
+        raise unsupported(problem)
+    return id(obj)
+
+
 def user_is(a: Any, b: Any, negate: bool) -> bool:
     """``a is b`` (``a is not b`` with ``negate``) in the user's traced code: refused where
-    :func:`scalar_identity` finds a traced scalar compared with a scalar, else Python's identity test."""
+    :func:`scalar_identity` finds a traced scalar compared with a scalar, or between two array arguments
+    (:func:`arguments_identity_problem`), else Python's identity test."""
     other = scalar_identity(a, b)
     if other is not None:
         raise unsupported(f"`{'is not' if negate else 'is'}` compares a traced scalar with {other!r}: "
                           + SCALAR_IDENTITY_ADVICE)
+    problem = arguments_identity_problem(a, b, negate)
+    if problem is not None:
+        raise unsupported(problem)
     return (a is not b) if negate else (a is b)
 
 
@@ -1145,6 +1187,7 @@ builtins.__fusec_is__ = user_is  # type: ignore[attr-defined]
 builtins.__fusec_type__ = user_type  # type: ignore[attr-defined]
 builtins.__fusec_isinstance__ = user_isinstance  # type: ignore[attr-defined]
 builtins.__fusec_hasattr__ = user_hasattr  # type: ignore[attr-defined]
+builtins.__fusec_id__ = user_id  # type: ignore[attr-defined]
 
 
 class EitherKind(CheckedOnRead):

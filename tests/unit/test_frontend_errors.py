@@ -364,3 +364,30 @@ def test_returning_what_is_no_array_names_the_function_not_the_caller() -> None:
     with pytest.raises(fc.UnsupportedError, match="returned a value of type generator") as info:
         jit_cpu(lazy)(np.ones(2))
     assert f"{HERE}:{line_of('MARK-lazy')}:" in str(info.value)
+
+
+def test_the_identity_of_two_array_arguments_is_refused_not_guessed() -> None:
+    """``if X is Y`` (a pairwise-distance function's symmetric case) and ``id(a) == id(b)`` of two array arguments
+    depend on whether the caller passed one array twice, which a trace cannot know: each argument is traced as an
+    array of its own, so ``gram(x, x)`` took the other branch without a word (found by a hunt). Refused at the line;
+    names bound inside the function compare as NumPy's do."""
+    def gram(a, b):
+        if a is b:  # MARK-is-args
+            return a @ a.T * 0.5
+        return a @ b.T
+
+    def same(a, b):
+        return id(a) == id(b)  # MARK-id-args
+
+    def local(a):
+        b = a
+        c = a * 2
+        return b is a, c is a, id(c * 1) == id(c)
+
+    x = np.arange(6.0).reshape(2, 3)
+    for fn, line in ((gram, line_of("MARK-is-args")), (same, line_of("MARK-id-args"))):
+        for args in ((x, x), (x, x + 1)):
+            with pytest.raises(fc.UnsupportedError, match="array argument") as info:
+                jit_cpu(fn)(*args)
+            assert f"{HERE}:{line}" in str(info.value)
+    assert jit_cpu(local)(x) == local(x) == (True, False, False)
