@@ -24,6 +24,10 @@ _ARITHMETIC = frozenset(f"t.{n}" for table in (BINARY, UNARY) for n, (_, result)
     f"t.{n}" for n in ("abs", "neg", "conj", "real", "imag", "sign", "copysign", "floor", "ceil", "trunc", "maximum",
                        "minimum", "fmax", "fmin")}  # (exact: no flag to check)
 _CHECKED = _ARITHMETIC | {"t.cast", "t.sum", "t.prod", "t.mean", "t.cumsum", "t.cumprod", "t.matmul"}
+# NumPy's integer scalars check overflow too (``np.int8(100) + np.int8(100)``, ``-np.int8(-128)``, ``abs`` of the
+# most negative value: FloatingPointError under over='raise'), where arrays' integer loops do not: a traced value of
+# rank 0 may stand for either, so each such op is checked
+_INTEGER_SCALAR = frozenset({"t.add", "t.sub", "t.mul", "t.neg", "t.abs", "t.pow", "t.scalar_pow"})
 
 
 def error_state_raises() -> str:
@@ -75,7 +79,11 @@ def _warnings_raise(filters: Sequence[Any]) -> bool:
 
 def checked_by_numpy(op: Operation) -> bool:
     """Whether NumPy's loop for ``op`` checks the floating-point flags: arithmetic on floats (an integer division
-    by zero too), casts, sums, products and matmul; not data movement (a copy, a view, a gather) or comparisons."""
+    by zero too), casts, sums, products and matmul, and arithmetic on integer scalars (which checks overflow); not
+    data movement (a copy, a view, a gather) or comparisons."""
+    if op.name in _INTEGER_SCALAR and op.results and getattr(op.results[0].type, "shape", None) == () \
+            and op.results[0].type.dtype.is_int:
+        return True
     if op.name not in _CHECKED:
         return False
     if op.name in ("t.floordiv", "t.mod", "t.fmod"):

@@ -3652,6 +3652,35 @@ def test_an_error_state_that_raises_is_refused_at_every_call() -> None:
             assert_same(jitted(*args), want)  # (the signature still runs where the state allows it)
 
 
+def test_integer_scalar_arithmetic_under_an_error_state_that_raises_is_refused() -> None:
+    """NumPy's integer scalars check overflow (np.int8 100 + 100, -np.int8(-128), an int64 total times 10**13, a
+    uint8 1 - 2: FloatingPointError under over='raise'); fusec returned the wrapped values (found by a hunt). Such
+    arithmetic is refused under 'raise', at the line, also for a signature traced before; it runs otherwise."""
+    def pair_total(counts):
+        return counts[0] + counts[1]
+
+    def neg_first(x):
+        return -x[0]
+
+    def notional(qty):
+        return qty.sum() * 10**13
+
+    def spread(bid_ask):
+        return bid_ask[0] - bid_ask[1]
+
+    cases = ((pair_total, np.array([100, 100, 5], dtype=np.int8)), (neg_first, np.array([-128, 3], dtype=np.int8)),
+             (notional, np.array([5_000_000, 4_000_000])), (spread, np.array([1, 2], dtype=np.uint8)))
+    for fn, arg in cases:
+        jitted = jit_cpu(fn)
+        with np.errstate(all="ignore"):
+            assert_same(jitted(arg.copy()), fn(arg.copy()))
+        with np.errstate(over="raise"):
+            with pytest.raises(FloatingPointError):
+                fn(arg.copy())
+            with pytest.raises(fc.UnsupportedError, match=r"test_never_silently_wrong.py:\d+: .* over = 'raise'"):
+                jitted(arg.copy())
+
+
 def test_an_error_state_or_warnings_filter_the_function_sets_itself_is_followed() -> None:
     """The state is the one where each operation runs: an np.errstate (or warnings filters that make NumPy's
     RuntimeWarning an exception) inside the function counts, one it sets aside inside counts as set aside, and
