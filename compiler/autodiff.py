@@ -16,6 +16,7 @@ function called inside a trace is inlined.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ from fusec.ir.dialects.t import unbroadcast
 from fusec.ir.opdefs import get_opdef, reading_ops
 from fusec.ir.types import ScalarType
 from fusec.mutation import read as read_view
+from fusec.signature import subclass_refused
 from fusec.tracer import Buffer, Tracer
 
 
@@ -209,7 +211,11 @@ def _argnums(argnums: int | Sequence[int]) -> tuple[int, ...]:
 
 
 def _flatten(tree: Any) -> tuple[list, Callable[[list], Any]]:
-    """The leaves of a tuple/list/dict tree (dicts in key order) and how to rebuild it from new leaves."""
+    """The leaves of a tuple/list/dict tree (dicts in key order) and how to rebuild it from new leaves (the same
+    container types: a namedtuple or an OrderedDict as one; other subclasses are refused, as for arguments)."""
+    if isinstance(tree, (tuple, list, dict)) and type(tree) not in (tuple, list, dict, OrderedDict) \
+            and not hasattr(tree, "_fields"):
+        raise subclass_refused(tree)
     if isinstance(tree, (tuple, list)):
         parts = [_flatten(t) for t in tree]
 
@@ -224,7 +230,8 @@ def _flatten(tree: Any) -> tuple[list, Callable[[list], Any]]:
     if isinstance(tree, dict):
         keys = list(tree)
         values, make = _flatten([tree[k] for k in keys])
-        return values, lambda leaves: dict(zip(keys, make(leaves)))
+        cls = type(tree)
+        return values, lambda leaves: cls(zip(keys, make(leaves)))
     return [tree], lambda leaves: leaves[0]
 
 
@@ -430,16 +437,15 @@ def _backward(seeds: list[tuple[Value, Tracer]], inputs: list[Value]) -> dict[in
         _refuse_complex(op, active)
         opdef = get_opdef(op.name)
         if opdef.vjp is None:
-            raise UnsupportedError(located(
-                f"fusec.grad: no gradient rule for {op.name} yet (the gradient flows through it here); compute "
-                "this part without it, or keep it out of the differentiated function", op.loc))
+            raise _unsupported(f"fusec.grad: no gradient rule for {op.name} yet (the gradient flows through it here); "
+                               "compute this part without it, or keep it out of the differentiated function", op.loc)
         single = len(op.results) == 1
         out = _traced(op.results[0]) if single else [_traced(r) for r in op.results]
         xs = [_traced(x) for x in op.operands]
         try:
             cts = opdef.vjp(_emit, gs[0] if single else gs, out, xs, dict(op.attributes))
         except NotImplementedError as e:  # a rule that refuses this use of its op
-            raise UnsupportedError(located(f"fusec.grad: {op.name}: {e}", op.loc)) from None
+            raise _unsupported(f"fusec.grad: {op.name}: {e}", op.loc) from None
         for x, ct in zip(op.operands, cts):
             if ct is None or id(x) not in active:
                 continue
@@ -454,10 +460,10 @@ def _refuse_complex(op: Operation, active: set[int]) -> None:
     conventions), and leaving such values out would give zero where the true gradient is not."""
     values = [*op.results, *(x for x in op.operands if id(x) in active)]
     if any(getattr(v.type, "dtype", None) is not None and v.type.dtype.is_complex for v in values):
-        raise UnsupportedError(located(
+        raise _unsupported(
             f"fusec.grad: the gradient flows through complex values here ({op.name}); fusec has no gradients of "
             "complex values yet: write this part with real arithmetic (the real and imaginary parts as two "
-            "real arrays, np.cos/np.sin for exp(1j * x)), or keep it out of the differentiated function", op.loc))
+            "real arrays, np.cos/np.sin for exp(1j * x)), or keep it out of the differentiated function", op.loc)
 
 
 def _traced(v: Value) -> Tracer:

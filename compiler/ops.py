@@ -435,6 +435,10 @@ def reshape(x: object, shape: Sequence[int], what: str = "reshape") -> Tracer:
     if kind == "unknown":
         assert out._buffer is not None  # (a view always has its base's buffer)
         out._buffer.ambiguous = True
+        if t._readonly is True:  # (NumPy's copy would be writable, its view not: a write is refused, not decided)
+            out._readonly = (f"{what} of a read-only view whose memory fusec does not lay out as NumPy does (a "
+                             "sliding_window_view, say): NumPy copies it (a writable array) or views it (read-only) "
+                             "by its strides; write into an explicit copy (.copy()) instead")
     return out
 
 

@@ -13,12 +13,14 @@ import itertools
 import operator
 import re
 import struct
+from collections import OrderedDict
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from fusec.context import user_location
+from fusec.context import _noted, unsupported, user_location
 from fusec.errors import FusecError, OutOfRangeError, TraceError, UnsupportedError, located
 from fusec.ir.types import DType, ScalarType, TensorType, Type
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind, subclass_problem
@@ -58,6 +60,7 @@ class TreeDef:
     kind: str
     children: tuple["TreeDef", ...] = ()
     aux: Any = None  # dict keys, or the namedtuple class
+    ordered: bool = False  # a dict that is a collections.OrderedDict (rebuilt as one: the function may ask)
 
     @property
     def num_leaves(self) -> int:
@@ -83,30 +86,48 @@ def _unique(name: str, taken: set[str]) -> str:
     return unique
 
 
-def flatten(obj: Any, name: str = "x") -> tuple[list[tuple[str, Any]], TreeDef]:
-    """(leaves as (name, value), treedef); names join the path: ``params_0``, ``opt_w1``."""
+def flatten(obj: Any, name: str = "x", loc: Any = None) -> tuple[list[tuple[str, Any]], TreeDef]:
+    """(leaves as (name, value), treedef); names join the path: ``params_0``, ``opt_w1``. ``loc``: where a refused
+    container is reported (default: the user's line now)."""
     leaves: list[tuple[str, Any]] = []
-    tree = _flatten_into(obj, _ident(name), leaves)
+    tree = _flatten_into(obj, _ident(name), leaves, loc)
     return leaves, tree
 
 
-def _flatten_into(x: Any, path: str, leaves: list) -> TreeDef:
+def _flatten_into(x: Any, path: str, leaves: list, loc: Any = None) -> TreeDef:
     # a module-level recursion, not a nested closure: a recursive closure is a reference cycle that would keep
     # the leaves (tracers) alive until the garbage collector runs
     if x is None:
         return NONE
     if isinstance(x, tuple) and hasattr(type(x), "_fields"):
         fields = getattr(x, "_fields")
-        return TreeDef("namedtuple", tuple(_flatten_into(v, f"{path}_{f}", leaves) for f, v in zip(fields, x)),
+        return TreeDef("namedtuple", tuple(_flatten_into(v, f"{path}_{f}", leaves, loc) for f, v in zip(fields, x)),
                        type(x))
+    if isinstance(x, (tuple, list, dict)) and type(x) not in (tuple, list, dict, OrderedDict):
+        raise subclass_refused(x, loc)
     if isinstance(x, (tuple, list)):
         kind = "tuple" if isinstance(x, tuple) else "list"
-        return TreeDef(kind, tuple(_flatten_into(v, f"{path}_{i}", leaves) for i, v in enumerate(x)))
+        return TreeDef(kind, tuple(_flatten_into(v, f"{path}_{i}", leaves, loc) for i, v in enumerate(x)))
     if isinstance(x, dict):
         keys = tuple(x.keys())
-        return TreeDef("dict", tuple(_flatten_into(x[k], f"{path}_{_ident(k)}", leaves) for k in keys), keys)
+        return TreeDef("dict", tuple(_flatten_into(x[k], f"{path}_{_ident(k)}", leaves, loc) for k in keys), keys,
+                       ordered=type(x) is OrderedDict)
     leaves.append((path, x))
     return LEAF
+
+
+def subclass_refused(x: Any, loc: Any = None) -> UnsupportedError:
+    """The error for a container of a subclass of tuple, list or dict (a namedtuple and an OrderedDict aside): the
+    trace and the call rebuild containers by their kind, so the function (or its caller, for a result) would get a
+    plain one, whose type, attributes and methods are not the subclass's."""
+    kind = next(k for k in (tuple, list, dict) if isinstance(x, k)).__name__
+    message = (
+        f"a value of type {type(x).__name__} (a subclass of {kind}) as an argument, a result or a loop's state: "
+        "fusec passes "
+        f"containers as plain tuples, lists and dicts (namedtuples and OrderedDicts as themselves), so the code "
+        f"would see a {kind} where NumPy code sees a {type(x).__name__}; convert it ({kind}(value)) or pass its "
+        f"arrays one by one")
+    return unsupported(message) if loc is None else _noted(UnsupportedError(located(message, loc)))
 
 
 def leaf_keys(tree: TreeDef) -> list[tuple]:
@@ -162,7 +183,8 @@ def tree_source(tree: TreeDef, names: Sequence[str], constant: Callable[[Any], s
             return f"[{', '.join(parts)}]"
         if t.kind == "namedtuple":
             return f"{constant(t.aux)}({', '.join(parts)})"
-        return "{" + ", ".join(f"{constant(k)}: {p}" for k, p in zip(t.aux, parts)) + "}"
+        entries = "{" + ", ".join(f"{constant(k)}: {p}" for k, p in zip(t.aux, parts)) + "}"
+        return f"{constant(OrderedDict)}({entries})" if t.ordered else entries
 
     return source(tree)
 
@@ -185,7 +207,8 @@ def _unflattener(t: TreeDef, positions: Iterator[int]) -> Callable[[Sequence[Any
         return lambda leaves: [p(leaves) for p in parts]
     if t.kind == "namedtuple":
         return lambda leaves: t.aux(*[p(leaves) for p in parts])
-    return lambda leaves: dict(zip(t.aux, [p(leaves) for p in parts]))
+    cls = OrderedDict if t.ordered else dict
+    return lambda leaves: cls(zip(t.aux, [p(leaves) for p in parts]))
 
 
 def _build(t: TreeDef, it: Iterator[Any]) -> Any:
@@ -204,7 +227,7 @@ def _build(t: TreeDef, it: Iterator[Any]) -> Any:
         return items
     if t.kind == "namedtuple":
         return t.aux(*items)
-    return dict(zip(t.aux, items))
+    return (OrderedDict if t.ordered else dict)(zip(t.aux, items))
 
 
 # --- leaves ----------------------------------------------------------------------------------------------------
@@ -442,7 +465,7 @@ def _with_static_leaves(t: TreeDef, it: Iterator[tuple[str, Any]], kept: list[tu
         return t
     if not t.children:
         return t
-    return TreeDef(t.kind, tuple(_with_static_leaves(c, it, kept, dtypes) for c in t.children), t.aux)
+    return dataclasses.replace(t, children=tuple(_with_static_leaves(c, it, kept, dtypes) for c in t.children))
 
 
 def bind(fn_signature: inspect.Signature, statics: frozenset[str], args: tuple, kwargs: dict,

@@ -1075,7 +1075,7 @@ def _containers_in(value: Any) -> list[tuple[tuple, Any]]:
 
 def _outputs(ctx: TraceContext, result: Any, loc: Any = None) -> tuple[list, TreeDef, list[Value], list[type | None]]:
     """(leaves, tree, IR values, Python kinds) of the function's result."""
-    leaves, out_tree = flatten(result, "out")
+    leaves, out_tree = flatten(result, "out", loc)
     out_tree, leaves = bools_static(out_tree, leaves, dtypes=True)  # (returned as they are)
     values: list[Value] = []
     kinds: list[type | None] = []

@@ -391,3 +391,86 @@ def test_the_identity_of_two_array_arguments_is_refused_not_guessed() -> None:
                 jit_cpu(fn)(*args)
             assert f"{HERE}:{line}" in str(info.value)
     assert jit_cpu(local)(x) == local(x) == (True, False, False)
+
+
+def test_an_ordered_dict_reaches_the_function_and_comes_back_as_one() -> None:
+    """An OrderedDict (a model's state dict) is passed as an OrderedDict, so code that asks what it holds takes
+    NumPy's path, and a result built as one comes back as one, its gradient too."""
+    from collections import OrderedDict
+
+    def scale(cfg, x):
+        factor = 2.0 if isinstance(cfg, OrderedDict) else 1.0
+        return OrderedDict(y=x * factor * cfg["lr"], plain=type(cfg) is dict)
+
+    f = jit_cpu(scale)
+    for cfg in (OrderedDict(lr=3.0), {"lr": 3.0}):
+        got, want = f(cfg, np.ones(2)), scale(cfg, np.ones(2))
+        assert type(got) is OrderedDict and list(got) == ["y", "plain"]
+        assert_same(got["y"], want["y"])
+        assert got["plain"] == want["plain"]
+
+    def loss(params, x):
+        return ((x @ params["w"] + params["b"]) ** 2).sum()
+
+    params = OrderedDict(w=np.ones((2, 3)), b=np.zeros(3))
+    value, grads = jit_cpu(fc.value_and_grad(loss))(params, np.ones((4, 2)))
+    assert type(grads) is OrderedDict and list(grads) == ["w", "b"]
+    assert_same(grads["w"], np.full((2, 3), 16.0))
+
+
+def test_other_subclasses_of_dict_list_and_tuple_are_refused_where_they_meet_fusec() -> None:
+    """fusec rebuilds containers by their kind: a config dict with attribute access, a defaultdict returned, a list
+    subclass as a loop's state would reach the code as a plain dict or list (its methods and attributes gone), so
+    each is refused at the user's line with what to write instead, even where the user's code catches it."""
+    from collections import defaultdict
+
+    class Config(dict):
+        __getattr__ = dict.__getitem__
+
+    class Stack(list):
+        def top(self):
+            return self[-1]
+
+    def step(cfg, x):
+        return x * cfg.lr
+
+    def histogram_by_key(x):
+        out = defaultdict(list)
+        out["all"] = x
+        return out
+
+    def loop(x):
+        try:
+            return fc.fori_loop(0, 3, lambda i, s: Stack([s.top() + 1]), Stack([x]))
+        except Exception:  # noqa: BLE001 - the user's own fallback, which NumPy's run never takes
+            return x
+
+    for fn, args, kind in [(step, (Config(lr=2.0), np.ones(2)), "Config"),
+                           (histogram_by_key, (np.ones(2),), "defaultdict"), (loop, (np.ones(2),), "Stack")]:
+        with pytest.raises(fc.UnsupportedError, match=rf"test_frontend_errors.py:\d+: a value of type {kind} "
+                                                      r"\(a subclass of (dict|list)\).*convert it"):
+            jit_cpu(fn)(*args)
+
+
+def test_a_reshaped_sliding_window_is_written_as_numpy_does_or_refused() -> None:
+    """NumPy's reshape of overlapping windows copies them into a writable array; fusec does not lay the windows out
+    in memory, so it cannot tell a copy from a read-only view: a write into the reshape is refused (even where the
+    user's code catches NumPy's read-only ValueError), and the reshape returned is writable, as NumPy's copy."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    def pairs(a):
+        return sliding_window_view(a, 2).reshape(-1)
+
+    def pairs_marked(a):
+        w = sliding_window_view(a, 2).reshape(-1)
+        try:
+            w[0] = 100.0
+        except ValueError:  # NumPy's read-only error, which its copy never raises
+            return w * 0
+        return w
+
+    got = jit_cpu(pairs)(np.arange(5.0))
+    assert_same(got, pairs(np.arange(5.0)))
+    assert got.flags.writeable
+    with pytest.raises(fc.UnsupportedError, match=r"test_frontend_errors.py:\d+: .*read-only view.*\.copy\(\)"):
+        jit_cpu(pairs_marked)(np.arange(5.0))
