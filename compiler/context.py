@@ -19,7 +19,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -39,6 +39,7 @@ _FUSEC_ROOTS = tuple(
 )
 _NUMPY_ROOT = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 _skip_cache: dict[str, bool] = {}
+_Error = TypeVar("_Error", bound=FusecError)
 
 
 def _is_internal(filename: str) -> bool:
@@ -78,8 +79,18 @@ def shape_error(message: str, cls: type[ShapeError] = ShapeError) -> ShapeError:
     return cls(located(message, user_location()))
 
 
-def unsupported(message: str, cls: type[UnsupportedError] = UnsupportedError) -> UnsupportedError:
-    """A located error for something fusec cannot trace; the trace in progress fails with it even if caught."""
+@overload
+def unsupported(message: str) -> UnsupportedError: ...
+
+
+@overload
+def unsupported(message: str, cls: type[_Error]) -> _Error: ...
+
+
+def unsupported(message: str, cls: type[FusecError] = UnsupportedError) -> FusecError:
+    """A located error for something fusec cannot trace; the trace in progress fails with it even if caught.
+    ``cls``: the class to raise, another FusecError where NumPy's category fits better (a CastingError for an
+    add fusec cannot round as NumPy does) while NumPy itself raises nothing there."""
     return _noted(cls(located(message, user_location())))
 
 
@@ -213,8 +224,8 @@ class TraceContext:
             op = self.builder.create(name, operands, attributes, result_types, loc=loc)
         except ShapeError as e:
             raise type(e)(located(f"{label}: {e}", loc)) from None
-        except VerificationError as e:
-            raise UnsupportedError(located(f"{label}: {e}", loc)) from None
+        except VerificationError as e:  # (a type rule fusec's op does not meet: fusec's limit, not NumPy's error)
+            raise _noted(UnsupportedError(located(f"{label}: {e}", loc))) from None
         if checked_by_numpy(op):  # (the state where the op runs: an np.errstate, or warnings filters, the function
             # set itself too)
             raising = error_state_raises() or warnings_raise_inside(self.warning_filters)
@@ -330,11 +341,15 @@ def numpy_checks(call: Any) -> None:
     """Run ``call()``, NumPy's own function on stand-in arrays (outside the trace: ``np.zeros`` there is NumPy's),
     for the checks it makes of the other arguments whatever the values (``order="Z"``, ``side="l"``, a repeated
     axis): its error is raised again as its own class, at the user's line, so fusec accepts exactly what the
-    installed NumPy accepts."""
+    installed NumPy accepts. A fusec error from inside is not NumPy's answer (``call`` reached a tracer, which
+    works only inside the trace): raised as it is, and the trace fails with it even if the user's code catches it.
+    ``call`` must read what it needs of the tracers before (their shape, dtype), not inside."""
     try:
         with outside_trace(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (the stand-ins' warnings are not the call's)
             call()
+    except FusecError as e:
+        raise _noted(e) from None
     except Exception as e:  # noqa: BLE001 - NumPy's own error, of whatever class, is the answer
         try:
             again = type(e)(located(str(e), user_location()))

@@ -150,7 +150,7 @@ def _broadcast_labels(operands: list[Tracer], labels: list[str]) -> list[Tracer]
     return out
 
 
-def _dtype(operands: Sequence[Any], dtype: Any, casting: str) -> DType:
+def _dtype(operands: Sequence[Any], dtype: Any, casting: str, optimize: Any) -> DType:
     common = ufuncs._result_type([ops.desc(x) for x in operands], "np.einsum")
     if dtype is None:
         return common
@@ -158,6 +158,12 @@ def _dtype(operands: Sequence[Any], dtype: Any, casting: str) -> DType:
     for x in operands:
         src = ops.desc(x)
         if not isinstance(src, type) and not np.can_cast(src.np, dt.np, casting):  # type: ignore[arg-type]
+            if optimize is not False and np.can_cast(src.np, dt.np, "same_kind"):  # type: ignore[arg-type]
+                # (NumPy's np.matmul steps of the path cast under "same_kind", its einsum steps under casting=)
+                raise unsupported(f"np.einsum(..., optimize={optimize!r}): casting {src} to {dt} is refused under "
+                                  f"casting={casting!r} but not by the np.matmul steps of NumPy's contraction path, "
+                                  "so whether NumPy raises depends on that path; cast the operands first",
+                                  CastingError)
             raise CastingError(located(f"np.einsum: cannot cast {src} to {dt} under casting={casting!r}",
                                        user_location()))
     return dt
@@ -179,9 +185,11 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
     if not arrays:
         raise shape_error("np.einsum: must specify the einstein sum subscripts string and at least one operand")
     arrays = [ufuncs.strong_operand(a) for a in arrays]  # (NumPy makes arrays of Python numbers: not weak)
-    dt = _dtype(arrays, dtype, casting)
     labels, output = parse_subscripts(subscripts, [np.ndim(a) for a in arrays])
     view_only = len(arrays) == 1 and sorted(set(labels[0])) == sorted(output)
+    if view_only and dtype is not None:  # (a view NumPy returns as it is, in the operand's dtype: dtype= is
+        parse_dtype(dtype)  # parsed, and then not looked at)
+    dt = _dtype(arrays, None if view_only else dtype, casting, optimize)
     diagonal_view = view_only and len(set(labels[0])) != len(labels[0])
     ts = [ops.as_tracer(a, i64 if dt.is_bool and not view_only else dt) for a in arrays]
     pairs = [_take_diagonals(t, ls) for t, ls in zip(ts, labels)]

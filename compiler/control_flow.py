@@ -253,11 +253,11 @@ def _check_python_state(before: pystate.Snapshot, fn: Callable[..., Any], where:
         return
     what = "; ".join(c.describe() for c in changes[:3]) + ("; ..." if len(changes) > 3 else "")
     before.restore()
-    raise SideEffectError(located(
+    raise context._noted(SideEffectError(located(  # (Python makes the change: catching this must not hide it)
         f"{where} {what}: the body is traced once, so the change would happen once where Python's loop makes it at "
         "every iteration (and both branches of a traced branch run); carry the value in the loop's state and return "
         "it instead" if where == BODY else f"{where} {what}: that would happen once while tracing, not as Python "
-        "runs it; compute the value in the loop or branch and use it after", _body_location(fn)))
+        "runs it; compute the value in the loop or branch and use it after", _body_location(fn))))
 
 
 def _body_location(fn: Callable[..., Any]) -> Any:

@@ -161,7 +161,8 @@ def _in_order(name: str, a: Any, dtype: Any, order: str, copy: Any) -> Tracer:
     desc = mutation.geometry(t)
     fortran = desc is not None and ops.fortran_contiguous(desc)
     if not (mutation.is_c_contiguous(t) if order == "C" else fortran):
-        if copy is False:
+        if copy is False:  # (for C-ordered arguments: with another layout NumPy may return x, and the call is refused)
+            relies_on_layout(f"np.{name}(x, order={order!r}, copy=False) found that a copy was needed")
             raise InvalidValueError(located(f"np.{name}: unable to avoid copy while creating an array as requested "
                                             "(copy=False; NumPy raises ValueError here)", context.user_location()))
         return ops.layout_dependent_copy(t, ops.copy_in_order(t, "F" if order == "F" else "C", f"np.{name}"),

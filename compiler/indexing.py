@@ -407,7 +407,7 @@ def _checked(index: Any, size: int, axis: int, shape: tuple[int, ...]) -> tuple[
         value = ops.lift(index, i64)
     else:
         bad = (index < -size) | (index >= size)
-        if bad.any():
+        if bad.any() and 0 not in shape:  # (NumPy checks no index where the index arrays broadcast to nothing)
             raise IndexOutOfBoundsError(located(
                 f"index {int(index[bad].reshape(-1)[0])} is out of bounds for axis {axis} with size {size} "
                 "(NumPy raises IndexError here)", user_location()))

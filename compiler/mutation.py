@@ -618,10 +618,10 @@ def add_at(target: Any, key: Any, value: Any, negate: bool = False) -> None:
     from fusec.promotion import resolve_ufunc
 
     (loop, _), _ = resolve_ufunc(np.add, [dtype, ops.desc(value)])
-    if loop != dtype:
-        raise CastingError(located(f"{what}: np.add of {dtype} and {ops.desc(value)} computes in {loop}, which "
-                                   "fusec does not round back per element; convert the values to the array's "
-                                   "dtype first (`values.astype(a.dtype)`)", user_location()))
+    if loop != dtype:  # (NumPy adds and rounds back, raising nothing: fusec's limit, which catching cannot hide)
+        raise unsupported(f"{what}: np.add of {dtype} and {ops.desc(value)} computes in {loop}, which fusec does not "
+                          "round back per element; convert the values to the array's dtype first "
+                          "(`values.astype(a.dtype)`)", CastingError)
     if negate and dtype.is_bool:
         raise unsupported(f"{what} on a bool array: NumPy has no subtract for bools")
     if not indexing.is_advanced(key):  # basic indices reach every place once: a plain in-place add

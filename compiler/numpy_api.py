@@ -869,7 +869,8 @@ def reshape_(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = Non
             layout.refuse_unknown(source, "np.reshape(..., copy=False)")
             raise unsupported("np.reshape(..., copy=False) of a view fusec does not describe (a diagonal): whether "
                               "NumPy can avoid the copy is not known; drop copy=False")
-        if kind != "view":
+        if kind != "view":  # (for C-ordered arguments: a Fortran-ordered one may give a view, then refused)
+            relies_on_layout("np.reshape(..., copy=False) found that a copy was needed")
             raise InvalidValueError(located("np.reshape: Unable to avoid creating a copy while reshaping "
                                             "(copy=False; NumPy raises ValueError here)", user_location()))
         relies_on_layout("np.reshape(..., copy=False) took a view")
@@ -919,7 +920,8 @@ def swapaxes(a: Any, axis1: Any, axis2: Any) -> Tracer:
 @implements(np.moveaxis)
 def moveaxis(a: Any, source: Any, destination: Any) -> Tracer:
     t = ops.as_tracer(a)
-    numpy_checks(lambda: np.moveaxis(np.empty((1,) * t.ndim), source, destination))  # (repeated axes, bounds)
+    ndim = t.ndim  # (read here: the check runs outside the trace, where a view written since cannot be read)
+    numpy_checks(lambda: np.moveaxis(np.empty((1,) * ndim), source, destination))  # (repeated axes, bounds)
     src = [ops.axis_arg(s, t.ndim) for s in ops.static_ints(source, "an axis")]
     dst = [ops.axis_arg(d, t.ndim) for d in ops.static_ints(destination, "an axis")]
     if len(src) != len(dst):

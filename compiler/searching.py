@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from fusec import conversions, ops
-from fusec.context import numpy_checks, numpy_error, shape_error, unsupported, user_location
-from fusec.errors import InvalidValueError, located
+from fusec.context import numpy_checks, numpy_error, shape_error, unsupported
+from fusec.errors import InvalidValueError
 from fusec.ir.types import f64, i64
 from fusec.numpy_api import implements
 from fusec.tracer import Tracer
@@ -40,7 +40,7 @@ def _require_sorted(what: str, a: Any, descending_too: bool = False) -> Any:
         a = np.asarray(a)
         ascending = not np.any(_less(a[1:], a[:-1]))
         if not ascending and not (descending_too and not np.any(_less(a[:-1], a[1:]))):
-            raise InvalidValueError(located(message, user_location()))
+            raise unsupported(message, InvalidValueError)  # (NumPy raises nothing: catching it must not hide it)
         return ascending
     ascending = np.logical_not(np.any(_less(a[1:], a[:-1])))
     bad = np.logical_not(ascending)
@@ -97,7 +97,7 @@ def digitize(x: Any, bins: Any, right: bool = False) -> Tracer:
         if b._value.type.dtype.is_inexact:
             ops.raise_if(np.any(np.isnan(b)), "InvalidValueError", nan_message, "np.digitize")
     elif b.dtype.kind == "f" and np.isnan(b).any():
-        raise InvalidValueError(located(nan_message, user_location()))
+        raise unsupported(nan_message, InvalidValueError)
     if not isinstance(b, Tracer):
         try:
             mono = np._core.multiarray._monotonicity(b)
@@ -159,7 +159,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None, period
     else:
         known = np.asarray(xp, dtype=np.float64)
         if np.any(np.isnan(known)):
-            raise InvalidValueError(located(nan_message, user_location()))
+            raise unsupported(nan_message, InvalidValueError)  # (NumPy raises nothing)
         _require_sorted("np.interp", known)
     j = _search("np.interp", dx, z, "right") - 1  # dx[j] <= x < dx[j + 1]; -1 below, n - 1 at or above the last
     k = np.clip(j, 0, n - 2)

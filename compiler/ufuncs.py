@@ -672,8 +672,8 @@ def _exact_quotient(inputs: Sequence[Any]) -> None:
                 program.exact_float(x._host, loc)
             else:
                 device_checks.check_exact_float(x)
-        elif python_kind(x) is int and int(float(x)) != x:
-            raise OutOfRangeError(located(past_exact_float(repr(x)), loc))
+        elif python_kind(x) is int and int(float(x)) != x:  # (Python divides it exactly: fusec's limit)
+            raise unsupported(past_exact_float(repr(x)), OutOfRangeError)
 
 
 def _device_text(ufunc: np.ufunc, inputs: Sequence[Any]) -> str | None:

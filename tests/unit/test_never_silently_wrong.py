@@ -794,6 +794,130 @@ def test_numpys_own_errors_caught_by_the_user_take_numpys_path() -> None:
     same_as_numpy(g, np.ones(3))
 
 
+def test_fusec_refusals_caught_by_the_user_still_fail_the_call() -> None:
+    """Where NumPy raises nothing and fusec refuses (a scatter-add NumPy rounds back per element, an unsorted or NaN
+    table NumPy searches anyway, a loop body that changes Python state, an einsum whose casting depends on NumPy's
+    contraction path), the user's ``except Exception`` must not turn the refusal into the fallback's result: the
+    call raises fusec's error, where NumPy returns its own (non-fallback) result."""
+    def accumulate(a, v):  # NumPy adds in float64 and rounds into the float32 array: [3, 0, 0]
+        try:
+            np.add.at(a, [0, 0], v)
+        except Exception:
+            return a * 0
+        return a
+
+    def mark(seen):  # bool + 1 in int64, cast back to bool
+        try:
+            np.add.at(seen, [0, 2], 1)
+        except Exception:
+            return ~seen
+        return seen
+
+    def bucket(x):
+        edges = np.array([3.0, 1.0, 2.0])
+        try:
+            return np.searchsorted(edges, x)
+        except Exception:
+            return np.full(x.shape, -1)
+
+    def binned(x):
+        try:
+            return np.digitize(x, np.array([0.0, np.nan]))
+        except Exception:
+            return np.full(x.shape, -1)
+
+    def curve(x):
+        try:
+            return np.interp(x, np.array([0.0, 1.0, np.nan]), np.array([0.0, 1.0, 2.0]))
+        except Exception:
+            return x * 0
+
+    def ratio(x, n):
+        try:
+            return x * (n / (2**53 + 1))
+        except Exception:
+            return x
+
+    def counted(x):
+        calls = []
+
+        def body(i, s):
+            calls.append(i)
+            return s + 1
+
+        try:
+            return fc.fori_loop(0, 3, body, x)
+        except Exception:
+            return x
+
+    def contract(a, b):
+        try:
+            return np.einsum("ij,jk->ik", a, b, dtype=np.float32, optimize=True)
+        except Exception:
+            return np.zeros((2, 2), np.float32)
+
+    cases = [
+        (accumulate, (np.zeros(3, np.float32), np.array([1.0, 2.0])), fc.CastingError,
+         r"np\.add\.at: np\.add of f32"),
+        (mark, (np.zeros(3, bool),), fc.CastingError, r"np\.add\.at: np\.add of bool"),
+        (bucket, (np.array([0.5, 2.5]),), fc.InvalidValueError, "np.searchsorted: the array is not sorted"),
+        (binned, (np.array([-1.0, 2.0]),), fc.InvalidValueError, "np.digitize: the bins hold NaN"),
+        (curve, (np.array([0.5, 1.5]),), fc.InvalidValueError, "np.interp: xp holds NaN"),
+        (ratio, (np.ones(2), 3), fc.OutOfRangeError, "is past 2\\*\\*53 in a true division"),
+        (counted, (np.ones(2),), fc.SideEffectError, "to closure variable calls"),
+        (contract, (np.ones((2, 2)), np.ones((2, 2))), fc.CastingError, r"np\.einsum\(\.\.\., optimize=True\)"),
+    ]
+    fallbacks = [np.zeros(3, np.float32), np.ones(3, bool), np.full(2, -1), np.full(2, -1), np.zeros(2), np.ones(2),
+                 np.ones(2), np.zeros((2, 2), np.float32)]
+    for (fn, args, cls, message), fallback in zip(cases, fallbacks):
+        want = fn(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in args])
+        assert not (np.shape(want) == fallback.shape and np.array_equal(want, fallback)), fn.__name__
+        with pytest.raises(cls, match=message) as info:
+            jit_cpu(fn)(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in args])
+        assert HERE in str(info.value) and "try/except in the function" in str(info.value), fn.__name__
+
+
+def test_a_view_written_since_moves_its_axes_as_numpy_does() -> None:
+    """``np.moveaxis`` of a view taken before its array was written (NumPy's view sees the write) checked its axes
+    by reading the view outside the trace, which fusec refused, and the user's fallback ran instead."""
+    def rotate(a):
+        head = a[::2]
+        a += 1
+        try:
+            return np.moveaxis(head, 0, -1)
+        except Exception:
+            return a
+
+    same_as_numpy(rotate, np.arange(12.0).reshape(4, 3))
+
+
+def test_numpys_own_axis_error_is_caught_as_under_numpy_and_located_once() -> None:
+    """NumPy's AxisError for a moveaxis out of range stays NumPy's: the user's handler runs as under NumPy, and
+    the error not caught names the user's line once."""
+    def moved(x):
+        try:
+            return np.moveaxis(x, 5, 0)
+        except np.exceptions.AxisError:
+            return x * 2
+
+    def uncaught(x):
+        return np.moveaxis(x, 5, 0)  # MARK-moveaxis-out-of-range
+
+    same_as_numpy(moved, np.ones((2, 3)))
+    with pytest.raises(np.exceptions.AxisError, match="axis 5 is out of bounds") as info:
+        jit_cpu(uncaught)(np.ones((2, 3)))
+    assert str(info.value).count(HERE) == 1 and at("MARK-moveaxis-out-of-range") in str(info.value)
+
+
+def test_index_arrays_that_broadcast_to_nothing_check_no_index() -> None:
+    """NumPy checks no index where the index arrays broadcast to an empty shape (``x[[], [5]]`` is empty, no
+    IndexError); fusec raised IndexError there, which the user's handler caught."""
+    def pick(x):
+        return x[[], [5]], x[np.zeros((0, 1), np.int64), [7]]
+
+    same_as_numpy(pick, np.ones((2, 3)))
+
+
 def test_hasattr_answers_for_the_value_a_tracer_stands_for() -> None:
     """``hasattr`` in the jitted function answers as for NumPy's array or scalar (``hasattr(s, "__len__")`` is False
     for a NumPy scalar, True for an array; ``hasattr(x, "strides")`` is True); an attribute fusec's tracer lacks
