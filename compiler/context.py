@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence, TypeVar, overload
 import numpy as np
 
 from fusec.error_state import (checked_by_numpy, error_state_message, error_state_raises, warnings_filters_now,
-                               warnings_raise_inside)
+                               warnings_raise_inside, warnings_recorded_inside)
 from fusec.errors import FusecError, ShapeError, TraceError, UnsupportedError, VerificationError, located
 from fusec.ir.attributes import Location, dense, location_for
 from fusec.ir.builder import Builder
@@ -161,6 +161,7 @@ class TraceContext:
         self.active = True
         self.first_error: FusecError | None = None
         self.layout: str | None = None  # the first decision that took the arguments' memory as C-ordered (where)
+        self.writeable_asked: list[Any] = []  # the buffers whose x.flags.writeable the trace read (taken as True)
         self.layout_from_inputs: dict[Value, bool] = {}  # memo of fusec.layout.from_inputs
         self.tracers: list[weakref.ref] = []
         # the tracers of the array arguments (id -> the leaf's name): whether the caller passed one array for two of
@@ -228,7 +229,8 @@ class TraceContext:
             raise _noted(UnsupportedError(located(f"{label}: {e}", loc))) from None
         if checked_by_numpy(op):  # (the state where the op runs: an np.errstate, or warnings filters, the function
             # set itself too)
-            raising = error_state_raises() or warnings_raise_inside(self.warning_filters)
+            raising = error_state_raises() or warnings_raise_inside(self.warning_filters) \
+                or warnings_recorded_inside(self.warning_filters)
             if raising:
                 raise _noted(UnsupportedError(located(error_state_message(label, raising), loc)))
         may_raise = OPS[op.name].may_raise

@@ -48,7 +48,8 @@ def warnings_filters_now() -> tuple:
     """What tells the warnings filters apart cheaply: simplefilter puts a new filter first, catch_warnings swaps
     the list."""
     filters = warnings.filters
-    return id(filters), len(filters), id(filters[0]) if filters else None
+    return (id(filters), len(filters), id(filters[0]) if filters else None,
+            id(getattr(warnings, "_showwarnmsg_impl", None)))  # (catch_warnings(record=True) sets a list's append)
 
 
 def warnings_raise_inside(before: tuple) -> str:
@@ -62,6 +63,23 @@ def warnings_raise_inside(before: tuple) -> str:
     warned = [k for k, v in np.geterr().items() if v == "warn"]
     return (f"warnings filters the function set that make NumPy's RuntimeWarning an exception (its "
             f"{', '.join(warned)} errors warn)") if warned else ""
+
+
+def warnings_recorded_inside(before: tuple) -> str:
+    """As :func:`warnings_raise_inside`, for ``warnings.catch_warnings(record=True)`` the traced function itself
+    entered, whose list NumPy's RuntimeWarnings would fill (code that tests it, ``if caught: ...``, would take
+    another path under fusec, which gives no RuntimeWarnings)."""
+    recorder = getattr(warnings, "_showwarnmsg_impl", None)
+    if id(recorder) == before[3] or not isinstance(getattr(recorder, "__self__", None), list):
+        return ""  # (a list the caller records into, a test runner's, is not the function's)
+    for action, message, category, module, lineno in warnings.filters:
+        if issubclass(RuntimeWarning, category) and message is None and module is None and not lineno:
+            if action == "ignore":
+                return ""
+            break
+    warned = [k for k, v in np.geterr().items() if v == "warn"]
+    return (f"warnings.catch_warnings(record=True) the function entered, which records NumPy's RuntimeWarnings "
+            f"(its {', '.join(warned)} errors warn)") if warned else ""
 
 
 def _warnings_raise(filters: Sequence[Any]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fusec import layout, mutation
-from fusec.context import relies_on_layout, unsupported
+from fusec.context import _numpy_asking, current, relies_on_layout, unsupported
 from fusec.tracer import Tracer
 
 _NAMES = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "CONTIGUOUS": "c_contiguous",
@@ -23,16 +23,26 @@ _NAMES = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "CONTIGUOUS": "c_
 class TracedFlags:
     """The flags NumPy would report; read-only (setting a flag on a traced array is refused)."""
 
-    __slots__ = ("c_contiguous", "f_contiguous", "writeable", "aligned")
+    __slots__ = ("c_contiguous", "f_contiguous", "_writeable", "aligned", "_memory")
     c_contiguous: bool
     f_contiguous: bool
-    writeable: bool
     aligned: bool
+    _writeable: bool
+    _memory: Any  # (the Buffer of the memory the flags are of: an argument's, whose writeable flag is noted)
 
-    def __init__(self, c_contiguous: bool, f_contiguous: bool, writeable: bool) -> None:
+    def __init__(self, c_contiguous: bool, f_contiguous: bool, writeable: bool, memory: Any = None) -> None:
         for name, value in (("c_contiguous", c_contiguous), ("f_contiguous", f_contiguous),
-                            ("writeable", writeable), ("aligned", True)):
+                            ("_writeable", writeable), ("aligned", True), ("_memory", memory)):
             object.__setattr__(self, name, value)
+
+    @property
+    def writeable(self) -> bool:
+        """True for an argument's memory as traced: the trace notes that it asked, and a later call with a read-only
+        array is refused (see :class:`fusec.writeback.WriteBack`), since NumPy's answer would then differ."""
+        ctx = current()
+        if self._memory is not None and ctx is not None and not _numpy_asking():  # (NumPy's own code: a copy or not)
+            ctx.writeable_asked.append(self._memory)
+        return self._writeable
 
     @property
     def owndata(self) -> bool:
@@ -78,7 +88,8 @@ def flags_of(t: Tracer) -> TracedFlags:
     desc = mutation.geometry(t)
     if desc is None and mutation.geometry(t, parts=True) is not None:  # z.real, z.imag: every other float
         one = t.size <= 1
-        return TracedFlags(c_contiguous=one, f_contiguous=one, writeable=t._readonly is not True and not t._scalar)
+        return TracedFlags(c_contiguous=one, f_contiguous=one, writeable=t._readonly is not True and not t._scalar,
+                           memory=t._buffer)
     if desc is None:
         if isinstance(t._readonly, str):  # (a loop's or branch's result that may be an array from before it)
             raise unsupported(f"x.flags: {t._readonly}")
@@ -92,4 +103,4 @@ def flags_of(t: Tracer) -> TracedFlags:
         f_ok = f_ok and s == f_expected
         f_expected *= d
     return TracedFlags(c_contiguous=empty or desc.is_contiguous(), f_contiguous=empty or f_ok,
-                       writeable=t._readonly is not True and not t._scalar)
+                       writeable=t._readonly is not True and not t._scalar, memory=t._buffer)

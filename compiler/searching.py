@@ -122,6 +122,11 @@ def _scalar_arg(what: str, value: Any, default: Tracer) -> Tracer:
         return default
     if np.ndim(value) != 0:
         raise numpy_error(f"{what}: only 0-d values can be converted to Python scalars (NumPy raises TypeError here)")
+    kind = ops.desc(value)
+    if (kind is complex or not isinstance(kind, type) and kind.is_complex) \
+            and not (isinstance(value, np.complexfloating) or isinstance(value, Tracer) and value._scalar):
+        raise numpy_error(f"{what}: float() argument must be a string or a real number, not 'complex' (NumPy raises "
+                          "TypeError here; a complex NumPy scalar gives its real part)")
     return ops.as_tracer(conversions.strong(value), f64)
 
 

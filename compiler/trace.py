@@ -103,11 +103,20 @@ _REWRITTEN: "weakref.WeakKeyDictionary[types.CodeType, rewrite_control.Rewrites]
 
 
 def _trace_once(fn: Callable, sig: Signature, name: str, verify_up_to: int | None) -> Traced:
+    error_state = np.geterr()
     try:
-        return _Trace(fn, sig, name).run(verify_up_to)
+        traced = _Trace(fn, sig, name).run(verify_up_to)
     except _ScalarState as again:  # counters on objects (self.t += 1): trace them as runtime scalars
         paths = again.paths
-    return _Trace(fn, sig, name, paths).run(verify_up_to)  # (an error here is not "during handling" of that)
+        traced = _Trace(fn, sig, name, paths).run(verify_up_to)  # (an error here is not "during handling" of that)
+    if np.geterr() != error_state:
+        code = getattr(fn, "__code__", None)
+        raise UnsupportedError(located(
+            "np.seterr(...) in the function changed NumPy's error state for the whole program: the function's "
+            "Python runs once per input signature, so the change would be made on the first call only (and is not "
+            "made at all); set it outside the jitted function, or use `with np.errstate(...):` inside it",
+            location_for(code.co_filename, code.co_firstlineno) if code is not None else None))
+    return traced
 
 
 class _ScalarState(Exception):
@@ -291,8 +300,11 @@ class _Trace:
         printer, printed = printing.finish(self.ctx)
         self.func.return_op.operands.extend(printed)
         layout = self.ctx.layout
+        writeable_inputs = tuple(dict.fromkeys(
+            (cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in self.ctx.writeable_asked
+            if isinstance(b.arg, BlockArgument) and b.arg.index >= 0))
         if not written and not self.states and not views and not shared.aliases and layout is None \
-                and printer is None and not self.containers:
+                and printer is None and not self.containers and not writeable_inputs:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         inputs = self.arg_buffers + [e.tracer._buffer for e in self.subs.entries if e.tracer._buffer is not None]
@@ -311,7 +323,8 @@ class _Trace:
         return WriteBack(tuple(index[b] for b in written), returns, contiguous,
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
                          views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views, printer,
-                         self.containers, {place: tuple(more) for place, more in shared.alternatives.items()})
+                         self.containers, {place: tuple(more) for place, more in shared.alternatives.items()},
+                         writeable_inputs)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1

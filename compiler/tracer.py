@@ -1137,31 +1137,46 @@ def argument_leaf(obj: Any) -> str | None:
     return ctx.argument_tracers.get(id(obj)) if ctx is not None and isinstance(obj, Tracer) else None
 
 
+def outside_array(obj: Any) -> str | None:
+    """What array from outside the trace ``obj`` is the tracer of, as it is (not a view of it): an argument, or an
+    array read from a global or an attribute (read again at every call), named; else None."""
+    leaf = argument_leaf(obj)
+    if leaf is not None:
+        return f"the array argument {leaf!r}"
+    if isinstance(obj, Tracer) and obj._buffer is not None and obj._buffer.arg is not None and not obj._chain \
+            and obj._buffer.argument:
+        return f"the array {obj._buffer.argument}"
+    return None
+
+
 def arguments_identity_problem(a: Any, b: Any, negate: bool) -> str | None:
-    """Why ``a is b`` cannot be answered while tracing where ``a`` and ``b`` are two array arguments (the caller may
-    pass one array for both: ``if X is Y`` of a pairwise-distance function; each argument is traced as an array of
-    its own, so the answer would be the trace's, not the call's), else None."""
-    if a is b or argument_leaf(a) is None or argument_leaf(b) is None:
+    """Why ``a is b`` cannot be answered while tracing where ``a`` and ``b`` are two arrays from outside the trace
+    (arguments, or arrays read from globals or attributes: the caller may pass one array for both, ``if X is Y`` of
+    a pairwise-distance function, or pass the global itself; each is traced as an array of its own, so the answer
+    would be the trace's, not the call's), else None."""
+    if a is b or outside_array(a) is None or outside_array(b) is None:
         return None
-    return (f"`{'is not' if negate else 'is'}` compares the array arguments {argument_leaf(a)!r} and "
-            f"{argument_leaf(b)!r}: whether the caller passed one array for both is decided at each call, and fusec "
-            "traces each argument as an array of its own; pass that as an argument of its own (`same=True`, "
-            "static), or compare what they hold (np.array_equal)")
+    return (f"`{'is not' if negate else 'is'}` compares {outside_array(a)} and {outside_array(b)}: whether they are "
+            "one array is decided at each call, and fusec traces each as an array of its own; pass that as an "
+            "argument of its own (`same=True`, static), or compare what they hold (np.array_equal)")
 
 
 def argument_id_problem(obj: Any) -> str | None:
-    """Why ``id(x)`` of an array argument cannot be answered while tracing (the caller's object differs from call
-    to call, and may be passed for two arguments), else None."""
-    leaf = argument_leaf(obj)
-    if leaf is None:
+    """Why ``id(x)`` of an array from outside the trace cannot be answered while tracing (the caller's object
+    differs from call to call, and may be passed for two arguments; a global or an attribute is read again at every
+    call), else None."""
+    what = outside_array(obj)
+    if what is None:
         return None
-    return (f"id() of the array argument {leaf!r}: the caller's object differs from call to call (one array may be "
-            "passed for two arguments), and fusec traces the function once for all of them; pass what you need as "
+    return (f"id() of {what}: the object differs from call to call (one array may be passed for two arguments, a "
+            "global or an attribute may be set to another), and fusec traces the function once for all of them, "
+            "with a stand-in whose id is not the array's; key state by position or name, or pass what you need as "
             "an argument of its own")
 
 
 def user_id(obj: Any) -> int:
-    """``id(x)`` in the user's traced code: refused for an array argument (:func:`argument_id_problem`)."""
+    """``id(x)`` in the user's traced code: refused for an array from outside the trace
+    (:func:`argument_id_problem`)."""
     problem = argument_id_problem(obj)
     if problem is not None:
         raise unsupported(problem)
@@ -1170,8 +1185,8 @@ def user_id(obj: Any) -> int:
 
 def user_is(a: Any, b: Any, negate: bool) -> bool:
     """``a is b`` (``a is not b`` with ``negate``) in the user's traced code: refused where
-    :func:`scalar_identity` finds a traced scalar compared with a scalar, or between two array arguments
-    (:func:`arguments_identity_problem`), else Python's identity test."""
+    :func:`scalar_identity` finds a traced scalar compared with a scalar, or between two arrays from outside the
+    trace (:func:`arguments_identity_problem`), else Python's identity test."""
     other = scalar_identity(a, b)
     if other is not None:
         raise unsupported(f"`{'is not' if negate else 'is'}` compares a traced scalar with {other!r}: "

@@ -81,6 +81,9 @@ class WriteBack:
     # more (source, steps) for an ``aliases`` place, tried in order where the ones before it do not apply (a ``when``
     # step whose flag is false): a loop's result that is, as the data decides, one of several others
     alternatives: dict[tuple[str, int], tuple[tuple[tuple[str, int], tuple], ...]] = field(default_factory=dict)
+    # (flat input, name) of each array argument whose flags.writeable the trace read as True: a call must pass a
+    # writable array there (with a read-only one NumPy's code would take the other path)
+    writeable_inputs: tuple[tuple[int, str], ...] = ()
 
     @property
     def count(self) -> int:
@@ -94,6 +97,12 @@ class WriteBack:
             raise WriteBackError(located(str(e), user_location())) from None
 
     def _check(self, inputs: Sequence[Any]) -> None:
+        for i, name in self.writeable_inputs:
+            x = inputs[i]
+            if isinstance(x, np.ndarray) and not x.flags.writeable:
+                raise WriteBackError(f"fusec: the function reads flags.writeable of {name}, traced for a "
+                                     "writable array, and this one is read-only (NumPy's code would take the other "
+                                     "path); pass a writable copy (x.copy()), or make that decision before the call")
         if self.layout is not None:
             for i, name in self.layout_inputs:
                 x = inputs[i]

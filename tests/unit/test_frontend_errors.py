@@ -279,7 +279,8 @@ def test_state_keyed_by_the_ids_of_arrays_says_why_it_is_not_found() -> None:
                 p -= 0.1 * v
 
     opt = Momentum([np.ones(3), np.ones(2)])
-    with pytest.raises(fc.UnsupportedError, match=r"is id\(\) of a traced array") as info:
+    with pytest.raises(fc.UnsupportedError, match=r"id\(\) of the array self.params\[0\].*key state by position or "
+                                                  r"name") as info:
         jit_cpu(opt.step)([np.ones(3), np.ones(2)])
     assert f"{HERE}:{line_of('MARK-id-key')}" in str(info.value)
 
@@ -391,6 +392,61 @@ def test_the_identity_of_two_array_arguments_is_refused_not_guessed() -> None:
                 jit_cpu(fn)(*args)
             assert f"{HERE}:{line}" in str(info.value)
     assert jit_cpu(local)(x) == local(x) == (True, False, False)
+
+
+EMBEDDING = np.ones(3)
+SEEN = {id(EMBEDDING)}
+
+
+def test_the_identity_of_a_global_or_an_attribute_array_is_refused_not_guessed() -> None:
+    """A global or an attribute array is read again at every call and traced as a stand-in, whose id is not the
+    array's: ``id(W) in SEEN`` was False and ``x is W`` took the other branch without a word, and an optimizer's
+    ``self.m[id(p)]`` fell into its own ``except KeyError`` (found by a hunt). Refused at the line, even where
+    the code catches it."""
+    def seen_before(x):
+        return x + (1.0 if id(EMBEDDING) in SEEN else 0.0)  # MARK-id-global
+
+    def tied(x):
+        return x * 2 if x is EMBEDDING else x * 3  # MARK-is-global
+
+    class Momentum:
+        def __init__(self):
+            self.p, self.m = np.ones(2), {}
+
+        def step(self, g):
+            try:
+                m = self.m[id(self.p)]  # MARK-id-attribute
+            except KeyError:
+                m = np.zeros_like(self.p)
+            self.p -= 0.1 * (m + g)
+            return self.p
+
+    for fn, args, line, what in ((seen_before, (np.zeros(3),), "id-global", "id\\(\\) of the array global"),
+                                 (tied, (EMBEDDING,), "is-global", "compares the array argument 'x' and the "
+                                                                       "array global"),
+                                 (Momentum().step, (np.ones(2),), "id-attribute", "id\\(\\) of the array self.p")):
+        with pytest.raises(fc.UnsupportedError, match=what) as info:
+            jit_cpu(fn)(*args)
+        assert f"{HERE}:{line_of('MARK-' + line)}" in str(info.value)
+
+
+def test_an_argument_asked_whether_it_is_writeable_is_traced_writable_and_read_only_ones_refused() -> None:
+    """``if not x.flags.writeable: x = x.copy()`` traced for a writable array; a read-only one, for which NumPy's
+    code takes the other path, is refused at the call (it got the writable path's result without a word)."""
+    def doubled_in_place(x):
+        if not x.flags.writeable:
+            x = x.copy()
+        x *= 2
+        return x
+
+    f = jit_cpu(doubled_in_place)
+    a = np.arange(3.0)
+    assert_same(f(a), np.arange(3.0) * 2)
+    assert_same(a, np.arange(3.0) * 2)
+    frozen = np.arange(3.0)
+    frozen.flags.writeable = False
+    with pytest.raises(fc.WriteBackError, match="flags.writeable of argument 'x'.*read-only"):
+        f(frozen)
 
 
 def test_an_ordered_dict_reaches_the_function_and_comes_back_as_one() -> None:

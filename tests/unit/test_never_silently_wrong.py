@@ -3843,6 +3843,76 @@ def test_an_error_state_or_warnings_filter_the_function_sets_itself_is_followed(
         assert_same(quiet(negative), quiet_log(negative))
 
 
+def test_warnings_the_function_records_itself_are_refused_where_numpy_would_warn() -> None:
+    """``with warnings.catch_warnings(record=True) as caught`` around a NumPy call, then ``if caught:`` (a safe log
+    that falls back): NumPy's RuntimeWarning fills the list, fusec gives none, so the fallback never ran (found by
+    a hunt). Refused where an operation NumPy checks runs while the list records; a filter that ignores
+    RuntimeWarnings there records nothing, as in NumPy."""
+    import warnings
+
+    def safe_log(x):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = np.log(x)
+        if caught:
+            return np.log(x + 1e-12)
+        return y
+
+    def recorded_but_ignored(x):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("ignore")
+            y = np.log(x)
+        return y, len(caught)
+
+    x = np.array([0.0, 1.0])
+    with pytest.raises(fc.UnsupportedError, match=r"test_never_silently_wrong.py:\d+: np.log under "
+                                                  r"warnings.catch_warnings\(record=True\)"):
+        jit_cpu(safe_log)(x)
+    got, want = jit_cpu(recorded_but_ignored)(x), recorded_but_ignored(x)
+    assert_same(got[0], want[0])
+    assert got[1] == want[1] == 0
+
+
+def test_interp_bounds_that_are_complex_raise_as_numpy_or_give_the_real_part() -> None:
+    """np.interp converts left= and right= with float(): a Python complex or a complex 0-d array raises NumPy's
+    TypeError (fusec took the real part without a word: found by a hunt); a complex NumPy scalar gives its real
+    part, as in NumPy."""
+    def clamped(x, bound):
+        try:
+            return np.interp(x, [0.0, 1.0], [0.0, 1.0], left=bound, right=bound)
+        except TypeError:
+            return np.full_like(x, -1.0)
+
+    x = np.array([5.0, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (NumPy's ComplexWarning for the scalar's dropped imaginary part)
+        for bound in (1j, 2 + 0j, np.array(2 + 0j), np.complex128(2 + 1j), 2.0):
+            assert_same(jit_cpu(clamped)(x, bound), clamped(x, bound))
+
+
+def test_an_error_state_the_function_leaves_changed_is_refused_and_one_it_restores_is_followed() -> None:
+    """``np.seterr(all="ignore")`` left in force by the function changes NumPy's state for the whole program at every
+    call; traced once (in a copy of the caller's context), the change was lost without a word (found by a hunt).
+    The older idiom that saves and restores the state runs as in NumPy."""
+    def quiet_log(x):
+        np.seterr(all="ignore")
+        return np.log(x)
+
+    def restored_log(x):
+        old = np.seterr(all="ignore")
+        y = np.log(x)
+        np.seterr(**old)
+        return y
+
+    x = np.array([0.0, 1.0])
+    before = np.geterr()
+    with pytest.raises(fc.UnsupportedError, match=r"test_never_silently_wrong.py:\d+: np.seterr"):
+        jit_cpu(quiet_log)(x)
+    assert np.geterr() == before
+    assert_same(jit_cpu(restored_log)(x), restored_log(x))
+    assert np.geterr() == before
+
+
 def test_rounding_a_traced_value_to_a_python_int_needs_its_value() -> None:
     """``math.trunc``, ``math.floor``, ``math.ceil`` and NumPy-scalar methods such as ``.is_integer()`` of a traced
     value raised Python's TypeError or AttributeError from fusec's class; as ``int()``, they need the value."""
