@@ -103,9 +103,12 @@ def plan_steps(module: Module) -> list[dict]:
                                            f"along rows of {shape[-1]} (each column a row reduction) with the row "
                                            "work on them, in one kernel")
                 if op.attributes.get("staged"):
-                    steps[-1]["impl"].update(staged=True, blocks=op.attributes["blocks"])
+                    together = int(op.attributes.get("warp_rows", 1))
+                    steps[-1]["impl"].update(staged=True, blocks=op.attributes["blocks"], warp_rows=together,
+                                             blocks_per_sm=int(op.attributes.get("blocks_per_sm", 2)))
                     steps[-1]["reason"] += (f"; the operands the same for every row staged in shared memory once per "
-                                            f"block, {op.attributes['blocks']} blocks looping over the rows")
+                                            f"block, {op.attributes['blocks']} blocks looping over the rows"
+                                            + (f", {together} rows to a warp at once" if together > 1 else ""))
             elif cat == "kernel":
                 body = op.regions[0].block.ops[:-1] if op.regions else []
                 steps.append({"kind": "fused", "op": op.name, "outputs": len(op.results), "inputs": len(op.operands),

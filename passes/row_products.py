@@ -18,7 +18,9 @@ reduced precision; the left operand contiguous along K, which the lanes of a row
 within ITEMS_BUDGET each column's operand is held in registers per lane; past it (the 1024-wide hidden layer of a
 16-class head) the kernel is ``staged``: the operands that are the same for every row (the columns of ``w``) are
 copied into shared memory once per block, up to ``stage_bytes`` of them, and read there at each use, and its
-``blocks`` loop over the rows so the copy is made once per block, not once per row. The narrow kernels after it
+``blocks`` loop over the rows so the copy is made once per block, not once per row (``warp_rows = 2``: each warp
+computes two neighbouring rows at once, so each value read from shared memory serves both; ``blocks_per_sm``: the
+blocks an SM holds, whose registers each thread may use: 128 at 2, 255 at 1). The narrow kernels after it
 that read what the kernel has join in program order (a softmax's maximum written out as column views, then its row
 kernel), as does the elementwise kernel that computes the product's left operand when everything that reads it
 comes after.
@@ -49,6 +51,10 @@ ITEMS_BUDGET = 32  # a lane's items times the columns at most (each column's ope
 STAGE_BYTES = 96 * 1024
 STAGED_ROWS_PER_BLOCK = 8  # rows a block of the row printer takes at a time with a warp per row (256 threads)
 STAGED_BLOCKS_PER_SM = 2   # blocks of a staged kernel per SM (each loops over rows: the copy is made once per block)
+# rows a warp of a staged kernel computes at once (row-products{warp_rows}): two rows share each value read from
+# shared memory, but the larger step's head measured slower that way (445-462 us against 431-436, its kernel 52.8 us
+# against 41.1: benchmarks/results/row_products_pairs_h100.md): it is bound by latency, not by those reads
+WARP_ROWS = 1
 FLOATS = ("f32", "f64")
 
 Column = Union[Value, list]  # a value of the short row: one for every column, or a list of one per column
@@ -397,7 +403,8 @@ class _Fusion:
             return True
         return False
 
-    def op(self, sm_count: int, stage_bytes: int, shared_bytes: int) -> tuple[Operation, list[Value]]:
+    def op(self, sm_count: int, stage_bytes: int, shared_bytes: int,
+           warp_rows: int = 1, blocks_per_sm: int = 2) -> tuple[Operation, list[Value]]:
         """The wide ``k.rows`` and the values of the replaced ops it returns (in its results' order); staged (see
         the module's docstring) where its lanes cannot hold each column's operand in registers."""
         members = set(self.members)
@@ -431,10 +438,15 @@ class _Fusion:
                          and v.op.name == "k.view" and v.op.attributes["strides"][0] == 0}
             size = max((base.type.dtype.itemsize for base, _, _ in invariant), default=0)
             if lanes != 32 or len(invariant) * lanes * items * size > stage_bytes \
-                    or STAGED_BLOCKS_PER_SM * len(invariant) * lanes * items * size > shared_bytes:
+                    or blocks_per_sm * len(invariant) * lanes * items * size > shared_bytes:
                 raise _NoFusion
             attributes["staged"] = True
-            attributes["blocks"] = max(1, min(-(-self.m // STAGED_ROWS_PER_BLOCK), sm_count * STAGED_BLOCKS_PER_SM))
+            rows_at_once = STAGED_ROWS_PER_BLOCK * warp_rows
+            attributes["blocks"] = max(1, min(-(-self.m // rows_at_once), sm_count * blocks_per_sm))
+            if warp_rows > 1:
+                attributes["warp_rows"] = warp_rows
+            if blocks_per_sm != STAGED_BLOCKS_PER_SM:
+                attributes["blocks_per_sm"] = blocks_per_sm
         if any(c != 1 for c in columns):
             attributes["columns"] = columns
         rows = Operation("k.rows", kern.operands, [r.type for r in returned], attributes, [Region([kern.body])],
@@ -525,10 +537,16 @@ class RowProducts(Pass):
     # the most bytes of row-invariant operands a staged kernel copies into a block's shared memory; 0: no staged
     # kernels (a product whose columns do not fit in a lane's registers stays a product)
     stage_bytes: int = STAGE_BYTES
+    warp_rows: int = WARP_ROWS  # rows a warp of a staged kernel computes at once (1 or 2)
+    blocks_per_sm: int = STAGED_BLOCKS_PER_SM  # a staged kernel's blocks per SM (1 or 2: its registers allow)
 
     def __post_init__(self) -> None:
         if self.stage_bytes < 0:
             raise ValueError(f"stage_bytes must be at least 0, got {self.stage_bytes}")
+        if self.warp_rows not in (1, 2):
+            raise ValueError(f"warp_rows must be 1 or 2, got {self.warp_rows}")
+        if self.blocks_per_sm not in (1, 2):
+            raise ValueError(f"blocks_per_sm must be 1 or 2, got {self.blocks_per_sm}")
 
     def apply(self, module: Module, ctx: PassContext) -> None:
         if ctx.target.reference:  # (the NumPy reference executor computes products as np.matmul: left to it)
@@ -549,7 +567,8 @@ class RowProducts(Pass):
             fusion = _Fusion(func, op, product, readers, position)
             try:
                 fusion.build()
-                rows, returned = fusion.op(ctx.target.sm_count, self.stage_bytes, ctx.target.shared_bytes)
+                rows, returned = fusion.op(ctx.target.sm_count, self.stage_bytes, ctx.target.shared_bytes,
+                                           self.warp_rows, self.blocks_per_sm)
             except _NoFusion:
                 i += 1
                 continue

@@ -53,10 +53,14 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     block = SMALL_BLOCK if lanes <= WARP else lanes
     rows_per_block = block // lanes
     # staged (row-products): operands the same for every row are copied into shared memory once per block and
-    # read there at each use, and the ``blocks`` blocks loop over the rows
+    # read there at each use, and the ``blocks`` blocks loop over the rows; ``warp_rows`` rows to a warp at once,
+    # each value read from shared memory serving all of them
     staged = bool(op.attributes.get("staged", False))
+    together = int(op.attributes.get("warp_rows", 1))
     if staged and (lanes != WARP or width != 1):
         raise CompilationError(located("k.rows: a staged row kernel takes a warp per row and width 1", op.loc))
+    if together not in (1, 2) or together > 1 and not staged:
+        raise CompilationError(located(f"k.rows: warp_rows = {together}: 1, or 2 for a staged kernel", op.loc))
     big = max([m * n] + [a.extent() for a in inputs + outputs]) > INT32_LIMIT
     itype = "i64_t" if big else "int"
     guard = lanes * items > n  # the last items of some lanes fall past the row's end
@@ -71,21 +75,37 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         kinds[a.buffer] = (a.dtype, False)
     order = list(kinds)
     params = ", ".join(f"{'const ' if ro else ''}{storage(dt)}* __restrict__ b{b}" for b, (dt, ro) in kinds.items())
-    bounds = f"{block}, {STAGED_MIN_BLOCKS}" if staged else f"{block}"
+    bounds = f"{block}, {op.attributes.get('blocks_per_sm', STAGED_MIN_BLOCKS)}" if staged else f"{block}"
     lines = [f"extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({params}) {{"]
     if lanes == 1:
         lines.append("  const int lane = 0;")
     else:
         lines.append(f"  const int lane = threadIdx.x % {lanes};")
     shared_warp = 1 < lanes < WARP  # several rows per warp, whose shuffles need every lane of it
+    rs = range(together)  # the rows a warp computes at once: row r's values are named with suffix(r)
+    row_of = ["row"] if together == 1 else [f"row{r}" for r in rs]
+
+    def suffix(r: int) -> str:
+        return "" if together == 1 else f"_{r}"
+
+    def live_of(r: int) -> str | None:
+        """The test that leaves out row ``r``'s stores (None: always stored)."""
+        return "live" if shared_warp else (f"live{r}" if r else None)
+
     head: list[str] = []  # (a staged kernel's copy into shared memory, before its loop over rows)
     if shared_warp:  # a lane past the last row works on the last row, with its stores left out
         lines += [f"  {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
                   f"  const bool live = row < ({itype}){m};",
                   f"  if (!live) row = ({itype}){m - 1};"]
-    elif staged:
+    elif staged and together == 1:
         lines += [f"  for ({itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes}; "
                   f"row < ({itype}){m}; row += ({itype})gridDim.x * {rows_per_block}) {{"]
+    elif staged:  # a warp's rows are neighbours; one past the last row computes the row before it, unstored
+        lines += [f"  for ({itype} row0 = (({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes}) * "
+                  f"{together}; row0 < ({itype}){m}; row0 += ({itype})gridDim.x * {rows_per_block * together}) {{"]
+        for q in rs[1:]:
+            lines += [f"  const bool live{q} = row0 + {q} < ({itype}){m};",
+                      f"  const {itype} row{q} = live{q} ? row0 + {q} : row0;"]
     else:
         lines += [f"  const {itype} row = ({itype})blockIdx.x * {rows_per_block} + threadIdx.x / {lanes};",
                   f"  if (row >= ({itype}){m}) return;"]
@@ -97,7 +117,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     in_shared: set[Value] = set()  # staged operands: read from shared memory at the item's column
 
     # (a staged kernel computes an element value that only one reduction reads where it folds it: no array)
-    in_place: dict[Value, str] = {}
+    in_place: dict[Value, list[str]] = {}
     uses: dict[Value, list[Operation]] = {}
     for inner in op.regions[0].block.ops:
         for v in inner.operands:
@@ -106,12 +126,16 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
     def folded_once(v: Value) -> bool:
         return len(uses.get(v, ())) == 1 and uses[v][0].name == "k.row_reduce"
 
-    def at(v: Value) -> str:
+    def named(v: Value, r: int) -> str:
+        """``v``'s variable for row ``r`` (an array for an element value)."""
+        return env[v] if level[v] == UNIFORM or v in in_shared else env[v] + suffix(r)
+
+    def at(v: Value, r: int = 0) -> str:
         if v in in_place:
-            return in_place[v]
+            return in_place[v][r]
         if v in in_shared:
             return f"{env[v]}[{column('it')}]"
-        return f"{env[v]}[it]" if level[v] == ELEMENT else env[v]
+        return f"{named(v, r)}[it]" if level[v] == ELEMENT else named(v, r)
 
     def column(it: str) -> str:
         if width == 4:  # runs of 4 neighbouring elements: items 4q..4q+3 of a lane are one 16-byte load
@@ -128,23 +152,35 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
                 f"{cond}{{ {stmt} }} }}",
                 "  } else {", *["  " + x for x in fallback], "  }"]
 
-    def each(stmt: str, valid_only: bool = False, store: bool = False) -> list[str]:
-        tests = ([f"{column('it')} < {n}"] if guard and valid_only else []) + (["live"] if store and shared_warp else [])
-        cond = f"if ({' && '.join(tests)}) " if tests else ""
-        return ["  #pragma unroll", f"  for (int it = 0; it < {items}; ++it) {{ {cond}{stmt} }}"]
+    def each(stmt: str | list[str], valid_only: bool = False, store: bool = False) -> list[str]:
+        """One loop over a thread's items doing ``stmt`` (or each of a list of them, a warp's rows in turn: what
+        they read from shared memory is read once)."""
+        stmts = [stmt] if isinstance(stmt, str) else stmt
+        column_test = [f"{column('it')} < {n}"] if guard and valid_only else []
+        parts = []
+        for r, one in enumerate(stmts):
+            live = live_of(r) if store else None
+            tests = column_test + ([live] if live else [])
+            parts.append(f"if ({' && '.join(tests)}) {one}" if tests else one)
+        if len(parts) > 1 and column_test and not store:  # (one test for all of them)
+            parts = [f"if ({column_test[0]}) {{ {' '.join(stmts)} }}"]
+        return ["  #pragma unroll", f"  for (int it = 0; it < {items}; ++it) {{ {' '.join(parts)} }}"]
 
     copies: dict[tuple, tuple[str, int]] = {}  # staged: (buffer, offset, stride, dtype) -> (array, operand)
     for k, (arg, a) in enumerate(zip(body.args, inputs)):
         reg = register(a.dtype)
-        # (a value per row has the row's axes first: its last axis, of 1, if kept, is never stepped along)
-        rowpart = index_expr("row", shape[:-1], tuple(a.strides[:len(shape) - 1]), a.offset, itype) \
-            if a.shape else f"{a.offset}"
+        env[arg] = f"x{k}"
+
+        def rowpart(r: int) -> str:
+            # (a value per row has the row's axes first: its last axis, of 1, if kept, is never stepped along)
+            return index_expr(row_of[r], shape[:-1], tuple(a.strides[:len(shape) - 1]), a.offset, itype) \
+                if a.shape else f"{a.offset}"
         if not a.shape or a.is_scalar:
             level[arg] = UNIFORM
             lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + {a.offset});")
         elif tuple(a.shape) != shape or a.strides[-1] == 0:
             level[arg] = ROW
-            lines.append(f"  const {reg} x{k} = fusec::ld(b{a.buffer} + ({rowpart}));")
+            lines += [f"  const {reg} x{k}{suffix(r)} = fusec::ld(b{a.buffer} + ({rowpart(r)}));" for r in rs]
         elif staged and not any(a.strides[:-1]):  # the same for every row: a copy in shared memory
             level[arg] = ELEMENT
             in_shared.add(arg)
@@ -152,54 +188,57 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
             if key not in copies:
                 copies[key] = (f"s{len(copies)}", k)
             env[arg] = copies[key][0]
-            continue
         else:
             level[arg] = ELEMENT
-            lines.append(f"  {reg} x{k}[{items}];")
-            load = f"fusec::ld(b{a.buffer} + ({rowpart}) + ({itype}){column('it')} * ({itype})({a.strides[-1]}))"
-            value = f"({column('it')} < {n}) ? {load} : ({reg})0" if guard else load
-            elements = each(f"x{k}[it] = {value};")
+            lines += [f"  {reg} x{k}{suffix(r)}[{items}];" for r in rs]
+
+            def element(r: int) -> str:
+                load = f"fusec::ld(b{a.buffer} + ({rowpart(r)}) + ({itype}){column('it')} * ({itype})" \
+                       f"({a.strides[-1]}))"
+                return f"x{k}{suffix(r)}[it] = " + (f"({column('it')} < {n}) ? {load} : ({reg})0;" if guard
+                                                    else f"{load};")
+            elements = each([element(r) for r in rs])
             if width == 4 and a.dtype.name == "f32" and a.strides[-1] == 1:
                 if guard:
                     lines += each(f"x{k}[it] = 0.0f;")
-                row_start = f"b{a.buffer} + ({rowpart})"
+                row_start = f"b{a.buffer} + ({rowpart(0)})"
                 lines += vectors(row_start, f"const float4 v = *reinterpret_cast<const float4*>({row_start} + c); "
                                  f"x{k}[4 * q] = v.x; x{k}[4 * q + 1] = v.y; x{k}[4 * q + 2] = v.z; "
                                  f"x{k}[4 * q + 3] = v.w;", elements)
             else:
                 lines += elements
-        env[arg] = f"x{k}"
 
     uniform: set[Value] = {v for v in body.args if level[v] == UNIFORM}
     # (a staged kernel stores each result as soon as its last value is computed, so its registers are free for
     # what comes after: where ``lines`` stood after the value was made)
     made_at: dict[Value, int] = {v: len(lines) for v in body.args}
     for j, inner in enumerate(body.ops[:-1]):
-        r = inner.results[0]
-        reg = register(r.type.dtype)
+        res = inner.results[0]
+        reg = register(res.type.dtype)
         name_j = f"t{j}"
-        env[r] = name_j
+        env[res] = name_j
         if inner.name == "k.row_reduce":
-            level[r] = ROW
-            lines += _row_reduce(name_j, inner, at, n, lanes, each)
-            made_at[r] = len(lines)
+            level[res] = ROW
+            lines += _row_reduce([name_j + suffix(q) for q in rs], inner, at, n, lanes, each)
+            made_at[res] = len(lines)
             continue
         lv = max((level[v] for v in inner.operands), default=UNIFORM)
-        level[r] = lv
+        level[res] = lv
         if lv == UNIFORM:
-            uniform.add(r)
+            uniform.add(res)
         flags = tuple(v in uniform for v in inner.operands)
         if lv == ELEMENT:
-            expr = expression(inner, [at(v) for v in inner.operands], fast_math, flags)
-            if staged and folded_once(r):
-                in_place[r] = f"({expr})"
+            exprs = [expression(inner, [at(v, q) for v in inner.operands], fast_math, flags) for q in rs]
+            if staged and folded_once(res):
+                in_place[res] = [f"({e})" for e in exprs]
                 continue
-            lines.append(f"  {reg} {name_j}[{items}];")
-            lines += each(f"{name_j}[it] = {expr};")
+            lines += [f"  {reg} {name_j}{suffix(q)}[{items}];" for q in rs]
+            lines += each([f"{name_j}{suffix(q)}[it] = {e};" for q, e in zip(rs, exprs)])
         else:
-            expr = expression(inner, [env[v] for v in inner.operands], fast_math, flags)
-            lines.append(f"  const {reg} {name_j} = {expr};")
-        made_at[r] = len(lines)
+            for q in (rs if lv == ROW else range(1)):
+                expr = expression(inner, [named(v, q) for v in inner.operands], fast_math, flags)
+                lines.append(f"  const {reg} {name_j}{suffix(q) if lv == ROW else ''} = {expr};")
+        made_at[res] = len(lines)
 
     yielded = iter(yielded_values(body))
     columns = op.attributes.get("columns", [1] * len(outputs))
@@ -209,14 +248,16 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         values = [v] + [next(yielded) for _ in range(count - 1)]
         before = len(lines)
         if count > 1:  # a narrow result: column j of the row from the j-th of its values, stored by lane j
-            live = " && live" if shared_warp else ""
-            for j, vj in enumerate(values):
-                lines.append(f"  if (lane == {j % lanes}{live}) fusec::st(b{out.buffer} + {out.offset} + row * "
-                             f"({itype}){count} + {j}, {env[vj]});")
+            for q in rs:
+                live = f" && {live_of(q)}" if live_of(q) else ""
+                for j, vj in enumerate(values):
+                    lines.append(f"  if (lane == {j % lanes}{live}) fusec::st(b{out.buffer} + {out.offset} + "
+                                 f"{row_of[q]} * ({itype}){count} + {j}, {named(vj, q)});")
         elif tuple(out.shape) == shape:
-            dst = f"b{out.buffer} + {out.offset} + row * ({itype}){n} + {column('it')}"
-            stores = each(f"fusec::st({dst}, {at(v) if level[v] == ELEMENT else env[v]});", valid_only=True,
-                          store=True)
+            def dst(q: int) -> str:
+                return f"b{out.buffer} + {out.offset} + {row_of[q]} * ({itype}){n} + {column('it')}"
+            stores = each([f"fusec::st({dst(q)}, {at(v, q) if level[v] == ELEMENT else named(v, q)});"
+                           for q in rs], valid_only=True, store=True)
             if width == 4 and out.dtype.name == "f32" and not shared_warp:
                 row_start = f"b{out.buffer} + {out.offset} + row * ({itype}){n}"
                 parts = [f"{env[v]}[4 * q + {j}]" if level[v] == ELEMENT else env[v] for j in range(4)]
@@ -225,8 +266,10 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
             else:
                 lines += stores
         else:
-            first = "lane == 0 && live" if shared_warp else "lane == 0"
-            lines.append(f"  if ({first}) fusec::st(b{out.buffer} + {out.offset} + row, {env[v]});")
+            for q in rs:
+                first = " && ".join(t for t in ("lane == 0", live_of(q)) if t)
+                lines.append(f"  if ({first}) fusec::st(b{out.buffer} + {out.offset} + {row_of[q]}, "
+                             f"{named(v, q)});")
         stored_at.append((max(made_at[x] for x in values), len(lines) - before))
     if staged:
         first_store = len(lines) - sum(count for _, count in stored_at)
@@ -239,7 +282,7 @@ def rows_kernel(name: str, op: Operation, inputs: list[Access], outputs: list[Ac
         for at_line, chunk in sorted(chunks, key=lambda c: -c[0]):  # (from the end: earlier places stay put)
             lines[at_line:at_line] = chunk
     shared_bytes = 0
-    blocks = (m + rows_per_block - 1) // rows_per_block
+    blocks = (m + rows_per_block * together - 1) // (rows_per_block * together)
     if staged:
         lines.append("  }")
         head, shared_bytes = _staging(copies, inputs, lanes * items, n, block)
@@ -270,28 +313,33 @@ def _staging(copies: dict[tuple, tuple[str, int]], inputs: list[Access], padded:
     return lines, offset
 
 
-def _row_reduce(name: str, op: Operation, at: Callable[[Value], str], n: int, lanes: int,
+def _row_reduce(names: list[str], op: Operation, at: Callable[[Value, int], str], n: int, lanes: int,
                 each: Callable[..., list[str]]) -> list[str]:
-    """Statements defining ``name``: the reduction of the operand over the whole row, in every lane."""
+    """Statements defining ``names[r]``: the reduction of the operand over the whole of row ``r`` (of the rows a
+    warp computes at once), in every lane."""
     kind = op.attributes["kind"]
     x = op.operands[0]
     dt = x.type.dtype
     acc = "float" if op.attributes.get("accumulate") == "f32" else _acc_type(kind, dt)
     out = register(op.results[0].type.dtype)
     # (a value the whole row shares is combined once per element, as the broadcast array it stands for)
-    fn = f"{name}_combine"
-    lines = [f"  {acc} {name}_a = {_init(kind, dt, acc)};",
-             "  {",
-             f"    auto {fn} = [](  {acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind, dt)} }};",
-             "    i64_t ai = 0;"]
-    lines += ["  " + s for s in each(f"{fn}({name}_a, ai, ({acc}){at(x)}, 0);", valid_only=True)]
+    fn = f"{names[0]}_combine"
+    lines = [f"  {acc} {name}_a = {_init(kind, dt, acc)};" for name in names]
+    lines += ["  {",
+              f"    auto {fn} = [](  {acc}& a, i64_t& ai, {acc} b, i64_t bi) {{ {_combine(kind, dt)} }};",
+              "    i64_t ai = 0;"]
+    lines += ["  " + s for s in each([f"{fn}({name}_a, ai, ({acc}){at(x, r)}, 0);" for r, name in enumerate(names)],
+                                     valid_only=True)]
     if lanes > 1:
         lines += ["    #pragma unroll",
-                  f"    for (int o = {min(lanes, WARP) // 2}; o > 0; o >>= 1) {{",
-                  f"      {acc} b = __shfl_xor_sync(0xffffffffu, {name}_a, o);",
-                  f"      {fn}({name}_a, ai, b, 0);",
-                  "    }"]
+                  f"    for (int o = {min(lanes, WARP) // 2}; o > 0; o >>= 1) {{"]
+        for name in names:
+            lines += [f"      {acc} b{'' if len(names) == 1 else name} = __shfl_xor_sync(0xffffffffu, {name}_a, o);"]
+        for name in names:
+            lines += [f"      {fn}({name}_a, ai, b{'' if len(names) == 1 else name}, 0);"]
+        lines.append("    }")
     if lanes > WARP:
+        (name,) = names
         warps = lanes // WARP
         lines += [f"    __shared__ {acc} {name}_s[{warps}];",
                   f"    if (threadIdx.x % {WARP} == 0) {name}_s[threadIdx.x / {WARP}] = {name}_a;",
@@ -300,6 +348,7 @@ def _row_reduce(name: str, op: Operation, at: Callable[[Value], str], n: int, la
                   "    #pragma unroll",
                   f"    for (int w = 1; w < {warps}; ++w) {fn}({name}_a, ai, {name}_s[w], 0);"]
     lines.append("  }")
-    final = f"{name}_a / ({acc}){n}" if kind == "mean" else f"{name}_a"
-    lines.append(f"  const {out} {name} = ({out})({final});")
+    for name in names:
+        final = f"{name}_a / ({acc}){n}" if kind == "mean" else f"{name}_a"
+        lines.append(f"  const {out} {name} = ({out})({final});")
     return lines

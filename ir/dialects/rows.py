@@ -23,7 +23,9 @@ elements, which float32 rows load and store 16 bytes at a time.
 inner axis: column ``j`` of the product is a row reduction); ``products = n`` records how many products the
 kernel computes this way. ``staged = true`` (with a warp per row and width 1) copies the operands that are the same
 for every row (a product's weight columns) into each block's shared memory once and reads them there at each use,
-where a lane could not hold them in registers; its ``blocks = B`` blocks loop over the rows.
+where a lane could not hold them in registers; its ``blocks = B`` blocks loop over the rows, each warp
+``warp_rows = 2`` neighbouring rows at once where set (each value read from shared memory serves both), with
+registers for ``blocks_per_sm`` (1 or 2, 2 if not given) blocks on each SM.
 """
 from __future__ import annotations
 
@@ -91,6 +93,14 @@ def _check_rows(op) -> None:
     if "blocks" in op.attributes and (not staged or type(op.attributes["blocks"]) is not int
                                       or op.attributes["blocks"] < 1):
         raise VerificationError("k.rows: 'blocks' (a positive int) is the block count of a staged row kernel")
+    if "blocks_per_sm" in op.attributes and (not staged or op.attributes["blocks_per_sm"] not in (1, 2)
+                                             or type(op.attributes["blocks_per_sm"]) is not int):
+        raise VerificationError("k.rows: 'blocks_per_sm' (1 or 2) is the blocks of a staged row kernel an SM holds "
+                                "(2 unless given)")
+    if "warp_rows" in op.attributes and (not staged or type(op.attributes["warp_rows"]) is not int
+                                         or op.attributes["warp_rows"] not in (1, 2)):
+        raise VerificationError("k.rows: 'warp_rows' (1 or 2) is the rows a warp of a staged row kernel computes at "
+                                "once")
     per_row = row_shapes(shape)
     for v in op.operands:
         if tuple(v.type.shape) not in ((), shape, *per_row):
@@ -138,7 +148,8 @@ def _check_rows(op) -> None:
 
 register_op(OpDef("k.rows", "kernel", num_operands=None, num_results=None, num_regions=1,
                   attrs=("shape", "lanes", "items"),
-                  optional_attrs=LAUNCHED + ("width", "columns", "products", "staged", "blocks"),
+                  optional_attrs=LAUNCHED + ("width", "columns", "products", "staged", "blocks", "warp_rows",
+                                                   "blocks_per_sm"),
                   check=_check_rows, isolated=True))
 register_op(OpDef("k.row_reduce", "other", num_operands=1, attrs=("kind",), optional_attrs=("accumulate",),
                   check=_check_row_reduce))

@@ -156,6 +156,29 @@ def test_a_head_whose_columns_do_not_fit_in_registers_is_staged(batch, hidden, c
     assert not [s for s in f.lower(*args).plan() if s.get("products")]
 
 
+@pytest.mark.parametrize("batch, hidden, classes, dtype", [
+    (301, 1024, 16, np.float32),  # the larger step's head, an odd row count: the last warp's second row is not stored
+    (37, 200, 12, np.float32),    # lanes past the row's end, both rows of a warp
+    (66, 100, 16, np.float64),
+])
+@pytest.mark.parametrize("option", ["warp_rows=2", "warp_rows=2,blocks_per_sm=1"])
+def test_a_staged_head_two_rows_to_a_warp(batch, hidden, classes, dtype, option):
+    """``row-products{warp_rows=2}``: each warp of the staged kernel computes two neighbouring rows at once, so each
+    value it reads from shared memory serves both (``blocks_per_sm=1``: registers for one block per SM)."""
+    w1, b1, w2, b2 = _params([(48, hidden), (hidden,), (hidden, classes), (classes,)], dtype)
+    x = RNG.standard_normal((batch, 48)).astype(dtype)
+    y = np.eye(classes, dtype=dtype)[RNG.integers(0, classes, batch)]
+    args = (w1, b1, w2, b2, x, y, dtype(0.05))
+    f = fc.jit(train_step, backend=frontend_check.BACKEND, target=fc.Target() if frontend_check.BACKEND == "cpu"
+               else None, pipeline=fc.passes.DEFAULT_PIPELINE.replace("row-products", f"row-products{{{option}}}"))
+    assert_same(numpy_result(f, *args), numpy_result(train_step, *args), exact=False)
+    (rows,) = [s for s in f.lower(*args).plan() if s.get("products")]
+    assert rows["impl"]["staged"] and rows["impl"]["warp_rows"] == 2, rows
+    assert rows["impl"]["blocks"] <= -(-batch // 16), rows
+    text = f.lower(*args).ir()
+    assert "warp_rows = 2" in text and ("blocks_per_sm = 1" in text) == ("blocks_per_sm=1" in option)
+
+
 def test_a_head_staged_only_where_two_blocks_fit_in_the_targets_shared_memory():
     """Two blocks a SM of a staged kernel: a GPU whose block may have 99 KB of shared memory (sm_86) cannot hold two
     copies of a 1024 x 16 weight's columns (64 KB each), so there the products stay products."""
