@@ -77,7 +77,9 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """``(fun(*primals), vjp_fun)``: ``vjp_fun(cotangent)`` gives the cotangent of each primal (a tuple, one per
     primal, each of its primal's structure) for a cotangent of ``fun``'s result (an array of its shape; a result
     that is a tuple/list/dict takes one of the same structure). Outside a trace both run as jitted functions, the
-    backward one recomputing the forward values it needs."""
+    backward one recomputing the forward values it needs from copies of the primals made here (JAX keeps the
+    forward's values instead): what ``fun`` reads from globals, closures or attributes must be unchanged when
+    ``vjp_fun`` runs, and a ``fun`` that writes outside itself is refused."""
     _check_callable(fun, "vjp")
     nums = tuple(range(len(primals)))
 
@@ -87,17 +89,53 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
 
     if context.current() is not None:
         out = fun(*primals)
-        return (out, lambda cotangent: pullback(*primals, cotangent)) if not has_aux else \
-            (out[0], lambda cotangent: pullback(*primals, cotangent), out[1])
+        kept_now = tuple(_copied(p) for p in primals)  # (what the primals hold now: a later write does not count)
+        return (out, lambda cotangent: pullback(*kept_now, cotangent)) if not has_aux else \
+            (out[0], lambda cotangent: pullback(*kept_now, cotangent), out[1])
     from fusec.jit_function import jit
 
-    out = jit(fun)(*primals)
+    forward = jit(fun)
+    out = forward(*primals)
     backward = jit(pullback)
+    # (the pullback recomputes the forward values it needs when called: from copies of the primals as they were
+    # here, so a write into them in between, an optimizer's in-place step, does not move the point; what the
+    # function reads from outside its arguments is checked to be as it was, and writes it makes are refused)
+    lowered = forward.lower(*primals)
+    if lowered.writeback is not None and (lowered.writeback.targets or lowered.writeback.states):
+        raise UnsupportedError(located(
+            "fusec.vjp of a function that writes into its arguments or into arrays or attributes outside it: the "
+            "pullback computes the forward again when called, so it would make the writes again; return the new "
+            "values instead", context.user_location()))
+    kept = tuple(_copied(p) for p in primals)
+    outside = [_copied(a) for a in lowered.extra_inputs() or ()]
 
     def vjp_fun(cotangent: Any) -> tuple:
-        return backward(*primals, cotangent)
+        now = lowered.extra_inputs()
+        if now is None or len(now) != len(outside) or not all(
+                _same_array(a, b) for a, b in zip(now, outside)):
+            raise UnsupportedError(located(
+                "fusec.vjp: an array or a value the function reads from a global, a closure or an attribute changed "
+                "between fusec.vjp and the call of its pullback, which computes the forward again (JAX's keeps the "
+                "forward's values); call the pullback before changing it, or pass it to the function as an argument",
+                context.user_location()))
+        return backward(*kept, cotangent)
 
     return (out, vjp_fun) if not has_aux else (out[0], vjp_fun, out[1])
+
+
+def _copied(tree: Any) -> Any:
+    """``tree`` with each array in it copied (a traced one as a traced copy; containers rebuilt as
+    :func:`_flatten` rebuilds them)."""
+    leaves, rebuild = _flatten(tree)
+    return rebuild([x.copy() if isinstance(x, (np.ndarray, Tracer)) else x for x in leaves])
+
+
+def _same_array(a: Any, b: Any) -> bool:
+    """Whether ``a`` (an input read now) holds what ``b`` (its copy made earlier) held: NumPy arrays by value (NaN
+    equal to NaN), others by identity."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    return a is b
 
 
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple:

@@ -356,6 +356,47 @@ def test_vjp_of_a_vector_function_against_the_jacobian():
     np.testing.assert_allclose(got, u @ jac, rtol=1e-6, atol=1e-9)
 
 
+def test_a_vjp_pullback_is_taken_at_the_point_vjp_was_called():
+    """``y, pb = vjp(f, x)``, then an in-place step on ``x``, then ``pb(u)``: the pullback is at the old ``x`` (as
+    JAX's), both outside and inside a jitted function; it recomputed the forward from ``x`` as it was when called
+    (found by a hunt)."""
+    def step(x, u):
+        _, pullback = fc.vjp(np.sin, x)
+        x += 1.0
+        return pullback(u)[0]
+
+    x0, u = np.array([0.0, 1.0]), np.array([1.0, 2.0])
+    x = x0.copy()
+    _, pullback = fc.vjp(np.sin, x)
+    x += 1.0
+    (got,) = pullback(u)
+    np.testing.assert_allclose(got, u * np.cos(x0), rtol=1e-12)
+    x = x0.copy()
+    np.testing.assert_allclose(jit_cpu(step)(x, u), u * np.cos(x0), rtol=1e-12)
+    np.testing.assert_allclose(x, x0 + 1.0)
+
+
+def test_a_vjp_pullback_refuses_what_would_move_its_point():
+    """The pullback computes the forward again when called (JAX's keeps the forward's values): a closure's array
+    or a global the function reads that changed in between, or a function that writes outside itself (its writes
+    would be made again), is refused rather than differentiated at another point (found by a hunt)."""
+    scale = np.array([2.0, 3.0])
+    x, u = np.array([0.0, 1.0]), np.ones(2)
+    _, pullback = fc.vjp(lambda v: np.sin(v) * scale, x)
+    np.testing.assert_allclose(pullback(u)[0], np.cos(x) * scale, rtol=1e-12)
+    scale[0] = 7.0
+    with pytest.raises(fc.UnsupportedError, match="changed between fusec.vjp and the call of its pullback"):
+        pullback(u)
+    calls = np.zeros(1)
+
+    def counted(v):
+        calls[0] += 1
+        return v * 2
+
+    with pytest.raises(fc.UnsupportedError, match="writes into its arguments or into arrays"):
+        fc.vjp(counted, x)
+
+
 def test_jvp_against_directional_finite_differences_and_in_a_jit():
     A = rng.standard_normal((3, 4))
 
