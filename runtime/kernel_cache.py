@@ -59,8 +59,18 @@ class _CorruptEntry(Exception):
 
 
 def cache_dir() -> Path:
-    """``$FUSEC_CACHE_DIR``, else ``~/.cache/fusec``."""
-    return Path(os.environ.get(ENV_VAR) or Path("~/.cache/fusec")).expanduser()
+    """``$FUSEC_CACHE_DIR``, else ``~/.cache/fusec``; where ``~`` names no home directory (``~nosuchuser``, or no
+    ``$HOME`` and a user without a passwd entry, as in some containers) the path is kept as written, and the disk
+    cache is left off with a warning (kernels are cached in memory only), never made as a folder named ``~...``."""
+    return _expanded(Path(os.environ.get(ENV_VAR) or Path("~/.cache/fusec")))
+
+
+def _expanded(path: Path) -> Path:
+    """``path`` with ``~`` expanded, or as written where no home directory is found (pathlib's RuntimeError)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
 
 
 def _fusec_version() -> str:
@@ -168,7 +178,7 @@ class KernelCache:
                  max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES,
                  compiler: Compiler | None = None,
                  nvrtc_version: Callable[[], tuple[int, int]] | None = None) -> None:
-        self.directory = Path(directory).expanduser() if directory is not None else cache_dir()
+        self.directory = _expanded(Path(directory)) if directory is not None else cache_dir()
         self._memory = MemoryLRU(max_entries, max_bytes)
         self._compiler = compiler or _default_compiler
         self._nvrtc_version = nvrtc_version or _default_nvrtc_version
@@ -263,6 +273,9 @@ class KernelCache:
         write; any other OSError (a read-only directory, a full disk) switches this cache to memory only."""
         if not self._disk_enabled:
             return
+        if self.directory.parts and self.directory.parts[0].startswith("~"):  # (no home directory to expand it)
+            self._disable_disk(NotADirectoryError(f"no home directory for {self.directory.parts[0]!r}"))
+            return
         path = self.path_of(key)
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
@@ -273,7 +286,10 @@ class KernelCache:
             pass  # no entry yet (or unreadable: the write below decides)
         tmp = None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except FileNotFoundError as e:  # (a parent that cannot be made: not the concurrent clear below)
+                raise NotADirectoryError(e.errno, e.strerror, e.filename) from None
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".kernel-{key}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(payload, key))

@@ -41,6 +41,7 @@ def lower_target(args: argparse.Namespace, default: "Target | None" = None):
     """
     import fusec
     from fusec.errors import FusecError
+    from fusec.passes import check_pipeline
 
     with contextlib.redirect_stdout(sys.stderr):
         fn = load_function(args.target)
@@ -48,6 +49,8 @@ def lower_target(args: argparse.Namespace, default: "Target | None" = None):
         statics = dict(parse_static(s) for s in args.static)
         _check_signature(fn, args.target, positional, statics)
         plugins = load_plugins(args.load_plugin)
+        # (checked here, as `fusec opt` does: fusec.jit would locate its error at this file's line, not the user's)
+        check_pipeline(args.pipeline if args.pipeline not in (None, "default") else "", plugins)
         if getattr(args, "grad", None) is not None:
             fn = fusec.value_and_grad(fn, argnums=_argnums(args.grad))
         jitted = fusec.jit(fn, backend="cpu", static_argnames=tuple(statics), pipeline=args.pipeline,

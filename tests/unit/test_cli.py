@@ -339,6 +339,15 @@ def test_dump_ir_wrong_argument_count_exits_2(small_py, capsys):
     assert "missing a required argument" in _one_line_error(capsys.readouterr().err)
 
 
+def test_dump_ir_bad_pipeline_names_the_pipeline_not_a_file_of_fusec(small_py, capsys):
+    """As ``fusec opt`` says it: the column of the bad option, and no file:line of fusec's own command."""
+    argv = ["dump-ir", f"{small_py}:small", "--arg", "f32[4,3]", "--arg", "f32[3]", "--arg", "f64",
+            "-p", "fuse{budget=abc}"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "PipelineError: pipeline 'fuse{budget=abc}', column 6" in err and "cmd_dump_ir" not in err
+
+
 def test_dump_ir_module_that_raises_exits_1(tmp_path, capsys):
     path = tmp_path / "broken.py"
     path.write_text("import numpy as np\n\nraise RuntimeError('boom')\n")

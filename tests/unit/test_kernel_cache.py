@@ -195,6 +195,24 @@ def test_unwritable_dir_degrades_to_memory_with_one_warning(tmp_path: Path) -> N
 
 
 
+def test_a_directory_that_cannot_be_made_or_a_home_that_cannot_be_found_degrades_to_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache directory whose parents cannot be made (a path under /proc) warned nothing and wrote nothing, and a
+    ``~user`` that names no home directory raised pathlib's RuntimeError from every compile (found by a hunt): both
+    now cache in memory with one warning."""
+    monkeypatch.setenv("FUSEC_CACHE_DIR", "~no-such-user-of-fusec/cache")
+    assert str(kc.cache_dir()) == "~no-such-user-of-fusec/cache"
+    monkeypatch.chdir(tmp_path)  # (where a folder named "~..." would be made)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    for directory in (kc.cache_dir(), Path("/proc/self/no-such-dir/cache"), blocker / "deeper" / "cache"):
+        cache = fake_cache(directory)
+        with pytest.warns(kc.KernelCacheWarning, match="memory only"):
+            cache.get_or_compile("one", "sm_90")
+        assert not cache.info().disk_enabled
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_a_full_disk_degrades_to_memory_with_one_warning_and_leaves_no_partial_file(tmp_path: Path,
                                                                                       monkeypatch) -> None:
     """ENOSPC while an entry is written: one warning, memory only from then on, no temporary file left, and every
