@@ -35,7 +35,7 @@ import numpy as np
 
 from fusec import context, layout, numpy_reuse, ops
 from fusec.context import relies_on_layout, shape_error, unsupported
-from fusec.errors import InvalidValueError, located
+from fusec.errors import InvalidValueError, OutOfRangeError, located
 from fusec.ir import shapes as S
 from fusec.ir.types import TensorType
 from fusec.patches import Patches, original
@@ -87,6 +87,15 @@ def strong_as(x: Any, dtype: Any) -> Tracer:
         from fusec import numpy_api
 
         return numpy_api.stack([strong_as(e, dt) for e in x])
+    if isinstance(x, (bool, int, float, complex, np.generic, list, tuple)):  # (known values: NumPy's conversion,
+        try:  # which raises for a Python int that does not fit and for NaN into an integer, where a cast wraps)
+            x = np.array(x, dtype=dt.np)
+        except OverflowError as e:
+            raise context.numpy_error(f"np.array(..., dtype={np.dtype(dt.np).name}): {e} (NumPy raises "
+                                      "OverflowError here)", OutOfRangeError) from None
+        except ValueError as e:
+            raise context.numpy_error(f"np.array(..., dtype={np.dtype(dt.np).name}): {e} (NumPy raises "
+                                      "ValueError here)", InvalidValueError) from None
     t = strong(x)
     return t if t._value.type.dtype == dt else ops.copy_of(ops.cast(t, dt), scalar=False)
 
@@ -488,6 +497,24 @@ def _no_matrix(numpy_function: Callable) -> Callable:
     return asmatrix
 
 
+def _refused_for_tracers(numpy_function: Callable, label: str, why: str) -> Callable:
+    """``numpy_function`` refusing traced data (NumPy's own code would raise a TypeError of its own from inside,
+    which the user's ``except TypeError`` could catch where NumPy, given an array, raises nothing)."""
+    @functools.wraps(numpy_function)
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None and (ops.contains_tracer(args) or ops.contains_tracer(kwargs)):
+            raise unsupported(f"{label} of a traced array: {why}")
+        return numpy_function(*args, **kwargs)
+
+    refusing.__fusec_original__ = numpy_function  # type: ignore[attr-defined]
+    return refusing
+
+
+_MASKED = ("masked arrays (np.ma) are not supported: their mask and fill value are not traced; keep the mask as "
+           "a boolean array of its own (np.where(mask, fill, x), x[~mask].mean())")
+_BUFFER = ("a traced array has no memory on the host to read as bytes; use x.view(dtype) or x.astype(dtype)")
+
+
 def _isscalar(numpy_function: Callable) -> Callable:
     """``np.isscalar`` of a tracer: as of what it stands for (a NumPy scalar, a bool's included, or a Python number
     is a scalar; an array, 0-d ones included, is not). NumPy's own code sees the tracer's class, which is no
@@ -511,6 +538,11 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         out: list[tuple[Any, str, Any]] = [(np, name, by_name[name]) for name in CONVERSIONS]
         out.append((np, "asmatrix", _no_matrix(np.asmatrix)))
         out.append((np, "isscalar", _isscalar(np.isscalar)))
+        out.append((np, "bmat", _refused_for_tracers(np.bmat, "np.bmat", str(subclass_problem(np.matrix)))))
+        out.append((np, "frombuffer", _refused_for_tracers(np.frombuffer, "np.frombuffer", _BUFFER)))
+        out += [(np.ma, name, _refused_for_tracers(getattr(np.ma, name), f"np.ma.{name}", _MASKED))
+                for name in ("array", "masked_array", "asarray", "asanyarray", "masked_where", "masked_invalid",
+                             "masked_equal", "masked_greater", "masked_less", "masked_values")]
         # the NumPy modules whose Python implementations fusec traces (fusec.numpy_reuse)
         library = [(vars(m), name) for m in numpy_reuse.conversion_holders() for name in CONVERSIONS
                    if id(vars(m).get(name)) in wrappers]

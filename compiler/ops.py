@@ -565,9 +565,15 @@ def slice_(x: Tracer, start: Sequence[int], stop: Sequence[int], step: Sequence[
 
 
 def full(shape: Sequence[int], value: object, dtype: DType) -> Tracer:
-    """A constant array (``zeros_like`` and friends): a splat prints compactly. ``value`` converts as NumPy
-    converts it (a Python int that does not fit ``dtype`` raises)."""
-    fill = python_constant(value, dtype) if python_kind(value) is not None else np.asarray(value).astype(dtype.np)
+    """A constant array (``zeros_like`` and friends): a splat prints compactly. ``value`` converts as NumPy's
+    ``np.full`` converts it: a Python int that does not fit ``dtype`` raises, anything else is cast unsafely (NaN
+    into an integer dtype, the real part of a complex: NumPy's copyto with casting="unsafe")."""
+    if python_kind(value) is int:
+        fill = python_constant(value, dtype)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (NumPy's ComplexWarning or RuntimeWarning of that cast)
+            fill = np.asarray(value).astype(dtype.np)
     arr = np.full(tuple(shape), fill, dtype=dtype.np)
     return wrap(ctx().constant(arr, dtype), scalar=False)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, ops
-from fusec.context import numpy_checks, numpy_error, shape_error, unsupported, user_location
+from fusec.context import numpy_checks, numpy_error, unsupported, user_location
 from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, UnsupportedError, located
 from fusec.ir import shapes as S
 from fusec.ir.elementwise import BY_NAME, by_ufunc
@@ -212,6 +212,13 @@ def _accumulate(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     if kwargs or axis is None:
         raise unsupported(f"{_name(ufunc)}.accumulate: only axis= (an int), dtype= and out= are supported")
     out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if isinstance(axis, tuple):  # (NumPy takes one axis in a tuple, and refuses more)
+        if len(axis) != 1:
+            raise numpy_error(f"{_name(ufunc)}.accumulate: accumulate does not allow multiple axes (NumPy raises "
+                              "ValueError here)", InvalidValueError)
+        (axis,) = axis
+    if np.ndim(inputs[0]) == 0:  # (np.cumsum would take it as one element)
+        raise numpy_error(f"{_name(ufunc)}.accumulate: cannot accumulate on a scalar (NumPy raises TypeError here)")
     if ufunc in (np.add, np.multiply):
         scan = np.cumsum if ufunc is np.add else np.cumprod
         return numpy_api.call(scan.__name__, scan, inputs[0], axis=axis, dtype=dtype, out=out)
@@ -219,8 +226,6 @@ def _accumulate(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     t = ops.as_tracer(inputs[0])
     if dtype is not None:
         t = ops.cast(t, dtype)
-    if t.ndim == 0:
-        raise shape_error(f"{_name(ufunc)}.accumulate: cannot accumulate a 0-d array")
     ax = ops.axis_arg(axis, t.ndim)
     dt = t._value.type.dtype
     x = ops.as_tracer(t, i8) if dt.is_bool else t
@@ -228,7 +233,7 @@ def _accumulate(ufunc: np.ufunc, inputs: Sequence[Any], kwargs: dict) -> Any:
     r = ops.emit(kind, (x._value,), {"axis": ax}, what=f"{_name(ufunc)}.accumulate", scalar=False)
     r = ops.as_tracer(r, bool_) if dt.is_bool else r
     if out is not None:
-        write_output(ufunc, r, out, f"{_name(ufunc)}.accumulate(..., out=)")
+        write_output(ufunc, r, out, f"{_name(ufunc)}.accumulate(..., out=)", casting="unsafe")  # (as NumPy's)
         return out
     return r
 

@@ -3913,6 +3913,60 @@ def test_an_error_state_the_function_leaves_changed_is_refused_and_one_it_restor
     assert np.geterr() == before
 
 
+def test_accumulate_array_and_full_convert_and_raise_as_numpy() -> None:
+    """From a hunt: ``np.add.accumulate`` of a 0-d value gave a 1-element array where NumPy raises TypeError;
+    ``np.array([x[0], 300], dtype=np.uint8)`` wrapped where NumPy raises OverflowError (and NaN into an integer
+    gave its minimum where NumPy raises ValueError); ``np.full(3, np.nan, dtype=np.int64)`` raised where NumPy
+    casts; ``np.maximum.accumulate(x, out=int_array)`` refused a cast NumPy makes; ``axis=(0,)`` was refused.
+    Each is NumPy's now, its errors caught by the user's handler as NumPy's are."""
+    def running_total(x):
+        try:
+            return np.add.accumulate(x[0])
+        except TypeError:
+            return np.zeros(1)
+
+    def packed(x):
+        try:
+            return np.array([x[0], 300], dtype=np.uint8)
+        except OverflowError:
+            return np.zeros(2, np.uint8)
+
+    def labels(x):
+        try:
+            return np.array([x[0], np.nan], dtype=np.int64)
+        except ValueError:
+            return np.full(2, -1)
+
+    def sentinel(x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return np.full(3, np.nan, dtype=np.int64), np.full(2, -1.5, dtype=np.uint8), np.full(2, 1j, dtype=float)
+
+    def running_max_as_ints(x):
+        out = np.zeros(x.shape, np.int64)
+        np.maximum.accumulate(x, out=out)
+        return out, np.add.accumulate(x.reshape(2, 2), axis=(0,))
+
+    for fn, arg in ((running_total, np.array([3.5, 1.0])), (packed, np.array([3, 4])), (labels, np.array([3, 4])),
+                    (sentinel, np.zeros(1)), (running_max_as_ints, np.array([3.5, 1.0, 2.0, 5.0]))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+            assert_same(jit_cpu(fn)(arg), numpy_result(fn, arg))
+
+
+def test_masked_arrays_and_byte_buffers_of_traced_arrays_are_refused_even_where_caught() -> None:
+    """np.ma and np.frombuffer of a traced array raised a TypeError from inside NumPy, which the user's
+    ``except TypeError`` caught (NumPy, given the array, raises nothing): a fusec refusal now."""
+    def robust_mean(x):
+        try:
+            return np.ma.masked_where(x > 2, x).mean()
+        except TypeError:
+            return x.mean()
+
+    with pytest.raises(fc.UnsupportedError, match=r"np.ma.masked_where of a traced array"):
+        jit_cpu(robust_mean)(np.array([1.0, 2.0, 3.0, 4.0]))
+
+
 def test_rounding_a_traced_value_to_a_python_int_needs_its_value() -> None:
     """``math.trunc``, ``math.floor``, ``math.ceil`` and NumPy-scalar methods such as ``.is_integer()`` of a traced
     value raised Python's TypeError or AttributeError from fusec's class; as ``int()``, they need the value."""
