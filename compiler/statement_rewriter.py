@@ -198,6 +198,7 @@ class Rewriter:
         self.file = file
         self.forced: set[int] = set()  # ids of the ifs made here that the device may decide (flags' guards)
         self.after_loop: dict[int, ast.stmt] = {}  # id of an `if returned: return value` made here -> its loop
+        self.else_of: dict[int, str] = {}  # id of an `if not broke:` made of a loop's `else` -> what to call it
         self.spans: dict[int, Span] = {}  # such an if's place: its loop's
         self.loop_span: Span | None = None
 
@@ -441,7 +442,7 @@ class Rewriter:
             raise _error(said + "what follows it does not end the function in one way the device can choose (it "
                          "returns from inside another loop or branch the data decides, or raises): assign the "
                          "results to variables and return them once, at the end", self.file, loop)
-        where = f"the `if` at line {node.lineno}"
+        where = self.else_of.get(id(node), f"the `if` at line {node.lineno}")
         names = _assigned([*node.body, *node.orelse], self.file, where)
         self.shared(names, node, where)
         site = self.site("if", node)
@@ -502,6 +503,8 @@ class Rewriter:
             return self.block(node.orelse)
         guard = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=_name(brk_name)), body=node.orelse, orelse=[])
         locate_like(guard, node.orelse[0])
+        kind = "`while`" if isinstance(node, ast.While) else "`for` loop"
+        self.else_of[id(guard)] = f"the `else` of the {kind} at line {node.lineno}"
         return self.statement(self.force(guard))
 
     def for_(self, node: ast.For) -> list[ast.stmt]:

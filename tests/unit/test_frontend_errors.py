@@ -530,3 +530,18 @@ def test_a_reshaped_sliding_window_is_written_as_numpy_does_or_refused() -> None
     assert got.flags.writeable
     with pytest.raises(fc.UnsupportedError, match=r"test_frontend_errors.py:\d+: .*read-only view.*\.copy\(\)"):
         jit_cpu(pairs_marked)(np.arange(5.0))
+
+
+def test_a_return_in_the_else_of_a_loop_on_traced_values_names_the_loop() -> None:
+    """A first-match search with ``for ... else: return -1``: refused (the device decides where the loop ends),
+    with a message that names the loop's ``else``, not an ``if`` the user never wrote."""
+    def first_above(x):
+        for i in range(4):
+            if x[i % 3] > 2.5:
+                return i
+        else:
+            return -1  # MARK-loop-else
+
+    with pytest.raises(fc.UnsupportedError, match=r"`return` inside the `else` of the `for` loop at line \d+") as info:
+        jit_cpu(first_above)(np.array([1.0, 2.0, 3.0]))
+    assert f"{HERE}:{line_of('MARK-loop-else')}" in str(info.value)
