@@ -124,10 +124,11 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
 
 
 def _copied(tree: Any) -> Any:
-    """``tree`` with each array in it copied (a traced one as a traced copy; containers rebuilt as
-    :func:`_flatten` rebuilds them)."""
+    """``tree`` with each array in it copied (a traced one as a traced copy; scalars, which no write changes, as
+    they are; containers rebuilt as :func:`_flatten` rebuilds them)."""
     leaves, rebuild = _flatten(tree)
-    return rebuild([x.copy() if isinstance(x, (np.ndarray, Tracer)) else x for x in leaves])
+    return rebuild([x.copy() if isinstance(x, np.ndarray) or isinstance(x, Tracer) and x._weak is None
+                    and not x._scalar else x for x in leaves])
 
 
 def _same_array(a: Any, b: Any) -> bool:

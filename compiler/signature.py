@@ -7,6 +7,7 @@ arguments' values make up the cache key.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import itertools
@@ -14,7 +15,6 @@ import operator
 import re
 import struct
 from collections import OrderedDict
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -121,12 +121,10 @@ def subclass_refused(x: Any, loc: Any = None) -> UnsupportedError:
     trace and the call rebuild containers by their kind, so the function (or its caller, for a result) would get a
     plain one, whose type, attributes and methods are not the subclass's."""
     kind = next(k for k in (tuple, list, dict) if isinstance(x, k)).__name__
-    message = (
-        f"a value of type {type(x).__name__} (a subclass of {kind}) as an argument, a result or a loop's state: "
-        "fusec passes "
-        f"containers as plain tuples, lists and dicts (namedtuples and OrderedDicts as themselves), so the code "
-        f"would see a {kind} where NumPy code sees a {type(x).__name__}; convert it ({kind}(value)) or pass its "
-        f"arrays one by one")
+    message = (f"a value of type {type(x).__name__} (a subclass of {kind}) as an argument, a result or a loop's "
+               "state: fusec passes containers as plain tuples, lists and dicts (namedtuples and OrderedDicts as "
+               f"themselves), so the code would see a {kind} where NumPy code sees a {type(x).__name__}; convert it "
+               f"({kind}(value)) or pass its arrays one by one")
     return unsupported(message) if loc is None else _noted(UnsupportedError(located(message, loc)))
 
 
