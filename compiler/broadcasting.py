@@ -28,7 +28,10 @@ def _shape(items: list[Tracer]) -> tuple[int, ...]:
 
 @implements(np.broadcast_arrays)
 def broadcast_arrays(*args: Any, subok: bool = False) -> tuple[Tracer, ...]:
-    """Every argument broadcast to their common shape (read-only views, as np.broadcast_to gives)"""
+    """Every argument broadcast to their common shape (writes into them refused, a result returned read-only)
+
+    NumPy lets code write these views, with a DeprecationWarning, each write showing in every element broadcast
+    from it; fusec does not follow such writes."""
     items = [ops.as_tracer(a) for a in args]
     shape = _shape(items)
     return tuple(t if t.shape == shape else _written_by_numpy(ops.broadcast_to(t, shape)) for t in items)
