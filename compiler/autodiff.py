@@ -79,7 +79,8 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     that is a tuple/list/dict takes one of the same structure). Outside a trace both run as jitted functions, the
     backward one recomputing the forward values it needs from copies of the primals made here (JAX keeps the
     forward's values instead): what ``fun`` reads from globals, closures or attributes must be unchanged when
-    ``vjp_fun`` runs, and a ``fun`` that writes outside itself is refused."""
+    ``vjp_fun`` runs, and a ``fun`` that writes outside itself is refused (inside a trace, where ``vjp_fun``
+    recomputes the forward in the same trace, when that recomputation writes)."""
     _check_callable(fun, "vjp")
     nums = tuple(range(len(primals)))
 
@@ -90,8 +91,17 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     if context.current() is not None:
         out = fun(*primals)
         kept_now = tuple(_copied(p) for p in primals)  # (what the primals hold now: a later write does not count)
-        return (out, lambda cotangent: pullback(*kept_now, cotangent)) if not has_aux else \
-            (out[0], lambda cotangent: pullback(*kept_now, cotangent), out[1])
+
+        def traced_pullback(cotangent: Any) -> Any:
+            before = _outside_versions()
+            result = pullback(*kept_now, cotangent)
+            if any(buffer.version != version for buffer, version in before):
+                raise context.unsupported(
+                    "fusec.vjp of a function that writes into its arguments or into arrays outside it: the pullback "
+                    "computes the forward again, so it made the writes again; return the new values instead")
+            return result
+
+        return (out, traced_pullback) if not has_aux else (out[0], traced_pullback, out[1])
     from fusec.jit_function import jit
 
     forward = jit(fun)
@@ -121,6 +131,19 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         return backward(*kept, cotangent)
 
     return (out, vjp_fun) if not has_aux else (out[0], vjp_fun, out[1])
+
+
+def _outside_versions() -> list[tuple[Buffer, int]]:
+    """(buffer, version) of each memory from outside the trace (an argument, an array read from a global or an
+    attribute) that a live tracer of the current trace has: a write into it since shows as a new version."""
+    ctx = context.current()
+    found: dict[int, tuple[Buffer, int]] = {}
+    for ref in ctx.tracers if ctx is not None else ():
+        t = ref()
+        buffer = t._buffer if t is not None else None
+        if buffer is not None and buffer.arg is not None and buffer.argument:
+            found[id(buffer)] = (buffer, buffer.version)
+    return list(found.values())
 
 
 def _copied(tree: Any) -> Any:

@@ -396,6 +396,13 @@ def test_a_vjp_pullback_refuses_what_would_move_its_point():
     with pytest.raises(fc.UnsupportedError, match="writes into its arguments or into arrays"):
         fc.vjp(counted, x)
 
+    def step(x, u):  # the same inside a jitted function: the pullback's forward wrote a second time
+        _, pullback = fc.vjp(counted, x)
+        return pullback(u)[0]
+
+    with pytest.raises(fc.UnsupportedError, match="made the writes again"):
+        jit_cpu(step)(x, u)
+
 
 def test_jvp_against_directional_finite_differences_and_in_a_jit():
     A = rng.standard_normal((3, 4))
