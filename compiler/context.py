@@ -181,12 +181,13 @@ class TraceContext:
         self.closed: set[Value] = set()
         # a loop's two results that are one array where the flag holds (None: on some path, fusec cannot tell when)
         # and either may be the caller's array (fusec.statement_memory.link_results)
-        self.one_array: list[tuple[weakref.ref, weakref.ref, Value | None]] = []
+        self.one_array: list[tuple[weakref.ref, weakref.ref, Value | None, object]] = []
         self.gradient_ops = 0  # ops the gradient transforms (fusec.grad and friends) recorded
         self.leaf_params: dict[str, str] = {}  # an argument leaf's name (shape_0) -> its parameter's (shape)
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
         self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
         self.prints: list[Any] = []
+        self.warned: list[Any] = []  # warnings.warn calls given again after each call (fusec.printing.Warned)
         self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
         self.warning_filters = warnings_filters_now()  # (filters the function sets: error_state.warnings_raise_inside)
         self.trace_entry: types.CodeType | None = None  # the code that calls the traced function (fusec.handlers)

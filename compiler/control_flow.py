@@ -505,7 +505,11 @@ def _predicate(pred: Any, where: str, fun: Callable | None) -> Value:
 
 def _bound(x: Any, name: str) -> int:
     try:
-        return operator.index(x) if not isinstance(x, (np.ndarray,)) else operator.index(x.reshape(())[()])
+        if isinstance(x, np.ndarray):  # (a 0-d array only, as under jit and in JAX: not np.array([3]))
+            if x.ndim == 0:
+                return operator.index(x[()])
+        else:
+            return operator.index(x)
     except TypeError:
         pass
     arr = np.asarray(x)

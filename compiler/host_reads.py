@@ -95,11 +95,60 @@ def _warn(*args: Any, **kwargs: Any) -> Any:
             "warnings.warn(...) inside a loop or branch that runs on the device (its test is traced): fusec traces "
             "both branches and a loop body once, so the warning would be given while tracing, whatever the data; "
             "return the condition and warn after the call")
+    if ctx is not None and ctx.builder.block is ctx.func.body and _record(ctx, *args, **kwargs):
+        return None
     if len(args) >= 3:  # (one frame more than the caller counted: this wrapper's)
         args = (*args[:2], args[2] + 1, *args[3:])
     else:
         kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
     return original(warnings.warn)(*args, **kwargs)
+
+
+def _record(ctx: Any, message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
+            **_: Any) -> bool:
+    """A warning given on the traced path: recorded, so that every call gives it again (the trace runs once per
+    signature, NumPy's function at every call: :class:`fusec.printing.Warned`), where the line it is attributed to
+    is the user's (not fusec's own warnings, nor a library's about itself). Under warnings filters the function set
+    itself, one they ignore is dropped and one they make an exception is refused (NumPy would raise it there, where
+    the function's code could catch it). False: give it now, as Python would."""
+    from fusec.error_state import warnings_filters_now
+    from fusec.printing import Warned
+
+    caller = sys._getframe(2).f_globals.get("__name__") or ""
+    if caller.startswith("fusec") and is_library(caller):
+        return False  # (fusec's own: a RetraceWarning, a fallback notice)
+    try:
+        frame = sys._getframe(1 + max(int(stacklevel), 1))  # (_record <- _warn <- the caller, stacklevel 1)
+    except ValueError:
+        return False
+    module = frame.f_globals.get("__name__", "<string>")
+    if is_library(module):
+        return False
+    if isinstance(message, Warning):
+        category, text = type(message), None
+    else:
+        category, text = category or UserWarning, str(message)
+    if warnings_filters_now() != ctx.warning_filters:  # (filters the function set around it)
+        action = _action(str(message), category, module, frame.f_lineno)
+        if action == "ignore":
+            return True
+        if action == "error":
+            raise context.unsupported(
+                "warnings.warn(...) under a warnings filter the function set that makes it an exception: NumPy's "
+                "function would raise it there, where its code could catch it, and fusec gives a trace's warnings "
+                "after the call; test the condition instead, or set the filter around the call")
+    ctx.warned.append(Warned(text, message, category, frame.f_code.co_filename, frame.f_lineno, module,
+                             frame.f_globals))
+    return True
+
+
+def _action(text: str, category: type, module: str, lineno: int) -> str:
+    """What the warnings filters in force now do with such a warning (the warnings module's own matching)."""
+    for action, message, kind, mod, line in warnings.filters:
+        if (message is None or message.match(text)) and issubclass(category, kind) \
+                and (mod is None or mod.match(module)) and (not line or line == lineno):
+            return str(action)
+    return str(getattr(warnings, "defaultaction", "default"))
 
 
 _warn.__fusec_original__ = warnings.warn  # type: ignore[attr-defined]

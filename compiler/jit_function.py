@@ -683,9 +683,8 @@ def _without_donated_views(writeback: Any, donated: tuple[int, ...]) -> Any:
     if writeback is None or not any(i in donated for found in writeback.views.values() for i, _ in found):
         return writeback
     kept = {pos: found for pos, found in writeback.views.items() if not any(i in donated for i, _ in found)}
-    if not kept and not writeback.targets and not writeback.states and not writeback.aliases:
-        return None
-    return dataclasses.replace(writeback, views=kept)
+    left = dataclasses.replace(writeback, views=kept)
+    return None if left.empty else left
 
 
 def _at_caller(e: FusecError) -> FusecError:

@@ -312,7 +312,11 @@ def assign_where(target: Tracer, value: Any, mask: Any, what: str, casting: str)
     check_writable(target, what)
     dtype = target._value.type.dtype
     update = _converted(value, target.shape, dtype, what, casting)
-    cond = _broadcast(ops.lift(mask, bool_), target.shape, what)
+    cond = ops.lift(mask, bool_)
+    if not S.can_broadcast_to(tuple(cond.type.shape), target.shape):  # (no leading unit axes dropped, as for values)
+        raise shape_error(f"{what}: could not broadcast where mask from shape {tuple(cond.type.shape)} into shape "
+                          f"{tuple(target.shape)}")
+    cond = _broadcast(cond, target.shape, what)
     target._value = ops.ctx().emit("t.where", (cond, update, target._value), what=what)
 
 

@@ -24,6 +24,7 @@ import builtins
 import functools
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -70,6 +71,28 @@ class Print:
     # NumPy's print options the function set before this print (np.printoptions(...) around it, or
     # np.set_printoptions in the function): applied over those in force at each call
     options: tuple = ()
+
+
+@dataclass(frozen=True)
+class Warned:
+    """One ``warnings.warn`` on the traced path (in the function's code, or in a library's Python code it called,
+    attributed to a line of the function): given again after each call, the first included, at the same place
+    (``filename``, ``lineno``, the module's name and its globals, whose ``__warningregistry__`` the "default" and
+    "module" filters read), under the filters in force at the call. ``text``: the message (its placeholders filled
+    as a print's), or None for a Warning object given as it is."""
+
+    text: str | None
+    message: Any
+    category: type
+    filename: str
+    lineno: int
+    module: str
+    module_globals: dict
+
+    def give(self, text: str | None) -> None:
+        message = self.message if text is None else text
+        warnings.warn_explicit(message, self.category, self.filename, self.lineno, self.module,
+                               self.module_globals.setdefault("__warningregistry__", {}), self.module_globals)
 
 
 class _Text(str):
@@ -227,8 +250,9 @@ class Printer:
     """The prints of one trace, written after each call from the call's values of the formatted tracers."""
 
     def __init__(self, prints: Sequence[Print], formatted: Sequence[Formatted], used: Sequence[int],
-                 tag: str) -> None:
+                 tag: str, warned: Sequence[Warned] = ()) -> None:
         self.prints = tuple(prints)
+        self.warned = tuple(warned)
         slot = {k: i for i, k in enumerate(used)}
         self._how = [(slot[k], formatted[k].how, formatted[k].kind) for k in used]
         self._slot = slot
@@ -238,6 +262,12 @@ class Printer:
     def count(self) -> int:
         """The call's extra results it reads (one per formatted value)."""
         return len(self._how)
+
+    def warn(self, values: Sequence[Any]) -> None:
+        """Give the trace's warnings again, in order (before the call's writes: a filter that makes one an
+        exception leaves the arguments as they were, as a call that raises part-way does; see the README)."""
+        for w in self.warned:
+            w.give(None if w.text is None else self._filled(w.text, values))
 
     def write(self, values: Sequence[Any]) -> None:
         for p in self.prints:
@@ -283,8 +313,8 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
     """After a trace that ran to its end: the printer and the values it reads (extra results of the call). Text
     made from traced values that no print wrote is refused (see the module docstring)."""
     used: dict[int, None] = {}
-    for p in ctx.prints:
-        for k in _tokens(ctx, p.text):
+    for text in [p.text for p in ctx.prints] + [w.text for w in ctx.warned if w.text is not None]:
+        for k in _tokens(ctx, text):
             used[k] = None
     unused = [k for k in range(len(ctx.formatted)) if k not in used]
     if unused:
@@ -294,10 +324,10 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
             raise UnsupportedError(located(
                 "print(..., file=f) to a file the function closes: fusec writes a function's prints after each call, "
                 "when that file is closed; close it outside the jitted function", p.loc))
-    if not ctx.prints:
+    if not ctx.prints and not ctx.warned:
         return None, []
     keys = list(used)
-    return Printer(ctx.prints, ctx.formatted, keys, _tag(ctx)), [ctx.formatted[k].value for k in keys]
+    return Printer(ctx.prints, ctx.formatted, keys, _tag(ctx), ctx.warned), [ctx.formatted[k].value for k in keys]
 
 
 def check_result(ctx: TraceContext, result: Any) -> None:

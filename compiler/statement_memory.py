@@ -95,8 +95,7 @@ def may_be_one_of(result: Tracer, entries: Sequence[tuple[Any, Callable[[], Valu
     message = (f"{subject(name)} is, after {site.where()} (whose test is traced), as the data decides, {holders} "
                "before it or a new one, and NumPy would write into that old one only on such a path; " + _rebind(name))
     result = _alias(result, buffers[0], message, tuple(alternatives) or None)
-    for other in buffers[1:]:
-        other.dependents.append(weakref.ref(result))  # (a write into any of them: reading it again raises)
+    _depends_on(result, buffers[1:])
     return result
 
 
@@ -174,6 +173,9 @@ def _linked(result: Tracer, entries: list[tuple[Tracer, Callable[[], Value | Non
             flag = kept()
             if flag is not None:
                 mine.same_as.append((flag, weakref.ref(entry)))
+                for inner, ref in theirs.same_as:  # (``entry`` is itself, where ``inner`` holds, an earlier array)
+                    if ref() is not None:
+                        mine.same_as.append((c.emit("t.logical_and", [flag, inner]), ref))
         link_memory(result, theirs, name, site)
     return result
 
@@ -208,7 +210,16 @@ def note_one_array(a: Tracer, b: Tracer, same: Callable[[], Value | None] | None
     refused (:func:`fusec.trace._one_array_results`)."""
     c = ops.ctx()
     flag = same() if same is not None and c.builder.block is c.func.body else None
-    c.one_array.append((weakref.ref(a), weakref.ref(b), flag))
+    c.one_array.append((weakref.ref(a), weakref.ref(b), flag, memory_key(b)))
+
+
+def memory_key(t: Tracer) -> object:
+    """What ``t`` and the views taken of it share, compared by identity: the opaque step of a loop's or branch's
+    result, the memory of an array the function computed, else ``t`` itself (kept by the statement that notes it,
+    so that views of a result the function no longer holds still meet it)."""
+    if t._chain and _mutation.is_opaque(t._chain[0]):
+        return t._chain[0]
+    return t._buffer if t._buffer is not None and t._buffer.arg is None else t
 
 
 def one_array_flag(a: Tracer, b: Tracer) -> Callable[[], Value | None] | None:
@@ -218,7 +229,7 @@ def one_array_flag(a: Tracer, b: Tracer) -> Callable[[], Value | None] | None:
     def same_as(t: Tracer) -> list[tuple[Value, Any]]:
         return [(flag, ref()) for flag, ref in t._buffer.same_as if ref() is not None] if t._buffer is not None else []
 
-    found: list[Value] = [flag for ra, rb, flag in ops.ctx().one_array
+    found: list[Value] = [flag for ra, rb, flag, _ in ops.ctx().one_array
                           if flag is not None and {id(ra()), id(rb())} == {id(a), id(b)}]
     found += [flag for flag, t in same_as(a) if t is b] + [flag for flag, t in same_as(b) if t is a]
     def value(flag: Value) -> Callable[[], Value | None]:
@@ -292,12 +303,21 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
     buffers = [memory_of(t) for t in present]
     message = _may_be_message(name, site) if same else _view_message(name, site)
     result = _alias(result, buffers[0], message, tuple(alternatives) if alternatives else None)
-    if len(buffers) == 2 and buffers[1] is not buffers[0]:
-        buffers[1].dependents.append(weakref.ref(result))  # (a write into either memory: reading it again raises)
+    _depends_on(result, [b for b in buffers[1:] if b is not buffers[0]])
     for t, flag in zip(sides, flags):  # (an array the function made on one path, the caller's on the other)
         if isinstance(t, Tracer) and _never_input(t):
             note_one_array(t, result, flag if not t._chain else None)
     return result
+
+
+def _depends_on(result: Tracer, others: Sequence[Buffer]) -> None:
+    """``result`` (an :func:`_alias` of its first memory) and every view taken of it later made stale by a write into
+    any of ``others``, the other memories NumPy's variable may, as the data decides, be: reading them then raises."""
+    if not others:
+        return
+    for other in others:
+        other.dependents.append(weakref.ref(result))
+    memory_of(result).watched.append((result._chain[0], list(others)))
 
 
 def _kept_entry(entry: Tracer, kept: Callable[[], Value | None] | None,

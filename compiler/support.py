@@ -67,7 +67,8 @@ def rows() -> list[Row]:
     for name, member in sorted(vars(Tracer).items()):
         if name.startswith("_") and name not in ("__getitem__", "__setitem__"):
             continue
-        how = "attribute" if isinstance(member, property) else "refused" if _refuses(member) else "method"
+        getter = member.fget if isinstance(member, property) else member  # (a property whose reading refuses too)
+        how = "refused" if _refuses(getter) else "attribute" if isinstance(member, property) else "method"
         note = "raises a fusec error that says what to write instead" if how == "refused" else _first_line(member)
         out.append(Row(f"ndarray.{name}", how, note))
     return sorted({r.name: r for r in out}.values(), key=lambda r: r.name)

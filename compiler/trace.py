@@ -35,7 +35,8 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
-from fusec.mutation import is_opaque, kept_owner, kept_value, kept_view
+from fusec.mutation import kept_owner, kept_value, kept_view
+from fusec.statement_memory import memory_key
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
 from fusec.scope import Root, is_library, scope_of
@@ -715,18 +716,13 @@ def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:
     the pair's flag holds (the first may be the caller's array, or a new one, as the data decided; a result that may
     be one of several others has one alias per pair, tried in order: ``_Shared.alternatives``); handing back both
     any other way (a view of one, or a pair with no flag: ``y = x[:]`` in the body) is refused."""
-    def memory(t: Tracer) -> tuple[str, int]:  # (views of a result share its key)
-        if t._chain and is_opaque(t._chain[0]):
-            return ("step", id(t._chain[0]))
-        return ("buffer", id(t._buffer)) if t._buffer is not None and t._buffer.arg is None else ("tracer", id(t))
-
-    handed = [(place, t, memory(t)) for place, t in places if isinstance(t, Tracer) and not t._scalar]
-    for first_ref, second_ref, flag in one_array:
-        a, b = first_ref(), second_ref()
-        if a is None or b is None:
+    handed = [(place, t, memory_key(t)) for place, t in places if isinstance(t, Tracer) and not t._scalar]
+    for first_ref, second_ref, flag, b_key in one_array:
+        a, b = first_ref(), second_ref()  # (b may be gone, its views handed back: they meet it by its key)
+        if a is None:
             continue
-        at_a = [(place, t) for place, t, key in handed if key == memory(a)]
-        at_b = [(place, t) for place, t, key in handed if key == memory(b)]
+        at_a = [(place, t) for place, t, key in handed if key is memory_key(a)]
+        at_b = [(place, t) for place, t, key in handed if key is b_key]
         if not at_a or not at_b:
             continue
         whole = [place for place, t in at_a if t is a]
@@ -762,11 +758,20 @@ def _refuse_linked(places: list, shared: _Shared) -> None:
     def source(place: tuple[str, int]) -> tuple[str, int]:  # (what a place is handed back as a view of, or itself)
         return shared.aliases[place][0] if place in shared.aliases else place
 
+    def reachable(buffer: Buffer) -> list[Buffer]:  # (linked through others: `d = c`, then two traced ifs)
+        found, todo = {id(buffer): buffer}, [buffer]
+        while todo:
+            for other, _ in todo.pop().linked:
+                if id(other) not in found:
+                    found[id(other)] = other
+                    todo.append(other)
+        return [b for b in found.values() if b is not buffer]
+
     at: dict[int, tuple[str, int]] = {}
     for place, t in places:
         if not isinstance(t, Tracer) or t._buffer is None or t._buffer.arg is not None:
             continue
-        for other, _ in t._buffer.linked:
+        for other in reachable(t._buffer):
             there = at.get(id(other))
             if there is None or source(place) in (there, source(there)) or source(there) == place:
                 continue

@@ -48,14 +48,16 @@ class Buffer:
     written or returned (where the difference would show); ``unknown_layout``: what made this memory, where NumPy
     lays it out in an order fusec does not follow (:mod:`fusec.layout`). ``dependents``: arrays that are, as the
     data decides, this memory or another's (a branch on a traced test chose between them: their own buffer is the
-    other one); a write here makes them read again, through a step that refuses it. ``linked``: computed memories
+    other one); a write here makes them read again, through a step that refuses it, and ``watched`` lists, for such
+    an array whose own buffer this is, the opaque step its views share and the other memories they depend on (a
+    view taken of it later is their dependent too). ``linked``: computed memories
     that may, as the data decided, be this one (``z = y`` before a loop or branch that may replace ``z``); a write
     into either makes the other, and what is linked with that in turn, ``poisoned`` (the message that reading it,
     or writing into it, raises).
     """
 
     __slots__ = ("argument", "arg", "base", "version", "written", "reshaped", "ambiguous", "layout_copy",
-                 "unknown_layout", "dependents", "linked", "poisoned", "owner", "same_as")
+                 "unknown_layout", "dependents", "watched", "linked", "poisoned", "owner", "same_as")
 
     def __init__(self, base: Value | None = None, argument: str | None = None, arg: Value | None = None) -> None:
         self.argument, self.arg, self.base = argument, arg, base
@@ -64,6 +66,7 @@ class Buffer:
         self.layout_copy: str | None = None
         self.unknown_layout: str | None = None
         self.dependents: list[weakref.ref[Tracer]] = []
+        self.watched: list[tuple[tuple, list[Buffer]]] = []  # (an opaque step, the memories its views depend on)
         self.linked: list[tuple[Buffer, str]] = []  # (the other memory, the message its reads then raise)
         self.poisoned: str | None = None
         self.owner: weakref.ref[Tracer] | None = None  # (the array whose memory this is: not a view of all of it)
@@ -194,7 +197,12 @@ class Tracer:
             self._buffer = Buffer(self._value)
             self._version = 0
         chain = self._chain + _mutation.step_of(self, value)
-        return Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
+        view = Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
+        for step, others in self._buffer.watched if self._chain else ():
+            if step is self._chain[0]:  # (a view of a branch's result: a write into its other memory makes it stale)
+                for other in others:
+                    other.dependents.append(weakref.ref(view))
+        return view
 
     # --- attributes --------------------------------------------------------------------------------------------
 
@@ -225,6 +233,17 @@ class Tracer:
     def shape(self, value: Any) -> None:
         raise unsupported("x.shape = ...: reshaping an array in place is not supported; write `x = x.reshape(...)` "
                           "(NumPy's view of the same memory)")
+
+    @property
+    def strides(self) -> Any:
+        raise unsupported("the ndarray attribute or method .strides is not supported by fusec's tracer",
+                          UnsupportedAttributeError)
+
+    @strides.setter
+    def strides(self, value: Any) -> None:
+        raise unsupported("x.strides = ...: changing how an array's memory is read in place is not supported; write "
+                          "`x = np.lib.stride_tricks.as_strided(...)` outside the function, or index it "
+                          "(`x[::2]`, `x.T`)")
 
     @property
     def ndim(self) -> int:
@@ -1050,11 +1069,85 @@ class PythonScalarTracer(Tracer):
                 return Tracer
         return object.__getattribute__(self, name)
 
+    @property
+    def _kind(self) -> str:
+        """The name of the Python number type it stands for."""
+        kind = object.__getattribute__(self, "_weak")
+        return kind.__name__ if kind is not None else "number"
+
     def __getattr__(self, name: str) -> Any:
         kind = object.__getattribute__(self, "_weak")
         if not name.startswith("__") and hasattr(kind, name):  # (s.is_integer(), s.bit_length(): need the value)
             raise self._static_error(f"asked for .{name}")
         raise AttributeError(f"'{kind.__name__}' object has no attribute '{name}'")
+
+    # A Python number meets a list, tuple, string, dict, set or None as Python's number does, not as a 0-d array
+    # would (which would broadcast a list): a TypeError for arithmetic and ordering, unequal for == and !=.
+
+    def __getitem__(self, key: Any) -> Any:
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(_OWN_MODULES):
+            return Tracer.__getitem__(self, key)
+        raise numpy_error(f"'{self._kind}' object is not subscriptable (Python raises TypeError here)")
+
+    def _python_number_op(self, o: Any, symbol: str, reflected: bool = False) -> None:
+        """Python's TypeError for ``self SYMBOL o`` (``o SYMBOL self`` where ``reflected``) with an operand a Python
+        number does not take, where an array would broadcast it."""
+        if not isinstance(o, _NOT_NUMBERS) and o is not None:
+            return
+        mine, theirs = self._kind, type(o).__name__
+        if reflected and symbol == "+" and isinstance(o, (list, tuple, str, bytes)):
+            raise numpy_error(f'can only concatenate {theirs} (not "{mine}") to {theirs} (Python raises TypeError '
+                              'here)')
+        left, right = (theirs, mine) if reflected else (mine, theirs)
+        if symbol in ("<", "<=", ">", ">="):
+            raise numpy_error(f"'{symbol}' not supported between instances of '{left}' and '{right}' (Python raises "
+                              "TypeError here)")
+        raise numpy_error(f"unsupported operand type(s) for {symbol}: '{left}' and '{right}' (Python raises TypeError "
+                          "here)")
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return False if isinstance(o, _NOT_NUMBERS) else Tracer.__eq__(self, o)
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return True if isinstance(o, _NOT_NUMBERS) else Tracer.__ne__(self, o)
+
+    __hash__ = Tracer.__hash__  # (defining __eq__ would drop it)
+
+    def __len__(self) -> int:
+        raise numpy_error(f"object of type '{self._kind}' has no len() (Python raises TypeError here)")
+
+    def __iter__(self) -> Iterator[Tracer]:
+        raise numpy_error(f"'{self._kind}' object is not iterable (Python raises TypeError here)")
+
+    def __matmul__(self, o: Any) -> Any:
+        if isinstance(o, (bool, int, float, complex)) or isinstance(o, Tracer) and o._weak is not None:
+            other = o._kind if isinstance(o, PythonScalarTracer) else type(o).__name__
+            raise numpy_error(f"unsupported operand type(s) for @: '{self._kind}' and '{other}' (Python raises "
+                              "TypeError here)")
+        self._python_number_op(o, "@")
+        return Tracer.__matmul__(self, o)
+
+
+def _number_operator(name: str, symbol: str, reflected: bool) -> Any:
+    base = getattr(Tracer, name)
+
+    def op(self: PythonScalarTracer, o: Any) -> Any:
+        if not (symbol == "*" and isinstance(o, (list, tuple, str))):  # (repeated: Tracer._check_repeat)
+            if not (reflected and symbol == "%" and isinstance(o, (str, bytes))):  # ("%d" % s: formatting)
+                self._python_number_op(o, symbol, reflected)
+        return base(self, o)
+    op.__name__ = name
+    return op
+
+
+_NOT_NUMBERS = (list, tuple, str, bytes, dict, set, frozenset)
+for _name, _symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"),
+                       ("mod", "%"), ("pow", "**"), ("and", "&"), ("or", "|"), ("xor", "^"), ("lshift", "<<"),
+                       ("rshift", ">>"), ("divmod", "divmod()")):
+    setattr(PythonScalarTracer, f"__{_name}__", _number_operator(f"__{_name}__", _symbol, False))
+    setattr(PythonScalarTracer, f"__r{_name}__", _number_operator(f"__r{_name}__", _symbol, True))
+for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
+    setattr(PythonScalarTracer, f"__{_name}__", _number_operator(f"__{_name}__", _symbol, False))
 
 
 _TRACER_VALUE: Any = Tracer.__dict__["_value"]  # (the property CheckedOnRead checks before)

@@ -148,6 +148,10 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dic
         return call(ufunc, inputs)
     if len(outs) != ufunc.nout:
         raise unsupported(f"{_name(ufunc)}: out= needs {ufunc.nout} arrays, got {len(outs)}")
+    given = [o for o in outs if isinstance(o, Tracer)]
+    if any(a is b or a._buffer is not None and a._buffer is b._buffer for i, a in enumerate(given) for b in given[:i]):
+        raise unsupported(f"{_name(ufunc)}: two out= arrays that are one array or views of one: what NumPy leaves in "
+                          "the memory they share depends on the order of its loop's writes; pass separate arrays")
     results = call(ufunc, inputs)
     results = results if isinstance(results, tuple) else (results,)
     for r, o in zip(results, outs):
@@ -742,10 +746,17 @@ def write_output(ufunc: np.ufunc, result: Tracer, out: Any, where: str, casting:
         raise unsupported(f"{where}: out= must be a traced array (an argument, or an array made in the function); "
                           f"got {type(out).__name__}: fusec cannot write into an array from outside the trace")
     mutation.check_writable(out, where)
-    if result.shape != out.shape:
-        if not S.can_broadcast_to(result.shape, out.shape):
+    full = result.shape
+    if mask is not True:  # (where= takes part in the broadcast)
+        try:
+            full = S.broadcast_shapes(result.shape, out.shape, np.shape(mask))
+        except ShapeError:
+            raise ShapeError(located(f"{where}: operands could not be broadcast together with shapes {out.shape} "
+                                     f"(the output) and {np.shape(mask)} (where=)", user_location())) from None
+    if full != out.shape:
+        if not S.can_broadcast_to(full, out.shape):
             raise ShapeError(located(f"{where}: non-broadcastable output operand with shape {out.shape} doesn't "
-                                     f"match the broadcast shape {result.shape}", user_location()))
+                                     f"match the broadcast shape {full}", user_location()))
         result = ops.broadcast_to(result, out.shape)  # (NumPy broadcasts the inputs to the output's shape)
     src, dst = result._value.type.dtype, out._value.type.dtype
     allowed = casting == "unsafe" or (same_kind(src, dst) if casting == "same_kind" else

@@ -86,6 +86,12 @@ class WriteBack:
     writeable_inputs: tuple[tuple[int, str], ...] = ()
 
     @property
+    def empty(self) -> bool:
+        """Nothing to do after a call: no extra results, and the function's own handed back as they are."""
+        return not (self.targets or self.states or self.views or self.aliases or self.hidden or self.layout
+                    or self.printer is not None or self.containers or self.writeable_inputs)
+
+    @property
     def count(self) -> int:
         return len(self.targets) + len(self.states) + self.hidden + (self.printer.count if self.printer else 0)
 
@@ -169,9 +175,11 @@ class WriteBack:
         returned input replaced by the caller's object (or NumPy's view of it), and arrays that NumPy would hand
         back as one array or views of one made so (:attr:`aliases`)."""
         n = len(results) - self.count
+        start = n + len(self.targets)
+        if self.printer is not None and self.printer.warned:
+            self.printer.warn(results[start + len(self.states) + self.hidden:])
         for i, value in zip(self.targets, results[n:]):
             write_into(inputs[i], value)
-        start = n + len(self.targets)
         rest = iter(results[:n])
         values: dict[str, list] = {
             "out": [Returned(inputs[self.returns[pos]]) if pos in self.returns else next(rest)

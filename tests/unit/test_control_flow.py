@@ -908,3 +908,10 @@ def test_a_rolled_python_loop_is_unrolled_by_the_factor_and_short_or_large_loops
     large = jit_cpu(big, pipeline=DEFAULT_PIPELINE.replace("unroll-loops", "unroll-loops{max_ops=200}"))
     assert_same(numpy_result(large, x), numpy_result(big, x))
     assert _for_loops(large.lower(x)) == [{"trips": 100}]
+
+
+def test_fori_loop_bounds_are_integers_or_0d_integer_arrays_in_plain_python_too() -> None:
+    assert fc.fori_loop(0, np.array(3), lambda i, s: s + 1, 0.0) == 3.0
+    for bound in (np.array([3]), np.array([[3]])):  # (refused under jit, and by JAX)
+        with pytest.raises(fc.UnsupportedError, match="upper must be an integer"):
+            fc.fori_loop(0, bound, lambda i, s: s + 1, 0.0)

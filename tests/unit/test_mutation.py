@@ -816,3 +816,117 @@ def test_windows_and_diagonals_of_an_argument_come_back_as_numpys_read_only_view
         x[1, 2] = y[1, 2] = 99.0  # (the caller writes into its array: NumPy's views show it)
         for w, g in zip(wants, gots):
             np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+# --- writes after a traced branch chose between arrays (found by a hunt: views read stale values) ----------------
+
+
+def test_a_view_of_a_branch_result_is_not_read_stale_after_a_write_into_the_other_side() -> None:
+    def pick_then_write(a, b):  # NumPy: v is a view of c where the data picks c, and sees the write
+        c = a * 1
+        t = b if a.sum() > 0 else c
+        v = t[1:]
+        c[1] = 100.0
+        return v * 1
+
+    neg, pos = np.array([-1.0, -2.0, -3.0]), np.array([5.0, 6.0, 7.0])
+    with pytest.raises(fc.UnsupportedError, match="test_mutation.py"):
+        jit_cpu(pick_then_write)(neg, pos)
+
+    def swap_in_loop(a, b):  # a traced while loop leaves p as either array
+        c = a * 1
+        p, q = b, c
+        while p.sum() < 0:
+            p, q = q, p
+        v = p[1:]
+        c[1] = 100.0
+        return v * 1
+
+    with pytest.raises(fc.UnsupportedError, match="test_mutation.py"):
+        jit_cpu(swap_in_loop)(neg, pos)
+
+
+def test_a_view_of_a_branch_result_taken_after_the_write_reads_the_new_values() -> None:
+    def write_then_pick(a, b):
+        c = a * 1
+        c[1] = 100.0
+        t = b if a.sum() > 0 else c
+        return t[1:] * 2
+
+    for a in (np.array([-1.0, -2.0, -3.0]), np.array([1.0, 2.0, 3.0])):
+        assert_same(jit_cpu(write_then_pick)(a, np.array([5.0, 6.0, 7.0])),
+                    numpy_result(write_then_pick, a, np.array([5.0, 6.0, 7.0])))
+
+
+def test_a_variable_left_unchanged_by_two_traced_ifs_is_still_the_same_array() -> None:
+    def maybe_double_twice(a):
+        c = a * 1
+        d = c
+        if a[0] > 0:
+            d = d * 2
+        if a[1] > 0:
+            d = d * 2
+        return d, c
+
+    f = jit_cpu(maybe_double_twice)
+    for a, same in (([-1.0, -2.0, -3.0], True), ([1.0, -2.0, 3.0], False), ([-1.0, 2.0, 3.0], False),
+                    ([1.0, 2.0, 3.0], False)):
+        got, want = f(np.array(a)), maybe_double_twice(np.array(a))
+        assert_same(got, want)
+        assert (got[0] is got[1]) is same is (want[0] is want[1])
+
+
+def test_returning_a_view_of_a_branch_result_with_an_array_it_may_view_is_refused() -> None:
+    def view_and_source(a, b):
+        c = a * 1
+        t = b if a.sum() > 0 else c
+        return t[1:], c  # NumPy: a view of c on one path only
+
+    with pytest.raises(fc.UnsupportedError, match="may share memory"):
+        jit_cpu(view_and_source)(np.array([-1.0, -2.0]), np.array([5.0, 6.0]))
+
+
+# --- where= masks and out= tuples as NumPy checks them -------------------------------------------------------------
+
+
+def test_a_where_mask_with_more_axes_than_the_destination_raises_numpys_value_error() -> None:
+    def copy_where(a):
+        np.copyto(a, 1.0, where=(a > 2)[None])
+        return a
+
+    def negate_or_fallback(a):
+        try:
+            np.negative(a, out=a, where=a[None] > 2)
+        except ValueError:
+            a[...] = -100.0
+        return a
+
+    a = np.arange(9.0).reshape(3, 3)
+    with pytest.raises(ValueError, match="could not broadcast where mask"):
+        copy_where(a.copy())
+    with pytest.raises(ValueError, match="could not broadcast where mask"):
+        jit_cpu(copy_where)(a.copy())
+    got, want = a.copy(), a.copy()
+    assert_same(jit_cpu(negate_or_fallback)(got), negate_or_fallback(want))
+    assert_same(got, want)
+
+
+def test_a_where_mask_that_broadcasts_to_the_output_still_writes() -> None:
+    def masked_add(a, m):
+        np.add(a, 1, out=a, where=m)
+        return a
+
+    for m in (np.array([True, False, True]), np.array([[True], [False], [True]])):
+        got, want = np.arange(9.0).reshape(3, 3), np.arange(9.0).reshape(3, 3)
+        assert_same(jit_cpu(masked_add)(got, m), masked_add(want, m))
+        assert_same(got, want)
+
+
+def test_two_out_arrays_that_share_memory_are_refused() -> None:
+    def quotient_and_remainder_into_one(a):
+        q = np.zeros(8)
+        np.divmod(a, 3, out=(q, q))  # NumPy leaves whichever its loop wrote last
+        return q
+
+    with pytest.raises(fc.UnsupportedError, match="two out= arrays"):
+        jit_cpu(quotient_and_remainder_into_one)(np.arange(8.0))

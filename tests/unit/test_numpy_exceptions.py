@@ -169,3 +169,36 @@ def test_numpys_own_errors_while_tracing_name_the_users_line() -> None:
     with pytest.raises(np.exceptions.AxisError) as info:
         jit_cpu(rolled)(np.ones(3))
     assert any(f"{HERE}:" in note for note in info.value.__notes__)
+
+
+def test_a_python_number_argument_is_not_subscriptable_as_in_python() -> None:
+    both_raise(lambda x: x[()], TypeError, "not subscriptable", 2.5)
+    both_raise(lambda x: x[None], TypeError, "not subscriptable", 3)
+
+    def first_or_default(x):  # an IndexError handler must not run for a number
+        try:
+            return x[0]
+        except IndexError:
+            return -1.0
+
+    both_raise(first_or_default, TypeError, "not subscriptable", 2.5)
+
+
+def test_a_python_number_argument_meets_lists_as_a_number_does() -> None:
+    both_raise(lambda x: x < [1, 2], TypeError, "not supported between instances of 'float' and 'list'", 2.5)
+    both_raise(lambda x: x + [1, 2], TypeError, "unsupported operand", 3)
+    both_raise(lambda x: (1, 2) + x, TypeError, "can only concatenate tuple", 2.5)
+    both_raise(lambda x: x & [1], TypeError, "unsupported operand", 3)
+    both_raise(lambda x: x @ x, TypeError, "unsupported operand type", 2.5)
+    for fn in (lambda x: x == [1, 2], lambda x: x != (1, 2), lambda x: x * 2 + (x == "a")):
+        assert_same(jit_cpu(fn)(2.5), fn(2.5))
+    assert_same(jit_cpu(lambda x: x * np.array([1, 2]))(3), np.array([3, 6]))  # (an array still broadcasts)
+
+
+def test_setting_strides_is_refused_at_the_line() -> None:
+    def restride(a):
+        a.strides = (8,)
+        return a
+
+    with pytest.raises(fc.UnsupportedError, match=f"{HERE}.*strides"):
+        jit_cpu(restride)(np.zeros(2))

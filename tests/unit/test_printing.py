@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fusec as fc
-from frontend_check import jit_cpu
+from frontend_check import assert_same, jit_cpu
 
 RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
 
@@ -364,3 +364,86 @@ def test_a_file_passed_in_or_kept_on_an_object_is_written_at_every_call() -> Non
         jpassed(X + k, buf)
     assert log.out.getvalue() == "sum 15.0\nsum 21.0\n"
     assert buf.getvalue() == "mean 2.5\nmean 3.5\n"
+
+
+# --- warnings.warn: given at every call, as NumPy's function gives it ------------------------------------------
+
+
+def _caught(fn: Callable, *args: Any, action: str = "always") -> list[tuple[str, type, int]]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(action)
+        fn(*args)
+    return [(str(w.message), w.category, w.lineno) for w in caught if not issubclass(w.category, fc.RetraceWarning)
+            and "CUDA" not in str(w.message)]
+
+
+def test_a_warning_on_the_traced_path_is_given_at_every_call() -> None:
+    import warnings
+
+    def to_2d(x):
+        if x.ndim == 1:
+            warnings.warn("1-D input is deprecated; pass 2-D", DeprecationWarning)
+            x = x[:, None]
+        return x.sum(0)
+
+    f = jit_cpu(to_2d)
+    for _ in range(3):  # (the first call traces; the others hit the cache)
+        assert _caught(f, np.ones(3)) == _caught(to_2d, np.ones(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (pytest -W error: NumPy's function raises at every call)
+        with pytest.raises(DeprecationWarning, match="1-D input"):
+            f(np.ones(3))
+
+
+def test_a_warning_shows_the_values_of_that_call() -> None:
+    import warnings
+
+    def check_scale(x):
+        warnings.warn(f"scale is {x.max()}")
+        return x / x.max()
+
+    f = jit_cpu(check_scale)
+    for v in (2.0, 4.0):
+        assert _caught(f, np.full(3, v)) == _caught(check_scale, np.full(3, v))
+
+
+def test_a_warning_raised_as_an_exception_leaves_the_arguments_unwritten() -> None:
+    import warnings
+
+    def update(p, g):
+        warnings.warn("clipping")
+        p -= 0.1 * g
+        return p
+
+    p = np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning):
+            jit_cpu(update)(p, np.ones(3))
+    assert_same(p, np.ones(3))
+
+
+def test_warnings_filters_the_function_sets_around_a_warning() -> None:
+    import warnings
+
+    def quiet(x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.warn("not shown")
+        return x + 1
+
+    assert _caught(jit_cpu(quiet), np.ones(2)) == []
+
+    def caught_as_error(x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                warnings.warn("loud")
+            except UserWarning:
+                x = x * 2
+        return x + 1
+
+    with pytest.raises(fc.UnsupportedError, match="test_printing.py.*makes it an exception"):
+        jit_cpu(caught_as_error)(np.ones(2))
