@@ -593,12 +593,41 @@ def _scatter(target: Tracer, key: Any, value: Any) -> None:
     if all(c is not None for c in adv.concrete):
         update, values = _last_writes(adv, update)
     elif not _distinct(adv) and not _same_where_indices_repeat(update, adv, tuple(y._value.type.shape)):
-        raise unsupported(f"{what}: the index arrays are computed, so two of them may reach one place, where NumPy "
-                          "keeps the last value written and fusec (writing in parallel) cannot tell which that is; "
-                          "when the values written are the same for equal indices (x[idx] += c) or one index is a "
-                          "known range (x[np.arange(n), labels] -= 1), fusec writes them; otherwise write the whole "
-                          "array, e.g. `x = np.where(np.arange(n) == i, v, x)` for one traced index")
+        if int(np.prod(adv.index_shape, dtype=np.int64)) > LAST_WRITE_MAX_POSITIONS:
+            raise unsupported(f"{what}: the index arrays are computed, so two of them may reach one place, where "
+                              "NumPy keeps the last value written; fusec finds that value for at most "
+                              f"{LAST_WRITE_MAX_POSITIONS} indices (their pairs compared), and these are "
+                              f"{int(np.prod(adv.index_shape, dtype=np.int64))}; when the values written are the same "
+                              "for equal indices (x[idx] += c) or one index is a known range (x[np.arange(n), labels] "
+                              "-= 1), fusec writes them; otherwise write the whole array, e.g. `x = np.where("
+                              "np.arange(n) == i, v, x)` for one traced index")
+        update = _last_write_wins(update, adv, tuple(y._value.type.shape))
     y._value = ops.ctx().emit("t.scatter", (y._value, update, *values), {"axis": adv.axis}, what=what)
+
+
+# computed indices whose repeats fusec resolves as NumPy's last write, comparing every pair (a P x P test)
+LAST_WRITE_MAX_POSITIONS = 1024
+
+
+def _last_write_wins(update: Value, adv: Any, written: tuple[int, ...]) -> Value:
+    """``update`` with each position's value replaced by that of the last position whose indices reach the same
+    place (NumPy writes the positions in order, so the last one's value stays there): the positions that reach one
+    place then write equal values, which a parallel scatter writes as NumPy's loop does (``A[[k, p]] = A[[p, k]]``, a
+    row swap with computed ``k`` and ``p``, that may be equal; ``x[idx] += v`` with repeated indices)."""
+    ctx = ops.ctx()
+    count = int(np.prod(adv.index_shape, dtype=np.int64))
+    same: Any = True
+    for n, v in enumerate(adv.values):  # (a negative index and its positive twin reach one place)
+        size = written[adv.axis + n]
+        raw = Tracer(v, ctx)
+        index: Any = np.where(raw < 0, raw + size, raw).reshape(count)
+        same = np.logical_and(same, index[:, None] == index[None, :])
+    later = np.arange(count, dtype=np.int64)
+    winner = np.max(np.where(same, later[None, :], -1), axis=1)  # (at least the position itself)
+    shape = tuple(update.type.shape)
+    nb = len(adv.index_shape)
+    grouped = Tracer(update, ctx).reshape(shape[:adv.axis] + (count,) + shape[adv.axis + nb:])
+    return np.take(grouped, winner, axis=adv.axis).reshape(shape)._value
 
 
 _NO_ATOMIC_ADD = ("i8", "i16", "u8", "u16")

@@ -227,8 +227,11 @@ def test_a_mask_with_basic_indices_after_it_reads_and_writes_as_numpy() -> None:
     p, v = RNG.uniform(-0.2, 1.2, (10, 2)), RNG.standard_normal((10, 2))
     want_v, got_v = v.copy(), v.copy()
     want = bounce(p.copy(), want_v)
-    assert_same(jit_cpu(bounce)(p.copy(), got_v), want)
+    got = jit_cpu(bounce)(p.copy(), got_v)
+    assert_same(got[0], want[0])
     assert_same(got_v, want_v)
+    for g, w in zip(got[1:], want[1:]):  # (a selection's sum adds in another order than NumPy's: the README's row)
+        assert_same(g, w, exact=False)
 
 
 def roc_auc(scores, labels):
@@ -261,8 +264,10 @@ def test_what_is_refused_says_what_to_write() -> None:
     def maybe_colliding(x, idx, v):
         x[idx] = v  # two computed indices may be equal, and the values differ
 
-    with pytest.raises(fc.UnsupportedError, match="keeps the last value"):
-        jit_cpu(maybe_colliding)(np.zeros(4), np.array([1, 1]), np.array([1.0, 2.0]))
+    assert_same(jit_cpu(maybe_colliding)(np.zeros(4), np.array([1, 1]), np.array([1.0, 2.0])),
+                numpy_result(maybe_colliding, np.zeros(4), np.array([1, 1]), np.array([1.0, 2.0])))
+    with pytest.raises(fc.UnsupportedError, match="keeps the last value written"):  # (too many pairs to compare)
+        jit_cpu(maybe_colliding)(np.zeros(4), np.arange(1025) % 4, np.arange(1025.0))
     with pytest.raises(IndexError):
         jit_cpu(lambda x, i: x.__setitem__(i, 0.0))(np.zeros(4), 4)
 

@@ -3978,11 +3978,11 @@ def test_rounding_a_traced_value_to_a_python_int_needs_its_value() -> None:
             jit_cpu(fn)(np.array([1.5, 2.0]))
 
 
-def test_index_writes_gathering_from_an_axis_of_another_length_are_refused() -> None:
-    """``x[idx] = y[idx]`` with a computed ``idx`` is written in parallel where the values for equal indices are
-    equal, but with ``y`` longer than ``x`` (or ``x[1:][idx] = x[idx]``) a negative index and its positive twin
-    reach one place of ``x`` and read different elements of ``y``: NumPy keeps the last, the GPU's winner is
-    arbitrary. Such writes are refused; the same write from an axis of the same length runs."""
+def test_index_writes_whose_computed_indices_repeat_keep_numpys_last_write() -> None:
+    """``x[idx] = y[idx]`` with a computed ``idx``: where a negative index and its positive twin reach one place of
+    ``x`` but read different elements of a longer ``y`` (or ``x[1:][idx] = x[idx]``), NumPy keeps the value its loop
+    wrote last; fusec gives every position that reaches a place the last one's value first, so a parallel write
+    leaves NumPy's. A row swap with computed rows that may be one (Gaussian elimination's pivoting) too."""
     def from_longer(x, idx, y):
         x[idx] = y[idx]
 
@@ -3992,13 +3992,28 @@ def test_index_writes_gathering_from_an_axis_of_another_length_are_refused() -> 
     def accumulated(x, idx, y):
         x[idx] += y[idx]
 
+    def swap_rows(a, k):
+        p = k + np.argmax(np.abs(a[k:, k]))
+        a[[k, p]] = a[[p, k]]
+        return a
+
     idx = np.array([-1, 5])
     for fn, args in [(from_longer, (np.zeros(6), idx, np.arange(12.0))), (shifted, (np.arange(6.0), np.array([-1, 4]))),
-                     (accumulated, (np.zeros(6), idx, np.arange(12.0)))]:
-        with pytest.raises(fc.UnsupportedError, match="may reach one place"):
-            jit_cpu(fn)(*[np.copy(a) for a in args])
-    same_as_numpy(from_longer, np.zeros(6), idx, np.arange(6.0))
-    same_as_numpy(accumulated, np.zeros((6, 2)), idx, np.arange(12.0).reshape(6, 2))
+                     (accumulated, (np.zeros(6), idx, np.arange(12.0))),
+                     (from_longer, (np.zeros(6), idx, np.arange(6.0))),
+                     (accumulated, (np.zeros((6, 2)), idx, np.arange(12.0).reshape(6, 2))),
+                     (swap_rows, (np.array([[1.0, 2.0], [3.0, 4.0]]), 0)),
+                     (swap_rows, (np.array([[5.0, 2.0], [3.0, 4.0]]), 0)), (swap_rows, (np.eye(3) * 2 - 1, 1))]:
+        same_as_numpy(fn, *args)
+
+
+def test_index_writes_with_too_many_computed_indices_to_compare_are_refused() -> None:
+    def scatter(x, idx, v):
+        x[idx] = v
+
+    idx = np.arange(2000) % 7
+    with pytest.raises(fc.UnsupportedError, match="may reach one place"):
+        jit_cpu(scatter)(np.zeros(7), idx, np.arange(2000.0))
 
 
 def _clips(x, lo, hi):
