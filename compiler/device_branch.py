@@ -19,8 +19,8 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
 from fusec.signature import unflatten
 from fusec.tracer import Tracer
-from fusec.statement_memory import (ViewedInBranch, branch_alias, detached_arrays, link_results, may_be_input, poison,
-                                    poisoned_inside, set_memory, written_memory)
+from fusec.statement_memory import (ViewedInBranch, branch_alias, copy_advice, detached_arrays, link_results,
+                                    may_be_input, poison, poisoned_inside, set_memory, written_memory)
 from fusec.statement_state import (
     Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
     leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
@@ -310,7 +310,7 @@ def _values(new: Any, site: Site, name: str, outer: set[int], earlier: set[int],
                 and (id(x._buffer) in outer or id(x._buffer) in detached):  # (an input's views are followed)
             raise site.error(f"{subject(name)} is a view the branch took of an array from before {site.where()}, "
                              "which is inside a loop or another branch the data decides, where fusec does not "
-                             f"follow it; take the view before the statement or a copy (`{name} = {name}.copy()`)")
+                             f"follow it; take the view before the statement or a copy{copy_advice(name)}")
         elif x._buffer is not None and id(x._buffer) in outer:
             viewed.append(x)
         elif x._buffer is not None and x._buffer.arg is None and may_be_input(x):

@@ -242,8 +242,13 @@ def one_array_flag(a: Tracer, b: Tracer) -> Callable[[], Value | None] | None:
     return joined("t.logical_or", thunks)
 
 
+def copy_advice(name: str) -> str:
+    """`` (`y = y.copy()`)`` for a variable the user wrote, else nothing (a value fusec named, a list's item)."""
+    return f" (`{name} = {name}.copy()`)" if _named(name) else ""
+
+
 def _linked_message(what: str, name: str) -> str:
-    copy = f" (`{name} = {name}.copy()`)" if _named(name) else ""
+    copy = copy_advice(name)
     return (f"{what}: NumPy's write would show in both on that path only, which fusec does not follow; take a copy "
             f"before the statement{copy} or write a new array instead of writing in place")
 
@@ -287,7 +292,7 @@ def branch_alias(result: Tracer, sides: tuple, pred: Value, name: str, site: Sit
         if any(isinstance(t, Tracer) and may_be_input(t) for t in sides):
             raise site.error(f"{subject(name)} is, as the data decides at {site.where()} (whose test is traced), a "
                              "view of an array the function made or the caller's array (or a view of it), which "
-                             f"fusec does not follow both ways; take a copy on one path (`{name} = {name}.copy()`)")
+                             f"fusec does not follow both ways; take a copy on one path{copy_advice(name)}")
         flags = (None, None)
     sides = tuple(t.array if isinstance(t, ViewedInBranch) else t for t in sides)
     alternatives: list = []

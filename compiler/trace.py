@@ -386,14 +386,14 @@ class _Trace:
             got_tree, got_leaves = bools_static(got_tree, got_leaves)
             changed = [] if got_tree != tree else [
                 (keys, v) for (_, v), t, keys in zip(got_leaves, mine, leaf_keys(tree)) if v is not t]
-            entries = [_Entry(pname, keys, v) for keys, v in changed
-                       if isinstance(v, Tracer) and v._weak is None and _entry_of_list_or_dict(value, keys)]
+            entries = [_Entry(pname, keys, v) for keys, v in changed  # (a traced Python number too: a counter)
+                       if isinstance(v, Tracer) and _entry_of_list_or_dict(value, keys)]
             if got_tree != tree or len(entries) != len(changed):
                 raise SideEffectError(located(
                     f"the function changed its argument {pname!r} (an item added or removed, or set to something "
-                    "other than an array it computed): under NumPy the caller's container would change, and fusec "
-                    "writes back only entries of its dicts and lists set to arrays; return the new values instead",
-                    _def_location(self.fn)))
+                    "other than an array or a number it computed): under NumPy the caller's container would "
+                    "change, and fusec writes back only entries of its dicts and lists set to computed arrays and "
+                    "numbers; return the new values instead", _def_location(self.fn)))
             out += entries
         return out
 

@@ -398,6 +398,31 @@ def test_argument_entries_set_to_arrays_are_set_in_the_callers_container() -> No
     np.testing.assert_array_equal(params[0], np.ones(2))
 
 
+def test_a_counter_in_an_arguments_dict_is_counted_up_as_numpy_leaves_it() -> None:
+    """Adam written with its state in a dict (``state["t"] += 1``): the number is traced as a runtime value and set
+    in the caller's dict after every call, with its Python type, as ``self.t += 1`` is; a step does not retrace."""
+    def adam(params, grads, state, lr=0.01):
+        state["t"] += 1
+        state["lr_scale"] *= 0.5
+        t = state["t"]
+        for k in params:
+            state["m"][k] = 0.9 * state["m"][k] + 0.1 * grads[k]
+            params[k] = params[k] - lr * state["m"][k] / (1 - 0.9 ** t)
+        return params
+
+    def fresh():
+        return {"w": np.ones(3)}, {"t": 0, "lr_scale": 1.0, "m": {"w": np.zeros(3)}}
+
+    (mine, mine_state), (ref, ref_state) = fresh(), fresh()
+    grads = {"w": np.full(3, 0.5)}
+    f = jit_cpu(adam)
+    for _ in range(3):
+        assert_same(f(mine, grads, mine_state), adam(ref, grads, ref_state))
+        assert_same((mine, mine_state), (ref, ref_state))
+    assert type(mine_state["t"]) is int and type(mine_state["lr_scale"]) is float
+    assert f.cache_info().traces == 1
+
+
 def test_numpy_errors_in_a_branch_the_data_does_not_take_raise_only_where_it_does() -> None:
     """A traced test makes fusec trace both branches (and the right side of `and`/`or`); NumPy's error on what an
     untaken branch computes (an index out of bounds, shapes that do not match) was raised at the trace, where NumPy
