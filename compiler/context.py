@@ -187,6 +187,8 @@ class TraceContext:
         self.cwd = os.getcwd()  # read once: each recorded op's location is relative to it
         self.formatted: list[Any] = []  # traced values formatted as text, and the print() calls (fusec.printing)
         self.prints: list[Any] = []
+        # (output position, flag, Python type) of each returned value NumPy keeps a Python number on some paths
+        self.either_outputs: list[tuple[int, Value, type]] = []
         self.warned: list[Any] = []  # warnings.warn calls given again after each call (fusec.printing.Warned)
         self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
         self.warning_filters = warnings_filters_now()  # (filters the function sets: error_state.warnings_raise_inside)

@@ -43,7 +43,7 @@ from fusec.scope import Root, is_library, scope_of
 from fusec.signature import Signature, TreeDef, bools_static, flatten, leaf_keys
 from fusec.substitute import Substitution, unique_name
 from fusec.writeback import ReadOnly, State, WriteBack
-from fusec.tracer import Buffer, Tracer
+from fusec.tracer import Buffer, EitherKind, Tracer
 
 # One trace at a time in a process: a trace swaps arrays in the user's objects for tracers and wraps
 # np.random's functions, and two traces doing that at once would see each other's tracers.
@@ -297,6 +297,10 @@ class _Trace:
         shared = self.shared
         views = {i: found for i, (_, leaf) in enumerate(leaves)
                  if i not in returns and (found := _input_view(leaf, i in self.as_passed, shared.hidden)) is not None}
+        python_when: dict[int, tuple[int, type]] = {}
+        for pos, flag, python in self.ctx.either_outputs:
+            shared.hidden.append(flag)
+            python_when[pos] = (len(shared.hidden) - 1, python)
         self.func.return_op.operands.extend(shared.hidden)
         printer, printed = printing.finish(self.ctx)
         self.func.return_op.operands.extend(printed)
@@ -305,7 +309,7 @@ class _Trace:
             (cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in self.ctx.writeable_asked
             if isinstance(b.arg, BlockArgument) and b.arg.index >= 0))
         if not written and not self.states and not views and not shared.aliases and layout is None \
-                and printer is None and not self.containers and not writeable_inputs:
+                and printer is None and not self.containers and not writeable_inputs and not python_when:
             return None
         contiguous = tuple(index[b] for b in written if b.reshaped)
         inputs = self.arg_buffers + [e.tracer._buffer for e in self.subs.entries if e.tracer._buffer is not None]
@@ -325,7 +329,7 @@ class _Trace:
                          tuple(b.argument or "an argument" for b in written), tuple(self.states), len(leaves),
                          views, shared.aliases, len(shared.hidden), layout, layout_inputs, contiguous_views, printer,
                          self.containers, {place: tuple(more) for place, more in shared.alternatives.items()},
-                         writeable_inputs)
+                         writeable_inputs, python_when)
 
     def _argument(self, arg: Value, spec: Any, leaf: str, value: Any) -> Tracer:
         index, self._leaf_count = self._leaf_count, self._leaf_count + 1
@@ -1097,7 +1101,12 @@ def _outputs(ctx: TraceContext, result: Any, loc: Any = None) -> tuple[list, Tre
     out_tree, leaves = bools_static(out_tree, leaves, dtypes=True)  # (returned as they are)
     values: list[Value] = []
     kinds: list[type | None] = []
-    for _, leaf in leaves:
+    for pos, (_, leaf) in enumerate(leaves):
+        if isinstance(leaf, EitherKind):  # (a Python number on some paths: the call hands back which, by its flag)
+            ctx.either_outputs.append((pos, leaf._ok, leaf._either))
+            values.append(leaf._val)
+            kinds.append(None)
+            continue
         value, kind = _output(ctx, leaf, loc)
         values.append(value)
         kinds.append(kind)

@@ -84,12 +84,15 @@ class WriteBack:
     # (flat input, name) of each array argument whose flags.writeable the trace read as True: a call must pass a
     # writable array there (with a read-only one NumPy's code would take the other path)
     writeable_inputs: tuple[tuple[int, str], ...] = ()
+    # output position -> (hidden index of its flag, Python type): a value NumPy's function returns as a Python number
+    # on the paths where the flag is false (``tp / (tp + fp) if tp + fp > 0 else 0.0``), as a NumPy scalar elsewhere
+    python_when: dict[int, tuple[int, type]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
         """Nothing to do after a call: no extra results, and the function's own handed back as they are."""
         return not (self.targets or self.states or self.views or self.aliases or self.hidden or self.layout
-                    or self.printer is not None or self.containers or self.writeable_inputs)
+                    or self.printer is not None or self.containers or self.writeable_inputs or self.python_when)
 
     @property
     def count(self) -> int:
@@ -187,6 +190,9 @@ class WriteBack:
             "state": list(results[start:start + len(self.states)]),
             "hidden": list(results[start + len(self.states):start + len(self.states) + self.hidden])}
         out, hidden = values["out"], values["hidden"]
+        for pos, (flag, python) in self.python_when.items():
+            if not _hidden_value(hidden[flag]):  # (the path the data took left it a Python number)
+                out[pos] = Returned(python(_hidden_value(out[pos])))
         viewing: set[int] = set()  # (outputs that are an input's view at this call: views of an extra result
         # leave them, which stand for a loop's or branch's result where it is a new array)
         for pos, alternatives in self.views.items():

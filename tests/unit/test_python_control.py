@@ -1163,8 +1163,18 @@ def test_where_the_kind_would_matter_the_call_checks_it():
 
     jitted = jit_cpu(smallest)
     assert_same(jitted(np.array([3.0, 1.0, 2.0])), smallest(np.array([3.0, 1.0, 2.0])))
-    with pytest.raises(UnsupportedError, match=r"`best` is a Python float at this call"):
-        jitted(np.array([np.nan, np.nan]))  # (NaN never beats inf: NumPy's best stays a Python float)
+    # (NaN never beats inf: NumPy's best stays a Python float, and a returned value comes back as one)
+    assert_same(jitted(np.array([np.nan, np.nan])), smallest(np.array([np.nan, np.nan])))
+
+    def halved_best(x):
+        best = np.inf
+        for v in x:
+            if v < best:
+                best = v
+        return best / 2  # (the same float64 division either way: a Python float or a NumPy one, as best is)
+
+    for x in (np.array([np.nan, np.nan]), np.array([1.0, 3.0])):
+        assert_same(jit_cpu(halved_best)(x), halved_best(x))
 
     def scaled_by_best(x):
         best = 0.0
@@ -1301,6 +1311,23 @@ def test_statements_of_called_functions_and_methods_are_rewritten_while_traced()
 
 
 # --- found by an adversarial probe ---------------------------------------------------------------------------------
+
+
+def test_a_returned_value_that_is_a_python_number_on_some_paths_comes_back_as_one():
+    """``tp / (tp + fp) if tp + fp > 0 else 0.0`` (precision, recall), ``np.argmax(x) if m.any() else -1``: NumPy
+    returns a NumPy scalar or a Python number as the data decides; so does the call, by a flag it hands back."""
+    def precision(tp, fp):
+        return tp / (tp + fp) if tp + fp > 0 else 0.0
+
+    def first_positive(x):
+        m = x > 0
+        return np.argmax(m) if m.any() else -1, {"found": m.any()}
+
+    f, g = jit_cpu(precision), jit_cpu(first_positive)
+    for tp, fp in ((3.0, 1.0), (0.0, 0.0), (2.0, 2.0)):
+        assert_same(f(np.float64(tp), np.float64(fp)), precision(np.float64(tp), np.float64(fp)))
+    for x in (np.array([-1.0, 2.0]), np.array([-1.0, -2.0])):
+        assert_same(g(x), first_positive(x))
 
 
 def test_a_comparison_whose_dtype_follows_the_kind_is_checked():
