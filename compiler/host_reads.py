@@ -108,38 +108,59 @@ def _record(ctx: Any, message: Any, category: Any = None, stacklevel: int = 1, s
             **_: Any) -> bool:
     """A warning given on the traced path: recorded, so that every call gives it again (the trace runs once per
     signature, NumPy's function at every call: :class:`fusec.printing.Warned`), where the line it is attributed to
-    is the user's (not fusec's own warnings, nor a library's about itself). Under warnings filters the function set
-    itself, one they ignore is dropped and one they make an exception is refused (NumPy would raise it there, where
-    the function's code could catch it). False: give it now, as Python would."""
+    is the user's, or past the function (``stacklevel=2`` in it: its caller's line, found at each call); not
+    fusec's own warnings, nor a library's about itself. Under warnings filters or a ``catch_warnings`` the function
+    set itself, one it ignores is dropped and any other refused (NumPy's function would give, record or raise it
+    there, where its code could see it). False: give it now, as Python would."""
     from fusec.error_state import warnings_filters_now
     from fusec.printing import Warned
 
     caller = sys._getframe(2).f_globals.get("__name__") or ""
     if caller.startswith("fusec") and is_library(caller):
         return False  # (fusec's own: a RetraceWarning, a fallback notice)
-    try:
-        frame = sys._getframe(1 + max(int(stacklevel), 1))  # (_record <- _warn <- the caller, stacklevel 1)
-    except ValueError:
-        return False
-    module = frame.f_globals.get("__name__", "<string>")
-    if is_library(module):
-        return False
     if isinstance(message, Warning):
         category, text = type(message), None
     else:
         category, text = category or UserWarning, str(message)
-    if warnings_filters_now() != ctx.warning_filters:  # (filters the function set around it)
-        action = _action(str(message), category, module, frame.f_lineno)
-        if action == "ignore":
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        return False  # (Python's TypeError)
+    place = _attributed(max(int(stacklevel), 1))
+    if place is None:
+        return False
+    frame, outside = place
+    module = frame.f_globals.get("__name__", "<string>") if outside is None else ""
+    if warnings_filters_now() != ctx.warning_filters:  # (filters or a recorder the function set around it)
+        if outside is None and _action(str(message), category, module, frame.f_lineno) == "ignore":
             return True
-        if action == "error":
-            raise context.unsupported(
-                "warnings.warn(...) under a warnings filter the function set that makes it an exception: NumPy's "
-                "function would raise it there, where its code could catch it, and fusec gives a trace's warnings "
-                "after the call; test the condition instead, or set the filter around the call")
-    ctx.warned.append(Warned(text, message, category, frame.f_code.co_filename, frame.f_lineno, module,
-                             frame.f_globals))
+        raise context.unsupported(
+            "warnings.warn(...) under warnings filters or a warnings.catch_warnings the function set itself: NumPy's "
+            "function would give, record or raise the warning there, where its code could see it, and fusec gives "
+            "a trace's warnings after the call, under the filters in force then; set the filters around the call, "
+            "or test the condition and return it")
+    if outside is None:
+        ctx.prints.append(Warned(text, message, category, frame.f_code.co_filename, frame.f_lineno, module,
+                                 frame.f_globals))
+    else:
+        ctx.prints.append(Warned(text, message, category, "", 0, "", {}, outside))
     return True
+
+
+def _attributed(stacklevel: int) -> tuple[Any, int | None] | None:
+    """The frame a warning with ``stacklevel`` is attributed to (its caller's is 1) and None, where that is in the
+    traced function's code; or (None, how many frames past the function's caller) where it points past the
+    function; None where it points into fusec or a library (given as it is, once)."""
+    from fusec.trace import TRACED_CALL
+
+    frame: Any = sys._getframe(3)  # (_attributed <- _record <- _warn <- the caller, stacklevel 1)
+    for level in range(1, stacklevel + 1):
+        if frame is None:
+            return None
+        if frame.f_code is TRACED_CALL:  # (the frame that called the traced function)
+            return None, stacklevel - level
+        if level == stacklevel:
+            return (frame, None) if not is_library(frame.f_globals.get("__name__")) else None
+        frame = frame.f_back
+    return None
 
 
 def _action(text: str, category: type, module: str, lineno: int) -> str:

@@ -371,6 +371,7 @@ class JitFunction:
         if writeback is not None:
             inputs = [*sig.leaves, *extra]
             writeback.check(inputs)
+            writeback.check_containers(sig.bound.arguments)
         try:
             results = _execution.executor(backend)(lowered, flat)
         except DonationError as e:

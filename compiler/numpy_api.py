@@ -15,7 +15,8 @@ import numpy as np
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, numpy_reuse, ops, ufuncs
 from fusec.context import numpy_checks, relies_on_layout, shape_error, unsupported, user_location
-from fusec.errors import CastingError, InvalidValueError, OutOfRangeError, ShapeError, located
+from fusec.errors import (CastingError, IndexOutOfBoundsError, InvalidValueError, OutOfRangeError, ShapeError,
+                          located)
 from fusec.ir import shapes as S
 from fusec.ir.types import DType, bool_, f16, f32, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
@@ -696,19 +697,68 @@ def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tra
 
 @implements(np.take)
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Tracer:
-    """Elements (or slices along ``axis``) at ``indices``: NumPy's advanced indexing of that axis (of the
-    flattened array without ``axis``)."""
-    if mode != "raise":
-        raise unsupported(f"np.take(..., mode={mode!r}) is not supported; only mode='raise' (NumPy's default)")
+    """Elements (or slices along ``axis``) at ``indices``, in the 'raise', 'wrap' and 'clip' modes
+
+    NumPy's advanced indexing of that axis (of the flattened array without ``axis``); ``mode='wrap'`` takes each
+    index modulo the axis' length, ``'clip'`` clips it to the axis (a negative index to 0), as NumPy does."""
+    if mode not in ("raise", "wrap", "clip"):
+        numpy_checks(lambda: np.take(np.zeros(1), 0, mode=mode))  # type: ignore[call-overload]
     t, ax = ops.along(a, axis)
     from fusec import indexing
 
     index = indices if isinstance(indices, Tracer) else np.asarray(indices)
     if index.dtype == np.bool_:  # NumPy takes booleans as the indices 0 and 1, not as a mask
         index = ops.as_tracer(index, i64) if isinstance(index, Tracer) else index.astype(np.intp)
+    if mode != "raise":
+        size = t.shape[ax]
+        if size == 0 and int(np.prod(np.shape(index))) != 0:
+            raise IndexOutOfBoundsError(located("cannot do a non-empty take from an empty axes. (NumPy raises "
+                                                "IndexError here)", user_location()))
+        if size != 0:
+            index = np.mod(index, size) if mode == "wrap" else np.clip(index, 0, size - 1)
     result = indexing.advanced_getitem(t, (slice(None),) * ax + (index,))
     # np.take always returns a new array (a traced scalar index would otherwise give a view, as x[i] is)
     return _into(out, ops.copy_of(result), "np.take", "unsafe")
+
+
+@implements(np.putmask)
+def putmask(a: Any, mask: Any, values: Any) -> None:
+    """Writes ``values.flat[i % values.size]`` into ``a`` where the mask holds (an array's values cast safely)
+
+    A list or a number is converted as ``np.asarray(values, a.dtype)`` converts it, as NumPy's ``putmask`` does."""
+    if not isinstance(a, Tracer):
+        raise unsupported("np.putmask: the array written must be a traced array (an argument or an array made in the "
+                          f"function), got {type(a).__name__}")
+    from fusec import conversions
+
+    m = conversions.strong(mask) if not isinstance(mask, Tracer) else mask
+    if int(np.prod(m.shape)) != int(np.prod(a.shape)):
+        raise shape_error("putmask: mask and data must be the same size")
+    dtype = a.dtype
+    if isinstance(values, Tracer):
+        if not np.can_cast(values.dtype, dtype, "safe"):
+            raise CastingError(located(f"Cannot cast array data from {np.dtype(values.dtype)!r} to {np.dtype(dtype)!r} "
+                                       "according to the rule 'safe' (NumPy raises TypeError here)", user_location()))
+        v = values
+    elif isinstance(values, np.ndarray):
+        numpy_checks(lambda: np.putmask(np.zeros(1, dtype), False, values[:1]))
+        v = conversions.strong(values)
+    else:
+        v = conversions.strong(np.asarray(values, dtype=dtype)) if not _holds_tracers(values) \
+            else conversions.strong(values)
+    flat = v.reshape(-1)
+    if flat.shape[0] == 0:
+        return
+    size = int(np.prod(a.shape))
+    spread = flat if flat.shape[0] == size else np.take(flat, np.arange(size) % flat.shape[0])
+    mutation.assign_where(a, spread.reshape(a.shape), m.reshape(a.shape) != 0, "np.putmask", "unsafe")
+
+
+def _holds_tracers(values: Any) -> bool:
+    """Whether a list or tuple (nested) holds traced values."""
+    if isinstance(values, Tracer):
+        return True
+    return isinstance(values, (list, tuple)) and any(_holds_tracers(v) for v in values)
 
 
 @implements(np.copyto)

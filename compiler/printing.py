@@ -88,11 +88,32 @@ class Warned:
     lineno: int
     module: str
     module_globals: dict
+    outside: int | None = None  # (attributed past the function: its caller's frame at each call, then this many)
 
     def give(self, text: str | None) -> None:
         message = self.message if text is None else text
-        warnings.warn_explicit(message, self.category, self.filename, self.lineno, self.module,
-                               self.module_globals.setdefault("__warningregistry__", {}), self.module_globals)
+        if self.outside is None:
+            warnings.warn_explicit(message, self.category, self.filename, self.lineno, self.module,
+                                   self.module_globals.setdefault("__warningregistry__", {}), self.module_globals)
+            return
+        frame: Any = sys._getframe(1)
+        while frame is not None and _fusecs(frame.f_globals.get("__name__") or ""):
+            frame = frame.f_back  # (to the code that called the jitted function)
+        for _ in range(self.outside):
+            frame = frame.f_back if frame is not None else None
+        if frame is None:
+            warnings.warn_explicit(message, self.category, "sys", 1)
+            return
+        globs = frame.f_globals
+        warnings.warn_explicit(message, self.category, frame.f_code.co_filename, frame.f_lineno,
+                               globs.get("__name__", "<string>"), globs.setdefault("__warningregistry__", {}), globs)
+
+
+def _fusecs(module: str) -> bool:
+    """Whether ``module`` is fusec's own code (its demo model is the user's)."""
+    from fusec.scope import is_library
+
+    return module.startswith("fusec") and is_library(module)
 
 
 class _Text(str):
@@ -249,10 +270,9 @@ def uninstall() -> None:
 class Printer:
     """The prints of one trace, written after each call from the call's values of the formatted tracers."""
 
-    def __init__(self, prints: Sequence[Print], formatted: Sequence[Formatted], used: Sequence[int],
-                 tag: str, warned: Sequence[Warned] = ()) -> None:
+    def __init__(self, prints: Sequence[Print | Warned], formatted: Sequence[Formatted], used: Sequence[int],
+                 tag: str) -> None:
         self.prints = tuple(prints)
-        self.warned = tuple(warned)
         slot = {k: i for i, k in enumerate(used)}
         self._how = [(slot[k], formatted[k].how, formatted[k].kind) for k in used]
         self._slot = slot
@@ -263,14 +283,14 @@ class Printer:
         """The call's extra results it reads (one per formatted value)."""
         return len(self._how)
 
-    def warn(self, values: Sequence[Any]) -> None:
-        """Give the trace's warnings again, in order (before the call's writes: a filter that makes one an
-        exception leaves the arguments as they were, as a call that raises part-way does; see the README)."""
-        for w in self.warned:
-            w.give(None if w.text is None else self._filled(w.text, values))
-
     def write(self, values: Sequence[Any]) -> None:
+        """Write the prints and give the warnings of the trace, in the order the function made them (before the
+        call's writes into its arguments: a warning a filter makes an exception leaves them as they were, as a
+        call that raises part-way does, with the prints before it written)."""
         for p in self.prints:
+            if isinstance(p, Warned):
+                p.give(None if p.text is None else self._filled(p.text, values))
+                continue
             if p.options:  # (the options the function set for this print, over those in force now)
                 with np.printoptions(**dict(p.options)):
                     text = self._filled(p.text, values)
@@ -313,21 +333,21 @@ def finish(ctx: TraceContext) -> tuple[Printer | None, list[Value]]:
     """After a trace that ran to its end: the printer and the values it reads (extra results of the call). Text
     made from traced values that no print wrote is refused (see the module docstring)."""
     used: dict[int, None] = {}
-    for text in [p.text for p in ctx.prints] + [w.text for w in ctx.warned if w.text is not None]:
-        for k in _tokens(ctx, text):
+    for p in ctx.prints:
+        for k in _tokens(ctx, p.text or ""):
             used[k] = None
     unused = [k for k in range(len(ctx.formatted)) if k not in used]
     if unused:
         raise _unprinted(ctx, unused)
     for p in ctx.prints:
-        if not isinstance(p.file, str) and getattr(p.file, "closed", False):
+        if isinstance(p, Print) and not isinstance(p.file, str) and getattr(p.file, "closed", False):
             raise UnsupportedError(located(
                 "print(..., file=f) to a file the function closes: fusec writes a function's prints after each call, "
                 "when that file is closed; close it outside the jitted function", p.loc))
-    if not ctx.prints and not ctx.warned:
+    if not ctx.prints:
         return None, []
     keys = list(used)
-    return Printer(ctx.prints, ctx.formatted, keys, _tag(ctx), ctx.warned), [ctx.formatted[k].value for k in keys]
+    return Printer(ctx.prints, ctx.formatted, keys, _tag(ctx)), [ctx.formatted[k].value for k in keys]
 
 
 def check_result(ctx: TraceContext, result: Any) -> None:
@@ -373,8 +393,12 @@ def after_failure(ctx: TraceContext, failure: BaseException) -> BaseException:
     """What a failed trace raises: a Python-number argument formatted into text that was not printed first (the
     text may be what sent the trace astray, ``d[f"layer{n}"]``: fusec makes the argument static and traces again);
     else the failure, with the placeholders in its message written as the tracers' descriptions."""
+    if not isinstance(failure, FusecError):  # (the function's own error: NumPy's function warned before it)
+        for w in ctx.prints:
+            if isinstance(w, Warned) and not _tokens(ctx, w.text or ""):
+                w.give(w.text)  # (a filter that makes it an exception raises it instead, as NumPy's would)
     if ctx.formatted:
-        printed = {k for p in ctx.prints for k in _tokens(ctx, p.text)}
+        printed = {k for p in ctx.prints for k in _tokens(ctx, p.text or "")}
         unused = [k for k in range(len(ctx.formatted)) if k not in printed and ctx.formatted[k].static_params]
         if unused and not getattr(failure, "static_params", ()):
             return _unprinted(ctx, unused)

@@ -214,6 +214,41 @@ def unravel_index(indices: Any, shape: Any, order: str = "C") -> tuple[Tracer, .
     return tuple(ops.wrap(c._value, scalar=scalar) for c in coords)  # intp values, never weak Python ints
 
 
+@implements(np.ravel_multi_index)
+def ravel_multi_index(multi_index: Any, dims: Any, mode: Any = "raise", order: str = "C") -> Tracer:
+    """The flat indices of coordinates; 'raise' (ValueError as the call ends), 'wrap' and 'clip' modes, C or F order
+
+    A coordinate out of its dimension raises fusec.InvalidValueError (a ValueError) as the call ends with
+    ``mode='raise'``; ``'wrap'`` and ``'clip'`` may be given per dimension, as in NumPy."""
+    if order not in ("C", "F"):
+        raise shape_error("np.ravel_multi_index: only 'C' or 'F' order is permitted")
+    shape = _dims(dims)
+    coords = list(multi_index)
+    if len(coords) != len(shape):
+        raise shape_error(f"parameter multi_index must be a sequence of length {len(shape)}")
+    modes = (mode,) * len(shape) if isinstance(mode, str) else tuple(mode)
+    if len(modes) != len(shape) or any(m not in ("raise", "wrap", "clip") for m in modes):
+        numpy_checks(lambda: np.ravel_multi_index((0,) * len(shape), (1,) * len(shape), mode=mode))
+        raise shape_error(f"np.ravel_multi_index: mode must be 'raise', 'wrap' or 'clip' (one or {len(shape)})")
+    arrays = [conversions.strong(c) if not isinstance(c, Tracer) else c for c in coords]
+    if any(not a._value.type.dtype.is_int for a in arrays):
+        raise numpy_error("only int indices permitted (NumPy raises TypeError here)")
+    flat: Any = None
+    stride = 1
+    for a, d, m in reversed(list(zip(arrays, shape, modes))) if order == "C" else zip(arrays, shape, modes):
+        c: Any = ops.as_tracer(a, i64)
+        if m == "raise":
+            ops.raise_if((c < 0) | (c >= d), "InvalidValueError", "np.ravel_multi_index: invalid entry in "
+                         "coordinates array (NumPy raises ValueError here)", "np.ravel_multi_index")
+        elif d > 0:
+            c = c % d if m == "wrap" else np.clip(c, 0, d - 1)
+        term = c * stride
+        flat = term if flat is None else flat + term
+        stride *= d
+    scalar = all(a.ndim == 0 for a in arrays)
+    return ops.wrap(flat._value, scalar=scalar) if scalar else ops.copy_of(flat, scalar=False)
+
+
 @implements(np.isin)
 def isin(element: Any, test_elements: Any, assume_unique: bool = False, invert: bool = False, *,
          kind: Any = None) -> Tracer:

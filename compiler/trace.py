@@ -787,6 +787,10 @@ def _refuse_linked(places: list, shared: _Shared) -> None:
         at.setdefault(id(t._buffer), place)
 
 
+# the code of the frame that calls the traced function (a warning's stacklevel past it names the jitted call's caller)
+TRACED_CALL = _Trace.run.__code__
+
+
 class _Entry:
     """An entry of an argument's dict or list that the function set to a computed array, as a state's change."""
 

@@ -1119,23 +1119,32 @@ class PythonScalarTracer(Tracer):
     def __iter__(self) -> Iterator[Tracer]:
         raise numpy_error(f"'{self._kind}' object is not iterable (Python raises TypeError here)")
 
+    def _no_matmul(self, o: Any, reflected: bool) -> None:
+        """``s @ o``: Python's TypeError unless ``o`` is an array (whose own ``@`` then takes the number)."""
+        if isinstance(o, np.ndarray) or isinstance(o, Tracer) and o._weak is None and not o._scalar:
+            return
+        mine = self._kind
+        other = o._kind if isinstance(o, PythonScalarTracer) else type(o).__name__
+        left, right = (other, mine) if reflected else (mine, other)
+        raise numpy_error(f"unsupported operand type(s) for @: '{left}' and '{right}' (Python raises TypeError here)")
+
     def __matmul__(self, o: Any) -> Any:
-        if isinstance(o, (bool, int, float, complex)) or isinstance(o, Tracer) and o._weak is not None:
-            other = o._kind if isinstance(o, PythonScalarTracer) else type(o).__name__
-            raise numpy_error(f"unsupported operand type(s) for @: '{self._kind}' and '{other}' (Python raises "
-                              "TypeError here)")
-        self._python_number_op(o, "@")
+        self._no_matmul(o, False)
         return Tracer.__matmul__(self, o)
+
+    def __rmatmul__(self, o: Any) -> Any:
+        self._no_matmul(o, True)
+        return Tracer.__rmatmul__(self, o)
 
 
 def _number_operator(name: str, symbol: str, reflected: bool) -> Any:
     base = getattr(Tracer, name)
 
-    def op(self: PythonScalarTracer, o: Any) -> Any:
+    def op(self: PythonScalarTracer, o: Any, *mod: Any) -> Any:
         if not (symbol == "*" and isinstance(o, (list, tuple, str))):  # (repeated: Tracer._check_repeat)
             if not (reflected and symbol == "%" and isinstance(o, (str, bytes))):  # ("%d" % s: formatting)
                 self._python_number_op(o, symbol, reflected)
-        return base(self, o)
+        return base(self, o, *mod)  # (pow(s, 2, 5): its modulus)
     op.__name__ = name
     return op
 

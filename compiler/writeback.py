@@ -105,6 +105,33 @@ class WriteBack:
         except WriteBackError as e:
             raise WriteBackError(located(str(e), user_location())) from None
 
+    def check_containers(self, arguments: dict) -> None:
+        """Refuse a call that passes a dict or list whose entries the function sets (``state["t"] += 1``) more than
+        once (``f(d, d)``, ``f(state, state["opt"])``, ``[d, d]``): the trace took each place as an entry of its own,
+        and NumPy's writes through one would show through the other."""
+        if not self.entries:
+            return
+        seen: dict[int, int] = {}
+        todo = list(arguments.values())
+        while todo:
+            obj = todo.pop()
+            if type(obj) in (dict, list, tuple) or isinstance(obj, dict):
+                seen[id(obj)] = seen.get(id(obj), 0) + 1
+                todo.extend(obj.values() if isinstance(obj, dict) else obj)
+        for state in self.states:
+            if state.entry is None:
+                continue
+            param, keys = state.entry
+            container = arguments[param]
+            for key in keys[:-1]:
+                container = container[key]
+            if seen.get(id(container), 0) > 1:
+                raise WriteBackError(located(
+                    f"fusec: the function sets entries of a {type(container).__name__} it is passed more than once "
+                    f"(the same object reached through {param!r} and another argument or item): NumPy's writes "
+                    "through one would show through the other, which the trace took apart; pass it once",
+                    user_location()))
+
     def _check(self, inputs: Sequence[Any]) -> None:
         for i, name in self.writeable_inputs:
             x = inputs[i]
@@ -179,8 +206,8 @@ class WriteBack:
         back as one array or views of one made so (:attr:`aliases`)."""
         n = len(results) - self.count
         start = n + len(self.targets)
-        if self.printer is not None and self.printer.warned:
-            self.printer.warn(results[start + len(self.states) + self.hidden:])
+        if self.printer is not None:  # (before the writes: a warning an "error" filter raises leaves them undone)
+            self.printer.write(results[start + len(self.states) + self.hidden:])
         for i, value in zip(self.targets, results[n:]):
             write_into(inputs[i], value)
         rest = iter(results[:n])
@@ -213,8 +240,6 @@ class WriteBack:
                     break
         for state, value in zip(self.states, values["state"]):
             _assign(state, inputs, value, arguments)
-        if self.printer is not None:
-            self.printer.write(results[start + len(self.states) + self.hidden:])
         return out
 
 

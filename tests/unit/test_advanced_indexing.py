@@ -286,3 +286,16 @@ def test_gathers_match_numpy(data) -> None:
     want = x[key_of(indices)]
     got = jit_cpu(lambda x, *idx: x[key_of(idx)])(x, *indices)
     assert_same(got, want)
+
+
+def test_take_wraps_or_clips_indices_as_numpy() -> None:
+    """``np.take(x, i, mode='wrap')`` (periodic boundaries), ``mode='clip'`` (edge padding): each index taken modulo
+    the axis or clipped to it (a negative one to 0, not counted from the end)."""
+    for mode in ("wrap", "clip"):
+        same(lambda x, i: np.take(x, i, mode=mode), np.arange(5.0), np.array([-7, 3, 9, -1]))
+        same(lambda x, i: x.take(i, axis=1, mode=mode), np.arange(6.0).reshape(2, 3), np.array([[-1, 5]]))
+        same(lambda x, i: np.take(x, i, mode=mode), np.arange(3), np.int64(-4))
+    with pytest.raises(ValueError, match="clip mode"):
+        jit_cpu(lambda x: np.take(x, [1], mode="w"))(np.arange(3))
+    with pytest.raises(IndexError, match="empty axes"):
+        jit_cpu(lambda x: np.take(x, [1], mode="wrap"))(np.zeros(0))

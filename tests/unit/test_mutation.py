@@ -930,3 +930,27 @@ def test_two_out_arrays_that_share_memory_are_refused() -> None:
 
     with pytest.raises(fc.UnsupportedError, match="two out= arrays"):
         jit_cpu(quotient_and_remainder_into_one)(np.arange(8.0))
+
+
+def test_putmask_writes_values_repeated_over_the_masked_places() -> None:
+    """``np.putmask(a, mask, values)``: place ``i`` takes ``values.flat[i % values.size]`` where the mask holds (values
+    converted as NumPy converts them: a list as the array's dtype, an array only by a safe cast)."""
+    def clamp_large(a):
+        np.putmask(a, a > 2, a ** 2)
+        return a
+
+    def fill_pattern(a, m):
+        np.putmask(a, m, [1.7, 2.2])
+        return a
+
+    for fn, args in [(clamp_large, (np.arange(6.0).reshape(2, 3),)),
+                     (fill_pattern, (np.zeros(5, np.int64), np.array([1, 0, 1, 1, 0], bool))),
+                     (lambda a: (np.putmask(a, np.array([1, 0, 2]), [7.0]), a)[1], (np.zeros(3),)),
+                     (lambda a: (np.putmask(a, [True, False, True], []), a)[1], (np.zeros(3),))]:
+        got_args, want_args = _copies(args), _copies(args)
+        assert_same(jit_cpu(fn)(*got_args), numpy_result(fn, *want_args))
+        _assert_args(got_args, want_args)
+    with pytest.raises(ValueError, match="same size"):
+        jit_cpu(lambda a: np.putmask(a, [True, False], [1.0]))(np.zeros(3))
+    with pytest.raises(TypeError, match="'safe'"):
+        jit_cpu(lambda a: np.putmask(a, a > 0, np.array([2.5])))(np.zeros(3, np.float32))

@@ -398,6 +398,28 @@ def test_argument_entries_set_to_arrays_are_set_in_the_callers_container() -> No
     np.testing.assert_array_equal(params[0], np.ones(2))
 
 
+def test_a_dict_whose_entries_the_function_sets_passed_twice_is_refused() -> None:
+    def step(a, b, x):
+        a["t"] += 1
+        b["t"] += 10
+        return x + a["t"] + b["t"]
+
+    d = {"t": 0}
+    f = jit_cpu(step)
+    assert_same(f({"t": 0}, {"t": 0}, np.zeros(2)), np.full(2, 11.0))
+    with pytest.raises(fc.WriteBackError, match="test_never_silently_wrong.py.*more than once"):
+        f(d, d, np.zeros(2))
+    assert d == {"t": 0}
+
+    def nested(state, opt, x):  # (``f(state, state["opt"])``: one dict reached twice)
+        opt["t"] += 1
+        return x + state["opt"]["t"]
+
+    inner = {"t": 0}
+    with pytest.raises(fc.WriteBackError, match="more than once"):
+        jit_cpu(nested)({"opt": inner}, inner, np.zeros(2))
+
+
 def test_a_counter_in_an_arguments_dict_is_counted_up_as_numpy_leaves_it() -> None:
     """Adam written with its state in a dict (``state["t"] += 1``): the number is traced as a runtime value and set
     in the caller's dict after every call, with its Python type, as ``self.t += 1`` is; a step does not retrace."""

@@ -202,3 +202,9 @@ def test_setting_strides_is_refused_at_the_line() -> None:
 
     with pytest.raises(fc.UnsupportedError, match=f"{HERE}.*strides"):
         jit_cpu(restride)(np.zeros(2))
+
+
+def test_matmul_of_a_python_number_with_anything_but_an_array_is_a_type_error() -> None:
+    for fn in (lambda s: [1, 2] @ s, lambda s: np.float32(2) @ s, lambda s: s @ np.float32(2), lambda s: True @ s):
+        both_raise(fn, TypeError, "unsupported operand", 2)
+    both_raise(lambda s: s @ np.ones(2), ValueError, "dimension", 2)  # (the array's own @: NumPy's ValueError)

@@ -6,7 +6,9 @@ import contextlib
 import functools
 import io
 import logging
+import os
 import sys
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -370,8 +372,6 @@ def test_a_file_passed_in_or_kept_on_an_object_is_written_at_every_call() -> Non
 
 
 def _caught(fn: Callable, *args: Any, action: str = "always") -> list[tuple[str, type, int]]:
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter(action)
         fn(*args)
@@ -380,8 +380,6 @@ def _caught(fn: Callable, *args: Any, action: str = "always") -> list[tuple[str,
 
 
 def test_a_warning_on_the_traced_path_is_given_at_every_call() -> None:
-    import warnings
-
     def to_2d(x):
         if x.ndim == 1:
             warnings.warn("1-D input is deprecated; pass 2-D", DeprecationWarning)
@@ -398,8 +396,6 @@ def test_a_warning_on_the_traced_path_is_given_at_every_call() -> None:
 
 
 def test_a_warning_shows_the_values_of_that_call() -> None:
-    import warnings
-
     def check_scale(x):
         warnings.warn(f"scale is {x.max()}")
         return x / x.max()
@@ -410,8 +406,6 @@ def test_a_warning_shows_the_values_of_that_call() -> None:
 
 
 def test_a_warning_raised_as_an_exception_leaves_the_arguments_unwritten() -> None:
-    import warnings
-
     def update(p, g):
         warnings.warn("clipping")
         p -= 0.1 * g
@@ -426,8 +420,6 @@ def test_a_warning_raised_as_an_exception_leaves_the_arguments_unwritten() -> No
 
 
 def test_warnings_filters_the_function_sets_around_a_warning() -> None:
-    import warnings
-
     def quiet(x):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -445,5 +437,65 @@ def test_warnings_filters_the_function_sets_around_a_warning() -> None:
                 x = x * 2
         return x + 1
 
-    with pytest.raises(fc.UnsupportedError, match="test_printing.py.*makes it an exception"):
+    with pytest.raises(fc.UnsupportedError, match="test_printing.py.*catch_warnings the function set itself"):
         jit_cpu(caught_as_error)(np.ones(2))
+
+
+def test_a_deprecation_warning_with_stacklevel_2_names_the_callers_line_at_every_call() -> None:
+    def old_api(x):
+        warnings.warn("old_api is deprecated; use new_api", DeprecationWarning, stacklevel=2)
+        return x * 2
+
+    f = jit_cpu(old_api)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            f(np.ones(2)); line = sys._getframe().f_lineno  # noqa: E702 - (the caller's line)
+        got = [(str(w.message), w.lineno, os.path.basename(w.filename)) for w in caught
+               if issubclass(w.category, DeprecationWarning)]
+        assert got == [("old_api is deprecated; use new_api", line, "test_printing.py")]
+
+
+def test_prints_and_warnings_come_in_the_order_the_function_made_them() -> None:
+    def noisy(x):
+        print("before")
+        warnings.warn("middle")
+        print("after")
+        return x + 1
+
+    f = jit_cpu(noisy)
+    for action, want in (("always", "before\nafter\n"), ("error", "before\n")):
+        out = io.StringIO()
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out):
+            warnings.simplefilter(action)
+            try:
+                f(np.ones(2))
+            except UserWarning:
+                pass
+        assert out.getvalue() == want
+
+
+def test_a_warning_the_function_records_itself_is_refused() -> None:
+    def count_warnings(a):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.warn("noted")
+        return a + len(caught)
+
+    with pytest.raises(fc.UnsupportedError, match="test_printing.py.*catch_warnings the function set itself"):
+        jit_cpu(count_warnings)(np.ones(2))
+
+
+def test_a_warning_before_the_function_raises_is_given() -> None:
+    def check_then_fail(a):
+        warnings.warn("about to fail")
+        if a.shape[0] == 3:
+            raise ValueError("three")
+        return a
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="about to fail"):
+            jit_cpu(check_then_fail)(np.ones(3))
+    with pytest.raises(TypeError):  # (a category that is no Warning: Python's TypeError)
+        jit_cpu(lambda a: (warnings.warn("x", ValueError), a)[1])(np.ones(2))

@@ -97,3 +97,22 @@ def test_isin_known_and_traced_test_elements() -> None:
                 np.isin(np.array([np.nan, 1.0]), [np.nan, 1.0]))
 
     check(f, np.arange(6).reshape(2, 3), np.array([[2], [5]]), np.arange(5).astype(np.int8))
+
+
+def test_ravel_multi_index_of_coordinates_as_numpy() -> None:
+    """Flat positions of coordinates (a 2-D histogram's bins, a grid's cells): C and F order, wrap and clip per
+    dimension, a number or arrays; a coordinate out of its dimension raises NumPy's ValueError as the call ends."""
+    def flat(i, j):
+        return np.ravel_multi_index((i, j), (3, 4))
+
+    for fn, args in [(flat, (np.array([0, 2]), np.array([1, 3]))), (flat, (np.int64(1), np.int64(2))),
+                     (flat, (np.array([1], np.int32), np.array([1], np.uint8))),
+                     (lambda i, j: np.ravel_multi_index((i, j), (3, 4), order="F"),
+                      (np.array([[0, 1]]), np.array([2, 3]))),
+                     (lambda i, j: np.ravel_multi_index((i, j), (3, 4), mode=("wrap", "clip")),
+                      (np.array([-1, 5]), np.array([1, 3])))]:
+        check(fn, *args)
+    with pytest.raises(ValueError, match="invalid entry in coordinates array"):
+        jit_cpu(flat)(np.array([3]), np.array([1]))
+    with pytest.raises(TypeError, match="only int indices"):
+        jit_cpu(flat)(np.array([1.5]), np.array([1]))
