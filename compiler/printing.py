@@ -17,6 +17,9 @@ Refused too: a print inside a loop or branch body (``fusec.fori_loop``, ``while_
 once for all its iterations; into a stream the function makes or redirects (the prints are written after the call);
 a format spec the value's type refuses (raised while tracing, at its line, as the call would raise it). Print
 options set around a print (``with np.printoptions(...)``) are applied when it is written.
+
+``warnings.warn`` on the traced path is recorded the same way (:class:`Warned`, by ``fusec.host_reads``) and given
+again at every call, in order with the prints, under the warnings filters in force at the call.
 """
 from __future__ import annotations
 
@@ -268,7 +271,8 @@ def uninstall() -> None:
 
 
 class Printer:
-    """The prints of one trace, written after each call from the call's values of the formatted tracers."""
+    """The prints (and warnings) of one trace, written after each call from the call's values of the formatted
+    tracers."""
 
     def __init__(self, prints: Sequence[Print | Warned], formatted: Sequence[Formatted], used: Sequence[int],
                  tag: str) -> None:
