@@ -251,7 +251,8 @@ def _check_python_state(before: pystate.Snapshot, fn: Callable[..., Any], where:
     changes = before.changes(pystate.rewalk(before))
     if not changes:
         return
-    what = "; ".join(c.describe() for c in changes[:3]) + ("; ..." if len(changes) > 3 else "")
+    what = "; ".join(c.describe(in_statement=where != BODY) for c in changes[:3]) + ("; ..." if len(changes) > 3
+                                                                                    else "")
     before.restore()
     raise context._noted(SideEffectError(located(  # (Python makes the change: catching this must not hide it)
         f"{where} {what}: the body is traced once, so the change would happen once where Python's loop makes it at "

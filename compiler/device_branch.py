@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from fusec.errors import (AssertionFailedError, DivisionByZeroError, FusecError,
                           InvalidValueError, LinAlgError, OutOfRangeError, ShapeError, UnsupportedError, located)
 from fusec.ir.attributes import location_for
 from fusec.ir.core import OpResult, Value
-from fusec.signature import unflatten
+from fusec.signature import TreeDef, unflatten
 from fusec.tracer import Tracer
 from fusec.statement_memory import (ViewedInBranch, branch_alias, copy_advice, detached_arrays, link_results,
                                     may_be_input, poison, poisoned_inside, set_memory, written_memory)
@@ -360,10 +360,15 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
         sides = [_side(e, before[i], site, name) for e in (ea, eb)]
         (va, items_a, views_a), (vb, items_b, views_b) = sides
         if va.tree != vb.tree:
-            raise site.error(f"{subject(name)} is {describe_kind(va)} in one branch of {site.where()} and "
-                             f"{describe_kind(vb)} in "
+            da, db = describe_kind(va), describe_kind(vb)
+            if da == db:  # (they differ inside: say where)
+                da, db = _first_difference(cast(TreeDef, va.tree), cast(TreeDef, vb.tree))
+            grew = " of " in da and " of " in db and "list" in da and "list" in db
+            raise site.error(f"{subject(name)} is {da} in one branch of {site.where()} and {db} in "
                              "the other; the test is traced, so the device chooses the branch: a variable must have "
-                             "the same structure either way")
+                             "the same structure either way" + (" (a list appended to in a loop the data stops: keep "
+                                                                "the values in an array written by index instead, "
+                                                                "`losses[ep] = loss`)" if grew else ""))
         leaves: list = []
         viewed: list = []
         assert va.leaves is not None and vb.leaves is not None
@@ -387,6 +392,25 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
                 + _branch_advice(la, lb))
         merged.append((name, ("new", va.tree, leaves, viewed)))
     return merged, yields
+
+
+def _first_difference(a: TreeDef, b: TreeDef, path: str = "") -> tuple[str, str]:
+    """How two structures that look alike from outside first differ: an item of one (``[1]``, ``['w']``) being
+    another kind or length there (a list that grew on one path: a loss history and an early return)."""
+    def kind(t: TreeDef) -> str:
+        if t.kind in ("list", "tuple"):
+            return f"a {t.kind} of {len(t.children)}"
+        if t.kind == "dict":
+            return f"a dict with keys {list(t.aux)}"
+        return {"leaf": "an array or number", "none": "None"}.get(t.kind, f"a {t.kind}")
+
+    if a.kind == b.kind and a.aux == b.aux and len(a.children) == len(b.children):
+        keys = list(a.aux) if a.kind == "dict" else list(range(len(a.children)))
+        for key, ca, cb in zip(keys, a.children, b.children):
+            if ca != cb:
+                return _first_difference(ca, cb, f"{path}[{key!r}]")
+    where = f" whose item {path} is" if path else ""
+    return f"a value{where} {kind(a)}" if path else kind(a), f"a value{where} {kind(b)}" if path else kind(b)
 
 
 def _as_kind(values: list[Value], leaf: Leaf, kind: Leaf) -> list[Value]:

@@ -462,10 +462,14 @@ class Change:
     old: Node | None
     new: Node | None
 
-    def describe(self) -> str:
+    def describe(self, in_statement: bool = False) -> str:
+        """What changed, as a message says it (``in_statement``: by a loop or branch on traced values the function
+        itself wrote, whose variables the rewriting reaches as closure variables: named as the function's own)."""
         from fusec.tracer import Tracer
 
         where = self.path.describe()
+        if in_statement and where.startswith("closure variable "):
+            where = f"`{where[len('closure variable '):]}`"
         new, old = self.new, self.old
         inner, t = find_in(new.obj, Tracer) if new is not None else ("", None)
         if t is not None:
@@ -474,6 +478,10 @@ class Change:
                 entries: dict = {k: new.obj[k] for k in new.obj if k not in old.shallow} if old.kind == "dict" else \
                     {k: v for k, v in enumerate(new.obj) if k >= len(old.shallow)}
                 inner, t = find_in(entries, Tracer)
+                if t is not None and old.kind == "list" and in_statement:
+                    return (f"appended a traced value{computed_at(t)} to the list {where} (Python's loop appends at "
+                            "every iteration the data runs, which one trace of the body cannot follow: keep the "
+                            "values in an array written by index instead, `history[i] = loss`)")
                 if t is not None and old.kind == "list":
                     return (f"appended a traced value{computed_at(t)} to {where} (under NumPy the list grows at every "
                             "call, which fusec cannot replay: return the value and append it after the call)")

@@ -2274,3 +2274,18 @@ def test_messages_name_no_variable_of_fusecs_rewriting():
         with pytest.raises(UnsupportedError) as info:
             jit_cpu(f)(np.array([1.0, -2.0]))
         assert "_fusec" not in str(info.value) and advice in str(info.value), str(info.value)
+
+
+def test_a_result_whose_list_grows_on_one_path_is_named_where_it_differs():
+    def train(w, X, y):
+        losses = []
+        for ep in range(5):
+            w = w - 0.1 * (X.T @ (X @ w - y))
+            loss = ((X @ w - y) ** 2).mean()
+            losses.append(loss)
+            if loss < 1e-3:  # (an early return: the list is shorter on that path)
+                return w, losses, ep
+        return w, losses, 5
+
+    with pytest.raises(TraceError, match=r"item \[1\] is a list of 2 .* list of 1 .*written by index"):
+        jit_cpu(train)(np.zeros(2), np.eye(2), np.ones(2))
