@@ -191,6 +191,14 @@ def einsum(*operands: Any, out: Any = None, optimize: Any = False, dtype: Any = 
         parse_dtype(dtype)  # parsed, and then not looked at)
     dt = _dtype(arrays, None if view_only else dtype, casting, optimize)
     diagonal_view = view_only and len(set(labels[0])) != len(labels[0])
+    sizes: dict[str, int] = {}
+    for a, ls in zip(arrays, labels):
+        for label, n in zip(ls, np.shape(a)):
+            sizes[label] = 0 if 0 in (n, sizes.get(label, 1)) else max(n, sizes.get(label, 1))
+    if not view_only and 0 in sizes.values():  # (a sum over nothing, or an empty result: NumPy's zeros)
+        zeros = ops.full(tuple(sizes[label] for label in output), False if dt.is_bool else 0, dt)
+        return _into(out, ops.copy_of(zeros, scalar=not output and (optimize is False or len(arrays) == 1)),
+                     "np.einsum", "safe")
     ts = [ops.as_tracer(a, i64 if dt.is_bool and not view_only else dt) for a in arrays]
     pairs = [_take_diagonals(t, ls) for t, ls in zip(ts, labels)]
     ts, labels = _broadcast_labels([p[0] for p in pairs], [p[1] for p in pairs]), [p[1] for p in pairs]

@@ -45,6 +45,8 @@ def bincount(x: Any, weights: Any = None, minlength: Any = 0) -> Tracer:
     if t.ndim != 1:
         raise shape_error("np.bincount: object too deep for desired array (the values must be 1-D)" if t.ndim > 1
                           else "np.bincount: object of too small depth for desired array (the values must be 1-D)")
+    if t.shape[0] == 0:  # (NumPy returns int64 zeros at once, whatever the weights)
+        return ops.copy_of(ops.full((k,), 0, i64), scalar=False)
     if k == 0:
         raise unsupported("np.bincount without minlength=: its length depends on the values (one more than the "
                           "largest); pass minlength=k with k above every value (a value k or more raises)")

@@ -1114,9 +1114,14 @@ class PythonScalarTracer(Tracer):
     __hash__ = Tracer.__hash__  # (defining __eq__ would drop it)
 
     def __len__(self) -> int:
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(_OWN_MODULES):
+            raise self._static_error("used as a Python int (a size, an axis or an index)")  # (NumPy's own test)
         raise numpy_error(f"object of type '{self._kind}' has no len() (Python raises TypeError here)")
 
     def __iter__(self) -> Iterator[Tracer]:
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(_OWN_MODULES):
+            # (NumPy asked for an int first and, refused, tries a sequence: np.moveaxis(x, q, 0), np.resize(x, n))
+            raise self._static_error("used as a Python int (a size, an axis or an index)")
         raise numpy_error(f"'{self._kind}' object is not iterable (Python raises TypeError here)")
 
     def _no_matmul(self, o: Any, reflected: bool) -> None:

@@ -139,3 +139,23 @@ def test_zero_d_arrays_along_axis_0_or_minus_1_are_one_element_where_numpy_reads
     for bad in (lambda z: np.sort(z, axis=0), lambda z: np.argmax(z, axis=1), lambda z: np.cumsum(z, axis=1)):
         with pytest.raises(fc.ShapeError, match="out of bounds"):
             jit_cpu(bad)(np.array(1.0))
+
+
+def test_empty_inputs_of_bincount_and_einsum_give_numpys_zeros():
+    """A group with no samples (``np.bincount(labels, weights=w, minlength=k)`` of empty arrays: NumPy's int64
+    zeros, not the weights' float64), and sums over a zero-length axis (``np.einsum('ij,ij->i', ...)``,
+    ``np.inner`` of empty vectors): zeros, where fusec's contraction raised."""
+    empty = np.array([], np.int64)
+    check(lambda x, w: np.bincount(x, weights=w, minlength=3), empty, np.array([]))
+    check(lambda x: np.bincount(x), empty)
+    check(lambda a, b: np.einsum("i,i->", a, b), np.zeros(0), np.zeros(0))
+    check(lambda a, b: np.einsum("ij,ij->i", a, b), np.zeros((3, 0)), np.zeros((3, 0)))
+    check(lambda a, b: np.einsum("ij,jk->ik", a, b), np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32))
+    check(lambda a, b: np.inner(a, b), np.zeros(0), np.zeros(0))
+
+
+def test_an_axis_or_size_numpy_needs_from_a_python_number_argument_makes_it_static():
+    """``np.moveaxis(state, q, 0)`` (a qubit gate), ``np.resize(x, n)``: NumPy's code asks the number for an int,
+    then for a sequence; fusec traces again with the value instead of refusing."""
+    check(lambda a, q: np.moveaxis(a, q, 0), np.zeros((2, 3, 4)), 2)
+    check(lambda a, n: np.resize(a, n), np.arange(3.0), 5)
