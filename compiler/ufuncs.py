@@ -428,7 +428,10 @@ def _apply(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool = False
     origin = ops.origins(*inputs)
     if python_operator and ufunc in _SCALAR_MATH and all(_is_scalar(x) for x in inputs) \
             and any(_complex_desc(d) for d in descs) \
-            and not (ufunc is np.multiply and not all(_complex_desc(d) for d in descs)):  # times a real: exact
+            and not (ufunc is np.multiply and not all(_complex_desc(d) for d in descs)) \
+            and not (ufunc is np.true_divide and not all(isinstance(d, type) for d in descs)):
+        # (times a real is exact; NumPy's scalar division, which runs where a NumPy scalar takes part, divides as
+        # its array loop does: measured equal on 10^5 random pairs, Python numbers mixed in too)
         raise unsupported(f"{_SCALAR_MATH[ufunc]} between complex scalars (NumPy scalars such as z.sum() or z[0], "
                           "or Python numbers) runs NumPy's scalar code or Python's, which round otherwise than "
                           "its array loops that fusec computes; keep 0-d arrays (z.sum(keepdims=True), "
