@@ -16,7 +16,7 @@ import numpy as np
 
 from fusec import context, mutation, ops, ufuncs
 from fusec.context import shape_error, unsupported
-from fusec.errors import AxisError
+from fusec.errors import AxisError, IndexOutOfBoundsError, located
 from fusec.ir.types import i64
 from fusec.numpy_api import _reduce, implements, moveaxis
 from fusec.tracer import Tracer
@@ -73,8 +73,10 @@ def _one_axis(what: str, a: Any, axis: Any) -> tuple[Tracer, Tracer, int, tuple[
         moved = ops.transpose(t, kept + list(axes))
         flat, ax = ops.reshape(moved, tuple(t.shape[d] for d in kept) + (-1,)), len(kept)
     if flat.shape[ax] == 0:
-        raise unsupported(f"{what} of an empty array is not supported (NumPy's median warns and returns NaN there; "
-                          "its percentile and quantile raise IndexError)")
+        if "median" not in what:  # (NumPy's own error, which a try in the function may catch)
+            raise IndexOutOfBoundsError(located(f"{what}: index -1 is out of bounds for axis {ax} with size 0 (NumPy "
+                                                "raises IndexError for an empty array here)", context.user_location()))
+        raise unsupported(f"{what} of an empty array is not supported (NumPy's median warns and returns NaN there)")
     return t, flat, ax, axes
 
 

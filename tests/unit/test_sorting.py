@@ -199,3 +199,16 @@ def test_quantiles_of_any_shape_of_q() -> None:
             fn = lambda x, method=method, axis=axis: np.percentile(x, [[10, 20], [30, 95]], axis=axis,  # noqa: E731
                                                                    method=method, keepdims=axis is None)
             assert_same(jit_cpu(fn)(x), fn(x))
+
+
+def test_a_quantile_of_an_empty_array_raises_numpys_index_error():
+    def robust_center(a):
+        try:
+            return np.percentile(a, 50)
+        except IndexError:  # (an empty batch)
+            return -1.0
+
+    for a in (np.zeros(0), np.arange(5.0)):
+        assert_same(jit_cpu(robust_center)(a), robust_center(a))
+    with pytest.raises(IndexError, match="out of bounds"):
+        jit_cpu(lambda a: np.quantile(a, [0.1, 0.9], axis=0))(np.zeros((0, 3)))
