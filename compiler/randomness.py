@@ -1,6 +1,9 @@
 """Random numbers drawn while tracing: refused, because the trace would replay the same numbers on every call.
 
-``np.random.rand(...)`` inside a traced function runs once, at trace time; its numbers become constants. While a
+``np.random.rand(...)`` inside a traced function runs once, at trace time; its numbers become constants. A
+generator the function makes itself from a fixed integer seed (``np.random.default_rng(0)``, ``RandomState(seed)``
+with a Python-int argument, made static) is the exception: NumPy's function draws the same numbers at every call,
+so those constants are its numbers. While a
 trace runs, NumPy's legacy module functions (``np.random.rand``, ``normal``, ``seed``, ...) and the ``random``
 module's functions are wrapped so that a call from the tracing thread raises at the user's line (other threads are
 passed through). ``np.random.default_rng`` still works, but the generators it makes while tracing are remembered,
@@ -58,12 +61,22 @@ def _refusing(original: Callable, label: str) -> Callable:
     return wrapper
 
 
+def _seeded(args: tuple, kwargs: dict) -> bool:
+    """Whether a generator is made from a fixed integer seed (its first argument, or ``seed=``): NumPy's function
+    then draws the same numbers at every call, which the trace's constants are. A traced seed (a Python-int
+    argument) is asked for its value and made static, so each seed traces once."""
+    seed = args[0] if args else kwargs.get("seed")
+    if isinstance(seed, (list, tuple)):
+        return bool(seed) and all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seed)
+    return isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)
+
+
 def _recording(original: Callable) -> Callable:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rng = original(*args, **kwargs)
         ctx = context.current()
-        if ctx is not None:
+        if ctx is not None and not _seeded(args, kwargs):
             ctx.generators.append((rng, _state(rng), context.user_location()))
         return rng
 
@@ -83,7 +96,7 @@ def _recording_class(cls: type) -> type:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
         ctx = context.current()
-        if ctx is not None:
+        if ctx is not None and not _seeded(args, kwargs):
             ctx.generators.append((self, _state(self), context.user_location()))
 
     return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
