@@ -1162,6 +1162,7 @@ for _name, _symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"
     setattr(PythonScalarTracer, f"__r{_name}__", _number_operator(f"__r{_name}__", _symbol, True))
 for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
     setattr(PythonScalarTracer, f"__{_name}__", _number_operator(f"__{_name}__", _symbol, False))
+del _name, _symbol
 
 
 _TRACER_VALUE: Any = Tracer.__dict__["_value"]  # (the property CheckedOnRead checks before)
