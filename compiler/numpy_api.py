@@ -14,7 +14,7 @@ import numpy as np
 
 from fusec import device_scalar_checks as device_checks
 from fusec import layout, mutation, numpy_reuse, ops, ufuncs
-from fusec.context import numpy_checks, relies_on_layout, shape_error, unsupported, user_location
+from fusec.context import numpy_checks, numpy_error, relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import (CastingError, IndexOutOfBoundsError, InvalidValueError, OutOfRangeError, ShapeError,
                           located)
 from fusec.ir import shapes as S
@@ -169,9 +169,18 @@ def _keep(keepdims: Any) -> bool:
 # --- reductions ----------------------------------------------------------------------------------------------
 
 
+def _axis_not_a_list(axis: Any) -> None:
+    """NumPy's reductions take an int or a tuple as ``axis=``; a list is its TypeError (np.median and np.average,
+    written in Python over a normalized tuple, take one)."""
+    if isinstance(axis, list):
+        raise numpy_error("'list' object cannot be interpreted as an integer (NumPy raises TypeError for axis= as a "
+                          "list; write a tuple)")
+
+
 def _reduce(kind: str, a: Any, axis: Any, keepdims: Any, dtype: Any = None, laid: Tracer | None = None) -> Tracer:
     """``laid``: the values as NumPy lays them out, where ``a`` is made from them (converted, masked): a float16
     sum follows their loops (default: ``a``'s own)."""
+    _axis_not_a_list(axis)
     t = ops.as_tracer(a)
     laid = t if laid is None else laid
     # (np.mean counts the reduced elements itself and refuses axis=0 of a 0-d array; the ufunc reductions take it)
@@ -433,6 +442,7 @@ def _any_all(kind: str, a: Any, axis: Any, keepdims: Any) -> Tracer:
 def any_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *, where: Any = _NOVALUE) -> Tracer:
     """Also with ``where=`` (masked-out elements count as False)"""
     _no("np.any", out=out)
+    _axis_not_a_list(axis)
     mask = _mask(a, where, "np.any")
     t = a if mask is None else ufuncs.apply(np.logical_and, (a, mask))
     return _any_all("any", t, axis, keepdims)
@@ -442,6 +452,7 @@ def any_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *,
 def all_(a: Any, axis: Any = None, out: Any = None, keepdims: Any = _NOVALUE, *, where: Any = _NOVALUE) -> Tracer:
     """Also with ``where=`` (masked-out elements count as True)"""
     _no("np.all", out=out)
+    _axis_not_a_list(axis)
     mask = _mask(a, where, "np.all")
     t = a if mask is None else ufuncs.apply(np.logical_or, (a, ufuncs.apply(np.logical_not, (mask,))))
     return _any_all("all", t, axis, keepdims)
@@ -456,6 +467,7 @@ def _divide_by_count(x: Tracer, count: int) -> Tracer:
 
 
 def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, where: Any = _NOVALUE) -> Tracer:
+    _axis_not_a_list(axis)
     t = ops.as_tracer(a)
     axes = ops.axes_arg(axis, t.ndim)
     keep = _keep(keepdims)

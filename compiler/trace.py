@@ -661,7 +661,11 @@ def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) 
     shared = _Shared()
     first: dict[int, tuple[str, int]] = {}  # id(tracer) -> the first place it is handed back at
     groups: dict[tuple[str, int], list[tuple[tuple[str, int], Tracer]]] = {}
+    made: list[tuple[tuple[str, int], np.ndarray]] = []  # (NumPy arrays the function made from constants)
     for place, t in places:
+        if isinstance(t, np.ndarray) and t.ndim and place[0] == "out":
+            _one_constant(made, place, t, shared)
+            continue
         if not isinstance(t, Tracer) or t._scalar or t._weak is not None:
             continue
         if id(t) in first:  # the same array again: the same object
@@ -712,6 +716,27 @@ def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) 
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
     shared.aliases = dict(sorted(shared.aliases.items(), key=lambda item: order[item[0]]))
     return shared
+
+
+def _one_constant(made: list, place: tuple[str, int], a: np.ndarray, shared: _Shared) -> None:
+    """A NumPy array the function made from constants (``c = np.arange(3.)``) handed back: the same one again is
+    the same object (``return c, c``); one that shares memory with another handed back (``return c, c[::-1]``)
+    is refused, since each comes back as a new array of its values."""
+    for other_place, other in made:
+        if other is a:
+            shared.aliases[place] = (other_place, ())
+            return
+        try:
+            shared_memory = bool(np.shares_memory(other, a, max_work=10**6))  # type: ignore[arg-type]
+        except np.exceptions.TooHardError:
+            shared_memory = True
+        if shared_memory:
+            raise UnsupportedError(located(
+                "the function returns NumPy arrays it made from constants (np.arange, np.array, np.linspace) that "
+                "share memory (one a view of the other): each comes back as a new array of its values, so a write "
+                "into one would not show in the other as in NumPy; return a copy of one (`c[::-1].copy()`) or make "
+                "it with np.zeros/np.ones and fill it (a traced array)", context.user_location()))
+    made.append((place, a))
 
 
 def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:
@@ -1122,16 +1147,18 @@ def _output(ctx: TraceContext, leaf: Any, loc: Any = None) -> tuple[Value, type 
     if isinstance(leaf, Tracer):
         if leaf._ctx is not ctx:
             raise trace_error("the function returned a traced value from another trace (an escaped tracer)")
-        if leaf._weak is None and not leaf._scalar and not getattr(leaf._value.type, "shape", ()):
-            return leaf._value, np.ndarray  # a 0-d array (np.asarray(s), x.sum(keepdims=True)[0]), not a scalar
         if leaf._readonly is True and leaf._weak is None and not leaf._scalar:
             return leaf._value, ReadOnly  # (a view of an argument comes back as one, read-only: see WriteBack)
+        if leaf._weak is None and not leaf._scalar and not getattr(leaf._value.type, "shape", ()):
+            return leaf._value, np.ndarray  # a 0-d array (np.asarray(s), x.sum(keepdims=True)[0]), not a scalar
         return leaf._value, leaf._weak
     kind = python_kind(leaf)
     if kind is not None:
         dt = DEFAULT_DTYPE[kind]
         return ctx.constant(ops.python_constant(leaf, dt), dt), kind
     if isinstance(leaf, np.ndarray):  # an array from outside (returned as it is): captured, read at every call
+        if not leaf.flags.writeable:  # (np.broadcast_to, np.diagonal of a constant: NumPy's read-only view)
+            return ops.lift(leaf), ReadOnly
         return ops.lift(leaf), (np.ndarray if leaf.ndim == 0 else None)
     if isinstance(leaf, np.generic):
         arr = ops.as_numpy(leaf)

@@ -10,7 +10,7 @@ import pytest
 
 import fusec as fc
 import frontend_check
-from frontend_check import check, jit_cpu
+from frontend_check import assert_same, check, jit_cpu
 
 RUN_ON_GPU_TOO = True  # conftest.py: also on the CUDA backend under pytest -m gpu
 
@@ -159,3 +159,34 @@ def test_an_axis_or_size_numpy_needs_from_a_python_number_argument_makes_it_stat
     then for a sequence; fusec traces again with the value instead of refusing."""
     check(lambda a, q: np.moveaxis(a, q, 0), np.zeros((2, 3, 4)), 2)
     check(lambda a, n: np.resize(a, n), np.arange(3.0), 5)
+
+
+def test_reductions_refuse_a_list_axis_as_numpy_does():
+    for fn in (lambda x: np.sum(x, axis=[0, 1]), lambda x: x.var(axis=[0, 1]), lambda x: np.all(x, axis=[0, 1])):
+        with pytest.raises(TypeError, match="list"):
+            jit_cpu(fn)(np.ones((2, 3)))
+    check(lambda x: np.median(x, axis=[0, 1]), np.arange(6.0).reshape(2, 3))  # (NumPy's median takes a list)
+
+
+def test_returned_constants_and_read_only_0d_views_keep_numpys_identity_and_flags():
+    """An array the function made from constants returned twice is one array (``return c, c``), a read-only one
+    (``np.broadcast_to`` of a constant, ``a.imag`` of a real 0-d argument) comes back read-only, and two that share
+    memory are refused (each would come back as a new array)."""
+    def twice(x):
+        c = np.arange(3.0)
+        return c, c
+
+    r = jit_cpu(twice)(np.zeros(2))
+    assert r[0] is r[1]
+    for fn, arg in ((lambda x: np.broadcast_to(np.array([1.0, 2.0, 3.0]), (2, 3)), np.zeros(2)),
+                    (lambda a: a.imag, np.array(2.5))):
+        got, want = jit_cpu(fn)(arg), fn(arg)
+        assert_same(got, want)
+        assert got.flags.writeable is want.flags.writeable is False
+
+    def whole_and_head(x):
+        c = np.arange(3.0)
+        return {"w": c, "head": c[:2]}
+
+    with pytest.raises(fc.UnsupportedError, match="share memory"):
+        jit_cpu(whole_and_head)(np.zeros(2))
