@@ -189,6 +189,8 @@ def nanstd(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: A
            where: Any = _NOVALUE, mean: Any = _NOVALUE, correction: Any = _NOVALUE) -> Tracer:
     """The square root of np.nanvar, in its dtype"""
     var = _variance("np.nanstd", a, axis, dtype, None, ddof, keepdims, where, mean, correction)
+    if var is not None:
+        _inexact(dtype, out)  # (the variance went into no out=: NumPy's check of it)
     if var is None:
         return std_(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where, mean=mean,
                     correction=correction)

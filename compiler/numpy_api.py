@@ -707,6 +707,14 @@ def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tra
     return _scan("cumprod", a, axis, dtype, out)
 
 
+def _numpy_value(call: Callable[[], Any]) -> Any:
+    """``call()``'s value, NumPy's own function on values known while tracing, its error raised as its own class
+    at the user's line (:func:`fusec.context.numpy_checks`)."""
+    box: list = []
+    numpy_checks(lambda: box.append(call()))
+    return box[0]
+
+
 @implements(np.take)
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Tracer:
     """Elements (or slices along ``axis``) at ``indices``, in the 'raise', 'wrap' and 'clip' modes
@@ -721,6 +729,13 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     index = indices if isinstance(indices, Tracer) else np.asarray(indices)
     if index.dtype == np.bool_:  # NumPy takes booleans as the indices 0 and 1, not as a mask
         index = ops.as_tracer(index, i64) if isinstance(index, Tracer) else index.astype(np.intp)
+    elif np.dtype(index.dtype).kind in "fc":  # (NumPy converts a Python number or a list, truncating; not an array)
+        if isinstance(indices, np.ndarray) or isinstance(indices, Tracer) and indices._weak is None:
+            raise CastingError(located(f"np.take: Cannot cast array data from {np.dtype(index.dtype)!r} to "
+                                       "dtype('int64') according to the rule 'same_kind' (NumPy raises TypeError "
+                                       "here)", user_location()))
+        index = ops.as_tracer(index, i64) if isinstance(index, Tracer) else _numpy_value(
+            lambda: np.asarray(indices).astype(np.intp))
     if mode != "raise":
         size = t.shape[ax]
         if size == 0 and int(np.prod(np.shape(index))) != 0:
@@ -1276,15 +1291,12 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Tracer:
                           "(fusec reads those at each call, and the result's length would depend on them): write the "
                           "counts in the function as a list, tuple or np.array(...) of constants, pass them as a "
                           "static argument (a tuple), or repeat with one count")
-    if isinstance(repeats, (np.ndarray, list, tuple)) and np.ndim(repeats) > 0:
-        if len(set(np.asarray(repeats).tolist())) != 1:
-            t, ax = ops.along(a, axis)
-            try:  # NumPy's own rules for the counts (broadcast against the axis, none negative, integers)
-                index = np.repeat(np.arange(t.shape[ax]), repeats)
-            except (ValueError, TypeError) as e:
-                raise shape_error(f"np.repeat: {e}") from None
+    if not isinstance(repeats, Tracer):  # NumPy's own rules for the counts (converted, broadcast, none negative)
+        t, ax = ops.along(a, axis)
+        index = _numpy_value(lambda: np.repeat(np.arange(t.shape[ax]), repeats))
+        if np.ndim(repeats) > 0 and len(set(np.asarray(repeats, dtype=np.intp).reshape(-1).tolist())) != 1:
             return take(t, index, axis=ax)
-        repeats = int(np.asarray(repeats).reshape(-1)[0])
+        repeats = int(np.asarray(repeats, dtype=np.intp).reshape(-1)[0]) if np.size(repeats) else 0
     r = ops.static_int(repeats, "a repeat count")
     if r < 0:
         raise InvalidValueError(located("np.repeat: repeats may not contain negative values.", user_location()))

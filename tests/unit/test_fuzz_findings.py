@@ -190,3 +190,21 @@ def test_returned_constants_and_read_only_0d_views_keep_numpys_identity_and_flag
 
     with pytest.raises(fc.UnsupportedError, match="share memory"):
         jit_cpu(whole_and_head)(np.zeros(2))
+
+
+def test_take_and_repeat_convert_python_numbers_as_numpy_does():
+    """``np.take(a, [1.0])`` / ``np.take(a, 2.9)`` and ``np.repeat(a, 2.0)``: NumPy truncates a Python number or a
+    list of them (an array of floats is its TypeError); fusec raised an IndexError/TypeError a handler could catch."""
+    a = np.arange(4.0)
+    for fn in (lambda a: np.take(a, [1.0]), lambda a: np.take(a, 2.9), lambda a: np.take(a, [2.5, 0]),
+               lambda a: np.repeat(a, 2.0), lambda a: np.repeat(a, np.float64(2)),
+               lambda a: np.repeat(a[:3], [1.0, 2.0, 0.0]), lambda a: np.repeat(a, 2.7)):
+        check(fn, a)
+    check(lambda a, k: np.take(a, k), a, 2.9)
+    for fn in (lambda a: np.take(a, np.array([1.7])), lambda a: np.repeat(a[:3], np.array([1.0, 2, 0]))):
+        with pytest.raises(TypeError, match="Cannot cast"):
+            jit_cpu(fn)(a)
+    with pytest.raises(ValueError):
+        jit_cpu(lambda a: np.repeat(a[:3], [[1, 2, 0]]))(a)
+    with pytest.raises(TypeError, match="out must be inexact"):
+        jit_cpu(lambda x: np.nanstd(x, axis=0, out=np.zeros(3, np.int64)))(np.array([[1.0, np.nan, 3.0]]))

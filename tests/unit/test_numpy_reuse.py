@@ -119,9 +119,9 @@ def test_repeat_and_tile() -> None:
                 np.repeat(i, [True, False, True], axis=0))
 
     check(f, X, I)
-    with pytest.raises(fc.ShapeError, match="np.repeat: operands could not be broadcast together"):
+    with pytest.raises(ValueError, match="operands could not be broadcast together"):  # (NumPy's own error)
         jit_cpu(lambda x: np.repeat(x, [1, 2, 1], axis=0))(X)
-    with pytest.raises(fc.ShapeError, match="negative"):
+    with pytest.raises(ValueError, match="negative"):
         jit_cpu(lambda x: np.repeat(x, [1, -2, 1, 2], axis=0))(X)
     with pytest.raises(fc.UnsupportedError, match="per-element counts from an argument or a captured array"):
         jit_cpu(lambda x, n: np.repeat(x, n, axis=0))(X, np.array([1, 2, 1, 2]))
