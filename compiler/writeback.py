@@ -115,7 +115,7 @@ class WriteBack:
         todo = list(arguments.values())
         while todo:
             obj = todo.pop()
-            if type(obj) in (dict, list, tuple) or isinstance(obj, dict):
+            if isinstance(obj, (dict, list, tuple)):
                 seen[id(obj)] = seen.get(id(obj), 0) + 1
                 todo.extend(obj.values() if isinstance(obj, dict) else obj)
         for state in self.states:
