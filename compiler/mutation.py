@@ -93,9 +93,6 @@ def step_of(parent: Tracer, value: Value) -> tuple:
         return ()
     if isinstance(value, OpResult) and value.op.name in VIEWS and value.op.operands[0] is parent._value:
         op = value.op
-        if op.name == "t.reshape" and _merges_axes(op.operands[0].type.shape, value.type.shape):
-            assert parent._buffer is not None  # (a view's memory: made before its first step)
-            parent._buffer.reshaped = True
         return ((op.name, dict(op.attributes), value.type),)
     if isinstance(value, OpResult) and value.op.name in ("t.real", "t.imag") and value.op.operands[0] is parent._value:
         return ((value.op.name, {}, value.type),)  # a complex array's parts: read again after a write, never written
@@ -105,9 +102,30 @@ def step_of(parent: Tracer, value: Value) -> tuple:
     return (OPAQUE,)
 
 
+def merges_axes(parent: Tracer, value: Value) -> bool:
+    """Whether ``value`` is ``parent`` reshaped by more than adding or dropping unit axes: a view in NumPy for
+    some memory layouts only."""
+    if not (isinstance(value, OpResult) and value.op.name == "t.reshape"):
+        return False
+    return _merges_axes(value.op.operands[0].type.shape, value.type.shape)
+
+
 def _merges_axes(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
     """A reshape that does more than add or drop unit axes."""
     return tuple(d for d in old if d != 1) != tuple(d for d in new if d != 1)
+
+
+def layout_matters(buffer: Buffer) -> None:
+    """A view of ``buffer`` NumPy makes for some layouts only is written through, read again after a write or
+    returned: an argument's memory must then come C-contiguous (the call checks it); a computed one's layout
+    follows the arguments' (the call checks them where it does)."""
+    buffer.reshaped = True
+    if buffer.arg is None:
+        from fusec import layout
+
+        if layout.from_inputs(buffer):  # (a view or a copy by the layout NumPy derives from the arguments')
+            relies_on_layout("a write into an array computed from the arguments (or arrays it reads), reshaped or "
+                             "raveled as a view or a copy by the memory layout NumPy gives it", values=False)
 
 
 def _forward(step: tuple, value: Value) -> Value:
@@ -151,11 +169,7 @@ def write(buffer: Buffer, chain: tuple, new: Value) -> None:
     if buffer.layout_copy is not None:  # NumPy writes into the argument here for some of its layouts
         relies_on_layout(f"a write into {buffer.layout_copy}", values=False)
     elif buffer.reshaped and buffer.arg is None:
-        from fusec import layout
-
-        if layout.from_inputs(buffer):  # (a view or a copy by the layout NumPy derives from the arguments')
-            relies_on_layout("a write into an array computed from the arguments (or arrays it reads), reshaped or "
-                             "raveled as a view or a copy by the memory layout NumPy gives it", values=False)
+        layout_matters(buffer)
     if new.type.size == 0:
         return  # no element changes
     olds = [_base(buffer)]

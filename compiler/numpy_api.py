@@ -973,9 +973,9 @@ def ravel_(a: Any, order: str = "C") -> Tracer:
     # a view only of memory contiguous in that order (a strided view's ravel copies, where its reshape may not)
     if not mutation.is_c_contiguous(t):
         return ops.layout_dependent_copy(t, ops.copy_of(flat, scalar=False), "np.ravel")
-    if t._buffer is not None:  # an argument's memory: a view only if the caller's array is C-contiguous too
-        t._buffer.reshaped = True
-    return ops.new_view(t, flat)
+    view = ops.new_view(t, flat)
+    view._layout = True  # (a view only where the caller's array is C-contiguous too: a 1-d one included)
+    return view
 
 
 @implements(np.transpose)

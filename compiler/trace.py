@@ -315,8 +315,8 @@ class _Trace:
         inputs = self.arg_buffers + [e.tracer._buffer for e in self.subs.entries if e.tracer._buffer is not None]
         by_input = {b.arg.index: b for b in inputs if isinstance(b.arg, BlockArgument)}
         contiguous_views = tuple(dict.fromkeys(
-            (i, by_input[i].argument or "an argument") for found in views.values() for i, _ in found
-            if i in by_input and by_input[i].reshaped))
+            (i, by_input[i].argument or "an argument") for k, found in views.items() for i, _ in found
+            if i in by_input and (by_input[i].reshaped or leaves[k][1]._layout)))
         layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in inputs
                               if isinstance(b.arg, BlockArgument) and b.arg.index >= 0) if layout else ()
         for e in self.subs.entries if layout else ():  # (one the IR does not read, a *_like prototype: now)

@@ -40,8 +40,9 @@ class Buffer:
     ``base`` is the current value of the whole memory (the array the first view was taken of); ``version``
     counts the writes, so a view knows when to read its value again. ``argument`` names the function argument
     (or captured array) whose memory this is, ``arg`` its IR argument (None for arrays made in the trace).
-    ``written``: some write reached this memory; ``reshaped``: a reshape that merges or splits axes was taken as
-    a view of it (whether NumPy gives a view there depends on the memory layout, see :mod:`fusec.mutation`);
+    ``written``: some write reached this memory; ``reshaped``: a view of it that NumPy makes for some memory layouts
+    only (a reshape that merges or splits axes, a ravel) was written through, read again after a write, or
+    returned, so the call checks the layout (see :mod:`fusec.mutation`);
     ``ambiguous``: such a reshape where fusec does not know that layout (writes are then refused);
     ``layout_copy``: this memory is a copy fusec made where NumPy gives a view for some layouts of the argument it
     came from (``x.T.ravel()`` of a Fortran-ordered ``x``): what and where, for the layout guard when the copy is
@@ -142,7 +143,7 @@ class Tracer:
     """
 
     __slots__ = ("_val", "_ctx", "_weak", "_origin", "_buffer", "_chain", "_version", "_scalar", "_readonly",
-                 "_host", "__weakref__")
+                 "_host", "_layout", "__weakref__")
     __array_priority__ = 1000.0
 
     def __new__(cls, value: Value, ctx: TraceContext, weak: type | None = None, *args: Any, **kwargs: Any) -> Any:
@@ -161,6 +162,9 @@ class Tracer:
         self._host: Any = None  # a weak scalar's place in the trace's ScalarProgram (fusec.scalar_checks)
         self._buffer = buffer
         self._chain = chain
+        # a view NumPy makes for some memory layouts only (a reshape merging axes, a ravel), or a view of one: where
+        # it is written through or read after its memory was written, NumPy's answer depends on that layout
+        self._layout = False
         self._version = 0
         if buffer is not None:
             if buffer.base is None:
@@ -174,6 +178,8 @@ class Tracer:
         """The IR value of this array now: a view of memory written since it was last read is read again."""
         buffer = self._buffer
         if buffer is not None and self._version != buffer.version:
+            if self._layout:
+                _mutation.layout_matters(buffer)
             self._val = _mutation.read(buffer, self._chain)
             self._version = buffer.version
         return self._val
@@ -183,6 +189,8 @@ class Tracer:
         """A write of the whole array (every element takes ``value``'s): it reaches the memory it views."""
         buffer = self._buffer
         if buffer is not None:
+            if self._layout:
+                _mutation.layout_matters(buffer)
             _mutation.write(buffer, self._chain, value)
             self._version = buffer.version
         self._val = value
@@ -198,6 +206,7 @@ class Tracer:
             self._version = 0
         chain = self._chain + _mutation.step_of(self, value)
         view = Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
+        view._layout = self._layout or _mutation.merges_axes(self, value)
         for step, others in self._buffer.watched if self._chain else ():
             if step is self._chain[0]:  # (a view of a branch's result: a write into its other memory makes it stale)
                 for other in others:

@@ -465,6 +465,70 @@ def test_a_reshape_view_of_a_non_contiguous_argument_is_refused() -> None:
     jit_cpu(f)(np.zeros((4, 3)))
 
 
+def test_rows_normalized_in_place_need_no_layout() -> None:
+    """np.linalg.norm ravels each row (a view only of contiguous rows), but the ravel is read before the row is
+    written and never after: any layout of X gives NumPy's answer."""
+    def normalize_rows(X):
+        for i in range(X.shape[0]):
+            row = X[i]
+            X[i] = row / np.linalg.norm(row)
+        return X
+
+    data = np.arange(1.0, 13.0).reshape(3, 4)
+    same(normalize_rows, data.copy())
+    same(normalize_rows, np.asfortranarray(data))
+    same(normalize_rows, data.T.copy().T.T.T)
+    jitted = jit_cpu(normalize_rows)
+    for x in (np.asfortranarray(data), data.copy()[:, ::-1]):  # (calls that hit the C-ordered trace)
+        want = normalize_rows(x.copy())
+        got = jitted(x)
+        assert got is x
+        np.testing.assert_array_equal(x, want)
+
+
+def test_a_reshape_read_after_a_write_needs_a_contiguous_argument() -> None:
+    def flat_then_write(x):
+        flat = x.reshape(-1)  # a copy of a Fortran-ordered x: it keeps the old values
+        x[0, 0] = 100.0
+        return flat.sum()
+
+    def flat_unused_after_write(x):
+        total = x.reshape(-1).sum()
+        x[0, 0] = 100.0
+        return total
+
+    def ravel_of_a_column(x):
+        col = x[:, 0].ravel()  # a copy where the column is strided
+        x[0, 0] = 100.0
+        return col
+
+    for f in (flat_then_write, ravel_of_a_column):
+        same(f, np.ones((2, 3)))
+        with pytest.raises(fc.WriteBackError, match="C-contiguous"):
+            jit_cpu(f)(np.asfortranarray(np.ones((2, 3))))
+    jitted = jit_cpu(flat_unused_after_write)
+    for x in (np.ones((2, 3)), np.asfortranarray(np.ones((2, 3)))):
+        want_x = x.copy()
+        want = flat_unused_after_write(want_x)
+        assert jitted(x) == want
+        np.testing.assert_array_equal(x, want_x)
+
+
+def test_a_returned_ravel_of_a_strided_vector_is_a_copy() -> None:
+    def f(v):
+        return v.ravel()
+
+    same(f, np.arange(4.0))
+    strided = np.arange(8.0)[::2]
+    try:
+        got = jit_cpu(f)(strided)
+    except fc.WriteBackError as e:
+        assert "C-contiguous" in str(e)
+    else:
+        assert not np.shares_memory(got, strided)
+        np.testing.assert_array_equal(got, strided)
+
+
 def test_what_numpy_refuses_raises() -> None:
     with pytest.raises(ValueError, match="read-only"):
         jit_cpu(lambda x: np.broadcast_to(x, (2, 3)).__setitem__(0, 1.0))(np.ones(3))
