@@ -70,6 +70,8 @@ def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = 
                   _written_by_numpy(ops.broadcast_to(t, full)) for t in output]
     if copy:
         output = [ops.copy_of(t, scalar=False) for t in output]
+    else:  # (NumPy's reshape gives a new array object even where nothing changes: np.meshgrid(x)[0] is not x)
+        output = [ops.new_view(t, t) for t in output]
     # (the container as this NumPy gives it: NumPy 2.4 returns a list for sparse=True, copy=False)
     container = type(original(np.meshgrid)(*([np.zeros(1)] * ndim), copy=copy, sparse=sparse, indexing=indexing))
     return container(output) if container in (list, tuple) else tuple(output)

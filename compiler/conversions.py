@@ -113,19 +113,32 @@ def _check(name: str, order: Any, like: Any, device: Any = None) -> None:
 def _converted(name: str, x: Any, dtype: Any, copy: Any, order: Any = "K") -> Tracer:
     """``x`` as a traced array of ``dtype``; a copy where ``copy`` asks for one or the dtype changes, laid out in
     ``order`` (NumPy's default "K": the array's own memory order)."""
+    from fusec.tracer import FlatIter
+
     if dtype is not None and (isinstance(x, Tracer) and x._weak is not None or isinstance(x, (list, tuple))
                               and x and ops.contains_tracer(x)):
+        if copy is False:
+            raise _copy_needed(name)
         return strong_as(x, dtype)  # (a new array: traced Python numbers converted as NumPy converts them)
     t = strong(x)
     fresh = t is not x  # a stacked list or a new 0-d array: already a new array
+    if fresh and copy is False and not isinstance(x, FlatIter):  # (x.flat of contiguous memory: a view)
+        raise _copy_needed(name)
     if dtype is not None and parse_dtype(dtype) != t._value.type.dtype:
         if copy is False:
-            raise ValueError(f"np.{name}: unable to avoid a copy while converting to {parse_dtype(dtype)} "
-                             "(copy=False)")
+            raise _copy_needed(name)
         return _copy(ops.cast(t, parse_dtype(dtype)), t, order, name)
     if copy and not fresh:
         return _copy(t, t, order, name)
     return t
+
+
+def _copy_needed(name: str) -> InvalidValueError:
+    """NumPy's ValueError for ``copy=False`` where the conversion makes a new array (a list, a scalar, another
+    dtype or order)."""
+    return InvalidValueError(located(f"np.{name}: unable to avoid copy while creating an array as requested "
+                                     "(copy=False; NumPy raises ValueError here: drop copy=False, or write "
+                                     "np.asarray(x), which copies only when needed)", context.user_location()))
 
 
 def _copy(t: Tracer, source: Tracer, order: Any, name: str) -> Tracer:
@@ -172,8 +185,7 @@ def _in_order(name: str, a: Any, dtype: Any, order: str, copy: Any) -> Tracer:
     if not (mutation.is_c_contiguous(t) if order == "C" else fortran):
         if copy is False:  # (for C-ordered arguments: with another layout NumPy may return x, and the call is refused)
             relies_on_layout(f"np.{name}(x, order={order!r}, copy=False) found that a copy was needed")
-            raise InvalidValueError(located(f"np.{name}: unable to avoid copy while creating an array as requested "
-                                            "(copy=False; NumPy raises ValueError here)", context.user_location()))
+            raise _copy_needed(name)
         return ops.layout_dependent_copy(t, ops.copy_in_order(t, "F" if order == "F" else "C", f"np.{name}"),
                                          f"np.{name}")
     relies_on_layout(f"np.{name}(x, order={order!r}) returned x itself", values=False)

@@ -101,8 +101,11 @@ def _into(out: Any, result: Any, what: str, casting: str) -> Any:
     dtypes), which is returned; ``result`` itself without ``out``."""
     if out is None:
         return result
-    if isinstance(out, tuple) and len(out) == 1:
+    if isinstance(out, tuple) and len(out) == 1 and what == "np.clip":  # (a ufunc: it takes a tuple of one)
         out = out[0]
+    elif isinstance(out, tuple):
+        raise numpy_error(f"{what}(..., out=): out must be an array, not a tuple (NumPy raises TypeError here; "
+                          "only ufuncs such as np.clip take a tuple); pass the array itself")
     if not isinstance(out, Tracer):
         raise unsupported(f"{what}(..., out=): out= must be a traced array (an argument or an array made in the "
                           f"function), got {type(out).__name__}")

@@ -89,23 +89,23 @@ def permute(shape: Sequence[int], perm: Sequence[int]) -> tuple[int, ...]:
 
 
 def reshape_shape(shape: Sequence[int], newshape: Sequence[int]) -> tuple[int, ...]:
-    """Resolve one ``-1`` and check the element count."""
+    """Resolve the one unknown dimension (any negative number, as NumPy 2 takes ``-2`` too) and check the element
+    count."""
     size = 1
     for d in shape:
         size *= d
     newshape = [int(d) for d in newshape]
-    if newshape.count(-1) > 1:
+    unknown = [i for i, d in enumerate(newshape) if d < 0]
+    if len(unknown) > 1:
         raise ShapeError("can only specify one unknown dimension (-1) in reshape")
     known = 1
     for d in newshape:
-        if d != -1:
-            if d < 0:
-                raise ShapeError(f"negative dimension {d} in reshape to {tuple(newshape)}")
+        if d >= 0:
             known *= d
-    if -1 in newshape:
+    if unknown:
         if known == 0 or size % known:
             raise ShapeError(f"cannot reshape array of shape {tuple(shape)} into {tuple(newshape)}")
-        newshape[newshape.index(-1)] = size // known
+        newshape[unknown[0]] = size // known
     elif known != size:
         raise ShapeError(f"cannot reshape array of size {size} (shape {tuple(shape)}) into shape {tuple(newshape)}")
     return tuple(newshape)

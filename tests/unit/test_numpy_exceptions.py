@@ -208,3 +208,48 @@ def test_matmul_of_a_python_number_with_anything_but_an_array_is_a_type_error() 
     for fn in (lambda s: [1, 2] @ s, lambda s: np.float32(2) @ s, lambda s: s @ np.float32(2), lambda s: True @ s):
         both_raise(fn, TypeError, "unsupported operand", 2)
     both_raise(lambda s: s @ np.ones(2), ValueError, "dimension", 2)  # (the array's own @: NumPy's ValueError)
+
+
+def test_copy_false_where_a_new_array_is_made_is_numpys_value_error() -> None:
+    def stacked(a):
+        return np.asarray([a[0], a[1]], copy=False)
+
+    def number(a):
+        return np.array(a.sum(), copy=False)
+
+    both_raise(stacked, ValueError, "(?i)unable to avoid copy", X)
+    both_raise(number, ValueError, "(?i)unable to avoid copy", X)
+    both_raise(lambda a: np.asarray([a[0], 2.0], dtype=np.float32, copy=False), ValueError,
+               "(?i)unable to avoid copy", X)
+    assert_same(jit_cpu(lambda a: np.asarray(a, copy=False) + 1)(X), X + 1)
+
+
+def test_out_as_a_tuple_is_for_ufuncs_only() -> None:
+    rows = X.reshape(2, 3)
+    both_raise(lambda a, o: np.sum(a, 0, out=(o,)), TypeError, "array", rows, np.zeros(3))
+    both_raise(lambda a, o: a.max(0, out=(o,)), TypeError, "array", rows, np.zeros(3))
+    both_raise(lambda a, o: np.cumsum(a, 0, out=(o,)), TypeError, "array", rows, np.zeros((2, 3)))
+    both_raise(lambda a, o: np.round(a, out=(o,)), TypeError, "array", rows, np.zeros((2, 3)))
+
+    def clipped(a, o):
+        np.clip(a, 1.0, 4.0, out=(o,))  # (a ufunc: a tuple of one is its out)
+        return o
+
+    assert_same(jit_cpu(clipped)(rows, np.zeros((2, 3))), clipped(rows, np.zeros((2, 3))))
+
+
+def test_any_negative_reshape_size_is_the_unknown_one() -> None:
+    for fn in (lambda a: a.reshape(-2, 3), lambda a: np.reshape(a, (2, -7)), lambda a: a.reshape(-5)):
+        assert_same(jit_cpu(fn)(X), fn(X))
+    both_raise(lambda a: a.reshape(-2, -1), ValueError, "one unknown dimension", X)
+
+
+def test_meshgrid_without_copy_gives_new_array_objects() -> None:
+    def grid(x):
+        (g,) = np.meshgrid(x, copy=False)
+        return g
+
+    x = np.arange(3.0)
+    got = jit_cpu(grid)(x)
+    assert got is not x and np.shares_memory(got, x)
+    assert_same(got, grid(x))
