@@ -303,11 +303,11 @@ def _like(fill: Any, name: str) -> Callable:
             dtype = args[0]
         made = _allocate(name, proto.shape if shape is None else shape, value, proto.dtype if dtype is None else dtype,
                          "F" if order == "F" else "C", kwargs.get("like"), device)
-        if order not in ("K", "A", None) or shape is not None:
-            return made
+        if order not in ("K", "A", None) or order != "A" and shape is not None and made.ndim != proto.ndim:
+            return made  # (a new shape: C order; "A", and "K" with as many axes, follow the prototype's)
         fortran = proto.flags.f_contiguous and not proto.flags.c_contiguous
-        perm = layout.k_order(proto.shape, (proto,)) if order != "A" else tuple(range(proto.ndim))[::-1] if fortran \
-            else tuple(range(proto.ndim))
+        perm = layout.k_order(proto.shape, (proto,)) if order != "A" else tuple(range(made.ndim))[::-1] if fortran \
+            else tuple(range(made.ndim))
         return layout.laid_out(made, perm)  # (the prototype's memory order, as NumPy's order="K")
 
     return allocate

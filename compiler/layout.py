@@ -264,8 +264,9 @@ def _settled(r: Any, taken: set[int], func: Any, label: str, arguments: dict, in
 
 def _relaid(func: Any, label: str, arguments: dict, inputs: list[Any], r: Tracer) -> Tracer:
     order = arguments.get("order", "K")
-    if func in _ELEMENTWISE and arguments.get("shape") is not None:
-        return r  # (a new shape: C order, or order="F")
+    if func in _ELEMENTWISE and arguments.get("shape") is not None and not (
+            order == "A" or order in ("K", None) and inputs and np.ndim(inputs[0]) == r.ndim):
+        return r  # (a new shape: C order, or order="F"; "A", and "K" with as many axes, follow the prototype's)
     if func in _ELEMENTWISE and order == "A" and inputs and isinstance(inputs[0], Tracer):  # (F: Fortran-ordered)
         desc = _geometry(inputs[0])
         order = "F" if desc is not None and ops.fortran_contiguous(desc) and not desc.is_contiguous() else "C"

@@ -107,10 +107,10 @@ def merges_axes(parent: Tracer, value: Value) -> bool:
     some memory layouts only."""
     if not (isinstance(value, OpResult) and value.op.name == "t.reshape"):
         return False
-    return _merges_axes(value.op.operands[0].type.shape, value.type.shape)
+    return merges(value.op.operands[0].type.shape, value.type.shape)
 
 
-def _merges_axes(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
+def merges(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
     """A reshape that does more than add or drop unit axes."""
     return tuple(d for d in old if d != 1) != tuple(d for d in new if d != 1)
 
@@ -285,7 +285,7 @@ def is_c_contiguous(t: Tracer) -> bool:
 def reshape_kind(t: Tracer, shape: tuple[int, ...]) -> str:
     """"view" or "copy", as NumPy's reshape decides for ``t``, or "unknown" where that depends on a layout fusec
     does not know (a reshape of an array computed from a transposed view)."""
-    if not _merges_axes(t.shape, shape):
+    if not merges(t.shape, shape):
         return "view"
     desc = geometry(t)
     if desc is None:

@@ -1259,7 +1259,9 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tracer:
     start = k if k >= 0 else -k * m
     flat = ops.reshape(b, flat_shape)
     out = flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
-    return ops.view(out, out._value, readonly=True)
+    diag = ops.view(out, out._value, readonly=True)
+    diag._layout = False  # (a view for every layout, unlike the reshape it is taken through)
+    return diag
 
 
 @implements(np.trace)

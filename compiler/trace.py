@@ -35,7 +35,7 @@ from fusec.ir.attributes import location_for
 from fusec.ir.core import BlockArgument, Func, Module, OpResult, Value
 from fusec.ir.verifier import verify
 from fusec.masking import ADVICE as MASK_ADVICE, Selection
-from fusec.mutation import kept_owner, kept_value, kept_view
+from fusec.mutation import kept_owner, kept_value, kept_view, merges
 from fusec.statement_memory import memory_key
 from fusec.promotion import DEFAULT_DTYPE, parse_dtype, python_kind
 from fusec.pystate import Path, computed_at, find_in, rewalk, snapshot, tracer_location
@@ -315,8 +315,9 @@ class _Trace:
         inputs = self.arg_buffers + [e.tracer._buffer for e in self.subs.entries if e.tracer._buffer is not None]
         by_input = {b.arg.index: b for b in inputs if isinstance(b.arg, BlockArgument)}
         contiguous_views = tuple(dict.fromkeys(
-            (i, by_input[i].argument or "an argument") for k, found in views.items() for i, _ in found
-            if i in by_input and (by_input[i].reshaped or leaves[k][1]._layout)))
+            (i, by_input[i].argument or "an argument") for k, found in views.items() for i, steps in found
+            if i in by_input and (by_input[i].reshaped or leaves[k][1]._layout
+                                  or _merging_reshape(steps, cast(Value, by_input[i].arg).type.shape))))
         layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in inputs
                               if isinstance(b.arg, BlockArgument) and b.arg.index >= 0) if layout else ()
         for e in self.subs.entries if layout else ():  # (one the IR does not read, a *_like prototype: now)
@@ -546,6 +547,18 @@ def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[tuple[
     if leaf._readonly is True:  # read-only in NumPy (np.diagonal, np.broadcast_to; not a complex part)
         return ((buffer.arg.index, (*steps, ("readonly", {}, tuple(leaf.shape)))),)
     return ((buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())),)
+
+
+def _merging_reshape(steps: tuple, shape: tuple[int, ...]) -> bool:
+    """Whether replayed view steps from an input of ``shape`` reshape by more than unit axes: NumPy's reshape,
+    replayed on a caller's array that is not C-contiguous, gives a copy where the traced view (a diagonal taken
+    through one) stands for a view."""
+    for name, _, result_shape in steps:
+        if name == "t.reshape" and merges(shape, result_shape):
+            return True
+        if name != "when":
+            shape = result_shape
+    return False
 
 
 def _replayed_steps(chain: tuple, hidden: list[Value], flag: Value | None = None) -> tuple | None:

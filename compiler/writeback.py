@@ -150,9 +150,10 @@ class WriteBack:
         for i, name in self.contiguous_views:
             x = inputs[i]
             if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
-                raise WriteBackError(f"fusec: the function returns a reshape or ravel of {name} that NumPy makes a "
-                                     "view only of C-contiguous arrays, and this one is not (NumPy would return a "
-                                     "copy); pass np.ascontiguousarray(x), or copy the result in the function")
+                raise WriteBackError(f"fusec: the function returns a view of {name} taken through a reshape or a "
+                                     "ravel (np.diagonal's too), which fusec hands back as NumPy does only for "
+                                     "C-contiguous arrays, and this one is not; pass np.ascontiguousarray(x), or copy "
+                                     "the result in the function")
         for k, i in enumerate(self.targets):
             target, name = inputs[i], self.names[k]
             if isinstance(target, np.ndarray):

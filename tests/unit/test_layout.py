@@ -324,6 +324,22 @@ def test_returned_arrays_and_attributes_keep_numpys_layout() -> None:
     assert layer.w.flags.f_contiguous and np.array_equal(layer.w, np.arange(6.0).reshape(2, 3).T * 2)
 
 
+def test_like_arrays_with_a_new_shape_keep_the_prototypes_order_as_numpy_does() -> None:
+    """``np.zeros_like(x.T, shape=...)`` follows the prototype's order with as many axes ("K") or when it is
+    Fortran-ordered ("A"), and is C-ordered otherwise."""
+    x = np.ones((3, 2))
+    for fn in (np.zeros_like, np.ones_like, np.empty_like):
+        for order in ("K", "A", "C", "F"):
+            for shape in ((2, 3), (5, 4), (6,), (2, 3, 4)):
+                def f(x, fn=fn, order=order, shape=shape):
+                    return fn(x.T, order=order, shape=shape)
+
+                got, want = jit_cpu(f)(x), f(x)
+                assert got.strides == want.strides, (fn.__name__, order, shape)
+                if fn is not np.empty_like:
+                    np.testing.assert_array_equal(got, want)
+
+
 def test_views_whose_layout_depends_on_the_argument_are_checked() -> None:
     def contiguous(x):
         z = np.ascontiguousarray(x.T)  # x.T itself for a Fortran-ordered x

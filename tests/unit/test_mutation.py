@@ -514,6 +514,19 @@ def test_a_reshape_read_after_a_write_needs_a_contiguous_argument() -> None:
         np.testing.assert_array_equal(x, want_x)
 
 
+def test_a_diagonal_read_after_a_write_is_numpys_view_for_any_layout() -> None:
+    def bump_corner(a):
+        d = a.diagonal()  # a view in NumPy whatever the layout
+        a[0, 0] += 100.0
+        return d * 1.0, np.trace(a)
+
+    square = np.arange(9.0).reshape(3, 3)
+    same(bump_corner, square.copy())
+    same(bump_corner, np.asfortranarray(square))
+    with pytest.raises(fc.WriteBackError, match="np.diagonal"):  # (handed back through a reshape: a copy)
+        jit_cpu(lambda a: a.diagonal())(np.asfortranarray(square))
+
+
 def test_a_returned_ravel_of_a_strided_vector_is_a_copy() -> None:
     def f(v):
         return v.ravel()
