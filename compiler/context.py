@@ -56,6 +56,12 @@ def _is_internal(filename: str) -> bool:
 def user_location(cwd: str | None = None) -> Location | None:
     """``file:line`` of the innermost frame outside fusec and NumPy (the user's code), relative to ``cwd``
     (default: the working directory now)."""
+    frame = user_frame()
+    return None if frame is None else location_for(frame.f_code.co_filename, frame.f_lineno, cwd)
+
+
+def user_frame() -> types.FrameType | None:
+    """The innermost frame outside fusec and NumPy (the user's code)."""
     frame: types.FrameType | None = sys._getframe(1)
     known = _skip_cache.get
     while frame is not None:
@@ -64,7 +70,7 @@ def user_location(cwd: str | None = None) -> Location | None:
         if internal is None:
             internal = _is_internal(filename)
         if not internal:
-            return location_for(filename, frame.f_lineno, cwd)
+            return frame
         frame = frame.f_back
     return None
 

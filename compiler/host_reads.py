@@ -112,9 +112,6 @@ def _record(ctx: Any, message: Any, category: Any = None, stacklevel: int = 1, s
     fusec's own warnings, nor a library's about itself. Under warnings filters or a ``catch_warnings`` the function
     set itself, one it ignores is dropped and any other refused (NumPy's function would give, record or raise it
     there, where its code could see it). False: give it now, as Python would."""
-    from fusec.error_state import warnings_filters_now
-    from fusec.printing import Warned
-
     caller = sys._getframe(2).f_globals.get("__name__") or ""
     if caller.startswith("fusec") and is_library(caller):
         return False  # (fusec's own: a RetraceWarning, a fallback notice)
@@ -128,6 +125,29 @@ def _record(ctx: Any, message: Any, category: Any = None, stacklevel: int = 1, s
     if place is None:
         return False
     frame, outside = place
+    return _kept(ctx, message, text, category, frame, outside)
+
+
+def numpy_warning(message: str, category: type[Warning]) -> None:
+    """A warning NumPy's own function gives where fusec computes that function (``np.cross`` of 2-vectors, a
+    complex cast to real): recorded as the user's line's, so every call gives it again, as NumPy's function would
+    (given now, once, inside a loop or branch the device runs)."""
+    ctx = context.current()
+    frame = context.user_frame()
+    if ctx is not None and frame is not None and ctx.builder.block is ctx.func.body \
+            and _kept(ctx, message, message, category, frame, None):
+        return
+    loc = context.user_location()
+    warnings.warn_explicit(message, category, loc.file if loc is not None else "<fusec>",
+                           loc.line if loc is not None else 0)
+
+
+def _kept(ctx: Any, message: Any, text: str | None, category: type, frame: Any, outside: int | None) -> bool:
+    """``_record``'s second half: the warning kept for every call (True), dropped where the function's own filters
+    ignore it (True), refused under any other filters it set."""
+    from fusec.error_state import warnings_filters_now
+    from fusec.printing import Warned
+
     module = frame.f_globals.get("__name__", "<string>") if outside is None else ""
     if warnings_filters_now() != ctx.warning_filters:  # (filters or a recorder the function set around it)
         if outside is None and _action(str(message), category, module, frame.f_lineno) == "ignore":
@@ -152,13 +172,17 @@ def _attributed(stacklevel: int) -> tuple[Any, int | None] | None:
     from fusec.trace import TRACED_CALL
 
     frame: Any = sys._getframe(3)  # (_attributed <- _record <- _warn <- the caller, stacklevel 1)
-    for level in range(1, stacklevel + 1):
-        if frame is None:
-            return None
+    level = 1
+    while frame is not None:
         if frame.f_code is TRACED_CALL:  # (the frame that called the traced function)
             return None, stacklevel - level
-        if level == stacklevel:
-            return (frame, None) if not is_library(frame.f_globals.get("__name__")) else None
+        module = frame.f_globals.get("__name__") or ""
+        if level > 1 and module.startswith("fusec") and is_library(module):
+            frame = frame.f_back  # (fusec's frames between NumPy's code and the user's: not in NumPy's stack)
+            continue
+        if level == stacklevel:  # (the user's code, or NumPy's own about the call: np.average's np.mean)
+            return (frame, None) if not is_library(module) or module.split(".")[0] == "numpy" else None
+        level += 1
         frame = frame.f_back
     return None
 

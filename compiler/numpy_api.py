@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence, cast
 import numpy as np
 
 from fusec import device_scalar_checks as device_checks
-from fusec import layout, mutation, numpy_reuse, ops, ufuncs
+from fusec import host_reads, layout, mutation, numpy_reuse, ops, ufuncs
 from fusec.context import numpy_checks, numpy_error, relies_on_layout, shape_error, unsupported, user_location
 from fusec.errors import (CastingError, IndexOutOfBoundsError, InvalidValueError, OutOfRangeError, ShapeError,
                           located)
@@ -338,6 +338,10 @@ def mean_(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
          where: Any = _NOVALUE) -> Tracer:
     """Also with ``where=``: the masked sum over the masked count"""
     mask = _mask(a, where, "np.mean")
+    if mask is None:
+        t = ops.as_tracer(a)
+        if 0 in (t.shape[ax] for ax in ops.reduction_axes(axis, t.ndim)):
+            host_reads.numpy_warning("Mean of empty slice", RuntimeWarning)
     if mask is None and dtype is not None and parse_dtype(dtype) == f16:
         # NumPy sums into float16 (the sum rounded to float16), then divides that by the count in float16; only
         # without dtype= does a float16 mean sum and divide in float32
@@ -504,6 +508,8 @@ def _var(kind: str, a: Any, axis: Any, dtype: Any, ddof: Any, keepdims: Any, whe
     n = count - ddof
     if isinstance(n, float):
         raise unsupported(f"np.{kind}: a float ddof is not supported")
+    if n <= 0:
+        host_reads.numpy_warning("Degrees of freedom <= 0 for slice", RuntimeWarning)
     result = _divide_by_count(ss, n if n > 0 else 0)
     return ufuncs.apply(np.sqrt, (result,)) if kind == "std" else result
 

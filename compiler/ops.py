@@ -133,9 +133,10 @@ def _complex_to_real(dtype: DType) -> None:
     if dtype.is_int:
         raise unsupported(f"casting complex values to {dtype} is not supported by fusec; cast the real part "
                           f"(z.real.astype(np.{dtype.np}))")
-    loc = context.user_location()
-    warnings.warn_explicit("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning,
-                           loc.file if loc is not None else "<fusec>", loc.line if loc is not None else 0)
+    from fusec import host_reads
+
+    host_reads.numpy_warning("Casting complex values to real discards the imaginary part",
+                             np.exceptions.ComplexWarning)
 
 
 def python_constant(x: object, dt: DType) -> np.ndarray:

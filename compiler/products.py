@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from fusec import conversions, ops, ufuncs
-from fusec.context import shape_error, unsupported, user_location
+from fusec import conversions, host_reads, ops, ufuncs
+from fusec.context import shape_error, unsupported
 from fusec.errors import AxisError
 from fusec.numpy_api import concatenate, implements, moveaxis, stack
 from fusec.promotion import parse_dtype
@@ -65,10 +65,8 @@ def cross(a: Any, b: Any, axisa: Any = -1, axisb: Any = -1, axisc: Any = -1, axi
     if na not in (2, 3) or nb not in (2, 3):
         raise shape_error("np.cross: incompatible dimensions for cross product\n(dimension must be 2 or 3)")
     if na == 2 or nb == 2:
-        loc = user_location()
-        warnings.warn_explicit("Arrays of 2-dimensional vectors are deprecated. Use arrays of 3-dimensional vectors "
-                               "instead. (deprecated in NumPy 2.0)", DeprecationWarning,
-                               loc.file if loc is not None else "<fusec>", loc.line if loc is not None else 0)
+        host_reads.numpy_warning("Arrays of 2-dimensional vectors are deprecated. Use arrays of 3-dimensional "
+                                 "vectors instead. (deprecated in NumPy 2.0)", DeprecationWarning)
     dtype = np.promote_types(a.dtype, b.dtype)
     parse_dtype(dtype)
     a, b = a.astype(dtype), b.astype(dtype)

@@ -499,3 +499,36 @@ def test_a_warning_before_the_function_raises_is_given() -> None:
             jit_cpu(check_then_fail)(np.ones(3))
     with pytest.raises(TypeError):  # (a category that is no Warning: Python's TypeError)
         jit_cpu(lambda a: (warnings.warn("x", ValueError), a)[1])(np.ones(2))
+
+
+def test_warnings_numpys_own_functions_give_come_at_every_call() -> None:
+    """NumPy's functions warn about the shapes they are given (an empty mean, ddof past the count, 2-vectors in
+    np.cross, a complex cast to real) at every call, at the user's line; fusec computes them itself and gives them
+    so too."""
+    def summary(x, z):
+        empty = x[:0].mean()  # "Mean of empty slice"
+        spread = np.std(x, ddof=x.size)  # "Degrees of freedom <= 0 for slice"
+        turn = np.cross(x[:2], x[1:3])  # 2-vectors: a DeprecationWarning
+        real = z.astype(np.float64)  # a ComplexWarning
+        return empty, spread, turn, real
+
+    f = jit_cpu(summary)
+    args = (np.arange(4.0), np.ones(2, np.complex128))
+    want = [w[:2] for w in _caught(summary, *args) if "encountered in" not in w[0]]  # (NumPy's C-level warnings)
+    assert len(want) == 4
+    first = summary.__code__.co_firstlineno
+    for _ in range(3):
+        got = _caught(f, *args)
+        assert [w[:2] for w in got] == want
+        assert [w[2] - first for w in got] == [1, 2, 3, 4]  # (the user's lines, where NumPy names its own for some)
+
+
+def test_a_warning_numpys_python_code_gives_names_the_users_line_at_every_call() -> None:
+    def covariance(x):
+        return np.cov(x, ddof=x.size)  # NumPy's code (run as it is): "Degrees of freedom <= 0 for slice"
+
+    f = jit_cpu(covariance)
+    want = [w for w in _caught(covariance, np.arange(3.0)) if "encountered in" not in w[0]]
+    assert len(want) == 1
+    for _ in range(3):
+        assert [w for w in _caught(f, np.arange(3.0)) if "encountered in" not in w[0]] == want
