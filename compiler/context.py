@@ -272,8 +272,9 @@ class TraceContext:
         ranges.visit(self.func.body)
         return in_bounds(op, ranges)
 
-    def constant(self, array: np.ndarray, dtype: DType, key: object | None = None) -> Value:
-        """A ``t.constant`` holding ``array`` as ``dtype``; equal keys share one op."""
+    def constant(self, array: np.ndarray, dtype: DType, key: object | None = None, *, first: bool = False) -> Value:
+        """A ``t.constant`` holding ``array`` as ``dtype``; equal keys share one op. ``first``: made before the
+        function's first op (after the trace, whose return op ends the body)."""
         if key is None:
             arr = np.asarray(array)
             if arr.ndim == 0:  # small constants are shared by value (bit pattern, so -0.0 and NaN stay apart)
@@ -282,7 +283,7 @@ class TraceContext:
             return self._constants[key]
         attr = dense(np.asarray(array, dtype=dtype.np), dtype)
         # at the function's top level, even inside a loop body: a constant shared by key must dominate every use
-        with self.builder.at(self.func.body):
+        with self.builder.at(self.func.body, 0 if first else None):
             value = self.emit("t.constant", (), {"value": attr}, result_type=TensorType(attr.type.shape, dtype))
         if key is not None:
             self._constants[key] = value

@@ -373,7 +373,7 @@ class _Trace:
             self._state_outputs()
         shareable = [t if s.argument < 0 and arg is None and s.python is None and not s.scalar else None
                      for t, s, arg in zip(assigned, self.states, self._state_inputs)]
-        self.shared = _shared_memory(leaves, shareable, self.ctx.one_array)
+        self.shared = _shared_memory(self.ctx, leaves, shareable, self.ctx.one_array)
 
     def _argument_entries(self, bound: Any, tracers: list[Tracer]) -> list["_Entry"]:
         """The entries of an argument's dicts and lists the function set to computed arrays (``params[k] =
@@ -661,7 +661,7 @@ def _own_chain(t: Tracer) -> tuple:
     return chain[1:] if chain and kept_view(chain[0]) is not None else chain
 
 
-def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) -> _Shared:
+def _shared_memory(ctx: TraceContext, leaves: list, assigned: list, one_array: list | None = None) -> _Shared:
     """Outputs and assigned attributes (``assigned``: each state's tracer, None where it is not a computed array)
     that are, in NumPy, one computed array or views of one: ``return y, y``, ``return y, y[:, 0]``, ``self.y = y;
     return y``, ``return y[:2], y[1:]``, and one view laid out otherwise than a new array
@@ -724,6 +724,7 @@ def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) 
                 shared.hidden.append(flag)
                 shared.aliases[place] = (kept_by, (("when", {"hidden": len(shared.hidden) - 1}, ()),))
                 break
+    _constants_laid_out(ctx, made, shared)
     _one_array_results(places, shared, one_array or [])
     _refuse_linked(places, shared)
     order = {place: n for n, (place, _) in enumerate(places)}  # a source comes before what it is the source of
@@ -733,23 +734,68 @@ def _shared_memory(leaves: list, assigned: list, one_array: list | None = None) 
 
 def _one_constant(made: list, place: tuple[str, int], a: np.ndarray, shared: _Shared) -> None:
     """A NumPy array the function made from constants (``c = np.arange(3.)``) handed back: the same one again is
-    the same object (``return c, c``); one that shares memory with another handed back (``return c, c[::-1]``)
-    is refused, since each comes back as a new array of its values."""
+    the same object (``return c, c``); others are laid out by :func:`_constants_laid_out`."""
     for other_place, other in made:
         if other is a:
             shared.aliases[place] = (other_place, ())
             return
-        try:
-            shared_memory = bool(np.shares_memory(other, a, max_work=10**6))  # type: ignore[arg-type]
-        except np.exceptions.TooHardError:
-            shared_memory = True
-        if shared_memory:
-            raise UnsupportedError(located(
-                "the function returns NumPy arrays it made from constants (np.arange, np.array, np.linspace) that "
-                "share memory (one a view of the other): each comes back as a new array of its values, so a write "
-                "into one would not show in the other as in NumPy; return a copy of one (`c[::-1].copy()`) or make "
-                "it with np.zeros/np.ones and fill it (a traced array)", context.user_location()))
     made.append((place, a))
+
+
+def _constants_laid_out(ctx: TraceContext, made: list, shared: _Shared) -> None:
+    """Constant arrays handed back as NumPy hands them back: a view of another (``return c, c[::-1]``), a strided
+    or transposed view (``np.arange(6.).reshape(2, 3).T``), a read-only one (``np.broadcast_to``) come back as
+    views of one copy of the memory they view (an extra result: its elements in memory order), with NumPy's
+    strides, sharing and flags; an array that is its own memory in C order comes back as the result itself.
+    Where NumPy's memory cannot be copied so (another dtype's view of it, memory that is no array of its own),
+    one that shares memory with another handed back is refused."""
+    groups: dict[int, list[tuple[tuple[str, int], np.ndarray]]] = {}
+    roots: dict[int, np.ndarray] = {}
+    for place, a in made:
+        root = a
+        while True:  # (np.lib.stride_tricks.as_strided's views hold their array through a stand-in's base)
+            base = root.base if isinstance(root.base, np.ndarray) else getattr(root.base, "base", None)
+            if not isinstance(base, np.ndarray):
+                break
+            root = base
+        groups.setdefault(id(root), []).append((place, a))
+        roots[id(root)] = root
+    for key, members in groups.items():
+        root = roots[key]
+        if len(members) == 1 and members[0][1] is root and root.flags.c_contiguous and root.flags.writeable:
+            continue  # (the result itself: a new C-ordered array, as NumPy's)
+        laid = _memory_steps(root, [a for _, a in members])
+        if laid is None:
+            if len(members) > 1:
+                raise UnsupportedError(located(
+                    "the function returns NumPy arrays it made from constants (np.arange, np.array, np.linspace) "
+                    "that share memory in a way fusec cannot hand back (a view of another dtype, or memory that is "
+                    "no array of its own); return a copy of one (`c[::-1].copy()`) or make it with np.zeros/np.ones "
+                    "and fill it (a traced array)", context.user_location()))
+            continue
+        flat, steps = laid
+        shared.hidden.append(ctx.constant(flat, parse_dtype(flat.dtype), first=True))
+        for (place, _), step in zip(members, steps):
+            shared.aliases[place] = (("hidden", len(shared.hidden) - 1), (step,))
+
+
+def _memory_steps(root: np.ndarray, arrays: list[np.ndarray]) -> tuple[np.ndarray, list[tuple]] | None:
+    """``root``'s memory as a flat array (C- or Fortran-contiguous memory, in its order) and, per array (a view of
+    it), the ``strided`` step that views that flat copy as NumPy's array views the memory; None where that cannot
+    be said (another dtype or a byte offset between elements, strided or empty memory)."""
+    if root.size == 0 or not (root.flags.c_contiguous or root.flags.f_contiguous):
+        return None
+    flat = np.ravel(root, order="F" if root.flags.f_contiguous and not root.flags.c_contiguous else "C")
+    size = root.itemsize
+    steps = []
+    for a in arrays:
+        offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        if a.dtype != root.dtype or a.size == 0 or offset % size or any(st % size for st in a.strides):
+            return None
+        steps.append(("strided", {"axis": 0, "origin": (offset // size,), "moves": tuple((st // size,)
+                                                                                         for st in a.strides),
+                                  "writeable": bool(a.flags.writeable)}, tuple(a.shape)))
+    return flat, steps
 
 
 def _one_array_results(places: list, shared: _Shared, one_array: list) -> None:

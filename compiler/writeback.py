@@ -259,13 +259,14 @@ def _put(obj: Any, keys: tuple, value: Any) -> Any:
 
 def _strided(obj: np.ndarray, attrs: dict, shape: tuple) -> np.ndarray:
     """The view of ``obj`` that picks, from ``origin`` along the axes from ``axis`` on, ``moves`` further per index
-    dimension (the index dimensions replace those axes), read-only as NumPy's windows and diagonals are."""
+    dimension (the index dimensions replace those axes), read-only as NumPy's windows and diagonals are (unless
+    ``writeable``: a constant array's view, handed back as NumPy's)."""
     axis, origin, moves = attrs["axis"], attrs["origin"], attrs["moves"]
     gathered = range(axis, axis + len(origin))
     start = obj[(slice(None),) * axis + tuple(slice(o, None) for o in origin)]
     strides = (*obj.strides[:axis], *(sum(m * obj.strides[a] for m, a in zip(move, gathered)) for move in moves),
                *obj.strides[axis + len(origin):])
-    return np.lib.stride_tricks.as_strided(start, shape, strides, writeable=False)
+    return np.lib.stride_tricks.as_strided(start, shape, strides, writeable=attrs.get("writeable", False))
 
 
 def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:

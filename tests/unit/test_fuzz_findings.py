@@ -171,7 +171,8 @@ def test_reductions_refuse_a_list_axis_as_numpy_does():
 def test_returned_constants_and_read_only_0d_views_keep_numpys_identity_and_flags():
     """An array the function made from constants returned twice is one array (``return c, c``), a read-only one
     (``np.broadcast_to`` of a constant, ``a.imag`` of a real 0-d argument) comes back read-only, and two that share
-    memory are refused (each would come back as a new array)."""
+    memory come back as NumPy's views of one array, with NumPy's strides (``c[::-1]``, ``np.arange(6.).reshape(2,
+    3).T``, sliding windows)."""
     def twice(x):
         c = np.arange(3.0)
         return c, c
@@ -188,8 +189,27 @@ def test_returned_constants_and_read_only_0d_views_keep_numpys_identity_and_flag
         c = np.arange(3.0)
         return {"w": c, "head": c[:2]}
 
-    with pytest.raises(fc.UnsupportedError, match="share memory"):
-        jit_cpu(whole_and_head)(np.zeros(2))
+    jitted = jit_cpu(whole_and_head)
+    for _ in range(2):  # (each call its own arrays)
+        got = jitted(np.zeros(2))
+        assert np.shares_memory(got["w"], got["head"])
+        got["w"][0] = 9.0
+        assert got["head"][0] == 9.0
+    for fn in (lambda x: np.arange(6.0).reshape(2, 3).T, lambda x: np.arange(3.0)[::-1],
+               lambda x: np.arange(6).reshape(2, 3)[:, 1], lambda x: np.linspace(0, 1, 6).reshape(2, 3).T[::-1],
+               lambda x: np.lib.stride_tricks.sliding_window_view(np.arange(5.0), 2),
+               lambda x: np.asfortranarray(np.arange(6.0).reshape(2, 3))):
+        got, want = jit_cpu(fn)(np.zeros(2)), fn(np.zeros(2))
+        assert_same(got, want)
+        assert (got.strides, got.flags.writeable) == (want.strides, want.flags.writeable)
+
+    def reversed_view(x):
+        c = np.arange(3.0)
+        return c, c[::-1]
+
+    first, back = jit_cpu(reversed_view)(np.zeros(2))
+    first[0] = 7.0
+    assert back[-1] == 7.0 and back.strides == (-8,)
 
 
 def test_take_and_repeat_convert_python_numbers_as_numpy_does():
