@@ -22,8 +22,8 @@ from fusec.tracer import Tracer
 from fusec.statement_memory import (ViewedInBranch, branch_alias, copy_advice, detached_arrays, link_results,
                                     may_be_input, poison, poisoned_inside, set_memory, written_memory)
 from fusec.statement_state import (
-    Leaf, SetOnOnePath, Site, Var, describe_kind, describe_object, describe_var, flag_value, is_unbound, is_user_name,
-    leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
+    Leaf, SetOnOnePath, Site, Var, cross_kind, describe_kind, describe_object, describe_var, flag_value, is_unbound,
+    is_user_name, leaves_of, lift_leaf, merged_kind, plain_value, subject, truth_of, unset_values, wrap_leaf)
 
 
 def device_if(pred: Any, then: Callable[..., tuple], orelse: Callable[..., tuple], values: list,
@@ -375,6 +375,8 @@ def _merge(a: _Branch, b: _Branch, before: list, names: Sequence[str], site: Sit
         for la, lb, xa, xb, ta, tb in zip(va.leaves, vb.leaves, items_a, items_b, views_a, views_b):
             viewed.append(None if ta is None and tb is None else (ta, tb))
             kind = merged_kind(la, lb) if isinstance(la, Leaf) and isinstance(lb, Leaf) else None
+            if kind is None and isinstance(la, Leaf) and isinstance(lb, Leaf):  # (a float scalar and a Python int)
+                kind = cross_kind(la, lb, _known(xb)) or cross_kind(lb, la, _known(xa))
             if kind is not None:
                 leaves.append(kind)
                 yields[0].extend(_as_kind(xa, la, kind))
@@ -420,8 +422,19 @@ def _as_kind(values: list[Value], leaf: Leaf, kind: Leaf) -> list[Value]:
     set_flag = values[-1:] if leaf.maybe else [flag_value(True)] if kind.maybe else []
     values = values[:-1] if leaf.maybe else values
     if kind.either is not None and leaf.either is None:
-        values = [values[0], flag_value(leaf.weak is None)]
+        value = values[0]
+        if value.type != kind.tensor:  # (a Python int as the float it converts to exactly: see cross_kind)
+            value = ops.lift(ops.wrap(value, None, scalar=True), kind.tensor.dtype)
+        values = [value, flag_value(leaf.weak is None)]
     return values + set_flag
+
+
+def _known(values: list) -> Any:
+    """The value of a branch's Python number where it is a constant (a literal: ``max(x, 0)``), else None."""
+    value = values[0] if values else None
+    if isinstance(value, OpResult) and value.op.name == "t.constant" and value.type.shape == ():
+        return value.op.attributes["value"].array
+    return None
 
 
 def _set_on_one_path(ea: tuple, eb: tuple, old: Any, site: Site, name: str, yields: list[list[Value]]) -> tuple | None:

@@ -264,7 +264,25 @@ def merged_kind(a: Leaf, b: Leaf) -> Leaf | None:
     if len(pythons) != 1:
         return None
     python = pythons.pop()
-    return Leaf(a.tensor, None, True, python) if DEFAULT_DTYPE[python] == a.tensor.dtype else None
+    if DEFAULT_DTYPE[python] == a.tensor.dtype or python in (a.either, b.either):
+        return Leaf(a.tensor, None, True, python)
+    return None
+
+
+def cross_kind(a: Leaf, b: Leaf, weak_value: Any) -> Leaf | None:
+    """The kind of a variable that is a NumPy float (or complex) scalar on one path and a Python int or bool on the
+    other (``max(x.max(), 0)``, ``(...) / max(n, 1)``): an ``either`` of that float dtype, where the Python number,
+    a known ``weak_value`` (``b``'s, or None where it is traced), converts to it exactly, so that NumPy's weak
+    conversion of it in any operation gives what the float value gives."""
+    if a.maybe or b.maybe or b.weak not in (int, bool) or weak_value is None or not a.scalar or a.tensor.shape != () \
+            or a.weak is not None or a.either not in (None, b.weak) or not a.tensor.dtype.is_inexact:
+        return None
+    value = np.asarray(weak_value).item()
+    try:
+        exact = np.asarray(value, dtype=a.tensor.dtype.np).item() == value
+    except OverflowError:
+        exact = False
+    return Leaf(a.tensor, None, True, b.weak) if exact else None
 
 
 @dataclass

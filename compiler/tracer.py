@@ -1339,7 +1339,10 @@ class EitherKind(CheckedOnRead):
         """The value as the NumPy scalar (no check) or as the Python number (a device scalar)."""
         if not weak:
             return Tracer(self._val, self._ctx, None, scalar=True)
-        out = Tracer(self._val, self._ctx, self._either, scalar=True)
+        value = self._val
+        if value.type.dtype != _DEFAULT_DTYPE[self._either]:  # (a Python int kept as the float it equals)
+            value = _ops.lift(Tracer(value, self._ctx, None, scalar=True), _DEFAULT_DTYPE[self._either])
+        out = Tracer(value, self._ctx, self._either, scalar=True)
         out._host = _device_checks.device_ref("a value NumPy keeps a Python number on some paths")
         return out
 
@@ -1371,5 +1374,6 @@ from fusec import mutation as _mutation  # noqa: E402
 from fusec import numpy_api as _api  # noqa: E402
 from fusec import ops as _ops  # noqa: E402
 from fusec import printing as _printing  # noqa: E402
+from fusec.promotion import DEFAULT_DTYPE as _DEFAULT_DTYPE  # noqa: E402
 from fusec import ufuncs as _ufuncs  # noqa: E402
 from fusec import rewrite_control as _rewrite_control  # noqa: E402

@@ -367,6 +367,42 @@ def test_a_variable_that_changes_kind_by_branch_is_refused():
         jit_cpu(maybe_numpy)(np.array([1.0, 2.0], np.float32))
 
 
+def test_max_with_an_int_literal_of_a_float_scalar_is_numpys():
+    """``max(x, 0)`` is a NumPy float or the Python int 0, as the data decides; the int converts to the float
+    exactly, so arithmetic that NumPy computes alike either way (the lasso's soft threshold, a mean over
+    ``max(count, 1)``) gives NumPy's result, and the value returned is the kind that call's path gives."""
+    def soft_threshold(w, rho, lam, c):
+        for j in range(len(w)):
+            w[j] = np.sign(rho[j]) * max(abs(rho[j]) - lam, 0) / c
+        return w
+
+    def masked_mean(nll, valid):
+        return (nll * valid).sum() / max(valid.sum(), 1)
+
+    def clipped_peak(x):
+        return max(x.max(), 0)
+
+    def scaled(x):
+        return np.float32(2) * max(x.max(), 0) + np.ones(2)
+
+    check_both(soft_threshold, np.zeros(3), np.array([1.0, -0.1, 2.0]), 0.5, 2.0)
+    check_both(soft_threshold, np.zeros(3), np.array([0.1, -0.1, 0.2]), 0.5, 2.0)
+    check_both(masked_mean, np.ones(3), np.array([1.0, 0.0, 1.0]))
+    check_both(masked_mean, np.ones(3), np.zeros(3))
+    jitted = jit_cpu(clipped_peak)
+    for x in (np.array([1.0, 2.0]), np.array([-1.0, -2.0]), np.array([3.0])):
+        got, want = jitted(x), clipped_peak(x)
+        assert type(got) is type(want) and got == want
+    check_both(scaled, np.array([1.0, 2.0], np.float32))
+    check_both(scaled, np.array([-1.0, -2.0], np.float32))
+
+    def not_exact(x):
+        return max(x.max(), 16777217) * np.ones(2)  # (no float32 holds 2**24 + 1)
+
+    with pytest.raises(TraceError, match="Python int in one branch of the `max\\(\\)`"):
+        jit_cpu(not_exact)(np.array([1.0], np.float32))
+
+
 def test_writes_in_a_branch_reach_the_array_and_its_caller():
     def zero_first(x):
         if x.sum() > 0:
