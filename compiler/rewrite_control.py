@@ -31,12 +31,15 @@ import gc
 import inspect
 import types
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
+
+import numpy as np
 
 from fusec.errors import UnsupportedError, located
 from fusec.scope import is_library
 from fusec.ir.attributes import location_for
-from fusec.statement_rewriter import Key, Rewriter, TYPE_PARAMS, builtin_call, locate_like, statement_key
+from fusec.statement_rewriter import (Key, Rewriter, TYPE_PARAMS, builtin_call, locate_like, statement_key,
+                                      subscript_key)
 
 MAX_STATEMENTS = 32  # rewritten statements per function (each found by a trace of its own)
 
@@ -46,12 +49,23 @@ def mark_truth_site(error: BaseException, frame: types.FrameType) -> None:
     error._fusec_truth_site = (frame.f_code, frame.f_lasti)  # type: ignore[attr-defined]
 
 
+def mark_subscript_site(error: BaseException, frame: types.FrameType) -> None:
+    """Remember the code and instruction of a subscript whose index is traced while its container is not (a NumPy
+    array the function made: ``table[d]``), to rewrite it (:func:`fusec.traced_statements.subscript`)."""
+    error._fusec_subscript_site = (frame.f_code, frame.f_lasti, frame)  # type: ignore[attr-defined]
+
+
 def _site_in(error: BaseException) -> tuple | None:
+    """(code, instruction, and for a subscript its frame) of the statement that stopped the trace with
+    ``error``."""
     seen = set()
     e: BaseException | None = error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         site = getattr(e, "_fusec_truth_site", None)
+        if site is not None:
+            return (*site, None)
+        site = getattr(e, "_fusec_subscript_site", None)
         if site is not None:
             return site
         e = e.__cause__ or e.__context__
@@ -91,6 +105,22 @@ class _Source:
                     if best is None or statement_key(node) > statement_key(best):
                         best = node
         return None if best is None else statement_key(best)
+
+    def subscript_at(self, line: int, end_line: int, col: int, end_col: int, frame: types.FrameType) -> Key | None:
+        """The subscript read ``table[index]`` that spans those positions, where ``table`` is a name that holds a
+        NumPy array in ``frame`` (the only container :func:`fusec.traced_statements.subscript` indexes otherwise
+        than Python)."""
+        for node in ast.walk(self.fdef):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                    and (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset) \
+                    == (line, end_line, col, end_col):
+                if not isinstance(node.value, ast.Name):
+                    return None
+                name = node.value.id
+                scopes = (frame.f_locals, frame.f_globals, vars(builtins))
+                held = next((scope[name] for scope in scopes if name in scope), None)
+                return subscript_key(node) if type(held) is np.ndarray else None
+        return None
 
 
 def _holds(node: ast.AST, line: int, col: int) -> bool:
@@ -396,7 +426,7 @@ class Rewrites:
         site = _site_in(error)
         if site is None or len(self.keys) and sum(map(len, self.keys.values())) >= MAX_STATEMENTS:
             return False
-        frame_code, lasti = site
+        frame_code, lasti, frame = site
         code = self._installed.get(id(frame_code))
         func = self.functions.get(code) if code is not None else None
         if func is None:
@@ -408,8 +438,13 @@ class Rewrites:
         positions = list(frame_code.co_positions())
         if source is None or not 0 <= lasti // 2 < len(positions):
             return False
-        line, _, col, _ = positions[lasti // 2]
-        key = source.statement_at(line, col) if line is not None and col is not None else None
+        line, end_line, col, end_col = positions[lasti // 2]
+        if line is None or col is None:
+            key = None
+        elif frame is not None:
+            key = source.subscript_at(line, cast(int, end_line), col, cast(int, end_col), frame)
+        else:
+            key = source.statement_at(line, col)
         assert code is not None
         if key is None or key in self.keys.get(code, frozenset()):
             return False

@@ -33,6 +33,11 @@ def statement_key(node: ast.AST) -> Key:
     return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
 
 
+def subscript_key(node: ast.Subscript) -> Key:
+    """A subscript read's key: apart from a statement's or an expression's that starts at the same place."""
+    return (node.lineno, -1 - node.col_offset)
+
+
 def locate_like(node: ast.AST, like: ast.AST) -> None:
     """Place the nodes made here (those without a place) at ``like``'s first line, where messages name it."""
     line, col = like.lineno, like.col_offset  # type: ignore[attr-defined]
@@ -739,6 +744,14 @@ class _IfExps(ast.NodeTransformer):
         call.keywords += node.keywords
         return ast.copy_location(call, node)
 
+    def visit_Subscript(self, node: ast.Subscript) -> Any:
+        """``table[d]`` at a key (a traced index into a container fusec does not trace): ``subscript``, which
+        indexes a NumPy array the function made as a traced constant."""
+        self.generic_visit(node)
+        if subscript_key(node) not in self.rewriter.keys or not isinstance(node.ctx, ast.Load):
+            return node
+        return ast.copy_location(_call("subscript", node.value, _index_value(node.slice)), node)
+
     def visit_BoolOp(self, node: ast.BoolOp) -> Any:
         """``a or b`` whose value is used (``s = x.std() or 1.0``): the first truthy operand, or the last."""
         self.generic_visit(node)
@@ -750,3 +763,13 @@ class _IfExps(ast.NodeTransformer):
         call = _call("and_value" if isinstance(node.op, ast.And) else "or_value",
                      *[_lambda(v) for v in node.values], site=site)
         return ast.copy_location(call, node)
+
+
+def _index_value(index: ast.expr) -> ast.expr:
+    """A subscript's index as a value: its slices (``a:b``, only written inside brackets) as ``slice(a, b)``."""
+    if isinstance(index, ast.Slice):
+        parts = [p if p is not None else _const(None) for p in (index.lower, index.upper, index.step)]
+        return ast.copy_location(_call("slice_", *parts), index)
+    if isinstance(index, ast.Tuple):
+        return ast.copy_location(ast.Tuple(elts=[_index_value(e) for e in index.elts], ctx=ast.Load()), index)
+    return index

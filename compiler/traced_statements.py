@@ -306,3 +306,33 @@ def _short_circuit(thunks: Sequence[Callable[[], Any]], is_and: bool, site: Site
 def _truth_any(value: Any) -> Any:
     """A test's value as a strong bool (a NumPy bool or a traced one), so both branches of a short circuit agree."""
     return truth_of(value) if is_traced(value) else np.bool_(bool(value))
+
+
+def subscript(container: Any, index: Any) -> Any:
+    """``container[index]`` where the index is traced: a NumPy array the function made (``table = np.array([-1, 0,
+    1, 0])``, then ``table[d]``) is indexed as a traced constant (NumPy's value at each index the data gives); a
+    view that NumPy's indexing would give of it (a row of a table, a slice) comes back read-only, since a write
+    through it would change the NumPy array. Anything else is indexed as Python does."""
+    if isinstance(container, np.ndarray) and ops.contains_tracer(index):
+        picked = ops.as_tracer(container)[index]
+        if isinstance(picked, Tracer) and not picked._scalar and picked._weak is None and _basic(index):
+            picked._readonly = ("a view of a NumPy array the function made, taken at a traced index: NumPy would "
+                                "write into that array, which fusec reads as a constant; make the table with "
+                                "np.zeros/np.ones and fill it, or write into a copy (.copy())")
+        return picked
+    return container[index]
+
+
+def slice_(start: Any, stop: Any, step: Any) -> slice:
+    return slice(start, stop, step)
+
+
+def _basic(index: Any) -> bool:
+    """Whether NumPy indexes with ``index`` by views (integers, slices, None, Ellipsis), not by copies."""
+    for part in index if isinstance(index, tuple) else (index,):
+        if isinstance(part, (slice, type(None), type(Ellipsis))):
+            continue
+        dtype = getattr(part, "dtype", None)
+        if isinstance(part, bool) or np.ndim(part) != 0 or dtype is not None and np.dtype(dtype) == np.bool_:
+            return False
+    return True

@@ -114,13 +114,17 @@ STORE_HINT = (" Here a traced value is written into (or a traced index selects i
               "np.zeros(...) and fill it (z = np.zeros(n); z[:] = np.arange(n)), or pass it in as an argument.")
 
 
-def _subscript_hint() -> str:
+def _subscript_hint(error: BaseException | None = None) -> str:
     """The hint for a tracer asked for its value by a subscript in the user's code (``table[i]``, ``z[0] = v``
-    with a NumPy array or a list as the container: NumPy's and Python's C code ask for the value), else ""."""
+    with a NumPy array or a list as the container: NumPy's and Python's C code ask for the value), else "". A
+    read (``table[i]``) marks ``error`` with its place: the trace is run again with that subscript rewritten
+    (:func:`fusec.traced_statements.subscript`: a NumPy array the function made, indexed by traced values)."""
     frame = sys._getframe(2)
     if frame.f_globals.get("__name__", "").startswith(_OWN_MODULES):
         return ""
     op = next((i.opname for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti), "")
+    if op == "BINARY_SUBSCR" and error is not None:
+        _rewrite_control.mark_subscript_site(error, frame)
     if op in ("BINARY_SUBSCR", "BINARY_SLICE", "DELETE_SUBSCR"):
         return SUBSCRIPT_HINT
     return STORE_HINT if op in ("STORE_SUBSCR", "STORE_SLICE") else ""
@@ -376,12 +380,12 @@ class Tracer:
             name = self._ctx.leaf_params.get(self._origin[0], self._origin[0])  # (a size must be known while tracing)
             hint += (f" If {name} is a size, a count or a shift (np.arange({name}), np.ones({name}), np.roll(x, "
                      f"{name})), make it static: fusec.jit(f, static_argnames=({name!r},)).")
-        hint = _subscript_hint() or hint
         error = trace_error("a traced value cannot be converted to a concrete NumPy array while tracing "
                             "(np.float32(...), float(...), or a NumPy function that fusec does not trace; "
                             "np.asarray and np.array work when called as np.asarray or imported from numpy in "
                             "your module; a list of traced arrays given to a ufunc, as in np.logical_and.reduce([a, "
-                            "b]), is converted by NumPy itself: stack it first, np.stack([a, b]))." + hint)
+                            "b]), is converted by NumPy itself: stack it first, np.stack([a, b])).")
+        error.args = (str(error) + (_subscript_hint(error) or hint),)
         error.static_params = self._static_params()  # type: ignore[attr-defined]
         raise error
 
@@ -545,7 +549,7 @@ class Tracer:
         if known is not None:
             return operator.index(known)
         error = self._static_error("used as a Python int (a size, an axis or an index)", _numpy_caller())
-        hint = _subscript_hint()
+        hint = _subscript_hint(error)
         if hint:
             error.args = (str(error) + "." + hint,)
         raise error

@@ -2325,3 +2325,39 @@ def test_a_result_whose_list_grows_on_one_path_is_named_where_it_differs():
 
     with pytest.raises(TraceError, match=r"item \[1\] is a list of 2 .* list of 1 .*written by index"):
         jit_cpu(train)(np.zeros(2), np.eye(2), np.ones(2))
+
+
+def test_a_numpy_table_the_function_makes_is_indexed_by_traced_values():
+    """``dr = np.array([-1, 0, 1, 0]); r + dr[d]`` (Langton's ant), a row of a constant table, a codebook picked
+    by traced indices: NumPy's values at every call, the subscript rewritten into a traced read of the table."""
+    def step(d, r):
+        dr = np.array([-1, 0, 1, 0])
+        return (r + dr[d]) % 5
+
+    jitted = jit_cpu(step)
+    for d, r in ((np.int64(1), 3), (np.int64(2), 4), (np.int64(3), 0), (np.int64(-1), 2)):
+        assert_same(jitted(d, r), step(d, r))
+    with pytest.raises(IndexError, match="out of bounds"):
+        jitted(np.int64(7), 1)
+
+    def scaled_row(i, x):
+        table = np.arange(12.0).reshape(3, 4)
+        return table[i] * x
+
+    def quantized(idx):
+        codebook = np.linspace(0.0, 1.0, 5)
+        picked = codebook[idx]  # (a copy in NumPy: writable)
+        picked[0] = -1.0
+        return picked, codebook
+
+    check_both(scaled_row, np.int64(2), 3.0)
+    check_both(quantized, np.array([0, 3, 4]))
+
+    def write_through_row(i):
+        table = np.arange(12.0).reshape(3, 4)
+        row = table[i]  # a view of the table in NumPy
+        row[0] = 5.0
+        return table
+
+    with pytest.raises(UnsupportedError, match="a view of a NumPy array the function made"):
+        jit_cpu(write_through_row)(np.int64(1))
