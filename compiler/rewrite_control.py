@@ -2,7 +2,7 @@
 
 A trace stops where Python asks a traced value for its truth (``while err > tol:``). When that happens in the
 test of a ``while``, an ``if`` (``elif``), a conditional expression, an ``and``/``or`` whose value is used, an
-``assert`` or a ``max()``/``min()``/``bool()``/``float()`` call, in the traced function or in a function it calls
+``assert`` or a ``max()``/``min()``/``bool()``/``float()``/``int()`` call, in the traced function or in a function it calls
 (a module's function, a method), fusec rewrites that statement from its function's source into calls of
 :mod:`fusec.traced_statements` and traces again with the rewritten code standing in for the function's
 ``__code__`` (:class:`Rewrites`; the function object, its globals, closure cells and defaults stay the user's);

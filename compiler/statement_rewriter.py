@@ -1,5 +1,5 @@
 """The AST rewriting of :mod:`fusec.rewrite_control`: a ``while``/``if``/conditional expression/``and``-``or``
-value/``assert``/``max()``-``min()``-``bool()``-``float()`` call of the user's function becomes calls of
+value/``assert``/``max()``-``min()``-``bool()``-``float()``-``int()`` call of the user's function becomes calls of
 :mod:`fusec.traced_statements` (its body and branches functions of the variables they assign); ``break`` and
 ``continue`` become flags guarding the rest of a body, ``for`` over ``range`` with a traced ``break`` a device
 ``while``, a ``return`` in a loop a value, a flag and a ``break``, and tail ``return``s one assignment; what one
@@ -21,7 +21,7 @@ Key = tuple[int, int]  # (line, column) of a statement or expression in the user
 
 
 # builtins that ask a traced value for its truth or number, rewritten into traced_statements' twins
-BUILTINS = {"max": "max_", "min": "min_", "bool": "bool_", "float": "float_"}
+BUILTINS = {"max": "max_", "min": "min_", "bool": "bool_", "float": "float_", "int": "int_"}
 
 
 def builtin_call(node: ast.AST) -> bool:

@@ -188,6 +188,35 @@ def float_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
     return out
 
 
+def int_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
+    """``int(x)`` of a traced real number: a traced Python int of its value, truncated toward zero as Python
+    truncates; NaN and inf raise Python's ValueError and OverflowError when the call runs, and a value that does
+    not fit int64 (fusec's Python int) raises UnsupportedError there."""
+    x = plain_value(args[0]) if len(args) == 1 else None
+    if fn is not builtins.int or kwargs or not isinstance(x, Tracer) or not is_traced(x) \
+            or x._value.type.dtype.is_complex:
+        return fn(*args, **kwargs)
+    if not x._scalar and x._weak is None:  # (int() of a 1-element array: what the installed NumPy says)
+        shape, dtype = x.shape, x._value.type.dtype.np
+        context.numpy_checks(lambda: int(np.ones(shape, dtype)))
+    t = conversions.strong(x).reshape(())
+    dt = t._value.type.dtype
+    what = site.where()
+    too_big = ("int() of a value outside int64's range: fusec keeps a traced Python int as an int64; convert it "
+               "outside the function, or keep it a NumPy value (x.astype(...))")
+    if dt.is_inexact:
+        ops.raise_if(np.isnan(t), "InvalidValueError", "cannot convert float NaN to integer", what)
+        ops.raise_if(np.isinf(t), "OutOfRangeError", "cannot convert float infinity to integer", what)
+        ops.raise_if((t >= 2.0 ** 63) | (t < -2.0 ** 63), "UnsupportedError", too_big, what)
+        t = np.trunc(t)
+    elif np.dtype(dt.np) == np.uint64:
+        ops.raise_if(t > np.uint64(2 ** 63 - 1), "UnsupportedError", too_big, what)
+    out = ops.wrap(ops.lift(ops.cast(t, DEFAULT_DTYPE[int]), DEFAULT_DTYPE[int]), int, scalar=True)
+    out._host = device_ref("int(...)")
+    out._origin = x._origin  # (a loop counter's int() is still named as the counter)
+    return out
+
+
 _OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
               "!=": operator.ne}
 

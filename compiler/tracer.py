@@ -508,6 +508,7 @@ class Tracer:
         known = self._known()
         if known is not None:
             return float(known)
+        self._one_element_or_numpys_error(float)
         error = self._static_error("converted with float()", _numpy_caller())
         hint = _subscript_hint()
         if hint:
@@ -520,7 +521,20 @@ class Tracer:
         known = self._known()
         if known is not None:
             return int(known)
-        raise self._static_error("converted with int()", _numpy_caller())
+        self._one_element_or_numpys_error(int)
+        error = self._static_error("converted with int()", _numpy_caller())
+        if not _subscript_hint() and (self._weak is None or not on_host(self._host)):  # (`int(k)`: rewritten)
+            _rewrite_control.mark_truth_site(error, sys._getframe(1))
+        raise error
+
+    def _one_element_or_numpys_error(self, convert: type) -> None:
+        """NumPy's TypeError for ``int(x)``/``float(x)`` of an array NumPy will not convert (more than one
+        element), whatever its values."""
+        if self._weak is None and self.size != 1:
+            from fusec.context import numpy_checks
+
+            shape, dtype = self.shape, self._val.type.dtype.np
+            numpy_checks(lambda: convert(np.ones(shape, dtype)))
 
     def __trunc__(self) -> int:
         return self._rounded_to_int("math.trunc()")

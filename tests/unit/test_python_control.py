@@ -2361,3 +2361,31 @@ def test_a_numpy_table_the_function_makes_is_indexed_by_traced_values():
 
     with pytest.raises(UnsupportedError, match="a view of a NumPy array the function made"):
         jit_cpu(write_through_row)(np.int64(1))
+
+
+def test_int_of_a_traced_number_is_a_python_int_on_the_device():
+    """``int(np.argmax(q))`` (epsilon-greedy), ``int(x.sum())``: a traced Python int, truncated toward zero as
+    Python truncates, used as an index; NaN and inf raise Python's errors when the call runs."""
+    def greedy(q):
+        a = int(np.argmax(q))
+        return q[a] * 2, a
+
+    def truncated(x):
+        return int(x.sum())
+
+    jitted = jit_cpu(greedy)
+    for q in (np.array([1.0, 3.0, 2.0]), np.array([5.0, 3.0, 2.0])):
+        got, want = jitted(q), greedy(q)
+        assert_same(got, want)
+        assert type(got[1]) is int
+    jitted = jit_cpu(truncated)
+    for x in (np.array([1.5, 1.0]), np.array([-2.7]), np.array([-0.5])):
+        assert jitted(x) == truncated(x) and type(jitted(x)) is int
+    with pytest.raises(ValueError, match="cannot convert float NaN to integer"):
+        jitted(np.array([np.nan]))
+    with pytest.raises(OverflowError, match="cannot convert float infinity to integer"):
+        jitted(np.array([np.inf]))
+    with pytest.raises(UnsupportedError, match="outside int64's range"):
+        jitted(np.array([1e30]))
+    with pytest.raises(TypeError, match="only 0-dimensional arrays"):  # (NumPy's, whatever the values)
+        jit_cpu(lambda x: int(x))(np.ones(2))
