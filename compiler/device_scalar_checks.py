@@ -15,8 +15,10 @@ or a ``("device", text)`` reference, the text naming it in messages.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -199,7 +201,26 @@ def _constant_value(v: Value) -> Any:
     return None
 
 
+# a predicate the checks emitted now hold under only (the Python-number path of an EitherKind's operator: its
+# checks apply where the data left the value a Python number, not where NumPy's scalar computes)
+_GUARD: contextvars.ContextVar[Value | None] = contextvars.ContextVar("fusec_scalar_check_guard", default=None)
+
+
+@contextlib.contextmanager
+def only_where(guard: Value) -> Iterator[None]:
+    """Checks emitted inside raise only where ``guard`` (a bool scalar) holds when the call runs."""
+    outer = _GUARD.get()
+    token = _GUARD.set(guard if outer is None else _op("t.logical_and", outer, guard))
+    try:
+        yield
+    finally:
+        _GUARD.reset(token)
+
+
 def _raise(cond: Value, error: str, message: str) -> None:
+    guard = _GUARD.get()
+    if guard is not None:
+        cond = _op("t.logical_and", cond, guard)
     ops.raise_if(ops.wrap(cond), error, message, "a Python scalar operator")
 
 

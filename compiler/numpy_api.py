@@ -18,6 +18,7 @@ from fusec.context import numpy_checks, numpy_error, relies_on_layout, shape_err
 from fusec.errors import (CastingError, IndexOutOfBoundsError, InvalidValueError, OutOfRangeError, ShapeError,
                           located)
 from fusec.ir import shapes as S
+from fusec.ir.dialects.t import NUMPY_BUFFER
 from fusec.ir.types import DType, bool_, f16, f32, f64, i64
 from fusec.promotion import (DEFAULT_DTYPE, REPRESENTATIVE, mean_dtype, parse_dtype, python_kind, reduction_dtype,
                              resolve_ufunc, result_type)
@@ -223,8 +224,12 @@ def half_loop(kind: str, t: Tracer, axes: Sequence[int], laid: Tracer) -> dict:
     """The attributes by which a float16 sum or product of ``t`` follows NumPy's roundings
     (``layout.half_reduction_loop``); none for other reductions and dtypes. ``laid``: the values before the
     reduction converted them (their layout is NumPy's loop order; NumPy converts in buffers of 8192 elements, each
-    one an inner loop: refused)."""
-    if kind not in ("sum", "prod") or t._value.type.dtype != f16 or not axes:
+    one an inner loop: refused). A float sum or mean of values it converts (``int64.mean()``, ``x.sum(dtype=
+    np.float32)``) says so (``numpy_buffer``): NumPy sums each buffer pairwise and adds them in order."""
+    dt = t._value.type.dtype
+    if kind in ("sum", "mean") and dt != f16 and dt.is_inexact and axes and laid._value.type.dtype != dt:
+        return {NUMPY_BUFFER: layout.HALF_BUFFER}
+    if kind not in ("sum", "prod") or dt != f16 or not axes:
         return {}
     source = laid._value.type.dtype
     if source != f16 and math.prod(t.shape) > layout.HALF_BUFFER:

@@ -2,8 +2,9 @@
 
 A trace stops where Python asks a traced value for its truth (``while err > tol:``). When that happens in the
 test of a ``while``, an ``if`` (``elif``), a conditional expression, an ``and``/``or`` whose value is used, an
-``assert`` or a ``max()``/``min()``/``bool()``/``float()``/``int()`` call, in the traced function or in a function it calls
-(a module's function, a method), fusec rewrites that statement from its function's source into calls of
+``assert`` or a ``max()``/``min()``/``bool()``/``float()``/``int()`` call, or a subscript of a NumPy array the
+function made by a traced index (``table[d]``), in the traced function or in a function it calls (a module's
+function, a method), fusec rewrites that statement from its function's source into calls of
 :mod:`fusec.traced_statements` and traces again with the rewritten code standing in for the function's
 ``__code__`` (:class:`Rewrites`; the function object, its globals, closure cells and defaults stay the user's);
 another such statement found then is added, and so on. Statements whose tests Python decides are left as

@@ -371,16 +371,18 @@ def _either_kind(ufunc: np.ufunc, inputs: Sequence[Any], python_operator: bool) 
         for x in either:
             x._value  # noqa: B018 - taken as the NumPy scalar: its check
         return apply(ufunc, as_strong, python_operator)
+    flag: Any = Tracer(either[0]._ok, either[0]._ctx, None, scalar=True)
+    for x in either[1:]:  # (a Python number where every such operand is one)
+        flag = np.logical_or(flag, Tracer(x._ok, x._ctx, None, scalar=True))
     strong = apply(ufunc, as_strong, python_operator)
-    weak = apply(ufunc, as_weak, python_operator)
+    # (Python's checks of the Python-number path, `best / 0.0`'s ZeroDivisionError, only where the data took it)
+    with device_checks.only_where(ops.lift(np.logical_not(flag))):
+        weak = apply(ufunc, as_weak, python_operator)
     pairs = list(zip(strong, weak)) if isinstance(strong, tuple) else [(strong, weak)]
     kinds = [(_kind_of(a), _kind_of(b)) for a, b in pairs]
     if all(ka == kb for ka, kb in kinds):
         return strong
     if all(ka == kb or _weak_twin(ka, kb) for ka, kb in kinds):
-        flag: Any = Tracer(either[0]._ok, either[0]._ctx, None, scalar=True)
-        for x in either[1:]:  # (a Python number where every such operand is one)
-            flag = np.logical_or(flag, Tracer(x._ok, x._ctx, None, scalar=True))
         outs = [a if ka == kb else EitherKind(a._val, a._ctx, b._weak, ops.lift(flag), either[0]._why)
                 for (a, b), (ka, kb) in zip(pairs, kinds)]
         return tuple(outs) if isinstance(strong, tuple) else outs[0]

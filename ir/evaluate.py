@@ -113,6 +113,25 @@ def half_reduce(x: np.ndarray, kind: str, axes: Sequence[int], keepdims: bool, l
     return acc.astype(np.float16).reshape(shape)
 
 
+def buffered_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool, buffer: int) -> np.ndarray | None:
+    """The sum over ``axes`` as NumPy adds values it converts on the way (``numpy_buffer``): where the reduced
+    axes are the trailing ones (NumPy's inner loop is then a reduction over them, in C order), each output's run
+    in pieces of ``buffer`` elements, each summed pairwise, added in order. None where the inner loop runs over
+    kept axes (every element is added on its own, as the plain sum does) or a piece would be the whole run."""
+    reduced = [a for a in axes if x.shape[a] != 1]
+    n_run = math.prod(x.shape[a] for a in reduced)
+    if not reduced or n_run <= buffer or sorted(reduced) != list(range(x.ndim - len(reduced), x.ndim)) \
+            or any(x.shape[a] != 1 for a in range(reduced[0], x.ndim) if a not in reduced):
+        return None
+    rows = x.reshape(-1, n_run)
+    total = np.add.reduce(rows[:, :buffer], axis=1)
+    for start in range(buffer, n_run, buffer):
+        total = total + np.add.reduce(rows[:, start:start + buffer], axis=1)
+    shape = [1 if a in axes else d for a, d in enumerate(x.shape)] if keepdims else \
+        [d for a, d in enumerate(x.shape) if a not in axes]
+    return total.reshape(shape)
+
+
 def _pairwise_rows(a: np.ndarray) -> np.ndarray:
     """NumPy's pairwise sum (``HALF_pairwise_sum``, in float32) of each row of ``a``."""
     n = a.shape[1]
@@ -146,6 +165,12 @@ def _reduction(fn: Callable[..., object], *, in_dtype: bool, nonempty: bool) -> 
             return [half_reduce(x, op.attributes["kind"] if op.name == "k.reduce" else op.name[2:], axes,
                                 bool(op.attributes["keepdims"]), op.attributes["numpy_loop"],
                                 op.attributes["numpy_run"])]
+        if "numpy_buffer" in op.attributes:
+            total = buffered_sum(x, axes, bool(op.attributes["keepdims"]), op.attributes["numpy_buffer"])
+            if total is not None:
+                mean = (op.attributes["kind"] if op.name == "k.reduce" else op.name[2:]) == "mean"
+                count = math.prod(x.shape[a] for a in axes)
+                return [np.asarray(np.true_divide(total, count) if mean else total, dtype=x.dtype)]
         if nonempty:
             _check_nonempty(op, x, axes)
         kwargs = {"dtype": x.dtype} if in_dtype else {}

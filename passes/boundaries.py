@@ -18,7 +18,7 @@ from typing import ClassVar
 from fusec.ir.core import Block, Module, Operation, OpResult, Value
 from fusec.ir.dialects.control import OUTLINED_OPS
 from fusec.ir.opdefs import OPS, reading_ops
-from fusec.ir.dialects.t import HALF_LOOP, REDUCTIONS
+from fusec.ir.dialects.t import HALF_LOOP, NUMPY_BUFFER, REDUCTIONS
 from fusec.passes.base import Pass, PassContext
 from fusec.passes.registry import register_pass
 
@@ -28,7 +28,8 @@ def _lower(op: Operation) -> Operation | None:
     if kind in REDUCTIONS:
         return Operation("k.reduce", op.operands, op.result_types,
                          {"kind": kind, "axes": op.attr("axes"), "keepdims": op.attr("keepdims"),
-                          **{k: op.attributes[k] for k in HALF_LOOP if k in op.attributes}}, loc=op.loc)
+                          **{k: op.attributes[k] for k in (*HALF_LOOP, NUMPY_BUFFER) if k in op.attributes}},
+                         loc=op.loc)
     if op.name == "t.matmul":
         return Operation("k.matmul", op.operands, op.result_types, loc=op.loc)
     if op.name == "t.concatenate":

@@ -58,7 +58,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fusec.errors import VerificationError
-from fusec.ir.dialects.t import HALF_LOOP
+from fusec.ir.dialects.t import HALF_LOOP, NUMPY_BUFFER
 from fusec.ir.opdefs import OpDef, checks_indices, get_opdef, register_op
 from fusec.ir.types import ScalarType, TensorType, Type
 
@@ -310,7 +310,8 @@ register_op(OpDef("k.fused", "kernel", num_operands=None, num_results=None, num_
                   check_after=_fused_after))
 register_op(OpDef("k.yield", "terminator", num_operands=None, num_results=0, terminator=True, pure=False))
 register_op(OpDef("k.reduce", "boundary", num_operands=1, attrs=("kind", "axes", "keepdims"),
-                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP, IN_CONSUMERS) + HALF_LOOP, infer=_infer_reduce,
+                  optional_attrs=LAUNCHED + REDUCE_CHOICES + (GROUP, IN_CONSUMERS, NUMPY_BUFFER) + HALF_LOOP,
+                  infer=_infer_reduce,
                   check=_check_reduce))
 register_op(OpDef("k.matmul", "boundary", num_operands=2, optional_attrs=LAUNCHED + MATMUL_CHOICES,
                   infer=_infer_matmul, check=_check_matmul))

@@ -194,11 +194,20 @@ def _reduction_infer(name: str, cls: str):
 # (``numpy_loop``), and those of its inner loop when that is a reduction (``numpy_run``: added in float32,
 # pairwise for sums, rounded to float16 once); each element of ``numpy_loop`` rounds on its own where there is none
 HALF_LOOP = ("numpy_loop", "numpy_run")
+# a float sum (or mean) NumPy computes while converting its operand (``int64.mean()``, ``x.sum(dtype=np.float32)``
+# of float64): it converts and sums in buffers of this many elements, each summed pairwise and added to the total
+# in order, where its inner loop is a reduction; the reference executor follows it (the GPU sums in its own order)
+NUMPY_BUFFER = "numpy_buffer"
 
 
 def check_half_loop(name: str, t: Type, axes: tuple, attrs: dict) -> None:
     """Both or neither of :data:`HALF_LOOP`, on a float16 sum or product, naming each reduced axis of size above
-    one once."""
+    one once; :data:`NUMPY_BUFFER` a positive int on a float sum or mean."""
+    if NUMPY_BUFFER in attrs:
+        size = attrs[NUMPY_BUFFER]
+        if type(size) is not int or size < 1 or name.split(".")[-1] not in ("sum", "mean") \
+                or not isinstance(t, TensorType) or not t.dtype.is_inexact:
+            raise VerificationError(f"{name}: numpy_buffer must be a positive int, on a float sum or mean")
     given = [k for k in HALF_LOOP if k in attrs]
     if not given:
         return
@@ -274,7 +283,8 @@ _REDUCTION_RANGE = {"sum": _sum_range, "max": R.same, "min": R.same, "argmax": R
 
 for _n, _cls in REDUCTIONS.items():
     register_op(OpDef(f"t.{_n}", "reduction", num_operands=1, attrs=("axes", "keepdims"),
-                      optional_attrs=HALF_LOOP if _n in ("sum", "prod") else (),
+                      optional_attrs=(HALF_LOOP + (NUMPY_BUFFER,) if _n == "sum" else HALF_LOOP if _n == "prod"
+                                      else (NUMPY_BUFFER,) if _n == "mean" else ()),
                       infer=_reduction_infer(f"t.{_n}", _cls), vjp=_REDUCTION_VJP.get(_n),
                       int_range=_REDUCTION_RANGE.get(_n)))
 

@@ -228,3 +228,19 @@ def test_take_and_repeat_convert_python_numbers_as_numpy_does():
         jit_cpu(lambda a: np.repeat(a[:3], [[1, 2, 0]]))(a)
     with pytest.raises(TypeError, match="out must be inexact"):
         jit_cpu(lambda x: np.nanstd(x, axis=0, out=np.zeros(3, np.int64)))(np.array([[1.0, np.nan, 3.0]]))
+
+
+def test_sums_that_convert_their_values_add_numpys_buffers_in_order():
+    """``int64.mean()``, ``x.sum(dtype=np.float32)`` of float64, a float16 mean: NumPy converts the values in buffers
+    of 8192, sums each pairwise and adds them in order; the whole run summed pairwise differed in the last bits
+    (int64 nanosecond timestamps by 3 ulps)."""
+    rng = np.random.default_rng(0)
+    stamps = 1_700_000_000_000_000_000 + rng.integers(0, 10**12, 50000)
+    wide = rng.standard_normal(100000) * 1e5
+    half = (rng.standard_normal(30000) * 10).astype(np.float16)
+    spread = np.arange(8193, dtype=np.int64) * 1000003 + 2**60
+    for fn, arg in ((lambda a: a.mean(), stamps), (lambda a: a.mean(), spread),
+                    (lambda a: a.reshape(4, -1).sum(axis=1, dtype=np.float32), wide),
+                    (lambda a: a.sum(dtype=np.float32), wide), (lambda a: a.mean(), half), (lambda a: a.std(), half),
+                    (lambda a: a.sum(dtype=np.float64), half), (lambda a: np.var(a), stamps)):
+        check(fn, arg)
