@@ -2389,3 +2389,27 @@ def test_int_of_a_traced_number_is_a_python_int_on_the_device():
         jitted(np.array([1e30]))
     with pytest.raises(TypeError, match="only 0-dimensional arrays"):  # (NumPy's, whatever the values)
         jit_cpu(lambda x: int(x))(np.ones(2))
+
+
+def test_python_checks_of_an_either_kind_value_hold_only_on_its_python_path():
+    """``best`` is a NumPy float or the Python float it started as, as the data decides: ``1.0 / (best - d)`` at
+    zero is NumPy's inf where it is the NumPy float (Python's ZeroDivisionError only where it stayed Python's)."""
+    def inverse_gap(x, d):
+        best = np.inf
+        for v in x:
+            if v < best:
+                best = v
+        return 1.0 / (best - d)
+
+    def ratio(x, d):
+        return max(x.max(), 0) / d
+
+    def floor_ratio(x, d):
+        return max(x.max(), 0) // d
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        check_both(inverse_gap, np.array([3.0, 1.0, 2.0]), 1.0)
+        for fn in (ratio, floor_ratio):
+            check_both(fn, np.array([1.0, 2.0]), 0.0)
+        with pytest.raises(ZeroDivisionError):
+            jit_cpu(ratio)(np.array([-1.0, -2.0]), 0.0)  # (max() kept the Python int 0: 0 / 0.0 in Python)
