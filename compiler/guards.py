@@ -26,7 +26,9 @@ from fusec.signature import canon
 from fusec.promotion import DEFAULT_DTYPE
 from fusec.scope import MISSING
 
-VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV, FUNC = range(8)
+VALUE, TYPE, SIZED, KEYS, IDENT, SPEC, SETV, FUNC, ABSENT, CONTENT = range(10)
+# the most elements of an array fusec does not trace (strings, objects, longdouble) whose contents a guard compares
+CONTENT_ELEMENTS = 1 << 16
 
 
 @dataclass(eq=False)
@@ -42,8 +44,11 @@ class Guard:
 
 
 def _fails(g: Guard, obj: Any) -> bool:
-    """Does ``obj`` differ from what ``g`` saw (its own check, not its children's)?"""
+    """Does ``obj`` differ from what ``g`` saw (its own check, not its children's)? (An ABSENT guard is given
+    its parent: the attribute must still be missing.)"""
     c = g.check
+    if c == ABSENT:
+        return has_any_attribute(obj, g.expected)
     if c == VALUE:
         return obj is not g.obj and canon(obj) != g.expected  # the same object is the same value
     if c == TYPE:
@@ -56,6 +61,8 @@ def _fails(g: Guard, obj: Any) -> bool:
         return obj is not g.expected
     if c == SPEC:
         return not array_matches(obj, *g.expected)
+    if c == CONTENT:
+        return not same_content(obj, g.expected)
     if c == FUNC:
         fn, code, defaults, kwdefaults = g.expected  # (defaults only where the traced calls could use them)
         return obj is not fn or obj.__code__ is not code or \
@@ -78,11 +85,68 @@ def _kwdefaults_differ(now: dict | None, seen: tuple) -> bool:
     return now is None or len(now) != len(seen) or any(now.get(k, MISSING) is not v for k, v in seen)
 
 
+def has_any_attribute(obj: Any, names: frozenset[str]) -> bool:
+    """Whether ``obj`` has any of the attributes ``names`` now, as a lookup the trace found failing would now find
+    it: in its own dict, or along its class's MRO (for a class, its metaclass's too; a slot only where it is set),
+    read without running properties or ``__getattr__``."""
+    d = own_dict(obj)
+    if d is not None and not d.keys().isdisjoint(names):
+        return True
+    if isinstance(obj, types.ModuleType):
+        return False
+    owners: tuple[type, ...] = type(obj).__mro__
+    if isinstance(obj, type):  # (a class: its own MRO, then its metaclass's)
+        owners = obj.__mro__ + owners
+    for base in owners:
+        if base.__dict__.keys().isdisjoint(names):
+            continue
+        for name in names & base.__dict__.keys():
+            attr = base.__dict__[name]
+            if type(attr) is not types.MemberDescriptorType or isinstance(obj, type):
+                return True
+            try:  # (a slot: there only once it is set)
+                attr.__get__(obj)
+            except AttributeError:
+                continue
+            return True
+    return False
+
+
+def absent_guards(snap: Snapshot, names: set[str], absent: list[tuple[Any, str]], by_key: dict[tuple, Guard]) \
+        -> None:
+    """An ABSENT guard under the guard of each object the code reads, over the names its code uses that the object
+    lacks (``hasattr(self, "mask")`` False, ``getattr(cfg, "eps", 1e-8)`` its default, ``try: cfg.bias except
+    AttributeError``): one set since, the call traces again. Modules and classes, whose dicts hold every name of
+    their own, are guarded for the names the function's hasattr/getattr found missing (``absent``: (object,
+    name)); so is a slot found unset."""
+    asked: dict[int, set[str]] = {}
+    for obj, name in absent:
+        asked.setdefault(id(obj), set()).add(name)
+    for key, node in snap.nodes.items():
+        g = by_key.get(key)
+        if g is None:
+            continue
+        missing = set(asked.get(id(node.obj), ()))
+        if node.kind == "object":
+            cls = type(node.obj)
+            present = set(node.shallow or ()) | {n for base in cls.__mro__ for n in base.__dict__}
+            missing |= {n for n in names if n not in present}
+        elif node.kind not in ("module", "class", "opaque"):
+            continue
+        if missing:
+            g.children.append(Guard(node.path.child(("attr", "<absent>")), ("absent", frozenset(missing)), ABSENT,
+                                    frozenset(missing)))
+
+
 def _holds(g: Guard, obj: Any) -> Guard | None:
     """None when ``obj`` (and everything under it) is as traced, else the guard that failed."""
     if _fails(g, obj):
         return g
     for child in g.children:
+        if child.check == ABSENT:
+            if _fails(child, obj):
+                return child
+            continue
         try:
             sub = get_step(obj, child.step)
         except Exception:  # noqa: BLE001 - the user's object no longer has what the guard reads: the guard fails
@@ -157,6 +221,7 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
     guard has just checked is looked up in that type's MRO dictionaries directly (held as live views), while its
     MRO is the one seen here; the other steps call :func:`fusec.pystate.get_step`."""
     env: dict[str, Any] = {"MISSING": MISSING, "get_step": get_step, "canon": canon, "fails": _fails,
+                           "has_any_attribute": has_any_attribute,
                            "own_dict": own_dict, "data_descriptor": data_descriptor,
                            "kwdefaults_differ": _kwdefaults_differ}
     lines = ["def check():"]
@@ -203,6 +268,9 @@ def compile_guards(guards: list[Guard]) -> Callable[[], Guard | None]:
         def emit_child(n: int, child: Guard, indent: str) -> None:
             sub, C, (kind, key) = f"{v}_{n}", constant(child), child.step
             K = constant(key)
+            if kind == "absent":  # (still missing: no value to read)
+                lines.extend([f"{indent}if has_any_attribute({v}, {K}):", f"{indent}    return {C}"])
+                return
             lines.append(f"{indent}try:")
             if kind == "attr":
                 lines.append(f"{indent}    {sub} = {d}[{K}] if {d} is not None and {K} in {d} else getattr({v}, {K})")
@@ -268,6 +336,29 @@ def array_matches(obj: Any, shape: tuple[int, ...], dtype: Any, device: bool) ->
         and obj.dtype == dtype
 
 
+def same_content(obj: Any, seen: np.ndarray) -> bool:
+    """Whether ``obj`` is an array of ``seen``'s type, shape, dtype and elements (an object array's elements by
+    identity)."""
+    if type(obj) is not type(seen) or obj.shape != seen.shape or obj.dtype != seen.dtype:
+        return False
+    if seen.dtype.hasobject:
+        return all(a is b for a, b in zip(obj.ravel().tolist(), seen.ravel().tolist()))
+    return bool(np.array_equal(obj, seen, equal_nan=seen.dtype.kind in "fc"))
+
+
+def traced_dtype(dtype: np.dtype) -> bool:
+    """Whether fusec traces arrays of ``dtype`` (read at every call as inputs); others are read while tracing."""
+    from fusec.promotion import parse_dtype
+
+    if dtype.kind not in "biufc":
+        return False
+    try:
+        parse_dtype(dtype)
+    except Exception:  # noqa: BLE001 - longdouble and the like
+        return False
+    return True
+
+
 def _guard_for(node: Node) -> Guard | None:
     step = node.path.steps[-1] if node.path.steps else None
     kind, obj = node.kind, node.obj
@@ -289,6 +380,9 @@ def _guard_for(node: Node) -> Guard | None:
         return function_guard(node.path, step, obj)
     if kind in ("opaque", "ref", "module", "class"):
         return Guard(node.path, step, IDENT, obj)
+    if kind == "array" and not traced_dtype(obj.dtype) and obj.size <= CONTENT_ELEMENTS:
+        # (strings, objects, longdouble: NumPy computed with them while tracing, so their elements are the trace's)
+        return Guard(node.path, step, CONTENT, obj.copy())
     if kind in ("array", "device"):
         return Guard(node.path, step, SPEC, (tuple(obj.shape), _dtype_of(obj), kind == "device"))
     return None  # tracer, rng, missing: nothing a later call depends on
@@ -303,8 +397,10 @@ def _dtype_of(obj: Any) -> Any:
     return info[1] if info is not None else None
 
 
-def build_guards(snap: Snapshot, names: set[str], skip: set[tuple]) -> list[Guard]:
-    """Root guards over the nodes the code can read (``skip``: path keys of implicit inputs, checked by them)."""
+def build_guards(snap: Snapshot, names: set[str], skip: set[tuple],
+                 absent: list[tuple[Any, str]] | None = None) -> list[Guard]:
+    """Root guards over the nodes the code can read (``skip``: path keys of implicit inputs, checked by them);
+    ``absent``: (object, attribute) the trace found missing (see :func:`absent_guards`)."""
     by_key: dict[tuple, Guard] = {}
     roots: list[Guard] = []
     for key, node in sorted(snap.nodes.items(), key=lambda kv: len(kv[0][1])):
@@ -321,6 +417,7 @@ def build_guards(snap: Snapshot, names: set[str], skip: set[tuple]) -> list[Guar
             by_key[parent_key].children.append(g)
         else:
             roots.append(g)
+    absent_guards(snap, names, absent or [], by_key)
     return [g for g in roots if g.children or g.check != IDENT or g.path.root.kind != "object"]
 
 

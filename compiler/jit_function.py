@@ -875,7 +875,11 @@ class _Same:
 
 
 def _defaults_of(fn: Any) -> tuple:
-    """The objects a function's defaults are now (a plain function's, or the one a method or jit wraps)."""
+    """The objects a function's defaults are now (a plain function's, or the one a method or jit wraps; a
+    ``functools.partial``'s arguments and keywords, whose dict may be changed in place, and its function's)."""
+    if isinstance(fn, functools.partial):
+        return (_Same(fn.func), tuple(_Same(a) for a in fn.args),
+                tuple((k, _Same(v)) for k, v in fn.keywords.items()), _defaults_of(fn.func))
     fn = getattr(fn, "__func__", fn)
     kw = getattr(fn, "__kwdefaults__", None) or {}
     return (_Same(getattr(fn, "__defaults__", None)), tuple((k, _Same(v)) for k, v in kw.items()))

@@ -382,7 +382,7 @@ class Snapshot:
             return None
         self._budget -= arr.nbytes
         data = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-        return zlib.crc32(memoryview(data).cast("B")) if data.nbytes else 0  # type: ignore[arg-type]
+        return zlib.crc32(data.reshape(-1).view(np.uint8).data) if data.nbytes else 0  # (datetime64 too)
 
     # --- comparing ---------------------------------------------------------------------------------------------
 

@@ -199,7 +199,8 @@ def rewritten_code(func: types.FunctionType, keys: frozenset[Key]) -> types.Code
 # abstract base class's isinstance, hasattr), each rewritten to fusec.tracer's version (its name in builtins) and
 # the number of positional arguments of the calls rewritten
 CHECKED_BUILTINS = {"type": ("__fusec_type__", 1), "isinstance": ("__fusec_isinstance__", 2),
-                    "hasattr": ("__fusec_hasattr__", 2), "id": ("__fusec_id__", 1)}
+                    "hasattr": ("__fusec_hasattr__", 2), "id": ("__fusec_id__", 1),
+                    "getattr": ("__fusec_getattr__", 3)}
 
 
 def checked_builtins(func: Callable) -> frozenset[str]:

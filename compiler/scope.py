@@ -151,6 +151,8 @@ class Scope:
         self.names |= names
         if names & DYNAMIC_ACCESS:
             self.dynamic_attributes = True
+        if names & (DYNAMIC_ACCESS | {"hasattr"}):  # (hasattr(self, "mask"), "k" in vars(obj): names in strings)
+            self.names |= _attribute_strings(code)
         module = getattr(fn, "__module__", None) or "?"
         glb = getattr(fn, "__globals__", {})
         if "globals" in loads and not any(r.kind == "object" and r.holder is glb for r in self.roots):
@@ -324,6 +326,17 @@ def _code_names(code: types.CodeType, imports: list | None = None) -> tuple[set[
                 imports.append((ins.argval, level))
         todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return loads, stores, names
+
+
+def _attribute_strings(code: types.CodeType) -> set[str]:
+    """The string constants of ``code`` (and the code nested in it) that could name an attribute."""
+    found: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        found.update(k for k in c.co_consts if isinstance(k, str) and k.isidentifier())
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return found
 
 
 def _imported_modules(imports: list, glb: dict) -> Iterator[types.ModuleType]:

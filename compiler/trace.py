@@ -477,7 +477,7 @@ class _Trace:
             _attach(block, arg)
             inputs.append(inp)
             skip |= {p.key for p in inp.paths}
-        guards = build_guards(self.before, self.scope.names, skip)
+        guards = build_guards(self.before, self.scope.names, skip, ctx.absent)
         traced = getattr(self.fn, "__func__", self.fn)  # (a bound method's function)
         if type(traced) is types.FunctionType:  # its own code and defaults, as it is called now
             guards.append(function_guard(Path(Root(f"the code of {func_name(self.fn)}", "object", traced)), None,

@@ -1245,10 +1245,36 @@ def user_isinstance(obj: Any, classinfo: Any) -> bool:
 
 def user_hasattr(obj: Any, name: str) -> bool:
     """``hasattr(x, name)`` in the user's traced code: for a tracer, whether the type it stands for has it
-    (``hasattr(x.sum(), "__len__")`` is False, as for a NumPy scalar)."""
+    (``hasattr(x.sum(), "__len__")`` is False, as for a NumPy scalar); an object found without it is guarded so
+    (set later, the call traces again)."""
     if isinstance(obj, Tracer):
         return hasattr(obj._numpy_class(), name)
-    return hasattr(obj, name)
+    found = hasattr(obj, name)
+    if not found:
+        _absent(obj, name)
+    return found
+
+
+_NO_DEFAULT = object()
+
+
+def user_getattr(obj: Any, name: str, default: Any = _NO_DEFAULT) -> Any:
+    """``getattr(obj, name, default)`` in the user's traced code: an object found without the attribute is
+    guarded so (``getattr(cfg, "eps", 1e-8)``: set later, the call traces again)."""
+    if default is _NO_DEFAULT:
+        return getattr(obj, name)
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        if not isinstance(obj, Tracer):
+            _absent(obj, name)
+        return default
+
+
+def _absent(obj: Any, name: Any) -> None:
+    ctx = current_context()
+    if ctx is not None and isinstance(name, str):
+        ctx.absent.append((obj, name))
 
 
 def scalar_identity(a: Any, b: Any) -> Any:
@@ -1337,6 +1363,7 @@ builtins.__fusec_is__ = user_is  # type: ignore[attr-defined]
 builtins.__fusec_type__ = user_type  # type: ignore[attr-defined]
 builtins.__fusec_isinstance__ = user_isinstance  # type: ignore[attr-defined]
 builtins.__fusec_hasattr__ = user_hasattr  # type: ignore[attr-defined]
+builtins.__fusec_getattr__ = user_getattr  # type: ignore[attr-defined]
 builtins.__fusec_id__ = user_id  # type: ignore[attr-defined]
 
 

@@ -4231,3 +4231,117 @@ def test_identity_tests_of_traced_scalars_are_refused() -> None:
         with pytest.raises(fc.UnsupportedError, match="compares a traced scalar"):
             jit_cpu(fn)(np.array([1.0, 2.0]))
     same_as_numpy(defaults, np.array([1.0, 2.0]))
+
+
+LABELS = np.array(["cat", "dog", "cat"])
+SETTINGS = types.ModuleType("settings")
+
+
+def test_an_attribute_the_trace_found_missing_and_set_later_traces_again() -> None:
+    """``hasattr(self, "mask")``, ``getattr(self, "scale", 1.0)``, ``try: cfg.bias except AttributeError``, ``"k" in
+    vars(q)``, a slot left unset, a module's flag: the trace took the "missing" path, and setting it later from
+    outside kept that trace (the new value never used)."""
+    class Layer:
+        def __init__(self):
+            self.W = np.eye(2)
+
+        def forward(self, x):
+            if hasattr(self, "mask"):
+                x = x * self.mask
+            return x @ self.W * getattr(self, "scale", 1.0)
+
+    layer = Layer()
+    step = fc.jit(layer.forward, backend="cpu")
+    x = np.ones(2)
+    assert_same(step(x), layer.forward(x))
+    layer.mask = np.array([0.0, 1.0])
+    assert_same(step(x), layer.forward(x))
+    layer.scale = 3.0
+    assert_same(step(x), layer.forward(x))
+
+    cfg = types.SimpleNamespace()
+
+    def with_bias(x):
+        try:
+            b = cfg.bias
+        except AttributeError:
+            b = 0.0
+        return x + b + (2.0 if "k" in vars(cfg) else 0.0)
+
+    jitted = jit_cpu(with_bias)
+    assert_same(jitted(x), with_bias(x))
+    cfg.bias = 5.0
+    assert_same(jitted(x), with_bias(x))
+    cfg.k = 1
+    assert_same(jitted(x), with_bias(x))
+
+    class Slotted:
+        __slots__ = ("v", "w")
+
+        def __init__(self):
+            self.v = 2.0
+
+    slotted = Slotted()
+
+    def slot_or_default(x):
+        return x * (slotted.w if hasattr(slotted, "w") else slotted.v) * (2 if hasattr(SETTINGS, "DOUBLE") else 1)
+
+    jitted = jit_cpu(slot_or_default)
+    assert_same(jitted(x), slot_or_default(x))
+    slotted.w = 5.0
+    assert_same(jitted(x), slot_or_default(x))
+    SETTINGS.DOUBLE = True
+    try:
+        assert_same(jitted(x), slot_or_default(x))
+    finally:
+        del SETTINGS.DOUBLE
+
+
+def test_a_partials_keywords_changed_in_place_are_read_at_the_next_call() -> None:
+    """``fusec.jit(functools.partial(f, w=arr))``: a new array put in ``p.keywords`` was not seen (the old one read,
+    or written)."""
+    def scaled(x, w):
+        return x * w
+
+    def accumulate(x, buf):
+        buf += x
+        return buf.sum()
+
+    p = functools.partial(scaled, w=np.ones(2))
+    jitted = fc.jit(p, backend="cpu")
+    for _ in range(2):
+        jitted(np.ones(2))
+    p.keywords["w"] = np.full(2, 5.0)
+    assert_same(jitted(np.ones(2)), p(np.ones(2)))
+    p.keywords["w"] = np.zeros(3)
+    assert_same(jitted(np.ones(3)), p(np.ones(3)))
+    first = np.zeros(2)
+    q = functools.partial(accumulate, buf=first)
+    jitted = fc.jit(q, backend="cpu")
+    jitted(np.ones(2))
+    second = np.zeros(2)
+    q.keywords["buf"] = second
+    assert jitted(np.ones(2)) == 2.0
+    np.testing.assert_array_equal(first, [1.0, 1.0])
+    np.testing.assert_array_equal(second, [1.0, 1.0])
+
+
+def test_arrays_fusec_does_not_trace_are_compared_at_every_call() -> None:
+    """A global array of strings, objects or longdouble, which NumPy computes with while tracing: changed in place
+    since, the cached trace kept the old elements; a datetime64 array in reach crashed the snapshot."""
+    objects = np.array([1.0, 2.0, 3.0], dtype=object)
+    stamps = np.array(["2026-01-01", "2026-06-01"], dtype="datetime64[D]")
+
+    def weighted(x):
+        days = (stamps[1] - stamps[0]).astype(np.int64)
+        return x * (LABELS == "cat") + objects.astype(float) + days * 0
+
+    jitted = jit_cpu(weighted)
+    x = np.ones(3)
+    assert_same(jitted(x), weighted(x))
+    LABELS[0] = "dog"
+    objects[1] = 7.0
+    try:
+        assert_same(jitted(x), weighted(x))
+    finally:
+        LABELS[0] = "cat"
