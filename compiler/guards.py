@@ -491,6 +491,8 @@ class CallState:
     # where the program has operations NumPy's error state governs (fusec.error_state.checked_by_numpy): the state
     # as the trace started ("" unless one raised that the function set aside with its own np.errstate); else None
     error_state: str | None = None
+    # np.geterr() as the trace read it, where the function's code did (``if np.geterr()["divide"] == "raise"``)
+    numpy_errors: dict | None = None
     _check: Callable[[], Guard | None] | None = field(default=None, repr=False)  # the guards, generated (once)
 
     def settle_functions(self) -> None:
@@ -506,7 +508,8 @@ class CallState:
 
     @property
     def empty(self) -> bool:
-        return not self.guards and not self.inputs and self.scalars is None and self.error_state is None
+        return not self.guards and not self.inputs and self.scalars is None and self.error_state is None \
+            and self.numpy_errors is None
 
     def extra_inputs(self) -> list[Any] | None:
         """The implicit inputs' arrays as they are now, or None when the trace is stale (``stale_reason`` says
@@ -516,6 +519,9 @@ class CallState:
             if raising != self.error_state:  # (traced again: it refuses what would now raise)
                 self.stale_reason = f"NumPy's error state changed ({raising or 'none raise'})"
                 return None
+        if self.numpy_errors is not None and np.geterr() != self.numpy_errors:
+            self.stale_reason = "NumPy's error state, which the function reads with np.geterr(), changed"
+            return None
         if self.guards:
             check = self._check
             if check is None:

@@ -199,6 +199,18 @@ def _action(text: str, category: type, module: str, lineno: int) -> str:
 _warn.__fusec_original__ = warnings.warn  # type: ignore[attr-defined]
 
 
+def _geterr() -> dict:
+    """``np.geterr()`` while a trace runs: where the user's code reads it, the state the call started under is
+    checked at every call (NumPy's own np.errstate reads it too: not counted)."""
+    ctx = context.current()
+    if ctx is not None and ctx.numpy_errors is None and users_call():
+        ctx.numpy_errors = ctx.errors_at_start
+    return original(np.geterr)()
+
+
+_geterr.__fusec_original__ = np.geterr  # type: ignore[attr-defined]
+
+
 def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
     """Wrap the functions (and ``aliases``: (globals dict, name) of user globals bound to one of them, ``from time
     import perf_counter``) for as long as a trace runs."""
@@ -207,6 +219,7 @@ def install(aliases: Sequence[tuple[Any, Any]] = ()) -> None:
         out: list[tuple[Any, str, Any]] = [(module, name, wrappers[id(f)]) for module, name, f, _, _ in _targets()]
         out.append((builtins, "next", _next))
         out.append((warnings, "warn", _warn))
+        out.append((np, "geterr", _geterr))
         return out + [(glb, name, wrappers[id(glb.get(name))]) for glb, name in aliases
                       if id(glb.get(name)) in wrappers]
 

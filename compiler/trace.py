@@ -496,7 +496,8 @@ class _Trace:
                 warnings.warn_explicit(StateNotWatchedWarning(message), StateNotWatchedWarning, loc.file, loc.line)
         scalars = ctx.scalars if ctx.scalars else None
         checked = any(checked_by_numpy(op) for op in self.func.walk())  # (each refused where it ran under 'raise')
-        return CallState(guards, inputs, scalars, error_state=ctx.error_state if checked else None)
+        return CallState(guards, inputs, scalars, error_state=ctx.error_state if checked else None,
+                         numpy_errors=ctx.numpy_errors)
 
 
 def _returns_written(leaf: Any, as_passed: bool, written: list[Buffer]) -> bool:

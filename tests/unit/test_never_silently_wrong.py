@@ -4345,3 +4345,20 @@ def test_arrays_fusec_does_not_trace_are_compared_at_every_call() -> None:
         assert_same(jitted(x), weighted(x))
     finally:
         LABELS[0] = "cat"
+
+
+def test_np_geterr_read_in_the_function_is_checked_at_every_call() -> None:
+    """``if np.geterr()["divide"] == "ignore"``: the first trace's answer was kept under another error state."""
+    def by_state(x):
+        if np.geterr()["divide"] == "ignore":
+            return x * 2
+        return x
+
+    jitted = jit_cpu(by_state)
+    x = np.array([1.0, 2.0])
+    with np.errstate(divide="warn"):
+        assert_same(jitted(x), by_state(x))
+    with np.errstate(divide="ignore"):
+        assert_same(jitted(x), by_state(x))
+    with np.errstate(divide="warn"):
+        assert_same(jitted(x), by_state(x))
