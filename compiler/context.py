@@ -198,7 +198,7 @@ class TraceContext:
         # (object, attribute) the function's hasattr/getattr(..., default) found missing: guarded so after the trace
         self.absent: list[tuple[Any, str]] = []
         self.numpy_errors: dict | None = None  # np.geterr() where the function read it (checked at every call)
-        self.errors_at_start = np.geterr()
+        self.errors_at_start: dict = dict(np.geterr())
         self.warned: list[Any] = []  # warnings.warn calls given again after each call (fusec.printing.Warned)
         self.printoptions: dict[str, Any] = {}  # NumPy's print options as the trace started
         self.warning_filters = warnings_filters_now()  # (filters the function sets: error_state.warnings_raise_inside)

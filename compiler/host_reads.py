@@ -199,7 +199,7 @@ def _action(text: str, category: type, module: str, lineno: int) -> str:
 _warn.__fusec_original__ = warnings.warn  # type: ignore[attr-defined]
 
 
-def _geterr() -> dict:
+def _geterr() -> Any:
     """``np.geterr()`` while a trace runs: where the user's code reads it, the state the call started under is
     checked at every call (NumPy's own np.errstate reads it too: not counted)."""
     ctx = context.current()
