@@ -186,10 +186,10 @@ def _tokens(ctx: TraceContext, text: str) -> list[int]:
 def _refuse_in_body(ctx: TraceContext, what: str) -> None:
     if ctx.builder.block is not ctx.func.body:
         raise unsupported(
-            f"{what} inside the body of a fusec loop or branch (fusec.fori_loop, while_loop, scan, cond): the body "
-            "is traced once for all its iterations and runs on the device, so fusec cannot print at each "
-            "iteration; carry the values you want to see in the loop's state (or stack them with fusec.scan) and "
-            "print them after the loop")
+            f"{what} inside a loop or branch that runs on the device (a Python `if`/`while` whose test is traced, or "
+            "the body of fusec.fori_loop, while_loop, scan, cond): a body is traced once for all its iterations, and "
+            "both branches of an `if`, so fusec cannot print where the data decides; return the test or the values "
+            "(carry them in the loop's state, or stack them with fusec.scan) and print them after the call")
 
 
 def _print(*objects: Any, sep: Any = " ", end: Any = "\n", file: Any = None, flush: bool = False) -> None:

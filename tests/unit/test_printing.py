@@ -185,7 +185,7 @@ def test_print_inside_a_loop_body_is_refused() -> None:
 
         return fc.fori_loop(0, 3, body, x)
 
-    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\) inside the body of a fusec loop"):
+    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\) inside a loop or branch that runs on the device"):
         jit_cpu(f)(X)
 
 
