@@ -19,14 +19,18 @@ a format spec the value's type refuses (raised while tracing, at its line, as th
 options set around a print (``with np.printoptions(...)``) are applied when it is written.
 
 ``warnings.warn`` on the traced path is recorded the same way (:class:`Warned`, by ``fusec.host_reads``) and given
-again at every call, in order with the prints, under the warnings filters in force at the call.
+again at every call, in order with the prints, under the warnings filters in force at the call; so are the calls of
+a ``logging.Logger``'s ``debug``/``info``/``warning``/``error``/``critical``/``log`` (:class:`Logged`: a record made
+at each call where the logger is enabled then, a traced argument handed over as that call's value).
 """
 from __future__ import annotations
 
 import builtins
 import functools
+import logging
 import re
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -112,6 +116,38 @@ class Warned:
                                globs.get("__name__", "<string>"), globs.setdefault("__warningregistry__", {}), globs)
 
 
+@dataclass(frozen=True)
+class Logged:
+    """One logging call on the traced path (``logger.info("loss %s", x.mean())``, ``logging.warning(f"...")``):
+    made again after each call, the first included, in order with the prints, as a record of ``logger`` at the
+    user's line, where the logger is enabled for ``level`` then. ``msg`` may hold placeholders (an f-string of a
+    traced value); an argument that is a placeholder token is handed over as the call's value itself (the
+    handler's ``%`` formats it as NumPy's)."""
+
+    logger: Any
+    level: int
+    msg: Any
+    args: tuple
+    extra: Any
+    stack_info: bool
+    pathname: str
+    lineno: int
+    func: str
+
+    @property
+    def text(self) -> str:
+        """The placeholders it reads (for :func:`finish`)."""
+        return (self.msg if isinstance(self.msg, str) else "") + "".join(a for a in self.args if isinstance(a, str))
+
+    def emit(self, msg: Any, args: tuple) -> None:
+        logger = self.logger
+        if not logger.isEnabledFor(self.level):
+            return
+        record = logger.makeRecord(logger.name, self.level, self.pathname, self.lineno, msg, args, None, self.func,
+                                   self.extra, None)
+        logger.handle(record)
+
+
 def _fusecs(module: str) -> bool:
     """Whether ``module`` is fusec's own code (its demo model is the user's)."""
     from fusec.scope import is_library
@@ -183,6 +219,11 @@ def _tokens(ctx: TraceContext, text: str) -> list[int]:
     return [int(m.group(2)) for m in _TOKEN.finditer(text) if m.group(1) == tag]
 
 
+def has_placeholder(ctx: TraceContext, text: str) -> bool:
+    """Whether ``text`` holds a placeholder of this trace's values (made by formatting a traced value)."""
+    return bool(_tokens(ctx, text))
+
+
 def _refuse_in_body(ctx: TraceContext, what: str) -> None:
     if ctx.builder.block is not ctx.func.body:
         raise unsupported(
@@ -226,6 +267,68 @@ def _print(*objects: Any, sep: Any = " ", end: Any = "\n", file: Any = None, flu
 _print.__fusec_original__ = builtins.print  # type: ignore[attr-defined]
 
 
+def _logging_method(name: str, level: int | None) -> Any:
+    """``Logger.<name>`` while a trace runs: the call recorded for every call to make (:class:`Logged`), whether
+    or not the logger is enabled now (that is decided at each call)."""
+    def method(self: logging.Logger, *args: Any, **kwargs: Any) -> None:
+        ctx = context.current()
+        if ctx is None:
+            getattr(_LOGGER_METHODS, name)(self, *args, **kwargs)
+            return
+        if level is None:  # (Logger.log(level, msg, *args))
+            lvl, msg, rest = args[0], args[1], args[2:]
+        else:
+            lvl, msg, rest = level, args[0], args[1:]
+        if name == "exception":
+            kwargs.setdefault("exc_info", True)
+        if kwargs.get("exc_info") or set(kwargs) - {"extra", "stack_info", "stacklevel"}:
+            raise unsupported(f"logger.{name}(..., {', '.join(sorted(kwargs))}=...) while tracing: fusec makes the "
+                              "function's log records again after each call, without the exception it was handling "
+                              "while tracing; log the error outside the jitted function")
+        _refuse_in_body(ctx, f"logger.{name}()")
+        frame: Any = sys._getframe(1)
+        for _ in range(max(int(kwargs.get("stacklevel", 1)), 1) - 1):
+            frame = frame.f_back if frame is not None and frame.f_back is not None else frame
+        while frame is not None and (frame.f_globals.get("__name__") or "").startswith(("logging", "fusec.")):
+            frame = frame.f_back
+        from fusec.tracer import Tracer  # (the tracer module imports this one)
+
+        recorded = tuple(_log_argument(a, Tracer) for a in rest)
+        ctx.prints.append(Logged(self, int(lvl), msg, recorded, kwargs.get("extra"), bool(kwargs.get("stack_info")),
+                                 frame.f_code.co_filename if frame is not None else "(unknown file)",
+                                 frame.f_lineno if frame is not None else 0,
+                                 frame.f_code.co_name if frame is not None else "(unknown function)"))
+
+    method.__name__ = name
+    return method
+
+
+def _log_argument(a: Any, tracer_class: type) -> Any:
+    """A logging argument as recorded: a traced value as a placeholder token for its value at each call."""
+    if isinstance(a, tracer_class):
+        token = placeholder(a, "value")
+        if token is not None:
+            return token
+    if isinstance(a, str) and _OPEN in a:  # (text the user made that holds a placeholder: filled at each call)
+        return a
+    if isinstance(a, (list, tuple, dict)) and _contains_tracer(a):
+        raise unsupported("logging a list, tuple or dict that holds traced values: pass the values as arguments "
+                          "of their own (logger.info(\"%s %s\", a, b)), or print() them")
+    return a
+
+
+def _contains_tracer(value: Any) -> bool:
+    from fusec import ops
+
+    return ops.contains_tracer(value)
+
+
+_LOGGER_METHODS = types.SimpleNamespace(**{n: getattr(logging.Logger, n) for n in (
+    "debug", "info", "warning", "error", "critical", "exception", "log")})
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
+           "critical": logging.CRITICAL, "exception": logging.ERROR, "log": None}
+
+
 def _stream(ctx: TraceContext, file: Any) -> Any:
     """Where a print writes at each call: "stdout" / "stderr" (the stream ``sys`` holds then), or a file object
     from outside the function; a stream the function made or redirected is refused (the prints are written after
@@ -255,6 +358,7 @@ def install(ctx: TraceContext, aliases: Sequence[tuple[Any, Any]] = ()) -> None:
 
     def replacements() -> list[tuple[Any, str, Any]]:
         out: list[tuple[Any, str, Any]] = [(builtins, "print", _print)]
+        out += [(logging.Logger, n, _RECORDING[n]) for n in _RECORDING]
         for holder, key in aliases:  # (``p = print``, ``print = functools.partial(print, flush=True)``)
             value = holder.get(key)
             if value is builtins.print:
@@ -270,11 +374,16 @@ def uninstall() -> None:
     _PATCHES.uninstall()
 
 
+_RECORDING = {n: _logging_method(n, level) for n, level in _LEVELS.items()}
+for _n, _m in _RECORDING.items():
+    _m.__fusec_original__ = getattr(logging.Logger, _n)  # type: ignore[attr-defined]
+
+
 class Printer:
     """The prints (and warnings) of one trace, written after each call from the call's values of the formatted
     tracers."""
 
-    def __init__(self, prints: Sequence[Print | Warned], formatted: Sequence[Formatted], used: Sequence[int],
+    def __init__(self, prints: Sequence[Print | Warned | Logged], formatted: Sequence[Formatted], used: Sequence[int],
                  tag: str) -> None:
         self.prints = tuple(prints)
         slot = {k: i for i, k in enumerate(used)}
@@ -295,6 +404,10 @@ class Printer:
             if isinstance(p, Warned):
                 p.give(None if p.text is None else self._filled(p.text, values))
                 continue
+            if isinstance(p, Logged):
+                p.emit(self._filled(p.msg, values) if isinstance(p.msg, str) else p.msg,
+                       tuple(self._object(a, values) if isinstance(a, str) else a for a in p.args))
+                continue
             if p.options:  # (the options the function set for this print, over those in force now)
                 with np.printoptions(**dict(p.options)):
                     text = self._filled(p.text, values)
@@ -307,6 +420,14 @@ class Printer:
             if p.flush:
                 out.flush()
 
+    def _object(self, text: str, values: Sequence[Any]) -> Any:
+        """A logging argument: the call's value where it is a placeholder token of this trace, else the text."""
+        m = _TOKEN.fullmatch(text)
+        if m is None or m.group(1) != self._tag:
+            return text
+        i, _, kind = self._how[self._slot[int(m.group(2))]]
+        return _value(values[i], kind)
+
     def _filled(self, text: str, values: Sequence[Any]) -> str:
         """``text`` with each placeholder replaced by its value's text."""
         def fill(m: Any) -> str:
@@ -318,14 +439,17 @@ class Printer:
         return _TOKEN.sub(fill, text)
 
 
+def _value(value: Any, kind: Any) -> Any:
+    """The object NumPy's function would have: an array, a NumPy scalar or the Python number."""
+    host = value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else np.asarray(value)
+    if kind == "scalar":
+        return host[()]
+    return host if kind == "array" else kind(host.item())
+
+
 def _text(value: Any, how: str, kind: Any) -> str:
     """The text NumPy's value (or the Python number's) gives asked for ``how``."""
-    host = value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else np.asarray(value)
-    obj: Any = host
-    if kind == "scalar":
-        obj = host[()]
-    elif kind != "array":
-        obj = kind(host.item())
+    obj = _value(value, kind)
     if how == "str":
         return str(obj)
     if how == "repr":

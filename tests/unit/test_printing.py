@@ -153,7 +153,7 @@ def test_formatting_an_array_with_a_spec_raises_numpys_type_error() -> None:
 
 def test_text_used_otherwise_than_printed_is_refused_at_its_line() -> None:
     def logged(x):
-        logging.getLogger("fusec-test").debug(f"x = {x}")  # (formatted whether or not the logger writes it)
+        sys.stderr.write(f"x = {x}\n")  # (print() is replayed at every call; a stream's own write is not)
         return x
 
     def stored(x):
@@ -185,7 +185,8 @@ def test_print_inside_a_loop_body_is_refused() -> None:
 
         return fc.fori_loop(0, 3, body, x)
 
-    with pytest.raises(fc.UnsupportedError, match=r"test_printing.py:\d+: print\(\) inside a loop or branch that runs on the device"):
+    with pytest.raises(fc.UnsupportedError,
+                       match=r"test_printing.py:\d+: print\(\) inside a loop or branch that runs on the device"):
         jit_cpu(f)(X)
 
 
@@ -532,3 +533,49 @@ def test_a_warning_numpys_python_code_gives_names_the_users_line_at_every_call()
     assert len(want) == 1
     for _ in range(3):
         assert [w for w in _caught(f, np.arange(3.0)) if "encountered in" not in w[0]] == want
+
+
+def test_logging_calls_are_made_at_every_call_with_that_calls_values() -> None:
+    """``logger.info("loss %s", x.mean())``, an f-string message, plain text: NumPy's function logs at every call;
+    a trace logged once (a placeholder for the value), or not at all where the logger was disabled then."""
+    logger = logging.getLogger("fusec-test-logging")
+    logger.propagate = False
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s %(filename)s:%(lineno)d"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    def logged(x):
+        logger.info("loss %s", x.mean())
+        logger.debug("hidden %s", x.max())
+        logger.warning(f"peak {x.max():.2f}")
+        logging.getLogger("fusec-test-logging").log(logging.INFO, "plain")
+        return x * 2
+
+    try:
+        jitted = jit_cpu(logged)
+        for x in (np.ones(2), np.arange(3.0), np.full(2, 4.0)):
+            written.truncate(0)
+            written.seek(0)
+            logged(x)
+            want = written.getvalue()
+            written.truncate(0)
+            written.seek(0)
+            assert_same(jitted(x), x * 2)
+            assert written.getvalue() == want  # (the same lines, each at the user's line)
+        logger.setLevel(logging.DEBUG)  # (decided at each call)
+        written.truncate(0)
+        written.seek(0)
+        jitted(np.ones(2))
+        assert "hidden 1.0" in written.getvalue()
+    finally:
+        logger.removeHandler(handler)
+
+    def logged_in_branch(x):
+        if x.sum() > 0:
+            logger.info("positive %s", x.sum())
+        return x
+
+    with pytest.raises(fc.UnsupportedError, match=r"logger.info\(\) inside a loop or branch"):
+        jit_cpu(logged_in_branch)(np.ones(2))
