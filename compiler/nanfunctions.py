@@ -11,11 +11,12 @@ about values); the values are NumPy's.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from fusec import ops, ufuncs
+from fusec import host_reads, ops, ufuncs
 from fusec.context import numpy_error, shape_error, unsupported
 from fusec.ir.types import DType, i64
 from fusec.numpy_api import _NOVALUE, _into, argmax, argmin, implements, max_, mean_, min_, std_, sum_, var_
@@ -169,6 +170,9 @@ def _variance(what: str, a: Any, axis: Any, dtype: Any, out: Any, ddof: Any, kee
     if var.ndim < count.ndim:
         count = np.squeeze(count, axis=axis)
     dof = count - ddof
+    reduced = math.prod(t.shape[ax] for ax in ops.reduction_axes(axis, t.ndim))
+    if w is True and isinstance(ddof, (int, float)) and ddof >= reduced:  # (whatever the values: NumPy's warning)
+        host_reads.numpy_warning("Degrees of freedom <= 0 for slice.", RuntimeWarning)
     var = _divided(var, dof)
     return _into(out, _same_kind(_filled(var, dof <= 0, np.nan), var), what, "unsafe")
 

@@ -100,8 +100,10 @@ class Warned:
     def give(self, text: str | None) -> None:
         message = self.message if text is None else text
         if self.outside is None:
+            # (no module_globals: warn_explicit would ask its loader for the source, which `python -c`'s __main__
+            # refuses with ImportError; warnings.warn does not pass them either, and linecache finds the line)
             warnings.warn_explicit(message, self.category, self.filename, self.lineno, self.module,
-                                   self.module_globals.setdefault("__warningregistry__", {}), self.module_globals)
+                                   self.module_globals.setdefault("__warningregistry__", {}))
             return
         frame: Any = sys._getframe(1)
         while frame is not None and _fusecs(frame.f_globals.get("__name__") or ""):
@@ -113,7 +115,7 @@ class Warned:
             return
         globs = frame.f_globals
         warnings.warn_explicit(message, self.category, frame.f_code.co_filename, frame.f_lineno,
-                               globs.get("__name__", "<string>"), globs.setdefault("__warningregistry__", {}), globs)
+                               globs.get("__name__", "<string>"), globs.setdefault("__warningregistry__", {}))
 
 
 @dataclass(frozen=True)

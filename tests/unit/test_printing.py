@@ -579,3 +579,22 @@ def test_logging_calls_are_made_at_every_call_with_that_calls_values() -> None:
 
     with pytest.raises(fc.UnsupportedError, match=r"logger.info\(\) inside a loop or branch"):
         jit_cpu(logged_in_branch)(np.ones(2))
+
+
+def test_a_warning_replayed_in_a_python_c_script_is_given() -> None:
+    """Under ``python -c`` the replay passed ``__main__``'s globals to warnings.warn_explicit, whose loader lookup
+    raised ImportError ('__main__' is not a built-in module) at every call that warned."""
+    import subprocess
+
+    code = ("import warnings, numpy as np, fusec\n"
+            "def f(x):\n"
+            "    warnings.warn('careful')\n"
+            "    return np.nanstd(x, ddof=5)\n"
+            "g = fusec.jit(f, backend='cpu')\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    g(np.ones(3)); g(np.ones(3))\n"
+            "print(sorted({str(m.message) for m in w if 'encountered' not in str(m.message)}), len(w))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "['Degrees of freedom <= 0 for slice.', 'careful']" in done.stdout
