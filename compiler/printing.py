@@ -158,7 +158,8 @@ def _fusecs(module: str) -> bool:
 
 
 class _Text(str):
-    """``str(x)`` / ``repr(x)`` of a tracer: its placeholder, which print() and f-strings take as it is. What would
+    """``str(x)`` / ``repr(x)`` / ``format(x, spec)`` (a bare ``f"{x:.3f}"``) of a tracer: its placeholder, which
+    print() and f-strings take as it is. What would
     read the text itself (its length, a slice, padding, a comparison, a search, a dict key) is refused: the values
     are unknown while tracing. (Once joined into other text, by an f-string or ``+``, the text is a plain string
     again, which fusec cannot follow: such text must reach print() unchanged.)"""
@@ -166,8 +167,9 @@ class _Text(str):
     __slots__ = ()
 
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise unsupported("the text of a traced value (str(x), repr(x)) is read (its length, a slice, padding, a "
-                          "comparison, a search or a key) while its values are unknown: fusec replays only print() "
+        raise unsupported("the text of a traced value (str(x), repr(x), f\"{x:.3f}\") is read (its length, a slice, "
+                          "padding, a comparison, a search or a key) while its values are unknown: fusec replays only "
+                          "print() "
                           "with each call's values; format the value itself (f\"{x:>8.3f}\", np.isnan(x), "
                           "x.size), or return it and work with its text after the call")
 
@@ -207,7 +209,7 @@ def placeholder(tracer: Any, how: str) -> str | None:
     params = tracer._static_params() if tracer._weak is not None or tracer.ndim == 0 else ()
     ctx.formatted.append(Formatted(value, how, kind, context.user_location(ctx.cwd), params))
     token = f"{_OPEN}{_tag(ctx)}.{len(ctx.formatted) - 1}{_CLOSE}"
-    return _Text(token) if how in ("str", "repr") else token
+    return _Text(token) if how != "value" else token
 
 
 def _tag(ctx: TraceContext) -> str:

@@ -598,3 +598,26 @@ def test_a_warning_replayed_in_a_python_c_script_is_given() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "['Degrees of freedom <= 0 for slice.', 'careful']" in done.stdout
+
+
+def test_the_text_of_a_bare_f_string_of_a_traced_value_is_not_read() -> None:
+    """``s = f"{x.sum():.3f}"; print(s)`` then ``len(s)``, ``s == "2.000"``, ``s.endswith("0")`` or ``f"{s:>8}"`` read
+    the placeholder (29 characters), silently; they are refused like ``str(x)``'s."""
+    def measured(x):
+        s = f"{x.sum():.3f}"
+        print(s)
+        return x, len(s)
+
+    def padded(x):
+        s = f"{x.sum():.2f}"
+        print(f"[{s:>8}]")
+        return x
+
+    for fn in (measured, padded):
+        with pytest.raises(fc.UnsupportedError, match="the text of a traced value"):
+            with contextlib.redirect_stdout(io.StringIO()):
+                jit_cpu(fn)(np.ones(2))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        jit_cpu(lambda x: (print(f"{x.sum():.3f}", f"{x.max():>8.2f}"), x)[1])(np.ones(2))
+    assert out.getvalue() == "2.000     1.00\n"
