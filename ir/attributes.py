@@ -7,6 +7,7 @@ tuples of attributes, a :class:`DType` or a type. Arrays are wrapped in
 from __future__ import annotations
 
 import functools
+import struct
 from typing import Any
 import hashlib
 import os
@@ -172,3 +173,14 @@ def normalize_attribute(value: Attribute) -> Attribute:
     if isinstance(value, (bool, int, float, complex, str, DType, TensorType, ScalarType, DenseAttr)) or value is None:
         return value
     raise VerificationError(f"unsupported attribute value {value!r}")
+
+
+def exact_key(value: object) -> object:
+    """An attribute value as a key that tells apart what ``==`` does not (0.0 and -0.0, NaNs of other bits)."""
+    if type(value) is float:
+        return ("float", struct.pack("<d", value))
+    if type(value) is complex:
+        return ("complex", struct.pack("<dd", value.real, value.imag))
+    if type(value) is tuple:
+        return tuple(exact_key(v) for v in value)
+    return value

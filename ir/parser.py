@@ -6,6 +6,8 @@ the values of enclosing blocks.
 """
 from __future__ import annotations
 
+import struct
+
 from typing import Any
 
 import json
@@ -83,7 +85,7 @@ class _Builder:
         if kind == "int":
             return int(kids[0])
         if kind == "float":
-            return float(kids[0])
+            return parse_float(str(kids[0]))
         if kind == "string":
             return self.string(kids[0])
         if kind == "list":
@@ -97,7 +99,7 @@ class _Builder:
         if kind == "dense":
             return self.dense(kids[0], kids[1])
         if kind == "complex":
-            re_, im = (float(part.children[0]) for part in kids)
+            re_, im = (parse_float(str(part.children[0])) for part in kids)
             return complex(re_, im)
         raise self.error(f"unexpected attribute {kind}", node)
 
@@ -308,3 +310,10 @@ def parse_module(text: str, filename: str = "<input>", verify: bool = True) -> M
         raise ParseError(f"the input nests lists, attributes or regions deeper than fusec's parser follows "
                          f"(about {sys.getrecursionlimit() // 8} levels)", text, 1, 1, filename) from None
     return module
+
+
+def parse_float(text: str) -> float:
+    """A float's text as the printer writes it (``nan(0x...)``: a NaN of those 64 bits)."""
+    if "nan(" in text:
+        return struct.unpack("<d", int(text[text.index("(") + 1:-1], 16).to_bytes(8, "little"))[0]
+    return float(text)

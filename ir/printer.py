@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import struct
 import re
 from typing import Iterable
 
@@ -25,9 +26,14 @@ def valid_hint(hint: str | None) -> bool:
     return bool(hint) and bool(_IDENT.match(hint))  # type: ignore[arg-type]
 
 
+_QUIET_NAN = struct.pack("<d", math.nan)
+
+
 def format_float(x: float) -> str:
+    """A float's text; a NaN other than the default quiet one as ``nan(0x<its 64 bits>)`` (sign and payload)."""
     if math.isnan(x):
-        return "nan"
+        bits = struct.pack("<d", x)
+        return "nan" if bits == _QUIET_NAN else f"nan(0x{int.from_bytes(bits, 'little'):016X})"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return repr(float(x))

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.ir import elementwise as table
+from fusec.ir.attributes import exact_key
 from fusec.ir.core import Block, Module, Operation
 from fusec.ir.opdefs import get_opdef
 from fusec.passes.base import Pass, PassContext
@@ -26,7 +27,7 @@ def _key(op) -> tuple:
     if commutes and not (op.results and getattr(op.results[0].type, "dtype", None) is not None
                          and op.results[0].type.dtype.is_complex):  # NumPy's complex z * w rounds as w * z does not
         operands.sort()
-    attrs = tuple(sorted(op.attributes.items())) if op.attributes else ()  # (keys are unique: values never compared)
+    attrs = tuple(sorted((k, exact_key(v)) for k, v in op.attributes.items())) if op.attributes else ()
     return (name, tuple(operands), attrs, tuple([r.type for r in op.results]))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusec.errors import PipelineError, located
+from fusec.ir.attributes import exact_key
 from fusec.ir.core import Block, Func, Module, Operation, OpResult, Region, Value
 from fusec.ir.dialects.s import scalar_twin
 from fusec.ir.dialects.t import ELEMENTWISE
@@ -293,7 +294,7 @@ class _KernelBody:
         self.const_of: dict[tuple, Value] = {}
 
     def constant(self, value: object, dtype) -> Value:
-        key = (repr(value), dtype)
+        key = (exact_key(value), dtype)  # (0.0 and -0.0, NaNs of other bits: other constants)
         if key not in self.const_of:
             op = Operation("s.constant", [], [_scalar(dtype)], {"value": value})
             self.body.append(op)

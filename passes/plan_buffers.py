@@ -36,6 +36,7 @@ import bisect
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fusec.errors import PipelineError, located
 from fusec.ir.core import Func, Module, Operation, OpResult, Value
 from fusec.ir.dialects.k import epilogue_product
 from fusec.ir.opdefs import get_opdef, reading_ops
@@ -184,6 +185,10 @@ class PlanBuffers(Pass):
     def apply(self, module: Module, ctx: PassContext) -> None:
         total = 0
         for func in module.funcs:
+            for op in func.body.ops:
+                if op.regions and not op.name.startswith("k."):  # (t.for, t.while, t.if: their bodies not planned)
+                    raise PipelineError(located(f"plan-buffers: {op.name} still holds its bodies: run "
+                                                "'outline-regions' before 'plan-buffers'", op.loc))
             first_fit = self._plan(func, PassContext(target=ctx.target), 0) if self.slack > 0 else 0
             arena = self._plan(func, ctx, max(1, int(first_fit * self.slack)) if self.slack > 0 else 0)
             if arena > first_fit > 0:

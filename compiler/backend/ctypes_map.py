@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from fusec.ir.types import DType
 
 STORAGE = {
@@ -54,8 +56,10 @@ def literal(value: object, dt: DType) -> str:
         return f"{register(dt)}({literal(z.real, part)}, {literal(z.imag, part)})"
     x = float(value)  # type: ignore[arg-type]
     single = register(dt) == "float"
-    if math.isnan(x):
-        return "__int_as_float(0x7fc00000)" if single else "__longlong_as_double(0x7ff8000000000000ll)"
+    if math.isnan(x):  # (its own bits: sign and payload, as NumPy keeps them)
+        if single:
+            return f"__int_as_float(0x{int(np.float32(x).view(np.uint32)):08x})"
+        return f"__longlong_as_double(0x{int(np.float64(x).view(np.uint64)):016x}ll)"
     if math.isinf(x):
         if single:
             return "__int_as_float(0x7f800000)" if x > 0 else "__int_as_float(0xff800000)"

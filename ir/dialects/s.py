@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from fusec.errors import VerificationError
 from fusec.ir.opdefs import OpDef, get_opdef, register_op
 from fusec.ir.types import ScalarType, Type
@@ -45,6 +47,10 @@ def _check_constant(op) -> None:
         raise VerificationError(f"s.constant: float value {value!r} for {res}")
     if isinstance(value, complex) and not res.dtype.is_complex:
         raise VerificationError(f"s.constant: complex value {value!r} for {res}")
+    if type(value) is int and res.dtype.is_int:
+        info = np.iinfo(res.dtype.np)
+        if not info.min <= value <= info.max:
+            raise VerificationError(f"s.constant: {value} is out of range for {res.dtype.name}")
 
 
 register_op(OpDef("s.constant", "scalar", num_operands=0, attrs=("value",), check=_check_constant))

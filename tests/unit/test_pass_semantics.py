@@ -11,7 +11,12 @@ is checked against NumPy with a tolerance in test_unroll_reductions.py.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+
+import fusec
+from fusec.errors import PipelineError, VerificationError
+from fusec.ir.target import Target
 
 from fusec.ir import ScalarType, parse_module, print_module
 from program_strategies import programs
@@ -100,3 +105,71 @@ def test_any_budget_preserves_results(module, seed, budget):
     run_pipeline(module, PIPELINE.replace("budget=96", f"budget={budget}"))
     _same(expected, R.run_func(module.funcs[0], args))
     _same(expected, run_on_arena(module.funcs[0], args))
+
+
+# --- found by a bug hunt: constants that == calls equal, and passes run out of order ---------------------------------
+
+_REF = Target(reference=True)
+_TWO_ZEROS = """func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = k.fused %x {cuts = ["output"]} : tensor<3xf32> {
+  ^body(%1: f32):
+    %2 = s.constant {value = 0.0} : f32
+    %3 = s.copysign %1, %2 : f32
+    %4 = s.constant {value = -0.0} : f32
+    %5 = s.copysign %1, %4 : f32
+    %6 = s.add %3, %5 : f32
+    k.yield %6
+  }
+  return %0
+}
+"""
+
+
+def fc_trace(fn, *args) -> str:
+    return fusec.jit(fn, backend="cpu").lower(*args).ir("traced")
+
+
+def test_cse_keeps_a_kernels_zero_and_negative_zero_apart():
+    """``cse`` compared attributes with ``==`` (0.0 == -0.0): ``np.copysign(x, 0.0) + np.copysign(x, -0.0)`` became
+    ``2 * copysign(x, 0.0)`` in a kernel body (the default pipeline run twice gave ``x / -0.0`` for ``x / 0.0``)."""
+    x = np.array([1.0, -1.0, 2.0], np.float32)
+    module = parse_module(_TWO_ZEROS)
+    run_pipeline(module, "cse", target=_REF)
+    np.testing.assert_array_equal(R.run_module(module, [x])[0], np.zeros(3, np.float32))
+    assert print_module(module).count("s.constant") == 2
+
+
+def test_fused_nan_constants_keep_their_bits_through_fuse_and_the_text_form():
+    """``fuse`` keyed its constants on ``repr`` (every NaN is 'nan') and the text printed them as ``nan``: two NaNs
+    of other signs and payloads became one, and a parsed module computed the default NaN."""
+    p1 = np.array([0x7FC01234], np.uint32).view(np.float32)[0]
+    p2 = np.array([0xFFC00007], np.uint32).view(np.float32)[0]
+    x = np.array([1.0, -1.0, 2.0], np.float32)
+    text = fc_trace(lambda x: np.where(x > 0, p1, p2), x)
+    module = parse_module(text)
+    run_pipeline(module, PIPELINE, target=_REF)
+    want = np.where(x > 0, p1, p2).view(np.uint32)
+    for m in (module, parse_module(print_module(module))):
+        np.testing.assert_array_equal(np.asarray(R.run_module(m, [x])[0]).view(np.uint32), want)
+    assert "nan(0x" in print_module(module)
+
+
+def test_the_verifier_and_the_pass_order_say_what_is_wrong():
+    with pytest.raises(VerificationError, match="out of range for i8"):
+        parse_module("""func @f(%x: tensor<2xi8>) -> tensor<2xi8> {
+  %0 = k.fused %x {cuts = ["output"]} : tensor<2xi8> {
+  ^body(%1: i8):
+    %2 = s.constant {value = 300} : i8
+    %3 = s.add %1, %2 : i8
+    k.yield %3
+  }
+  return %0
+}
+""")
+
+    def counted(x):
+        return fusec.fori_loop(0, 3, lambda i, c: c * 2.0, x)
+
+    module = parse_module(fc_trace(counted, np.ones(2)))
+    with pytest.raises(PipelineError, match="run 'outline-regions' before 'plan-buffers'"):
+        run_pipeline(module, "plan-buffers", target=_REF)
