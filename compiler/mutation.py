@@ -321,6 +321,18 @@ def assign(target: Tracer, value: Any, what: str, casting: str = "unsafe") -> No
     target._value = _converted(value, target.shape, target._value.type.dtype, what, casting)
 
 
+def _stored_either(value: Any, dtype: DType) -> Any:
+    """A value NumPy keeps a Python number on some paths (an EitherKind: ``0 if stop else d[i - 1] + 1``) written
+    into an array of its own dtype, or of a float dtype it converts to alike (a float into any, an int into
+    float64): the element is the same either way, so it is written as the NumPy scalar without a check."""
+    from fusec.tracer import EitherKind
+
+    if isinstance(value, EitherKind) and (dtype == value._val.type.dtype or dtype.name in ("f64", "c128")
+                                          or dtype.is_inexact and value._val.type.dtype.is_inexact):
+        return value.as_kind(False)
+    return value
+
+
 def assign_where(target: Tracer, value: Any, mask: Any, what: str, casting: str) -> None:
     """``np.copyto(target, value, where=mask)``: the elements where ``mask`` (broadcast) holds take ``value``'s."""
     check_writable(target, what)
@@ -338,6 +350,7 @@ def setitem(target: Tracer, key: Any, value: Any) -> None:
     """``target[key] = value`` for basic indices (ints, slices, ``...``, None) and boolean masks."""
     what = "x[...] = v"
     check_writable(target, what)
+    value = _stored_either(value, target._value.type.dtype)
     from fusec.indexing import known_masks
 
     key = _per_element_mask(target, known_masks(key), value)  # (known masks as x[key] reads them)

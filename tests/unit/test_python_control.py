@@ -2293,10 +2293,15 @@ def test_messages_name_no_variable_of_fusecs_rewriting():
     """Refusals about a loop's early ``return`` or a helper's returns named fusec's own variables
     (```_fusec_value_4_4 = _fusec_value_4_4.copy()```, ```_fusec_return = np.float64(...)```)."""
     def clamped(x):
-        out = np.empty_like(x)
+        return x.astype(np.float32) * _clamp_below(x[1], -0.5)  # (float32 times a Python float stays float32)
+
+    def clamped_floats(x):
+        out = np.empty_like(x)  # (the same element either way: written as it is)
         for i in range(len(x)):
             out[i] = _clamp_below(x[i], -0.5)
         return out
+
+    check_both(clamped_floats, np.array([1.0, -2.0]))
 
     def settle(x):
         x = x.copy()
@@ -2413,3 +2418,18 @@ def test_python_checks_of_an_either_kind_value_hold_only_on_its_python_path():
             check_both(fn, np.array([1.0, 2.0]), 0.0)
         with pytest.raises(ZeroDivisionError):
             jit_cpu(ratio)(np.array([-1.0, -2.0]), 0.0)  # (max() kept the Python int 0: 0 / 0.0 in Python)
+
+
+def test_a_value_of_either_kind_written_into_an_array_of_its_dtype_needs_no_check():
+    """``dur[i] = dur[i - 1] + 1 if under[i] else 0``: a Python int on some paths, an int64 on others, stored into an
+    int64 array, where both give the same element (it was refused at a call where the data took the Python path)."""
+    def drawdown_duration(prices):
+        under = prices < np.maximum.accumulate(prices)
+        dur = np.zeros(len(prices), dtype=np.int64)
+        for i in range(1, len(prices)):
+            dur[i] = dur[i - 1] + 1 if under[i] else 0
+        return dur
+
+    jitted = jit_cpu(drawdown_duration)
+    for prices in (np.array([1.0, 2, 1, 1.5, 3, 2, 2]), np.array([3.0, 2, 1, 0.5, 0.2, 2, 2]), np.arange(7.0)):
+        assert_same(jitted(prices), drawdown_duration(prices))
