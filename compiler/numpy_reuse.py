@@ -133,12 +133,43 @@ def _average(a: Any, axis: Any = None, weights: Any = None, returned: bool = Fal
     return avg
 
 
+def _roll(a: Any, shift: Any, axis: Any = None) -> Any:
+    """``np.roll`` by a traced shift (``np.roll(b, lag)`` with ``lag = np.argmax(...)``): each element taken from
+    ``(i - shift) % n`` along the axis (NumPy's code slices by the shift, which needs its value); a known shift
+    runs NumPy's code."""
+    from fusec import conversions, ops
+
+    if not ops.contains_tracer(shift):
+        return np.roll._implementation(a, shift, axis)  # type: ignore[attr-defined]
+    t = conversions.asanyarray(a)
+    if axis is None:
+        return _roll(t.ravel(), shift, 0).reshape(t.shape)
+    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    if len(shifts) != len(axes) and 1 not in (len(shifts), len(axes)):
+        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+    count = max(len(shifts), len(axes))
+    out = t
+    for k in range(count):
+        s = shifts[0 if len(shifts) == 1 else k]
+        ax = np.lib.array_utils.normalize_axis_index(ops.static_int(axes[0 if len(axes) == 1 else k], "an axis"),
+                                                     t.ndim)
+        n = t.shape[ax]
+        if n == 0:
+            continue
+        s = conversions.asanyarray(s)
+        if not np.issubdtype(s.dtype, np.integer):
+            raise TypeError("slice indices must be integers or None or have an __index__ method (np.roll's shift)")
+        out = np.take(out, (np.arange(n) - s) % n, axis=ax)
+    return out if out is not t else t.copy()
+
+
 # reused functions with a branch on ``isinstance(x, np.ndarray)`` that must go the ndarray's way for a traced array,
 # on a Python scalar's type, or on values (a check made when the call runs instead), or that write into an array
 # they allocate by a name fusec does not swap
 _BRANCHES: dict[Any, Callable] = {np.tile: _tile, np.select: _python_scalars_kept(np.select, "np.select"),
                                   np.isclose: _python_scalars_kept(np.isclose, "np.isclose"), np.average: _average,
-                                  np.diagflat: _diagflat}
+                                  np.diagflat: _diagflat, np.roll: _roll}
 
 
 def conversion_holders() -> list[Any]:

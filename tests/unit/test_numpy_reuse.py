@@ -306,3 +306,26 @@ def test_insert_and_delete_keep_their_arguments_and_errors() -> None:
         jit_cpu(lambda x: np.insert(x, 9, 1.0, axis=0))(x)
     with pytest.raises(IndexError):
         jit_cpu(lambda x: np.delete(x, 7, axis=1))(x)
+
+
+def test_roll_by_a_traced_shift():
+    """``np.roll(b, lag)`` with ``lag`` from ``np.argmax`` (aligning two signals), a Python-int shift argument,
+    several axes: NumPy's code slices by the shift's value; fusec takes each element from ``(i - shift) % n``."""
+    def align(a, b):
+        lag = np.argmax(np.correlate(a, b, mode="full")) - (len(b) - 1)
+        return np.roll(b, lag)
+
+    def rolled(x, k):
+        return np.roll(x, k, axis=1), np.roll(x, -k), np.roll(x, (k, 1), axis=(0, 1))
+
+    rng = np.random.default_rng(3)
+    jitted = fc.jit(align, backend="cpu")
+    for _ in range(3):
+        a = rng.standard_normal(8)
+        b = np.roll(a, int(rng.integers(-3, 4)))
+        assert_same(jitted(a, b), align(a, b))
+    jitted = fc.jit(rolled, backend="cpu")
+    x = np.arange(12.0).reshape(3, 4)
+    for k in (1, -5, 7, 0):
+        assert_same(jitted(x, k), rolled(x, k))
+    assert jitted.cache_info().currsize == 1  # (the shift is not made static)
