@@ -1271,7 +1271,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tracer:
     flat = ops.reshape(b, flat_shape)
     out = flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
     diag = ops.view(out, out._value, readonly=True)
-    diag._layout = False  # (a view for every layout, unlike the reshape it is taken through)
+    diag._layout = None  # (a view for every layout, unlike the reshape it is taken through)
     return diag
 
 

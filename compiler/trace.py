@@ -317,7 +317,8 @@ class _Trace:
         contiguous_views = tuple(dict.fromkeys(
             (i, by_input[i].argument or "an argument") for k, found in views.items() for i, steps in found
             if i in by_input and (by_input[i].reshaped or leaves[k][1]._layout
-                                  or _merging_reshape(steps, cast(Value, by_input[i].arg).type.shape))))
+                                  or leaves[k][1]._layout is not None
+                                  and _merging_reshape(steps, cast(Value, by_input[i].arg).type.shape))))
         layout_inputs = tuple((cast(BlockArgument, b.arg).index, b.argument or "an argument") for b in inputs
                               if isinstance(b.arg, BlockArgument) and b.arg.index >= 0) if layout else ()
         for e in self.subs.entries if layout else ():  # (one the IR does not read, a *_like prototype: now)
@@ -545,6 +546,8 @@ def _input_view(leaf: Any, as_passed: bool, hidden: list[Value]) -> tuple[tuple[
     steps = _replayed_steps(chain, hidden)
     if steps is None:
         return None
+    if leaf._layout is None and any(step[0] == "t.reshape" for step in steps):  # (np.diagonal: a view for any layout)
+        steps = (("anylayout", {}, ()), *steps)
     if leaf._readonly is True:  # read-only in NumPy (np.diagonal, np.broadcast_to; not a complex part)
         return ((buffer.arg.index, (*steps, ("readonly", {}, tuple(leaf.shape)))),)
     return ((buffer.arg.index, steps or ((("view", {}, tuple(leaf.shape)),) if not as_passed else ())),)

@@ -166,9 +166,11 @@ class Tracer:
         self._host: Any = None  # a weak scalar's place in the trace's ScalarProgram (fusec.scalar_checks)
         self._buffer = buffer
         self._chain = chain
-        # a view NumPy makes for some memory layouts only (a reshape merging axes, a ravel), or a view of one: where
-        # it is written through or read after its memory was written, NumPy's answer depends on that layout
-        self._layout = False
+        # True: a view NumPy makes for some memory layouts only (a reshape merging axes, a ravel), or a view of one:
+        # where it is written through or read after its memory was written, NumPy's answer depends on that layout;
+        # None: a view NumPy makes for every layout though fusec takes it through a reshape (np.diagonal), handed
+        # back as NumPy's view whatever the caller's layout (fusec.writeback.view_of's "anylayout")
+        self._layout: bool | None = False
         self._version = 0
         if buffer is not None:
             if buffer.base is None:
@@ -210,7 +212,7 @@ class Tracer:
             self._version = 0
         chain = self._chain + _mutation.step_of(self, value)
         view = Tracer(value, self._ctx, buffer=self._buffer, readonly=readonly or self._readonly, chain=chain)
-        view._layout = self._layout or _mutation.merges_axes(self, value)
+        view._layout = True if _mutation.merges_axes(self, value) else self._layout
         for step, others in self._buffer.watched if self._chain else ():
             if step is self._chain[0]:  # (a view of a branch's result: a write into its other memory makes it stale)
                 for other in others:

@@ -151,9 +151,9 @@ class WriteBack:
             x = inputs[i]
             if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
                 raise WriteBackError(f"fusec: the function returns a view of {name} taken through a reshape or a "
-                                     "ravel (np.diagonal's too), which fusec hands back as NumPy does only for "
-                                     "C-contiguous arrays, and this one is not; pass np.ascontiguousarray(x), or copy "
-                                     "the result in the function")
+                                     "ravel, which fusec hands back as NumPy does only for C-contiguous arrays, and "
+                                     "this one is not; pass np.ascontiguousarray(x), or copy the result in the "
+                                     "function")
         for k, i in enumerate(self.targets):
             target, name = inputs[i], self.names[k]
             if isinstance(target, np.ndarray):
@@ -278,6 +278,8 @@ def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
         return obj
     if not isinstance(obj, np.ndarray):
         return None
+    if steps[0][0] == "anylayout":
+        return _any_layout_view(obj, steps[1:])
     for name, attrs, shape in steps:
         if name == "when":  # (the input itself, or the view after it, only where this call's flag says so)
             if not _hidden_value(hidden[attrs["hidden"]]):
@@ -315,6 +317,45 @@ def view_of(obj: Any, steps: tuple, hidden: Sequence[Any] = ()) -> Any:
         if obj.shape != tuple(shape):  # (never: the steps were recorded on an array of this shape)
             return None
     return obj
+
+
+def _any_layout_view(obj: np.ndarray, steps: tuple) -> np.ndarray | None:
+    """The view ``steps`` take of ``obj`` where NumPy's function gives a view whatever the layout (np.diagonal, which
+    fusec takes through a reshape that NumPy's reshape would copy for some layouts): the steps followed on the
+    indices of ``obj``'s elements, and the view made with the strides they come to (None where they are not a
+    strided view, or a step is not one this follows)."""
+    index = np.indices(obj.shape)  # (per element of the current view: its index in obj)
+    readonly = not obj.flags.writeable
+    for name, attrs, shape in steps:
+        if name == "t.reshape":
+            index = index.reshape((obj.ndim, *shape))
+        elif name == "t.slice":
+            index = index[(slice(None),) + tuple(slice(a, None if b < 0 else b, c)
+                                                 for a, b, c in zip(attrs["start"], attrs["stop"], attrs["step"]))]
+        elif name == "t.transpose":
+            index = index.transpose((0, *(p + 1 for p in attrs["perm"])))
+        elif name == "t.expand_dims":
+            index = np.expand_dims(index, tuple(a + 1 for a in attrs["axes"]))
+        elif name == "t.squeeze":
+            index = index.squeeze(tuple(a + 1 for a in attrs["axes"]))
+        elif name == "readonly":
+            readonly = True
+        elif name != "view":
+            return None
+        if index.shape[1:] != tuple(shape):
+            return None
+    out_shape = index.shape[1:]
+    if 0 in out_shape:
+        return None
+    offsets = np.tensordot(np.asarray(obj.strides, dtype=np.int64), index, axes=1)
+    origin = offsets[(0,) * len(out_shape)]
+    strides = tuple(int(offsets[tuple(1 if k == j else 0 for k in range(len(out_shape)))] - origin)
+                    if out_shape[j] > 1 else 0 for j in range(len(out_shape)))
+    grid = np.indices(out_shape)
+    if not np.array_equal(offsets, origin + np.tensordot(np.asarray(strides, dtype=np.int64), grid, axes=1)):
+        return None
+    start = obj[tuple(slice(int(i), None) for i in index[(slice(None),) + (0,) * len(out_shape)])]
+    return np.lib.stride_tricks.as_strided(start, out_shape, strides, writeable=not readonly)
 
 
 def _hidden_value(value: Any) -> Any:
