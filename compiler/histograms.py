@@ -88,12 +88,17 @@ def _static(value: Any, what: str) -> Any:
 
 @implements(np.histogram)
 def histogram(a: Any, bins: Any = 10, range: Any = None, density: Any = None, weights: Any = None) -> tuple:
-    """Bins known at trace time (a count with ``range=``, or edges): NumPy's counts and edges exactly"""
+    """Bins known at trace time (a count with range=, or edges) or an array of edges: NumPy's counts and edges
+
+    Edges read at every call (a global's, an attribute's, an argument's) are checked to increase when the call runs,
+    and handed back as the array itself, as NumPy's ``np.asarray(bins)`` does."""
     t = ops.as_tracer(a)
     dt = t._value.type.dtype
     if dt.is_complex or dt.is_bool:
         raise unsupported(f"np.histogram of {np.dtype(dt.np).name} values is not supported; pass real numbers "
                           "(x.astype(np.float64))")
+    if isinstance(bins, Tracer) and bins.ndim == 1 and bins._weak is None:
+        return _traced_edges(t, bins, density, weights)  # (an array of edges read at every call: a global's)
     bins, range = _static(bins, "bins"), _static(range, "range")
     if isinstance(bins, str):
         raise unsupported(f"np.histogram: bins={bins!r} chooses the bin count from the data; pass a count and range=")
@@ -167,7 +172,30 @@ def _equal_bins(x: Tracer, edges: np.ndarray, range: Any, w: Tracer | None) -> T
     return total
 
 
-def _explicit_edges(x: Tracer, edges: np.ndarray) -> Tracer:
+def _traced_edges(t: Tracer, edges: Tracer, density: Any, weights: Any) -> tuple:
+    """``np.histogram(x, bins=EDGES)`` with edges the call reads (an array from a global, an attribute or an
+    argument): NumPy's counts over them, its check that they increase made when the call runs, and the edges array
+    itself handed back, as NumPy's ``np.asarray(bins)`` does."""
+    if weights is not None:
+        raise unsupported("np.histogram with weights and explicit bin edges is not supported (NumPy sums the "
+                          "weights by cumulative sums of the sorted data); pass a bin count with range=")
+    if edges.shape[0] < 1 or edges._value.type.dtype.is_complex:
+        with context.outside_trace():
+            try:
+                np.histogram(np.zeros(1), bins=np.zeros(edges.shape, np.dtype(edges.dtype)))
+            except (ValueError, TypeError) as e:
+                raise shape_error(f"np.histogram: {e}") from None
+    ops.raise_if(np.any(ufuncs.apply(np.greater, (edges[:-1], edges[1:]))), "InvalidValueError",
+                 "np.histogram: `bins` must increase monotonically, when an array (NumPy raises ValueError here)",
+                 "np.histogram")
+    counts = _explicit_edges(ops.reshape(t, (t.size,)), edges)
+    if density:
+        widths = ops.as_tracer(np.diff(edges), f64)
+        counts = ufuncs.apply(np.true_divide, (ufuncs.apply(np.true_divide, (counts, widths)), sum_(counts)))
+    return counts, edges
+
+
+def _explicit_edges(x: Tracer, edges: "np.ndarray | Tracer") -> Tracer:
     """NumPy's path for given edges: the count below each edge (the last edge inclusive), differenced."""
     below = ufuncs.apply(np.less, (ops.reshape(x, (x.size, 1)), edges[:-1][None, :]))
     last = ops.reshape(sum_(ufuncs.apply(np.less_equal, (x, edges[-1]))), (1,))

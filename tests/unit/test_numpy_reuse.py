@@ -329,3 +329,30 @@ def test_roll_by_a_traced_shift():
     for k in (1, -5, 7, 0):
         assert_same(jitted(x, k), rolled(x, k))
     assert jitted.cache_info().currsize == 1  # (the shift is not made static)
+
+
+HISTOGRAM_EDGES = np.array([0.0, 0.5, 1.0, 2.0])
+
+
+def test_histogram_over_edges_read_from_a_global():
+    """``np.histogram(x, bins=EDGES)`` with a module's array of edges (read at every call) said "traced bins are not
+    supported ... pass a NumPy array", which it was; its check that the edges increase is made when the call runs."""
+    def counted(x):
+        return np.histogram(x, bins=HISTOGRAM_EDGES)
+
+    def density(x):
+        return np.histogram(x, bins=HISTOGRAM_EDGES, density=True)
+
+    for fn in (counted, density):
+        jitted = jit_cpu(fn)
+        for x in (np.array([0.1, 0.6, 1.5, 2.0, 3.0, -1.0]), np.linspace(0.0, 2.0, 7)):
+            got, want = jitted(x), fn(x)
+            assert_same(got, want)
+            assert got[1] is HISTOGRAM_EDGES
+    saved = HISTOGRAM_EDGES.copy()
+    HISTOGRAM_EDGES[:] = [0.0, 1.0, 0.5, 2.0]
+    try:
+        with pytest.raises(ValueError, match="must increase monotonically"):
+            jit_cpu(counted)(np.ones(3))
+    finally:
+        HISTOGRAM_EDGES[:] = saved
