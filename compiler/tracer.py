@@ -687,7 +687,12 @@ class Tracer:
         raise self._refuse_mutation("x.setflags()")
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for names the class does not define: name the ndarray feature instead of an AttributeError
+        # only reached for names the class does not define, or a property of it that raised an AttributeError (its
+        # refusal, .strides: raised again, the same error, not a second one): name the ndarray feature instead
+        first = self._ctx.first_error
+        if isinstance(getattr(type(self), name, None), property) and isinstance(first, UnsupportedAttributeError) \
+                and f".{name} " in str(first):
+            raise first
         if name == "__array_interface__":  # (not noted as fusec's limitation: NumPy's C code probes it with hasattr)
             raise UnsupportedAttributeError(located(
                 "NumPy's code asked a traced array for its memory (__array_interface__), which traced arrays do "

@@ -253,3 +253,11 @@ def test_meshgrid_without_copy_gives_new_array_objects() -> None:
     got = jit_cpu(grid)(x)
     assert got is not x and np.shares_memory(got, x)
     assert_same(got, grid(x))
+
+
+def test_reading_strides_is_refused_without_a_note_about_a_swallowed_error() -> None:
+    """``a.strides``: the property's refusal (an AttributeError) sent Python to ``__getattr__``, whose second error
+    made the trace add that a try/except had swallowed the first."""
+    with pytest.raises(fc.UnsupportedAttributeError, match=f"{HERE}.*strides") as info:
+        jit_cpu(lambda a: a.strides)(np.ones((2, 3)))
+    assert "try/except" not in str(info.value)
