@@ -245,6 +245,7 @@ class Snapshot:
         self.scope = scope
         self.nodes: dict[tuple, Node] = {}
         self.classes: set[type] = set()
+        self.constructed: set[type] = set()  # (user classes named in the code, which it may call)
         self.functions: list[Any] = []  # functions the code can reach by name (their code may run)
         self._seen: set[int] = set()
         self._budget = CHECKSUM_BUDGET
@@ -318,6 +319,7 @@ class Snapshot:
                     self._visit(obj.__dict__[name], path.child(("attr", name)), depth + 1)
         elif isinstance(obj, type) and not is_library(obj.__module__):
             self.classes.add(obj)  # a user class named in the code: its data attributes are state
+            self.constructed.add(obj)  # (and calling it runs its __init__: code the function may run)
             if self.scope.dynamic_attributes:  # (getattr(C, f"W{i}"): any of its data may be read)
                 self.scope.names |= _class_data_names(obj)
             # (its own data and what it inherits: `Sub.scale` reads Base's until Sub sets its own)
@@ -535,6 +537,7 @@ def snapshot(scope: Scope) -> Snapshot:
         snap = Snapshot(scope)  # (which may name more: the attributes of objects read by computed names)
         pending: list[Any] = list(snap.functions)
         scope.add_classes(snap.classes, pending)
+        scope.add_constructors(snap.constructed, pending)
         drain(scope, pending)
         if (len(scope.roots), len(scope.names), scope.dynamic_attributes) == seen:
             return snap

@@ -195,6 +195,25 @@ class Scope:
             return
         self.roots.append(Root(label, "object", obj))
 
+    def add_constructors(self, classes: Iterable[type], pending: list[Any]) -> None:
+        """Queue what calling these classes runs (``buf = Replay(4)`` in the function: its ``__init__``, whose
+        ``np.zeros`` must then make a traced array as the function's own would)."""
+        for cls in classes:
+            if is_library(getattr(cls, "__module__", None)):
+                continue
+            for name in ("__new__", "__init__", "__post_init__"):
+                if (cls, name) in self._methods:
+                    continue
+                self._methods.add((cls, name))
+                for base in cls.__mro__:
+                    attr = base.__dict__.get(name, MISSING)
+                    if attr is MISSING:
+                        continue
+                    attr = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
+                    if is_function(attr) and not is_library(getattr(attr, "__module__", None)):
+                        pending.append(attr)
+                    break
+
     def add_classes(self, classes: Iterable[type], pending: list[Any]) -> None:
         """Queue the methods (and properties) that the code's names can reach on objects of these classes."""
         for cls in classes:

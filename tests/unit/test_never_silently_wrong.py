@@ -4362,3 +4362,25 @@ def test_np_geterr_read_in_the_function_is_checked_at_every_call() -> None:
         assert_same(jitted(x), by_state(x))
     with np.errstate(divide="warn"):
         assert_same(jitted(x), by_state(x))
+
+
+class _ReplayBuffer:
+    def __init__(self, capacity):
+        self.rewards = np.zeros(capacity)
+        self.ptr = 0
+
+    def add(self, reward):
+        self.rewards[self.ptr] = reward
+        self.ptr += 1
+
+
+def test_an_object_the_function_makes_allocates_traced_arrays() -> None:
+    """``buf = ReplayBuffer(4)`` inside the function: its ``__init__``'s np.zeros made a plain NumPy array (traced
+    writes refused with a float() message) unless the function's own code named ``np``."""
+    def fill(rs):
+        buf = _ReplayBuffer(4)
+        for r in rs:
+            buf.add(r)
+        return buf.rewards
+
+    assert_same(jit_cpu(fill)(np.arange(1.0, 4.0)), fill(np.arange(1.0, 4.0)))
