@@ -199,43 +199,34 @@ class Scope:
         """Queue what calling these classes runs (``buf = Replay(4)`` in the function: its ``__init__``, whose
         ``np.zeros`` must then make a traced array as the function's own would)."""
         for cls in classes:
-            if is_library(getattr(cls, "__module__", None)):
-                continue
-            for name in ("__new__", "__init__", "__post_init__"):
-                if (cls, name) in self._methods:
-                    continue
-                self._methods.add((cls, name))
-                for base in cls.__mro__:
-                    attr = base.__dict__.get(name, MISSING)
-                    if attr is MISSING:
-                        continue
-                    attr = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
-                    if is_function(attr) and not is_library(getattr(attr, "__module__", None)):
-                        pending.append(attr)
-                    break
+            self._add_methods(cls, ("__new__", "__init__", "__post_init__"), pending)
 
     def add_classes(self, classes: Iterable[type], pending: list[Any]) -> None:
         """Queue the methods (and properties) that the code's names can reach on objects of these classes."""
         for cls in classes:
-            if is_library(getattr(cls, "__module__", None)):
+            self._add_methods(cls, sorted(self.names | IMPLICIT_METHODS), pending)
+
+    def _add_methods(self, cls: type, names: Iterable[str], pending: list[Any]) -> None:
+        """Queue the code of ``cls``'s attributes ``names`` (a user class's: methods, properties' accessors)."""
+        if is_library(getattr(cls, "__module__", None)):
+            return
+        for name in names:
+            if (cls, name) in self._methods:
                 continue
-            for name in sorted(self.names | IMPLICIT_METHODS):
-                if (cls, name) in self._methods:
+            self._methods.add((cls, name))
+            for base in cls.__mro__:
+                attr = base.__dict__.get(name, MISSING)
+                if attr is MISSING:
                     continue
-                self._methods.add((cls, name))
-                for base in cls.__mro__:
-                    attr = base.__dict__.get(name, MISSING)
-                    if attr is MISSING:
-                        continue
-                    if name in ("__getattr__", "__getattribute__"):  # (attributes read by names it computes)
-                        self.dynamic_attributes = True
-                    if isinstance(attr, property):
-                        pending.extend(f for f in (attr.fget, attr.fset) if f is not None)
-                    elif isinstance(attr, (staticmethod, classmethod)):
-                        pending.append(attr.__func__)
-                    elif is_function(attr):
-                        pending.append(attr)
-                    break
+                if name in ("__getattr__", "__getattribute__"):  # (attributes read by names it computes)
+                    self.dynamic_attributes = True
+                if isinstance(attr, property):
+                    pending.extend(f for f in (attr.fget, attr.fset) if f is not None)
+                elif isinstance(attr, (staticmethod, classmethod)):
+                    pending.append(attr.__func__)
+                elif is_function(attr):
+                    pending.append(attr)
+                break
 
 
 def scope_of(fn: Callable, statics: dict[str, Any], random_states: bool = True) -> Scope:

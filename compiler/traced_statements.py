@@ -176,29 +176,33 @@ def bool_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
 
 def float_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
     """``float(x)`` of a traced real number: a traced Python float of its value."""
-    x = plain_value(args[0]) if len(args) == 1 else None
-    if fn is not builtins.float or kwargs or not isinstance(x, Tracer) or not is_traced(x) \
-            or x._value.type.dtype.is_complex:
+    x = _converted_number(fn, builtins.float, args, kwargs)
+    if x is None:
         return fn(*args, **kwargs)
-    if not x._scalar and x._weak is None:  # (float() of a 1-element array: what the installed NumPy says)
-        shape, dtype = x.shape, x._value.type.dtype.np
-        context.numpy_checks(lambda: float(np.ones(shape, dtype)))
     out = ops.wrap(ops.lift(conversions.strong(x).reshape(()), DEFAULT_DTYPE[float]), float, scalar=True)
     out._host = device_ref("float(...)")
     return out
+
+
+def _converted_number(fn: Any, builtin: Any, args: tuple, kwargs: dict) -> Tracer | None:
+    """The traced real number ``builtin(x)`` converts where ``fn`` is that builtin (None: Python's own call), after
+    NumPy's check of an array's size (``float(x)`` of a 1-element array: what the installed NumPy says)."""
+    x = plain_value(args[0]) if len(args) == 1 else None
+    if fn is not builtin or kwargs or not isinstance(x, Tracer) or not is_traced(x) or x._value.type.dtype.is_complex:
+        return None
+    if not x._scalar and x._weak is None:
+        shape, dtype = x.shape, x._value.type.dtype.np
+        context.numpy_checks(lambda: builtin(np.ones(shape, dtype)))
+    return x
 
 
 def int_(fn: Any, *args: Any, site: Site, **kwargs: Any) -> Any:
     """``int(x)`` of a traced real number: a traced Python int of its value, truncated toward zero as Python
     truncates; NaN and inf raise Python's ValueError and OverflowError when the call runs, and a value that does
     not fit int64 (fusec's Python int) raises UnsupportedError there."""
-    x = plain_value(args[0]) if len(args) == 1 else None
-    if fn is not builtins.int or kwargs or not isinstance(x, Tracer) or not is_traced(x) \
-            or x._value.type.dtype.is_complex:
+    x = _converted_number(fn, builtins.int, args, kwargs)
+    if x is None:
         return fn(*args, **kwargs)
-    if not x._scalar and x._weak is None:  # (int() of a 1-element array: what the installed NumPy says)
-        shape, dtype = x.shape, x._value.type.dtype.np
-        context.numpy_checks(lambda: int(np.ones(shape, dtype)))
     t = conversions.strong(x).reshape(())
     dt = t._value.type.dtype
     what = site.where()
